@@ -1,0 +1,41 @@
+"""The interface every provider protocol parser implements.
+
+A protocol parser is pure: bytes or framed events in, records out. It never sees a flow and
+never raises on bad input; problems are counted in `ResponseSummary.parse_errors` or
+reported in `RequestInfo.error`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from addons.framing import SSEEvent
+from addons.records import RequestInfo, ResponseSummary
+
+
+class StreamInterpreter(Protocol):
+    """Accumulates one streamed response from its framed events."""
+
+    summary: ResponseSummary
+
+    def event(self, ev: SSEEvent) -> None:
+        """Consume one event; never raises."""
+
+    def finish(self) -> ResponseSummary:
+        """End of stream: close open tool calls, decide `complete`, return the summary."""
+
+
+class ProtocolParser(Protocol):
+    """One wire protocol (Anthropic Messages, OpenAI Chat Completions, ...)."""
+
+    name: str
+    """Protocol name stored in `model_calls.protocol`, e.g. ``anthropic``, ``openai_chat``."""
+
+    def parse_request(self, body: bytes) -> RequestInfo:
+        """Parse a (decoded) request body; never raises."""
+
+    def parse_response(self, body: bytes, status: int) -> ResponseSummary:
+        """Parse a whole (decoded) non-streamed response body, success or error; never raises."""
+
+    def stream(self) -> StreamInterpreter:
+        """A fresh interpreter for one streamed response."""
