@@ -1,0 +1,72 @@
+"""Which flows are model calls, who serves them, and which parser reads them.
+
+`detect()` looks at host and path only (cheap, on the event loop): a known provider host
+gives the provider; the path gives the protocol. A model-call path on an unknown host (a
+company gateway, a local server) is attributed to the protocol's own vendor, so a relay of
+the real API is still priced and an unknown model simply stays unpriced. Non-model
+endpoints (`/v1/models`, `count_tokens`, batches...) are not model calls: they only get a
+`net_events` row.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+
+from addons.providers.base import ProtocolParser
+
+# host (exact or suffix after a dot) -> provider
+_KNOWN_HOSTS: dict[str, str] = {
+    "api.anthropic.com": "anthropic",
+    "api.openai.com": "openai",
+}
+
+# (protocol, provider for unknown hosts, path pattern)
+_ROUTES: list[tuple[str, str, re.Pattern[str]]] = [
+    ("anthropic", "anthropic", re.compile(r"(?:^|/)v1/messages/?$")),
+    ("openai_chat", "openai", re.compile(r"(?:^|/)(?:v1/)?chat/completions/?$")),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """How to read one flow: `provider` is who serves it, `protocol` names the parser."""
+
+    provider: str
+    protocol: str
+
+
+def provider_for_host(host: str) -> str | None:
+    host = host.lower().rstrip(".")
+    if host in _KNOWN_HOSTS:
+        return _KNOWN_HOSTS[host]
+    for known, provider in _KNOWN_HOSTS.items():
+        if host.endswith("." + known):
+            return provider
+    return None
+
+
+def detect(host: str, path: str, method: str) -> Route | None:
+    """The route of a model call, or None when the flow is not a model call."""
+    if method.upper() != "POST":
+        return None
+    path = path.split("?", 1)[0]
+    for protocol, vendor, pattern in _ROUTES:
+        if pattern.search(path):
+            return Route(provider_for_host(host) or vendor, protocol)
+    return None
+
+
+@cache
+def parser_for(protocol: str) -> ProtocolParser:
+    """The (stateless, shared) parser of a protocol."""
+    if protocol == "anthropic":
+        from addons.providers.anthropic import AnthropicMessages
+
+        return AnthropicMessages()
+    if protocol == "openai_chat":
+        from addons.providers.openai_chat import OpenAIChat
+
+        return OpenAIChat()
+    raise KeyError(f"no parser for protocol {protocol!r}")

@@ -1,0 +1,120 @@
+"""One response body, read incrementally: decode → frame → interpret.
+
+`ResponseReader` is pure (bytes in, a `ResponseSummary` out) so that tests can feed it the
+same wire bytes split at every point and compressed every way. It keeps the first decoded
+bytes as the preview. Event-stream bodies are framed and interpreted as they arrive; any
+other body (JSON, an HTML error page...) is collected, up to a cap, and parsed at the end.
+"""
+
+from __future__ import annotations
+
+from addons.decode import BodyDecoder
+from addons.framing import SSEDecoder
+from addons.providers.base import ProtocolParser, StreamInterpreter
+from addons.records import ResponseSummary
+
+
+def is_event_stream(content_type: str | None) -> bool:
+    return bool(content_type) and content_type.split(";", 1)[0].strip().lower() == "text/event-stream"
+
+
+class Preview:
+    """The first `limit` bytes of a body, and its total size."""
+
+    __slots__ = ("buf", "limit", "total")
+
+    def __init__(self, limit: int) -> None:
+        self.buf = bytearray()
+        self.limit = limit
+        self.total = 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.limit - len(self.buf)
+        if room > 0:
+            self.buf += data[:room]
+
+    def text(self) -> str:
+        """The preview as text, cut on a UTF-8 boundary, with a note when it was truncated."""
+        text = bytes(self.buf).decode("utf-8", "replace")
+        if len(self.buf) == self.limit and text.endswith("\ufffd"):
+            text = text.rstrip("\ufffd")
+        if self.total > len(self.buf):
+            text += f"\n[… {self.total - len(self.buf)} more bytes]"
+        return text
+
+
+class ResponseReader:
+    """Reads one model response for a protocol parser, whatever its framing and encoding."""
+
+    def __init__(
+        self,
+        parser: ProtocolParser,
+        *,
+        content_type: str | None,
+        content_encoding: str | None,
+        status: int,
+        preview_bytes: int = 65536,
+        max_parse_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
+        self.parser = parser
+        self.status = status
+        self.decoder = BodyDecoder(content_encoding, sniff=True, max_output=max_parse_bytes)
+        self.preview = Preview(preview_bytes)
+        self.raw_bytes = 0
+        self.max_parse_bytes = max_parse_bytes
+        self._sse: SSEDecoder | None = None
+        self._interp: StreamInterpreter | None = None
+        if is_event_stream(content_type):
+            self._sse = SSEDecoder()
+            self._interp = parser.stream()
+        self._body = bytearray()
+        self._overflow = False
+        self._summary: ResponseSummary | None = None
+
+    @property
+    def streaming(self) -> bool:
+        return self._interp is not None
+
+    @property
+    def content_started(self) -> bool:
+        return self._interp is not None and self._interp.summary.content_started
+
+    @property
+    def decode_error(self) -> str | None:
+        return self.decoder.error
+
+    def feed(self, chunk: bytes) -> None:
+        """Consume the next raw (still content-encoded) body bytes."""
+        if not chunk or self._summary is not None:
+            return
+        self.raw_bytes += len(chunk)
+        self._consume(self.decoder.decode(chunk))
+
+    def _consume(self, data: bytes) -> None:
+        if not data:
+            return
+        self.preview.add(data)
+        if self._sse is not None and self._interp is not None:
+            for ev in self._sse.feed(data):
+                self._interp.event(ev)
+        elif len(self._body) + len(data) <= self.max_parse_bytes:
+            self._body += data
+        else:
+            self._overflow = True
+
+    def finish(self) -> ResponseSummary:
+        """End of body: flush everything and return the summary (idempotent)."""
+        if self._summary is not None:
+            return self._summary
+        self._consume(self.decoder.flush())
+        if self._sse is not None and self._interp is not None:
+            for ev in self._sse.flush():
+                self._interp.event(ev)
+            summary = self._interp.finish()
+        elif self._overflow:
+            summary = ResponseSummary(parse_errors=1, error_message="body too large to parse")
+        else:
+            summary = self.parser.parse_response(bytes(self._body), self.status)
+        self._summary = summary
+        return summary

@@ -1,0 +1,8 @@
+"""capsem: record every LLM call an agent makes.
+
+Usage: mitmdump -s addons/capsem_addon.py   (with capsem installed in mitmdump's Python)
+"""
+
+from addons.capture import Capsem
+
+addons = [Capsem()]

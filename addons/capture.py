@@ -1,0 +1,332 @@
+"""The capsem mitmproxy addon: hooks that copy what they see to the recorder thread.
+
+Every hook is cheap: it copies references into a `FlowData`, and the recorder thread does
+the decoding, parsing, pricing and writing. Streamed responses (every `text/event-stream`,
+and anything mitmproxy was told to stream) get a `ResponseTap` that returns each chunk
+unchanged. Every flow ends in `response` or `error`; both finish its row, and `done`
+finishes the ones still open, stops the recorder, rolls the session up and marks it
+`stopped`. Nothing raised here may reach mitmproxy: a capture failure is logged and
+recorded, the flow goes on.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, Optional, TypeVar
+from urllib.parse import urlsplit
+
+from mitmproxy import connection, exceptions, http, tls
+from mitmproxy.addonmanager import Loader
+from mitmproxy.log import ALERT
+
+from addons.body import is_event_stream
+from addons.flowdata import FlowData
+from addons.process import ProcessResolver
+from addons.providers import detect
+from addons.recorder import CaptureSettings, Recorder
+from addons.session import Session
+from addons.store import SessionStore
+from addons.tap import RequestTap, ResponseTap
+from addons.worker import RecorderThread
+from capsem import __version__
+from capsem.config import ConfigError, load_settings
+from capsem.ids import SESSION_ID, utc_now
+from capsem.redact import Scrubber
+from pricing import current_table
+from pricing.estimate import warm
+
+logger = logging.getLogger(__name__)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def guarded(hook: F) -> F:
+    """Never let a capture bug escape a hook: log it and carry on."""
+
+    @functools.wraps(hook)
+    def wrapper(self: Capsem, *args: Any) -> Any:
+        try:
+            return hook(self, *args)
+        except Exception as exc:
+            self.hook_failures += 1
+            logger.warning("capsem: %s hook failed: %r", hook.__name__, exc, exc_info=True)
+            return None
+
+    return wrapper  # type: ignore[return-value]
+
+
+class Capsem:
+    """Records every flow into the session database."""
+
+    def __init__(self) -> None:
+        self.settings: dict[str, Any] = {}
+        self.capture: CaptureSettings = CaptureSettings()
+        self.session: Session | None = None
+        self.worker: RecorderThread | None = None
+        self.resolver: ProcessResolver | None = None
+        self.scrubber = Scrubber()
+        self.flows: dict[str, FlowData] = {}
+        self.taps: dict[str, ResponseTap] = {}
+        self.request_taps: dict[str, RequestTap] = {}
+        self.processes: dict[str, Any] = {}
+        self.hook_failures = 0
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def load(self, loader: Loader) -> None:
+        loader.add_option(
+            "capsem_session_id",
+            Optional[str],  # noqa: UP045 (mitmproxy needs typing.Optional)
+            None,
+            "Session id (YYYYMMDD-HHMMSS-xxxx); default: new.",
+        )
+        loader.add_option(
+            "capsem_mode", str, "mitmdump", "Session mode stored in main.db (mitmdump, run...)."
+        )
+        loader.add_option(
+            "capsem_command",
+            Optional[str],  # noqa: UP045
+            None,
+            "Command line stored with the session.",
+        )
+        loader.add_option(
+            "capsem_preview_bytes",
+            Optional[int],  # noqa: UP045
+            None,
+            "Body preview size (default from config).",
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        from mitmproxy import ctx
+
+        sid = ctx.options.capsem_session_id
+        if "capsem_session_id" in updated and sid and not SESSION_ID.fullmatch(sid):
+            raise exceptions.OptionsError(f"capsem_session_id {sid!r} is not YYYYMMDD-HHMMSS-xxxx")
+        if not self.settings:
+            try:
+                self.settings = load_settings()
+            except ConfigError as exc:
+                raise exceptions.OptionsError(str(exc)) from exc
+        self.capture = CaptureSettings.from_settings(self.settings)
+        if ctx.options.capsem_preview_bytes is not None:
+            if ctx.options.capsem_preview_bytes < 0:
+                raise exceptions.OptionsError("capsem_preview_bytes must be >= 0")
+            self.capture = CaptureSettings(
+                **{**self.capture.__dict__, "preview_bytes": ctx.options.capsem_preview_bytes}
+            )
+
+    def running(self) -> None:
+        if self.session is not None:
+            return
+        from mitmproxy import ctx
+
+        self.start(
+            session_id=ctx.options.capsem_session_id,
+            mode=ctx.options.capsem_mode,
+            command=ctx.options.capsem_command,
+        )
+
+    def start(
+        self, session_id: str | None = None, mode: str = "mitmdump", command: str | None = None
+    ) -> None:
+        """Open the session and start the recorder (called by `running`; tests call it directly)."""
+        if not self.settings:
+            self.settings = load_settings()
+            self.capture = CaptureSettings.from_settings(self.settings)
+        self.session = Session.start(session_id, mode=mode, command=command)
+        session = self.session
+        interval = int(self.settings.get("capture", {}).get("commit_interval_ms", 250)) / 1000
+
+        def make_recorder() -> Recorder:
+            current_table()  # load prices and the tokenizer here, off the event loop
+            warm()
+            store = SessionStore(session.db_path, self.scrubber)
+            store.set_meta(
+                session_id=session.id,
+                capsem_version=__version__,
+                started_at=utc_now(),
+                mode=mode,
+                price_source=current_table().source,
+            )
+            return Recorder(store, self.capture, self.scrubber)
+
+        self.worker = RecorderThread(make_recorder, commit_interval=interval)
+        self.worker.start()
+        self.resolver = ProcessResolver()
+        logger.log(ALERT, f"capsem: recording session {session.id} into {session.db_path}")
+
+    def done(self) -> None:
+        if self.session is None or self.worker is None:
+            return
+        now = time.time()
+        for key in list(self.flows):
+            fd = self.flows.pop(key)
+            fd.error = fd.error or "capture stopped before the flow finished"
+            self._collect_stream(fd)
+            fd.response_ended = fd.response_ended or now
+            self.worker.put(("close", fd))
+        self.worker.stop()
+        if self.resolver is not None:
+            self.resolver.close()
+        try:
+            self.session.stop()
+        except Exception as exc:
+            logger.warning("capsem: rolling up session %s failed: %r", self.session.id, exc)
+        logger.log(ALERT, f"capsem: session {self.session.id} stopped; database {self.session.db_path}")
+        self.session = None
+        self.worker = None
+
+    # -- connections ------------------------------------------------------------------------
+
+    @guarded
+    def client_connected(self, client: connection.Client) -> None:
+        if self.resolver is not None:
+            self.processes[client.id] = self.resolver.lookup(client.peername)
+
+    @guarded
+    def client_disconnected(self, client: connection.Client) -> None:
+        self.processes.pop(client.id, None)
+
+    @guarded
+    def tls_failed_client(self, data: tls.TlsData) -> None:
+        """A client that refused our certificate never makes a flow: record the attempt."""
+        if self.worker is None:
+            return
+        client = data.context.client
+        host = client.sni or (data.context.server.address or ("?", 0))[0]
+        port = (data.context.server.address or ("", 443))[1]
+        now = time.time()
+        fd = FlowData(
+            key=f"tls-{uuid.uuid4().hex[:12]}",
+            started=client.timestamp_start or now,
+            scheme="https",
+            host=host,
+            port=port,
+            method="CONNECT",
+            path="",
+            query="",
+            http_version="",
+            request_headers=[],
+            client_addr=_addr(client.peername),
+            process=self.processes.get(client.id),
+            response_ended=now,
+            error=f"client TLS handshake failed: {data.conn.error or 'unknown error'}",
+        )
+        self.worker.put(("close", fd))
+
+    # -- flows ------------------------------------------------------------------------------
+
+    @guarded
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        if self.worker is None:
+            return
+        req = flow.request
+        parts = urlsplit(req.path if req.path.startswith("/") else "/" + req.path)
+        fd = FlowData(
+            key=flow.id,
+            started=req.timestamp_start or time.time(),
+            scheme=req.scheme,
+            host=req.host,
+            port=req.port,
+            method=req.method,
+            path=parts.path,
+            query=parts.query,
+            http_version=req.http_version,
+            request_headers=list(req.headers.items(multi=True)),
+            client_addr=_addr(flow.client_conn.peername),
+            process=self.processes.get(flow.client_conn.id),
+            route=detect(req.host, parts.path, req.method),
+        )
+        if fd.process is None and self.resolver is not None:
+            fd.process = self.resolver.lookup(flow.client_conn.peername)
+        if req.stream:  # mitmproxy will stream this request body (e.g. stream_large_bodies)
+            tap = RequestTap(self.capture.max_parse_bytes if fd.route else self.capture.preview_bytes)
+            req.stream = _chain(tap, req.stream)
+            self.request_taps[flow.id] = tap
+        self.flows[flow.id] = fd
+
+    @guarded
+    def request(self, flow: http.HTTPFlow) -> None:
+        fd = self.flows.get(flow.id)
+        if fd is not None:
+            self._collect_request(flow, fd)
+
+    @guarded
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        fd = self.flows.get(flow.id)
+        resp = flow.response
+        if fd is None or resp is None or self.worker is None:
+            return
+        fd.status = resp.status_code
+        fd.response_headers = list(resp.headers.items(multi=True))
+        fd.response_started = resp.timestamp_start
+        if is_event_stream(resp.headers.get("content-type")) or resp.stream:
+            tap = ResponseTap(flow.id, self.worker.put if fd.route else None, self.capture.preview_bytes)
+            resp.stream = _chain(tap, resp.stream)
+            self.taps[flow.id] = tap
+            fd.streamed = True
+            if fd.route is not None:
+                self.worker.put(("open", fd))
+
+    @guarded
+    def response(self, flow: http.HTTPFlow) -> None:
+        self._finish(flow, None)
+
+    @guarded
+    def error(self, flow: http.HTTPFlow) -> None:
+        self._finish(flow, flow.error.msg if flow.error else "unknown error")
+
+    def _finish(self, flow: http.HTTPFlow, error: str | None) -> None:
+        fd = self.flows.pop(flow.id, None)
+        if fd is None or self.worker is None:
+            return
+        self._collect_request(flow, fd)
+        resp = flow.response
+        fd.error = error
+        if resp is not None:
+            if fd.status is None:
+                fd.status = resp.status_code
+                fd.response_headers = list(resp.headers.items(multi=True))
+                fd.response_started = resp.timestamp_start
+            fd.response_ended = resp.timestamp_end or time.time()
+            if not fd.streamed:
+                fd.response_body = resp.raw_content
+                fd.response_size = len(resp.raw_content or b"")
+        else:
+            fd.response_ended = time.time()
+        self._collect_stream(fd)
+        self.worker.put(("close", fd))
+
+    def _collect_request(self, flow: http.HTTPFlow, fd: FlowData) -> None:
+        tap = self.request_taps.pop(flow.id, None)
+        if tap is not None:
+            fd.request_body, fd.request_size = bytes(tap.body), tap.bytes
+            fd.request_truncated = tap.bytes > len(tap.body)
+        elif fd.request_body is None and flow.request.raw_content is not None:
+            fd.request_body = flow.request.raw_content
+            fd.request_size = len(fd.request_body)
+
+    def _collect_stream(self, fd: FlowData) -> None:
+        tap = self.taps.pop(fd.key, None)
+        if tap is not None:
+            fd.response_size = tap.bytes
+            fd.first_chunk_at = tap.first_at
+            fd.tap_failure = tap.failure
+            if tap.preview:
+                fd.stream_preview = bytes(tap.preview)
+
+
+def _addr(peer: Any) -> str | None:
+    if not peer:
+        return None
+    return f"{peer[0]}:{peer[1]}"
+
+
+def _chain(tap: Callable[[bytes], bytes], existing: Any) -> Callable[[bytes], bytes]:
+    """Our tap sees the original bytes; a stream function set by another addon runs after it."""
+    if callable(existing):
+        return lambda chunk: existing(tap(chunk))
+    return tap

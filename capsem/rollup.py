@@ -1,0 +1,168 @@
+"""main.db: the session index and its per-session rollup.
+
+A rollup recomputes a session's totals and its `ai_usage`, `tool_usage` and `mcp_usage` rows
+from its session.db and replaces what main.db held (idempotent, never incremental). It runs
+when a session stops, when a dead `running` session is found at the next start (`crashed`),
+and from the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from capsem import __version__
+from capsem.ids import utc_now
+from capsem.paths import main_db_path, session_db_path
+from capsem.schema import connect, open_main_db
+
+_TOTALS_SQL = """
+SELECT
+  (SELECT COUNT(*) FROM net_events) AS total_requests,
+  (SELECT COUNT(*) FROM net_events WHERE decision IN ('allowed', 'warned')) AS allowed_requests,
+  (SELECT COUNT(*) FROM net_events WHERE decision = 'denied') AS denied_requests,
+  (SELECT COUNT(*) FROM net_events WHERE decision = 'error') AS error_requests,
+  (SELECT COALESCE(SUM(input_tokens), 0) FROM model_calls) AS total_input_tokens,
+  (SELECT COALESCE(SUM(output_tokens), 0) FROM model_calls) AS total_output_tokens,
+  (SELECT COALESCE(SUM(estimated_cost_usd), 0) FROM model_calls) AS total_estimated_cost,
+  (SELECT COUNT(*) FROM model_calls) AS total_model_calls,
+  (SELECT COUNT(*) FROM model_calls WHERE estimated_cost_usd IS NULL) AS unpriced_calls,
+  (SELECT COUNT(*) FROM tool_calls) AS total_tool_calls,
+  (SELECT COUNT(*) FROM mcp_calls) AS total_mcp_calls,
+  (SELECT COUNT(*) FROM fs_events) AS total_file_events
+"""
+
+_AI_USAGE_SQL = """
+SELECT provider, COALESCE(model, '') AS model, COUNT(*) AS call_count,
+       COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
+       COALESCE(SUM(estimated_cost_usd), 0), COALESCE(SUM(duration_ms), 0)
+FROM model_calls GROUP BY provider, COALESCE(model, '')
+"""
+
+# Tool time = from the end of the model call that asked for the tool to the start of the
+# model call that carried its result: the time the agent spent running it.
+_TOOL_USAGE_SQL = """
+WITH first_response AS (
+  SELECT call_id, MIN(id) AS id FROM tool_responses GROUP BY call_id
+)
+SELECT tc.tool_name, COUNT(*) AS call_count,
+       COALESCE(SUM(LENGTH(CAST(tc.arguments AS BLOB))), 0)
+         + COALESCE(SUM(tr.content_bytes), 0) AS total_bytes,
+       COALESCE(SUM(MAX(0, CAST(ROUND(
+         (julianday(mr.timestamp) - julianday(mc.timestamp)) * 86400000.0 - mc.duration_ms) AS INTEGER))), 0)
+FROM tool_calls tc
+JOIN model_calls mc ON mc.id = tc.model_call_id
+LEFT JOIN first_response fr ON fr.call_id = tc.call_id
+LEFT JOIN tool_responses tr ON tr.id = fr.id
+LEFT JOIN model_calls mr ON mr.id = tr.model_call_id
+GROUP BY tc.tool_name
+"""
+
+_MCP_USAGE_SQL = """
+SELECT server_name, COALESCE(tool_name, ''), COUNT(*),
+       COALESCE(SUM(bytes_sent + bytes_received), 0), COALESCE(SUM(duration_ms), 0)
+FROM mcp_calls GROUP BY server_name, COALESCE(tool_name, '')
+"""
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    id: str
+    status: str
+    pid: int | None
+    pid_started_at: float | None
+
+
+def open_main(path: Path | None = None) -> sqlite3.Connection:
+    return open_main_db(path or main_db_path())
+
+
+def register_session(
+    main: sqlite3.Connection, session_id: str, *, mode: str, command: str | None, created_at: str
+) -> None:
+    """Insert the `running` row for a session owned by this process."""
+    me = psutil.Process()
+    main.execute(
+        """INSERT INTO sessions (id, mode, command, status, created_at, capsem_version, pid,
+                                 pid_started_at, hostname)
+           VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?)
+           ON CONFLICT(id) DO UPDATE SET status='running', stopped_at=NULL, pid=excluded.pid,
+                                         pid_started_at=excluded.pid_started_at""",
+        (
+            session_id,
+            mode,
+            command,
+            created_at,
+            __version__,
+            os.getpid(),
+            me.create_time(),
+            socket.gethostname(),
+        ),
+    )
+
+
+def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = None) -> bool:
+    """Recompute a session's totals and usage rows from its session.db.
+
+    Returns False (and changes nothing) when the session.db does not exist.
+    """
+    db_path = db_path or session_db_path(session_id)
+    if not db_path.is_file():
+        return False
+    src = connect(db_path, readonly=True)
+    try:
+        totals = dict(src.execute(_TOTALS_SQL).fetchone())
+        ai = src.execute(_AI_USAGE_SQL).fetchall()
+        tools = src.execute(_TOOL_USAGE_SQL).fetchall()
+        mcp = src.execute(_MCP_USAGE_SQL).fetchall()
+    finally:
+        src.close()
+    assignments = ", ".join(f"{k} = :{k}" for k in totals)
+    with main:
+        main.execute("BEGIN IMMEDIATE")
+        main.execute(
+            f"UPDATE sessions SET {assignments}, rolled_up_at = :now WHERE id = :id",
+            {**totals, "now": utc_now(), "id": session_id},
+        )
+        for table, rows in (("ai_usage", ai), ("tool_usage", tools), ("mcp_usage", mcp)):
+            main.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+            if rows:
+                marks = ", ".join("?" * (len(rows[0]) + 1))
+                main.executemany(f"INSERT INTO {table} VALUES ({marks})", [(session_id, *r) for r in rows])
+    return True
+
+
+def finish_session(main: sqlite3.Connection, session_id: str, status: str = "stopped") -> None:
+    """Roll a session up and mark it `stopped` (or `crashed`) with its stop time."""
+    rollup(main, session_id)
+    main.execute(
+        "UPDATE sessions SET status = ?, stopped_at = COALESCE(stopped_at, ?) WHERE id = ?",
+        (status, utc_now(), session_id),
+    )
+
+
+def _alive(row: SessionRow) -> bool:
+    if row.pid is None:
+        return False
+    try:
+        proc = psutil.Process(row.pid)
+        return row.pid_started_at is None or abs(proc.create_time() - row.pid_started_at) < 1.0
+    except psutil.Error:
+        return False
+
+
+def recover_crashed(main: sqlite3.Connection, *, exclude: str | None = None) -> list[str]:
+    """Mark `running` sessions whose process is gone as `crashed` and roll them up."""
+    rows = [
+        SessionRow(r["id"], r["status"], r["pid"], r["pid_started_at"])
+        for r in main.execute("SELECT id, status, pid, pid_started_at FROM sessions WHERE status = 'running'")
+    ]
+    crashed = [r.id for r in rows if r.id != exclude and not _alive(r)]
+    for session_id in crashed:
+        finish_session(main, session_id, status="crashed")
+    return crashed

@@ -1,0 +1,299 @@
+"""The two database schemas, as named migrations: session.db and main.db.
+
+Each migration is a function `mNNN_what(conn)`; `migrate(conn, migrations)` applies the ones
+not yet recorded in `_capsem_migrations`, each inside one transaction together with its
+record, so a failed step stays pending. `PRAGMA user_version` mirrors the number applied.
+Never rename or edit a shipped migration; add a new one.
+
+session.db keeps every column of the Capsem seed tables (same names and types) and adds
+columns after them. Column meanings that matter are documented in DESIGN.md.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+Migration = Callable[[sqlite3.Connection], None]
+
+SESSION_TABLES = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls", "fs_events")
+
+
+def _session_v1(conn: sqlite3.Connection) -> None:
+    _run_script(
+        conn,
+        """
+        CREATE TABLE net_events (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            timestamp TEXT NOT NULL,
+            domain TEXT NOT NULL,
+            port INTEGER DEFAULT 443,
+            decision TEXT NOT NULL,
+            process_name TEXT,
+            pid INTEGER,
+            method TEXT,
+            path TEXT,
+            query TEXT,
+            status_code INTEGER,
+            bytes_sent INTEGER DEFAULT 0,
+            bytes_received INTEGER DEFAULT 0,
+            duration_ms INTEGER DEFAULT 0,
+            matched_rule TEXT,
+            request_headers TEXT,
+            response_headers TEXT,
+            request_body_preview TEXT,
+            response_body_preview TEXT,
+            conn_type TEXT DEFAULT 'https',
+            -- capsem additions
+            flow_id TEXT,
+            error TEXT,
+            http_version TEXT,
+            client_addr TEXT,
+            ttfb_ms INTEGER,
+            request_content_type TEXT,
+            response_content_type TEXT,
+            request_content_encoding TEXT,
+            response_content_encoding TEXT,
+            decode_error TEXT,
+            streamed INTEGER DEFAULT 0,
+            provider TEXT,
+            trace_id TEXT
+        );
+        CREATE TABLE model_calls (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            timestamp TEXT NOT NULL,
+            provider TEXT NOT NULL,
+            model TEXT,
+            process_name TEXT,
+            pid INTEGER,
+            method TEXT NOT NULL,
+            path TEXT NOT NULL,
+            stream INTEGER DEFAULT 0,
+            system_prompt_preview TEXT,
+            messages_count INTEGER DEFAULT 0,
+            tools_count INTEGER DEFAULT 0,
+            request_bytes INTEGER DEFAULT 0,
+            request_body_preview TEXT,
+            message_id TEXT,
+            status_code INTEGER,
+            text_content TEXT,
+            thinking_content TEXT,
+            stop_reason TEXT,
+            input_tokens INTEGER,
+            output_tokens INTEGER,
+            duration_ms INTEGER DEFAULT 0,
+            response_bytes INTEGER DEFAULT 0,
+            estimated_cost_usd REAL DEFAULT 0,
+            trace_id TEXT,
+            usage_details TEXT,
+            -- capsem additions
+            net_event_id INTEGER,
+            flow_id TEXT,
+            protocol TEXT,
+            host TEXT,
+            response_model TEXT,
+            ttft_ms INTEGER,
+            complete INTEGER,
+            error_type TEXT,
+            error_message TEXT,
+            price_source TEXT,
+            cost_details TEXT,
+            parse_errors INTEGER DEFAULT 0
+        );
+        CREATE TABLE tool_calls (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            model_call_id INTEGER NOT NULL,
+            call_index INTEGER NOT NULL,
+            call_id TEXT NOT NULL,
+            tool_name TEXT NOT NULL,
+            arguments TEXT,
+            origin TEXT NOT NULL DEFAULT 'native',
+            mcp_call_id INTEGER,
+            -- capsem additions
+            timestamp TEXT,
+            trace_id TEXT,
+            complete INTEGER DEFAULT 1
+        );
+        CREATE TABLE tool_responses (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            model_call_id INTEGER NOT NULL,
+            call_id TEXT NOT NULL,
+            content_preview TEXT,
+            is_error INTEGER DEFAULT 0,
+            -- capsem additions
+            timestamp TEXT,
+            trace_id TEXT,
+            tool_name TEXT,
+            content_bytes INTEGER
+        );
+        CREATE TABLE mcp_calls (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            timestamp TEXT NOT NULL,
+            server_name TEXT NOT NULL,
+            method TEXT NOT NULL,
+            tool_name TEXT,
+            request_id TEXT,
+            request_preview TEXT,
+            response_preview TEXT,
+            decision TEXT NOT NULL,
+            duration_ms INTEGER DEFAULT 0,
+            error_message TEXT,
+            process_name TEXT,
+            bytes_sent INTEGER DEFAULT 0,
+            bytes_received INTEGER DEFAULT 0
+        );
+        CREATE TABLE fs_events (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            timestamp TEXT NOT NULL,
+            action TEXT NOT NULL,
+            path TEXT NOT NULL,
+            size INTEGER
+        );
+        CREATE TABLE session_meta (key TEXT PRIMARY KEY, value TEXT);
+        CREATE INDEX idx_net_events_domain ON net_events(domain);
+        CREATE INDEX idx_net_events_timestamp ON net_events(timestamp);
+        CREATE INDEX idx_model_calls_provider_ts ON model_calls(provider, timestamp);
+        CREATE INDEX idx_model_calls_trace_id ON model_calls(trace_id);
+        CREATE INDEX idx_tool_calls_model_call ON tool_calls(model_call_id);
+        CREATE INDEX idx_tool_responses_model_call ON tool_responses(model_call_id);
+        CREATE INDEX idx_tool_calls_call_id ON tool_calls(call_id);
+        CREATE INDEX idx_tool_responses_call_id ON tool_responses(call_id);
+        CREATE INDEX idx_mcp_calls_server ON mcp_calls(server_name);
+        CREATE INDEX idx_mcp_calls_timestamp ON mcp_calls(timestamp);
+        CREATE INDEX idx_fs_events_timestamp ON fs_events(timestamp);
+        CREATE INDEX idx_fs_events_path ON fs_events(path);
+        """,
+    )
+
+
+SESSION_MIGRATIONS: list[tuple[str, Migration]] = [("m001_initial", _session_v1)]
+
+
+def _main_v1(conn: sqlite3.Connection) -> None:
+    _run_script(
+        conn,
+        """
+        CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,
+            mode TEXT NOT NULL DEFAULT 'mitmdump',
+            command TEXT,
+            status TEXT NOT NULL DEFAULT 'running',
+            created_at TEXT NOT NULL,
+            stopped_at TEXT,
+            total_requests INTEGER NOT NULL DEFAULT 0,
+            allowed_requests INTEGER NOT NULL DEFAULT 0,
+            denied_requests INTEGER NOT NULL DEFAULT 0,
+            total_input_tokens INTEGER NOT NULL DEFAULT 0,
+            total_output_tokens INTEGER NOT NULL DEFAULT 0,
+            total_estimated_cost REAL NOT NULL DEFAULT 0,
+            total_tool_calls INTEGER NOT NULL DEFAULT 0,
+            total_mcp_calls INTEGER NOT NULL DEFAULT 0,
+            total_file_events INTEGER NOT NULL DEFAULT 0,
+            -- capsem additions
+            total_model_calls INTEGER NOT NULL DEFAULT 0,
+            error_requests INTEGER NOT NULL DEFAULT 0,
+            unpriced_calls INTEGER NOT NULL DEFAULT 0,
+            compressed_size_bytes INTEGER,
+            vacuumed_at TEXT,
+            capsem_version TEXT,
+            pid INTEGER,
+            pid_started_at REAL,
+            hostname TEXT,
+            rolled_up_at TEXT
+        );
+        CREATE INDEX idx_sessions_created ON sessions(created_at);
+        CREATE INDEX idx_sessions_status ON sessions(status);
+        CREATE TABLE ai_usage (
+            session_id TEXT NOT NULL,
+            provider TEXT NOT NULL,
+            model TEXT NOT NULL DEFAULT '',
+            call_count INTEGER NOT NULL DEFAULT 0,
+            input_tokens INTEGER NOT NULL DEFAULT 0,
+            output_tokens INTEGER NOT NULL DEFAULT 0,
+            estimated_cost REAL NOT NULL DEFAULT 0,
+            total_duration_ms INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (session_id, provider, model)
+        );
+        CREATE TABLE tool_usage (
+            session_id TEXT NOT NULL,
+            tool_name TEXT NOT NULL,
+            call_count INTEGER NOT NULL DEFAULT 0,
+            total_bytes INTEGER NOT NULL DEFAULT 0,
+            total_duration_ms INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (session_id, tool_name)
+        );
+        CREATE TABLE mcp_usage (
+            session_id TEXT NOT NULL,
+            server_name TEXT NOT NULL,
+            tool_name TEXT NOT NULL DEFAULT '',
+            call_count INTEGER NOT NULL DEFAULT 0,
+            total_bytes INTEGER NOT NULL DEFAULT 0,
+            total_duration_ms INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (session_id, server_name, tool_name)
+        );
+        """,
+    )
+
+
+MAIN_MIGRATIONS: list[tuple[str, Migration]] = [("m001_initial", _main_v1)]
+
+
+def _run_script(conn: sqlite3.Connection, script: str) -> None:
+    """Run `;`-separated DDL inside the caller's transaction (executescript would commit)."""
+    for statement in script.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def migrate(conn: sqlite3.Connection, migrations: list[tuple[str, Migration]]) -> list[str]:
+    """Apply pending migrations in order; return the names applied.
+
+    Raises:
+        RuntimeError: when the database was written by a newer capsem (unknown migrations).
+    """
+    conn.execute("CREATE TABLE IF NOT EXISTS _capsem_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
+    done = {row[0] for row in conn.execute("SELECT name FROM _capsem_migrations")}
+    known = {name for name, _ in migrations}
+    if done - known:
+        raise RuntimeError(f"database has newer migrations than this capsem knows: {sorted(done - known)}")
+    applied = []
+    for name, step in migrations:
+        if name in done:
+            continue
+        with conn:  # one transaction: the step and its record
+            conn.execute("BEGIN")
+            step(conn)
+            conn.execute(
+                "INSERT INTO _capsem_migrations VALUES (?, strftime('%Y-%m-%dT%H:%M:%SZ','now'))", (name,)
+            )
+        applied.append(name)
+    conn.execute(f"PRAGMA user_version = {len(migrations)}")
+    return applied
+
+
+def connect(path: Path, *, readonly: bool = False, timeout: float = 5.0) -> sqlite3.Connection:
+    """Open a database with capsem's settings (WAL for writers, read-only URI for readers)."""
+    if readonly:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout, isolation_level=None)
+        conn.execute("PRAGMA query_only = ON")
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def open_session_db(path: Path) -> sqlite3.Connection:
+    conn = connect(path)
+    migrate(conn, SESSION_MIGRATIONS)
+    return conn
+
+
+def open_main_db(path: Path) -> sqlite3.Connection:
+    conn = connect(path)
+    migrate(conn, MAIN_MIGRATIONS)
+    return conn
