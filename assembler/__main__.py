@@ -1,0 +1,3 @@
+from assembler.cli import main
+
+main()

@@ -1,0 +1,125 @@
+"""`capsem demo`: a scripted agent, a real mitmdump with capsem, the local provider emulator.
+
+Nothing leaves the machine: mitmdump runs in upstream mode towards the emulator, which plays
+api.anthropic.com and api.openai.com. The agent is the real anthropic and openai SDKs running
+a two-turn tool loop each (ask, get a tool call, run the tool, send the result, get the
+answer); the session is then ended and summarized.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+
+from assembler.summary import print_session
+from capsem.mitm import start_mitmdump
+from capsem.paths import capsem_home
+
+WEATHER_TOOL = {
+    "name": "get_weather",
+    "description": "Current weather for a city",
+    "schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "description": "City name"}},
+        "required": ["city"],
+    },
+}
+PROMPT = "What's the weather in Paris right now? Use the tool."
+
+
+def get_weather(arguments: dict[str, Any]) -> str:
+    """The demo's local tool."""
+    return f"18°C and cloudy in {arguments.get('city', 'somewhere')}"
+
+
+def anthropic_loop(http_client: httpx.Client, say: Callable[[str], None]) -> None:
+    """Claude-style tool loop with the real anthropic SDK, streamed."""
+    import anthropic
+
+    client = anthropic.Anthropic(api_key="sk-ant-demo-0000000000000000", http_client=http_client, max_retries=0)
+    tools = [{"name": WEATHER_TOOL["name"], "description": WEATHER_TOOL["description"],
+              "input_schema": WEATHER_TOOL["schema"]}]  # fmt: skip
+    messages: list[dict[str, Any]] = [{"role": "user", "content": PROMPT}]
+    for turn in (1, 2):
+        with client.messages.stream(
+            model="claude-sonnet-4-5", max_tokens=1024, system="You are a terse weather assistant.",
+            tools=tools, messages=messages,
+        ) as stream:  # fmt: skip
+            final = stream.get_final_message()
+        say(f"anthropic turn {turn}: stop_reason={final.stop_reason}, {final.usage.output_tokens} output tokens")
+        if final.stop_reason != "tool_use":
+            return
+        messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in final.content]})
+        results = [
+            {"type": "tool_result", "tool_use_id": b.id, "content": get_weather(b.input)}
+            for b in final.content
+            if b.type == "tool_use"
+        ]
+        messages.append({"role": "user", "content": results})
+
+
+def openai_loop(http_client: httpx.Client, say: Callable[[str], None]) -> None:
+    """The same loop with the real openai SDK, non-streamed then streamed."""
+    import openai
+
+    client = openai.OpenAI(api_key="sk-proj-demo00000000000000000000", http_client=http_client, max_retries=0)
+    tools = [{"type": "function", "function": {"name": WEATHER_TOOL["name"],
+              "description": WEATHER_TOOL["description"], "parameters": WEATHER_TOOL["schema"]}}]  # fmt: skip
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a terse weather assistant."},
+        {"role": "user", "content": PROMPT},
+    ]
+    first = client.chat.completions.create(model="gpt-4.1", messages=messages, tools=tools)
+    choice = first.choices[0]
+    say(f"openai turn 1: finish_reason={choice.finish_reason}, {first.usage.completion_tokens} output tokens")
+    messages.append(choice.message.model_dump(exclude_none=True))
+    for call in choice.message.tool_calls or []:
+        result = get_weather(json.loads(call.function.arguments))
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+    stream = client.chat.completions.create(
+        model="gpt-4.1", messages=messages, tools=tools, stream=True, stream_options={"include_usage": True}
+    )
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    say(f"openai turn 2 (streamed): {len(text)} characters of answer")
+
+
+def run_demo(console: Console | None = None) -> str:
+    """Run the whole demo; return the session id."""
+    from capsem.emulator import Emulator
+
+    console = console or Console()
+    say = lambda msg: console.print(f"[dim]•[/dim] {msg}")  # noqa: E731
+    work = Path(tempfile.mkdtemp(prefix="capsem-demo-"))
+    with Emulator() as emu:
+        say(f"provider emulator listening at {emu.http_url} (plays api.anthropic.com and api.openai.com)")
+        proxy = start_mitmdump(
+            confdir=work / "mitmproxy",
+            log_path=work / "mitmdump.log",
+            args=["--mode", f"upstream:{emu.proxy_url}", "--set", f"ssl_verify_upstream_trusted_ca={emu.ca_path}",
+                  "--set", "capsem_mode=demo", "--set", "capsem_command=capsem demo"],
+        )  # fmt: skip
+        say(f"mitmdump with the capsem addon listening at {proxy.url} (log: {proxy.log_path})")
+        try:
+            with httpx.Client(proxy=proxy.url, verify=str(proxy.ca_cert), timeout=30) as http_client:
+                anthropic_loop(http_client, say)
+                openai_loop(http_client, say)
+        finally:
+            proxy.stop()
+    session_id = _session_id_from_log(proxy.log())
+    say(f"mitmdump stopped; session {session_id} rolled up into {capsem_home() / 'main.db'}")
+    console.print()
+    print_session(session_id, console)
+    return session_id
+
+
+def _session_id_from_log(log: str) -> str:
+    for line in log.splitlines():
+        if "capsem: recording session " in line:
+            return line.split("capsem: recording session ", 1)[1].split()[0]
+    raise RuntimeError(f"the capsem addon did not start a session; mitmdump said:\n{log[-3000:]}")

@@ -1,0 +1,94 @@
+"""Shared fixtures: an isolated CAPSEM_HOME per test, the provider emulator, a real mitmdump."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from capsem.mitm import Mitmdump, start_mitmdump
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+
+
+@pytest.fixture(autouse=True)
+def capsem_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "capsem-home"
+    monkeypatch.setenv("CAPSEM_HOME", str(home))
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NO_PROXY", "")
+    return home
+
+
+@pytest.fixture(scope="session")
+def emulator():
+    from capsem.emulator import Emulator
+
+    with Emulator() as emu:
+        yield emu
+
+
+@pytest.fixture
+def emu(emulator):
+    """The shared emulator with an empty exchange log and default behaviour."""
+    emulator.clear()
+    yield emulator
+    emulator.clear()
+
+
+class ProxyFactory:
+    def __init__(self, tmp_path: Path, home: Path) -> None:
+        self.tmp_path = tmp_path
+        self.home = home
+        self.started: list[Mitmdump] = []
+
+    def __call__(
+        self,
+        *,
+        upstream: str | None = None,
+        ca: str | None = None,
+        addon: bool = True,
+        args: list[str] | None = None,
+    ) -> Mitmdump:
+        extra = list(args or [])
+        if upstream:
+            extra += ["--mode", f"upstream:{upstream}"]
+        if ca:
+            extra += ["--set", f"ssl_verify_upstream_trusted_ca={ca}"]
+        n = len(self.started)
+        proxy = start_mitmdump(
+            confdir=self.tmp_path / "mitm-conf",
+            log_path=self.tmp_path / f"mitmdump-{n}.log",
+            args=extra,
+            addon=addon,
+        )
+        self.started.append(proxy)
+        return proxy
+
+
+@pytest.fixture
+def mitmdump(tmp_path: Path, capsem_home: Path) -> Iterator[ProxyFactory]:
+    factory = ProxyFactory(tmp_path, capsem_home)
+    yield factory
+    for proxy in factory.started:
+        if not proxy.stopped:
+            proxy.stop()
+
+
+def rows(db: Path, sql: str, params: tuple = ()) -> list[dict]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute(sql, params)]
+    finally:
+        conn.close()
+
+
+def only_session(home: Path) -> Path:
+    """The session.db of the one session under `home`."""
+    dbs = sorted((home / "sessions").glob("*/session.db"))
+    assert len(dbs) == 1, dbs
+    return dbs[0]

@@ -1,0 +1,60 @@
+import sqlite3
+
+import pytest
+
+from capsem.schema import MAIN_MIGRATIONS, SESSION_MIGRATIONS, SESSION_TABLES, migrate, open_session_db
+
+# Every column of the Capsem seed tables (000_bdf6624b76e0b077.txt), with its declared type.
+SEED_COLUMNS = {
+    "net_events": "id INTEGER timestamp TEXT domain TEXT port INTEGER decision TEXT process_name TEXT pid INTEGER "
+    "method TEXT path TEXT query TEXT status_code INTEGER bytes_sent INTEGER bytes_received INTEGER "
+    "duration_ms INTEGER matched_rule TEXT request_headers TEXT response_headers TEXT "
+    "request_body_preview TEXT response_body_preview TEXT conn_type TEXT",
+    "model_calls": "id INTEGER timestamp TEXT provider TEXT model TEXT process_name TEXT pid INTEGER method TEXT "
+    "path TEXT stream INTEGER system_prompt_preview TEXT messages_count INTEGER tools_count INTEGER "
+    "request_bytes INTEGER request_body_preview TEXT message_id TEXT status_code INTEGER text_content TEXT "
+    "thinking_content TEXT stop_reason TEXT input_tokens INTEGER output_tokens INTEGER duration_ms INTEGER "
+    "response_bytes INTEGER estimated_cost_usd REAL trace_id TEXT usage_details TEXT",
+    "tool_calls": "id INTEGER model_call_id INTEGER call_index INTEGER call_id TEXT tool_name TEXT arguments TEXT "
+    "origin TEXT mcp_call_id INTEGER",
+    "tool_responses": "id INTEGER model_call_id INTEGER call_id TEXT content_preview TEXT is_error INTEGER",
+    "mcp_calls": "id INTEGER timestamp TEXT server_name TEXT method TEXT tool_name TEXT request_id TEXT "
+    "request_preview TEXT response_preview TEXT decision TEXT duration_ms INTEGER error_message TEXT "
+    "process_name TEXT bytes_sent INTEGER bytes_received INTEGER",
+    "fs_events": "id INTEGER timestamp TEXT action TEXT path TEXT size INTEGER",
+}
+
+
+def test_session_db_has_every_seed_column_in_order(tmp_path):
+    conn = open_session_db(tmp_path / "s.db")
+    for table in SESSION_TABLES:
+        words = SEED_COLUMNS[table].split()
+        expected = list(zip(words[::2], words[1::2], strict=True))
+        actual = [(r[1], r[2]) for r in conn.execute(f"PRAGMA table_info({table})")]
+        assert actual[: len(expected)] == expected, table
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == len(SESSION_MIGRATIONS)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_migrate_is_idempotent_and_rolls_back_a_failed_step(tmp_path):
+    conn = sqlite3.connect(tmp_path / "m.db", isolation_level=None)
+    assert migrate(conn, MAIN_MIGRATIONS) == ["m001_initial"]
+    assert migrate(conn, MAIN_MIGRATIONS) == []
+
+    def broken(c):
+        c.execute("CREATE TABLE half_done (x)")
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        migrate(conn, [*MAIN_MIGRATIONS, ("m002_broken", broken)])
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "half_done" not in tables
+    assert [r[0] for r in conn.execute("SELECT name FROM _capsem_migrations")] == ["m001_initial"]
+
+
+def test_refuses_a_database_from_a_newer_capsem(tmp_path):
+    conn = sqlite3.connect(tmp_path / "n.db", isolation_level=None)
+    migrate(conn, MAIN_MIGRATIONS)
+    conn.execute("INSERT INTO _capsem_migrations VALUES ('m999_future', 'x')")
+    with pytest.raises(RuntimeError, match="newer"):
+        migrate(conn, MAIN_MIGRATIONS)
