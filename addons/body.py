@@ -112,6 +112,7 @@ class ResponseReader:
             for ev in self._sse.flush():
                 self._interp.event(ev)
             summary = self._interp.finish()
+            summary.parse_errors += self._sse.invalid_lines + self._sse.overlong_lines
         elif self._overflow:
             summary = ResponseSummary(parse_errors=1, error_message="body too large to parse")
         else:

@@ -9,7 +9,8 @@ filtered here: protocol interpreters decide what it means.
 
 Policy at end of body (`flush`): a last line without terminator counts, and an event that
 never got its blank line IS emitted, because a recorder keeps what was received (the SDKs
-drop it; the spec discards it). Lines longer than `max_line` are dropped and counted.
+drop it; the spec discards it). Lines longer than `max_line` are dropped and counted, and so
+are lines with an unknown field name (garbage).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class SSEDecoder:
     def __init__(self, max_line: int = 32 * 1024 * 1024) -> None:
         self.max_line = max_line
         self.overlong_lines = 0
+        self.invalid_lines = 0
+        """Lines with an unknown field name (garbage in the stream); counted, then ignored."""
         self._buf = b""
         self._skip_lf = False
         self._discarding = False
@@ -113,6 +116,8 @@ class SSEDecoder:
             self._event = value
         elif name == "id" and "\0" not in value:
             self._id = value
+        elif name != "retry":
+            self.invalid_lines += 1
 
     def _dispatch(self, events: list[SSEEvent]) -> None:
         if self._data:

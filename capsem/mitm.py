@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ADDON_PATH = Path(__file__).resolve().parent.parent / "addons" / "capsem_addon.py"
-_LISTENING = re.compile(rb"proxy listening at \*?\[?([0-9a-fA-F.:]+?)\]?:(\d+)")
+_LISTENING = re.compile(rb"proxy(?: \([a-z ]+\))? listening at \*?\[?([0-9a-fA-F.:]+?)\]?:(\d+)")
 
 
 class MitmdumpError(RuntimeError):

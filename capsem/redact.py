@@ -38,7 +38,8 @@ _SECRET_KEYS = (
 )
 # "api_key": "value"  (also with escaped quotes inside JSON-in-JSON previews)
 _JSON_FIELD_RE = re.compile(
-    rf'(?i)((?:\\?")(?:{_SECRET_KEYS})(?:\\?")\s*:\s*(?:\\?"))((?:[^"\\]|\\[^"])' r"{4,}?)(\\?\")"
+    rf'(?i)((?:\\?")(?:{_SECRET_KEYS})(?:\\?")\s*:\s*(?:\\?"))(?!hash:|\[redacted )((?:[^"\\]|\\[^"])'
+    r"{4,}?)(\\?\")"
 )
 _CREDENTIAL_HEADER_RE = re.compile(r"(?i)auth|token|secret|key|cookie|session|credential|password")
 _MAX_LEARNED = 512

@@ -62,7 +62,9 @@ def test_unicode_is_not_a_line_break_and_split_chars_survive():
 
 
 def test_garbage_then_valid_and_bom():
-    assert decode(b"\xff\xfe\x00\n\ndata: ok\n\n")[-1] == ev("ok")
+    d = SSEDecoder()
+    assert d.feed(b"\xff\xfe\x00\n\ndata: ok\n\n") == [ev("ok")]
+    assert d.invalid_lines == 1
     assert decode(b"\xef\xbb", b"\xbfdata: bom\n\n") == [ev("bom")]
 
 

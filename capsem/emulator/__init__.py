@@ -1,0 +1,99 @@
+"""A local LLM provider emulator for tests and the demo.
+
+It speaks the Anthropic Messages and OpenAI Chat Completions APIs the way the real services do
+(streamed and not, every content encoding, controllable chunking, real error shapes), over HTTP
+and HTTPS, and works as an upstream proxy so mitmdump can run with `--mode upstream:` while
+clients keep their real base URLs. Every exchange is logged with the exact bytes sent and the
+`expected` record, the truth tests compare a capture with.
+
+Per-request behaviour comes from the `x-emulator: key=value; ...` header (see `server.py`,
+`script.py`): scenario (auto, text, tool_call, thinking, error, midstream_error, malformed),
+tools, redacted_thinking, cache_read, cache_write, cache_write_1h, reasoning, text, encoding,
+lie_encoding, chunk, delay_ms, truncate, status, kind, model_suffix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import threading
+from typing import Any
+
+from capsem.emulator.server import Server
+
+__all__ = ["Emulator"]
+
+
+class Emulator:
+    """Runs the emulator on 127.0.0.1 in a background thread with its own event loop."""
+
+    def __init__(self, defaults: dict[str, Any] | None = None, host: str = "127.0.0.1", port: int = 0,
+                 tls_port: int = 0) -> None:  # fmt: skip
+        self.server = Server(defaults)
+        self.host = host
+        self._ports = (port, tls_port)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="capsem-emulator", daemon=True)
+        self._servers: list[asyncio.base_events.Server] = []
+        self.port = 0
+        self.tls_port = 0
+
+    def start(self) -> Emulator:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(30)
+        return self
+
+    async def _start(self) -> None:
+        plain = await asyncio.start_server(self.server.handle, self.host, self._ports[0])
+        tls = await asyncio.start_server(
+            lambda r, w: self.server.handle(r, w, "https"), self.host, self._ports[1],
+            ssl=self.server.ca.sni_context(),
+        )  # fmt: skip
+        self._servers = [plain, tls]
+        self.port = plain.sockets[0].getsockname()[1]
+        self.tls_port = tls.sockets[0].getsockname()[1]
+
+    def stop(self) -> None:
+        async def _close() -> None:
+            for srv in self._servers:
+                srv.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(_close(), self._loop).result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    def __enter__(self) -> Emulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def https_url(self) -> str:
+        return f"https://{self.host}:{self.tls_port}"
+
+    @property
+    def proxy_url(self) -> str:
+        """Use as an upstream proxy (CONNECT and absolute-form requests)."""
+        return self.http_url
+
+    @property
+    def ca_path(self) -> str:
+        return str(self.server.ca.ca_path)
+
+    def exchanges(self) -> list[dict[str, Any]]:
+        with self.server.lock:
+            return copy.deepcopy(self.server.exchanges)
+
+    def clear(self) -> None:
+        with self.server.lock:
+            self.server.exchanges.clear()

@@ -1,0 +1,134 @@
+"""What the emulated model says: deterministic answers seeded by the request.
+
+`plan()` reads a request (already parsed JSON, protocol-neutral bits passed in) and the
+controls, and decides: text, thinking, tool calls with arguments built from the declared
+tools' JSON schemas, and token counts. The same request always gives the same plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+SENTENCES = [
+    "Here is what I found.",
+    "The file says ünïcode is fine — naïve café.",
+    "Paris is 18°C 🌤️ today.",
+    'He said "done" and left.',
+    "Paths look like C:\\temp\\logs here.",
+    "Emoji check: 🎉🚀 all good.",
+    "Nothing else to report.",
+]
+
+
+@dataclass
+class ToolPlan:
+    call_id: str
+    name: str
+    arguments: str
+    """Exact JSON text of the arguments."""
+
+
+@dataclass
+class Plan:
+    kind: str
+    """text | tool_call"""
+    text: str = ""
+    thinking: str = ""
+    redacted_thinking: bool = False
+    tools: list[ToolPlan] = field(default_factory=list)
+    input_tokens: int = 0
+    """Uncached input (Anthropic meaning); cache numbers are separate."""
+    output_tokens: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    cache_write_1h: int = 0
+    reasoning: int = 0
+
+
+def rng_for(body: bytes) -> random.Random:
+    return random.Random(hashlib.sha256(body).digest())
+
+
+def ident(rng: random.Random, prefix: str, length: int, alphabet: str | None = None) -> str:
+    alphabet = alphabet or "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+    return prefix + "".join(rng.choice(alphabet) for _ in range(length))
+
+
+def _value(rng: random.Random, name: str, schema: Any, i: int) -> Any:
+    kind = schema.get("type") if isinstance(schema, dict) else "string"
+    if kind in ("integer", "number"):
+        return rng.randint(1, 50)
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        return [_value(rng, name, schema.get("items", {}), i)]
+    if kind == "object":
+        return {}
+    return f'{name} ünï "q{i}" \\ 🎉'
+
+
+def arguments_for(rng: random.Random, schema: Any, i: int) -> str:
+    props = schema.get("properties", {}) if isinstance(schema, dict) else {}
+    args = {name: _value(rng, name, sub, i) for name, sub in props.items()} if props else {}
+    return json.dumps(args, ensure_ascii=bool(i % 2))  # odd calls use \\uXXXX escapes, even ones raw UTF-8
+
+
+def plan(
+    *,
+    body: bytes,
+    controls: dict[str, str],
+    declared: list[tuple[str, Any]],
+    has_results: bool,
+    result_texts: list[str],
+    prompt_chars: int,
+    call_prefix: str,
+    call_len: int,
+) -> Plan:
+    """Decide the answer. `declared` = [(tool name, JSON schema)] in request order."""
+    rng = rng_for(body)
+    scenario = controls.get("scenario", "auto")
+    want_tools = scenario == "tool_call" or (scenario in ("auto", "thinking") and declared and not has_results)
+    p = Plan(kind="tool_call" if want_tools and declared else "text")
+    if "text" in controls:
+        p.text = controls["text"]
+    elif p.kind == "text":
+        n = rng.randint(2, 4)
+        p.text = " ".join(rng.choice(SENTENCES) for _ in range(n))
+        if has_results:
+            p.text = "Based on the tool results: " + "; ".join(r[:40] for r in result_texts) + ". " + p.text
+    elif rng.random() < 0.5:
+        p.text = "Let me check that."
+    if scenario == "thinking":
+        p.thinking = "First, consider the question. Then ünïcode 🎉 and \"quotes\". Conclude."
+    p.redacted_thinking = controls.get("redacted_thinking") == "1"
+    if p.kind == "tool_call":
+        count = int(controls.get("tools", "1"))
+        for i in range(count):
+            name, schema = declared[i % len(declared)]
+            p.tools.append(ToolPlan(ident(rng, call_prefix, call_len), name, arguments_for(rng, schema, i)))
+    p.cache_read = int(controls.get("cache_read", 0))
+    p.cache_write = int(controls.get("cache_write", 0))
+    p.cache_write_1h = min(int(controls.get("cache_write_1h", 0)), p.cache_write) if p.cache_write else 0
+    p.reasoning = int(controls.get("reasoning", 0))
+    p.input_tokens = max(1, prompt_chars // 4)
+    produced = len(p.text) + len(p.thinking) + sum(len(t.arguments) + len(t.name) for t in p.tools)
+    p.output_tokens = max(1, produced // 4) + p.reasoning
+    return p
+
+
+def fragments(rng: random.Random, text: str, *, min_len: int = 1, max_len: int = 6) -> list[str]:
+    """Split `text` into pieces at awkward places (right after backslashes, inside escapes)."""
+    out, i = [], 0
+    while i < len(text):
+        step = rng.randint(min_len, max_len)
+        j = min(len(text), i + step)
+        k = text.find("\\", i, j)
+        if k != -1 and rng.random() < 0.7:
+            j = k + 1  # cut right after a backslash
+        out.append(text[i:j])
+        i = j
+    return out

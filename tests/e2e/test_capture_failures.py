@@ -1,0 +1,155 @@
+"""Bad traffic never breaks a flow and always leaves a complete net_events row."""
+
+from __future__ import annotations
+
+import base64
+import socket
+
+import httpx
+import pytest
+
+from tests.conftest import only_session, rows
+from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, finish, http_client, model_exchanges
+
+MESSAGES = "https://api.anthropic.com/v1/messages"
+CHAT = "https://api.openai.com/v1/chat/completions"
+
+
+@pytest.fixture
+def proxy(mitmdump, emu):
+    return mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
+
+
+def post_stream(proxy, url: str, control: str, body: dict | None = None) -> bytes:
+    body = body or {"model": "claude-haiku-4-5" if "anthropic" in url else "gpt-4.1", "max_tokens": 64,
+                    "stream": True, "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+    with http_client(proxy) as client:
+        try:
+            with client.stream("POST", url, json=body, headers={"x-emulator": control}) as resp:
+                return b"".join(resp.iter_raw())
+        except httpx.HTTPError:
+            return b""
+
+
+NET_COLUMNS = ("timestamp", "domain", "port", "decision", "method", "path", "request_headers",
+               "request_body_preview", "conn_type", "flow_id")  # fmt: skip
+
+
+def assert_complete_net_row(row: dict) -> None:
+    for column in NET_COLUMNS:
+        assert row[column] not in (None, ""), column
+
+
+@pytest.mark.parametrize(
+    ("url", "control"),
+    [
+        (MESSAGES, "scenario=malformed; kind=bad_json"),
+        (MESSAGES, "scenario=malformed; kind=garbage"),
+        (MESSAGES, "scenario=malformed; kind=bad_sse"),
+        (CHAT, "scenario=malformed; kind=bad_json"),
+        (CHAT, "scenario=malformed; kind=garbage"),
+        (MESSAGES, "lie_encoding=gzip"),
+        (CHAT, "lie_encoding=gzip"),
+        (MESSAGES, "truncate=300"),
+        (CHAT, "truncate=300"),
+        (MESSAGES, "encoding=gzip; truncate=200"),
+    ],
+)
+def test_bad_streams_are_recorded_not_raised(proxy, emu, capsem_home, url, control):
+    received = post_stream(proxy, url, control)
+    db = finish(proxy, capsem_home)
+    (ex,) = model_exchanges(emu)
+    if "truncate" not in control:
+        assert received == base64.b64decode(ex["response_body_b64"])
+    (net,) = rows(db, "SELECT * FROM net_events")
+    assert_complete_net_row(net)
+    (call,) = rows(db, "SELECT * FROM model_calls")
+    assert call["net_event_id"] == net["id"]
+    if "truncate" in control:
+        assert call["complete"] == 0
+        assert net["decision"] in ("error", "allowed")
+    if "malformed" in control:
+        assert call["parse_errors"] >= 1
+    if "lie_encoding" in control:
+        assert "identity" in (net["decode_error"] or "")
+        assert call["text_content"] == ex["expected"]["text"]
+
+
+@pytest.mark.parametrize(("url", "status", "etype"), [
+    (MESSAGES, 429, "rate_limit_error"), (MESSAGES, 529, "overloaded_error"), (MESSAGES, 400, "invalid_request_error"),
+    (CHAT, 429, None), (CHAT, 400, "invalid_request_error"),
+])  # fmt: skip
+def test_http_errors_are_model_calls_with_error_type(proxy, emu, capsem_home, url, status, etype):
+    post_stream(proxy, url, f"scenario=error; status={status}")
+    db = finish(proxy, capsem_home)
+    (ex,) = model_exchanges(emu)
+    (call,) = rows(db, "SELECT * FROM model_calls")
+    assert call["status_code"] == status
+    assert call["error_type"] == ex["expected"]["error_type"]
+    if etype:
+        assert call["error_type"] == etype
+    assert call["input_tokens"] is None and call["output_tokens"] is None and call["estimated_cost_usd"] is None
+    (net,) = rows(db, "SELECT response_body_preview FROM net_events")
+    assert "error" in net["response_body_preview"]
+
+
+@pytest.mark.parametrize("url", [MESSAGES, CHAT])
+def test_midstream_error_keeps_what_arrived(proxy, emu, capsem_home, url):
+    post_stream(proxy, url, "scenario=midstream_error")
+    db = finish(proxy, capsem_home)
+    (ex,) = model_exchanges(emu)
+    (call,) = rows(db, "SELECT * FROM model_calls")
+    assert call["status_code"] == 200 and call["complete"] == 0
+    assert call["error_type"] == ex["expected"]["error_type"]
+    assert (call["text_content"] or "") == ex["expected"]["text"]
+
+
+def test_upstream_refused_is_an_error_row(mitmdump, capsem_home):
+    proxy = mitmdump()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    with http_client(proxy) as client:
+        resp = client.post(f"http://127.0.0.1:{port}/v1/messages", json={"model": "claude-haiku-4-5"})
+    assert resp.status_code == 502
+    db = finish(proxy, capsem_home)
+    (net,) = rows(db, "SELECT * FROM net_events")
+    assert net["decision"] == "error" and net["error"] and net["status_code"] in (None, 502)
+    assert_complete_net_row(net)
+
+
+def test_client_gone_mid_stream(proxy, emu, capsem_home):
+    with http_client(proxy) as client, client.stream(
+        "POST", MESSAGES, headers={"x-emulator": "delay_ms=50"},
+        json={"model": "claude-haiku-4-5", "max_tokens": 64, "stream": True,
+              "messages": [{"role": "user", "content": "hi"}]},
+    ) as resp:  # fmt: skip
+        next(resp.iter_raw())
+    db = finish(proxy, capsem_home)
+    (net,) = rows(db, "SELECT * FROM net_events")
+    assert_complete_net_row(net)
+    (call,) = rows(db, "SELECT complete FROM model_calls")
+    assert call["complete"] == 0
+
+
+def test_secrets_never_reach_disk(proxy, emu, capsem_home):
+    secrets = {
+        "header": ANTHROPIC_KEY,
+        "custom": "corp-internal-token-7f3a9c2e1b",
+        "query": "AIzaSyQUERYSECRET0000000000000000000000",
+        "body": "sk-proj-BODYSECRET000000000000000000000000",
+        "bearer": "oauth-bearer-value-3b9d2f77aa",
+    }
+    with http_client(proxy) as client:
+        client.post(
+            f"{MESSAGES}?key={secrets['query']}&beta=true",
+            headers={"x-api-key": secrets["header"], "x-internal-token": secrets["custom"],
+                     "authorization": f"Bearer {secrets['bearer']}"},
+            json={"model": "claude-haiku-4-5", "max_tokens": 64, "system": f"key is {secrets['body']}",
+                  "messages": [{"role": "user", "content": f"my token {secrets['custom']} and {secrets['query']}"}]},
+        )  # fmt: skip
+    db = finish(proxy, capsem_home)
+    blobs = b"".join(p.read_bytes() for p in capsem_home.rglob("*") if p.is_file())
+    for name, secret in secrets.items():
+        assert secret.encode() not in blobs, name
+    assert rows(db, "SELECT COUNT(*) AS n FROM model_calls")[0]["n"] == 1

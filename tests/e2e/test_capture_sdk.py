@@ -1,0 +1,288 @@
+"""End to end: real SDK clients → real mitmdump with capsem → the provider emulator.
+
+mitmdump runs in upstream mode towards the emulator, so clients use the real base URLs
+(api.anthropic.com, api.openai.com) and the addon sees the real hosts. Every assertion
+compares a session.db column with what the emulator logged that it sent.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+import addons
+import capsem
+import pricing
+
+from tests.conftest import only_session, rows
+
+ANTHROPIC_KEY = "sk-ant-api03-e2eSECRETanthropicKEY0000000000"
+OPENAI_KEY = "sk-proj-e2eSECRETopenaiKEY00000000000000"
+TOOLS_A = [
+    {"name": "read_file", "description": "Read a file",
+     "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}},
+    {"name": "search", "description": "Search",
+     "input_schema": {"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
+                      "required": ["query", "limit"]}},
+]  # fmt: skip
+TOOLS_O = [{"type": "function", "function": {"name": t["name"], "description": t["description"],
+            "parameters": t["input_schema"]}} for t in TOOLS_A]  # fmt: skip
+
+
+@pytest.fixture
+def proxy(mitmdump, emu):
+    return mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
+
+
+def http_client(proxy) -> httpx.Client:
+    return httpx.Client(proxy=proxy.url, verify=str(proxy.ca_cert), timeout=30)
+
+
+def claude(proxy, control: str = "") -> anthropic.Anthropic:
+    headers = {"x-emulator": control} if control else {}
+    return anthropic.Anthropic(api_key=ANTHROPIC_KEY, http_client=http_client(proxy), max_retries=0,
+                               default_headers=headers)  # fmt: skip
+
+
+def gpt(proxy, control: str = "") -> openai.OpenAI:
+    headers = {"x-emulator": control} if control else {}
+    return openai.OpenAI(api_key=OPENAI_KEY, http_client=http_client(proxy), max_retries=0, default_headers=headers)
+
+
+def finish(proxy, capsem_home):
+    """Stop mitmdump (the session ends and is rolled up) and return the session.db path."""
+    assert proxy.stop() == 0, proxy.log()[-3000:]
+    assert_clean_log(proxy.log())
+    return only_session(capsem_home)
+
+
+def assert_clean_log(log: str) -> None:
+    """No addon error, no capsem warning and no traceback through capsem code. (mitmproxy
+    itself may log a CancelledError when it shuts down with keep-alive connections open.)"""
+    code_dirs = [str(Path(m.__file__).parent) for m in (addons, capsem, pricing)]
+    for line in log.splitlines():
+        assert "Addon error" not in line, log[-5000:]
+        assert not (line.lstrip().startswith('File "') and any(d in line for d in code_dirs)), log[-5000:]
+        if "capsem:" in line:
+            assert "recording session" in line or "stopped; database" in line, line
+
+
+def model_exchanges(emu) -> list[dict]:
+    return [e for e in emu.exchanges() if e["path"] in ("/v1/messages", "/v1/chat/completions")]
+
+
+def assert_call_matches(call: dict, ex: dict) -> None:
+    """Every model_calls column that the emulator's log determines."""
+    exp = ex["expected"]
+    assert call["model"] == exp["model"]
+    assert call["response_model"] == exp["response_model"]
+    assert call["message_id"] == exp["message_id"]
+    assert (call["text_content"] or "") == exp["text"]
+    assert (call["thinking_content"] or "") == exp["thinking"]
+    assert call["stop_reason"] == exp["stop_reason"]
+    assert call["status_code"] == ex["status"]
+    assert call["stream"] == int(ex["stream"])
+    assert call["input_tokens"] == exp["input_tokens"]
+    details = json.loads(call["usage_details"])
+    if exp["output_tokens"] is None:
+        assert "output_tokens" in details.get("estimated", [])
+        assert call["output_tokens"] > 0
+    else:
+        assert call["output_tokens"] == exp["output_tokens"]
+        assert details["raw"] == exp["usage_raw"]
+        assert "estimated" not in details
+    for key in ("cache_read", "cache_write", "cache_write_1h", "reasoning"):
+        if exp.get(key):
+            assert details[key] == exp[key], key
+    assert call["request_bytes"] == len(ex["request_body"].encode()) or ex["request_headers"].get(
+        "content-encoding"
+    )
+    assert call["duration_ms"] >= 0 and call["ttft_ms"] is not None and call["ttft_ms"] <= call["duration_ms"]
+    assert call["complete"] == int(ex["complete"])
+
+
+def assert_tool_calls(db, call_id: int, ex: dict) -> None:
+    got = rows(db, "SELECT call_index, call_id, tool_name, arguments, complete FROM tool_calls "
+                   "WHERE model_call_id = ? ORDER BY call_index", (call_id,))  # fmt: skip
+    want = [{"call_index": t["index"], "call_id": t["call_id"], "tool_name": t["name"], "arguments": t["arguments"],
+             "complete": 1} for t in ex["expected"]["tool_calls"]]  # fmt: skip
+    assert got == want
+
+
+def test_anthropic_streamed_tool_loop(proxy, emu, capsem_home):
+    client = claude(proxy, "tools=2; cache_read=1200; cache_write=300; cache_write_1h=100")
+    messages = [{"role": "user", "content": "Read the README and search for ünïcode 🎉"}]
+    with client.messages.stream(model="claude-sonnet-4-5", max_tokens=1024, system="Be terse.", tools=TOOLS_A,
+                                messages=messages) as stream:  # fmt: skip
+        first = stream.get_final_message()
+    assert first.stop_reason == "tool_use"
+    uses = [b for b in first.content if b.type == "tool_use"]
+    messages += [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": uses[0].id, "content": "# README\nhello"},
+            {"type": "tool_result", "tool_use_id": uses[1].id, "is_error": True,
+             "content": [{"type": "text", "text": "search backend down"}]}]},
+    ]  # fmt: skip
+    with client.messages.stream(model="claude-sonnet-4-5", max_tokens=1024, system="Be terse.", tools=TOOLS_A,
+                                messages=messages) as stream:  # fmt: skip
+        second = stream.get_final_message()
+    assert second.stop_reason == "end_turn"
+
+    db = finish(proxy, capsem_home)
+    exchanges = model_exchanges(emu)
+    calls = rows(db, "SELECT * FROM model_calls ORDER BY id")
+    assert len(calls) == 2 == len(exchanges)
+    for call, ex in zip(calls, exchanges, strict=True):
+        assert call["provider"] == "anthropic" and call["protocol"] == "anthropic" and call["host"] == "api.anthropic.com"
+        assert call["system_prompt_preview"] == "Be terse."
+        assert call["tools_count"] == 2
+        assert_call_matches(call, ex)
+        assert_tool_calls(db, call["id"], ex)
+    assert [c["messages_count"] for c in calls] == [1, 3]
+    assert calls[0]["trace_id"] == calls[1]["trace_id"]
+    assert calls[0]["estimated_cost_usd"] > 0 and calls[0]["price_source"].startswith("genai-prices")
+    responses = rows(db, "SELECT model_call_id, call_id, content_preview, is_error, tool_name, trace_id "
+                         "FROM tool_responses ORDER BY id")  # fmt: skip
+    assert responses == [
+        {"model_call_id": calls[1]["id"], "call_id": uses[0].id, "content_preview": "# README\nhello", "is_error": 0,
+         "tool_name": uses[0].name, "trace_id": calls[0]["trace_id"]},
+        {"model_call_id": calls[1]["id"], "call_id": uses[1].id, "content_preview": "search backend down",
+         "is_error": 1, "tool_name": uses[1].name, "trace_id": calls[0]["trace_id"]},
+    ]  # fmt: skip
+
+    net = rows(db, "SELECT * FROM net_events WHERE path = '/v1/messages' ORDER BY id")
+    assert len(net) == 2
+    for n, ex in zip(net, exchanges, strict=True):
+        assert (n["domain"], n["port"], n["method"], n["decision"], n["conn_type"]) == (
+            "api.anthropic.com", 443, "POST", "allowed", "https")
+        assert n["status_code"] == 200 and n["streamed"] == 1
+        assert n["bytes_received"] == len(__import__("base64").b64decode(ex["response_body_b64"]))
+        headers = json.loads(n["request_headers"])
+        assert headers["x-api-key"].startswith("hash:") and headers["content-type"] == "application/json"
+        assert n["pid"] is not None and n["process_name"]
+
+    main = sqlite3.connect(capsem_home / "main.db")
+    status, total_in, total_tools = main.execute(
+        "SELECT status, total_input_tokens, total_tool_calls FROM sessions").fetchone()
+    assert status == "stopped" and total_in == sum(c["input_tokens"] for c in calls) and total_tools == 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_tool_loop(proxy, emu, capsem_home, stream):
+    client = gpt(proxy, "tools=2; cache_read=64; reasoning=32")
+    messages = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Find the file"}]
+
+    def ask():
+        if not stream:
+            resp = client.chat.completions.create(model="gpt-4.1", messages=messages, tools=TOOLS_O)
+            return resp.choices[0].message
+        chunks = list(client.chat.completions.create(model="gpt-4.1", messages=messages, tools=TOOLS_O,
+                                                     stream=True, stream_options={"include_usage": True}))
+        calls: dict[int, dict] = {}
+        for ch in chunks:
+            for choice in ch.choices:
+                for tc in choice.delta.tool_calls or []:
+                    entry = calls.setdefault(tc.index, {"id": tc.id, "name": "", "arguments": ""})
+                    entry["name"] += tc.function.name or ""
+                    entry["arguments"] += tc.function.arguments or ""
+        return calls
+
+    first = ask()
+    if stream:
+        tool_calls = [{"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                      for _, c in sorted(first.items())]  # fmt: skip
+    else:
+        tool_calls = [tc.model_dump() for tc in first.tool_calls]
+    messages.append({"role": "assistant", "content": None, "tool_calls": tool_calls})
+    messages += [{"role": "tool", "tool_call_id": tc["id"], "content": f"result {i}"} for i, tc in enumerate(tool_calls)]
+    ask()
+
+    db = finish(proxy, capsem_home)
+    exchanges = model_exchanges(emu)
+    calls = rows(db, "SELECT * FROM model_calls ORDER BY id")
+    assert len(calls) == 2
+    for call, ex in zip(calls, exchanges, strict=True):
+        assert (call["provider"], call["protocol"], call["host"]) == ("openai", "openai_chat", "api.openai.com")
+        assert call["system_prompt_preview"] == "Be terse."
+        assert_call_matches(call, ex)
+        assert_tool_calls(db, call["id"], ex)
+    assert calls[0]["trace_id"] == calls[1]["trace_id"]
+    responses = rows(db, "SELECT model_call_id, call_id, content_preview FROM tool_responses ORDER BY id")
+    assert responses == [{"model_call_id": calls[1]["id"], "call_id": tc["id"], "content_preview": f"result {i}"}
+                         for i, tc in enumerate(tool_calls)]  # fmt: skip
+
+
+def test_openai_stream_without_include_usage_is_estimated(proxy, emu, capsem_home):
+    client = gpt(proxy, "scenario=text")
+    text = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model="gpt-4.1", messages=[{"role": "user", "content": "hi"}], stream=True) if c.choices)  # fmt: skip
+    db = finish(proxy, capsem_home)
+    (call,) = rows(db, "SELECT * FROM model_calls")
+    assert call["text_content"] == text
+    details = json.loads(call["usage_details"])
+    assert details["estimated"] == ["input_tokens", "output_tokens"]
+    assert details["estimator"] == "tiktoken:cl100k_base"
+    assert call["input_tokens"] > 0 and call["output_tokens"] > 0 and call["estimated_cost_usd"] > 0
+
+
+ENCODINGS = ["identity", "gzip", "gzip-multi", "deflate", "deflate-raw", "br", "zstd", "zstd-frames", "gzip,br"]
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("api", ["anthropic", "openai"])
+def test_every_encoding_streamed_bytes_unchanged(proxy, emu, capsem_home, encoding, api):
+    """The client receives exactly the wire bytes the emulator sent; capture decodes its copy."""
+    if api == "anthropic":
+        url, body = "https://api.anthropic.com/v1/messages", {
+            "model": "claude-haiku-4-5", "max_tokens": 100, "stream": True, "tools": TOOLS_A,
+            "messages": [{"role": "user", "content": "go"}]}  # fmt: skip
+    else:
+        url, body = "https://api.openai.com/v1/chat/completions", {
+            "model": "gpt-4.1", "stream": True, "stream_options": {"include_usage": True}, "tools": TOOLS_O,
+            "messages": [{"role": "user", "content": "go"}]}  # fmt: skip
+    with http_client(proxy) as client, client.stream(
+        "POST", url, json=body, headers={"x-emulator": f"encoding={encoding}; chunk=7; tools=2"}
+    ) as resp:
+        received = b"".join(resp.iter_raw())
+    db = finish(proxy, capsem_home)
+    (ex,) = model_exchanges(emu)
+    assert received == __import__("base64").b64decode(ex["response_body_b64"])
+    (call,) = rows(db, "SELECT * FROM model_calls")
+    assert_call_matches(call, ex)
+    assert_tool_calls(db, call["id"], ex)
+    (net,) = rows(db, "SELECT decode_error, response_content_encoding FROM net_events WHERE path LIKE '%/v1/%'")
+    assert net["decode_error"] is None
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "br", "zstd"])
+def test_non_streamed_compressed(proxy, emu, capsem_home, encoding):
+    msg = claude(proxy, f"encoding={encoding}; scenario=thinking").messages.create(
+        model="claude-opus-4-1", max_tokens=2000, messages=[{"role": "user", "content": "think"}],
+        thinking={"type": "enabled", "budget_tokens": 1024})  # fmt: skip
+    db = finish(proxy, capsem_home)
+    (ex,) = model_exchanges(emu)
+    (call,) = rows(db, "SELECT * FROM model_calls")
+    assert_call_matches(call, ex)
+    assert call["message_id"] == msg.id and call["thinking_content"]
+
+
+def test_plain_http_and_direct_base_url(mitmdump, emu, capsem_home):
+    """No upstream mode: the SDK targets the emulator directly over plain HTTP (an unknown host)."""
+    proxy = mitmdump()
+    client = anthropic.Anthropic(api_key=ANTHROPIC_KEY, base_url=emu.http_url, http_client=http_client(proxy),
+                                 max_retries=0)  # fmt: skip
+    client.messages.create(model="claude-haiku-4-5", max_tokens=50, messages=[{"role": "user", "content": "hi"}])
+    db = finish(proxy, capsem_home)
+    (call,) = rows(db, "SELECT * FROM model_calls")
+    (ex,) = model_exchanges(emu)
+    assert call["host"] == "127.0.0.1" and call["provider"] == "anthropic"
+    assert_call_matches(call, ex)
+    (net,) = rows(db, "SELECT conn_type FROM net_events")
+    assert net["conn_type"] == "http"
