@@ -202,10 +202,9 @@ class BodyDecoder:
 
     def _sniff(self, chunk: bytes) -> bytes:
         buf = (self._sniff_buf or b"") + chunk
-        if len(buf) < 4 and not (len(buf) >= 2 and not _ZSTD_MAGIC.startswith(buf[:2])):
-            if len(buf) < 2:
-                self._sniff_buf = buf
-                return b""
+        if len(buf) < 2 or (len(buf) < 4 and _ZSTD_MAGIC.startswith(buf)):
+            self._sniff_buf = buf  # not enough bytes to tell yet
+            return b""
         self._sniff_buf = None
         if buf.startswith(_GZIP_MAGIC):
             self._stages = [_Zlib("gzip", gzip=True)]

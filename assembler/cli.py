@@ -31,7 +31,9 @@ def demo() -> None:
     try:
         run_demo()
     except ImportError as exc:
-        raise click.ClickException(f"the demo needs the provider SDKs: pip install 'capsem[demo]' ({exc})") from exc
+        raise click.ClickException(
+            f"the demo needs the provider SDKs: pip install 'capsem[demo]' ({exc})"
+        ) from exc
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ answer); the session is then ended and summarized.
 from __future__ import annotations
 
 import json
+import ssl
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -42,7 +43,9 @@ def anthropic_loop(http_client: httpx.Client, say: Callable[[str], None]) -> Non
     """Claude-style tool loop with the real anthropic SDK, streamed."""
     import anthropic
 
-    client = anthropic.Anthropic(api_key="sk-ant-demo-0000000000000000", http_client=http_client, max_retries=0)
+    client = anthropic.Anthropic(
+        api_key="sk-ant-demo-0000000000000000", http_client=http_client, max_retries=0
+    )
     tools = [{"name": WEATHER_TOOL["name"], "description": WEATHER_TOOL["description"],
               "input_schema": WEATHER_TOOL["schema"]}]  # fmt: skip
     messages: list[dict[str, Any]] = [{"role": "user", "content": PROMPT}]
@@ -52,10 +55,14 @@ def anthropic_loop(http_client: httpx.Client, say: Callable[[str], None]) -> Non
             tools=tools, messages=messages,
         ) as stream:  # fmt: skip
             final = stream.get_final_message()
-        say(f"anthropic turn {turn}: stop_reason={final.stop_reason}, {final.usage.output_tokens} output tokens")
+        say(
+            f"anthropic turn {turn}: stop_reason={final.stop_reason}, {final.usage.output_tokens} output tokens"
+        )
         if final.stop_reason != "tool_use":
             return
-        messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in final.content]})
+        messages.append(
+            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in final.content]}
+        )
         results = [
             {"type": "tool_result", "tool_use_id": b.id, "content": get_weather(b.input)}
             for b in final.content
@@ -106,7 +113,8 @@ def run_demo(console: Console | None = None) -> str:
         )  # fmt: skip
         say(f"mitmdump with the capsem addon listening at {proxy.url} (log: {proxy.log_path})")
         try:
-            with httpx.Client(proxy=proxy.url, verify=str(proxy.ca_cert), timeout=30) as http_client:
+            trust = ssl.create_default_context(cafile=proxy.ca_cert)
+            with httpx.Client(proxy=proxy.url, verify=trust, timeout=30) as http_client:
                 anthropic_loop(http_client, say)
                 openai_loop(http_client, say)
         finally:

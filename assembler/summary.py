@@ -6,13 +6,16 @@ import json
 import sqlite3
 from pathlib import Path
 
+from rich import box
 from rich.console import Console, Group
-from rich.panel import Panel
+from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
 from capsem.paths import main_db_path, session_db_path
 from capsem.schema import connect
+
+_MIN = {"provider/model": 25, "out": 3, "stop": 10, "trace": 5}
 
 
 def _short(text: str | None, width: int = 60) -> str:
@@ -23,7 +26,7 @@ def _short(text: str | None, width: int = 60) -> str:
 
 
 def _cost(value: float | None) -> str:
-    return "unpriced" if value is None else f"${value:.6f}"
+    return "unpriced" if value is None else f"${value:.5f}"
 
 
 def _tokens(n: int | None, details: dict) -> str:
@@ -54,25 +57,30 @@ def render_session(session_id: str, db_path: Path | None = None) -> Group:
     finally:
         conn.close()
 
-    table = Table(title="Model calls", title_justify="left", expand=False)
-    for col, justify in [("#", "right"), ("provider", "left"), ("model", "left"), ("mode", "left"),
-                         ("status", "right"), ("in", "right"), ("out", "right"), ("cost", "right"),
-                         ("stop", "left"), ("ttft", "right"), ("trace", "left")]:  # fmt: skip
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    table = Table(
+        title="Model calls", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+    )
+    for col, justify in [("#", "right"), ("provider/model", "left"), ("", "left"), ("in", "right"),
+                         ("out", "right"), ("cost", "right"), ("stop", "left"), ("ttft", "right"),
+                         ("trace", "left")]:  # fmt: skip
+        table.add_column(col, justify=justify, no_wrap=True, min_width=_MIN.get(col))  # type: ignore[arg-type]
     total_cost = 0.0
     for c in calls:
         details = json.loads(c["usage_details"] or "{}")
         estimated = {"estimated": details["estimated"]} if details.get("estimated") else {}
         total_cost += c["estimated_cost_usd"] or 0
         stop = c["stop_reason"] or (c["error_type"] or ("truncated" if not c["complete"] else ""))
+        status = "" if c["status_code"] == 200 else f" HTTP {c['status_code'] or 'error'}"
         table.add_row(
-            str(c["id"]), c["provider"], c["model"] or "?", "stream" if c["stream"] else "json",
-            str(c["status_code"] or "-"), _tokens(c["input_tokens"], estimated),
-            _tokens(c["output_tokens"], estimated), _cost(c["estimated_cost_usd"]), stop,
-            f"{c['ttft_ms']} ms" if c["ttft_ms"] is not None else "-", (c["trace_id"] or "")[:8],
+            str(c["id"]), f"{c['provider']}/{c['model'] or '?'}", ("sse" if c["stream"] else "json") + status,
+            _tokens(c["input_tokens"], estimated), _tokens(c["output_tokens"], estimated),
+            _cost(c["estimated_cost_usd"]), stop, f"{c['ttft_ms']}ms" if c["ttft_ms"] is not None else "-",
+            (c["trace_id"] or "")[:4],
         )  # fmt: skip
 
-    tool_table = Table(title="Tool calls and results", title_justify="left")
+    tool_table = Table(
+        title="Tool calls and results", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+    )
     for col in ("call", "tool", "arguments", "result"):
         tool_table.add_column(col)
     for t in tools:
@@ -80,7 +88,9 @@ def render_session(session_id: str, db_path: Path | None = None) -> Group:
         if result is None:
             shown = Text("(no result recorded)", style="yellow")
         else:
-            shown = Text(("ERROR " if t["is_error"] else "") + _short(result, 50), style="red" if t["is_error"] else "")
+            shown = Text(
+                ("ERROR " if t["is_error"] else "") + _short(result, 50), style="red" if t["is_error"] else ""
+            )
         tool_table.add_row(f"#{t['model_call_id']}", t["tool_name"], _short(t["arguments"], 50), shown)
 
     totals = Text()
@@ -97,8 +107,10 @@ def render_session(session_id: str, db_path: Path | None = None) -> Group:
     if status:
         footer.append(f" ({status})")
     footer.append(f"\ndatabase  {db_path}\nrollup    {main_db_path()}\n")
-    footer.append(f'try       sqlite3 {db_path} "SELECT model, input_tokens, output_tokens FROM model_calls"',
-                  style="dim")
+    footer.append(
+        f'try       sqlite3 {db_path} \\\n            "SELECT model, input_tokens, output_tokens FROM model_calls"',
+        style="dim",
+    )
     parts.append(footer)
     return Group(*parts)
 
@@ -120,4 +132,5 @@ def _main_status(session_id: str) -> str | None:
 
 def print_session(session_id: str, console: Console | None = None) -> None:
     console = console or Console()
-    console.print(Panel(render_session(session_id), title="capsem", expand=False))
+    console.print(Rule(f"capsem session {session_id}", align="left"))
+    console.print(render_session(session_id))

@@ -64,7 +64,9 @@ class Mitmdump:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-                raise MitmdumpError(f"mitmdump did not stop within {timeout} s:\n{self.log()[-4000:]}") from None
+                raise MitmdumpError(
+                    f"mitmdump did not stop within {timeout} s:\n{self.log()[-4000:]}"
+                ) from None
         return self.process.returncode
 
     def kill(self) -> None:
@@ -123,4 +125,6 @@ def start_mitmdump(
     if process.poll() is None:
         process.kill()
         process.wait()
-    raise MitmdumpError(f"mitmdump did not start (exit {process.returncode}):\n{log_path.read_text()[-4000:]}")
+    raise MitmdumpError(
+        f"mitmdump did not start (exit {process.returncode}):\n{log_path.read_text()[-4000:]}"
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -105,5 +107,5 @@ def test_roundtrip_any_split(events, ending, cuts):
             wire += b"data: " + line.encode() + ending
         wire += ending
     points = sorted({c for c in cuts if c <= len(wire)} | {0, len(wire)})
-    got = decode(*[wire[a:b] for a, b in zip(points, points[1:], strict=False)])
+    got = decode(*[wire[a:b] for a, b in pairwise(points)])
     assert got == [ev("\n".join(lines), name) for name, lines in events]

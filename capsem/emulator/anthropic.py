@@ -19,7 +19,10 @@ REDACTED = "[redacted thinking]"
 
 
 def _trailing_results(messages: list[Any]) -> list[str]:
-    last = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"), default=-1)
+    last = max(
+        (i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"),
+        default=-1,
+    )
     out = []
     for m in messages[last + 1 :]:
         if isinstance(m, dict) and isinstance(m.get("content"), list):
@@ -77,11 +80,15 @@ def handle(body: bytes, req: dict[str, Any], controls: dict[str, str]) -> Reply:
     if p.redacted_thinking:
         content.append({"type": "redacted_thinking", "data": "EmwKAhgBEgy" + ident(rng, "", 40)})
     if p.thinking:
-        content.append({"type": "thinking", "thinking": p.thinking, "signature": "EqQBCkYI" + ident(rng, "", 40)})
+        content.append(
+            {"type": "thinking", "thinking": p.thinking, "signature": "EqQBCkYI" + ident(rng, "", 40)}
+        )
     if p.text:
         content.append({"type": "text", "text": p.text})
     for t in p.tools:
-        content.append({"type": "tool_use", "id": t.call_id, "name": t.name, "input": json.loads(t.arguments)})
+        content.append(
+            {"type": "tool_use", "id": t.call_id, "name": t.name, "input": json.loads(t.arguments)}
+        )
     if not stream:
         exp["usage_raw"] = usage
         obj = {"model": response_model, "id": msg_id, "type": "message", "role": "assistant", "content": content,
@@ -115,7 +122,10 @@ def _stream(rng, p, content, msg_id, model, usage, stop, headers, exp, controls)
             events.append(b'event: ping\ndata: {"type": "ping"}\n\n')
         pieces: list[dict[str, Any]] = []
         if kind == "thinking":
-            pieces = [{"type": "thinking_delta", "thinking": f} for f in fragments(rng, block["thinking"], max_len=12)]
+            pieces = [
+                {"type": "thinking_delta", "thinking": f}
+                for f in fragments(rng, block["thinking"], max_len=12)
+            ]
             pieces.append({"type": "signature_delta", "signature": block["signature"]})
         elif kind == "text":
             pieces = [{"type": "text_delta", "text": f} for f in fragments(rng, block["text"], max_len=8)]
@@ -129,7 +139,9 @@ def _stream(rng, p, content, msg_id, model, usage, stop, headers, exp, controls)
                                                                        "message": "Overloaded"}}, pad=pad))  # fmt: skip
                 exp.update(text=sent_text, error_type="overloaded_error", stop_reason=None, tool_calls=[],
                            output_tokens=None, usage_raw=None)  # fmt: skip
-                return with_malformed(Reply(200, _sse_headers(headers), None, events, exp, complete=False), controls)
+                return with_malformed(
+                    Reply(200, _sse_headers(headers), None, events, exp, complete=False), controls
+                )
             if kind == "text":
                 sent_text += delta["text"]
             events.append(sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta},

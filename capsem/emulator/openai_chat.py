@@ -20,7 +20,10 @@ _ERRORS = {400: ("invalid_request_error", "context_length_exceeded"), 401: ("inv
 
 
 def _trailing_results(messages: list[Any]) -> list[str]:
-    last = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"), default=-1)
+    last = max(
+        (i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"),
+        default=-1,
+    )
     return [m.get("content") if isinstance(m.get("content"), str) else json.dumps(m.get("content"))
             for m in messages[last + 1 :] if isinstance(m, dict) and m.get("role") == "tool"]  # fmt: skip
 
@@ -77,7 +80,11 @@ def handle(body: bytes, req: dict[str, Any], controls: dict[str, str]) -> Reply:
         obj: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created,
                                "model": response_model, "service_tier": "default",
                                "system_fingerprint": "fp_b3f1157249"}  # fmt: skip
-        obj["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}] if choices else []
+        obj["choices"] = (
+            [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+            if choices
+            else []
+        )
         if include_usage:
             obj["usage"] = None
         obj["obfuscation"] = ident(rng, "", rng.randint(2, 12))

@@ -21,7 +21,9 @@ class Reply:
 
 def json_reply(status: int, obj: Any, *, pretty: bool = False, headers: list[tuple[str, str]] | None = None,
                expected: dict[str, Any] | None = None) -> Reply:  # fmt: skip
-    text = json.dumps(obj, indent=2 if pretty else None, ensure_ascii=False, separators=None if pretty else (",", ":"))
+    text = json.dumps(
+        obj, indent=2 if pretty else None, ensure_ascii=False, separators=None if pretty else (",", ":")
+    )
     return Reply(status, [("content-type", "application/json"), *(headers or [])], text.encode(), None,
                  expected or {})  # fmt: skip
 

@@ -91,7 +91,9 @@ def plan(
     """Decide the answer. `declared` = [(tool name, JSON schema)] in request order."""
     rng = rng_for(body)
     scenario = controls.get("scenario", "auto")
-    want_tools = scenario == "tool_call" or (scenario in ("auto", "thinking") and declared and not has_results)
+    want_tools = scenario == "tool_call" or (
+        scenario in ("auto", "thinking") and declared and not has_results
+    )
     p = Plan(kind="tool_call" if want_tools and declared else "text")
     if "text" in controls:
         p.text = controls["text"]
@@ -103,7 +105,7 @@ def plan(
     elif rng.random() < 0.5:
         p.text = "Let me check that."
     if scenario == "thinking":
-        p.thinking = "First, consider the question. Then ünïcode 🎉 and \"quotes\". Conclude."
+        p.thinking = 'First, consider the question. Then ünïcode 🎉 and "quotes". Conclude.'
     p.redacted_thinking = controls.get("redacted_thinking") == "1"
     if p.kind == "tool_call":
         count = int(controls.get("tools", "1"))

@@ -58,7 +58,9 @@ class Server:
 
     # -- connection loop ----------------------------------------------------------------------
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, scheme: str = "http") -> None:
+    async def handle(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, scheme: str = "http"
+    ) -> None:
         tunnel_host: str | None = None
         try:
             while True:
@@ -130,7 +132,9 @@ class Server:
             offered = [e.split(";")[0].strip() for e in headers.get("accept-encoding", "").split(",")]
             encoding = next((e for e in offered if e in ("gzip", "br", "zstd", "deflate")), "identity")
         sent, complete = await self._write(writer, reply, encoding, controls)
-        self._log(scheme, host, method, path, query, headers, decoded, reply, sent, complete and reply.complete)
+        self._log(
+            scheme, host, method, path, query, headers, decoded, reply, sent, complete and reply.complete
+        )
         return complete and headers.get("connection", "").lower() != "close"
 
     def _route(self, method: str, path: str, body: bytes, controls: dict[str, str]) -> Reply:
@@ -145,12 +149,18 @@ class Server:
             return json_reply(200, {"input_tokens": max(1, len(body) // 4)})
         handler = ROUTES.get(path)
         if handler is None or method != "POST":
-            return json_reply(404, {"error": {"type": "not_found_error", "message": f"no route {method} {path}"}})
+            return json_reply(
+                404, {"error": {"type": "not_found_error", "message": f"no route {method} {path}"}}
+            )
         if not isinstance(req, dict):
-            return json_reply(400, {"error": {"type": "invalid_request_error", "message": "body is not JSON"}})
+            return json_reply(
+                400, {"error": {"type": "invalid_request_error", "message": "body is not JSON"}}
+            )
         return handler(body, req, controls)
 
-    async def _write(self, writer, reply: Reply, encoding: str, controls: dict[str, str]) -> tuple[bytearray, bool]:
+    async def _write(
+        self, writer, reply: Reply, encoding: str, controls: dict[str, str]
+    ) -> tuple[bytearray, bool]:
         """Write the reply; return the body bytes sent (after encoding) and whether it completed."""
         lie = controls.get("lie_encoding")
         encoder = Encoder("identity" if lie else encoding)
@@ -205,7 +215,9 @@ class Server:
         await self._write(writer, reply, "identity", {})
         return True
 
-    def _log(self, scheme, host, method, path, query, headers, body, reply: Reply, sent: bytes, complete) -> None:
+    def _log(
+        self, scheme, host, method, path, query, headers, body, reply: Reply, sent: bytes, complete
+    ) -> None:
         with self.lock:
             self.exchanges.append({
                 "id": len(self.exchanges) + 1, "time": time.time(), "scheme": scheme, "host": host,

@@ -35,7 +35,9 @@ class CertificateAuthority:
             .not_valid_before(now - datetime.timedelta(days=1))
             .not_valid_after(now + datetime.timedelta(days=30))
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
+            .add_extension(
+                x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
+            )
             .sign(self._key, hashes.SHA256())
         )
         self.ca_path = self.dir / "ca.pem"
@@ -53,7 +55,10 @@ class CertificateAuthority:
     def _make(self, host: str) -> ssl.SSLContext:
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
-        names: list[x509.GeneralName] = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+        names: list[x509.GeneralName] = [
+            x509.DNSName("localhost"),
+            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        ]
         try:
             names.append(x509.IPAddress(ipaddress.ip_address(host)))
         except ValueError:
@@ -74,7 +79,8 @@ class CertificateAuthority:
         safe = "".join(c if c.isalnum() or c in ".-" else "_" for c in host)
         cert_path, key_path = self.dir / f"{safe}.pem", self.dir / f"{safe}.key"
         cert_path.write_bytes(
-            cert.public_bytes(serialization.Encoding.PEM) + self._cert.public_bytes(serialization.Encoding.PEM)
+            cert.public_bytes(serialization.Encoding.PEM)
+            + self._cert.public_bytes(serialization.Encoding.PEM)
         )
         key_path.write_bytes(
             key.private_bytes(

@@ -8,7 +8,7 @@ import socket
 import httpx
 import pytest
 
-from tests.conftest import only_session, rows
+from tests.conftest import rows
 from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, finish, http_client, model_exchanges
 
 MESSAGES = "https://api.anthropic.com/v1/messages"
@@ -88,7 +88,9 @@ def test_http_errors_are_model_calls_with_error_type(proxy, emu, capsem_home, ur
     assert call["error_type"] == ex["expected"]["error_type"]
     if etype:
         assert call["error_type"] == etype
-    assert call["input_tokens"] is None and call["output_tokens"] is None and call["estimated_cost_usd"] is None
+    assert (
+        call["input_tokens"] is None and call["output_tokens"] is None and call["estimated_cost_usd"] is None
+    )
     (net,) = rows(db, "SELECT response_body_preview FROM net_events")
     assert "error" in net["response_body_preview"]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import ssl
 from pathlib import Path
 
 import anthropic
@@ -19,7 +20,6 @@ import pytest
 import addons
 import capsem
 import pricing
-
 from tests.conftest import only_session, rows
 
 ANTHROPIC_KEY = "sk-ant-api03-e2eSECRETanthropicKEY0000000000"
@@ -41,7 +41,7 @@ def proxy(mitmdump, emu):
 
 
 def http_client(proxy) -> httpx.Client:
-    return httpx.Client(proxy=proxy.url, verify=str(proxy.ca_cert), timeout=30)
+    return httpx.Client(proxy=proxy.url, verify=ssl.create_default_context(cafile=proxy.ca_cert), timeout=30)
 
 
 def claude(proxy, control: str = "") -> anthropic.Anthropic:
@@ -52,7 +52,9 @@ def claude(proxy, control: str = "") -> anthropic.Anthropic:
 
 def gpt(proxy, control: str = "") -> openai.OpenAI:
     headers = {"x-emulator": control} if control else {}
-    return openai.OpenAI(api_key=OPENAI_KEY, http_client=http_client(proxy), max_retries=0, default_headers=headers)
+    return openai.OpenAI(
+        api_key=OPENAI_KEY, http_client=http_client(proxy), max_retries=0, default_headers=headers
+    )
 
 
 def finish(proxy, capsem_home):
@@ -140,7 +142,11 @@ def test_anthropic_streamed_tool_loop(proxy, emu, capsem_home):
     calls = rows(db, "SELECT * FROM model_calls ORDER BY id")
     assert len(calls) == 2 == len(exchanges)
     for call, ex in zip(calls, exchanges, strict=True):
-        assert call["provider"] == "anthropic" and call["protocol"] == "anthropic" and call["host"] == "api.anthropic.com"
+        assert (
+            call["provider"] == "anthropic"
+            and call["protocol"] == "anthropic"
+            and call["host"] == "api.anthropic.com"
+        )
         assert call["system_prompt_preview"] == "Be terse."
         assert call["tools_count"] == 2
         assert_call_matches(call, ex)
@@ -161,7 +167,12 @@ def test_anthropic_streamed_tool_loop(proxy, emu, capsem_home):
     assert len(net) == 2
     for n, ex in zip(net, exchanges, strict=True):
         assert (n["domain"], n["port"], n["method"], n["decision"], n["conn_type"]) == (
-            "api.anthropic.com", 443, "POST", "allowed", "https")
+            "api.anthropic.com",
+            443,
+            "POST",
+            "allowed",
+            "https",
+        )
         assert n["status_code"] == 200 and n["streamed"] == 1
         assert n["bytes_received"] == len(__import__("base64").b64decode(ex["response_body_b64"]))
         headers = json.loads(n["request_headers"])
@@ -170,7 +181,8 @@ def test_anthropic_streamed_tool_loop(proxy, emu, capsem_home):
 
     main = sqlite3.connect(capsem_home / "main.db")
     status, total_in, total_tools = main.execute(
-        "SELECT status, total_input_tokens, total_tool_calls FROM sessions").fetchone()
+        "SELECT status, total_input_tokens, total_tool_calls FROM sessions"
+    ).fetchone()
     assert status == "stopped" and total_in == sum(c["input_tokens"] for c in calls) and total_tools == 2
 
 
@@ -183,8 +195,15 @@ def test_openai_tool_loop(proxy, emu, capsem_home, stream):
         if not stream:
             resp = client.chat.completions.create(model="gpt-4.1", messages=messages, tools=TOOLS_O)
             return resp.choices[0].message
-        chunks = list(client.chat.completions.create(model="gpt-4.1", messages=messages, tools=TOOLS_O,
-                                                     stream=True, stream_options={"include_usage": True}))
+        chunks = list(
+            client.chat.completions.create(
+                model="gpt-4.1",
+                messages=messages,
+                tools=TOOLS_O,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
         calls: dict[int, dict] = {}
         for ch in chunks:
             for choice in ch.choices:
@@ -201,7 +220,10 @@ def test_openai_tool_loop(proxy, emu, capsem_home, stream):
     else:
         tool_calls = [tc.model_dump() for tc in first.tool_calls]
     messages.append({"role": "assistant", "content": None, "tool_calls": tool_calls})
-    messages += [{"role": "tool", "tool_call_id": tc["id"], "content": f"result {i}"} for i, tc in enumerate(tool_calls)]
+    messages += [
+        {"role": "tool", "tool_call_id": tc["id"], "content": f"result {i}"}
+        for i, tc in enumerate(tool_calls)
+    ]
     ask()
 
     db = finish(proxy, capsem_home)
@@ -209,7 +231,11 @@ def test_openai_tool_loop(proxy, emu, capsem_home, stream):
     calls = rows(db, "SELECT * FROM model_calls ORDER BY id")
     assert len(calls) == 2
     for call, ex in zip(calls, exchanges, strict=True):
-        assert (call["provider"], call["protocol"], call["host"]) == ("openai", "openai_chat", "api.openai.com")
+        assert (call["provider"], call["protocol"], call["host"]) == (
+            "openai",
+            "openai_chat",
+            "api.openai.com",
+        )
         assert call["system_prompt_preview"] == "Be terse."
         assert_call_matches(call, ex)
         assert_tool_calls(db, call["id"], ex)
@@ -232,7 +258,17 @@ def test_openai_stream_without_include_usage_is_estimated(proxy, emu, capsem_hom
     assert call["input_tokens"] > 0 and call["output_tokens"] > 0 and call["estimated_cost_usd"] > 0
 
 
-ENCODINGS = ["identity", "gzip", "gzip-multi", "deflate", "deflate-raw", "br", "zstd", "zstd-frames", "gzip,br"]
+ENCODINGS = [
+    "identity",
+    "gzip",
+    "gzip-multi",
+    "deflate",
+    "deflate-raw",
+    "br",
+    "zstd",
+    "zstd-frames",
+    "gzip,br",
+]
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
@@ -247,9 +283,12 @@ def test_every_encoding_streamed_bytes_unchanged(proxy, emu, capsem_home, encodi
         url, body = "https://api.openai.com/v1/chat/completions", {
             "model": "gpt-4.1", "stream": True, "stream_options": {"include_usage": True}, "tools": TOOLS_O,
             "messages": [{"role": "user", "content": "go"}]}  # fmt: skip
-    with http_client(proxy) as client, client.stream(
-        "POST", url, json=body, headers={"x-emulator": f"encoding={encoding}; chunk=7; tools=2"}
-    ) as resp:
+    with (
+        http_client(proxy) as client,
+        client.stream(
+            "POST", url, json=body, headers={"x-emulator": f"encoding={encoding}; chunk=7; tools=2"}
+        ) as resp,
+    ):
         received = b"".join(resp.iter_raw())
     db = finish(proxy, capsem_home)
     (ex,) = model_exchanges(emu)
@@ -257,7 +296,9 @@ def test_every_encoding_streamed_bytes_unchanged(proxy, emu, capsem_home, encodi
     (call,) = rows(db, "SELECT * FROM model_calls")
     assert_call_matches(call, ex)
     assert_tool_calls(db, call["id"], ex)
-    (net,) = rows(db, "SELECT decode_error, response_content_encoding FROM net_events WHERE path LIKE '%/v1/%'")
+    (net,) = rows(
+        db, "SELECT decode_error, response_content_encoding FROM net_events WHERE path LIKE '%/v1/%'"
+    )
     assert net["decode_error"] is None
 
 
@@ -278,7 +319,9 @@ def test_plain_http_and_direct_base_url(mitmdump, emu, capsem_home):
     proxy = mitmdump()
     client = anthropic.Anthropic(api_key=ANTHROPIC_KEY, base_url=emu.http_url, http_client=http_client(proxy),
                                  max_retries=0)  # fmt: skip
-    client.messages.create(model="claude-haiku-4-5", max_tokens=50, messages=[{"role": "user", "content": "hi"}])
+    client.messages.create(
+        model="claude-haiku-4-5", max_tokens=50, messages=[{"role": "user", "content": "hi"}]
+    )
     db = finish(proxy, capsem_home)
     (call,) = rows(db, "SELECT * FROM model_calls")
     (ex,) = model_exchanges(emu)
