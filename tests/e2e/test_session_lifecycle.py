@@ -1,0 +1,125 @@
+"""Session lifecycle through a real mitmdump: running → stopped, crash recovery, commits."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+import time
+
+import zstandard
+
+from tests.conftest import only_session, rows
+from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, assert_clean_log, http_client, model_exchanges
+
+MESSAGES = "https://api.anthropic.com/v1/messages"
+
+
+def post(proxy, body: dict, headers: dict | None = None, content: bytes | None = None):
+    with http_client(proxy) as client:
+        if content is not None:
+            return client.post(
+                MESSAGES, content=content, headers={"content-type": "application/json", **(headers or {})}
+            )
+        return client.post(MESSAGES, json=body, headers={"x-api-key": ANTHROPIC_KEY, **(headers or {})})
+
+
+def wait_for_rows(db, sql: str, n: int, timeout: float = 10.0) -> list[dict]:
+    """Poll a live session.db (as a concurrent reader) until `sql` returns n rows."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            got = rows(db, sql)
+        except sqlite3.OperationalError:
+            got = []
+        if len(got) >= n or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
+
+
+def main_rows(home) -> list[dict]:
+    return rows(home / "main.db", "SELECT * FROM sessions ORDER BY created_at")
+
+
+SIMPLE = {"model": "claude-haiku-4-5", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_running_then_stopped_with_rows_visible_while_running(mitmdump, emu, capsem_home):
+    proxy = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
+    assert [r["status"] for r in main_rows(capsem_home)] == ["running"]
+    post(proxy, SIMPLE)
+    db = only_session(capsem_home)
+    # rows are committed shortly after the flow ends, while mitmdump keeps running
+    assert len(wait_for_rows(db, "SELECT id FROM model_calls", 1)) == 1
+    assert proxy.stop() == 0
+    assert_clean_log(proxy.log())
+    (session,) = main_rows(capsem_home)
+    assert session["status"] == "stopped" and session["stopped_at"] and session["total_model_calls"] == 1
+    assert session["total_requests"] == 1 and session["total_input_tokens"] > 0
+    assert not db.with_name("session.db-wal").exists() or db.with_name("session.db-wal").stat().st_size == 0
+    usage = rows(capsem_home / "main.db", "SELECT * FROM ai_usage")
+    assert [(u["provider"], u["model"], u["call_count"]) for u in usage] == [
+        ("anthropic", "claude-haiku-4-5", 1)
+    ]
+
+
+def test_kill_9_is_recovered_as_crashed_at_next_start(mitmdump, emu, capsem_home):
+    first = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
+    post(first, SIMPLE)
+    post(first, SIMPLE)
+    db = only_session(capsem_home)
+    assert len(wait_for_rows(db, "SELECT id FROM model_calls", 2)) == 2
+    first.kill()
+    assert [r["status"] for r in main_rows(capsem_home)] == ["running"]
+    second = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
+    crashed, running = main_rows(capsem_home)
+    assert crashed["status"] == "crashed" and running["status"] == "running"
+    assert (
+        crashed["total_model_calls"] == 2
+        and crashed["total_requests"] == 2
+        and crashed["total_input_tokens"] > 0
+    )
+    second.stop()
+    assert [r["status"] for r in main_rows(capsem_home)] == ["crashed", "stopped"]
+
+
+def test_compressed_request_bodies_are_parsed(mitmdump, emu, capsem_home):
+    proxy = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
+    raw = json.dumps({**SIMPLE, "system": "compressed request"}).encode()
+    post(proxy, SIMPLE, {"content-encoding": "zstd", "x-api-key": ANTHROPIC_KEY},
+         content=zstandard.ZstdCompressor().compress(raw))  # fmt: skip
+    post(proxy, SIMPLE, {"content-encoding": "gzip", "x-api-key": ANTHROPIC_KEY}, content=gzip.compress(raw))
+    proxy.stop()
+    calls = rows(only_session(capsem_home), "SELECT model, system_prompt_preview, messages_count, request_bytes, "
+                                            "request_body_preview FROM model_calls")  # fmt: skip
+    assert len(calls) == 2
+    for call in calls:
+        assert (call["model"], call["system_prompt_preview"], call["messages_count"]) == (
+            "claude-haiku-4-5",
+            "compressed request",
+            1,
+        )
+        assert (
+            call["request_bytes"] < len(raw) + 30 and '"compressed request"' in call["request_body_preview"]
+        )
+
+
+def test_retried_request_does_not_record_tool_results_twice(mitmdump, emu, capsem_home):
+    proxy = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
+    tools = [{"name": "ls", "description": "list", "input_schema": {"type": "object", "properties": {}}}]
+    first = post(proxy, {**SIMPLE, "tools": tools}).json()
+    (use,) = [b for b in first["content"] if b["type"] == "tool_use"]
+    turn2 = {**SIMPLE, "tools": tools, "messages": [
+        SIMPLE["messages"][0], {"role": "assistant", "content": first["content"]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use["id"], "content": "a b c"}]}]}  # fmt: skip
+    post(proxy, turn2, {"x-emulator": "scenario=error; status=529"})  # the agent's SDK retries this one
+    post(proxy, turn2)
+    proxy.stop()
+    db = only_session(capsem_home)
+    calls = rows(db, "SELECT id, status_code, trace_id FROM model_calls ORDER BY id")
+    assert [c["status_code"] for c in calls] == [200, 529, 200]
+    assert len({c["trace_id"] for c in calls}) == 1
+    responses = rows(db, "SELECT model_call_id, call_id, content_preview, tool_name FROM tool_responses")
+    assert responses == [{"model_call_id": calls[1]["id"], "call_id": use["id"], "content_preview": "a b c",
+                          "tool_name": "ls"}]  # fmt: skip
+    assert len(model_exchanges(emu)) == 3
