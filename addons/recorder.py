@@ -68,6 +68,11 @@ def cap_text(text: str | None, limit: int) -> str | None:
     return cut + f"\n[… {len(data) - limit} more bytes]"
 
 
+def _origin(call_id: str) -> str:
+    """`server` for tools the provider runs itself (Anthropic web search...): no result comes back."""
+    return "server" if call_id.startswith("srvtoolu_") else "native"
+
+
 def _decode(body: bytes | None, encoding: str | None, limit: int) -> tuple[bytes, str | None]:
     if not body:
         return b"", None
@@ -308,14 +313,15 @@ class Recorder:
                     "call_id": call.call_id,
                     "tool_name": call.name,
                     "arguments": cap_text(call.arguments, limit),
-                    "origin": "native",
+                    "origin": _origin(call.call_id),
                     "timestamp": ts,
                     "trace_id": trace,
                     "complete": int(call.complete),
                 },
             )
-        if ok or summary.tool_calls:
-            self.traces.finish_call(trace, [(c.call_id, c.name) for c in summary.tool_calls])
+        client_calls = [(c.call_id, c.name) for c in summary.tool_calls if _origin(c.call_id) != "server"]
+        if ok or client_calls:
+            self.traces.finish_call(trace, client_calls)
 
     def _tool_response(self, model_call_id: int, ts: str, trace: str, result: ToolResult) -> None:
         self.store.insert(
