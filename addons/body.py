@@ -2,20 +2,48 @@
 
 `ResponseReader` is pure (bytes in, a `ResponseSummary` out) so that tests can feed it the
 same wire bytes split at every point and compressed every way. It keeps the first decoded
-bytes as the preview. Event-stream bodies are framed and interpreted as they arrive; any
+bytes as the preview. Streamed bodies (SSE, NDJSON, JSON arrays, binary event streams) are framed and
+interpreted as they arrive; any
 other body (JSON, an HTML error page...) is collected, up to a cap, and parsed at the end.
 """
 
 from __future__ import annotations
 
 from addons.decode import BodyDecoder
-from addons.framing import SSEDecoder
+from addons.framing import Framer, make_framer
 from addons.providers.base import ProtocolParser, StreamInterpreter
 from addons.records import ResponseSummary
 
 
+def media_type(content_type: str | None) -> str:
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
 def is_event_stream(content_type: str | None) -> bool:
-    return bool(content_type) and content_type.split(";", 1)[0].strip().lower() == "text/event-stream"
+    return media_type(content_type) == "text/event-stream"
+
+
+_FRAMING_BY_TYPE = {
+    "text/event-stream": "sse",
+    "application/x-ndjson": "ndjson",
+    "application/jsonl": "ndjson",
+    "application/vnd.amazon.eventstream": "eventstream",
+}
+
+
+def stream_framing(parser: ProtocolParser, content_type: str | None, path: str) -> str | None:
+    """How a response of this protocol is framed when streamed, or None for a whole body.
+
+    The content type decides, unless the protocol says otherwise (a parser may define
+    `stream_framing(content_type, path)`, e.g. Gemini's JSON-array streams are plain
+    `application/json`).
+    """
+    custom = getattr(parser, "stream_framing", None)
+    if custom is not None:
+        choice = custom(content_type, path)
+        if choice is not None:
+            return choice or None  # "" = explicitly not streamed
+    return _FRAMING_BY_TYPE.get(media_type(content_type))
 
 
 class Preview:
@@ -56,17 +84,20 @@ class ResponseReader:
         status: int,
         preview_bytes: int = 65536,
         max_parse_bytes: int = 64 * 1024 * 1024,
+        framing: str | None = None,
     ) -> None:
+        """`framing` names the stream framer (see `stream_framing`); default: from the content type."""
         self.parser = parser
         self.status = status
         self.decoder = BodyDecoder(content_encoding, sniff=True, max_output=max_parse_bytes)
         self.preview = Preview(preview_bytes)
         self.raw_bytes = 0
         self.max_parse_bytes = max_parse_bytes
-        self._sse: SSEDecoder | None = None
+        self._sse: Framer | None = None
         self._interp: StreamInterpreter | None = None
-        if is_event_stream(content_type):
-            self._sse = SSEDecoder()
+        framing = framing or _FRAMING_BY_TYPE.get(media_type(content_type))
+        if framing is not None:
+            self._sse = make_framer(framing)
             self._interp = parser.stream()
         self._body = bytearray()
         self._overflow = False

@@ -23,10 +23,10 @@ from mitmproxy import connection, exceptions, http, tls
 from mitmproxy.addonmanager import Loader
 from mitmproxy.log import ALERT
 
-from addons.body import is_event_stream
+from addons.body import is_event_stream, stream_framing
 from addons.flowdata import FlowData
 from addons.process import ProcessResolver
-from addons.providers import detect
+from addons.providers import detect, parser_for
 from addons.recorder import CaptureSettings, Recorder
 from addons.session import Session
 from addons.store import SessionStore
@@ -263,7 +263,9 @@ class Capsem:
         fd.status = resp.status_code
         fd.response_headers = list(resp.headers.items(multi=True))
         fd.response_started = resp.timestamp_start
-        if is_event_stream(resp.headers.get("content-type")) or resp.stream:
+        content_type = resp.headers.get("content-type")
+        framed = fd.route is not None and stream_framing(parser_for(fd.route.protocol), content_type, fd.path)
+        if framed or is_event_stream(content_type) or resp.stream:
             tap = ResponseTap(flow.id, self.worker.put if fd.route else None, self.capture.preview_bytes)
             resp.stream = _chain(tap, resp.stream)
             self.taps[flow.id] = tap

@@ -1,4 +1,12 @@
-"""Incremental framing of decoded response bodies into Server-Sent Events.
+"""Incremental framing of decoded response bodies into events.
+
+Framers share one shape: `feed(bytes) -> list[SSEEvent]`, `flush() -> list[SSEEvent]`, and an
+`invalid_lines` counter. Server-Sent Events (`SSEDecoder`) carry most provider streams;
+`NDJSONDecoder` reads one JSON document per line (Ollama); `JSONArrayDecoder` reads a streamed
+JSON array of objects (Gemini's `:streamGenerateContent` without `alt=sse`). Binary framings
+register themselves in `FRAMERS` from their own module. `make_framer(name)` picks one.
+
+SSE details:
 
 WHATWG rules: lines end at CRLF, LF or a lone CR, split on raw bytes before UTF-8 decoding
 (so U+2028 or U+0085 inside data never split a line, and a multibyte character torn across
@@ -16,9 +24,11 @@ are lines with an unknown field name (garbage).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
-__all__ = ["SSEDecoder", "SSEEvent"]
+__all__ = ["FRAMERS", "Framer", "JSONArrayDecoder", "NDJSONDecoder", "SSEDecoder", "SSEEvent", "make_framer"]
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
@@ -124,3 +134,129 @@ class SSEDecoder:
             events.append(SSEEvent(self._event, "\n".join(self._data), self._id))
         self._event = None
         self._data = []
+
+
+class Framer(Protocol):
+    invalid_lines: int
+    overlong_lines: int
+
+    def feed(self, data: bytes) -> list[SSEEvent]: ...
+
+    def flush(self) -> list[SSEEvent]: ...
+
+
+class NDJSONDecoder:
+    """One JSON document per line (`\\n` or `\\r\\n`); each non-empty line is an event's data."""
+
+    def __init__(self, max_line: int = 32 * 1024 * 1024) -> None:
+        self.max_line = max_line
+        self.invalid_lines = 0
+        self.overlong_lines = 0
+        self._buf = b""
+        self._discarding = False
+
+    def feed(self, data: bytes) -> list[SSEEvent]:
+        buf = self._buf + data
+        lines = buf.split(b"\n")
+        self._buf = lines.pop()
+        events = []
+        for line in lines:
+            if self._discarding:
+                self._discarding = False
+                continue
+            events.extend(self._event(line))
+        if len(self._buf) > self.max_line:
+            self.overlong_lines += 1
+            self._discarding = True
+            self._buf = b""
+        return events
+
+    def flush(self) -> list[SSEEvent]:
+        line, self._buf = self._buf, b""
+        return [] if self._discarding else self._event(line)
+
+    @staticmethod
+    def _event(line: bytes) -> list[SSEEvent]:
+        text = line.strip().decode("utf-8", "replace")
+        return [SSEEvent(None, text)] if text else []
+
+
+class JSONArrayDecoder:
+    """Top-level objects of a streamed JSON array (`[{...}\\n,\\r\\n{...}]`), one event each.
+
+    Tracks string and escape state and bracket depth byte by byte only inside elements, so
+    brackets and braces inside strings never confuse it. Anything outside the array's
+    elements other than `[`, `]`, `,` and whitespace is counted as invalid.
+    """
+
+    _WS = frozenset(b" \t\r\n")
+
+    def __init__(self, max_element: int = 64 * 1024 * 1024) -> None:
+        self.max_element = max_element
+        self.invalid_lines = 0
+        self.overlong_lines = 0
+        self._elem = bytearray()
+        self._depth = 0
+        self._in_str = False
+        self._escape = False
+        self._stray = False
+
+    def feed(self, data: bytes) -> list[SSEEvent]:
+        events: list[SSEEvent] = []
+        elem, depth, in_str, escape = self._elem, self._depth, self._in_str, self._escape
+        start = 0 if depth else None
+        for i, byte in enumerate(data):
+            if depth == 0:
+                if byte == 0x7B:  # "{" starts an element
+                    depth, start = 1, i
+                elif byte not in self._WS and byte not in (0x2C, 0x5B, 0x5D):  # whitespace , [ ]
+                    self._stray = True
+                continue
+            if in_str:
+                if escape:
+                    escape = False
+                elif byte == 0x5C:
+                    escape = True
+                elif byte == 0x22:
+                    in_str = False
+            elif byte == 0x22:
+                in_str = True
+            elif byte in (0x7B, 0x5B):
+                depth += 1
+            elif byte in (0x7D, 0x5D):
+                depth -= 1
+                if depth == 0:
+                    elem += data[start : i + 1]
+                    events.append(SSEEvent(None, elem.decode("utf-8", "replace")))
+                    elem = bytearray()
+                    start = None
+        if depth and start is not None:
+            elem += data[start:]
+            if len(elem) > self.max_element:
+                self.overlong_lines += 1
+                elem, depth, in_str, escape = bytearray(), 0, False, False
+        self._elem, self._depth, self._in_str, self._escape = elem, depth, in_str, escape
+        if self._stray:
+            self.invalid_lines += 1
+            self._stray = False
+        return events
+
+    def flush(self) -> list[SSEEvent]:
+        """A cut-off last element is returned as is (its JSON will not parse: counted there)."""
+        if self._depth and self._elem:
+            text = self._elem.decode("utf-8", "replace")
+            self._elem, self._depth = bytearray(), 0
+            return [SSEEvent(None, text)]
+        return []
+
+
+FRAMERS: dict[str, Callable[[], Framer]] = {
+    "sse": SSEDecoder,
+    "ndjson": NDJSONDecoder,
+    "json-array": JSONArrayDecoder,
+}
+
+
+def make_framer(name: str) -> Framer:
+    """A fresh framer by name (`sse`, `ndjson`, `json-array`, or one a module registered)."""
+    return FRAMERS[name]()

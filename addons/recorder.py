@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from addons.body import Preview, ResponseReader, is_event_stream
+from addons.body import Preview, ResponseReader, stream_framing
 from addons.decode import BodyDecoder
 from addons.flowdata import FlowData
 from addons.providers import parser_for
@@ -110,9 +110,12 @@ class Recorder:
 
     def _reader(self, fd: FlowData) -> ResponseReader:
         assert fd.route is not None
+        parser = parser_for(fd.route.protocol)
+        content_type = fd.header("content-type", response=True)
         return ResponseReader(
-            parser_for(fd.route.protocol),
-            content_type=fd.header("content-type", response=True),
+            parser,
+            content_type=content_type,
+            framing=stream_framing(parser, content_type, fd.path) if fd.streamed else None,
             content_encoding=fd.header("content-encoding", response=True),
             status=fd.status or 0,
             preview_bytes=self.settings.preview_bytes,
@@ -198,6 +201,7 @@ class Recorder:
             process_name,
             pid,
             request_preview,
+            stream_parsed=bool(reader is not None and reader.streaming and fd.streamed),
         )
 
     def _plain_preview(self, fd: FlowData) -> tuple[str | None, str | None]:
@@ -231,6 +235,7 @@ class Recorder:
         process_name: str | None,
         pid: int | None,
         request_preview: Preview,
+        stream_parsed: bool,
     ) -> None:
         assert fd.route is not None
         limit = self.settings.content_max_bytes
@@ -239,9 +244,7 @@ class Recorder:
         if ok or (fd.status is not None and 200 <= fd.status < 300 and (summary.text or summary.tool_calls)):
             self._estimate_missing(request, summary)
         model = request.model or summary.model
-        streamed = bool(
-            request.stream or (fd.streamed and is_event_stream(fd.header("content-type", response=True)))
-        )
+        streamed = bool(request.stream or stream_parsed)
         priced = price_call(
             provider=fd.route.provider,
             model=model,
