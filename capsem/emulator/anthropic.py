@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from capsem.emulator.reply import Reply, base_expected, json_reply, sse
+from capsem.emulator.reply import Reply, Request, base_expected, json_reply, sse
 from capsem.emulator.script import fragments, ident, plan, rng_for
 
 _ERRORS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -40,7 +40,8 @@ def error_body(status: int, rng) -> tuple[dict, str]:
             "request_id": ident(rng, "req_011C", 20)}, etype  # fmt: skip
 
 
-def handle(body: bytes, req: dict[str, Any], controls: dict[str, str]) -> Reply:
+def handle(request: Request) -> Reply:
+    body, req, controls = request.body, request.json, request.controls
     rng = rng_for(body)
     model = req.get("model")
     stream = req.get("stream") is True

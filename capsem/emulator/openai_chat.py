@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from capsem.emulator.anthropic import with_malformed
-from capsem.emulator.reply import Reply, base_expected, json_reply, sse
+from capsem.emulator.reply import Reply, Request, base_expected, json_reply, sse
 from capsem.emulator.script import fragments, ident, plan, rng_for
 
 _ERRORS = {400: ("invalid_request_error", "context_length_exceeded"), 401: ("invalid_request_error", "invalid_api_key"),
@@ -28,7 +28,8 @@ def _trailing_results(messages: list[Any]) -> list[str]:
             for m in messages[last + 1 :] if isinstance(m, dict) and m.get("role") == "tool"]  # fmt: skip
 
 
-def handle(body: bytes, req: dict[str, Any], controls: dict[str, str]) -> Reply:
+def handle(request: Request) -> Reply:
+    body, req, controls = request.body, request.json, request.controls
     rng = rng_for(body)
     model = req.get("model")
     stream = req.get("stream") is True

@@ -3,8 +3,29 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
+
+
+@dataclass
+class Request:
+    """One request as a route handler sees it."""
+
+    method: str
+    host: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    """Lower-cased names."""
+    body: bytes
+    """Decoded (Content-Encoding undone) body."""
+    json: Any
+    """The body parsed as JSON (None if it is not JSON)."""
+    controls: dict[str, str]
+    """`x-emulator` controls merged over the emulator's defaults."""
+    match: re.Match[str] | None = None
+    """The route pattern's match on the path (named groups such as the model)."""
 
 
 @dataclass

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -20,14 +21,15 @@ from urllib.parse import urlsplit
 
 from capsem.emulator import anthropic, openai_chat
 from capsem.emulator.encoding import Encoder, header_value
-from capsem.emulator.reply import Reply, json_reply
+from capsem.emulator.reply import Reply, Request, json_reply
 from capsem.emulator.tls import CertificateAuthority
 
-Handler = Callable[[bytes, dict[str, Any], dict[str, str]], Reply]
-ROUTES: dict[str, Handler] = {
-    "/v1/messages": anthropic.handle,
-    "/v1/chat/completions": openai_chat.handle,
-}
+Handler = Callable[[Request], Reply]
+# (method, path pattern, handler): the first full match wins. Add one line per API.
+ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [
+    ("POST", re.compile(r"(?:/[\w.-]+)*/v1/messages"), anthropic.handle),
+    ("POST", re.compile(r"(?:/[\w.-]+)*/v1/chat/completions"), openai_chat.handle),
+]
 _MAX_BODY = 64 * 1024 * 1024
 
 
@@ -126,7 +128,7 @@ class Server:
             return await self._admin(writer, method, path)
         controls = parse_controls(headers.get("x-emulator"), self.defaults)
         decoded = _decode_request(body, headers.get("content-encoding"))
-        reply = self._route(method, path, decoded, controls)
+        reply = self._route(method, host, path, query, headers, decoded, controls)
         encoding = controls.get("encoding", "identity")
         if encoding == "auto":
             offered = [e.split(";")[0].strip() for e in headers.get("accept-encoding", "").split(",")]
@@ -137,7 +139,7 @@ class Server:
         )
         return complete and headers.get("connection", "").lower() != "close"
 
-    def _route(self, method: str, path: str, body: bytes, controls: dict[str, str]) -> Reply:
+    def _route(self, method, host, path, query, headers, body: bytes, controls: dict[str, str]) -> Reply:
         if method == "GET" and path == "/v1/models":
             return json_reply(200, {"object": "list", "data": [
                 {"id": "claude-sonnet-4-5", "type": "model"}, {"id": "gpt-4.1", "object": "model"}]})  # fmt: skip
@@ -147,16 +149,15 @@ class Server:
             req = None
         if path == "/v1/messages/count_tokens" and method == "POST":
             return json_reply(200, {"input_tokens": max(1, len(body) // 4)})
-        handler = ROUTES.get(path)
-        if handler is None or method != "POST":
-            return json_reply(
-                404, {"error": {"type": "not_found_error", "message": f"no route {method} {path}"}}
-            )
-        if not isinstance(req, dict):
-            return json_reply(
-                400, {"error": {"type": "invalid_request_error", "message": "body is not JSON"}}
-            )
-        return handler(body, req, controls)
+        for route_method, pattern, handler in ROUTES:
+            match = pattern.fullmatch(path)
+            if match and method == route_method:
+                if not isinstance(req, dict):
+                    return json_reply(
+                        400, {"error": {"type": "invalid_request_error", "message": "body is not JSON"}}
+                    )
+                return handler(Request(method, host, path, query, headers, body, req, controls, match))
+        return json_reply(404, {"error": {"type": "not_found_error", "message": f"no route {method} {path}"}})
 
     async def _write(
         self, writer, reply: Reply, encoding: str, controls: dict[str, str]

@@ -76,7 +76,8 @@ def assert_clean_log(log: str) -> None:
 
 
 def model_exchanges(emu) -> list[dict]:
-    return [e for e in emu.exchanges() if e["path"] in ("/v1/messages", "/v1/chat/completions")]
+    """The emulator's exchanges that were model calls (they carry an `expected` record)."""
+    return [e for e in emu.exchanges() if e["expected"].get("protocol")]
 
 
 def assert_call_matches(call: dict, ex: dict) -> None:
