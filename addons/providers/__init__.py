@@ -10,23 +10,32 @@ endpoints (`/v1/models`, `count_tokens`, batches...) are not model calls: they o
 
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass
 from functools import cache
+from urllib.parse import unquote
 
 from addons.providers.base import ProtocolParser
 
-# host (exact or suffix after a dot) -> provider
+# host (exact, or a suffix after a dot) -> provider. One line per known host.
 _KNOWN_HOSTS: dict[str, str] = {
     "api.anthropic.com": "anthropic",
     "api.openai.com": "openai",
 }
 
-# (protocol, provider for unknown hosts, path pattern)
+# (protocol, provider when the host is unknown, path pattern). First match wins, so put
+# specific patterns before general ones. A named group `model` takes the model from the URL.
 _ROUTES: list[tuple[str, str, re.Pattern[str]]] = [
     ("anthropic", "anthropic", re.compile(r"(?:^|/)v1/messages/?$")),
     ("openai_chat", "openai", re.compile(r"(?:^|/)(?:v1/)?chat/completions/?$")),
 ]
+
+# Parsers by protocol name: module path and class name. One line per protocol.
+_PARSERS: dict[str, tuple[str, str]] = {
+    "anthropic": ("addons.providers.anthropic", "AnthropicMessages"),
+    "openai_chat": ("addons.providers.openai_chat", "OpenAIChat"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +44,8 @@ class Route:
 
     provider: str
     protocol: str
+    model: str | None = None
+    """Model named in the URL (Gemini, Bedrock, Azure deployments), if any."""
 
 
 def provider_for_host(host: str) -> str | None:
@@ -53,20 +64,15 @@ def detect(host: str, path: str, method: str) -> Route | None:
         return None
     path = path.split("?", 1)[0]
     for protocol, vendor, pattern in _ROUTES:
-        if pattern.search(path):
-            return Route(provider_for_host(host) or vendor, protocol)
+        match = pattern.search(path)
+        if match:
+            model = match.groupdict().get("model")
+            return Route(provider_for_host(host) or vendor, protocol, unquote(model) if model else None)
     return None
 
 
 @cache
 def parser_for(protocol: str) -> ProtocolParser:
     """The (stateless, shared) parser of a protocol."""
-    if protocol == "anthropic":
-        from addons.providers.anthropic import AnthropicMessages
-
-        return AnthropicMessages()
-    if protocol == "openai_chat":
-        from addons.providers.openai_chat import OpenAIChat
-
-        return OpenAIChat()
-    raise KeyError(f"no parser for protocol {protocol!r}")
+    module, name = _PARSERS[protocol]
+    return getattr(importlib.import_module(module), name)()
