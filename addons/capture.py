@@ -167,7 +167,8 @@ class Capsem:
             fd.error = fd.error or "capture stopped before the flow finished"
             self._collect_stream(fd)
             fd.response_ended = fd.response_ended or now
-            self.worker.put(("close", fd))
+            # an upgraded websocket still open: end it like websocket_end would (turns in flight included)
+            self.worker.put(("ws", key, "end", fd) if fd.status == 101 else ("close", fd))
         self.worker.stop()
         if self.resolver is not None:
             self.resolver.close()
@@ -275,11 +276,43 @@ class Capsem:
 
     @guarded
     def response(self, flow: http.HTTPFlow) -> None:
+        if flow.websocket is not None:  # a 101 upgrade: the flow's rows are written at websocket_end
+            self._upgraded(flow)
+            return
         self._finish(flow, None)
 
     @guarded
     def error(self, flow: http.HTTPFlow) -> None:
         self._finish(flow, flow.error.msg if flow.error else "unknown error")
+
+    # -- websockets (Responses over WebSocket: Codex CLI) ----------------------------------------
+
+    def _upgraded(self, flow: http.HTTPFlow) -> None:
+        fd, resp = self.flows.get(flow.id), flow.response
+        if fd is None or resp is None:
+            return
+        self._collect_request(flow, fd)
+        fd.status = resp.status_code
+        fd.response_headers = list(resp.headers.items(multi=True))
+        fd.response_started = resp.timestamp_start
+
+    @guarded
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        fd = self.flows.get(flow.id)
+        if fd is None or self.worker is None or flow.websocket is None:
+            return
+        msg = flow.websocket.messages[-1]
+        message = (msg.from_client, msg.content, msg.is_text, msg.timestamp)
+        self.worker.put(("ws", flow.id, "message", fd, *message))
+
+    @guarded
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        ws = flow.websocket
+        error = flow.error.msg if flow.error else None
+        if error is None and ws is not None and ws.close_code not in (None, 1000, 1001, 1005):
+            reason = f": {ws.close_reason}" if ws.close_reason else ""
+            error = f"websocket closed with code {ws.close_code}{reason}"
+        self._finish(flow, error)
 
     def _finish(self, flow: http.HTTPFlow, error: str | None) -> None:
         fd = self.flows.pop(flow.id, None)
@@ -300,6 +333,11 @@ class Capsem:
         else:
             fd.response_ended = time.time()
         self._collect_stream(fd)
+        if flow.websocket is not None and flow.response is not None and flow.response.status_code == 101:
+            if flow.websocket.timestamp_end:
+                fd.response_ended = flow.websocket.timestamp_end
+            self.worker.put(("ws", fd.key, "end", fd))
+            return
         self.worker.put(("close", fd))
 
     def _collect_request(self, flow: http.HTTPFlow, fd: FlowData) -> None:

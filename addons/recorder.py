@@ -8,6 +8,7 @@ new `tool_responses` of its request.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass
@@ -17,10 +18,12 @@ from typing import Any
 from addons.body import Preview, ResponseReader, stream_framing
 from addons.decode import BodyDecoder
 from addons.flowdata import FlowData
-from addons.providers import parser_for
+from addons.providers import Route, parser_for
 from addons.records import RequestInfo, ResponseSummary, ToolResult
 from addons.store import SessionStore
 from addons.traces import TraceTracker
+from addons.websocket import Turn as WsTurn
+from addons.websocket import conn_type as ws_conn_type
 from capsem.ids import rfc3339
 from capsem.redact import Scrubber, headers_json, redact_query
 from pricing import price_call
@@ -174,7 +177,7 @@ class Recorder:
                 else None,
                 "request_body_preview": request_preview.text() if request_preview.total else None,
                 "response_body_preview": response_preview,
-                "conn_type": fd.scheme,
+                "conn_type": ws_conn_type(self, fd) or fd.scheme,
                 "flow_id": fd.key,
                 "error": "; ".join(e for e in (fd.error, fd.tap_failure) if e) or None,
                 "http_version": fd.http_version,
@@ -203,6 +206,21 @@ class Recorder:
             request_preview,
             stream_parsed=bool(reader is not None and reader.streaming and fd.streamed),
         )
+
+    def ws_turn(self, fd: FlowData, route: Route, turn: WsTurn) -> None:
+        """One Responses turn of a WebSocket (response.create … terminal event) as a model call.
+
+        Its row is linked to the upgrade flow's net_events row when the socket ends.
+        """
+        call = dataclasses.replace(
+            fd, route=route, started=turn.started, response_ended=turn.ended, status=turn.status,
+            request_size=turn.request_bytes, response_size=turn.response_bytes, error=None,
+        )  # fmt: skip
+        preview = Preview(self.settings.preview_bytes)
+        preview.add(turn.request_body)
+        process_name, pid = self._process(fd)
+        self._model_call(call, None, turn.request, turn.summary, turn.first_content, process_name, pid,  # type: ignore[arg-type]
+                         preview, stream_parsed=True)  # fmt: skip
 
     def _plain_preview(self, fd: FlowData) -> tuple[str | None, str | None]:
         body = fd.response_body if fd.response_body is not None else fd.stream_preview

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from addons import websocket
 from addons.recorder import Recorder
 
 logger = logging.getLogger(__name__)
@@ -103,6 +104,8 @@ class RecorderThread:
                 message[1].set()
             elif kind == "call":
                 message[1](recorder)
+            elif kind == "ws":
+                websocket.handle(recorder, message)
         except Exception as exc:
             self.failures += 1
             logger.warning("capsem: recording failed (%s): %r", kind, exc, exc_info=logger.isEnabledFor(10))

@@ -29,12 +29,14 @@ _KNOWN_HOSTS: dict[str, str] = {
 _ROUTES: list[tuple[str, str, re.Pattern[str]]] = [
     ("anthropic", "anthropic", re.compile(r"(?:^|/)v1/messages/?$")),
     ("openai_chat", "openai", re.compile(r"(?:^|/)(?:v1/)?chat/completions/?$")),
+    ("openai_responses", "openai", re.compile(r"(?:^|/)(?:v1/)?responses/?$")),
 ]
 
 # Parsers by protocol name: module path and class name. One line per protocol.
 _PARSERS: dict[str, tuple[str, str]] = {
     "anthropic": ("addons.providers.anthropic", "AnthropicMessages"),
     "openai_chat": ("addons.providers.openai_chat", "OpenAIChat"),
+    "openai_responses": ("addons.providers.openai_responses", "OpenAIResponses"),
 }
 
 

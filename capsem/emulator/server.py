@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from capsem.emulator import anthropic, openai_chat
+from capsem.emulator import anthropic, openai_chat, openai_responses, websocket
 from capsem.emulator.encoding import Encoder, header_value
 from capsem.emulator.reply import Reply, Request, json_reply
 from capsem.emulator.tls import CertificateAuthority
@@ -29,6 +29,7 @@ Handler = Callable[[Request], Reply]
 ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [
     ("POST", re.compile(r"(?:/[\w.-]+)*/v1/messages"), anthropic.handle),
     ("POST", re.compile(r"(?:/[\w.-]+)*/v1/chat/completions"), openai_chat.handle),
+    ("POST", re.compile(r"(?:/[\w.-]+)*/v1/responses"), openai_responses.handle),
 ]
 _MAX_BODY = 64 * 1024 * 1024
 
@@ -77,6 +78,9 @@ class Server:
                     await writer.start_tls(self.ca.context(tunnel_host))
                     scheme = "https"
                     continue
+                if websocket.is_upgrade(headers, target):  # Responses over WebSocket (Codex CLI)
+                    host = tunnel_host or headers.get("host", "").rsplit(":", 1)[0]
+                    return await websocket.serve(self, reader, writer, scheme, host, target, headers)
                 keep = await self._respond(writer, scheme, tunnel_host, method, target, headers, body)
                 if not keep:
                     return

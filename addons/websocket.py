@@ -1,0 +1,219 @@
+"""OpenAI Responses over a WebSocket (Codex CLI): turns out of messages, on the recorder thread.
+
+The capture hooks only copy each message (`("ws", flow_id, "message", fd, from_client,
+content, is_text, timestamp)`) and, when the socket ends, `("ws", flow_id, "end", fd)`
+onto the recorder queue; `handle()` does the rest here.
+
+A client text message of type `response.create` carries a Responses request body (its fields
+at top level, or under `response`). The server answers with the same JSON events as the SSE
+stream. Each `response.create` … terminal event (`response.completed|incomplete|failed` or
+`error`) is ONE model call, recorded through the same path as HTTP calls
+(`Recorder.ws_turn`). A turn still open when the next `response.create` arrives or the socket
+ends is recorded as incomplete. A turn's `status_code` is 200, or the `status` an error
+event carries (the upgrade's 101 is on the flow's `net_events` row, whose `conn_type` is
+``wss``/``ws``). Turns are written as soon as they end; the upgrade flow's `net_events` row
+is written when the socket ends, and the turns are then linked to it (`net_event_id`).
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from addons.framing import SSEEvent
+from addons.providers import Route, provider_for_host
+from addons.providers._common import as_int, load_json_object
+from addons.providers.openai_responses import OpenAIResponsesStream, parse_request_object
+from addons.records import RequestInfo, ResponseSummary
+
+if TYPE_CHECKING:
+    from addons.flowdata import FlowData
+    from addons.recorder import Recorder
+
+__all__ = ["Turn", "WebSocketTurns", "conn_type", "handle", "request_of", "route_for"]
+
+PROTOCOL = "openai_responses"
+
+
+@dataclass
+class Turn:
+    """One finished (or abandoned) request/response pair of a WebSocket."""
+
+    request: RequestInfo
+    request_body: bytes
+    summary: ResponseSummary
+    started: float
+    ended: float
+    first_content: float | None = None
+    request_bytes: int = 0
+    response_bytes: int = 0
+    status: int = 200
+
+
+def request_of(obj: dict[str, Any]) -> dict[str, Any]:
+    """The Responses request of a `response.create` message (top-level fields or `response`)."""
+    inner = obj.get("response")
+    if isinstance(inner, dict):
+        return inner
+    return {k: v for k, v in obj.items() if k != "type"}
+
+
+@dataclass
+class _Open:
+    request: RequestInfo
+    request_body: bytes
+    started: float
+    interp: OpenAIResponsesStream = field(default_factory=OpenAIResponsesStream)
+    first_content: float | None = None
+    response_bytes: int = 0
+    status: int = 200
+    last_at: float | None = None
+    request_bytes: int = 0
+
+
+class WebSocketTurns:
+    """Pure: the messages of one WebSocket in, finished turns out. Never raises on bad input."""
+
+    def __init__(self) -> None:
+        self.current: _Open | None = None
+        self.messages = 0
+        self.ignored = 0
+
+    def message(self, from_client: bool, content: bytes, is_text: bool, at: float) -> list[Turn]:
+        self.messages += 1
+        try:
+            return self._message(from_client, content, at)
+        except Exception:
+            self.ignored += 1
+            return []
+
+    def close(self, at: float, error: str | None = None) -> list[Turn]:
+        """The socket ended: an open turn is recorded as incomplete."""
+        turn = self._finish(at)
+        if turn is not None and turn.summary.error_message is None:
+            turn.summary.error_message = error or "connection closed before the response ended"
+        return [turn] if turn is not None else []
+
+    def _message(self, from_client: bool, content: bytes, at: float) -> list[Turn]:
+        if from_client:
+            obj = load_json_object(content)
+            if obj is None or obj.get("type") != "response.create":
+                self.ignored += 1
+                return []
+            done = self._finish(at)
+            if done is not None and done.summary.error_message is None:
+                done.summary.error_message = "a new response.create arrived before the response ended"
+            body = request_of(obj)
+            request = parse_request_object(body)
+            request.stream = True
+            raw = json.dumps(body, ensure_ascii=False).encode()
+            self.current = _Open(request, raw, at, request_bytes=len(content))
+            return [done] if done is not None else []
+        turn = self.current
+        if turn is None:
+            self.ignored += 1
+            return []
+        turn.response_bytes += len(content)
+        turn.last_at = at
+        text = content.decode("utf-8", "replace")
+        turn.interp.event(SSEEvent(None, text))
+        if turn.first_content is None and turn.interp.summary.content_started:
+            turn.first_content = at
+        if turn.interp.terminal:
+            obj = load_json_object(content)
+            status = as_int(obj.get("status")) if obj is not None and obj.get("type") == "error" else None
+            if status is not None and 100 <= status <= 599:
+                turn.status = status
+            done = self._finish(at)
+            return [done] if done is not None else []
+        return []
+
+    def _finish(self, at: float) -> Turn | None:
+        turn, self.current = self.current, None
+        if turn is None:
+            return None
+        summary = turn.interp.finish()
+        return Turn(
+            request=turn.request,
+            request_body=turn.request_body,
+            summary=summary,
+            started=turn.started,
+            ended=at,
+            first_content=turn.first_content,
+            request_bytes=turn.request_bytes,
+            response_bytes=turn.response_bytes,
+            status=turn.status,
+        )
+
+
+def route_for(host: str) -> Route:
+    return Route(provider_for_host(host) or "openai", PROTOCOL)
+
+
+# -- recorder-thread glue ---------------------------------------------------------------------
+
+
+@dataclass
+class _FlowState:
+    turns: WebSocketTurns = field(default_factory=WebSocketTurns)
+
+
+_STATE: weakref.WeakKeyDictionary[Any, dict[str, _FlowState]] = weakref.WeakKeyDictionary()
+
+
+def _flows(recorder: Recorder) -> dict[str, _FlowState]:
+    flows = _STATE.get(recorder)
+    if flows is None:
+        flows = _STATE[recorder] = {}
+    return flows
+
+
+def conn_type(recorder: Recorder, fd: FlowData) -> str | None:
+    """``wss``/``ws`` for a flow that carried WebSocket messages, else None."""
+    state = _flows(recorder).get(fd.key)
+    if state is None or not state.turns.messages:
+        return None
+    return "wss" if fd.scheme == "https" else "ws"
+
+
+def handle(recorder: Recorder, message: tuple[Any, ...]) -> None:
+    """The worker's `ws` branch: one message of a socket, or its end."""
+    _, key, kind, fd = message[:4]
+    flows = _flows(recorder)
+    if kind == "message":
+        from_client, content, is_text, at = message[4:8]
+        state = flows.setdefault(key, _FlowState())
+        for turn in state.turns.message(from_client, content, is_text, at):
+            recorder.ws_turn(fd, route_for(fd.host), turn)
+    elif kind == "end":
+        state = flows.get(key)
+        if state is not None:
+            at = fd.response_ended or (state.turns.current.last_at if state.turns.current else None) or 0.0
+            for turn in state.turns.close(at, fd.error):
+                recorder.ws_turn(fd, route_for(fd.host), turn)
+        try:
+            recorder.close(fd)
+        finally:
+            flows.pop(key, None)
+        if state is not None and state.turns.messages:
+            _link(recorder, key)
+
+
+def _link(recorder: Recorder, key: str) -> None:
+    """Point the socket's model calls at its (now written) net_events row."""
+    conn = recorder.store.conn
+    row = conn.execute(
+        "SELECT id FROM net_events WHERE flow_id = ? ORDER BY id DESC LIMIT 1", (key,)
+    ).fetchone()
+    if row is None:
+        return
+    net_id = row[0]
+    calls = conn.execute(
+        "SELECT id, trace_id FROM model_calls WHERE flow_id = ? AND net_event_id IS NULL ORDER BY id", (key,)
+    ).fetchall()
+    for call_id, _trace in calls:
+        recorder.store.update("model_calls", call_id, {"net_event_id": net_id})
+    if calls:
+        recorder.store.update("net_events", net_id, {"trace_id": calls[-1][1]})

@@ -1,0 +1,225 @@
+"""OpenAI Responses API (`POST /v1/responses`) as the real API sends it.
+
+Streams are `event: <type>` + `data: <json with the same type>` pairs, every payload with an
+increasing `sequence_number`, deltas with `obfuscation`, a reasoning item with
+`encrypted_content`, `function_call` items with a `call_` call id distinct from their `fc_`
+item id, `response.completed` carrying the whole response and its usage, and no `[DONE]`.
+Non-streamed replies are the pretty-printed response object. Scenarios beyond `script.py`'s:
+`error` (HTTP error body), `midstream_error` (`event: error` after some text),
+`failed` (`response.failed`), `incomplete` (`response.incomplete`, max_output_tokens).
+
+`turn()` gives the event objects of one answer; the WebSocket transport (`websocket.py`)
+sends the same objects as text frames.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from capsem.emulator.anthropic import with_malformed
+from capsem.emulator.openai_chat import _ERRORS
+from capsem.emulator.reply import Reply, Request, base_expected, json_reply, sse
+from capsem.emulator.script import fragments, ident, plan, rng_for
+
+PART_SEP = "\n\n"
+_HEX = "0123456789abcdef"
+
+
+@dataclass
+class Turn:
+    """One answer: the event objects to stream, or an HTTP error, and the truth."""
+
+    expected: dict[str, Any]
+    events: list[dict[str, Any]] = field(default_factory=list)
+    response: dict[str, Any] | None = None
+    """The final response object (the non-streamed body)."""
+    error: tuple[int, dict[str, Any]] | None = None
+    complete: bool = True
+
+
+def _results(items: list[Any]) -> list[str]:
+    out = []
+    for item in items:
+        if isinstance(item, dict) and item.get("type") == "function_call_output":
+            output = item.get("output")
+            out.append(output if isinstance(output, str) else json.dumps(output, ensure_ascii=False))
+    return out
+
+
+def turn(body: bytes, req: dict[str, Any], controls: dict[str, str], stream: bool) -> Turn:
+    """Plan one Responses answer for a request object (HTTP body or WebSocket response.create)."""
+    rng = rng_for(body)
+    model = req.get("model") if isinstance(req.get("model"), str) else None
+    exp = base_expected("openai_responses", model, stream)
+    scenario = controls.get("scenario", "auto")
+    if scenario == "error":
+        status = int(controls.get("status", "429"))
+        etype, code = _ERRORS.get(status, ("server_error", None))
+        exp["error_type"] = etype
+        return Turn(exp, error=(status, {"error": {"message": f"emulated {etype}", "type": etype, "param": None,
+                                                   "code": code}}))  # fmt: skip
+    raw_input = req.get("input")
+    items = raw_input if isinstance(raw_input, list) else [{"role": "user", "content": raw_input or ""}]
+    tools = [(t.get("name"), t.get("parameters")) for t in req.get("tools") or []
+             if isinstance(t, dict) and t.get("type") == "function"]  # fmt: skip
+    results = _results(items)
+    prompt = json.dumps([req.get("instructions"), items, req.get("tools")], ensure_ascii=False)
+    p = plan(body=body, controls=controls, declared=tools, has_results=bool(results), result_texts=results,
+             prompt_chars=len(prompt), call_prefix="call_", call_len=24)  # fmt: skip
+    summaries: list[str] = []
+    if p.thinking:
+        summaries = ["**Weighing the question**", p.thinking]
+    elif isinstance(req.get("reasoning"), dict) and req["reasoning"].get("summary"):
+        summaries = ["**Planning the answer**"]
+    resp_id = ident(rng, "resp_", 48, _HEX)
+    response_model = (model or "gpt") + controls.get("model_suffix", "")
+    cached = p.cache_read
+    usage = {"input_tokens": p.input_tokens + cached,
+             "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": p.cache_write},
+             "output_tokens": p.output_tokens, "output_tokens_details": {"reasoning_tokens": p.reasoning},
+             "total_tokens": p.input_tokens + cached + p.output_tokens}  # fmt: skip
+    created = int(time.time())
+    base: dict[str, Any] = {
+        "id": resp_id, "object": "response", "created_at": created, "status": "in_progress", "background": False,
+        "error": None, "incomplete_details": None, "instructions": req.get("instructions"),
+        "max_output_tokens": req.get("max_output_tokens"), "max_tool_calls": None, "model": response_model,
+        "output": [], "parallel_tool_calls": True, "previous_response_id": req.get("previous_response_id"),
+        "prompt_cache_key": None, "reasoning": {"effort": "medium", "summary": None}, "safety_identifier": None,
+        "service_tier": "auto", "store": req.get("store", True), "temperature": 1.0,
+        "text": {"format": {"type": "text"}, "verbosity": "medium"}, "tool_choice": "auto",
+        "tools": req.get("tools") or [], "top_logprobs": 0, "top_p": 1.0, "truncation": "disabled",
+        "usage": None, "user": None, "metadata": {},
+    }  # fmt: skip
+    events: list[dict[str, Any]] = []
+    output: list[dict[str, Any]] = []
+
+    def emit(kind: str, **fields: Any) -> None:
+        events.append({"type": kind, "sequence_number": len(events), **fields})
+
+    def obfuscation() -> str:
+        return ident(rng, "", rng.randint(2, 15))
+
+    emit("response.created", response=dict(base))
+    emit("response.in_progress", response=dict(base))
+    midstream = scenario in ("midstream_error", "failed")
+    sent_text = ""
+    # reasoning item (encrypted_content complete only in output_item.done)
+    rs_id = ident(rng, "rs_", 48, _HEX)
+    idx = 0
+    enc = "gAAAAAB" + ident(rng, "", 64)
+    emit("response.output_item.added", output_index=idx,
+         item={"id": rs_id, "type": "reasoning", "encrypted_content": enc[:20], "summary": []})  # fmt: skip
+    summary_parts = []
+    for si, text in enumerate(summaries):
+        emit("response.reasoning_summary_part.added", item_id=rs_id, output_index=idx, summary_index=si,
+             part={"type": "summary_text", "text": ""})  # fmt: skip
+        for piece in fragments(rng, text, max_len=10):
+            emit("response.reasoning_summary_text.delta", item_id=rs_id, output_index=idx, summary_index=si,
+                 delta=piece, obfuscation=obfuscation())  # fmt: skip
+        emit(
+            "response.reasoning_summary_text.done",
+            item_id=rs_id,
+            output_index=idx,
+            summary_index=si,
+            text=text,
+        )
+        emit("response.reasoning_summary_part.done", item_id=rs_id, output_index=idx, summary_index=si,
+             part={"type": "summary_text", "text": text})  # fmt: skip
+        summary_parts.append({"type": "summary_text", "text": text})
+    rs_item = {"id": rs_id, "type": "reasoning", "encrypted_content": enc, "summary": summary_parts}
+    emit("response.output_item.done", output_index=idx, item=rs_item)
+    output.append(rs_item)
+    if p.text:
+        idx += 1
+        msg_id = ident(rng, "msg_", 48, _HEX)
+        added = {"id": msg_id, "type": "message", "status": "in_progress", "content": [], "role": "assistant"}
+        emit("response.output_item.added", output_index=idx, item=added)
+        emit("response.content_part.added", item_id=msg_id, output_index=idx, content_index=0,
+             part={"type": "output_text", "annotations": [], "logprobs": [], "text": ""})  # fmt: skip
+        pieces = fragments(rng, p.text, max_len=8)
+        for n, piece in enumerate(pieces):
+            if midstream and n == len(pieces) // 2:
+                break
+            emit("response.output_text.delta", item_id=msg_id, output_index=idx, content_index=0, delta=piece,
+                 logprobs=[], obfuscation=obfuscation())  # fmt: skip
+            sent_text += piece
+        if not midstream:
+            part = {"type": "output_text", "annotations": [], "logprobs": [], "text": p.text}
+            emit("response.output_text.done", item_id=msg_id, output_index=idx, content_index=0, text=p.text,
+                 logprobs=[])  # fmt: skip
+            emit("response.content_part.done", item_id=msg_id, output_index=idx, content_index=0, part=part)
+            msg_item = {
+                "id": msg_id,
+                "type": "message",
+                "status": "completed",
+                "content": [part],
+                "role": "assistant",
+            }
+            emit("response.output_item.done", output_index=idx, item=msg_item)
+            output.append(msg_item)
+    exp.update(response_model=response_model, message_id=resp_id, thinking=PART_SEP.join(summaries))
+    if midstream:
+        exp.update(text=sent_text, stop_reason=None, tool_calls=[])
+        if scenario == "failed":
+            err = {"code": "server_error", "message": "An error occurred while processing your request."}
+            final = {**base, "status": "failed", "error": err, "output": output}
+            emit("response.failed", response=final)
+            exp.update(stop_reason="failed", error_type="server_error")
+        else:
+            emit("error", code="server_is_overloaded", message="Our servers are currently overloaded.",
+                 param=None)  # fmt: skip
+            exp.update(error_type="server_is_overloaded")
+        return Turn(exp, events, None, complete=False)
+    for t in p.tools:
+        idx += 1
+        fc_id = ident(rng, "fc_", 48, _HEX)
+        emit("response.output_item.added", output_index=idx,
+             item={"id": fc_id, "type": "function_call", "status": "in_progress", "arguments": "",
+                   "call_id": t.call_id, "name": t.name})  # fmt: skip
+        for piece in fragments(rng, t.arguments):
+            emit("response.function_call_arguments.delta", item_id=fc_id, output_index=idx, delta=piece,
+                 obfuscation=obfuscation())  # fmt: skip
+        emit("response.function_call_arguments.done", item_id=fc_id, output_index=idx, arguments=t.arguments)
+        fc_item = {"id": fc_id, "type": "function_call", "status": "completed", "arguments": t.arguments,
+                   "call_id": t.call_id, "name": t.name}  # fmt: skip
+        emit("response.output_item.done", output_index=idx, item=fc_item)
+        output.append(fc_item)
+    final = {**base, "status": "completed", "output": output, "usage": usage}
+    kind = "response.completed"
+    stop = "completed"
+    if scenario == "incomplete":
+        final.update(status="incomplete", incomplete_details={"reason": "max_output_tokens"})
+        kind, stop = "response.incomplete", "incomplete:max_output_tokens"
+    emit(kind, response=final)
+    exp.update(text=p.text, stop_reason=stop, usage_raw=usage, input_tokens=usage["input_tokens"],
+               output_tokens=p.output_tokens, cache_read=cached or None, cache_write=p.cache_write or None,
+               reasoning=p.reasoning or None,
+               tool_calls=[{"index": i, "call_id": t.call_id, "name": t.name, "arguments": t.arguments}
+                           for i, t in enumerate(p.tools)])  # fmt: skip
+    return Turn(exp, events, final)
+
+
+def handle(request: Request) -> Reply:
+    body, req, controls = request.body, request.json, request.controls
+    stream = req.get("stream") is True
+    rng = rng_for(body)
+    headers = [("x-request-id", ident(rng, "req_", 32, _HEX)), ("openai-processing-ms", "42"),
+               ("openai-version", "2020-10-01")]  # fmt: skip
+    t = turn(body, req, controls, stream)
+    if t.error is not None:
+        return json_reply(t.error[0], t.error[1], pretty=True, headers=headers, expected=t.expected)
+    if not stream:
+        if t.response is None:  # a failure that the stream reports mid-way: the body says so
+            last = t.events[-1]
+            obj = last.get("response") or {"error": {"message": last.get("message"), "type": "server_error",
+                                                     "param": None, "code": last.get("code")}}  # fmt: skip
+            return json_reply(500 if "error" in obj and "id" not in obj else 200, obj, pretty=True, headers=headers,
+                              expected=t.expected)  # fmt: skip
+        return json_reply(200, t.response, pretty=True, headers=headers, expected=t.expected)
+    events = [sse(e["type"], e) for e in t.events]
+    reply = Reply(200, [("content-type", "text/event-stream; charset=utf-8"), *headers], None, events, t.expected,
+                  complete=t.complete)  # fmt: skip
+    return with_malformed(reply, controls)

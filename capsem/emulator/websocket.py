@@ -1,0 +1,108 @@
+"""A minimal RFC 6455 server for the Responses path (Codex CLI's WebSocket transport).
+
+After the HTTP upgrade (the request head is already read by `server.py`), framing is done by
+`wsproto`. Each client text message of type `response.create` (request fields at top level
+or under `response`) is answered with the same event objects as the SSE stream, one text
+frame each, and logged as an exchange with its `expected` record. Pings are answered; a
+close is echoed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import re
+from typing import Any
+
+from wsproto import ConnectionType
+from wsproto.connection import Connection
+from wsproto.events import BytesMessage, CloseConnection, Message, Ping, TextMessage
+
+from capsem.emulator import openai_responses
+from capsem.emulator.reply import Reply
+
+_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+PATH = re.compile(r"(?:/[\w.-]+)*/v1/responses")
+
+
+def is_upgrade(headers: dict[str, str], target: str) -> bool:
+    path = target.split("?", 1)[0]
+    if "://" in path:
+        path = "/" + path.split("://", 1)[1].partition("/")[2]
+    return headers.get("upgrade", "").lower() == "websocket" and bool(PATH.fullmatch(path))
+
+
+async def serve(server: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, scheme: str,
+                host: str, target: str, headers: dict[str, str]) -> None:  # fmt: skip
+    """Complete the upgrade and answer `response.create` messages until the socket closes."""
+    from capsem.emulator.server import parse_controls
+
+    key = headers.get("sec-websocket-key", "")
+    accept = base64.b64encode(hashlib.sha1((key + _GUID).encode()).digest()).decode()
+    writer.write(
+        (
+            "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n"
+            f"sec-websocket-accept: {accept}\r\nserver: capsem-emulator\r\n\r\n"
+        ).encode()
+    )
+    await writer.drain()
+    controls = parse_controls(headers.get("x-emulator"), server.defaults)
+    path, _, query = target.partition("?")
+    conn = Connection(ConnectionType.SERVER)
+    parts: list[Any] = []
+    while True:
+        data = await reader.read(65536)
+        conn.receive_data(data or None)
+        for event in conn.events():
+            if isinstance(event, Message):
+                parts.append(event.data)
+                if not event.message_finished:
+                    continue
+                whole = "".join(parts) if isinstance(event, TextMessage) else b"".join(parts)
+                parts = []
+                if isinstance(event, TextMessage | BytesMessage):
+                    await _answer(server, conn, writer, scheme, host, path, query, headers, whole, controls)
+            elif isinstance(event, Ping):
+                writer.write(conn.send(event.response()))
+            elif isinstance(event, CloseConnection):
+                try:
+                    writer.write(conn.send(event.response()))
+                    await writer.drain()
+                except Exception:
+                    pass
+                return
+        await writer.drain()
+        if not data:
+            return
+
+
+async def _answer(server, conn, writer, scheme, host, path, query, headers, whole, controls) -> None:
+    try:
+        obj = json.loads(whole)
+    except ValueError:
+        return
+    if not (isinstance(obj, dict) and obj.get("type") == "response.create"):
+        return
+    req = (
+        obj["response"]
+        if isinstance(obj.get("response"), dict)
+        else {k: v for k, v in obj.items() if k != "type"}
+    )
+    body = json.dumps(req, ensure_ascii=False).encode()
+    turn = openai_responses.turn(body, req, controls, True)
+    if turn.error is not None:
+        status, err = turn.error
+        events = [{"type": "error", "status": status, "error": err["error"]}]
+        turn.expected["error_type"] = err["error"].get("code") or err["error"].get("type")
+    else:
+        events = turn.events
+    sent = bytearray()
+    for ev in events:
+        frame = conn.send(TextMessage(data=json.dumps(ev, ensure_ascii=False)))
+        sent += frame
+        writer.write(frame)
+        await writer.drain()
+    reply = Reply(200, [], None, [json.dumps(e).encode() for e in events], turn.expected, turn.complete)
+    server._log(scheme, host, "WS", path, query, headers, body, reply, sent, turn.complete)
