@@ -21,7 +21,7 @@ from capsem.ids import utc_now
 from capsem.paths import main_db_path, session_db_path
 from capsem.schema import connect, open_main_db
 
-_TOTALS_SQL = """
+TOTALS_SQL = """
 SELECT
   (SELECT COUNT(*) FROM net_events) AS total_requests,
   (SELECT COUNT(*) FROM net_events WHERE decision IN ('allowed', 'warned')) AS allowed_requests,
@@ -116,7 +116,7 @@ def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = Non
         return False
     src = connect(db_path, readonly=True)
     try:
-        totals = dict(src.execute(_TOTALS_SQL).fetchone())
+        totals = dict(src.execute(TOTALS_SQL).fetchone())
         ai = src.execute(_AI_USAGE_SQL).fetchall()
         tools = src.execute(_TOOL_USAGE_SQL).fetchall()
         mcp = src.execute(_MCP_USAGE_SQL).fetchall()
