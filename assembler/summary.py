@@ -108,7 +108,8 @@ def render_session(session_id: str, db_path: Path | None = None) -> Group:
         footer.append(f" ({status})")
     footer.append(f"\ndatabase  {db_path}\nrollup    {main_db_path()}\n")
     footer.append(
-        f'try       sqlite3 {db_path} \\\n            "SELECT model, input_tokens, output_tokens FROM model_calls"',
+        'try       capsem query-session "SELECT model, input_tokens, output_tokens FROM model_calls"\n'
+        "          capsem inspect-session",
         style="dim",
     )
     parts.append(footer)
