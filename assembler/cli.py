@@ -224,5 +224,84 @@ _PREVIEW_COLUMNS = {
 }  # fmt: skip
 
 
+@cli.command("cost-report")
+@click.option("--since", metavar="YYYY-MM-DD", help="First day to include.")
+@click.option("--until", metavar="YYYY-MM-DD", help="Last day to include.")
+@click.option("--by", "group_by", type=click.Choice(["session", "provider", "model", "day"]), default="model",
+              show_default=True, help="How to group the rows.")  # fmt: skip
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True),
+              help="Also write a self-contained HTML page with charts.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
+    """Cost and tokens over a date range, from the main.db rollup.
+
+    \b
+    Examples:
+        capsem cost-report
+        capsem cost-report --since 2026-11-01 --by day
+        capsem cost-report --by provider --html cost.html
+    """
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from assembler.reports import cost_rows, html_report
+
+    try:
+        found = cost_rows(group_by, since, until)
+    except FileNotFoundError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if html_path:
+        page = html_report(cost_rows("day", since, until), cost_rows("model", since, until), since, until)
+        Path(html_path).write_text(page, encoding="utf-8")
+        click.echo(f"wrote {html_path}", err=True)
+    if as_json:
+        click.echo(json.dumps([asdict(r) for r in found], indent=2))
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_footer=True)
+    total = (sum(r.calls for r in found), sum(r.input_tokens for r in found), sum(r.output_tokens for r in found),
+             sum(r.cost for r in found))  # fmt: skip
+    table.add_column(group_by, footer="total")
+    table.add_column("sessions", justify="right")
+    table.add_column("calls", justify="right", footer=str(total[0]))
+    table.add_column("input", justify="right", footer=f"{total[1]:,}")
+    table.add_column("output", justify="right", footer=f"{total[2]:,}")
+    table.add_column("cost", justify="right", footer=f"${total[3]:.4f}")
+    for r in found:
+        table.add_row(r.key, str(r.sessions), str(r.calls), f"{r.input_tokens:,}", f"{r.output_tokens:,}",
+                      f"${r.cost:.4f}")  # fmt: skip
+    Console().print(table)
+
+
+@cli.command("update-prices")
+@click.option("--from", "source", required=True, metavar="FILE|URL",
+              help="A genai-prices data.json (file path, or an http(s) URL to download).")  # fmt: skip
+@click.option("--dry-run", is_flag=True, help="Validate and show the changes without installing.")
+def update_prices_cmd(source, dry_run) -> None:
+    """Replace the price table: validated first, then swapped in atomically.
+
+    The table lands in $CAPSEM_HOME/prices.json and is used for every later session.
+
+    \b
+    Examples:
+        capsem update-prices --from ./data.json --dry-run
+        capsem update-prices --from https://raw.githubusercontent.com/pydantic/genai-prices/main/prices/data.json
+    """
+    from assembler.prices import update_prices
+
+    try:
+        changes = update_prices(source, dry_run=dry_run)
+    except (ValueError, OSError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    for label, items in (
+        ("added", changes.added),
+        ("removed", changes.removed),
+        ("changed", changes.changed),
+    ):
+        click.echo(f"{len(items)} models {label}" + (": " + ", ".join(items[:20]) if items else ""))
+        if len(items) > 20:
+            click.echo(f"  … and {len(items) - 20} more")
+    click.echo("dry run: nothing installed" if dry_run else "installed the new price table")
+
+
 def main() -> None:
     cli()
