@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 from rich import box
@@ -23,6 +24,42 @@ def cli() -> None:
     Capture runs inside mitmdump (`mitmdump -s addons/capsem_addon.py`); these commands work on
     what it recorded under $CAPSEM_HOME (default ~/.capsem).
     """
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--workspace", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="Directory to run the agent in (default: the current one).")  # fmt: skip
+@click.option("--mitmdump-args", default="", metavar="ARGS",
+              help="Extra mitmdump arguments, e.g. '--mode upstream:http://corp-proxy:3128'.")  # fmt: skip
+@click.option("--quiet", "-q", is_flag=True, help="Do not print the session summary.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(workspace, mitmdump_args, quiet, command) -> None:
+    """Run an agent with capsem recording everything it sends and receives.
+
+    The agent gets HTTPS_PROXY and the CA variables (SSL_CERT_FILE, NODE_EXTRA_CA_CERTS,
+    REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE...) pointing at a fresh mitmdump with the capsem addon.
+    Its exit code is passed through.
+
+    \b
+    Examples:
+        capsem run -- claude -p "fix the failing test"
+        capsem run --workspace ~/src/app -- codex exec "add a README"
+        capsem run -- gemini -p "summarize this repo"
+        capsem run -- aider --message "rename foo to bar"
+    """
+    from assembler.run import run_agent
+    from assembler.summary import print_session
+    from capsem.mitm import MitmdumpError
+
+    try:
+        result = run_agent(list(command), workspace=workspace, mitmdump_args=mitmdump_args)
+    except (MitmdumpError, RuntimeError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    if not quiet:
+        console = Console(stderr=True)
+        console.print()
+        print_session(result.session_id, console)
+    sys.exit(result.exit_code)
 
 
 @cli.command()

@@ -1,0 +1,78 @@
+"""`capsem run -- <agent command>`: record one agent run as one session.
+
+Starts mitmdump with the capsem addon on a free loopback port, runs the agent with the proxy
+and mitmproxy's CA set in its environment (the variables Python, Node, curl, git and the
+coding-agent CLIs read), passes the agent's exit code through, and ends the session cleanly
+when the agent exits or the user presses Ctrl-C. mitmproxy's CA is kept in
+`$CAPSEM_HOME/mitmproxy`, so it is created once and stays the same between runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from capsem.ids import new_session_id
+from capsem.mitm import Mitmdump, start_mitmdump
+from capsem.paths import capsem_home, session_dir
+
+# Where each runtime looks for a proxy and for extra trusted CAs.
+PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy")
+CA_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO",
+           "AWS_CA_BUNDLE", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH")  # fmt: skip
+
+
+@dataclass
+class RunResult:
+    session_id: str
+    exit_code: int
+    log_path: Path
+
+
+def agent_env(proxy: Mitmdump, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The agent's environment: proxy and CA variables set, everything else inherited."""
+    env = dict(os.environ if base is None else base)
+    for var in PROXY_VARS:
+        env[var] = proxy.url
+    for var in CA_VARS:
+        env[var] = str(proxy.ca_cert)
+    env["NODE_USE_ENV_PROXY"] = "1"  # Node >= 24 honours HTTPS_PROXY for fetch with this
+    env["CAPSEM_PROXY"] = proxy.url
+    return env
+
+
+def run_agent(
+    command: list[str],
+    *,
+    workspace: Path | None = None,
+    mitmdump_args: str = "",
+    session_id: str | None = None,
+) -> RunResult:
+    """Run `command` through a fresh capsem session; return its id and the agent's exit code."""
+    session_id = session_id or new_session_id()
+    folder = session_dir(session_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    log_path = folder / "mitmdump.log"
+    proxy = start_mitmdump(
+        confdir=capsem_home() / "mitmproxy",
+        log_path=log_path,
+        args=[
+            "--set", f"capsem_session_id={session_id}", "--set", "capsem_mode=run",
+            "--set", f"capsem_command={shlex.join(command)}", *shlex.split(mitmdump_args),
+        ],
+    )  # fmt: skip
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the agent; we clean up after
+    try:
+        try:
+            agent = subprocess.Popen(command, cwd=workspace, env=agent_env(proxy))
+        except OSError as exc:
+            raise RuntimeError(f"cannot start {command[0]!r}: {exc}") from exc
+        code = agent.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        proxy.stop()
+    return RunResult(session_id, code, log_path)
