@@ -42,6 +42,7 @@ from addons.providers._common import (
     request_object,
     response_object,
 )
+from addons.providers.base import GuardedParser
 from addons.records import RequestInfo, ResponseSummary, ToolCall, ToolResult, Usage
 
 __all__ = ["REDACTED_THINKING", "AnthropicMessages", "AnthropicStream", "usage_from_anthropic"]
@@ -440,22 +441,10 @@ class AnthropicStream:
     }
 
 
-class AnthropicMessages:
+class AnthropicMessages(GuardedParser):
     """ProtocolParser for the Anthropic Messages API."""
 
     name = "anthropic"
-
-    def parse_request(self, body: bytes) -> RequestInfo:
-        try:
-            return _parse_request(body)
-        except Exception as exc:  # a bug must never reach mitmproxy
-            return RequestInfo(error=f"request parser failed: {exc!r}")
-
-    def parse_response(self, body: bytes, status: int) -> ResponseSummary:
-        try:
-            return _parse_response(body, status)
-        except Exception as exc:
-            return ResponseSummary(parse_errors=1, error_message=f"response parser failed: {exc!r}")
-
-    def stream(self) -> AnthropicStream:
-        return AnthropicStream()
+    request_fn = staticmethod(_parse_request)
+    response_fn = staticmethod(_parse_response)
+    stream_cls = AnthropicStream

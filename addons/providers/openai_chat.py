@@ -42,6 +42,7 @@ from addons.providers._common import (
     request_object,
     response_object,
 )
+from addons.providers.base import GuardedParser
 from addons.records import RequestInfo, ResponseSummary, ToolCall, ToolResult, Usage
 
 __all__ = ["REFUSAL_PREFIX", "OpenAIChat", "OpenAIChatStream", "usage_from_openai"]
@@ -356,22 +357,10 @@ class OpenAIChatStream:
         self._last = call
 
 
-class OpenAIChat:
+class OpenAIChat(GuardedParser):
     """ProtocolParser for OpenAI Chat Completions and OpenAI-compatible servers."""
 
     name = "openai_chat"
-
-    def parse_request(self, body: bytes) -> RequestInfo:
-        try:
-            return _parse_request(body)
-        except Exception as exc:  # a bug must never reach mitmproxy
-            return RequestInfo(error=f"request parser failed: {exc!r}")
-
-    def parse_response(self, body: bytes, status: int) -> ResponseSummary:
-        try:
-            return _parse_response(body, status)
-        except Exception as exc:
-            return ResponseSummary(parse_errors=1, error_message=f"response parser failed: {exc!r}")
-
-    def stream(self) -> OpenAIChatStream:
-        return OpenAIChatStream()
+    request_fn = staticmethod(_parse_request)
+    response_fn = staticmethod(_parse_response)
+    stream_cls = OpenAIChatStream

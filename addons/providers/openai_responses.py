@@ -49,6 +49,7 @@ from addons.providers._common import (
     request_object,
     response_object,
 )
+from addons.providers.base import GuardedParser
 from addons.providers.openai_chat import REFUSAL_PREFIX, usage_from_openai
 from addons.records import RequestInfo, ResponseSummary, ToolCall, ToolResult, Usage
 
@@ -464,22 +465,10 @@ _HANDLERS = {
 }
 
 
-class OpenAIResponses:
+class OpenAIResponses(GuardedParser):
     """ProtocolParser for the OpenAI Responses API."""
 
     name = "openai_responses"
-
-    def parse_request(self, body: bytes) -> RequestInfo:
-        try:
-            return _parse_request(body)
-        except Exception as exc:  # a bug must never reach mitmproxy
-            return RequestInfo(error=f"request parser failed: {exc!r}")
-
-    def parse_response(self, body: bytes, status: int) -> ResponseSummary:
-        try:
-            return _parse_response(body, status)
-        except Exception as exc:
-            return ResponseSummary(parse_errors=1, error_message=f"response parser failed: {exc!r}")
-
-    def stream(self) -> OpenAIResponsesStream:
-        return OpenAIResponsesStream()
+    request_fn = staticmethod(_parse_request)
+    response_fn = staticmethod(_parse_response)
+    stream_cls = OpenAIResponsesStream
