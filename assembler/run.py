@@ -2,7 +2,8 @@
 
 Starts mitmdump with the capsem addon on a free loopback port, runs the agent with the proxy
 and mitmproxy's CA set in its environment (the variables Python, Node, curl, git and the
-coding-agent CLIs read), passes the agent's exit code through, and ends the session cleanly
+coding-agent CLIs read), records workspace file changes (`fs_events`), passes the agent's
+exit code through, and ends the session cleanly
 when the agent exits or the user presses Ctrl-C. mitmproxy's CA is kept in
 `$CAPSEM_HOME/mitmproxy`, so it is created once and stays the same between runs.
 """
@@ -13,12 +14,14 @@ import os
 import shlex
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from assembler.fswatch import WorkspaceWatcher
 from capsem.ids import new_session_id
-from capsem.mitm import Mitmdump, start_mitmdump
-from capsem.paths import capsem_home, session_dir
+from capsem.mitm import Mitmdump, MitmdumpError, start_mitmdump
+from capsem.paths import capsem_home, session_db_path, session_dir
 
 # Where each runtime looks for a proxy and for extra trusted CAs.
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy")
@@ -45,6 +48,15 @@ def agent_env(proxy: Mitmdump, base: dict[str, str] | None = None) -> dict[str, 
     return env
 
 
+def _wait_for_capture(proxy: Mitmdump, timeout: float = 20.0) -> None:
+    """Wait until the addon has opened its session (so the agent's first request is recorded)."""
+    deadline = time.monotonic() + timeout
+    while "capsem: recording session" not in proxy.log():
+        if proxy.process.poll() is not None or time.monotonic() > deadline:
+            raise MitmdumpError(f"the capsem addon did not start a session:\n{proxy.log()[-3000:]}")
+        time.sleep(0.05)
+
+
 def run_agent(
     command: list[str],
     *,
@@ -65,8 +77,12 @@ def run_agent(
             "--set", f"capsem_command={shlex.join(command)}", *shlex.split(mitmdump_args),
         ],
     )  # fmt: skip
+    watcher: WorkspaceWatcher | None = None
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the agent; we clean up after
     try:
+        _wait_for_capture(proxy)
+        watcher = WorkspaceWatcher(workspace or Path.cwd(), session_db_path(session_id))
+        watcher.start()
         try:
             agent = subprocess.Popen(command, cwd=workspace, env=agent_env(proxy))
         except OSError as exc:
@@ -74,5 +90,7 @@ def run_agent(
         code = agent.wait()
     finally:
         signal.signal(signal.SIGINT, previous)
+        if watcher is not None:
+            watcher.stop()  # before mitmdump stops: the rollup counts the file events
         proxy.stop()
     return RunResult(session_id, code, log_path)

@@ -15,6 +15,8 @@ client = anthropic.Anthropic(api_key="sk-ant-api03-RUNSECRET0000000000000000", m
 msg = client.messages.create(model="claude-haiku-4-5", max_tokens=50,
                              messages=[{"role": "user", "content": "hello"}])
 pathlib.Path("answer.txt").write_text(msg.content[0].text)
+pathlib.Path(".git").mkdir()
+pathlib.Path(".git/HEAD").write_text("ref: refs/heads/main")  # .git internals are not recorded
 print("proxy", os.environ["HTTPS_PROXY"], "ca", os.environ["NODE_EXTRA_CA_CERTS"])
 sys.exit(3)
 """
@@ -36,6 +38,11 @@ def test_run_records_the_agent_and_passes_its_exit_code(emu, capsem_home, tmp_pa
     assert call["host"] == "api.anthropic.com" and call["text_content"] == ex["expected"]["text"]
     assert call["process_name"] and call["pid"]
     assert session["id"] in out and "1 model calls" in out
+    events = rows(
+        capsem_home / "sessions" / session["id"] / "session.db", "SELECT action, path, size FROM fs_events"
+    )
+    assert {"action": "created", "path": "answer.txt", "size": len(ex["expected"]["text"].encode())} in events
+    assert session["total_file_events"] == len(events)
 
 
 def test_run_reports_a_missing_command(capsem_home):
