@@ -22,6 +22,10 @@ from addons.providers.base import ProtocolParser
 _KNOWN_HOSTS: dict[str, str] = {
     "api.anthropic.com": "anthropic",
     "api.openai.com": "openai",
+    "generativelanguage.googleapis.com": "google",
+    "cloudcode-pa.googleapis.com": "google",
+    "daily-cloudcode-pa.googleapis.com": "google",
+    "aiplatform.googleapis.com": "vertex",
 }
 
 # (protocol, provider when the host is unknown, path pattern). First match wins, so put
@@ -30,6 +34,8 @@ _ROUTES: list[tuple[str, str, re.Pattern[str]]] = [
     ("anthropic", "anthropic", re.compile(r"(?:^|/)v1/messages/?$")),
     ("openai_chat", "openai", re.compile(r"(?:^|/)(?:v1/)?chat/completions/?$")),
     ("openai_responses", "openai", re.compile(r"(?:^|/)(?:v1/)?responses/?$")),
+    ("gemini", "google", re.compile(r"/models/(?P<model>[^/:]+):(?:stream)?[gG]enerateContent$")),
+    ("gemini", "google", re.compile(r"/v1internal:(?:stream)?[gG]enerateContent$")),
 ]
 
 # Parsers by protocol name: module path and class name. One line per protocol.
@@ -37,6 +43,7 @@ _PARSERS: dict[str, tuple[str, str]] = {
     "anthropic": ("addons.providers.anthropic", "AnthropicMessages"),
     "openai_chat": ("addons.providers.openai_chat", "OpenAIChat"),
     "openai_responses": ("addons.providers.openai_responses", "OpenAIResponses"),
+    "gemini": ("addons.providers.gemini", "Gemini"),
 }
 
 
@@ -57,6 +64,8 @@ def provider_for_host(host: str) -> str | None:
     for known, provider in _KNOWN_HOSTS.items():
         if host.endswith("." + known):
             return provider
+    if host.endswith("-aiplatform.googleapis.com"):  # regional Vertex AI: us-central1-aiplatform...
+        return "vertex"
     return None
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from capsem.emulator import anthropic, openai_chat, openai_responses, websocket
+from capsem.emulator import anthropic, gemini, openai_chat, openai_responses, websocket
 from capsem.emulator.encoding import Encoder, header_value
 from capsem.emulator.reply import Reply, Request, json_reply
 from capsem.emulator.tls import CertificateAuthority
@@ -30,6 +30,12 @@ ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [
     ("POST", re.compile(r"(?:/[\w.-]+)*/v1/messages"), anthropic.handle),
     ("POST", re.compile(r"(?:/[\w.-]+)*/v1/chat/completions"), openai_chat.handle),
     ("POST", re.compile(r"(?:/[\w.-]+)*/v1/responses"), openai_responses.handle),
+    (
+        "POST",
+        re.compile(r"(?:/[\w.-]+)*/models/(?P<model>[^/:]+):(?:stream)?[gG]enerateContent"),
+        gemini.handle,
+    ),
+    ("POST", re.compile(r"/v1internal:(?:stream)?[gG]enerateContent"), gemini.handle),
 ]
 _MAX_BODY = 64 * 1024 * 1024
 
@@ -84,8 +90,8 @@ class Server:
                 keep = await self._respond(writer, scheme, tunnel_host, method, target, headers, body)
                 if not keep:
                     return
-        except (ConnectionError, asyncio.IncompleteReadError, OSError):
-            return
+        except (ConnectionError, asyncio.IncompleteReadError, OSError, asyncio.CancelledError):
+            return  # client gone, or the emulator is stopping
         finally:
             try:
                 writer.close()

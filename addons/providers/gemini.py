@@ -1,0 +1,258 @@
+"""Google Gemini (`:generateContent`, `:streamGenerateContent`), Vertex AI and Code Assist.
+
+Protocol quirks handled:
+
+- The model is in the URL (`/models/<model>:generateContent`; the route captures it), except
+  for Gemini CLI's Code Assist envelope (`/v1internal:generateContent`), whose request is
+  `{"model", "project", "request": {...}}` and whose responses are `{"response": {...}}`.
+- Streams come as SSE with `alt=sse`, or as one JSON array streamed element by element
+  without it (`stream_framing` says "json-array" then). Every element is a whole
+  GenerateContentResponse holding the next piece of text, not a delta event.
+- `usageMetadata` is a running total on every chunk: the last one wins. `promptTokenCount`
+  already includes `cachedContentTokenCount`; `thoughtsTokenCount` is billed as output but is
+  not part of `candidatesTokenCount`, so output = candidates + thoughts.
+- `thought: true` parts are thinking. `functionCall` parts arrive whole (args is an object);
+  without an `id`, calls get `gemini_<name>_<n>` (n = the call's position in the response),
+  and a trailing `functionResponse` without id is matched to the previous model turn's call
+  of the same name, giving the same synthetic id.
+- Errors are `{"error": {"code", "message", "status"}}` (array-wrapped in JSON-array mode,
+  possibly after an HTTP 200 inside a stream): `error_type` is the `status` string.
+- A prompt blocked before any candidate (`promptFeedback.blockReason`) ends the call with
+  that reason as stop reason.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from addons.framing import SSEEvent
+from addons.providers._common import as_int, as_str, load_json, request_object
+from addons.providers.base import GuardedParser
+from addons.records import RequestInfo, ResponseSummary, ToolCall, ToolResult, Usage
+
+__all__ = ["Gemini", "GeminiStream", "usage_from_gemini"]
+
+
+def _dump(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def usage_from_gemini(raw: Any) -> Usage:
+    """Normalize `usageMetadata` (the one place that knows its semantics)."""
+    if not isinstance(raw, dict):
+        return Usage(raw=raw)
+    candidates, thoughts = as_int(raw.get("candidatesTokenCount")), as_int(raw.get("thoughtsTokenCount"))
+    output = None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
+    extra = {}
+    tool_prompt = as_int(raw.get("toolUsePromptTokenCount"))
+    if tool_prompt:
+        extra["tool_use_prompt_tokens"] = tool_prompt
+    return Usage(
+        input_tokens=as_int(raw.get("promptTokenCount")),
+        output_tokens=output,
+        cache_read=as_int(raw.get("cachedContentTokenCount")),
+        reasoning=thoughts,
+        extra=extra,
+        raw=raw,
+    )
+
+
+def _error(obj: Any) -> tuple[str | None, str | None] | None:
+    err = obj.get("error") if isinstance(obj, dict) else None
+    if not isinstance(err, dict):
+        return None
+    kind = as_str(err.get("status")) or (str(err["code"]) if err.get("code") is not None else None)
+    return kind, as_str(err.get("message"))
+
+
+def _unwrap(obj: Any) -> Any:
+    """The GenerateContentResponse inside a Code Assist `{"response": ...}` envelope."""
+    if isinstance(obj, dict) and isinstance(obj.get("response"), dict) and "candidates" not in obj:
+        return obj["response"]
+    return obj
+
+
+def _parts(content: Any) -> list[dict[str, Any]]:
+    parts = content.get("parts") if isinstance(content, dict) else None
+    return [p for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+
+
+def _call_id(call: dict[str, Any], name: str, n: int) -> str:
+    return as_str(call.get("id")) or f"gemini_{name}_{n}"
+
+
+# -- requests -------------------------------------------------------------------------------
+
+
+def _trailing_results(contents: list[Any]) -> list[ToolResult]:
+    """The functionResponse parts at the end of `contents`, with ids matching their calls."""
+    start = len(contents)
+    while start > 0 and any("functionResponse" in p for p in _parts(contents[start - 1])):
+        start -= 1
+    calls: dict[str, list[str]] = {}
+    if start > 0:
+        for n, part in enumerate(p for p in _parts(contents[start - 1]) if "functionCall" in p):
+            call = part["functionCall"] if isinstance(part["functionCall"], dict) else {}
+            name = as_str(call.get("name")) or ""
+            calls.setdefault(name, []).append(_call_id(call, name, n))
+    results = []
+    for content in contents[start:]:
+        for part in _parts(content):
+            resp = part.get("functionResponse")
+            if not isinstance(resp, dict):
+                continue
+            name = as_str(resp.get("name")) or ""
+            pending = calls.get(name) or []
+            call_id = as_str(resp.get("id")) or (
+                pending.pop(0) if pending else f"gemini_{name}_{len(results)}"
+            )
+            body = resp.get("response")
+            results.append(ToolResult(call_id, "" if body is None else _dump(body), tool_name=name or None))
+    return results
+
+
+def _parse_request(body: bytes) -> RequestInfo:
+    obj, info = request_object(body)
+    if obj is None:
+        return info
+    if isinstance(obj.get("request"), dict):  # Code Assist envelope
+        info.model = as_str(obj.get("model"))
+        obj = obj["request"]
+    system = obj.get("systemInstruction") or obj.get("system_instruction")
+    info.system_prompt = (
+        "\n".join(p["text"] for p in _parts(system) if isinstance(p.get("text"), str)) or None
+    )
+    contents = obj.get("contents") if isinstance(obj.get("contents"), list) else []
+    info.messages_count = len(contents)
+    tools = obj.get("tools") if isinstance(obj.get("tools"), list) else []
+    declarations = [
+        d for t in tools if isinstance(t, dict)
+        for d in (t.get("functionDeclarations") or t.get("function_declarations") or []) if isinstance(d, dict)
+    ]  # fmt: skip
+    info.tools_count = len(declarations)
+    info.tool_results = _trailing_results(contents)
+    texts = [info.system_prompt or ""]
+    for content in contents:
+        for part in _parts(content):
+            if isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif "functionCall" in part or "functionResponse" in part:
+                texts.append(_dump(part.get("functionCall") or part.get("functionResponse")))
+    texts.append(_dump(declarations) if declarations else "")
+    info.prompt_text = "\n".join(t for t in texts if t)
+    return info
+
+
+# -- responses ------------------------------------------------------------------------------
+
+
+class GeminiStream:
+    """Accumulates GenerateContentResponse chunks (SSE events or JSON-array elements)."""
+
+    def __init__(self) -> None:
+        self.summary = ResponseSummary()
+        self._text: list[str] = []
+        self._thinking: list[str] = []
+        self._finished = False
+
+    def event(self, ev: SSEEvent) -> None:
+        try:
+            obj = load_json(ev.data)
+            if obj is None:
+                if ev.data.strip() not in ("", "[DONE]"):
+                    self.summary.parse_errors += 1
+                return
+            for chunk in obj if isinstance(obj, list) else [obj]:
+                self.chunk(chunk)
+        except Exception:
+            self.summary.parse_errors += 1
+
+    def chunk(self, obj: Any) -> None:
+        """One whole GenerateContentResponse (or error object)."""
+        s = self.summary
+        error = _error(obj)
+        if error is not None:
+            s.error_type, s.error_message = error
+            return
+        obj = _unwrap(obj)
+        if not isinstance(obj, dict):
+            s.parse_errors += 1
+            return
+        s.message_id = s.message_id or as_str(obj.get("responseId"))
+        s.model = as_str(obj.get("modelVersion")) or s.model
+        if isinstance(obj.get("usageMetadata"), dict):
+            s.usage = usage_from_gemini(obj["usageMetadata"])
+        candidates = obj.get("candidates") if isinstance(obj.get("candidates"), list) else []
+        if not candidates:
+            block = (
+                (obj.get("promptFeedback") or {}).get("blockReason")
+                if isinstance(obj.get("promptFeedback"), dict)
+                else None
+            )
+            if isinstance(block, str):
+                s.stop_reason, s.complete = block, True
+            return
+        candidate = candidates[0] if isinstance(candidates[0], dict) else {}
+        for part in _parts(candidate.get("content")):
+            self._part(part)
+        reason = as_str(candidate.get("finishReason"))
+        if reason:
+            s.stop_reason, s.complete = reason, True
+
+    def _part(self, part: dict[str, Any]) -> None:
+        s = self.summary
+        text = part.get("text")
+        if isinstance(text, str) and text:
+            (self._thinking if part.get("thought") is True else self._text).append(text)
+            s.content_started = True
+        call = part.get("functionCall")
+        if isinstance(call, dict):
+            name = as_str(call.get("name")) or ""
+            index = len(s.tool_calls)
+            args = call.get("args")
+            s.tool_calls.append(
+                ToolCall(index, _call_id(call, name, index), name, _dump(args if args is not None else {}))
+            )
+            s.content_started = True
+
+    def finish(self) -> ResponseSummary:
+        if not self._finished:
+            self._finished = True
+            self.summary.text = "".join(self._text)
+            self.summary.thinking = "".join(self._thinking)
+            if self.summary.error_type is not None:
+                self.summary.complete = False
+        return self.summary
+
+
+def _parse_response(body: bytes, status: int) -> ResponseSummary:
+    obj = load_json(body)
+    stream = GeminiStream()
+    if obj is None:
+        stream.summary.parse_errors = 1
+        if status >= 400:
+            stream.summary.error_message = f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}"
+        return stream.finish()
+    for chunk in obj if isinstance(obj, list) else [obj]:
+        stream.chunk(chunk)
+    summary = stream.finish()
+    if summary.error_type is not None or status >= 400:
+        summary.complete = True  # a whole error body is a complete answer
+    return summary
+
+
+class Gemini(GuardedParser):
+    """ProtocolParser for the Gemini API, Vertex AI and the Code Assist envelope."""
+
+    name = "gemini"
+    request_fn = staticmethod(_parse_request)
+    response_fn = staticmethod(_parse_response)
+    stream_cls = GeminiStream
+
+    @staticmethod
+    def stream_framing(content_type: str | None, path: str) -> str | None:
+        """Without `alt=sse`, `:streamGenerateContent` streams a JSON array as application/json."""
+        if "streamGenerateContent" in path and "event-stream" not in (content_type or ""):
+            return "json-array"
+        return None
