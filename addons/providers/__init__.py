@@ -22,6 +22,12 @@ from addons.providers.base import ProtocolParser
 _KNOWN_HOSTS: dict[str, str] = {
     "api.anthropic.com": "anthropic",
     "api.openai.com": "openai",
+    "openrouter.ai": "openrouter",
+    "api.deepseek.com": "deepseek",
+    "api.groq.com": "groq",
+    "api.mistral.ai": "mistral",
+    "api.x.ai": "xai",
+    "openai.azure.com": "azure",
     "generativelanguage.googleapis.com": "google",
     "cloudcode-pa.googleapis.com": "google",
     "daily-cloudcode-pa.googleapis.com": "google",
@@ -32,6 +38,7 @@ _KNOWN_HOSTS: dict[str, str] = {
 # specific patterns before general ones. A named group `model` takes the model from the URL.
 _ROUTES: list[tuple[str, str, re.Pattern[str]]] = [
     ("anthropic", "anthropic", re.compile(r"(?:^|/)v1/messages/?$")),
+    ("openai_chat", "azure", re.compile(r"/openai/deployments/(?P<model>[^/]+)/chat/completions/?$")),
     ("openai_chat", "openai", re.compile(r"(?:^|/)(?:v1/)?chat/completions/?$")),
     ("openai_responses", "openai", re.compile(r"(?:^|/)(?:v1/)?responses/?$")),
     ("gemini", "google", re.compile(r"/models/(?P<model>[^/:]+):(?:stream)?[gG]enerateContent$")),

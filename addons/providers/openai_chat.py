@@ -77,6 +77,9 @@ def usage_from_openai(raw: Any) -> Usage:
         value = as_int(src.get(key))
         if value:
             extra[name] = value
+    cost = raw.get("cost")  # OpenRouter bills and reports its own cost: kept next to ours
+    if isinstance(cost, int | float) and not isinstance(cost, bool):
+        extra["provider_cost"] = cost
     cache_read = first("cached_tokens", src=prompt)
     return Usage(
         input_tokens=first("prompt_tokens", "input_tokens"),

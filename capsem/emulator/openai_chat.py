@@ -58,6 +58,8 @@ def handle(request: Request) -> Reply:
              "prompt_tokens_details": {"cached_tokens": p.cache_read, "audio_tokens": 0},
              "completion_tokens_details": {"reasoning_tokens": p.reasoning, "audio_tokens": 0,
                                            "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}  # fmt: skip
+    if request.host == "openrouter.ai":  # OpenRouter reports its own cost in usage
+        usage["cost"] = round((prompt_tokens * 2 + p.output_tokens * 8) / 1e6, 8)
     exp.update(response_model=response_model, message_id=cid, text=p.text, stop_reason=finish,
                tool_calls=[{"index": i, "call_id": t.call_id, "name": t.name, "arguments": t.arguments}
                            for i, t in enumerate(p.tools)])  # fmt: skip

@@ -28,7 +28,7 @@ Handler = Callable[[Request], Reply]
 # (method, path pattern, handler): the first full match wins. Add one line per API.
 ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [
     ("POST", re.compile(r"(?:/[\w.-]+)*/v1/messages"), anthropic.handle),
-    ("POST", re.compile(r"(?:/[\w.-]+)*/v1/chat/completions"), openai_chat.handle),
+    ("POST", re.compile(r"(?:/[\w.-]+)*/chat/completions"), openai_chat.handle),
     ("POST", re.compile(r"(?:/[\w.-]+)*/v1/responses"), openai_responses.handle),
     (
         "POST",
