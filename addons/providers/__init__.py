@@ -43,6 +43,7 @@ _ROUTES: list[tuple[str, str, re.Pattern[str]]] = [
     ("openai_responses", "openai", re.compile(r"(?:^|/)(?:v1/)?responses/?$")),
     ("gemini", "google", re.compile(r"/models/(?P<model>[^/:]+):(?:stream)?[gG]enerateContent$")),
     ("gemini", "google", re.compile(r"/v1internal:(?:stream)?[gG]enerateContent$")),
+    ("ollama", "ollama", re.compile(r"(?:^|/)api/(?:chat|generate)/?$")),
 ]
 
 # Parsers by protocol name: module path and class name. One line per protocol.
@@ -51,6 +52,7 @@ _PARSERS: dict[str, tuple[str, str]] = {
     "openai_chat": ("addons.providers.openai_chat", "OpenAIChat"),
     "openai_responses": ("addons.providers.openai_responses", "OpenAIResponses"),
     "gemini": ("addons.providers.gemini", "Gemini"),
+    "ollama": ("addons.providers.ollama", "Ollama"),
 }
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from capsem.emulator import anthropic, gemini, openai_chat, openai_responses, websocket
+from capsem.emulator import anthropic, gemini, ollama, openai_chat, openai_responses, websocket
 from capsem.emulator.encoding import Encoder, header_value
 from capsem.emulator.reply import Reply, Request, json_reply
 from capsem.emulator.tls import CertificateAuthority
@@ -36,6 +36,7 @@ ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [
         gemini.handle,
     ),
     ("POST", re.compile(r"/v1internal:(?:stream)?[gG]enerateContent"), gemini.handle),
+    ("POST", re.compile(r"/api/(?:chat|generate)"), ollama.handle),
 ]
 _MAX_BODY = 64 * 1024 * 1024
 
