@@ -116,12 +116,11 @@ class OllamaStream:
             if isinstance(value, str) and value:
                 target.append(value)
                 s.content_started = True
-        for call in message.get("tool_calls") or []:
-            fn = (
-                call.get("function")
-                if isinstance(call, dict) and isinstance(call.get("function"), dict)
-                else {}
-            )
+        calls = message.get("tool_calls")
+        for call in calls if isinstance(calls, list) else []:
+            if not isinstance(call, dict):
+                continue
+            fn = call.get("function") if isinstance(call.get("function"), dict) else {}
             name = as_str(fn.get("name")) or ""
             args = fn.get("arguments")
             n = len(s.tool_calls)
