@@ -27,6 +27,7 @@ from addons.body import is_event_stream, stream_framing
 from addons.flowdata import FlowData
 from addons.process import ProcessResolver
 from addons.providers import detect, parser_for
+from addons.providers.sniff import sniff_route
 from addons.recorder import CaptureSettings, Recorder
 from addons.session import Session
 from addons.store import SessionStore
@@ -252,8 +253,12 @@ class Capsem:
     @guarded
     def request(self, flow: http.HTTPFlow) -> None:
         fd = self.flows.get(flow.id)
-        if fd is not None:
-            self._collect_request(flow, fd)
+        if fd is None:
+            return
+        self._collect_request(flow, fd)
+        if fd.route is None and fd.method == "POST":  # an unknown path: does the body look like a model call?
+            fd.route = sniff_route(fd.host, fd.path, fd.header("content-type"), fd.header("content-encoding"),
+                                   fd.request_body)  # fmt: skip
 
     @guarded
     def responseheaders(self, flow: http.HTTPFlow) -> None:

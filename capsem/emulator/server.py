@@ -37,6 +37,9 @@ ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [
     ),
     ("POST", re.compile(r"/v1internal:(?:stream)?[gG]enerateContent"), gemini.handle),
     ("POST", re.compile(r"/api/(?:chat|generate)"), ollama.handle),
+    # a company gateway on paths no provider uses (for body-shape detection)
+    ("POST", re.compile(r"/gateway/anthropic"), anthropic.handle),
+    ("POST", re.compile(r"/gateway/openai"), openai_chat.handle),
 ]
 _MAX_BODY = 64 * 1024 * 1024
 
