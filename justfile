@@ -1,4 +1,5 @@
 # Thin wrappers over the capsem CLI, with the recipe names of Capsem's justfile.
+# `just list-sessions --with-model`, `just query-session "SELECT ..." <id>`, ...
 
 list-sessions *ARGS:
     uv run --frozen capsem list-sessions {{ARGS}}
@@ -7,7 +8,7 @@ inspect-session *ARGS:
     uv run --frozen capsem inspect-session {{ARGS}}
 
 query-session SQL *ARGS:
-    uv run --frozen capsem query-session "{{SQL}}" {{ARGS}}
+    uv run --frozen capsem query-session {{quote(SQL)}} {{ARGS}}
 
 update-prices *ARGS:
     uv run --frozen capsem update-prices {{ARGS}}
@@ -15,11 +16,14 @@ update-prices *ARGS:
 cost-report *ARGS:
     uv run --frozen capsem cost-report {{ARGS}}
 
+vacuum *ARGS:
+    uv run --frozen capsem vacuum {{ARGS}}
+
 run *ARGS:
     uv run --frozen capsem run {{ARGS}}
 
 demo:
-    make demo
+    uv run --frozen capsem demo
 
-test:
-    make test
+test *ARGS:
+    uv run --frozen pytest -q {{ARGS}}

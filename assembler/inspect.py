@@ -1,7 +1,8 @@
 """`capsem inspect-session`: integrity and data-quality checks on one session.
 
-Each check is a small function `conn -> list[Finding]` so tests can call them one by one.
-Severities: `error` (data is wrong or missing), `warning` (suspicious, worth a look), `info`.
+Each check is a small function `conn -> list[Finding]` (the rollup and file checks also take
+the session's main.db row) so tests can call them one by one. Severities: `error` (data is
+wrong or missing), `warning` (suspicious, worth a look), `info` (worth knowing, not a fault).
 """
 
 from __future__ import annotations
@@ -9,15 +10,36 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
-from assembler.sessiondb import db_file
-from capsem.paths import main_db_path
-from capsem.rollup import TOTALS_SQL
-from capsem.schema import SESSION_MIGRATIONS, SESSION_TABLES, connect, migrate
+from assembler.sessiondb import DB_NAME, db_file, main_row, open_main, open_session
+from capsem.rollup import _AI_USAGE_SQL, TOTALS_SQL
+from capsem.schema import SESSION_MIGRATIONS, SESSION_TABLES, migrate
 
 Severity = Literal["error", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
+
+# The columns of the Capsem seed (the contract): missing one is an error.
+SEED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "net_events": ("id", "timestamp", "domain", "port", "decision", "process_name", "pid", "method", "path",
+                   "query", "status_code", "bytes_sent", "bytes_received", "duration_ms", "matched_rule",
+                   "request_headers", "response_headers", "request_body_preview", "response_body_preview",
+                   "conn_type"),
+    "model_calls": ("id", "timestamp", "provider", "model", "process_name", "pid", "method", "path", "stream",
+                    "system_prompt_preview", "messages_count", "tools_count", "request_bytes",
+                    "request_body_preview", "message_id", "status_code", "text_content", "thinking_content",
+                    "stop_reason", "input_tokens", "output_tokens", "duration_ms", "response_bytes",
+                    "estimated_cost_usd", "trace_id", "usage_details"),
+    "tool_calls": ("id", "model_call_id", "call_index", "call_id", "tool_name", "arguments", "origin",
+                   "mcp_call_id"),
+    "tool_responses": ("id", "model_call_id", "call_id", "content_preview", "is_error"),
+    "mcp_calls": ("id", "timestamp", "server_name", "method", "tool_name", "request_id", "request_preview",
+                  "response_preview", "decision", "duration_ms", "error_message", "process_name", "bytes_sent",
+                  "bytes_received"),
+    "fs_events": ("id", "timestamp", "action", "path", "size"),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -31,63 +53,83 @@ def _count(conn: sqlite3.Connection, sql: str, params: tuple = ()) -> int:
     return int(conn.execute(sql, params).fetchone()[0] or 0)
 
 
-def _expected_columns() -> dict[str, list[str]]:
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _capsem_columns() -> dict[str, list[str]]:
+    """Every column the current capsem schema has, per table."""
     fresh = sqlite3.connect(":memory:", isolation_level=None)
-    migrate(fresh, SESSION_MIGRATIONS)
-    cols = {t: [r[1] for r in fresh.execute(f"PRAGMA table_info({t})")] for t in SESSION_TABLES}
-    fresh.close()
-    return cols
+    try:
+        migrate(fresh, SESSION_MIGRATIONS)
+        return {t: [r[1] for r in fresh.execute(f"PRAGMA table_info({t})")] for t in SESSION_TABLES}
+    finally:
+        fresh.close()
+
+
+# --- checks -----------------------------------------------------------------------------------
 
 
 def check_schema(conn: sqlite3.Connection) -> list[Finding]:
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    """Missing tables or seed columns (errors); missing capsem columns (warning: older schema)."""
+    tables = _tables(conn)
     out = []
-    for table, columns in _expected_columns().items():
+    capsem = _capsem_columns()
+    for table in SESSION_TABLES:
         if table not in tables:
             out.append(Finding("error", "schema", f"table {table} is missing"))
             continue
         have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
-        missing = [c for c in columns if c not in have]
+        missing = [c for c in SEED_COLUMNS[table] if c not in have]
         if missing:
-            out.append(Finding("error", "schema", f"{table} lacks columns {', '.join(missing)}"))
+            out.append(Finding("error", "schema", f"{table} lacks seed columns {', '.join(missing)}"))
+        extra = [c for c in capsem[table] if c not in have and c not in SEED_COLUMNS[table]]
+        if extra:
+            out.append(Finding("warning", "schema", f"{table} lacks capsem columns {', '.join(extra)} "
+                                                    "(older schema; some checks cannot run)"))  # fmt: skip
     return out
 
 
 def check_integrity(conn: sqlite3.Connection) -> list[Finding]:
-    result = [r[0] for r in conn.execute("PRAGMA integrity_check")]
+    """`PRAGMA integrity_check` (a file too damaged to run it is an error too)."""
+    try:
+        result = [r[0] for r in conn.execute("PRAGMA integrity_check")]
+    except sqlite3.DatabaseError as exc:
+        return [Finding("error", "integrity", f"the database file is damaged: {exc}")]
     if result != ["ok"]:
         return [Finding("error", "integrity", "PRAGMA integrity_check: " + "; ".join(result[:5]))]
     return []
 
 
-def check_tools(conn: sqlite3.Connection) -> list[Finding]:
+def check_tool_lifecycle(conn: sqlite3.Connection) -> list[Finding]:
+    """Tool calls without results, results without calls, duplicate call ids.
+
+    Calls made by the session's last model call may legitimately be unanswered (the agent
+    stopped there): that is info, not a warning. Server-side tools (run by the provider) never
+    get a result from the client and are not counted.
+    """
     out = []
-    last_call = _count(conn, "SELECT MAX(model_call_id) FROM tool_calls")
+    last_call = _count(conn, "SELECT MAX(id) FROM model_calls")
     orphans = conn.execute(
         "SELECT tc.call_id, tc.tool_name, tc.model_call_id FROM tool_calls tc WHERE tc.origin != 'server' "
         "AND NOT EXISTS (SELECT 1 FROM tool_responses tr WHERE tr.call_id = tc.call_id)"
     ).fetchall()
     pending = [o for o in orphans if o[2] == last_call]
     lost = [o for o in orphans if o[2] != last_call]
+    total = _count(conn, "SELECT COUNT(*) FROM tool_calls WHERE origin != 'server'")
     if lost:
         names = ", ".join(sorted({o[1] for o in lost}))
-        out.append(
-            Finding("warning", "tool lifecycle", f"{len(lost)} tool calls never got a result ({names})")
-        )
+        out.append(Finding("warning", "tool lifecycle",
+                           f"{len(lost)}/{total} tool calls never got a result ({names})"))  # fmt: skip
     if pending:
         out.append(Finding("info", "tool lifecycle", f"{len(pending)} tool calls of the last model call have no "
-                                                     "result yet (the session may have ended there)"))  # fmt: skip
+                                                     "result (the session ended there)"))  # fmt: skip
     n = _count(conn, "SELECT COUNT(*) FROM tool_responses tr WHERE NOT EXISTS "
                      "(SELECT 1 FROM tool_calls tc WHERE tc.call_id = tr.call_id)")  # fmt: skip
     if n:
         out.append(
             Finding("warning", "tool lifecycle", f"{n} tool results answer a call id no model call made")
         )
-    for table in ("tool_calls", "tool_responses"):
-        n = _count(conn, f"SELECT COUNT(*) FROM {table} t WHERE NOT EXISTS "
-                         "(SELECT 1 FROM model_calls m WHERE m.id = t.model_call_id)")  # fmt: skip
-        if n:
-            out.append(Finding("error", "references", f"{n} {table} rows point at missing model_calls"))
     n = _count(
         conn, "SELECT COUNT(*) FROM (SELECT call_id FROM tool_calls GROUP BY call_id HAVING COUNT(*) > 1)"
     )
@@ -98,70 +140,139 @@ def check_tools(conn: sqlite3.Connection) -> list[Finding]:
     return out
 
 
-def check_model_calls(conn: sqlite3.Connection) -> list[Finding]:
+def check_references(conn: sqlite3.Connection) -> list[Finding]:
+    """tool_calls / tool_responses rows whose model_call_id points nowhere."""
     out = []
+    for table in ("tool_calls", "tool_responses"):
+        n = _count(conn, f"SELECT COUNT(*) FROM {table} t WHERE NOT EXISTS "
+                         "(SELECT 1 FROM model_calls m WHERE m.id = t.model_call_id)")  # fmt: skip
+        if n:
+            out.append(Finding("error", "references", f"{n} {table} rows point at missing model_calls"))
+    return out
+
+
+def check_provider_traffic(conn: sqlite3.Connection) -> list[Finding]:
+    """Flows recognised as model calls (net_events.provider set) that produced no model_calls row."""
     n = _count(conn, "SELECT COUNT(*) FROM net_events n WHERE n.provider IS NOT NULL AND n.decision != 'denied' "
                      "AND NOT EXISTS (SELECT 1 FROM model_calls m WHERE m.net_event_id = n.id)")  # fmt: skip
     if n:
-        out.append(Finding("error", "provider traffic", f"{n} model-call flows have no model_calls row"))
-    simple = [
-        ("warning", "model", "model IS NULL", "model calls without a model"),
-        ("warning", "tokens", "input_tokens IS NULL AND output_tokens IS NULL AND status_code BETWEEN 200 AND 299",
-         "successful model calls without token counts"),
-        ("warning", "pricing", "estimated_cost_usd IS NULL AND COALESCE(input_tokens, output_tokens) IS NOT NULL",
-         "model calls with tokens but no known price (unpriced model or provider)"),
-        ("warning", "streams", "complete = 0 AND status_code BETWEEN 200 AND 299",
-         "responses ended before their terminal event (truncated or errored mid-stream)"),
-        ("warning", "parsing", "parse_errors > 0", "responses contained events capsem could not parse"),
-        ("info", "http errors", "status_code >= 400", "model calls got an HTTP error"),
-        ("info", "estimates", "usage_details LIKE '%\"estimated\"%'", "model calls have tokenizer-estimated usage"),
-    ]  # fmt: skip
-    for severity, check, where, what in simple:
+        total = _count(conn, "SELECT COUNT(*) FROM net_events WHERE provider IS NOT NULL")
+        return [Finding("error", "provider traffic",
+                        f"{n}/{total} model-call flows have no model_calls row (parsing may have failed)")]  # fmt: skip
+    return []
+
+
+# (severity, check, WHERE clause on model_calls, what it means)
+_MODEL_CALL_RULES: list[tuple[Severity, str, str, str]] = [
+    ("warning", "model", "model IS NULL", "model calls without a model"),
+    ("warning", "tokens", "input_tokens IS NULL AND output_tokens IS NULL AND status_code BETWEEN 200 AND 299",
+     "successful model calls without token counts"),
+    ("warning", "tokens", "input_tokens < 0 OR output_tokens < 0 OR duration_ms < 0",
+     "model calls with negative token counts or durations"),
+    ("warning", "pricing", "estimated_cost_usd IS NULL AND COALESCE(input_tokens, output_tokens) IS NOT NULL",
+     "model calls with tokens but no known price (unpriced model or provider)"),
+    ("warning", "streams", "complete = 0 AND status_code BETWEEN 200 AND 299",
+     "responses ended before their terminal event (truncated or cut mid-stream)"),
+    ("warning", "parsing", "parse_errors > 0", "responses contained events capsem could not parse"),
+    ("info", "http errors", "status_code >= 400 OR status_code IS NULL", "model calls got an HTTP error or none"),
+]  # fmt: skip
+
+
+def check_model_calls(conn: sqlite3.Connection) -> list[Finding]:
+    """NULL model or tokens, unpriced models, truncated streams, parse and HTTP errors."""
+    out = []
+    for severity, check, where, what in _MODEL_CALL_RULES:
         n = _count(conn, f"SELECT COUNT(*) FROM model_calls WHERE {where}")
         if n:
-            out.append(Finding(severity, check, f"{n} {what}"))  # type: ignore[arg-type]
-    bad_json = breakdown = 0
+            out.append(Finding(severity, check, f"{n} {what}"))
+    return out
+
+
+def check_usage(conn: sqlite3.Connection) -> list[Finding]:
+    """usage_details is a JSON object whose breakdown fits the totals; estimated usage is flagged."""
+    bad_json = breakdown = estimated = 0
     for details, inp, outp in conn.execute(
         "SELECT usage_details, input_tokens, output_tokens FROM model_calls"
     ):
         try:
             d = json.loads(details) if details else {}
             if not isinstance(d, dict):
-                raise ValueError
-        except ValueError:
+                raise ValueError(details)
+            cached = _num(d.get("cache_read")) + _num(d.get("cache_write"))
+            reasoning = _num(d.get("reasoning"))
+        except (ValueError, TypeError):
             bad_json += 1
             continue
-        cached = (d.get("cache_read") or 0) + (d.get("cache_write") or 0)
-        if (inp is not None and cached > inp) or (outp is not None and (d.get("reasoning") or 0) > outp):
+        if (inp is not None and cached > inp) or (outp is not None and reasoning > outp):
             breakdown += 1
+        if d.get("estimated"):
+            estimated += 1
+    out = []
     if bad_json:
-        out.append(Finding("error", "usage", f"{bad_json} usage_details values are not JSON objects"))
+        out.append(
+            Finding("error", "usage", f"{bad_json} usage_details values are not JSON objects with numbers")
+        )
     if breakdown:
-        out.append(Finding("warning", "usage", f"{breakdown} usage breakdowns do not add up (cache > input or "
-                                               "reasoning > output)"))  # fmt: skip
-    n = _count(conn, "SELECT COUNT(*) FROM net_events WHERE decode_error IS NOT NULL")
-    if n:
-        out.append(Finding("warning", "decoding", f"{n} bodies could not be decoded as declared"))
+        out.append(Finding("warning", "usage", f"{breakdown} usage breakdowns do not add up "
+                                               "(cache_read + cache_write > input or reasoning > output)"))  # fmt: skip
+    if estimated:
+        out.append(Finding("info", "usage", f"{estimated} model calls have tokenizer-estimated usage "
+                                            "(the provider never reported it)"))  # fmt: skip
     return out
 
 
-def check_rollup(conn: sqlite3.Connection, session_id: str) -> list[Finding]:
-    if not main_db_path().is_file():
-        return [Finding("warning", "rollup", "main.db does not exist")]
-    main = connect(main_db_path(), readonly=True)
-    try:
-        row = main.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
-    finally:
-        main.close()
+def _num(value: Any) -> float:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(value)
+    return value
+
+
+def check_decoding(conn: sqlite3.Connection) -> list[Finding]:
+    """Bodies that could not be decoded as their Content-Encoding declared."""
+    n = _count(conn, "SELECT COUNT(*) FROM net_events WHERE decode_error IS NOT NULL")
+    if n:
+        return [Finding("warning", "decoding", f"{n} bodies could not be decoded as declared")]
+    return []
+
+
+def check_rollup(
+    conn: sqlite3.Connection, row: dict | None, ai_usage: list[dict] | None = None
+) -> list[Finding]:
+    """main.db totals (and ai_usage rows, when given) recomputed from session.db with rollup's SQL."""
     if row is None:
-        return [Finding("warning", "rollup", f"session {session_id} has no row in main.db")]
+        return [Finding("warning", "rollup", "session has no row in main.db")]
     if row["status"] == "running":
         return [Finding("info", "rollup", "session is still running; totals are rolled up when it stops")]
     actual = dict(conn.execute(TOTALS_SQL).fetchone())
-    diffs = [f"{k} {row[k]} != {v}" for k, v in actual.items() if k in row.keys() and _differs(row[k], v)]  # noqa: SIM118
+    diffs = [
+        f"{k} {_shown(row[k])} != {_shown(v)}" for k, v in actual.items() if k in row and _differs(row[k], v)
+    ]
+    out = []
     if diffs:
-        return [Finding("error", "rollup", "main.db totals differ from session.db: " + ", ".join(diffs))]
-    return []
+        out.append(Finding("error", "rollup", "main.db totals differ from session.db: " + ", ".join(diffs)))
+    if ai_usage is not None:
+        expected = {(r[0], r[1]): tuple(r[2:]) for r in conn.execute(_AI_USAGE_SQL)}
+        stored = {(r["provider"], r["model"]): (r["call_count"], r["input_tokens"], r["output_tokens"],
+                                                r["estimated_cost"], r["total_duration_ms"]) for r in ai_usage}  # fmt: skip
+        bad = sorted(
+            f"{p}/{m or '?'}"
+            for p, m in expected.keys() | stored.keys()
+            if any(
+                _differs(a, b) for a, b in zip(expected.get((p, m), ()), stored.get((p, m), ()), strict=False)
+            )
+            or ((p, m) in expected) != ((p, m) in stored)
+        )
+        if bad:
+            out.append(
+                Finding("error", "rollup", "main.db ai_usage differs from session.db for " + ", ".join(bad))
+            )
+    return out
+
+
+def _shown(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 def _differs(a: Any, b: Any) -> bool:
@@ -170,45 +281,158 @@ def _differs(a: Any, b: Any) -> bool:
     return a != b
 
 
-def check_files(session_id: str) -> list[Finding]:
-    path = db_file(session_id)
-    wal = path.with_name("session.db-wal") if path is not None and path.name == "session.db" else None
-    if wal is not None and wal.exists() and wal.stat().st_size:
-        return [Finding("info", "files", "a -wal file is left (session running, or not shut down cleanly)")]
-    return []
+def check_files(path: Path | None, row: dict | None) -> list[Finding]:
+    """A non-empty `-wal` left next to a stopped session's database (it was not closed cleanly)."""
+    if path is None or path.name != DB_NAME:
+        return []
+    wal = path.with_name(DB_NAME + "-wal")
+    if not wal.exists() or wal.stat().st_size == 0:
+        return []
+    status = row["status"] if row else None
+    if status == "running":
+        return []
+    if status == "crashed":
+        return [Finding("info", "files", f"{wal.name} is left ({wal.stat().st_size} bytes): the session crashed; "
+                                         "its last writes are in the WAL and are read with it")]  # fmt: skip
+    return [Finding("warning", "files", f"{wal.name} is left ({wal.stat().st_size} bytes) although the session is "
+                                        f"{status or 'not in main.db'}: it was not shut down cleanly")]  # fmt: skip
 
 
 CHECKS: list[Callable[[sqlite3.Connection], list[Finding]]] = [
-    check_schema, check_integrity, check_tools, check_model_calls,
+    check_schema, check_integrity, check_tool_lifecycle, check_references, check_provider_traffic,
+    check_model_calls, check_usage, check_decoding,
 ]  # fmt: skip
 
 
-def inspect_session(conn: sqlite3.Connection, session_id: str) -> list[Finding]:
-    """Every check, in order."""
-    findings = [f for check in CHECKS for f in _safe(check, conn)]
-    return findings + _safe(lambda c: check_rollup(c, session_id), conn) + check_files(session_id)
+class _CouldNotRun(Exception):
+    def __init__(self, name: str, error: str) -> None:
+        self.name, self.error = name, error
 
 
-def _safe(check: Callable[[sqlite3.Connection], list[Finding]], conn: sqlite3.Connection) -> list[Finding]:
+def _safe(
+    name: str, check: Callable[[sqlite3.Connection], list[Finding]], conn: sqlite3.Connection
+) -> list[Finding]:
     try:
         return check(conn)
     except sqlite3.Error as exc:
-        return [Finding("error", getattr(check, "__name__", "check"), f"check could not run: {exc}")]
+        raise _CouldNotRun(name, str(exc)) from exc
+
+
+def run_checks(conn: sqlite3.Connection, row: dict | None, ai_usage: list[dict] | None,
+               path: Path | None) -> list[Finding]:  # fmt: skip
+    """Every check, in order; checks that cannot run become one error finding per cause."""
+    named = [(c.__name__.removeprefix("check_").replace("_", " "), c) for c in CHECKS]
+    named.append(("rollup", lambda c: check_rollup(c, row, ai_usage)))
+    findings: list[Finding] = []
+    failed: dict[str, list[str]] = {}
+    for name, check in named:
+        try:
+            findings += _safe(name, check, conn)
+        except _CouldNotRun as exc:
+            failed.setdefault(exc.error, []).append(exc.name)
+    for error, names in failed.items():
+        findings.append(
+            Finding("error", "checks", f"{len(names)} checks could not run ({', '.join(names)}): {error}")
+        )
+    findings += check_files(path, row)
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    return sorted(findings, key=lambda f: order[f.severity])
+
+
+# --- summaries ----------------------------------------------------------------------------------
 
 
 def table_counts(conn: sqlite3.Connection) -> dict[str, int | None]:
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    """Rows per seed table; None for a missing table."""
+    tables = _tables(conn)
     return {t: _count(conn, f"SELECT COUNT(*) FROM {t}") if t in tables else None for t in SESSION_TABLES}
 
 
-def tool_usage(conn: sqlite3.Connection) -> list[sqlite3.Row]:
-    return conn.execute(
-        "SELECT tool_name, origin, COUNT(*) AS calls FROM tool_calls GROUP BY tool_name, origin ORDER BY calls DESC"
-    ).fetchall()
+def tool_usage(conn: sqlite3.Connection) -> list[dict]:
+    """Per tool and origin: calls, results, errors."""
+    return [dict(r) for r in conn.execute(
+        "SELECT tc.tool_name, tc.origin, COUNT(*) AS calls, COUNT(tr.call_id) AS results, "
+        "COALESCE(SUM(tr.is_error), 0) AS errors FROM tool_calls tc "
+        "LEFT JOIN (SELECT call_id, MAX(is_error) AS is_error FROM tool_responses GROUP BY call_id) tr "
+        "ON tr.call_id = tc.call_id GROUP BY tc.tool_name, tc.origin ORDER BY calls DESC, tc.tool_name"
+    )]  # fmt: skip
 
 
-def mcp_usage(conn: sqlite3.Connection) -> list[sqlite3.Row]:
-    return conn.execute(
-        "SELECT server_name, tool_name, decision, COUNT(*) AS calls, ROUND(AVG(duration_ms), 1) AS avg_ms "
-        "FROM mcp_calls GROUP BY server_name, tool_name, decision ORDER BY calls DESC"
-    ).fetchall()
+def mcp_usage(conn: sqlite3.Connection) -> list[dict]:
+    """Per MCP server, tool and decision: calls, average duration, bytes."""
+    return [dict(r) for r in conn.execute(
+        "SELECT server_name, tool_name, decision, COUNT(*) AS calls, ROUND(AVG(duration_ms), 1) AS avg_ms, "
+        "COALESCE(SUM(bytes_sent + bytes_received), 0) AS bytes "
+        "FROM mcp_calls GROUP BY server_name, tool_name, decision ORDER BY server_name, calls DESC"
+    )]  # fmt: skip
+
+
+def last_rows(conn: sqlite3.Connection, n: int) -> dict[str, list[dict]]:
+    """The last `n` rows of each seed table that has rows."""
+    out = {}
+    for table, count in table_counts(conn).items():
+        if count and n > 0:
+            out[table] = [
+                dict(r) for r in conn.execute(f"SELECT * FROM {table} ORDER BY id DESC LIMIT ?", (n,))
+            ]
+    return out
+
+
+@dataclass
+class Inspection:
+    session_id: str
+    path: str
+    status: str | None
+    counts: dict[str, int | None]
+    """Rows per seed table (None: table missing); empty when the file cannot be read."""
+    findings: list[Finding]
+    tools: list[dict] = field(default_factory=list)
+    mcp: list[dict] = field(default_factory=list)
+    previews: dict[str, list[dict]] = field(default_factory=dict)
+
+    @property
+    def problems(self) -> int:
+        return sum(f.severity in ("error", "warning") for f in self.findings)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["previews"] = {t: [{k: _jsonable(v) for k, v in r.items()} for r in rows]
+                            for t, rows in self.previews.items()}  # fmt: skip
+        return data
+
+
+def _jsonable(value: Any) -> Any:
+    return f"<blob {len(value)} bytes>" if isinstance(value, bytes) else value
+
+
+def inspect_session(session_id: str, preview_rows: int = 5) -> Inspection:
+    """Open a session (gzipped or not, read-only) and run every check on it.
+
+    Raises:
+        SessionNotFound, SessionDbError: the database is missing or cannot be opened.
+    """
+    path = db_file(session_id)
+    row = main_row(session_id)
+    ai_usage = None
+    if row is not None:
+        with open_main() as main:
+            ai_usage = [
+                dict(r) for r in main.execute("SELECT * FROM ai_usage WHERE session_id = ?", (session_id,))
+            ]
+    with open_session(session_id) as conn:
+        findings = run_checks(conn, row, ai_usage, path)
+        try:
+            counts = table_counts(conn)
+        except sqlite3.Error:
+            counts = {}  # unreadable
+        result = Inspection(session_id, str(path), row["status"] if row else None, counts, findings)
+        for attr, fn in (("tools", tool_usage), ("mcp", mcp_usage)):
+            try:
+                setattr(result, attr, fn(conn))
+            except sqlite3.Error:
+                pass
+        try:
+            result.previews = last_rows(conn, preview_rows)
+        except sqlite3.Error:
+            pass
+    return result

@@ -35,16 +35,19 @@ class QueryResult:
 def check_read_only(sql: str) -> None:
     """Raise QueryError unless `sql` is one read-only statement."""
     if not _ALLOWED.match(sql):
-        raise QueryError("only SELECT, WITH, EXPLAIN or VALUES queries are allowed")
-    body = sql.strip().rstrip(";")
-    if not sqlite3.complete_statement(body + ";") or _has_second_statement(body):
+        raise QueryError(
+            "only SELECT, WITH, EXPLAIN or VALUES queries are allowed (query-session never writes)"
+        )
+    if not sqlite3.complete_statement(sql.rstrip().rstrip(";") + "\n;"):
+        raise QueryError("incomplete statement (an unclosed quote or comment?)")
+    if _has_second_statement(sql):
         raise QueryError("only one statement is allowed")
 
 
 def _has_second_statement(sql: str) -> bool:
     """True when a `;` outside quotes and comments separates two statements."""
-    stripped = re.sub(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/", "", sql, flags=re.S)
-    return ";" in stripped
+    code = re.sub(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?(?:\*/|$)", " ", sql, flags=re.S)
+    return ";" in code.strip().rstrip(";")
 
 
 def _shown(value: Any) -> Any:
@@ -71,11 +74,27 @@ def run_query(
         try:
             cur = conn.execute(sql, params or [])
             rows = cur.fetchmany(max_rows + 1)
+        except (sqlite3.ProgrammingError, sqlite3.Warning) as exc:  # bind parameter count, two statements
+            raise QueryError(f"query failed: {exc}") from exc
+        except sqlite3.OperationalError as exc:
+            if time.monotonic() > deadline:
+                raise QueryError(f"query stopped after {timeout:g} s (use --timeout for more)") from exc
+            raise QueryError(f"query failed: {exc}") from exc
         except sqlite3.Error as exc:
             raise QueryError(f"query failed: {exc}") from exc
-        columns = [d[0] for d in cur.description or []]
+        columns = _unique([d[0] for d in cur.description or []])
     truncated = len(rows) > max_rows
     return QueryResult(columns, [tuple(_shown(v) for v in r) for r in rows[:max_rows]], truncated)
+
+
+def _unique(names: list[str]) -> list[str]:
+    """Column names made unique (`n`, `n_2`...) so JSON objects keep every column."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name}_{seen[name]}")
+    return out
 
 
 def to_json(result: QueryResult) -> str:

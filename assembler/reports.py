@@ -1,26 +1,42 @@
-"""`capsem cost-report`: cost and tokens by session, provider, model or day, from main.db.
+"""`capsem cost-report`: cost and tokens by session, provider, model or day.
 
-The terminal table and a self-contained HTML page (inline CSS and SVG, no scripts, no
-network) come from the same rows.
+Numbers come from the main.db rollup (`sessions` + `ai_usage`, keyed by session, provider and
+model), so vacuumed and culled sessions still count. A session that is still running (or was
+never rolled up) is read live from its session.db with the rollup's own SQL. The terminal
+table, the JSON and a self-contained HTML page (inline CSS and SVG, no scripts, no network)
+come from the same rows.
 """
 
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+import math
+import sqlite3
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import date, timedelta
 from typing import Literal
 
-from capsem.paths import main_db_path
-from capsem.schema import connect
+from assembler.sessiondb import SessionDbError, SessionNotFound, db_file, open_main, open_session
+from capsem.rollup import _AI_USAGE_SQL
 
 GroupBy = Literal["session", "provider", "model", "day"]
+GROUPS: tuple[GroupBy, ...] = ("session", "provider", "model", "day")
 
-_KEY = {
-    "session": "s.id",
-    "provider": "u.provider",
-    "model": "u.provider || '/' || u.model",
-    "day": "substr(s.created_at, 1, 10)",
-}
+
+@dataclass(frozen=True)
+class UsageRow:
+    """One (session, provider, model) line: the unit everything else is summed from."""
+
+    session_id: str
+    day: str
+    provider: str
+    model: str
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cost: float
+    duration_ms: int
 
 
 @dataclass(frozen=True)
@@ -33,78 +49,280 @@ class CostRow:
     cost: float
 
 
-def cost_rows(group_by: GroupBy, since: str | None = None, until: str | None = None) -> list[CostRow]:
-    """Aggregate `ai_usage` joined with `sessions` over [since, until] (ISO dates, inclusive).
+@dataclass
+class CostReport:
+    since: str | None
+    until: str | None
+    usage: list[UsageRow] = field(default_factory=list)
+    sessions: int = 0
+    """Sessions created in the range (with or without model calls)."""
+    unpriced_calls: int = 0
+    """Model calls with tokens but no known price (counted as $0)."""
+    live: list[str] = field(default_factory=list)
+    """Sessions read from their session.db because they are running or were never rolled up."""
+
+    def rows(self, by: GroupBy) -> list[CostRow]:
+        return group(self.usage, by)
+
+    def totals(self) -> CostRow:
+        return _sum("total", self.usage)
+
+    def to_json(self, by: GroupBy) -> dict:
+        return {
+            "since": self.since, "until": self.until, "by": by, "rows": [asdict(r) for r in self.rows(by)],
+            "totals": {**asdict(self.totals()), "sessions_in_range": self.sessions,
+                       "unpriced_calls": self.unpriced_calls, "live_sessions": self.live},
+        }  # fmt: skip
+
+
+def _key(row: UsageRow, by: GroupBy) -> str:
+    if by == "session":
+        return row.session_id
+    if by == "provider":
+        return row.provider
+    if by == "model":
+        return f"{row.provider}/{row.model or '?'}"
+    return row.day
+
+
+def _sum(key: str, rows: Iterable[UsageRow]) -> CostRow:
+    rows = list(rows)
+    return CostRow(
+        key, len({r.session_id for r in rows}), sum(r.calls for r in rows), sum(r.input_tokens for r in rows),
+        sum(r.output_tokens for r in rows), sum(r.cost for r in rows),
+    )  # fmt: skip
+
+
+def group(usage: list[UsageRow], by: GroupBy) -> list[CostRow]:
+    """Sum usage rows per key: days and sessions in time order, providers and models by cost."""
+    buckets: dict[str, list[UsageRow]] = {}
+    for r in usage:
+        buckets.setdefault(_key(r, by), []).append(r)
+    rows = [_sum(k, v) for k, v in buckets.items()]
+    if by in ("day", "session"):
+        return sorted(rows, key=lambda r: r.key)
+    return sorted(rows, key=lambda r: (-r.cost, -r.calls, r.key))
+
+
+def cost_report(
+    since: str | None = None,
+    until: str | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> CostReport:
+    """Usage of the sessions created in [since, until] (ISO dates, inclusive, UTC days).
+
+    `on_progress(done, total)` is called as sessions are aggregated.
 
     Raises:
-        FileNotFoundError: when main.db does not exist yet.
+        MainDbMissing: when main.db does not exist yet.
     """
-    if not main_db_path().is_file():
-        raise FileNotFoundError(f"no main.db at {main_db_path()} (no session recorded yet)")
     where, params = ["1 = 1"], []
     if since:
-        where.append("substr(s.created_at, 1, 10) >= ?")
+        where.append("substr(created_at, 1, 10) >= ?")
         params.append(since)
     if until:
-        where.append("substr(s.created_at, 1, 10) <= ?")
+        where.append("substr(created_at, 1, 10) <= ?")
         params.append(until)
-    sql = f"""
-        SELECT {_KEY[group_by]} AS key, COUNT(DISTINCT s.id), COALESCE(SUM(u.call_count), 0),
-               COALESCE(SUM(u.input_tokens), 0), COALESCE(SUM(u.output_tokens), 0),
-               COALESCE(SUM(u.estimated_cost), 0)
-        FROM sessions s JOIN ai_usage u ON u.session_id = s.id
-        WHERE {" AND ".join(where)}
-        GROUP BY key ORDER BY {"key" if group_by in ("day", "session") else "6 DESC"}
-    """
-    conn = connect(main_db_path(), readonly=True)
+    cond = " AND ".join(where)
+    with open_main() as conn:
+        sessions = conn.execute(
+            f"SELECT id, substr(created_at, 1, 10) AS day, status, rolled_up_at, unpriced_calls FROM sessions "
+            f"WHERE {cond} ORDER BY created_at, id",
+            params,
+        ).fetchall()
+        stored: dict[str, list[sqlite3.Row]] = {}
+        for r in conn.execute(
+            f"SELECT * FROM ai_usage WHERE session_id IN (SELECT id FROM sessions WHERE {cond})", params
+        ):
+            stored.setdefault(r["session_id"], []).append(r)
+    report = CostReport(since, until, sessions=len(sessions))
+    for i, s in enumerate(sessions, 1):
+        live = s["status"] == "running" or s["rolled_up_at"] is None
+        rows = _live_usage(s["id"]) if live and db_file(s["id"]) is not None else None
+        if rows is not None:
+            report.live.append(s["id"])
+            usage, unpriced = rows
+        else:
+            usage = [(r["provider"], r["model"], r["call_count"], r["input_tokens"], r["output_tokens"],
+                      r["estimated_cost"], r["total_duration_ms"]) for r in stored.get(s["id"], [])]  # fmt: skip
+            unpriced = s["unpriced_calls"] or 0
+        report.unpriced_calls += unpriced
+        report.usage += [UsageRow(s["id"], s["day"], *u) for u in usage]
+        if on_progress:
+            on_progress(i, len(sessions))
+    return report
+
+
+def _live_usage(session_id: str) -> tuple[list[tuple], int] | None:
+    """ai_usage rows and the unpriced-call count computed from a session.db (None if unreadable)."""
     try:
-        return [CostRow(*r) for r in conn.execute(sql, params)]
-    finally:
-        conn.close()
+        with open_session(session_id) as conn:
+            rows = [tuple(r) for r in conn.execute(_AI_USAGE_SQL)]
+            unpriced = conn.execute(
+                "SELECT COUNT(*) FROM model_calls WHERE estimated_cost_usd IS NULL"
+            ).fetchone()[0]
+    except (SessionNotFound, SessionDbError, sqlite3.Error):
+        return None
+    return rows, unpriced
 
 
-def _bars(title: str, rows: list[CostRow], width: int = 640) -> str:
-    """A horizontal bar chart of cost per row as inline SVG."""
-    top = max((r.cost for r in rows), default=0) or 1
-    bar_h, label_w = 22, 240
-    height = bar_h * len(rows) + 30
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-             f'aria-label="{html.escape(title)}">']  # fmt: skip
-    for i, r in enumerate(rows):
-        y = 20 + i * bar_h
-        w = (width - label_w - 90) * r.cost / top
+# --- HTML ---------------------------------------------------------------------------------------
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:2em auto;max-width:1000px;color:#1f2328;
+padding:0 1em}h1{font-size:22px;margin-bottom:.2em}h2{font-size:16px;margin-top:2.2em;border-bottom:1px solid #ddd}
+.sub{color:#666}.cards{display:flex;gap:1em;flex-wrap:wrap;margin:1.2em 0}.card{border:1px solid #ddd;
+border-radius:6px;padding:.6em 1em;min-width:120px}.card b{display:block;font-size:20px}
+table{border-collapse:collapse;margin:.8em 0;font-variant-numeric:tabular-nums}
+td,th{border-bottom:1px solid #eee;padding:3px 10px;text-align:right}td:first-child,th:first-child{text-align:left}
+th{background:#f6f8fa}tfoot td{font-weight:bold;border-top:2px solid #ccc}
+svg text{font:11px system-ui,sans-serif;fill:#333}.bar{fill:#4f7cac}.bar:hover{fill:#2d5b8c}
+.grid{stroke:#e5e5e5}.axis{stroke:#999}code{background:#f6f8fa;padding:1px 4px;border-radius:3px}
+"""
+
+
+def _money(v: float) -> str:
+    return f"${v:.4f}" if v < 100 else f"${v:,.2f}"
+
+
+def _tick_step(top: float) -> float:
+    """A round step giving about four gridlines up to `top`."""
+    if top <= 0:
+        return 1.0
+    raw = top / 4
+    magnitude = 10 ** math.floor(math.log10(raw))
+    for mult in (1, 2, 2.5, 5, 10):
+        if magnitude * mult >= raw:
+            return magnitude * mult
+    return raw
+
+
+def svg_timeline(rows: list[CostRow], title: str, width: int = 900, height: int = 260) -> str:
+    """Cost per day as a column chart over a continuous day axis (days without usage are 0)."""
+    days = _fill_days(rows)
+    left, right, top_pad, bottom = 70, 10, 24, 46
+    plot_w, plot_h = width - left - right, height - top_pad - bottom
+    top = max((c for _, c in days), default=0)
+    step = _tick_step(top)
+    ymax = step * max(1, -(-top // step)) if top > 0 else 1.0
+    parts = [f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+             f'aria-label="{html.escape(title)}"><title>{html.escape(title)}</title>']  # fmt: skip
+    decimals = max(2, 1 - math.floor(math.log10(step)))
+    y = 0.0
+    while y <= ymax + 1e-12:
+        py = top_pad + plot_h - plot_h * y / ymax
+        parts.append(f'<line class="grid" x1="{left}" x2="{width - right}" y1="{py:.1f}" y2="{py:.1f}"/>'
+                     f'<text x="{left - 6}" y="{py + 4:.1f}" text-anchor="end">${y:.{decimals}f}</text>')  # fmt: skip
+        y += step
+    n = max(1, len(days))
+    slot = plot_w / n
+    label_every = max(1, round(n / 12))
+    for i, (day, cost) in enumerate(days):
+        h = plot_h * cost / ymax
+        x = left + i * slot
+        parts.append(f'<rect class="bar" x="{x + slot * 0.1:.1f}" y="{top_pad + plot_h - h:.1f}" '
+                     f'width="{max(slot * 0.8, 1):.1f}" height="{h:.1f}">'
+                     f"<title>{day}: {_money(cost)}</title></rect>")  # fmt: skip
+        if i % label_every == 0:
+            parts.append(f'<text x="{x + slot / 2:.1f}" y="{top_pad + plot_h + 16}" text-anchor="middle">'
+                         f"{day[5:] if len(days) > 1 else day}</text>")  # fmt: skip
+    base = top_pad + plot_h
+    parts.append(f'<line class="axis" x1="{left}" x2="{width - right}" y1="{base}" y2="{base}"/>')
+    if days:
+        parts.append(f'<text x="{left}" y="{height - 6}">{days[0][0]} … {days[-1][0]} (UTC days)</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _fill_days(rows: list[CostRow], max_days: int = 731) -> list[tuple[str, float]]:
+    by_day = {r.key: r.cost for r in rows}
+    try:
+        first, last = date.fromisoformat(min(by_day)), date.fromisoformat(max(by_day))
+    except ValueError:
+        return sorted(by_day.items())
+    if (last - first).days > max_days:
+        return sorted(by_day.items())
+    return [((first + timedelta(d)).isoformat(), by_day.get((first + timedelta(d)).isoformat(), 0.0))
+            for d in range((last - first).days + 1)]  # fmt: skip
+
+
+def svg_bars(rows: list[CostRow], title: str, width: int = 900, limit: int = 15) -> str:
+    """Cost per row as horizontal bars (the largest `limit`, the rest summed as `other`)."""
+    shown = rows[:limit]
+    if len(rows) > limit:
+        rest = rows[limit:]
+        shown.append(CostRow(f"other ({len(rest)})", 0, 0, 0, 0, sum(r.cost for r in rest)))
+    top = max((r.cost for r in shown), default=0) or 1
+    bar_h, label_w = 24, 280
+    height = bar_h * len(shown) + 10
+    parts = [f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+             f'aria-label="{html.escape(title)}"><title>{html.escape(title)}</title>']  # fmt: skip
+    for i, r in enumerate(shown):
+        y = 5 + i * bar_h
+        w = (width - label_w - 100) * r.cost / top
         parts.append(
-            f'<text x="0" y="{y + 15}" font-size="12">{html.escape(r.key[:36])}</text>'
-            f'<rect x="{label_w}" y="{y + 3}" width="{w:.1f}" height="{bar_h - 6}" fill="#4f7cac"/>'
-            f'<text x="{label_w + w + 6:.1f}" y="{y + 15}" font-size="12">${r.cost:.4f}</text>'
+            f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end">{html.escape(r.key[:44])}</text>'
+            f'<rect class="bar" x="{label_w}" y="{y + 3}" width="{max(w, 0.5):.1f}" height="{bar_h - 6}">'
+            f"<title>{html.escape(r.key)}: {_money(r.cost)}</title></rect>"
+            f'<text x="{label_w + w + 6:.1f}" y="{y + 16}">{_money(r.cost)}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
 
 
-def html_report(by_day: list[CostRow], by_model: list[CostRow], since: str | None, until: str | None) -> str:
-    """One self-contained HTML page: cost over time, cost by model, and both tables."""
+def _table(rows: list[CostRow], label: str, total: CostRow | None = None) -> str:
+    head = (f"<thead><tr><th>{html.escape(label)}</th><th>sessions</th><th>calls</th><th>input tokens</th>"
+            "<th>output tokens</th><th>cost</th></tr></thead>")  # fmt: skip
 
-    def table(rows: list[CostRow], label: str) -> str:
-        head = f"<tr><th>{label}</th><th>sessions</th><th>calls</th><th>input</th><th>output</th><th>cost</th></tr>"
-        body = "".join(
-            f"<tr><td>{html.escape(r.key)}</td><td>{r.sessions}</td><td>{r.calls}</td><td>{r.input_tokens:,}</td>"
-            f"<td>{r.output_tokens:,}</td><td>${r.cost:.4f}</td></tr>"
-            for r in rows
+    def line(r: CostRow) -> str:
+        return (f"<tr><td>{html.escape(r.key)}</td><td>{r.sessions}</td><td>{r.calls:,}</td>"
+                f"<td>{r.input_tokens:,}</td><td>{r.output_tokens:,}</td><td>{_money(r.cost)}</td></tr>")  # fmt: skip
+
+    foot = f"<tfoot>{line(total)}</tfoot>" if total else ""
+    return f"<table>{head}<tbody>{''.join(line(r) for r in rows)}</tbody>{foot}</table>"
+
+
+def html_report(report: CostReport, session_limit: int = 200) -> str:
+    """One self-contained HTML page: cost over time, cost by model, and the tables."""
+    total = report.totals()
+    by_day, by_model = report.rows("day"), report.rows("model")
+    by_provider, by_session = report.rows("provider"), report.rows("session")
+    span = f"{report.since or 'first session'} to {report.until or 'last session'}"
+    top_sessions = sorted(by_session, key=lambda r: -r.cost)[:session_limit]
+    notes = []
+    if report.unpriced_calls:
+        notes.append(f"{report.unpriced_calls} model calls have no known price and count as $0 "
+                     "(<code>capsem inspect-session</code> lists them).")  # fmt: skip
+    if report.live:
+        notes.append(
+            f"{len(report.live)} running or not yet rolled-up sessions were read from their session.db."
         )
-        return f"<table>{head}{body}</table>"
-
-    total = sum(r.cost for r in by_day)
-    span = f"{since or 'the beginning'} – {until or 'today'}"
+    cards = "".join(
+        f'<div class="card">{label}<b>{value}</b></div>'
+        for label, value in (("estimated cost", _money(total.cost)), ("model calls", f"{total.calls:,}"),
+                             ("sessions with calls", f"{total.sessions:,}"),
+                             ("input tokens", f"{total.input_tokens:,}"), ("output tokens", f"{total.output_tokens:,}"))
+    )  # fmt: skip
+    session_note = (f"<p class=sub>The {session_limit} most expensive of {len(by_session)} sessions.</p>"
+                    if len(by_session) > session_limit else "")  # fmt: skip
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>capsem cost report</title>
-<style>body{{font:14px system-ui,sans-serif;margin:2em;color:#222}}table{{border-collapse:collapse;margin:1em 0}}
-td,th{{border-bottom:1px solid #ddd;padding:4px 10px;text-align:right}}td:first-child,th:first-child{{text-align:left}}
-h1{{font-size:20px}}h2{{font-size:16px;margin-top:2em}}</style></head><body>
-<h1>capsem cost report</h1><p>{html.escape(span)}: <b>${total:.4f}</b> estimated across
-{sum(r.calls for r in by_day)} model calls. Unpriced models count as $0 here; see
-<code>capsem inspect-session</code> for them.</p>
-<h2>Cost over time (by day)</h2>{_bars("cost by day", by_day)}{table(by_day, "day")}
-<h2>Cost by model</h2>{_bars("cost by model", by_model)}{table(by_model, "provider/model")}
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<title>capsem cost report</title><style>{_CSS}</style></head><body>
+<h1>capsem cost report</h1>
+<p class="sub">{html.escape(span)} · {report.sessions} sessions in range · prices are estimates from the
+price table in use when each call was recorded</p>
+<div class="cards">{cards}</div>
+{"".join(f"<p>{n}</p>" for n in notes)}
+<h2>Cost over time (by day)</h2>
+{svg_timeline(by_day, "cost by day") if by_day else "<p>No model calls in this range.</p>"}
+<h2>Cost by model</h2>
+{svg_bars(by_model, "cost by model") if by_model else "<p>No model calls in this range.</p>"}
+{_table(by_model, "provider/model", total)}
+<h2>By provider</h2>
+{_table(by_provider, "provider", total)}
+<h2>By day</h2>
+{_table(by_day, "day (UTC)", total)}
+<h2>By session</h2>{session_note}
+{_table(top_sessions, "session")}
 </body></html>
 """

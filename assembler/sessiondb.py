@@ -1,15 +1,19 @@
-"""Finding and opening session databases for the offline commands (read-only, gzipped or not).
+"""Finding and opening databases for the offline commands (read-only, gzipped or not).
 
 The one place that knows where a session's data lives: `session.db`, or `session.db.gz` once a
-finished session was vacuumed (decompressed to a temporary file, removed on close).
+finished session was vacuumed (decompressed to a temporary file that is removed on close), and
+the one place that opens main.db for reading. Every reader (list, inspect, query, cost-report,
+retention) goes through here.
 """
 
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
 import sqlite3
 import tempfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,29 +21,68 @@ from pathlib import Path
 from capsem.paths import main_db_path, session_dir, sessions_dir
 from capsem.schema import connect
 
+DB_NAME = "session.db"
+GZ_NAME = "session.db.gz"
+
 
 class SessionNotFound(LookupError):
     """No such session, or no database on disk for it."""
 
 
+class SessionDbError(RuntimeError):
+    """A session database that exists but cannot be opened (e.g. a damaged .gz)."""
+
+
+class MainDbMissing(FileNotFoundError):
+    """main.db does not exist yet (nothing was recorded under this CAPSEM_HOME)."""
+
+
 def db_file(session_id: str) -> Path | None:
     """The session's database file (`session.db`, else `session.db.gz`), if one exists."""
     folder = session_dir(session_id)
-    for name in ("session.db", "session.db.gz"):
+    for name in (DB_NAME, GZ_NAME):
         if (folder / name).is_file():
             return folder / name
     return None
 
 
+@contextmanager
+def open_main() -> Iterator[sqlite3.Connection]:
+    """A read-only connection to main.db.
+
+    Raises:
+        MainDbMissing: when main.db does not exist.
+    """
+    path = main_db_path()
+    if not path.is_file():
+        raise MainDbMissing(f"no main.db at {path} (no session recorded yet)")
+    conn = connect(path, readonly=True)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def main_row(session_id: str) -> dict | None:
+    """The session's main.db row, or None (also when main.db does not exist)."""
+    try:
+        with open_main() as conn:
+            row = conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    except MainDbMissing:
+        return None
+    return dict(row) if row else None
+
+
 def newest_session_with_db() -> str:
-    """The most recent session that still has a database on disk."""
+    """The most recent session that still has a database on disk (plain or gzipped)."""
     candidates: list[str] = []
-    if main_db_path().is_file():
-        conn = connect(main_db_path(), readonly=True)
-        try:
-            candidates = [r[0] for r in conn.execute("SELECT id FROM sessions ORDER BY created_at DESC")]
-        finally:
-            conn.close()
+    try:
+        with open_main() as conn:
+            candidates = [
+                r[0] for r in conn.execute("SELECT id FROM sessions ORDER BY created_at DESC, id DESC")
+            ]
+    except MainDbMissing:
+        pass
     if sessions_dir().is_dir():
         on_disk = sorted((p.name for p in sessions_dir().iterdir() if p.is_dir()), reverse=True)
         candidates += [s for s in on_disk if s not in candidates]
@@ -50,31 +93,89 @@ def newest_session_with_db() -> str:
 
 
 def resolve(session_id: str | None) -> str:
-    """`session_id` checked to have a database, or the newest session that has one."""
+    """`session_id` checked to have a database, or the newest session that has one.
+
+    Raises:
+        SessionNotFound: naming the directory that was looked at.
+    """
     if session_id is None:
         return newest_session_with_db()
+    if "/" in session_id or session_id in ("", ".", ".."):
+        raise SessionNotFound(f"{session_id!r} is not a session id")
     if db_file(session_id) is None:
-        raise SessionNotFound(f"no session.db for session {session_id!r} under {session_dir(session_id)}")
+        row = main_row(session_id)
+        why = f" (status {row['status']})" if row and row["status"] == "terminated" else ""
+        raise SessionNotFound(
+            f"no {DB_NAME} or {GZ_NAME} for session {session_id!r} in {session_dir(session_id)}{why}"
+        )
     return session_id
+
+
+def decompress(gz_path: Path, dest: Path) -> None:
+    """Gunzip `gz_path` into `dest`.
+
+    Raises:
+        SessionDbError: when the archive is damaged.
+    """
+    try:
+        with gzip.open(gz_path, "rb") as src, open(dest, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise SessionDbError(f"cannot decompress {gz_path}: {exc}") from exc
+
+
+@contextmanager
+def open_path(path: Path) -> Iterator[sqlite3.Connection]:
+    """A read-only connection (`mode=ro`, `query_only`) to a database file, gzipped or not."""
+    tmp_dir: str | None = None
+    if path.name.endswith(".gz"):
+        tmp_dir = tempfile.mkdtemp(prefix="capsem-gz-")
+        target = Path(tmp_dir) / path.name.removesuffix(".gz")
+        try:
+            decompress(path, target)
+        except BaseException:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+            raise
+        path = target
+    try:
+        try:
+            conn = connect(path, readonly=True)
+        except sqlite3.Error as exc:
+            raise SessionDbError(f"cannot open {path}: {exc}") from exc
+        try:
+            yield conn
+        finally:
+            conn.close()
+    finally:
+        if tmp_dir is not None:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
 
 
 @contextmanager
 def open_session(session_id: str) -> Iterator[sqlite3.Connection]:
-    """A read-only connection to a session's database, transparently decompressing `.gz`."""
+    """A read-only connection to a session's database, transparently decompressing `.gz`.
+
+    Raises:
+        SessionNotFound: the session has no database on disk.
+        SessionDbError: the database (or its archive) cannot be opened.
+    """
     path = db_file(session_id)
     if path is None:
-        raise SessionNotFound(f"no session.db for session {session_id!r}")
-    tmp: Path | None = None
-    if path.suffix == ".gz":
-        handle, name = tempfile.mkstemp(prefix=f"capsem-{session_id}-", suffix=".db")
-        tmp = Path(name)
-        with gzip.open(path, "rb") as src, open(handle, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        path = tmp
-    conn = connect(path, readonly=True)
-    try:
+        raise SessionNotFound(
+            f"no {DB_NAME} or {GZ_NAME} for session {session_id!r} in {session_dir(session_id)}"
+        )
+    with open_path(path) as conn:
         yield conn
-    finally:
-        conn.close()
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
+
+
+def disk_usage(path: Path) -> int:
+    """Bytes allocated on disk under `path` (blocks x 512; symlinks are not followed)."""
+    total = 0
+    for root, _dirs, files in os.walk(path, followlinks=False):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            total += getattr(st, "st_blocks", 0) * 512 or st.st_size
+    return total

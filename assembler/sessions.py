@@ -1,4 +1,8 @@
-"""`capsem list-sessions`: the session index from main.db (works after a session is vacuumed)."""
+"""`capsem list-sessions`: the session index from main.db (works after a session is vacuumed).
+
+Only main.db is read (plus a check whether each session's database is still on disk), so the
+listing stays available for vacuumed and culled sessions.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from assembler.sessiondb import db_file
-from capsem.paths import main_db_path
-from capsem.schema import connect
+from assembler.sessiondb import db_file, open_main
 
 
 @dataclass(frozen=True)
@@ -24,14 +26,16 @@ class SessionFilters:
 
 
 def list_sessions(filters: SessionFilters) -> list[dict[str, Any]]:
-    """Newest first; each row is the main.db row plus `has_db`.
+    """Newest first; each row is the main.db `sessions` row plus `has_db` and `db_file`.
+
+    Without `include_vacuumed`, vacuumed and terminated sessions are left out (the seed's
+    default). `min_cost` is a bind parameter.
 
     Raises:
-        FileNotFoundError: when main.db does not exist yet.
+        MainDbMissing: when main.db does not exist yet.
     """
-    if not main_db_path().is_file():
-        raise FileNotFoundError(f"no main.db at {main_db_path()} (no session recorded yet)")
-    where, params = ["1 = 1"], []
+    where: list[str] = []
+    params: list[Any] = []
     if not filters.include_vacuumed:
         where.append("status NOT IN ('vacuumed', 'terminated')")
     if filters.with_model:
@@ -45,25 +49,24 @@ def list_sessions(filters: SessionFilters) -> list[dict[str, Any]]:
     if filters.min_cost is not None:
         where.append("total_estimated_cost >= ?")
         params.append(filters.min_cost)
-    conn = connect(main_db_path(), readonly=True)
-    try:
-        found = [
-            dict(r)
-            for r in conn.execute(
-                f"SELECT * FROM sessions WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC",
-                params,
-            )
-        ]
-    finally:
-        conn.close()
-    out = []
-    for row in found:
-        row["has_db"] = db_file(row["id"]) is not None
-        if filters.with_db and not row["has_db"]:
-            continue
-        out.append(row)
-        if len(out) >= filters.limit:
-            break
+    sql = "SELECT * FROM sessions"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY created_at DESC, id DESC"
+    out: list[dict[str, Any]] = []
+    if filters.limit <= 0:
+        return out
+    with open_main() as conn:
+        for r in conn.execute(sql, params):
+            row = dict(r)
+            path = db_file(row["id"])
+            row["has_db"] = path is not None
+            row["db_file"] = str(path) if path else None
+            if filters.with_db and path is None:
+                continue
+            out.append(row)
+            if len(out) >= filters.limit:
+                break
     return out
 
 
@@ -76,21 +79,27 @@ def _parse(ts: str | None) -> datetime | None:
         return None
 
 
+def format_duration(seconds: float) -> str:
+    """`42s`, `3m05s`, `2h10m`."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
 def duration(row: dict[str, Any]) -> str:
     """`42s`, `3m05s`, `2h10m`; `running` for a live session; `?` when unknown."""
+    if row.get("status") == "running":
+        return "running"
     start, stop = _parse(row.get("created_at")), _parse(row.get("stopped_at"))
-    if stop is None:
-        return "running" if row.get("status") == "running" else "?"
-    if start is None:
+    if start is None or stop is None:
         return "?"
-    seconds = int((stop - start).total_seconds())
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return format_duration((stop - start).total_seconds())
 
 
 def created(row: dict[str, Any]) -> str:
+    """`MM-DD HH:MM:SS` in UTC (the clock of session ids)."""
     moment = _parse(row.get("created_at"))
-    return moment.strftime("%m-%d %H:%M") if moment else "?"
+    return moment.strftime("%m-%d %H:%M:%S") if moment else "?"

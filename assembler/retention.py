@@ -1,0 +1,307 @@
+"""Retention: compress finished sessions and cull old ones (`capsem vacuum`).
+
+Lifecycle (Capsem's): `running -> stopped|crashed -> vacuumed -> terminated`.
+
+1. Cull by age: finished sessions created more than `retention_days` ago.
+2. Cull by count: beyond `max_sessions` (running ones count but are never culled), empty
+   sessions go first (oldest first), then the oldest sessions with content, keeping at least
+   the newest `min_content_keep` sessions with content.
+3. Vacuum every remaining finished (`stopped`/`crashed`) session: WAL checkpoint, journal mode
+   DELETE (so the archive is one self-contained file), VACUUM, gzip to `session.db.gz` (written
+   to a temporary name, then renamed), main.db status `vacuumed` with `compressed_size_bytes`
+   and `vacuumed_at`, then session.db / -wal / -shm are removed. A session never rolled up is
+   rolled up first.
+4. Cull by disk: while the session directories use more than `max_disk_gb`, cull finished
+   sessions, empty ones first, then oldest first.
+
+Culling deletes the session's directory and sets its main.db status to `terminated`; its
+main.db row and rollup (`ai_usage`, `tool_usage`, `mcp_usage`) stay, so list-sessions --all
+and cost-report keep the history. `running` sessions are never touched. A setting of 0 or
+null switches its rule off.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from assembler.sessiondb import DB_NAME, GZ_NAME, MainDbMissing, disk_usage
+from capsem.config import ConfigError, load_settings
+from capsem.ids import utc_now
+from capsem.paths import main_db_path, session_dir
+from capsem.rollup import open_main, rollup
+
+FINISHED = ("stopped", "crashed")
+KEPT = ("stopped", "crashed", "vacuumed")
+"""Statuses of sessions that still have (or may have) data on disk and may be culled."""
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    retention_days: float | None = 30
+    max_sessions: int | None = 100
+    max_disk_gb: float | None = 10
+    min_content_keep: int = 5
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any] | None = None) -> RetentionPolicy:
+        """The `retention:` section of the settings (default.yaml merged with the user's file).
+
+        Raises:
+            ConfigError: a value that is not a non-negative number.
+        """
+        section = (settings if settings is not None else load_settings()).get("retention") or {}
+        if not isinstance(section, dict):
+            raise ConfigError(f"retention: must be a mapping, not {section!r}")
+        values: dict[str, Any] = {}
+        for name, kind in (("retention_days", float), ("max_sessions", int), ("max_disk_gb", float),
+                           ("min_content_keep", int)):  # fmt: skip
+            if name not in section:
+                continue
+            value = section[name]
+            if value is None and name != "min_content_keep":
+                values[name] = None
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ConfigError(f"retention.{name} must be a number >= 0, not {value!r}")
+            if kind is int and value != int(value):
+                raise ConfigError(f"retention.{name} must be a whole number, not {value!r}")
+            values[name] = kind(value) if value or name == "min_content_keep" else None
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Action:
+    session_id: str
+    kind: Literal["vacuum", "cull"]
+    reason: str
+    bytes_before: int = 0
+    bytes_after: int = 0
+
+
+@dataclass
+class RetentionReport:
+    policy: RetentionPolicy
+    dry_run: bool
+    actions: list[Action] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    running: list[str] = field(default_factory=list)
+    disk_before: int = 0
+    disk_after: int = 0
+
+    def of(self, kind: str) -> list[Action]:
+        return [a for a in self.actions if a.kind == kind]
+
+
+# --- planning (pure) -------------------------------------------------------------------------
+
+
+def is_empty(row: dict[str, Any]) -> bool:
+    """No traffic, tokens, tool, MCP or file events: nothing worth keeping."""
+    return not any(row.get(k) for k in ("total_requests", "total_input_tokens", "total_output_tokens",
+                                         "total_tool_calls", "total_mcp_calls", "total_file_events"))  # fmt: skip
+
+
+def _created(row: dict[str, Any]) -> datetime:
+    try:
+        moment = datetime.fromisoformat(str(row["created_at"]).replace("Z", "+00:00"))
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _oldest_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=lambda r: (_created(r), r["id"]))
+
+
+def plan_age(rows: list[dict[str, Any]], policy: RetentionPolicy, now: datetime) -> list[tuple[str, str]]:
+    """Finished sessions older than `retention_days`: (id, reason)."""
+    if not policy.retention_days:
+        return []
+    limit = now - timedelta(days=policy.retention_days)
+    return [(r["id"], f"older than {policy.retention_days:g} days")
+            for r in _oldest_first(rows) if r["status"] in KEPT and _created(r) < limit]  # fmt: skip
+
+
+def plan_count(rows: list[dict[str, Any]], policy: RetentionPolicy) -> list[tuple[str, str]]:
+    """Sessions beyond `max_sessions` (all non-terminated rows count), empty ones first."""
+    if not policy.max_sessions:
+        return []
+    alive = [r for r in rows if r["status"] != "terminated"]
+    excess = len(alive) - policy.max_sessions
+    if excess <= 0:
+        return []
+    finished = _oldest_first([r for r in alive if r["status"] in KEPT])
+    empty = [r for r in finished if is_empty(r)]
+    content = [r for r in finished if not is_empty(r)]
+    protected = (
+        {r["id"] for r in content[len(content) - policy.min_content_keep :]}
+        if policy.min_content_keep
+        else set()
+    )
+    order = empty + [r for r in content if r["id"] not in protected]
+    reason = f"more than {policy.max_sessions} sessions"
+    return [(r["id"], reason + (" (empty)" if is_empty(r) else "")) for r in order[:excess]]
+
+
+def plan_disk(
+    rows: list[dict[str, Any]], sizes: dict[str, int], policy: RetentionPolicy
+) -> list[tuple[str, str]]:
+    """Finished sessions to cull until the session directories fit `max_disk_gb`, empty first."""
+    if not policy.max_disk_gb:
+        return []
+    cap = int(policy.max_disk_gb * 1024**3)
+    total = sum(sizes.values())
+    out = []
+    finished = _oldest_first([r for r in rows if r["status"] in KEPT and sizes.get(r["id"])])
+    for r in [r for r in finished if is_empty(r)] + [r for r in finished if not is_empty(r)]:
+        if total <= cap:
+            break
+        total -= sizes[r["id"]]
+        out.append((r["id"], f"session directories above {policy.max_disk_gb:g} GB"))
+    return out
+
+
+# --- doing ------------------------------------------------------------------------------------
+
+
+def vacuum_session(main: sqlite3.Connection, row: dict[str, Any]) -> Action:
+    """Compress one finished session (see the module docstring) and record it in main.db.
+
+    Raises:
+        sqlite3.Error, OSError: the session could not be vacuumed (it is left as it was).
+    """
+    session_id = row["id"]
+    folder = session_dir(session_id)
+    db, gz = folder / DB_NAME, folder / GZ_NAME
+    before = disk_usage(folder) if folder.is_dir() else 0
+    if db.is_file():
+        if not row.get("rolled_up_at"):
+            rollup(main, session_id, db)
+        conn = sqlite3.connect(db, isolation_level=None, timeout=5)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            conn.execute("PRAGMA journal_mode = DELETE")
+            conn.execute("VACUUM")
+        finally:
+            conn.close()
+        tmp = folder / (GZ_NAME + ".tmp")
+        with open(db, "rb") as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, gz)
+    size = gz.stat().st_size if gz.is_file() else 0
+    main.execute(
+        "UPDATE sessions SET status = 'vacuumed', compressed_size_bytes = ?, vacuumed_at = ? "
+        "WHERE id = ? AND status IN ('stopped', 'crashed')",
+        (size, utc_now(), session_id),
+    )
+    for name in (DB_NAME, DB_NAME + "-wal", DB_NAME + "-shm", DB_NAME + "-journal"):
+        (folder / name).unlink(missing_ok=True)
+    after = disk_usage(folder) if folder.is_dir() else 0
+    reason = "compressed" if size else "no database on disk; marked vacuumed"
+    return Action(session_id, "vacuum", reason, before, after)
+
+
+def cull_session(main: sqlite3.Connection, session_id: str, reason: str) -> Action:
+    """Delete a session's directory and mark it `terminated` (its main.db rollup stays)."""
+    folder = session_dir(session_id)
+    before = disk_usage(folder) if folder.is_dir() else 0
+    main.execute(
+        "UPDATE sessions SET status = 'terminated' WHERE id = ? AND status != 'running'", (session_id,)
+    )
+    if folder.is_dir():
+        shutil.rmtree(folder)
+    return Action(session_id, "cull", reason, before, 0)
+
+
+def _sizes(rows: list[dict[str, Any]]) -> dict[str, int]:
+    return {r["id"]: disk_usage(session_dir(r["id"])) for r in rows if session_dir(r["id"]).is_dir()}
+
+
+def apply_retention(
+    policy: RetentionPolicy | None = None,
+    *,
+    dry_run: bool = False,
+    now: datetime | None = None,
+    on_progress: Callable[[str], None] | None = None,
+) -> RetentionReport:
+    """Apply the retention rules to every session in main.db (see the module docstring).
+
+    With `dry_run` nothing is changed; the disk rule is then judged on the current
+    (uncompressed) sizes, so a real run may cull less.
+
+    Raises:
+        MainDbMissing: when main.db does not exist.
+        ConfigError: invalid retention settings.
+    """
+    if not main_db_path().is_file():
+        raise MainDbMissing(f"no main.db at {main_db_path()} (no session recorded yet)")
+    policy = policy or RetentionPolicy.from_settings()
+    now = now or datetime.now(UTC)
+    report = RetentionReport(policy, dry_run)
+    main = open_main()
+    try:
+        rows = [dict(r) for r in main.execute("SELECT * FROM sessions ORDER BY created_at, id")]
+        report.running = [r["id"] for r in rows if r["status"] == "running"]
+        report.disk_before = sum(_sizes(rows).values())
+        by_id = {r["id"]: r for r in rows}
+
+        def cull(plan: list[tuple[str, str]]) -> None:
+            for session_id, reason in plan:
+                if by_id[session_id]["status"] in ("running", "terminated"):
+                    continue
+                if on_progress:
+                    on_progress(f"cull {session_id}")
+                if dry_run:
+                    size = disk_usage(session_dir(session_id)) if session_dir(session_id).is_dir() else 0
+                    report.actions.append(Action(session_id, "cull", reason, size, 0))
+                else:
+                    try:
+                        report.actions.append(cull_session(main, session_id, reason))
+                    except OSError as exc:
+                        report.errors.append(f"{session_id}: cannot delete {session_dir(session_id)}: {exc}")
+                        continue
+                by_id[session_id] = {**by_id[session_id], "status": "terminated"}
+
+        cull(plan_age(rows, policy, now))
+        cull(plan_count(list(by_id.values()), policy))
+        # Directories of sessions terminated earlier (e.g. an interrupted run) go as well.
+        cull([(r["id"], "terminated; directory left over") for r in rows
+              if r["status"] == "terminated" and session_dir(r["id"]).is_dir()])  # fmt: skip
+
+        for row in [r for r in by_id.values() if r["status"] in FINISHED]:
+            if on_progress:
+                on_progress(f"vacuum {row['id']}")
+            if dry_run:
+                size = disk_usage(session_dir(row["id"])) if session_dir(row["id"]).is_dir() else 0
+                report.actions.append(Action(row["id"], "vacuum", "would be compressed", size, size))
+                continue
+            try:
+                report.actions.append(vacuum_session(main, row))
+                by_id[row["id"]] = {**row, "status": "vacuumed"}
+            except (sqlite3.Error, OSError) as exc:
+                (session_dir(row["id"]) / (GZ_NAME + ".tmp")).unlink(missing_ok=True)
+                report.errors.append(f"{row['id']}: cannot vacuum {session_dir(row['id']) / DB_NAME}: {exc}")
+
+        current = list(by_id.values())
+        cull(plan_disk(current, _sizes([r for r in current if r["status"] != "terminated"]), policy))
+        if not dry_run:
+            main.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        live = [r for r in by_id.values() if r["status"] != "terminated"]
+        report.disk_after = sum(_sizes(live).values()) if not dry_run else _estimate_after(report)
+    finally:
+        main.close()
+    return report
+
+
+def _estimate_after(report: RetentionReport) -> int:
+    culled = sum(a.bytes_before for a in report.of("cull"))
+    return max(0, report.disk_before - culled)
