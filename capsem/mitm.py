@@ -116,8 +116,10 @@ def start_mitmdump(
     log.close()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        match = _LISTENING.search(log_path.read_bytes())
-        if match:
+        output = log_path.read_bytes()
+        match = _LISTENING.search(output)
+        # with the addon, also wait for its session to be registered (its `running` hook logs after "listening")
+        if match and (not addon or b"capsem: recording session" in output):
             return Mitmdump(process, int(match.group(2)), log_path, confdir)
         if process.poll() is not None:
             break
