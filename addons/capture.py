@@ -240,7 +240,7 @@ class Capsem:
             request_headers=list(req.headers.items(multi=True)),
             client_addr=_addr(flow.client_conn.peername),
             process=self.processes.get(flow.client_conn.id),
-            route=detect(req.host, parts.path, req.method),
+            route=detect(req.host, parts.path, req.method, req.port),
         )
         if fd.process is None and self.resolver is not None:
             fd.process = self.resolver.lookup(flow.client_conn.peername)
@@ -258,7 +258,7 @@ class Capsem:
         self._collect_request(flow, fd)
         if fd.route is None and fd.method == "POST":  # an unknown path: does the body look like a model call?
             fd.route = sniff_route(fd.host, fd.path, fd.header("content-type"), fd.header("content-encoding"),
-                                   fd.request_body)  # fmt: skip
+                                   fd.request_body, port=fd.port)  # fmt: skip
 
     @guarded
     def responseheaders(self, flow: http.HTTPFlow) -> None:

@@ -261,7 +261,7 @@ class Recorder:
         ok = fd.status is not None and 200 <= fd.status < 300 and summary.error_type is None
         if ok or (fd.status is not None and 200 <= fd.status < 300 and (summary.text or summary.tool_calls)):
             self._estimate_missing(request, summary)
-        model = request.model or summary.model or fd.route.model
+        model = request.model or fd.route.model or summary.model
         streamed = bool(request.stream or stream_parsed)
         priced = price_call(
             provider=fd.route.provider,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 from urllib.parse import unquote
 
+import addons.eventstream  # noqa: F401  (registers the "eventstream" framer: Bedrock streams)
 from addons.providers.base import ProtocolParser
 
 # host (exact, or a suffix after a dot) -> provider. One line per known host.
@@ -33,11 +34,30 @@ _KNOWN_HOSTS: dict[str, str] = {
     "daily-cloudcode-pa.googleapis.com": "google",
     "aiplatform.googleapis.com": "vertex",
 }
+# hosts with a variable part (regions): (pattern, provider), and local servers by port
+_HOST_PATTERNS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"bedrock-(?:runtime|mantle)(?:-fips)?\.[a-z0-9-]+\.(?:amazonaws\.com|api\.aws)"), "bedrock"),
+]
+_LOCAL_PORTS: dict[int, str] = {11434: "ollama"}
+_LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0"})
 
 # (protocol, provider when the host is unknown, path pattern). First match wins, so put
 # specific patterns before general ones. A named group `model` takes the model from the URL.
 _ROUTES: list[tuple[str, str, re.Pattern[str]]] = [
     ("anthropic", "anthropic", re.compile(r"(?:^|/)v1/messages/?$")),
+    # Anthropic models on Bedrock (InvokeModel; eventstream when streamed) and on Vertex AI
+    (
+        "anthropic",
+        "bedrock",
+        re.compile(r"/model/(?P<model>[^/]*(?:anthropic|claude)[^/]*)/invoke(?:-with-response-stream)?/?$"),
+    ),
+    (
+        "anthropic",
+        "vertex",
+        re.compile(
+            r"/publishers/anthropic/models/(?!count-tokens:)(?P<model>[^/:]+):(?:streamR|r)awPredict$"
+        ),
+    ),
     ("openai_chat", "azure", re.compile(r"/openai/deployments/(?P<model>[^/]+)/chat/completions/?$")),
     ("openai_chat", "openai", re.compile(r"(?:^|/)(?:v1/)?chat/completions/?$")),
     ("openai_responses", "openai", re.compile(r"(?:^|/)(?:v1/)?responses/?$")),
@@ -66,8 +86,13 @@ class Route:
     """Model named in the URL (Gemini, Bedrock, Azure deployments), if any."""
 
 
-def provider_for_host(host: str) -> str | None:
+def provider_for_host(host: str, port: int | None = None) -> str | None:
     host = host.lower().rstrip(".")
+    if port in _LOCAL_PORTS and host in _LOCAL_HOSTS:
+        return _LOCAL_PORTS[port]
+    for pattern, provider in _HOST_PATTERNS:
+        if pattern.fullmatch(host):
+            return provider
     if host in _KNOWN_HOSTS:
         return _KNOWN_HOSTS[host]
     for known, provider in _KNOWN_HOSTS.items():
@@ -78,7 +103,7 @@ def provider_for_host(host: str) -> str | None:
     return None
 
 
-def detect(host: str, path: str, method: str) -> Route | None:
+def detect(host: str, path: str, method: str, port: int | None = None) -> Route | None:
     """The route of a model call, or None when the flow is not a model call."""
     if method.upper() != "POST":
         return None
@@ -87,7 +112,7 @@ def detect(host: str, path: str, method: str) -> Route | None:
         match = pattern.search(path)
         if match:
             model = match.groupdict().get("model")
-            return Route(provider_for_host(host) or vendor, protocol, unquote(model) if model else None)
+            return Route(provider_for_host(host, port) or vendor, protocol, unquote(model) if model else None)
     return None
 
 

@@ -80,6 +80,10 @@ def usage_from_openai(raw: Any) -> Usage:
     cost = raw.get("cost")  # OpenRouter bills and reports its own cost: kept next to ours
     if isinstance(cost, int | float) and not isinstance(cost, bool):
         extra["provider_cost"] = cost
+        if isinstance(raw.get("is_byok"), bool):
+            extra["provider_is_byok"] = raw["is_byok"]
+        if isinstance(raw.get("cost_details"), dict):
+            extra["provider_cost_details"] = raw["cost_details"]
     cache_read = first("cached_tokens", src=prompt)
     return Usage(
         input_tokens=first("prompt_tokens", "input_tokens"),

@@ -18,7 +18,7 @@ _NOT_MODEL_CALLS = re.compile(
 
 
 def sniff_route(host: str, path: str, content_type: str | None, content_encoding: str | None,
-                body: bytes | None) -> Route | None:  # fmt: skip
+                body: bytes | None, *, port: int | None = None) -> Route | None:  # fmt: skip
     """The route of an unknown-path request whose body looks like a model call, else None."""
     if (not body or len(body) > MAX_SNIFF_BYTES or content_encoding or "json" not in (content_type or "").lower()
             or _NOT_MODEL_CALLS.search(path)):  # fmt: skip
@@ -42,4 +42,4 @@ def sniff_route(host: str, path: str, content_type: str | None, content_encoding
     else:
         return None
     # an unknown host is "unknown": a vendor's prices would be a guess for whoever serves it
-    return Route(provider_for_host(host) or "unknown", protocol)
+    return Route(provider_for_host(host, port) or "unknown", protocol)

@@ -4,12 +4,15 @@ It speaks the Anthropic Messages and OpenAI Chat Completions APIs the way the re
 (streamed and not, every content encoding, controllable chunking, real error shapes), over HTTP
 and HTTPS, and works as an upstream proxy so mitmdump can run with `--mode upstream:` while
 clients keep their real base URLs. Every exchange is logged with the exact bytes sent and the
-`expected` record, the truth tests compare a capture with.
+`expected` record, the truth tests compare a capture with. Other APIs plug in as one line in
+`server.ROUTES` plus a module (Responses, Gemini, Ollama, Bedrock/Vertex, WebSocket turns).
 
-Per-request behaviour comes from the `x-emulator: key=value; ...` header (see `server.py`,
-`script.py`): scenario (auto, text, tool_call, thinking, error, midstream_error, malformed),
-tools, redacted_thinking, cache_read, cache_write, cache_write_1h, reasoning, text, encoding,
-lie_encoding, chunk, delay_ms, truncate, status, kind, model_suffix.
+Per-request behaviour comes from the `x-emulator: key=value; ...` header merged over
+`Emulator(defaults=...)`: scenario (auto, text, tool_call, thinking, error, midstream_error,
+malformed), status, kind, tools, redacted_thinking, cache_read, cache_write, cache_write_1h,
+reasoning, text, encoding, lie_encoding, chunk, delay_ms, truncate, model_suffix.
+Also served: `GET /v1/models`, `POST /v1/messages/count_tokens`, and the admin endpoints
+`GET|DELETE /_emulator/exchanges`, `GET /_emulator/health`.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ Streams: `event:` lines equal to the JSON `type`, trailing-space padding on JSON
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from capsem.emulator.reply import Reply, Request, base_expected, json_reply, sse
@@ -33,11 +34,21 @@ def _trailing_results(messages: list[Any]) -> list[str]:
     return out
 
 
-def error_body(status: int, rng) -> tuple[dict, str]:
+def error_body(status: int, request_id: str) -> tuple[dict, str]:
     etype = _ERRORS.get(status, "api_error")
     message = "Overloaded" if status == 529 else f"emulated {etype}"
     return {"type": "error", "error": {"type": etype, "message": message},
-            "request_id": ident(rng, "req_011C", 20)}, etype  # fmt: skip
+            "request_id": request_id}, etype  # fmt: skip
+
+
+def _prompt_chars(req: dict[str, Any]) -> int:
+    messages = req.get("messages") if isinstance(req.get("messages"), list) else []
+    return len(json.dumps([req.get("system"), messages, req.get("tools")], ensure_ascii=False))
+
+
+def count_tokens(req: dict[str, Any]) -> int:
+    """`/v1/messages/count_tokens`: the same (uncached) input count a Messages call would report."""
+    return max(1, _prompt_chars(req) // 4)
 
 
 def handle(request: Request) -> Reply:
@@ -46,20 +57,24 @@ def handle(request: Request) -> Reply:
     model = req.get("model")
     stream = req.get("stream") is True
     exp = base_expected("anthropic", model, stream)
-    headers = [("request-id", ident(rng, "req_011C", 20)), ("anthropic-organization-id", "org-emulator")]
+    request_id = ident(rng, "req_011C", 20)
+    headers = [("request-id", request_id), ("anthropic-organization-id", "org-emulator")]
     scenario = controls.get("scenario", "auto")
     if scenario == "error":
         status = int(controls.get("status", "429"))
-        obj, etype = error_body(status, rng)
+        obj, etype = error_body(status, request_id)
         exp["error_type"] = etype
         extra = [("retry-after", "1"), ("x-should-retry", "false")] if status in (429, 529) else []
+        if status == 429:
+            reset = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 1))
+            extra += [("anthropic-ratelimit-requests-limit", "50"), ("anthropic-ratelimit-requests-remaining", "0"),
+                      ("anthropic-ratelimit-requests-reset", reset)]  # fmt: skip
         return json_reply(status, obj, headers=headers + extra, expected=exp)
     messages = req.get("messages") if isinstance(req.get("messages"), list) else []
     tools = [(t.get("name"), t.get("input_schema")) for t in req.get("tools") or [] if isinstance(t, dict)]
     results = _trailing_results(messages)
-    prompt = json.dumps([req.get("system"), messages, req.get("tools")], ensure_ascii=False)
     p = plan(body=body, controls=controls, declared=tools, has_results=bool(results), result_texts=results,
-             prompt_chars=len(prompt), call_prefix="toolu_01", call_len=22)  # fmt: skip
+             prompt_chars=_prompt_chars(req), call_prefix="toolu_01", call_len=22)  # fmt: skip
     msg_id = ident(rng, "msg_01", 22)
     response_model = (model or "claude") + controls.get("model_suffix", "")
     stop = "tool_use" if p.tools else "end_turn"
@@ -100,76 +115,115 @@ def handle(request: Request) -> Reply:
 
 def _stream(rng, p, content, msg_id, model, usage, stop, headers, exp, controls) -> Reply:
     start_usage = {**usage, "output_tokens": rng.randint(1, 5)}
-    pad = " " * rng.randint(2, 10)
     events = [sse("message_start", {"type": "message_start", "message": {
         "model": model, "id": msg_id, "type": "message", "role": "assistant", "content": [], "stop_reason": None,
-        "stop_sequence": None, "usage": start_usage}}, pad=pad)]  # fmt: skip
-    midstream = controls.get("scenario") == "midstream_error"
-    complete = True
-    sent_text = ""
-    for index, block in enumerate(content):
+        "stop_sequence": None, "usage": start_usage}}, pad=_pad(rng))]  # fmt: skip
+    blocks: list[tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]] = []  # (block, start, deltas)
+    for block in content:
         kind = block["type"]
-        if kind == "thinking":
-            start = {"type": "thinking", "thinking": "", "signature": ""}
-        elif kind == "text":
-            start = {"type": "text", "text": ""}
-        elif kind == "tool_use":
-            start = {**block, "input": {}}
-        else:
-            start = block
-        events.append(sse("content_block_start", {"type": "content_block_start", "index": index,
-                                                  "content_block": start}, pad=pad))  # fmt: skip
-        if index == 0:
-            events.append(b'event: ping\ndata: {"type": "ping"}\n\n')
         pieces: list[dict[str, Any]] = []
         if kind == "thinking":
+            start = {"type": "thinking", "thinking": "", "signature": ""}
             pieces = [
                 {"type": "thinking_delta", "thinking": f}
                 for f in fragments(rng, block["thinking"], max_len=12)
             ]
             pieces.append({"type": "signature_delta", "signature": block["signature"]})
         elif kind == "text":
+            start = {"type": "text", "text": ""}
             pieces = [{"type": "text_delta", "text": f} for f in fragments(rng, block["text"], max_len=8)]
         elif kind == "tool_use":
+            start = {**block, "input": {}}
             args = next(t.arguments for t in p.tools if t.call_id == block["id"])
             pieces = [{"type": "input_json_delta", "partial_json": ""}]
             pieces += [{"type": "input_json_delta", "partial_json": f} for f in fragments(rng, args)]
+        else:  # redacted_thinking arrives whole in content_block_start
+            start = block
+        blocks.append((block, start, pieces))
+    # midstream_error: cut in the middle of the text block (or the first block that has deltas)
+    cut: tuple[int, int] | None = None
+    if controls.get("scenario") == "midstream_error":
+        candidates = [i for i, b in enumerate(blocks) if b[0]["type"] == "text"] or [
+            i for i, b in enumerate(blocks) if b[2]
+        ]
+        if candidates:
+            cut = (candidates[0], len(blocks[candidates[0]][2]) // 2)
+    sent_text, sent_thinking = "", [REDACTED] if p.redacted_thinking else []
+    calls: list[dict[str, Any]] = []  # what the client has seen of each tool call
+    for index, (block, start, pieces) in enumerate(blocks):
+        events.append(sse("content_block_start", {"type": "content_block_start", "index": index,
+                                                  "content_block": start}, pad=_pad(rng)))  # fmt: skip
+        if index == 0:
+            events.append(b'event: ping\ndata: {"type": "ping"}\n\n')
+        thought = ""
+        if block["type"] == "tool_use":
+            calls.append(
+                {"index": len(calls), "call_id": block["id"], "name": block["name"], "arguments": ""}
+            )
         for n, delta in enumerate(pieces):
-            if midstream and kind == "text" and n == len(pieces) // 2:
-                events.append(sse("error", {"type": "error", "error": {"details": None, "type": "overloaded_error",
-                                                                       "message": "Overloaded"}}, pad=pad))  # fmt: skip
-                exp.update(text=sent_text, error_type="overloaded_error", stop_reason=None, tool_calls=[],
-                           output_tokens=None, usage_raw=None)  # fmt: skip
-                return with_malformed(
-                    Reply(200, _sse_headers(headers), None, events, exp, complete=False), controls
-                )
-            if kind == "text":
-                sent_text += delta["text"]
+            if cut == (index, n):
+                error = {"details": None, "type": "overloaded_error", "message": "Overloaded"}
+                events.append(sse("error", {"type": "error", "error": error}, pad=_pad(rng)))
+                thinking = "\n".join(sent_thinking + ([thought] if thought else []))
+                exp.update(text=sent_text, thinking=thinking, error_type="overloaded_error", stop_reason=None,
+                           tool_calls=calls, output_tokens=None, usage_raw=None)  # fmt: skip
+                reply = Reply(200, _sse_headers(headers), None, events, exp, complete=False)
+                return with_malformed(reply, controls)
+            sent_text += delta.get("text", "")
+            thought += delta.get("thinking", "")
+            if calls and block["type"] == "tool_use":
+                calls[-1]["arguments"] += delta["partial_json"]
             events.append(sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta},
-                              pad=pad))  # fmt: skip
-        events.append(sse("content_block_stop", {"type": "content_block_stop", "index": index}, pad=pad))
+                              pad=_pad(rng)))  # fmt: skip
+        if block["type"] == "thinking":
+            sent_thinking.append(thought)
+        events.append(
+            sse("content_block_stop", {"type": "content_block_stop", "index": index}, pad=_pad(rng))
+        )
     delta_usage = {k: usage[k] for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
                                          "output_tokens")}  # fmt: skip
     events.append(sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-                                        "usage": delta_usage}, pad=pad))  # fmt: skip
-    events.append(sse("message_stop", {"type": "message_stop"}, pad=pad))
+                                        "usage": delta_usage}, pad=_pad(rng)))  # fmt: skip
+    events.append(sse("message_stop", {"type": "message_stop"}, pad=_pad(rng)))
     exp["usage_raw"] = {**start_usage, **delta_usage}
-    return with_malformed(Reply(200, _sse_headers(headers), None, events, exp, complete=complete), controls)
+    return with_malformed(Reply(200, _sse_headers(headers), None, events, exp), controls)
+
+
+def _pad(rng) -> str:
+    """Anthropic pads each streamed JSON object with a varying run of spaces before its last `}`."""
+    return " " * rng.randint(2, 16)
 
 
 def _sse_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return [("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache"), *headers]
 
 
-def with_malformed(reply: Reply, controls: dict[str, str]) -> Reply:
-    """scenario=malformed: insert broken events between valid ones (valid content unchanged)."""
-    if controls.get("scenario") != "malformed" or not reply.events:
-        return reply
-    kind = controls.get("kind", "bad_json")
-    junk = {
+_JUNK = {
+    "anthropic": {
         "bad_json": b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, "delta": {\n\n',
         "garbage": b"\xff\xfe\x00\x9c garbage \x00\x01\n\n",
         "bad_sse": b'event: ping\ndata: {"type": "ping"\r}\n\n',  # a lone CR cuts the data line
-    }[kind]
+    },
+    "openai": {
+        "bad_json": b'data: {"id":"chatcmpl-","object":"chat.completion.chunk","choices":[{"index":0,"delta":{\n\n',
+        "garbage": b"\xff\xfe\x00\x9c garbage \x00\x01\n\n",
+        "bad_sse": b'data: {"choices": [], "usage": null\r}\n\n',  # a lone CR cuts the data line
+    },
+}
+
+
+def with_malformed(reply: Reply, controls: dict[str, str], flavour: str = "anthropic") -> Reply:
+    """scenario=malformed: insert one broken event after the first two valid ones (content unchanged).
+
+    kind=bad_json (an event whose data is cut-off JSON), garbage (random bytes), bad_sse (a lone
+    CR breaks the framing inside a data line).
+    """
+    if controls.get("scenario") != "malformed" or not reply.events:
+        return reply
+    kind = controls.get("kind", "bad_json")
+    junk = _JUNK[flavour].get(kind)
+    if junk is None:
+        raise ValueError(f"unknown malformed kind {kind!r}; use bad_json, garbage or bad_sse")
     reply.events.insert(2, junk)
+    reply.expected["malformed"] = kind
     return reply

@@ -41,6 +41,9 @@ def handle(request: Request) -> Reply:
         etype, code = _ERRORS.get(status, ("server_error", None))
         exp["error_type"] = etype
         obj = {"error": {"message": f"emulated {etype}", "type": etype, "param": None, "code": code}}
+        if status == 429:
+            headers += [("x-ratelimit-limit-requests", "500"), ("x-ratelimit-remaining-requests", "0"),
+                        ("x-ratelimit-reset-requests", "1s"), ("retry-after", "1")]  # fmt: skip
         return json_reply(status, obj, pretty=True, headers=headers, expected=exp)
     messages = req.get("messages") if isinstance(req.get("messages"), list) else []
     tools = [(t["function"].get("name"), t["function"].get("parameters")) for t in req.get("tools") or []
@@ -93,34 +96,46 @@ def handle(request: Request) -> Reply:
         obj["obfuscation"] = ident(rng, "", rng.randint(2, 12))
         return sse(None, obj)
 
-    events = []
+    # the deltas after the first chunk, in order: text pieces, then each call's fragments
+    deltas: list[dict[str, Any]] = [{"content": piece} for piece in fragments(rng, p.text, max_len=8)]
+    for i, t in enumerate(p.tools):
+        deltas.append({"tool_calls": [{"index": i, "id": t.call_id, "type": "function",
+                                       "function": {"name": t.name, "arguments": ""}}]})  # fmt: skip
+        deltas += [
+            {"tool_calls": [{"index": i, "function": {"arguments": a}}]} for a in fragments(rng, t.arguments)
+        ]
     first: dict[str, Any] = {"role": "assistant", "content": "" if p.text else None, "refusal": None}
-    midstream = controls.get("scenario") == "midstream_error"
-    sent = ""
-    pieces = fragments(rng, p.text, max_len=8) if p.text else []
-    events.append(chunk(first))
-    for n, piece in enumerate(pieces):
-        if midstream and n == len(pieces) // 2:
+    if not p.text and deltas:  # a tool-call stream starts with content null plus the first call fragment
+        first = {"role": "assistant", "content": None, **deltas.pop(0), "refusal": None}
+    cut = len(deltas) // 2 if controls.get("scenario") == "midstream_error" else None
+    events = [chunk(first)]
+    sent_text, calls = "", {}
+    for n, delta in enumerate([first, *deltas]):
+        if n and n - 1 == cut:
             events.append(sse(None, {"error": {"message": "The server had an error while processing your request. "
                                                "Sorry about that!", "type": "server_error"}}))  # fmt: skip
-            exp.update(text=sent, error_type="server_error", stop_reason=None, tool_calls=[], usage_raw=None,
+            exp.update(text=sent_text, error_type="server_error", stop_reason=None, usage_raw=None,
+                       tool_calls=[{"index": i, "call_id": c[0], "name": c[1], "arguments": c[2]}
+                                   for i, c in sorted(calls.items())],
                        input_tokens=None, output_tokens=None, cache_read=None, reasoning=None)  # fmt: skip
-            return Reply(200, _headers(headers), None, events, exp, complete=False)
-        sent += piece
-        events.append(chunk({"content": piece}))
-    for i, t in enumerate(p.tools):
-        args = fragments(rng, t.arguments)
-        events.append(chunk({"tool_calls": [{"index": i, "id": t.call_id, "type": "function",
-                                             "function": {"name": t.name, "arguments": ""}}]}))  # fmt: skip
-        for a in args:
-            events.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": a}}]}))
+            return with_malformed(
+                Reply(200, _headers(headers), None, events, exp, complete=False), controls, "openai"
+            )
+        if n:
+            events.append(chunk(delta))
+        sent_text += delta.get("content") or ""
+        for tc in delta.get("tool_calls", []):
+            call = calls.setdefault(tc["index"], ["", "", ""])
+            call[0] = tc.get("id", call[0])
+            call[1] = tc.get("function", {}).get("name", call[1])
+            call[2] += tc["function"]["arguments"]
     events.append(chunk({}, finish))
     if include_usage:
         usage_chunk = json.loads(chunk(None, choices=False).decode()[6:])
         usage_chunk["usage"] = usage
         events.append(sse(None, usage_chunk))
     events.append(b"data: [DONE]\n\n")
-    return with_malformed(Reply(200, _headers(headers), None, events, exp), controls)
+    return with_malformed(Reply(200, _headers(headers), None, events, exp), controls, "openai")
 
 
 def _headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:

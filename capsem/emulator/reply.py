@@ -62,5 +62,5 @@ def base_expected(protocol: str, model: str | None, stream: bool) -> dict[str, A
         "protocol": protocol, "model": model, "response_model": model, "message_id": None, "text": "",
         "thinking": "", "stop_reason": None, "tool_calls": [], "usage_raw": None, "input_tokens": None,
         "output_tokens": None, "cache_read": None, "cache_write": None, "cache_write_1h": None,
-        "reasoning": None, "error_type": None, "stream": stream,
+        "reasoning": None, "error_type": None, "stream": stream, "malformed": None,
     }  # fmt: skip

@@ -22,6 +22,8 @@ SENTENCES = [
     "Emoji check: 🎉🚀 all good.",
     "Nothing else to report.",
 ]
+# Every generated text holds this one: multibyte UTF-8, an emoji, a quote and a backslash.
+ANCHOR = 'Naïve café says "ok" 🎉 at C:\\work\\out.'
 
 
 @dataclass
@@ -98,8 +100,9 @@ def plan(
     if "text" in controls:
         p.text = controls["text"]
     elif p.kind == "text":
-        n = rng.randint(2, 4)
-        p.text = " ".join(rng.choice(SENTENCES) for _ in range(n))
+        chosen = [rng.choice(SENTENCES) for _ in range(rng.randint(1, 3))]
+        chosen.insert(rng.randint(0, len(chosen)), ANCHOR)
+        p.text = " ".join(chosen)
         if has_results:
             p.text = "Based on the tool results: " + "; ".join(r[:40] for r in result_texts) + ". " + p.text
     elif rng.random() < 0.5:
@@ -113,8 +116,9 @@ def plan(
             name, schema = declared[i % len(declared)]
             p.tools.append(ToolPlan(ident(rng, call_prefix, call_len), name, arguments_for(rng, schema, i)))
     p.cache_read = int(controls.get("cache_read", 0))
-    p.cache_write = int(controls.get("cache_write", 0))
-    p.cache_write_1h = min(int(controls.get("cache_write_1h", 0)), p.cache_write) if p.cache_write else 0
+    # cache_write is the total written; cache_write_1h the part of it with the 1h TTL
+    p.cache_write_1h = int(controls.get("cache_write_1h", 0))
+    p.cache_write = max(int(controls.get("cache_write", 0)), p.cache_write_1h)
     p.reasoning = int(controls.get("reasoning", 0))
     p.input_tokens = max(1, prompt_chars // 4)
     produced = len(p.text) + len(p.thinking) + sum(len(t.arguments) + len(t.name) for t in p.tools)

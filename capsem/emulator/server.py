@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
+import logging
 import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from capsem.emulator import anthropic, gemini, ollama, openai_chat, openai_responses, websocket
+from capsem.emulator import anthropic, bedrock, gemini, ollama, openai_chat, openai_responses, websocket
 from capsem.emulator.encoding import Encoder, header_value
 from capsem.emulator.reply import Reply, Request, json_reply
 from capsem.emulator.tls import CertificateAuthority
@@ -40,8 +43,16 @@ ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [
     # a company gateway on paths no provider uses (for body-shape detection)
     ("POST", re.compile(r"/gateway/anthropic"), anthropic.handle),
     ("POST", re.compile(r"/gateway/openai"), openai_chat.handle),
+    # Anthropic on Bedrock (InvokeModel, eventstream when streamed) and on Vertex AI
+    ("POST", re.compile(r"/model/(?P<model>[^/]+)/invoke(?:-with-response-stream)?"), bedrock.handle),
+    (
+        "POST",
+        re.compile(r"(?:/[\w.-]+)*/publishers/anthropic/models/(?P<model>[^/:]+):(?:streamR|r)awPredict"),
+        bedrock.handle_vertex,
+    ),
 ]
 _MAX_BODY = 64 * 1024 * 1024
+log = logging.getLogger("capsem.emulator")
 
 
 def parse_controls(value: str | None, defaults: dict[str, str]) -> dict[str, str]:
@@ -68,6 +79,7 @@ class Server:
         self.ca = CertificateAuthority()
         self.exchanges: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        self._ids = itertools.count(1)
 
     # -- connection loop ----------------------------------------------------------------------
 
@@ -77,7 +89,7 @@ class Server:
         tunnel_host: str | None = None
         try:
             while True:
-                request = await self._read_request(reader)
+                request = await self._read_request(reader, writer)
                 if request is None:
                     return
                 method, target, headers, body = request
@@ -85,6 +97,7 @@ class Server:
                     tunnel_host = target.rsplit(":", 1)[0].strip("[]")
                     writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
                     await writer.drain()
+                    # the leaf follows the SNI the client sends (the CONNECT host when it sends none)
                     await writer.start_tls(self.ca.context(tunnel_host))
                     scheme = "https"
                     continue
@@ -96,25 +109,33 @@ class Server:
                     return
         except (ConnectionError, asyncio.IncompleteReadError, OSError, asyncio.CancelledError):
             return  # client gone, or the emulator is stopping
+        except (ValueError, asyncio.LimitOverrunError):
+            return  # not HTTP we can read (bad chunk size, huge head): drop the connection
         finally:
             try:
                 writer.close()
             except Exception:
                 pass
 
-    async def _read_request(self, reader: asyncio.StreamReader):
+    async def _read_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         try:
             head = await reader.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError:
             return None
         lines = head.decode("latin-1").split("\r\n")
-        method, target, _version = lines[0].split(" ", 2)
+        try:
+            method, target, _version = lines[0].split(" ", 2)
+        except ValueError:
+            return None  # not HTTP: drop the connection
         headers: dict[str, str] = {}
         for line in lines[1:]:
             if ":" in line:
                 name, _, value = line.partition(":")
                 headers[name.strip().lower()] = value.strip()
         body = b""
+        if headers.get("expect", "").lower() == "100-continue":  # curl, for larger bodies
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            await writer.drain()
         if headers.get("transfer-encoding", "").lower() == "chunked":
             parts = []
             while True:
@@ -141,28 +162,44 @@ class Server:
         if path.startswith("/_emulator/"):
             return await self._admin(writer, method, path)
         controls = parse_controls(headers.get("x-emulator"), self.defaults)
-        decoded = _decode_request(body, headers.get("content-encoding"))
-        reply = self._route(method, host, path, query, headers, decoded, controls)
-        encoding = controls.get("encoding", "identity")
-        if encoding == "auto":
-            offered = [e.split(";")[0].strip() for e in headers.get("accept-encoding", "").split(",")]
-            encoding = next((e for e in offered if e in ("gzip", "br", "zstd", "deflate")), "identity")
-        sent, complete = await self._write(writer, reply, encoding, controls)
-        self._log(
-            scheme, host, method, path, query, headers, decoded, reply, sent, complete and reply.complete
-        )
-        return complete and headers.get("connection", "").lower() != "close"
+        decoded = body
+        try:
+            decoded = _decode_request(body, headers.get("content-encoding"))
+            encoding = controls.get("encoding", "identity")
+            if encoding == "auto":
+                offered = [e.split(";")[0].strip() for e in headers.get("accept-encoding", "").split(",")]
+                encoding = next((e for e in offered if e in ("gzip", "br", "zstd", "deflate")), "identity")
+            Encoder(encoding)  # reject unknown encodings before anything is sent
+            for key in ("chunk", "delay_ms", "truncate", "tools", "status", "cache_read", "cache_write"):
+                int(controls.get(key, 0))
+            reply = self._route(method, host, path, query, headers, decoded, controls)
+        except Exception as exc:  # a bad control or a handler bug: say so instead of hanging the client
+            log.exception("emulator could not answer %s %s", method, path)
+            encoding, controls = "identity", {}
+            reply = json_reply(400 if isinstance(exc, ValueError) else 500,
+                               {"error": {"type": "emulator_error", "message": f"{type(exc).__name__}: {exc}"}})  # fmt: skip
+        # log before writing: a client may act on the last byte before this coroutine resumes
+        wire = _prepare(reply, encoding, controls)
+        entry = self._log(scheme, host, method, path, query, headers, decoded, reply, wire.body,
+                          wire.whole and reply.complete, head=wire.headers)  # fmt: skip
+        sent = bytearray()
+        try:
+            await _send(writer, wire, sent)
+        except BaseException:
+            with self.lock:  # the client went away: record what actually left
+                entry.update(complete=False, response_body_b64=base64.b64encode(bytes(sent)).decode())
+            raise
+        return entry["complete"] and headers.get("connection", "").lower() != "close"
 
     def _route(self, method, host, path, query, headers, body: bytes, controls: dict[str, str]) -> Reply:
         if method == "GET" and path == "/v1/models":
-            return json_reply(200, {"object": "list", "data": [
-                {"id": "claude-sonnet-4-5", "type": "model"}, {"id": "gpt-4.1", "object": "model"}]})  # fmt: skip
+            return _models(headers)
         try:
             req = json.loads(body) if body else {}
         except ValueError:
             req = None
-        if path == "/v1/messages/count_tokens" and method == "POST":
-            return json_reply(200, {"input_tokens": max(1, len(body) // 4)})
+        if path == "/v1/messages/count_tokens" and method == "POST" and isinstance(req, dict):
+            return json_reply(200, {"input_tokens": anthropic.count_tokens(req)})
         for route_method, pattern, handler in ROUTES:
             match = pattern.fullmatch(path)
             if match and method == route_method:
@@ -173,50 +210,6 @@ class Server:
                 return handler(Request(method, host, path, query, headers, body, req, controls, match))
         return json_reply(404, {"error": {"type": "not_found_error", "message": f"no route {method} {path}"}})
 
-    async def _write(
-        self, writer, reply: Reply, encoding: str, controls: dict[str, str]
-    ) -> tuple[bytearray, bool]:
-        """Write the reply; return the body bytes sent (after encoding) and whether it completed."""
-        lie = controls.get("lie_encoding")
-        encoder = Encoder("identity" if lie else encoding)
-        chunk = int(controls.get("chunk", 0)) or None
-        delay = int(controls.get("delay_ms", 0)) / 1000
-        truncate = int(controls["truncate"]) if "truncate" in controls else None
-        head = [f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'OK')}", "date: " + time.strftime(
-            "%a, %d %b %Y %H:%M:%S GMT", time.gmtime()), "server: capsem-emulator"]  # fmt: skip
-        head += [f"{k}: {v}" for k, v in reply.headers]
-        content_encoding = lie or header_value(encoding)
-        if content_encoding:
-            head.append(f"content-encoding: {content_encoding}")
-        streamed = reply.events is not None
-        pieces = [encoder.step(e) for e in reply.events] + [encoder.end()] if streamed else [
-            encoder.whole(reply.body or b"")]  # fmt: skip
-        if streamed:
-            head.append("transfer-encoding: chunked")
-        else:
-            head.append(f"content-length: {len(pieces[0])}")
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
-        await writer.drain()
-        sent = bytearray()
-        for piece in pieces:
-            for part in _split(piece, chunk):
-                if truncate is not None and len(sent) + len(part) > truncate:
-                    part = part[: truncate - len(sent)]
-                    sent += part
-                    writer.write(f"{len(part):x}\r\n".encode() + part if streamed and part else part)
-                    await writer.drain()
-                    writer.transport.abort()
-                    return sent, False
-                sent += part
-                writer.write(f"{len(part):x}\r\n".encode() + part + b"\r\n" if streamed else part)
-                await writer.drain()
-                if delay and streamed:
-                    await asyncio.sleep(delay)
-        if streamed:
-            writer.write(b"0\r\n\r\n")
-            await writer.drain()
-        return sent, True
-
     async def _admin(self, writer, method: str, path: str) -> bool:
         if path == "/_emulator/exchanges" and method == "DELETE":
             with self.lock:
@@ -225,23 +218,100 @@ class Server:
         elif path == "/_emulator/exchanges":
             with self.lock:
                 reply = json_reply(200, list(self.exchanges))
-        else:
+        elif path == "/_emulator/health":
             reply = json_reply(200, {"ok": True})
-        await self._write(writer, reply, "identity", {})
+        else:
+            reply = json_reply(
+                404, {"error": {"type": "not_found_error", "message": f"no admin route {path}"}}
+            )
+        await _send(writer, _prepare(reply, "identity", {}), bytearray())
         return True
 
-    def _log(
-        self, scheme, host, method, path, query, headers, body, reply: Reply, sent: bytes, complete
-    ) -> None:
+    def _log(self, scheme, host, method, path, query, headers, body, reply: Reply, sent: bytes, complete,
+             head: list[tuple[str, str]] | None = None) -> dict[str, Any]:  # fmt: skip
+        """Append one exchange to the log and return its (live) entry."""
+        entry = {
+            "id": next(self._ids), "time": time.time(), "scheme": scheme, "host": host, "method": method,
+            "path": path, "query": query, "request_headers": headers, "request_body": body.decode("utf-8", "replace"),
+            "status": reply.status, "response_headers": [list(h) for h in (reply.headers if head is None else head)],
+            "response_body_b64": base64.b64encode(bytes(sent)).decode(), "stream": reply.events is not None,
+            "complete": complete, "expected": reply.expected,
+        }  # fmt: skip
         with self.lock:
-            self.exchanges.append({
-                "id": len(self.exchanges) + 1, "time": time.time(), "scheme": scheme, "host": host,
-                "method": method, "path": path, "query": query, "request_headers": headers,
-                "request_body": body.decode("utf-8", "replace"), "status": reply.status,
-                "response_headers": [list(h) for h in reply.headers], "response_body_b64":
-                base64.b64encode(bytes(sent)).decode(), "stream": reply.events is not None, "complete": complete,
-                "expected": reply.expected,
-            })  # fmt: skip
+            self.exchanges.append(entry)
+        return entry
+
+
+@dataclass
+class Wire:
+    """A reply as it goes on the wire: head, body parts (encoded, split, truncated), pacing."""
+
+    status_line: str
+    headers: list[tuple[str, str]]
+    parts: list[bytes]
+    streamed: bool
+    whole: bool
+    """False when `truncate` cuts the body."""
+    delay: float
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def _prepare(reply: Reply, encoding: str, controls: dict[str, str]) -> Wire:
+    lie = controls.get("lie_encoding")
+    encoder = Encoder("identity" if lie else encoding)
+    chunk = int(controls.get("chunk", 0)) or None
+    truncate = int(controls["truncate"]) if "truncate" in controls else None
+    date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime())
+    head = [("date", date), ("server", "capsem-emulator"), *reply.headers]
+    content_encoding = lie or header_value(encoding)
+    if content_encoding:
+        head.append(("content-encoding", content_encoding))
+    streamed = reply.events is not None
+    if streamed:
+        pieces = [encoder.step(e) for e in reply.events or []] + [encoder.end()]
+        head.append(("transfer-encoding", "chunked"))
+    else:
+        pieces = [encoder.whole(reply.body or b"")]
+        head.append(("content-length", str(len(pieces[0]))))
+    parts = [part for piece in pieces for part in _split(piece, chunk)]
+    whole = True
+    if truncate is not None and sum(map(len, parts)) > truncate:
+        kept, size = [], 0
+        for part in parts:
+            kept.append(part[: truncate - size])
+            size += len(kept[-1])
+            if size >= truncate:
+                break
+        parts, whole = kept, False
+    status_line = f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'OK')}"
+    return Wire(status_line, head, parts, streamed, whole, int(controls.get("delay_ms", 0)) / 1000)
+
+
+async def _send(writer: asyncio.StreamWriter, wire: Wire, sent: bytearray) -> None:
+    """Write head and body part by part (each drained, paced by `delay_ms`); `sent` collects the
+    body bytes as they go. A truncated body ends with an abort: no final chunk, no terminator."""
+    head = wire.status_line + "\r\n" + "".join(f"{k}: {v}\r\n" for k, v in wire.headers) + "\r\n"
+    writer.write(head.encode("utf-8"))
+    await writer.drain()
+    for n, part in enumerate(wire.parts):
+        cut = not wire.whole and n == len(wire.parts) - 1
+        if wire.streamed and part:
+            writer.write(f"{len(part):x}\r\n".encode() + part + (b"" if cut else b"\r\n"))
+        else:
+            writer.write(part)
+        sent += part
+        await writer.drain()
+        if wire.delay and not cut:
+            await asyncio.sleep(wire.delay)
+    if not wire.whole:
+        writer.transport.abort()
+        return
+    if wire.streamed:
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
 
 
 def _split(data: bytes, size: int | None) -> list[bytes]:
@@ -254,3 +324,25 @@ def _split(data: bytes, size: int | None) -> list[bytes]:
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests",
             500: "Internal Server Error", 529: "Overloaded"}  # fmt: skip
+
+
+_ANTHROPIC_MODELS = {"claude-sonnet-4-5-20250929": "Claude Sonnet 4.5", "claude-haiku-4-5-20251001": "Claude Haiku 4.5",
+                     "claude-opus-4-1-20250805": "Claude Opus 4.1"}  # fmt: skip
+_OPENAI_MODELS = [
+    "gpt-4.1-2025-04-14",
+    "gpt-4.1-mini-2025-04-14",
+    "gpt-4o-mini-2024-07-18",
+    "o4-mini-2025-04-16",
+]
+
+
+def _models(headers: dict[str, str]) -> Reply:
+    """`GET /v1/models` in the shape of the API the client speaks (Anthropic if it sends its headers)."""
+    if "anthropic-version" in headers or "x-api-key" in headers:
+        data = [{"type": "model", "id": m, "display_name": name, "created_at": "2025-08-05T00:00:00Z"}
+                for m, name in _ANTHROPIC_MODELS.items()]  # fmt: skip
+        return json_reply(
+            200, {"data": data, "has_more": False, "first_id": data[0]["id"], "last_id": data[-1]["id"]}
+        )
+    data = [{"id": m, "object": "model", "created": 1744316542, "owned_by": "system"} for m in _OPENAI_MODELS]
+    return json_reply(200, {"object": "list", "data": data}, pretty=True)

@@ -46,7 +46,8 @@ class CertificateAuthority:
         self._lock = threading.Lock()
 
     def context(self, host: str = "localhost") -> ssl.SSLContext:
-        """A server SSL context presenting a certificate for `host` (and localhost/127.0.0.1)."""
+        """A server SSL context presenting a certificate for `host` (and localhost/127.0.0.1),
+        or for the SNI name when the client sends one."""
         with self._lock:
             if host not in self._contexts:
                 self._contexts[host] = self._make(host)
@@ -90,15 +91,17 @@ class CertificateAuthority:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(cert_path, key_path)
         ctx.set_alpn_protocols(["http/1.1"])
+        ctx.sni_callback = self._pick  # type: ignore[assignment]
         return ctx
 
+    def _pick(self, sock: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> None:
+        if name:
+            sock.context = self.context(name)
+
     def sni_context(self) -> ssl.SSLContext:
-        """A context that switches to the right leaf for the SNI the client sends."""
-        base = self.context("localhost")
+        """A context that switches to the right leaf for the SNI the client sends.
 
-        def pick(sock: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> None:
-            if name:
-                sock.context = self.context(name)
-
-        base.sni_callback = pick  # type: ignore[assignment]
-        return base
+        Every context made here does that; without SNI the client gets the leaf the context
+        was made for (`localhost` here, the CONNECT host on a tunnel).
+        """
+        return self.context("localhost")

@@ -98,11 +98,10 @@ async def _answer(server, conn, writer, scheme, host, path, query, headers, whol
         turn.expected["error_type"] = err["error"].get("code") or err["error"].get("type")
     else:
         events = turn.events
-    sent = bytearray()
-    for ev in events:
-        frame = conn.send(TextMessage(data=json.dumps(ev, ensure_ascii=False)))
-        sent += frame
+    frames = [conn.send(TextMessage(data=json.dumps(ev, ensure_ascii=False))) for ev in events]
+    reply = Reply(200, [], None, [json.dumps(e).encode() for e in events], turn.expected, turn.complete)
+    # logged before sending: the client may act on the last frame before this coroutine resumes
+    server._log(scheme, host, "WS", path, query, headers, body, reply, b"".join(frames), turn.complete)
+    for frame in frames:
         writer.write(frame)
         await writer.drain()
-    reply = Reply(200, [], None, [json.dumps(e).encode() for e in events], turn.expected, turn.complete)
-    server._log(scheme, host, "WS", path, query, headers, body, reply, sent, turn.complete)

@@ -3,13 +3,16 @@ tokens and cost per host (NULL when genai-prices does not know the model), OpenR
 
 from __future__ import annotations
 
+import base64
 import json
+from urllib.parse import quote
 
+import anthropic
 import openai
 import pytest
 
 from tests.conftest import rows
-from tests.e2e.test_capture_sdk import finish, http_client, model_exchanges
+from tests.e2e.test_capture_sdk import assert_tool_calls, finish, http_client, model_exchanges
 
 KEY = "sk-compat-e2eSECRET000000000000000000"
 
@@ -68,3 +71,139 @@ def test_azure_deployment_path(proxy, emu, capsem_home):
     assert call["estimated_cost_usd"] > 0
     (net,) = rows(db, "SELECT query, request_headers FROM net_events")
     assert "api-version=2024-10-21" in net["query"] and KEY not in net["request_headers"]
+
+
+# -- Anthropic on Bedrock and Vertex; Ollama's OpenAI-compatible endpoint ------------------------------
+
+BEDROCK = "https://bedrock-runtime.us-east-1.amazonaws.com"
+BEDROCK_MODEL = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
+SIGNATURE = "f00dfeedSECRETsig0123456789abcdef0123456789abcdef0123456789abcd"
+TOOLS_A = [{"name": "ls", "description": "list files", "input_schema": {
+    "type": "object", "properties": {"dir": {"type": "string"}}, "required": ["dir"]}}]  # fmt: skip
+
+
+def bedrock_post(
+    proxy, stream: bool, control: str = "", model: str = BEDROCK_MODEL, body: dict | None = None
+):
+    """A hand-signed-looking InvokeModel request (the SDK's Bedrock client needs botocore)."""
+    body = body or {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 256, "system": "Be terse.", "tools": TOOLS_A,
+            "messages": [{"role": "user", "content": "list src"}]}  # fmt: skip
+    action = "invoke-with-response-stream" if stream else "invoke"
+    headers = {
+        "authorization": f"AWS4-HMAC-SHA256 Credential=AKIAEXAMPLE/20260101/us-east-1/bedrock/aws4_request, "
+        f"SignedHeaders=host;x-amz-date, Signature={SIGNATURE}",
+        "x-amz-date": "20260101T000000Z",
+        "accept": "application/vnd.amazon.eventstream" if stream else "application/json",
+        "x-emulator": control,
+    }
+    url = f"{BEDROCK}/model/{quote(model, safe=':')}/{action}"
+    with http_client(proxy) as client, client.stream("POST", url, json=body, headers=headers) as resp:
+        return resp.status_code, b"".join(resp.iter_raw())
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_bedrock_invoke(proxy, emu, capsem_home, stream):
+    status, raw = bedrock_post(proxy, stream, "tools=1; cache_read=40; chunk=7")
+    assert status == 200
+    db = finish(proxy, capsem_home)
+    (call,) = rows(db, "SELECT * FROM model_calls")
+    (ex,) = model_exchanges(emu)
+    exp = ex["expected"]
+    assert raw == base64.b64decode(ex["response_body_b64"])  # the client got the provider's bytes
+    assert (call["provider"], call["protocol"], call["stream"], call["complete"]) == (
+        "bedrock", "anthropic", int(stream), 1)  # fmt: skip
+    assert call["model"] in (BEDROCK_MODEL, exp["response_model"])  # see test_bedrock_model_is_the_url_model
+    assert call["path"] == f"/model/{BEDROCK_MODEL}/{'invoke-with-response-stream' if stream else 'invoke'}"
+    assert (call["input_tokens"], call["output_tokens"]) == (exp["input_tokens"], exp["output_tokens"])
+    assert (call["text_content"] or "") == exp["text"] and call["stop_reason"] == exp["stop_reason"]
+    assert json.loads(call["usage_details"])["cache_read"] == 40
+    assert_tool_calls(db, call["id"], ex)
+    assert call["estimated_cost_usd"] > 0  # genai-prices knows Claude on Bedrock ("aws")
+    (net,) = rows(db, "SELECT request_headers FROM net_events")
+    assert SIGNATURE not in net["request_headers"]
+
+
+def test_bedrock_model_is_the_url_model(proxy, emu, capsem_home):
+    bedrock_post(proxy, True)
+    db = finish(proxy, capsem_home)
+    (call,) = rows(db, "SELECT model, response_model FROM model_calls")
+    assert call == {"model": BEDROCK_MODEL, "response_model": "claude-sonnet-4-5-20250929"}
+
+
+def test_bedrock_stream_exception_frame(proxy, emu, capsem_home):
+    bedrock_post(proxy, True, "scenario=midstream_error")
+    db = finish(proxy, capsem_home)
+    (call,) = rows(db, "SELECT * FROM model_calls")
+    (ex,) = model_exchanges(emu)
+    assert (call["error_type"], call["complete"]) == ("modelStreamErrorException", 0)
+    assert (call["text_content"] or "") == ex["expected"]["text"]
+
+
+def test_bedrock_http_error_and_non_anthropic_models(proxy, emu, capsem_home):
+    status, _ = bedrock_post(proxy, False, "scenario=error; status=429")
+    assert status == 429
+    nova = {"messages": [{"role": "user", "content": [{"text": "hi"}]}], "inferenceConfig": {"maxTokens": 50}}
+    bedrock_post(proxy, False, model="amazon.nova-pro-v1:0", body=nova)  # another API: not read as Anthropic
+    db = finish(proxy, capsem_home)
+    (call,) = rows(db, "SELECT * FROM model_calls")
+    assert (call["status_code"], call["provider"], call["error_message"]) == (
+        429, "bedrock", "emulated ThrottlingException")  # fmt: skip
+    assert len(rows(db, "SELECT id FROM net_events")) == 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_vertex_sdk(proxy, emu, capsem_home, stream):
+    client = anthropic.AnthropicVertex(region="us-east5", project_id="proj-1", access_token="ya29.SECRETtoken",
+                                       http_client=http_client(proxy), max_retries=0)  # fmt: skip
+    kwargs = {
+        "model": "claude-sonnet-4-5@20250929",
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    if stream:
+        with client.messages.stream(**kwargs) as s:
+            s.get_final_message()
+    else:
+        client.messages.create(**kwargs)
+    db = finish(proxy, capsem_home)
+    (call,) = rows(db, "SELECT * FROM model_calls")
+    (ex,) = model_exchanges(emu)
+    assert (call["provider"], call["protocol"], call["model"], call["stream"]) == (
+        "vertex", "anthropic", "claude-sonnet-4-5@20250929", int(stream))  # fmt: skip
+    assert call["path"].endswith(
+        "/publishers/anthropic/models/claude-sonnet-4-5@20250929:"
+        + ("streamRawPredict" if stream else "rawPredict")
+    )
+    assert (call["text_content"], call["input_tokens"]) == (
+        ex["expected"]["text"],
+        ex["expected"]["input_tokens"],
+    )
+    assert call["estimated_cost_usd"] is not None  # genai-prices' google table has Claude on Vertex
+
+
+def test_bedrock_mantle_sdk(proxy, emu, capsem_home):
+    client = anthropic.AnthropicBedrockMantle(api_key="bedrock-api-key-SECRET", aws_region="us-east-1",
+                                              http_client=http_client(proxy), max_retries=0)  # fmt: skip
+    client.messages.create(model="anthropic.claude-haiku-4-5-20251001-v1:0", max_tokens=50,
+                           messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+    db = finish(proxy, capsem_home)
+    (call,) = rows(db, "SELECT * FROM model_calls")
+    (ex,) = model_exchanges(emu)
+    assert (call["provider"], call["protocol"], call["model"], call["path"]) == (
+        "bedrock", "anthropic", "anthropic.claude-haiku-4-5-20251001-v1:0", "/anthropic/v1/messages")  # fmt: skip
+    assert call["text_content"] == ex["expected"]["text"] and call["estimated_cost_usd"] > 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_ollama_openai_compatible(proxy, emu, capsem_home, stream):
+    client = openai.OpenAI(api_key="ollama", base_url="http://localhost:11434/v1", http_client=http_client(proxy),
+                           max_retries=0)  # fmt: skip
+    result = client.chat.completions.create(model="qwen3:8b", messages=[{"role": "user", "content": "hi"}],
+                                            stream=stream)  # fmt: skip
+    if stream:
+        list(result)
+    db = finish(proxy, capsem_home)
+    (call,) = rows(db, "SELECT * FROM model_calls")
+    (ex,) = model_exchanges(emu)
+    assert (call["provider"], call["protocol"], call["model"]) == ("ollama", "openai_chat", "qwen3:8b")
+    assert call["text_content"] == ex["expected"]["text"] and call["estimated_cost_usd"] is None
