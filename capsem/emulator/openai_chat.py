@@ -49,9 +49,14 @@ def handle(request: Request) -> Reply:
     tools = [(t["function"].get("name"), t["function"].get("parameters")) for t in req.get("tools") or []
              if isinstance(t, dict) and isinstance(t.get("function"), dict)]  # fmt: skip
     results = _trailing_results(messages)
+    # self-hosted servers: vLLM streams thinking as `reasoning`, llama.cpp as `reasoning_content` and puts
+    # usage (plus `timings`) on the finish chunk itself
+    server = controls.get("server", "")
+    reasoning_key = {"vllm": "reasoning", "llamacpp": "reasoning_content"}.get(server)
     prompt = json.dumps([messages, req.get("tools")], ensure_ascii=False)
     p = plan(body=body, controls=controls, declared=tools, has_results=bool(results), result_texts=results,
-             prompt_chars=len(prompt), call_prefix="call_", call_len=24)  # fmt: skip
+             prompt_chars=len(prompt), call_prefix="chatcmpl-tool-" if server == "vllm" else "call_",
+             call_len=32 if server == "vllm" else 24)  # fmt: skip
     cid = ident(rng, "chatcmpl-", 29)
     response_model = (model or "gpt") + controls.get("model_suffix", "")
     finish = "tool_calls" if p.tools else "stop"
@@ -63,16 +68,24 @@ def handle(request: Request) -> Reply:
                                            "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}  # fmt: skip
     if request.host == "openrouter.ai":  # OpenRouter reports its own cost in usage
         usage["cost"] = round((prompt_tokens * 2 + p.output_tokens * 8) / 1e6, 8)
+    if reasoning_key:
+        exp["thinking"] = p.thinking
     exp.update(response_model=response_model, message_id=cid, text=p.text, stop_reason=finish,
                tool_calls=[{"index": i, "call_id": t.call_id, "name": t.name, "arguments": t.arguments}
                            for i, t in enumerate(p.tools)])  # fmt: skip
     include_usage = bool((req.get("stream_options") or {}).get("include_usage")) if stream else True
+    include_usage = include_usage or server == "llamacpp"
+    timings = {"prompt_n": prompt_tokens, "prompt_ms": 12.5, "prompt_per_token_ms": 0.1, "prompt_per_second": 1e4,
+               "predicted_n": p.output_tokens, "predicted_ms": 80.2, "predicted_per_token_ms": 8.0,
+               "predicted_per_second": 125.0}  # fmt: skip
     if include_usage:
         exp.update(usage_raw=usage, input_tokens=prompt_tokens, output_tokens=p.output_tokens,
                    cache_read=p.cache_read or None, reasoning=p.reasoning or None)  # fmt: skip
     created = int(time.time())
     if not stream:
         message: dict[str, Any] = {"role": "assistant", "content": p.text or None}
+        if reasoning_key and p.thinking:
+            message[reasoning_key] = p.thinking
         if p.tools:
             message["tool_calls"] = [{"id": t.call_id, "type": "function",
                                       "function": {"name": t.name, "arguments": t.arguments}} for t in p.tools]  # fmt: skip
@@ -80,6 +93,8 @@ def handle(request: Request) -> Reply:
         obj = {"id": cid, "object": "chat.completion", "created": created, "model": response_model,
                "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
                "usage": usage, "service_tier": "default", "system_fingerprint": "fp_b3f1157249"}  # fmt: skip
+        if server == "llamacpp":
+            obj["timings"] = timings
         return json_reply(200, obj, pretty=True, headers=headers, expected=exp)
 
     def chunk(delta: dict[str, Any] | None, finish_reason: str | None = None, choices: bool = True) -> bytes:
@@ -97,7 +112,10 @@ def handle(request: Request) -> Reply:
         return sse(None, obj)
 
     # the deltas after the first chunk, in order: text pieces, then each call's fragments
-    deltas: list[dict[str, Any]] = [{"content": piece} for piece in fragments(rng, p.text, max_len=8)]
+    deltas: list[dict[str, Any]] = []
+    if reasoning_key:
+        deltas += [{reasoning_key: piece} for piece in fragments(rng, p.thinking, max_len=8)]
+    deltas += [{"content": piece} for piece in fragments(rng, p.text, max_len=8)]
     for i, t in enumerate(p.tools):
         deltas.append({"tool_calls": [{"index": i, "id": t.call_id, "type": "function",
                                        "function": {"name": t.name, "arguments": ""}}]})  # fmt: skip
@@ -129,8 +147,13 @@ def handle(request: Request) -> Reply:
             call[0] = tc.get("id", call[0])
             call[1] = tc.get("function", {}).get("name", call[1])
             call[2] += tc["function"]["arguments"]
-    events.append(chunk({}, finish))
-    if include_usage:
+    if server == "llamacpp":  # usage and timings ride on the finish chunk, no usage-only chunk
+        finish_chunk = json.loads(chunk({}, finish).decode()[6:])
+        finish_chunk.update(usage=usage, timings=timings)
+        events.append(sse(None, finish_chunk))
+    else:
+        events.append(chunk({}, finish))
+    if include_usage and server != "llamacpp":
         usage_chunk = json.loads(chunk(None, choices=False).decode()[6:])
         usage_chunk["usage"] = usage
         events.append(sse(None, usage_chunk))

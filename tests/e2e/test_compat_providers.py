@@ -207,3 +207,72 @@ def test_ollama_openai_compatible(proxy, emu, capsem_home, stream):
     (ex,) = model_exchanges(emu)
     assert (call["provider"], call["protocol"], call["model"]) == ("ollama", "openai_chat", "qwen3:8b")
     assert call["text_content"] == ex["expected"]["text"] and call["estimated_cost_usd"] is None
+
+
+FN_TOOLS = [{"type": "function", "function": {"name": "grep", "description": "search", "parameters": {
+    "type": "object", "properties": {"pattern": {"type": "string"}}, "required": ["pattern"]}}}]  # fmt: skip
+
+
+@pytest.mark.parametrize("server", ["vllm", "llamacpp"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_self_hosted_servers_tool_loop_with_reasoning(proxy, emu, capsem_home, server, stream):
+    """vLLM (`reasoning`, chatcmpl-tool ids) and llama.cpp (`reasoning_content`, usage + timings on the
+    finish chunk) on a LAN host: thinking, tokens and the tool loop captured, unpriced (no API price)."""
+    client = openai.OpenAI(api_key="local", base_url="http://gpu-box.lan:8000/v1", http_client=http_client(proxy),
+                           max_retries=0, default_headers={"x-emulator": f"server={server}; scenario=thinking"})  # fmt: skip
+    messages: list = [{"role": "user", "content": "find TODOs"}]
+    kwargs = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
+
+    def turn() -> tuple[str, list]:
+        result = client.chat.completions.create(
+            model="Qwen/Qwen3-8B", messages=messages, tools=FN_TOOLS, **kwargs
+        )
+        if not stream:
+            msg = result.choices[0].message
+            return msg.content or "", [
+                (c.id, c.function.name, c.function.arguments) for c in msg.tool_calls or []
+            ]
+        calls: dict[int, list[str]] = {}
+        text = ""
+        for chunk in result:
+            for choice in chunk.choices:
+                text += choice.delta.content or ""
+                for tc in choice.delta.tool_calls or []:
+                    call = calls.setdefault(tc.index, ["", "", ""])
+                    call[0] = tc.id or call[0]
+                    call[1] = (tc.function.name or call[1]) if tc.function else call[1]
+                    call[2] += (tc.function.arguments or "") if tc.function else ""
+        return text, [tuple(c) for _, c in sorted(calls.items())]
+
+    _, calls = turn()
+    assert calls and all(
+        cid.startswith("chatcmpl-tool-" if server == "vllm" else "call_") for cid, _, _ in calls
+    )
+    asked = [
+        {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+        for cid, name, args in calls
+    ]
+    messages.append({"role": "assistant", "content": None, "tool_calls": asked})
+    messages += [{"role": "tool", "tool_call_id": cid, "content": "src/a.py:3: TODO"} for cid, _, _ in calls]
+    turn()
+    db = finish(proxy, capsem_home)
+    got = rows(db, "SELECT * FROM model_calls ORDER BY id")
+    exchanges = model_exchanges(emu)
+    assert len(got) == len(exchanges) == 2
+    for call, ex in zip(got, exchanges, strict=True):
+        want = ex["expected"]
+        assert (call["provider"], call["protocol"], call["model"]) == (
+            "openai",
+            "openai_chat",
+            "Qwen/Qwen3-8B",
+        )
+        assert (call["input_tokens"], call["output_tokens"]) == (want["input_tokens"], want["output_tokens"])
+        assert call["thinking_content"] == want["thinking"] and want["thinking"]
+        assert (call["text_content"] or "") == want["text"] and call["stop_reason"] == want["stop_reason"]
+        assert call["estimated_cost_usd"] is None and call["complete"] == 1
+        assert json.loads(call["usage_details"])["raw"] == want["usage_raw"]
+        assert_tool_calls(db, call["id"], ex)
+    responses = rows(db, "SELECT call_id, model_call_id, content_preview FROM tool_responses ORDER BY id")
+    assert responses == [{"call_id": cid, "model_call_id": got[1]["id"], "content_preview": "src/a.py:3: TODO"}
+                         for cid, _, _ in calls]  # fmt: skip
+    assert got[0]["trace_id"] == got[1]["trace_id"] is not None
