@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from assembler.sessiondb import DB_NAME, db_file, main_row, open_main, open_session
-from capsem.rollup import _AI_USAGE_SQL, TOTALS_SQL
+from capsem.rollup import AI_USAGE_SQL, TOTALS_SQL
 from capsem.schema import SESSION_MIGRATIONS, SESSION_TABLES, migrate
 
 Severity = Literal["error", "warning", "info"]
@@ -253,7 +253,7 @@ def check_rollup(
     if diffs:
         out.append(Finding("error", "rollup", "main.db totals differ from session.db: " + ", ".join(diffs)))
     if ai_usage is not None:
-        expected = {(r[0], r[1]): tuple(r[2:]) for r in conn.execute(_AI_USAGE_SQL)}
+        expected = {(r[0], r[1]): tuple(r[2:]) for r in conn.execute(AI_USAGE_SQL)}
         stored = {(r["provider"], r["model"]): (r["call_count"], r["input_tokens"], r["output_tokens"],
                                                 r["estimated_cost"], r["total_duration_ms"]) for r in ai_usage}  # fmt: skip
         bad = sorted(

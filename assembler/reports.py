@@ -18,7 +18,7 @@ from datetime import date, timedelta
 from typing import Literal
 
 from assembler.sessiondb import SessionDbError, SessionNotFound, db_file, open_main, open_session
-from capsem.rollup import _AI_USAGE_SQL
+from capsem.rollup import AI_USAGE_SQL
 
 GroupBy = Literal["session", "provider", "model", "day"]
 GROUPS: tuple[GroupBy, ...] = ("session", "provider", "model", "day")
@@ -157,7 +157,7 @@ def _live_usage(session_id: str) -> tuple[list[tuple], int] | None:
     """ai_usage rows and the unpriced-call count computed from a session.db (None if unreadable)."""
     try:
         with open_session(session_id) as conn:
-            rows = [tuple(r) for r in conn.execute(_AI_USAGE_SQL)]
+            rows = [tuple(r) for r in conn.execute(AI_USAGE_SQL)]
             unpriced = conn.execute(
                 "SELECT COUNT(*) FROM model_calls WHERE estimated_cost_usd IS NULL"
             ).fetchone()[0]

@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from assembler.sessiondb import DB_NAME, GZ_NAME, MainDbMissing, disk_usage
 from capsem.config import ConfigError, load_settings
-from capsem.ids import utc_now
+from capsem.ids import rfc3339, utc_now
 from capsem.paths import main_db_path, session_dir
 from capsem.rollup import open_main, rollup
 
@@ -232,8 +232,12 @@ def apply_retention(
     dry_run: bool = False,
     now: datetime | None = None,
     on_progress: Callable[[str], None] | None = None,
+    vacuum_after: timedelta | None = None,
 ) -> RetentionReport:
     """Apply the retention rules to every session in main.db (see the module docstring).
+
+    With `vacuum_after`, only sessions that finished at least that long ago are compressed
+    (the automatic run at start-up leaves recent sessions as plain files).
 
     With `dry_run` nothing is changed; the disk rule is then judged on the current
     (uncompressed) sizes, so a real run may cull less.
@@ -277,7 +281,10 @@ def apply_retention(
         cull([(r["id"], "terminated; directory left over") for r in rows
               if r["status"] == "terminated" and session_dir(r["id"]).is_dir()])  # fmt: skip
 
+        cutoff = rfc3339(now - vacuum_after) if vacuum_after is not None else None
         for row in [r for r in by_id.values() if r["status"] in FINISHED]:
+            if cutoff and (row.get("stopped_at") or row.get("created_at") or "") > cutoff:
+                continue
             if on_progress:
                 on_progress(f"vacuum {row['id']}")
             if dry_run:
@@ -305,3 +312,31 @@ def apply_retention(
 def _estimate_after(report: RetentionReport) -> int:
     culled = sum(a.bytes_before for a in report.of("cull"))
     return max(0, report.disk_before - culled)
+
+
+AUTO_LOCK = "retention.lock"
+
+
+def auto_retention(settings: dict[str, Any] | None = None) -> RetentionReport | None:
+    """The start-up run (as Capsem does it): the configured culls, and compression of sessions
+    finished more than `retention.vacuum_after_hours` ago.
+
+    Returns None when switched off (`retention.auto: false`), when there is no main.db yet, or when
+    another process holds the retention lock. Raises ConfigError on invalid settings.
+    """
+    import fcntl
+
+    settings = settings if settings is not None else load_settings()
+    section = settings.get("retention") or {}
+    if not isinstance(section, dict) or section.get("auto", True) is False or not main_db_path().is_file():
+        return None
+    hours = section.get("vacuum_after_hours", 24)
+    if isinstance(hours, bool) or not isinstance(hours, int | float) or hours < 0:
+        raise ConfigError(f"retention.vacuum_after_hours must be a number >= 0, not {hours!r}")
+    policy = RetentionPolicy.from_settings(settings)
+    with open(main_db_path().parent / AUTO_LOCK, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return None  # another capsem is tidying up right now
+        return apply_retention(policy, vacuum_after=timedelta(hours=hours))

@@ -37,7 +37,7 @@ SELECT
   (SELECT COUNT(*) FROM fs_events) AS total_file_events
 """
 
-_AI_USAGE_SQL = """
+AI_USAGE_SQL = """
 SELECT provider, COALESCE(model, '') AS model, COUNT(*) AS call_count,
        COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
        COALESCE(SUM(estimated_cost_usd), 0), COALESCE(SUM(duration_ms), 0)
@@ -117,7 +117,7 @@ def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = Non
     src = connect(db_path, readonly=True)
     try:
         totals = dict(src.execute(TOTALS_SQL).fetchone())
-        ai = src.execute(_AI_USAGE_SQL).fetchall()
+        ai = src.execute(AI_USAGE_SQL).fetchall()
         tools = src.execute(_TOOL_USAGE_SQL).fetchall()
         mcp = src.execute(_MCP_USAGE_SQL).fetchall()
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -197,3 +198,35 @@ def test_gz_and_plain_reader_agree(home):
         "json",
     )
     assert before == after and files(home, recorded_id(home)) == {"session.db.gz"}
+
+
+def wait_for(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.1)
+
+
+def test_mitmdump_start_applies_retention_to_old_sessions_only(home, mitmdump):
+    """As Capsem does at start-up: culls by age, compresses sessions finished over a day ago, and
+    leaves recent sessions (and the new running one) as plain files."""
+    recent = recorded_id(home)
+    yesterday = clone_session(home, days_ago(2), suffix="0001")
+    ancient = clone_session(home, days_ago(45), suffix="0002")
+    proxy = mitmdump()
+    wait_for(lambda: main_rows(home)[yesterday]["status"] == "vacuumed")
+    wait_for(lambda: main_rows(home)[ancient]["status"] == "terminated")
+    proxy.stop()
+    rows = main_rows(home)
+    assert files(home, yesterday) == {"session.db.gz"} and not (home / "sessions" / ancient).exists()
+    assert rows[recent]["status"] == "stopped" and "session.db" in files(home, recent)
+    (new,) = set(rows) - {recent, yesterday, ancient}
+    assert rows[new]["status"] == "stopped" and "session.db" in files(home, new)
+    assert "retention at start-up failed" not in proxy.log_path.read_text()
+
+
+def test_start_up_retention_can_be_switched_off(home, mitmdump):
+    configure(home, auto="false", retention_days=1)
+    old = clone_session(home, days_ago(3), suffix="0001")
+    mitmdump().stop()
+    assert main_rows(home)[old]["status"] == "stopped" and "session.db.gz" not in files(home, old)
