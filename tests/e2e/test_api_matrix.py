@@ -1,0 +1,87 @@
+"""Every API × content encoding × streamed or not, through one real mitmdump against the emulator:
+the client gets the emulator's exact bytes and every model_calls / tool_calls column matches the
+emulator's record. (Anthropic and OpenAI Chat also run the rarer encodings in test_capture_sdk.)"""
+
+from __future__ import annotations
+
+import base64
+from urllib.parse import quote
+
+import pytest
+
+from tests.conftest import rows
+from tests.e2e.test_capture_sdk import (
+    TOOLS_A,
+    TOOLS_O,
+    assert_call_matches,
+    assert_tool_calls,
+    finish,
+    http_client,
+    model_exchanges,
+)
+
+ENCODINGS = ["identity", "gzip", "deflate", "br", "zstd"]
+USER = [{"role": "user", "content": "look around"}]
+BEDROCK_MODEL = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
+GEMINI = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash"
+GEMINI_TOOLS = [{"functionDeclarations": [{"name": t["name"], "description": t["description"],
+                                           "parameters": t["input_schema"]} for t in TOOLS_A]}]  # fmt: skip
+
+
+def request_for(api: str, stream: bool) -> tuple[str, dict]:
+    """(url, JSON body) of a tool-offering model call in the API's own shape."""
+    if api == "anthropic":
+        return "https://api.anthropic.com/v1/messages", {
+            "model": "claude-haiku-4-5", "max_tokens": 99, "stream": stream, "tools": TOOLS_A, "messages": USER}  # fmt: skip
+    if api == "openai_chat":
+        extra = {"stream_options": {"include_usage": True}} if stream else {}
+        return "https://api.openai.com/v1/chat/completions", {
+            "model": "gpt-4.1", "stream": stream, "tools": TOOLS_O, "messages": USER, **extra}  # fmt: skip
+    if api == "openai_responses":
+        tools = [{"type": "function", **t["function"]} for t in TOOLS_O]
+        return "https://api.openai.com/v1/responses", {
+            "model": "gpt-5", "stream": stream, "tools": tools, "input": "look around"}  # fmt: skip
+    if api == "gemini":
+        url = f"{GEMINI}:streamGenerateContent?alt=sse" if stream else f"{GEMINI}:generateContent"
+        return url, {
+            "contents": [{"role": "user", "parts": [{"text": "look around"}]}],
+            "tools": GEMINI_TOOLS,
+        }
+    if api == "ollama":
+        return "http://localhost:11434/api/chat", {
+            "model": "qwen3:8b", "stream": stream, "tools": TOOLS_O, "messages": USER}  # fmt: skip
+    if api == "bedrock":
+        action = "invoke-with-response-stream" if stream else "invoke"
+        return f"https://bedrock-runtime.us-east-1.amazonaws.com/model/{quote(BEDROCK_MODEL, safe=':')}/{action}", {
+            "anthropic_version": "bedrock-2023-05-31", "max_tokens": 200, "tools": TOOLS_A, "messages": USER}  # fmt: skip
+    raise AssertionError(api)
+
+
+@pytest.mark.parametrize(
+    "api", ["anthropic", "openai_chat", "openai_responses", "gemini", "ollama", "bedrock"]
+)
+def test_every_api_every_encoding_streamed_and_not(mitmdump, emu, capsem_home, api):
+    proxy = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
+    received: list[bytes] = []
+    cases = [(encoding, stream) for encoding in ENCODINGS for stream in (False, True)]
+    with http_client(proxy) as client:
+        for encoding, stream in cases:
+            url, body = request_for(api, stream)
+            headers = {"x-emulator": f"encoding={encoding}; chunk=5; tools=2"}
+            with client.stream("POST", url, json=body, headers=headers) as resp:
+                assert resp.status_code == 200
+                received.append(b"".join(resp.iter_raw()))
+    db = finish(proxy, capsem_home)
+    exchanges = model_exchanges(emu)
+    calls = rows(db, "SELECT * FROM model_calls ORDER BY id")
+    assert len(exchanges) == len(calls) == len(cases)
+    for (encoding, stream), raw, ex, call in zip(cases, received, exchanges, calls, strict=True):
+        label = f"{api} {encoding} stream={stream}"
+        assert raw == base64.b64decode(ex["response_body_b64"]), label  # bytes unchanged
+        assert call["stream"] == int(stream) and call["complete"] == 1, label
+        assert_call_matches(call, ex)
+        assert_tool_calls(db, call["id"], ex)
+        assert len(ex["expected"]["tool_calls"]) == 2, label
+    nets = rows(db, "SELECT response_content_encoding, decode_error FROM net_events ORDER BY id")
+    assert [n["decode_error"] for n in nets] == [None] * len(cases)
+    assert [n["response_content_encoding"] or "identity" for n in nets] == [e for e, _ in cases]
