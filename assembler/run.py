@@ -2,7 +2,8 @@
 
 Starts mitmdump with the capsem addon on a free loopback port, runs the agent with the proxy
 and mitmproxy's CA set in its environment (the variables Python, Node, curl, git and the
-coding-agent CLIs read), records workspace file changes (`fs_events`), passes the agent's
+coding-agent CLIs read), records workspace file changes (`fs_events`) and the agent's process
+tree (`proc_samples`, anomalies in `proc_anomalies`: assembler/procdiag), passes the agent's
 exit code through, and ends the session cleanly
 when the agent exits or the user presses Ctrl-C. mitmproxy's CA is kept in
 `$CAPSEM_HOME/mitmproxy`, so it is created once and stays the same between runs.
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from assembler.fswatch import WorkspaceWatcher
+from assembler.procdiag import Diagnostics, ProcessSampler, diagnostics_settings, finish, scrubber_for
 from capsem.ids import new_session_id
 from capsem.mitm import Mitmdump, MitmdumpError, start_mitmdump
 from capsem.paths import capsem_home, session_db_path, session_dir
@@ -34,6 +36,8 @@ class RunResult:
     session_id: str
     exit_code: int
     log_path: Path
+    diagnostics: Diagnostics | None = None
+    """Process samples and anomalies (None when `diagnostics.enabled` is false)."""
 
 
 def agent_env(proxy: Mitmdump, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -65,6 +69,7 @@ def run_agent(
     session_id: str | None = None,
 ) -> RunResult:
     """Run `command` through a fresh capsem session; return its id and the agent's exit code."""
+    diagnostics = diagnostics_settings()  # a bad setting fails before anything starts
     session_id = session_id or new_session_id()
     folder = session_dir(session_id)
     folder.mkdir(parents=True, exist_ok=True)
@@ -78,19 +83,30 @@ def run_agent(
         ],
     )  # fmt: skip
     watcher: WorkspaceWatcher | None = None
+    sampler: ProcessSampler | None = None
+    report: Diagnostics | None = None
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the agent; we clean up after
     try:
         _wait_for_capture(proxy)
         watcher = WorkspaceWatcher(workspace or Path.cwd(), session_db_path(session_id))
         watcher.start()
+        env = agent_env(proxy)
         try:
-            agent = subprocess.Popen(command, cwd=workspace, env=agent_env(proxy))
+            agent = subprocess.Popen(command, cwd=workspace, env=env)
         except OSError as exc:
             raise RuntimeError(f"cannot start {command[0]!r}: {exc}") from exc
+        if diagnostics.enabled:
+            sampler = ProcessSampler(agent.pid, session_db_path(session_id), interval_ms=diagnostics.interval_ms,
+                                     scrubber=scrubber_for(env))  # fmt: skip
+            sampler.start()
         code = agent.wait()
     finally:
         signal.signal(signal.SIGINT, previous)
+        if sampler is not None:
+            report = finish(sampler, warn=False)  # stops sampling, stores the anomalies
         if watcher is not None:
             watcher.stop()  # before mitmdump stops: the rollup counts the file events
         proxy.stop()
-    return RunResult(session_id, code, log_path)
+        if sampler is not None and report is not None and report.error:
+            report = finish(sampler)  # session.db was busy; mitmdump has closed it now
+    return RunResult(session_id, code, log_path, report)

@@ -170,6 +170,64 @@ def _session_v1(conn: sqlite3.Connection) -> None:
 SESSION_MIGRATIONS: list[tuple[str, Migration]] = [("m001_initial", _session_v1)]
 
 
+def _session_proc_diagnostics(conn: sqlite3.Connection) -> None:
+    """`capsem run`'s process diagnostics (assembler/procdiag): samples of the agent's process tree
+    and the anomalies found in them at session end."""
+    _run_script(
+        conn,
+        """
+        CREATE TABLE proc_samples (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            ts TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            pid INTEGER NOT NULL,
+            ppid INTEGER,
+            started_at TEXT,
+            name TEXT,
+            cmdline TEXT,
+            state TEXT,
+            rss_kb INTEGER,
+            vms_kb INTEGER,
+            threads INTEGER,
+            fds INTEGER,
+            fd_limit INTEGER,
+            ctx_switches_voluntary INTEGER,
+            ctx_switches_involuntary INTEGER,
+            cpu_user REAL,
+            cpu_system REAL,
+            cpu_percent REAL,
+            oom_score INTEGER,
+            wchan TEXT,
+            sig_pnd TEXT,
+            sig_blk TEXT,
+            sig_cgt TEXT,
+            io_read_bytes INTEGER,
+            io_write_bytes INTEGER
+        );
+        CREATE INDEX idx_proc_samples_pid ON proc_samples(pid, started_at, ts);
+        CREATE INDEX idx_proc_samples_ts ON proc_samples(ts);
+        CREATE TABLE proc_anomalies (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            kind TEXT NOT NULL,
+            severity TEXT NOT NULL,
+            pid INTEGER,
+            name TEXT,
+            first_ts TEXT,
+            last_ts TEXT,
+            samples INTEGER,
+            value REAL,
+            threshold REAL,
+            detail TEXT,
+            detected_at TEXT
+        );
+        CREATE INDEX idx_proc_anomalies_kind ON proc_anomalies(kind)
+        """,
+    )
+
+
+SESSION_MIGRATIONS.append(("m002_proc_diagnostics", _session_proc_diagnostics))
+
+
 def _main_v1(conn: sqlite3.Connection) -> None:
     _run_script(
         conn,
@@ -275,7 +333,8 @@ def migrate(conn: sqlite3.Connection, migrations: list[tuple[str, Migration]]) -
 def connect(path: Path, *, readonly: bool = False, timeout: float = 5.0) -> sqlite3.Connection:
     """Open a database with capsem's settings (WAL for writers, read-only URI for readers)."""
     if readonly:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout, isolation_level=None)
+        uri = f"{Path(path).resolve().as_uri()}?mode=ro"  # as_uri escapes '?', '#' and '%' in the path
+        conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
         conn.execute("PRAGMA query_only = ON")
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
