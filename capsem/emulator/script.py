@@ -90,8 +90,11 @@ def plan(
     call_prefix: str,
     call_len: int,
 ) -> Plan:
-    """Decide the answer. `declared` = [(tool name, JSON schema)] in request order."""
-    rng = rng_for(body)
+    """Decide the answer. `declared` = [(tool name, JSON schema)] in request order.
+
+    The `seed` control replaces the body as the source of randomness, so that a streamed and a
+    non-streamed request (whose bodies differ) get the same answer."""
+    rng = rng_for(controls["seed"].encode() if "seed" in controls else body)
     scenario = controls.get("scenario", "auto")
     want_tools = scenario == "tool_call" or (
         scenario in ("auto", "thinking") and declared and not has_results

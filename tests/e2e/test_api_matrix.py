@@ -5,6 +5,7 @@ emulator's record. (Anthropic and OpenAI Chat also run the rarer encodings in te
 from __future__ import annotations
 
 import base64
+import json
 from urllib.parse import quote
 
 import pytest
@@ -85,3 +86,35 @@ def test_every_api_every_encoding_streamed_and_not(mitmdump, emu, capsem_home, a
     nets = rows(db, "SELECT response_content_encoding, decode_error FROM net_events ORDER BY id")
     assert [n["decode_error"] for n in nets] == [None] * len(cases)
     assert [n["response_content_encoding"] or "identity" for n in nets] == [e for e, _ in cases]
+
+
+@pytest.mark.parametrize(
+    "api", ["anthropic", "openai_chat", "openai_responses", "gemini", "ollama", "bedrock"]
+)
+def test_streamed_and_not_give_the_same_usage_and_cost(mitmdump, emu, capsem_home, api):
+    """Parity: the same answer (same emulator seed) recorded streamed and not has the same tokens,
+    breakdown, cost, text and tool calls."""
+    proxy = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
+    control = f"seed=parity-{api}; tools=2; cache_read=300; cache_write=120; reasoning=40; encoding=gzip"
+    with http_client(proxy) as client:
+        for stream in (False, True):
+            url, body = request_for(api, stream)
+            with client.stream("POST", url, json=body, headers={"x-emulator": control}) as resp:
+                assert resp.status_code == 200
+                resp.read()
+    db = finish(proxy, capsem_home)
+    whole, streamed = rows(db, "SELECT * FROM model_calls ORDER BY id")
+    assert (whole["stream"], streamed["stream"]) == (0, 1)
+    for column in ("model", "input_tokens", "output_tokens", "estimated_cost_usd", "text_content", "stop_reason",
+                   "price_source"):  # fmt: skip
+        assert whole[column] == streamed[column], column
+    assert whole["output_tokens"] > 0 and whole["input_tokens"] > 0
+    breakdown = [
+        {k: v for k, v in json.loads(c["usage_details"]).items() if k != "raw"} for c in (whole, streamed)
+    ]
+    assert breakdown[0] == breakdown[1]
+    tools = [rows(db, "SELECT call_index, tool_name, arguments FROM tool_calls WHERE model_call_id = ? ORDER BY "
+                      "call_index", (c["id"],)) for c in (whole, streamed)]  # fmt: skip
+    for t in tools[0] + tools[1]:  # a JSON body carries an object, a stream its text: compare values
+        t["arguments"] = json.loads(t["arguments"])
+    assert tools[0] == tools[1] and len(tools[0]) == 2
