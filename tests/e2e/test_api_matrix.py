@@ -105,6 +105,8 @@ def test_streamed_and_not_give_the_same_usage_and_cost(mitmdump, emu, capsem_hom
     db = finish(proxy, capsem_home)
     whole, streamed = rows(db, "SELECT * FROM model_calls ORDER BY id")
     assert (whole["stream"], streamed["stream"]) == (0, 1)
+    for call, ex in zip((whole, streamed), model_exchanges(emu), strict=True):
+        assert_call_matches(call, ex)  # cache and reasoning breakdown included
     for column in ("model", "input_tokens", "output_tokens", "estimated_cost_usd", "text_content", "stop_reason",
                    "price_source"):  # fmt: skip
         assert whole[column] == streamed[column], column
