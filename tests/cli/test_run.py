@@ -51,3 +51,82 @@ def test_run_reports_a_missing_command(capsem_home):
 
 def test_run_help():
     assert "Example" in run("run", "--help")
+
+
+LOOP_AGENT = """
+import pathlib, anthropic
+# A scripted coding agent: the model asks for a tool, the agent edits the workspace and answers.
+client = anthropic.Anthropic(api_key="sk-ant-api03-LOOPSECRET000000000000000", max_retries=0)
+tools = [{"name": "write_file", "description": "write a file", "input_schema": {
+    "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}]
+messages = [{"role": "user", "content": "write the notes"}]
+first = client.messages.create(model="claude-sonnet-4-5", max_tokens=200, tools=tools, messages=messages)
+(use,) = [b for b in first.content if b.type == "tool_use"]
+notes = pathlib.Path("notes.md")
+notes.write_text("draft")
+notes.write_text("draft, then final")
+pathlib.Path("scratch.tmp").write_text("x")
+pathlib.Path("scratch.tmp").unlink()
+messages += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "wrote notes.md"}]}]
+final = client.messages.create(model="claude-sonnet-4-5", max_tokens=200, tools=tools, messages=messages)
+print("agent done:", final.stop_reason)
+"""
+
+
+def test_run_around_a_tool_loop_agent_checks_every_command(emu, capsem_home, tmp_path):
+    """`capsem run` around an agent that runs a tool loop and edits files: session.db, main.db,
+    and the output of list-sessions, inspect-session, query-session and cost-report."""
+    script = tmp_path / "agent.py"
+    script.write_text(LOOP_AGENT)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    upstream = f"--mode upstream:{emu.proxy_url} --set ssl_verify_upstream_trusted_ca={emu.ca_path}"
+    out = run(
+        "run", "--workspace", str(workspace), "--mitmdump-args", upstream, "--", sys.executable, str(script)
+    )
+    assert "2 model calls" in out  # (the agent's own stdout goes to the terminal, not to click)
+    first, second = [e for e in emu.exchanges() if e["expected"].get("protocol")]
+    (session,) = json.loads(run("list-sessions", "--json"))
+    sid, db = session["id"], capsem_home / "sessions" / session["id"] / "session.db"
+
+    calls = rows(db, "SELECT id, trace_id, input_tokens, output_tokens, estimated_cost_usd FROM model_calls")
+    assert [(c["input_tokens"], c["output_tokens"]) for c in calls] == [
+        (e["expected"]["input_tokens"], e["expected"]["output_tokens"]) for e in (first, second)]  # fmt: skip
+    assert calls[0]["trace_id"] == calls[1]["trace_id"] is not None
+    (tool,) = rows(db, "SELECT call_id, tool_name, model_call_id FROM tool_calls")
+    (result,) = rows(db, "SELECT call_id, content_preview, model_call_id FROM tool_responses")
+    assert tool == {"call_id": first["expected"]["tool_calls"][0]["call_id"], "tool_name": "write_file",
+                    "model_call_id": calls[0]["id"]}  # fmt: skip
+    assert result == {
+        "call_id": tool["call_id"],
+        "content_preview": "wrote notes.md",
+        "model_call_id": calls[1]["id"],
+    }
+    events = {(e["action"], e["path"]) for e in rows(db, "SELECT action, path FROM fs_events")}
+    assert {("created", "notes.md"), ("deleted", "scratch.tmp")} <= events
+    assert not any(path.startswith(".git/") for _, path in events)
+
+    # main.db: the session's totals and per-model / per-tool rollups
+    cost = sum(c["estimated_cost_usd"] for c in calls)
+    assert session["status"] == "stopped" and session["mode"] == "run"
+    assert session["total_input_tokens"] == sum(c["input_tokens"] for c in calls)
+    assert session["total_tool_calls"] == 1 and session["total_file_events"] == len(
+        rows(db, "SELECT id FROM fs_events")
+    )
+    assert abs(session["total_estimated_cost"] - cost) < 1e-12
+
+    # every command's output
+    listed = run("list-sessions")
+    assert f"{sid}*" in listed and "stopped" in listed and f"${cost:.4f}" in listed
+    inspected = run("inspect-session", sid, "--strict")
+    assert "no problems found" in inspected and "claude-sonnet-4-5" in inspected and "write_file" in inspected
+    queried = json.loads(run("query-session", "SELECT tool_name, COUNT(*) AS n FROM tool_calls GROUP BY 1", sid,
+                             "--format", "json"))  # fmt: skip
+    assert queried == [{"tool_name": "write_file", "n": 1}]
+    report = json.loads(run("cost-report", "--by", "model", "--json"))
+    (model_row,) = report["rows"]
+    assert model_row["key"] == "anthropic/claude-sonnet-4-5" and abs(model_row["cost"] - cost) < 1e-9
+    assert "LOOPSECRET" not in "".join(
+        p.read_text(errors="replace") for p in capsem_home.rglob("*") if p.is_file()
+    )
