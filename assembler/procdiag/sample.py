@@ -108,15 +108,17 @@ class ProcessReader:
 
     def __init__(self, scrubber: Scrubber | None = None) -> None:
         self.scrubber = scrubber or Scrubber()
-        self._cmdlines: dict[tuple[int, float, str], str | None] = {}
+        self._cmdlines: dict[tuple[int, float], tuple[list[str] | None, str | None]] = {}
         self._cpu_primed: set[tuple[int, float]] = set()
 
-    def _cmdline(self, proc: psutil.Process, key: tuple[int, float, str]) -> str | None:
-        if key not in self._cmdlines:  # read again only after an exec (the name changes)
-            argv = _field(proc.cmdline)
+    def _cmdline(self, proc: psutil.Process, key: tuple[int, float]) -> str | None:
+        """The scrubbed command line; scrubbed again only when it changed (an exec)."""
+        argv = _field(proc.cmdline)
+        cached = self._cmdlines.get(key)
+        if cached is None or cached[0] != argv:
             text = shlex.join(argv)[:CMDLINE_MAX_CHARS] if argv else None
-            self._cmdlines[key] = self.scrubber.scrub(text)
-        return self._cmdlines[key]
+            cached = self._cmdlines[key] = (argv, self.scrubber.scrub(text))
+        return cached[1]
 
     def read(self, proc: psutil.Process, seq: int) -> dict[str, Any] | None:
         """One sample row (keys = SAMPLE_COLUMNS), or None if the process is gone."""
@@ -151,7 +153,7 @@ class ProcessReader:
             row["cpu_percent"] = None if percent is None else round(percent, 1)
         else:
             self._cpu_primed.add(identity)
-        row["cmdline"] = self._cmdline(proc, (proc.pid, created, row["name"] or ""))
+        row["cmdline"] = self._cmdline(proc, identity)
         if hasattr(proc, "num_fds"):
             row["fds"] = _field(proc.num_fds)
         row["fd_limit"] = _fd_limit(proc)

@@ -331,13 +331,14 @@ def test_run_samples_the_agent_tree_and_records_provoked_anomalies(emu, capsem_h
     agent_pid = int(rows(db, "SELECT value FROM session_meta WHERE key = 'procdiag_agent_pid'")[0]["value"])
     assert {agent_pid, zombie, hog_pid} <= {s["pid"] for s in samples}
     hog_rows = [s for s in samples if s["pid"] == hog_pid]
-    assert all(s["ppid"] == agent_pid and s["fd_limit"] == 64 for s in hog_rows)
-    assert max(s["fds"] for s in hog_rows) >= 50 and max(s["rss_kb"] for s in hog_rows) > 50000
+    assert all(s["ppid"] == agent_pid for s in hog_rows)
+    assert {s["fd_limit"] for s in hog_rows if s["fds"] >= 50} == {64}  # set after start
+    assert max(s["rss_kb"] for s in hog_rows) > 50000
     assert any(s["sig_pnd"] != ZERO for s in hog_rows) and any(s["sig_blk"] != ZERO for s in hog_rows)
-    (cmdline,) = {s["cmdline"] for s in hog_rows}
+    cmdline = hog_rows[-1]["cmdline"]  # an early sample may catch it between fork and exec
     hidden = f"[redacted {hash_value('sk-ant-api03-PROCSECRET000000000000')}] [redacted {hash_value(secret)}]"
     assert cmdline.endswith(f"hog.py --api-key {hidden}")
-    assert "PROCSECRET" not in cmdline and "tok-plain-value" not in cmdline
+    assert not [s for s in samples if "PROCSECRET" in (s["cmdline"] or "") or secret in (s["cmdline"] or "")]
     assert [s["state"] for s in samples if s["pid"] == zombie].count("zombie") >= 3
     assert all(s["ts"] and s["started_at"] and s["name"] for s in samples)
 
