@@ -32,6 +32,7 @@ class SessionStore:
             "INSERT INTO session_meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             list(values.items()),
         )
+        self.pending += 1  # so the writer commits it soon and never holds the write lock while idle
 
     def insert(self, table: str, row: dict[str, Any]) -> int:
         """Insert one row (unknown keys are a programming error) and return its id."""

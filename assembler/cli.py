@@ -122,6 +122,8 @@ def run(workspace, mitmdump_args, quiet, command) -> None:
         console = Console(stderr=True)
         console.print()
         print_session(result.session_id, console)
+        if result.diagnostics is not None:
+            console.print(result.diagnostics.summary())
     sys.exit(result.exit_code)
 
 

@@ -123,3 +123,18 @@ def test_retried_request_does_not_record_tool_results_twice(mitmdump, emu, capse
     assert responses == [{"model_call_id": calls[1]["id"], "call_id": use["id"], "content_preview": "a b c",
                           "tool_name": "ls"}]  # fmt: skip
     assert len(model_exchanges(emu)) == 3
+
+
+def test_an_idle_recorder_does_not_hold_the_write_lock(mitmdump, capsem_home):
+    """Before any flow, other writers (the fs watcher, process diagnostics) can write session.db."""
+    proxy = mitmdump()
+    db = only_session(capsem_home)
+    conn = sqlite3.connect(db, timeout=10, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")  # waits up to 10 s for the recorder's start-up commit
+        conn.execute("INSERT INTO fs_events (timestamp, action, path) VALUES ('t', 'created', 'x')")
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    assert proxy.stop() == 0
+    assert rows(db, "SELECT path FROM fs_events") == [{"path": "x"}]
