@@ -1,0 +1,83 @@
+"""`python -m benchmarks [--quick] [--only streaming|micro]`: run, print the tables, save them.
+
+A full run writes `benchmarks/results/latest.md` and `latest.json`; `--quick` (a smoke run of
+about a minute, too small to judge anything) writes `quick.md` and `quick.json` instead.
+Everything runs on loopback with a temporary CAPSEM_HOME.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from importlib.metadata import version
+from pathlib import Path
+
+from benchmarks.micro import run_micro
+from benchmarks.report import render
+from benchmarks.streaming import Profile, run_suite
+from benchmarks.upstream import StreamSpec
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+FULL = {
+    "profiles": [Profile("paced", StreamSpec(500, 200, 5)), Profile("unpaced", StreamSpec(2000, 1000))],
+    "concurrencies": [1, 20],
+    "reps": 5,
+    "large_mib": 200,
+    "micro": {"corpus_mib": 10, "repeat": 3, "store_rows": 50_000, "calls": 2_000, "memory_mib": 200},
+}
+QUICK = {
+    "profiles": [Profile("paced", StreamSpec(100, 200, 5)), Profile("unpaced", StreamSpec(300, 1000))],
+    "concurrencies": [1, 20],
+    "reps": 1,
+    "large_mib": 10,
+    "micro": {"corpus_mib": 1, "repeat": 1, "store_rows": 5_000, "calls": 200, "memory_mib": 20},
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a short smoke run (results/quick.md)")
+    parser.add_argument("--only", choices=["streaming", "micro"], help="run one suite only")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    started = time.perf_counter()
+    results: dict = {}
+    with tempfile.TemporaryDirectory(prefix="capsem-bench-") as tmp:
+        os.environ["CAPSEM_HOME"] = str(Path(tmp) / "home")
+        if args.only in (None, "streaming"):
+            print("streaming suite", flush=True)
+            results["streaming"] = run_suite(
+                plan["profiles"], plan["concurrencies"], plan["reps"], Path(tmp) / "streaming",
+                large_mib=plan["large_mib"], log=lambda line: print(line, flush=True),
+            )  # fmt: skip
+        if args.only in (None, "micro"):
+            print("micro-benchmarks", flush=True)
+            results["micro"] = run_micro(**plan["micro"], log=lambda line: print(line, flush=True))
+    results["meta"] = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "mode": "quick" if args.quick else "full",
+        "cpus": os.cpu_count(),
+        "load_avg": os.getloadavg(),
+        "python": platform.python_version(),
+        "mitmproxy": version("mitmproxy"),
+        "seconds": time.perf_counter() - started,
+    }
+    markdown = render(results)
+    print("\n" + markdown)
+    name = ("quick" if args.quick else "latest") + (f"-{args.only}" if args.only else "")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.md").write_text(markdown + "\n")
+    (RESULTS / f"{name}.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    print(f"written: {RESULTS / name}.md, .json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

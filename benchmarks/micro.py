@@ -1,0 +1,213 @@
+"""Micro-benchmarks of the capture pieces, in-process, on real-shaped data.
+
+- SSE framing (`addons.framing.SSEDecoder`) in MiB/s on a 10 MiB corpus fed in 4 KiB pieces;
+- provider parsing in MiB/s: each stream interpreter fed the framed events of its corpus
+  (parse only), and `addons.body.ResponseReader` fed the raw bytes (decode + frame + parse:
+  the recorder thread's work per streamed byte);
+- the writer in rows/s: `SessionStore.insert` with the recorder's batched commits, and whole
+  non-streamed Anthropic calls through the real `RecorderThread` + `Recorder` (net_events,
+  model_calls and tool_calls rows, priced, scrubbed);
+- memory of a 200 MiB streamed response read by `ResponseReader` (in a subprocess: memory.py).
+
+Each corpus repeats the content events of a wire fixture in tests/fixtures/ (head and tail
+events kept once) up to the size asked, so the parsers see the real shapes. Times are the best
+of `repeat` runs (the least disturbed by a busy machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from addons.body import ResponseReader
+from addons.flowdata import FlowData
+from addons.framing import SSEDecoder, SSEEvent
+from addons.providers import Route, parser_for
+from addons.recorder import CaptureSettings, Recorder
+from addons.store import SessionStore
+from addons.worker import RecorderThread
+from capsem.redact import Scrubber
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+PIECE = 4096
+
+# protocol -> (fixture, bytes marking the events that are repeated to grow the corpus)
+CORPORA: dict[str, tuple[str, bytes]] = {
+    "anthropic": ("anthropic/stream_text.sse", b'"content_block_delta"'),
+    "openai_chat": ("openai_chat/stream_text_usage.sse", b'"delta":{"content"'),
+    "openai_responses": ("openai_responses/stream_text_reasoning.sse", b'"response.output_text.delta"'),
+    "gemini": ("gemini/stream_thinking.sse", b'"thought": true'),
+}
+
+
+def corpus(protocol: str, size: int) -> bytes:
+    """About `size` bytes of a real-shaped stream of `protocol` (see module doc)."""
+    name, marker = CORPORA[protocol]
+    blocks = [b + b"\n\n" for b in (FIXTURES / name).read_bytes().split(b"\n\n") if b.strip()]
+    body = [i for i, b in enumerate(blocks) if marker in b]
+    head, middle, tail = blocks[: body[0]], blocks[body[0] : body[-1] + 1], blocks[body[-1] + 1 :]
+    unit = b"".join(b for b in middle if marker in b)
+    fixed = sum(map(len, head + tail))
+    return b"".join(head) + unit * max(1, (size - fixed) // len(unit)) + b"".join(tail)
+
+
+def split(data: bytes, size: int = PIECE) -> list[bytes]:
+    return [data[i : i + size] for i in range(0, len(data), size)]
+
+
+def best_time(fn: Callable[[], object], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def frame(pieces: list[bytes]) -> list[SSEEvent]:
+    decoder = SSEDecoder()
+    events = [ev for piece in pieces for ev in decoder.feed(piece)]
+    return events + decoder.flush()
+
+
+def bench_framing(size: int, repeat: int) -> dict:
+    data = corpus("anthropic", size)
+    pieces = split(data)
+    seconds = best_time(lambda: frame(pieces), repeat)
+    return {"mib": len(data) / 2**20, "events": len(frame(pieces)), "seconds": seconds,
+            "mib_s": len(data) / 2**20 / seconds}  # fmt: skip
+
+
+def bench_parser(protocol: str, size: int, repeat: int) -> dict:
+    """Parse-only and whole-reader throughput of one protocol on its corpus."""
+    parser = parser_for(protocol)
+    data = corpus(protocol, size)
+    pieces = split(data)
+    events = frame(pieces)
+
+    def parse():
+        interp = parser.stream()
+        for ev in events:
+            interp.event(ev)
+        return interp.finish()
+
+    def read():
+        reader = ResponseReader(parser, content_type="text/event-stream", content_encoding=None, status=200,
+                                max_parse_bytes=len(data) + 1)  # fmt: skip
+        for piece in pieces:
+            reader.feed(piece)
+        return reader.finish()
+
+    summary = read()
+    if summary.parse_errors or not summary.text:
+        raise RuntimeError(f"{protocol} corpus did not parse cleanly: {summary.parse_errors} errors")
+    parse_s, read_s = best_time(parse, repeat), best_time(read, repeat)
+    mib = len(data) / 2**20
+    return {"mib": mib, "events": len(events), "parse_s": parse_s, "parse_mib_s": mib / parse_s,
+            "reader_s": read_s, "reader_mib_s": mib / read_s}  # fmt: skip
+
+
+def _net_row(i: int) -> dict:
+    return {"timestamp": "2026-01-01T00:00:00Z", "domain": "api.anthropic.com", "port": 443, "decision": "allowed",
+            "method": "POST", "path": "/v1/messages", "status_code": 200, "bytes_sent": 512,
+            "bytes_received": 4096, "duration_ms": 1200, "request_headers": '{"content-type": "application/json"}',
+            "response_headers": '{"content-type": "text/event-stream"}', "flow_id": f"flow-{i}",
+            "request_body_preview": '{"model":"claude-haiku-4-5","messages":[{"role":"user","content":"hi"}]}'}  # fmt: skip
+
+
+def bench_store(rows: int, workdir: Path, batch: int = 500) -> dict:
+    """`SessionStore.insert` of net_events rows, committed every `batch` rows (as the recorder does)."""
+    store = SessionStore(workdir / "store.db", Scrubber())
+    started = time.perf_counter()
+    for i in range(rows):
+        store.insert("net_events", _net_row(i))
+        if store.pending >= batch:
+            store.commit()
+    store.commit()
+    seconds = time.perf_counter() - started
+    store.close()
+    return {"rows": rows, "seconds": seconds, "rows_s": rows / seconds}
+
+
+def _call(i: int, request: bytes, response: bytes) -> FlowData:
+    now = time.time()
+    return FlowData(
+        key=f"flow-{i}", started=now, scheme="https", host="api.anthropic.com", port=443, method="POST",
+        path="/v1/messages", query="", http_version="HTTP/1.1",
+        request_headers=[("content-type", "application/json"), ("x-api-key", "sk-ant-api03-benchmark-key")],
+        route=Route("anthropic", "anthropic"), request_body=request, request_size=len(request), status=200,
+        response_headers=[("content-type", "application/json")], response_started=now, response_ended=now,
+        response_body=response, response_size=len(response),
+    )  # fmt: skip
+
+
+def bench_recorder(calls: int, workdir: Path) -> dict:
+    """Whole Anthropic calls (text, thinking, two tool calls) through RecorderThread + Recorder."""
+    request = (FIXTURES / "anthropic" / "request_tool_results.json").read_bytes()
+    response = (FIXTURES / "anthropic" / "message_thinking_tools.json").read_bytes()
+    scrubber = Scrubber()
+    store_box: list[SessionStore] = []
+
+    def make() -> Recorder:
+        store = SessionStore(workdir / "recorder.db", scrubber)
+        store_box.append(store)
+        return Recorder(store, CaptureSettings(), scrubber)
+
+    worker = RecorderThread(make)
+    worker.start()
+    worker.put(("close", _call(-1, request, response)))  # warm: prices and tokenizer load on first use
+    worker.flush(60)
+    flows = [_call(i, request, response) for i in range(calls)]
+    started = time.perf_counter()
+    for fd in flows:
+        worker.put(("close", fd))
+    if not worker.flush(600):
+        raise RuntimeError("recorder did not drain its queue")
+    seconds = time.perf_counter() - started
+    worker.stop()
+    import sqlite3
+
+    conn = sqlite3.connect(workdir / "recorder.db")
+    tables = ("net_events", "model_calls", "tool_calls", "tool_responses")
+    rows = sum(conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables)
+    conn.close()
+    per_call = rows / (calls + 1)
+    return {"calls": calls, "rows": round(per_call * calls), "seconds": seconds, "calls_s": calls / seconds,
+            "rows_s": per_call * calls / seconds, "failures": worker.failures}  # fmt: skip
+
+
+def bench_memory(mib: int, workdir: Path) -> dict:
+    """memory.py in a fresh process (its own peak RSS), with an empty CAPSEM_HOME."""
+    env = {**os.environ, "CAPSEM_HOME": str(workdir / "memory-home")}
+    out = subprocess.run([sys.executable, "-m", "benchmarks.memory", str(mib)], capture_output=True, text=True,
+                         cwd=ROOT, env=env, timeout=600, check=True)  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_micro(*, corpus_mib: int, repeat: int, store_rows: int, calls: int, memory_mib: int,
+              log: Callable[[str], None] = print) -> dict:  # fmt: skip
+    size = corpus_mib * 2**20
+    results: dict = {"corpus_mib": corpus_mib, "piece": PIECE}
+    results["framing"] = bench_framing(size, repeat)
+    log(f"  framing: {results['framing']['mib_s']:.1f} MiB/s")
+    results["parsers"] = {}
+    for protocol in CORPORA:
+        res = results["parsers"][protocol] = bench_parser(protocol, size, repeat)
+        log(f"  {protocol}: parse {res['parse_mib_s']:.1f} MiB/s, reader {res['reader_mib_s']:.1f} MiB/s")
+    with tempfile.TemporaryDirectory(prefix="capsem-bench-") as tmp:
+        results["store"] = bench_store(store_rows, Path(tmp))
+        log(f"  store: {results['store']['rows_s']:.0f} rows/s")
+        results["recorder"] = bench_recorder(calls, Path(tmp))
+        log(
+            f"  recorder: {results['recorder']['calls_s']:.0f} calls/s, {results['recorder']['rows_s']:.0f} rows/s"
+        )
+        results["memory"] = bench_memory(memory_mib, Path(tmp))
+        log(f"  memory: {results['memory']['growth_mib']:.1f} MiB growth reading {memory_mib} MiB")
+    return results

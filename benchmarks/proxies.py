@@ -1,0 +1,144 @@
+"""The five ways a client reaches the upstream, and the meter on a mitmdump's process.
+
+Each proxy is a real `mitmdump` started by `capsem.mitm.start_mitmdump` in regular mode on
+loopback, with its own log, a temporary confdir and a temporary CAPSEM_HOME. The upstream is
+plain HTTP, so no TLS is involved anywhere: what differs between scenarios is only mitmproxy's
+own work and the addon's.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from capsem.mitm import Mitmdump, start_mitmdump
+
+_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str
+    label: str
+    """Short name used in tables, numbered as in docs/PERFORMANCE.md."""
+    args: tuple[str, ...] = ()
+    """Extra mitmdump arguments; `{workdir}` is replaced by the run's directory."""
+    addon: bool = False
+    proxied: bool = True
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("direct", "(1) no proxy", proxied=False),
+    Scenario("stream", "(2) mitmdump, streaming", ("--set", "stream_large_bodies=1")),
+    Scenario("default", "(3) mitmdump, default"),
+    Scenario("hardump", "(4) mitmdump + hardump", ("--set", "hardump={workdir}/flows.har")),
+    Scenario("capsem", "(5) mitmdump + capsem", addon=True),
+)
+BASELINE = "stream"
+"""The fair floor for an addon that streams: ratios are given against it."""
+
+
+def start_proxy(scenario: Scenario, workdir: Path) -> Mitmdump:
+    """Start the mitmdump of a scenario (its CAPSEM_HOME and logs under `workdir`)."""
+    env = {k: v for k, v in os.environ.items() if k not in _PROXY_VARS}
+    env["CAPSEM_HOME"] = str(workdir / "capsem-home")
+    env["NO_PROXY"] = ""
+    args = [a.replace("{workdir}", str(workdir)) for a in scenario.args]
+    return start_mitmdump(
+        confdir=workdir / "mitm-conf",
+        log_path=workdir / f"mitmdump-{scenario.key}.log",
+        args=args,
+        addon=scenario.addon,
+        env=env,
+        timeout=120.0,
+    )
+
+
+@dataclass
+class Usage:
+    """CPU seconds (user + system, all threads) and peak resident memory of one measured run."""
+
+    cpu_s: float
+    peak_rss: int
+
+
+class ProcessMeter:
+    """Measures one process over a run: CPU time used and peak RSS.
+
+    The peak comes from the kernel's high-water mark (`VmHWM`, reset at the start of each run
+    through `/proc/<pid>/clear_refs`) where Linux allows it, and from RSS sampled every 10 ms
+    otherwise; the larger of the two is kept.
+    """
+
+    def __init__(self, pid: int, interval: float = 0.01) -> None:
+        self.process = psutil.Process(pid)
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._peak = 0
+        self._cpu0 = 0.0
+
+    def _cpu(self) -> float:
+        times = self.process.cpu_times()
+        return times.user + times.system
+
+    def start(self) -> None:
+        _reset_hwm(self.process.pid)
+        self._peak = self.process.memory_info().rss
+        self._cpu0 = self._cpu()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._sample, name="bench-rss", daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self._peak = max(self._peak, self.process.memory_info().rss)
+            except psutil.Error:
+                return
+
+    def stop(self) -> Usage:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        cpu = self._cpu() - self._cpu0
+        return Usage(cpu, max(self._peak, _read_hwm(self.process.pid)))
+
+
+def _reset_hwm(pid: int) -> None:
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def _read_hwm(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def wait_idle(pid: int, *, settle: float = 0.3, timeout: float = 10.0) -> None:
+    """Wait until the process used (almost) no CPU for `settle` seconds (its tail work is done).
+
+    A proxy's work on a flow can outlast the client's last byte (capsem's recorder writes rows
+    after the response ends); waiting for quiet makes that work count in the run's CPU time.
+    """
+    process = psutil.Process(pid)
+    deadline = time.monotonic() + timeout
+    last = sum(process.cpu_times()[:2])
+    while time.monotonic() < deadline:
+        time.sleep(settle)
+        now = sum(process.cpu_times()[:2])
+        if now - last < settle * 0.05:
+            return
+        last = now

@@ -1,0 +1,201 @@
+"""Markdown tables from the raw results: medians over repetitions, ratios to streaming mitmdump.
+
+Per run (one scenario, `concurrency` streams together): TTFB is the median over its streams,
+lag p50/p99 are over every event of every stream, total is the run's wall time (the last
+stream's end), CPU and peak RSS are the mitmdump's. Per cell: the median of the runs (the
+maximum for peak RSS). Ratios and differences compare with scenario (2), streaming mitmdump.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from benchmarks.proxies import BASELINE, SCENARIOS
+
+GOALS = {"total": 1.05, "cpu": 1.10, "ttfb_ms": 5.0, "lag_ms": 5.0}
+"""capsem (5) against streaming mitmdump (2): ratios for total and CPU, differences in ms."""
+_LABELS = {s.key: s.label for s in SCENARIOS}
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def cells(runs: list[dict]) -> dict[tuple[str, int, str], dict[str, Any]]:
+    """(profile, concurrency, scenario) -> medians of the runs' metrics."""
+    groups: dict[tuple[str, int, str], list[dict]] = defaultdict(list)
+    for run in runs:
+        groups[(run["profile"], run["concurrency"], run["scenario"])].append(run)
+    out = {}
+    for key, group in groups.items():
+        out[key] = {
+            "runs": len(group),
+            "ttfb_ms": _median([r["ttfb_ms"] for r in group]),
+            "first_event_ms": _median([r["first_event_ms"] for r in group]),
+            "lag_p50_ms": _median([r["lag_p50_ms"] for r in group]),
+            "lag_p99_ms": _median([r["lag_p99_ms"] for r in group]),
+            "total_s": _median([r["wall_s"] for r in group]),
+            "mib": _median([r["mib"] for r in group]),
+            "cpu_s": _median([r["cpu_s"] for r in group]),
+            "peak_rss_mib": max(
+                (r["peak_rss_mib"] for r in group if r["peak_rss_mib"] is not None), default=None
+            ),
+            "errors": sorted({e for r in group for e in r["errors"]}),
+        }
+    return out
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def _ratio(value: float | None, base: float | None) -> str:
+    return "–" if value is None or not base else f"{value / base:.2f}"
+
+
+def _delta(value: float | None, base: float | None) -> str:
+    return "–" if value is None or base is None else f"{value - base:+.1f}"
+
+
+def streaming_tables(results: dict) -> str:
+    table = cells(results["runs"])
+    lines: list[str] = []
+    for profile in results["profiles"]:
+        lines += [f"### {profile['name']}: {profile['describe']}", ""]
+        lines += ["| streams | scenario | TTFB ms | lag p50 ms | lag p99 ms | total s | total ×(2) "
+                  "| CPU s | CPU ×(2) | peak RSS MiB |",
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for conc in results["concurrencies"]:
+            base = table.get((profile["name"], conc, BASELINE), {})
+            for scenario in SCENARIOS:
+                cell = table.get((profile["name"], conc, scenario.key))
+                if cell is None:
+                    continue
+                err = f" ⚠ {'; '.join(cell['errors'])}" if cell["errors"] else ""
+                lines.append(
+                    f"| {conc} | {scenario.label}{err} | {_num(cell['ttfb_ms'], '.1f')} "
+                    f"| {_num(cell['lag_p50_ms'], '.1f')} | {_num(cell['lag_p99_ms'], '.1f')} "
+                    f"| {_num(cell['total_s'], '.2f')} | {_ratio(cell['total_s'], base.get('total_s'))} "
+                    f"| {_num(cell['cpu_s'], '.2f')} | {_ratio(cell['cpu_s'], base.get('cpu_s'))} "
+                    f"| {_num(cell['peak_rss_mib'], '.0f')} |"
+                )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def goal_rows(results: dict) -> list[dict[str, Any]]:
+    """capsem (5) against (2) for every profile and concurrency, with pass/fail per goal."""
+    table = cells(results["runs"])
+    rows = []
+    for profile in results["profiles"]:
+        for conc in results["concurrencies"]:
+            base = table.get((profile["name"], conc, BASELINE))
+            ours = table.get((profile["name"], conc, "capsem"))
+            if not base or not ours:
+                continue
+            row = {"profile": profile["name"], "streams": conc}
+            row["total"] = ours["total_s"] / base["total_s"]
+            row["cpu"] = ours["cpu_s"] / base["cpu_s"] if base["cpu_s"] else None
+            row["ttfb_ms"] = ours["ttfb_ms"] - base["ttfb_ms"]
+            lag = (ours["lag_p50_ms"], base["lag_p50_ms"])
+            row["lag_ms"] = lag[0] - lag[1] if None not in lag else None
+            rows.append(row)
+    return rows
+
+
+def goals_table(results: dict) -> str:
+    def mark(value: float | None, goal: str, fmt: str) -> str:
+        if value is None:
+            return "–"
+        return f"{value:{fmt}} {'✅' if value <= GOALS[goal] else '❌'}"
+
+    lines = [f"| profile | streams | total ×(2) ≤ {GOALS['total']} | TTFB Δ ms ≤ {GOALS['ttfb_ms']:g} "
+             f"| lag p50 Δ ms ≤ {GOALS['lag_ms']:g} | CPU ×(2) ≤ {GOALS['cpu']} |",
+             "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for row in goal_rows(results):
+        lines.append(
+            f"| {row['profile']} | {row['streams']} | {mark(row['total'], 'total', '.2f')} "
+            f"| {mark(row['ttfb_ms'], 'ttfb_ms', '+.1f')} | {mark(row['lag_ms'], 'lag_ms', '+.1f')} "
+            f"| {mark(row['cpu'], 'cpu', '.2f')} |"
+        )
+    return "\n".join(lines)
+
+
+def large_table(large: list[dict]) -> str:
+    lines = [
+        "| scenario | TTFB ms | total s | MiB/s | CPU s | peak RSS MiB |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for run in large:
+        err = f" ⚠ {'; '.join(run['errors'])}" if run["errors"] else ""
+        lines.append(
+            f"| {_LABELS[run['scenario']]}{err} | {run['ttfb_ms']:.1f} | {run['wall_s']:.2f} "
+            f"| {run['mib'] / run['wall_s']:.0f} | {_num(run['cpu_s'], '.2f')} | {_num(run['peak_rss_mib'], '.0f')} |"
+        )
+    return "\n".join(lines)
+
+
+def micro_table(micro: dict) -> str:
+    framing, store, rec, mem = micro["framing"], micro["store"], micro["recorder"], micro["memory"]
+    lines = ["| what | result |", "|---|---:|"]
+    lines.append(
+        f"| SSE framing (`SSEDecoder`, {micro['piece'] // 1024} KiB pieces) | {framing['mib_s']:.1f} MiB/s |"
+    )
+    for protocol, res in micro["parsers"].items():
+        lines.append(f"| `{protocol}` stream parser (framed events in) | {res['parse_mib_s']:.1f} MiB/s |")
+        lines.append(
+            f"| `{protocol}` `ResponseReader` (raw bytes in: frame + parse) | {res['reader_mib_s']:.1f} MiB/s |"
+        )
+    lines.append(f"| `SessionStore.insert` (net_events, batched commits) | {store['rows_s']:,.0f} rows/s |")
+    lines.append(
+        f"| `RecorderThread` + `Recorder`: whole Anthropic calls ({rec['rows'] / rec['calls']:.0f} rows each) "
+        f"| {rec['calls_s']:,.0f} calls/s = {rec['rows_s']:,.0f} rows/s |"
+    )
+    lines.append(
+        f"| `ResponseReader` on one {mem['body_mib']:.0f} MiB stream: peak RSS growth "
+        f"(it parses at most `capture.max_parse_bytes` = {mem['max_parse_mib']:.0f} MiB; "
+        f"{mem['text_mib']:.0f} MiB of text kept) | {mem['growth_mib']:.0f} MiB in {mem['seconds']:.1f} s |"
+    )
+    return "\n".join(lines)
+
+
+def render(results: dict) -> str:
+    meta = results["meta"]
+    streaming = results.get("streaming")
+    parts = [
+        "# capsem benchmarks",
+        "",
+        f"{meta['date']} · {meta['mode']} run · {meta['cpus']} CPUs · Python {meta['python']} · "
+        f"mitmproxy {meta['mitmproxy']} · {meta['seconds']:.0f} s",
+        "",
+    ]
+    if streaming:
+        calls = streaming["capsem_calls"]
+        parts += [
+            "## Streaming through mitmdump",
+            "",
+            f"Medians of {streaming['reps']} interleaved repetitions. Ratios (×) are to (2), streaming "
+            "mitmdump; TTFB = first response byte; lag = event arrival minus its send time; total = until "
+            "the last stream ended; CPU and peak RSS are the mitmdump process's. "
+            f"capsem recorded {calls.get('model_calls', '?')} model calls "
+            f"({calls.get('complete', '?')} complete, {calls.get('parse_errors', '?')} parse errors) "
+            f"of {streaming['expected_capsem_calls']} sent.",
+            "",
+            streaming_tables(streaming),
+            "### capsem (5) against streaming mitmdump (2): goals",
+            "",
+            goals_table(streaming),
+            "",
+        ]
+        if streaming.get("large"):
+            parts += [f"### One {streaming['large_mib']} MiB unpaced stream (one run each)", "",
+                      large_table(streaming["large"]), ""]  # fmt: skip
+        stops = ", ".join(f"{_LABELS[k]} {v:.1f} s" for k, v in streaming["stop_s"].items())
+        parts += [f"Shutdown (SIGINT until exit): {stops}.", ""]
+    if results.get("micro"):
+        parts += [f"## Micro-benchmarks ({results['micro']['corpus_mib']} MiB corpora, best of runs)", "",
+                  micro_table(results["micro"]), ""]  # fmt: skip
+    return "\n".join(parts)
