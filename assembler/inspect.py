@@ -298,9 +298,28 @@ def check_files(path: Path | None, row: dict | None) -> list[Finding]:
                                         f"{status or 'not in main.db'}: it was not shut down cleanly")]  # fmt: skip
 
 
+def check_processes(conn: sqlite3.Connection) -> list[Finding]:
+    """Process anomalies that `capsem run` detected in the agent's process tree (proc_anomalies)."""
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'proc_anomalies'").fetchone():
+        return []
+    level: dict[str, Severity] = {"critical": "error", "warning": "warning"}
+    rows = conn.execute(
+        "SELECT kind, severity, COUNT(*), GROUP_CONCAT(DISTINCT COALESCE(name, pid)) FROM proc_anomalies "
+        "GROUP BY kind, severity ORDER BY MIN(id)"
+    )
+    return [
+        Finding(
+            level.get(sev, "info"),
+            "processes",
+            f"{n} {kind} anomal{'y' if n == 1 else 'ies'} in the agent's processes ({names})",
+        )
+        for kind, sev, n, names in rows
+    ]
+
+
 CHECKS: list[Callable[[sqlite3.Connection], list[Finding]]] = [
     check_schema, check_integrity, check_tool_lifecycle, check_references, check_provider_traffic,
-    check_model_calls, check_usage, check_decoding,
+    check_model_calls, check_usage, check_decoding, check_processes,
 ]  # fmt: skip
 
 

@@ -356,6 +356,8 @@ def test_run_samples_the_agent_tree_and_records_provoked_anomalies(emu, capsem_h
     signals = next(a for a in anomalies if a["kind"] == "signals_pending")
     assert json.loads(signals["detail"])["signals"] == ["SIGUSR1"]
     assert session["status"] == "stopped"
+    inspected = run("inspect-session", session["id"], "--strict", code=1)  # critical anomalies are errors
+    assert "oom_critical anomaly in the agent's processes" in inspected and "fd_high" in inspected
 
 
 def test_run_refuses_a_bad_sampling_interval(capsem_home):
