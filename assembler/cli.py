@@ -563,5 +563,12 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
+# --- bundles (assembler/bundle) ------------------------------------------------------------------
+
+from assembler.bundle.cli import bundle  # noqa: E402  (after `cli`: the group is defined in its own package)
+
+cli.add_command(bundle)
+
+
 def main() -> None:
     cli()
