@@ -22,6 +22,7 @@ from assembler.bundle import DebugBundle
 from capsem.ids import rfc3339
 from capsem.schema import SESSION_TABLES
 from tests.bundle.conftest import chromium
+from tests.cli.conftest import run
 from tests.conftest import ARTIFACTS, rows
 from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, TOOLS_A, claude, finish
 
@@ -133,6 +134,14 @@ def test_bundle_of_a_recorded_session_opens_in_chromium(mitmdump, emu, capsem_ho
         assert stats.model_call_count == 4 and stats.session_count == len(q("SELECT * FROM sessions"))
         assert bundle.meta["root_session_id"] == sid and bundle.meta["description"] == "e2e bundle"
         check_in_chromium(bundle, sid, tmp_path)
+
+    # the CLI finds a session recorded under $CAPSEM_HOME by its id, with its main.db row
+    by_id = tmp_path / "by-id.db"
+    assert "1 sessions, 4 model calls" in run("bundle", "create", "--capsem-session", sid, "-o", str(by_id))
+    with DebugBundle.open(by_id) as again:
+        assert again.query("SELECT status, kind FROM sessions").fetchall() == [("stopped", "capsem")]
+        kinds = sorted(r[0] for r in again.query("SELECT kind FROM sources"))
+        assert kinds == ["capsem_main", "capsem_session"]
 
 
 def check_sources(q, artifacts: Path) -> None:
