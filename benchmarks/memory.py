@@ -66,6 +66,8 @@ def measure(mib: int) -> dict:
         "peak_rss_mib": peak / 2**20,
         "growth_mib": (peak - before) / 2**20,
         "seconds": seconds,
+        "parse_errors": summary.parse_errors,
+        "complete": summary.complete,
         "note": reader.decode_error,
     }
 

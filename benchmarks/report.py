@@ -162,6 +162,15 @@ def micro_table(micro: dict) -> str:
     return "\n".join(lines)
 
 
+def _beyond_cap(streaming: dict) -> str:
+    if streaming.get("large") and streaming["large_mib"] > streaming.get("max_parse_mib", float("inf")):
+        return (
+            f"; the {streaming['large_mib']} MiB stream is longer than `capture.max_parse_bytes` "
+            f"({streaming['max_parse_mib']:.0f} MiB), so by design it is recorded incomplete, with one parse error"
+        )
+    return ""
+
+
 def render(results: dict) -> str:
     meta = results["meta"]
     streaming = results.get("streaming")
@@ -181,8 +190,8 @@ def render(results: dict) -> str:
             "mitmdump; TTFB = first response byte; lag = event arrival minus its send time; total = until "
             "the last stream ended; CPU and peak RSS are the mitmdump process's. "
             f"capsem recorded {calls.get('model_calls', '?')} model calls "
-            f"({calls.get('complete', '?')} complete, {calls.get('parse_errors', '?')} parse errors) "
-            f"of {streaming['expected_capsem_calls']} sent.",
+            f"({calls.get('complete', '?')} complete; parse errors: {calls.get('parse_errors', '?')}) "
+            f"of {streaming['expected_capsem_calls']} sent{_beyond_cap(streaming)}.",
             "",
             streaming_tables(streaming),
             "### capsem (5) against streaming mitmdump (2): goals",
@@ -199,3 +208,11 @@ def render(results: dict) -> str:
         parts += [f"## Micro-benchmarks ({results['micro']['corpus_mib']} MiB corpora, best of runs)", "",
                   micro_table(results["micro"]), ""]  # fmt: skip
     return "\n".join(parts)
+
+
+if __name__ == "__main__":  # python -m benchmarks.report results/latest.json: re-render saved numbers
+    import json
+    import sys
+    from pathlib import Path
+
+    print(render(json.loads(Path(sys.argv[1]).read_text())))
