@@ -78,12 +78,13 @@ def collect_inputs(paths: Iterable[Path], exclude: Iterable[Path] = ()) -> list[
             found.append(path)
     out: list[Path] = []
     for path in found:
-        if path.is_symlink() or not path.is_file() or path.resolve() in skip or path.name.startswith("."):
+        real = path.resolve()
+        if path.is_symlink() or not path.is_file() or real in skip or path.name.startswith("."):
             continue
         if path.name.endswith(_SQLITE_SIDE_FILES):
             continue
-        if path.resolve() not in {p.resolve() for p in out}:
-            out.append(path)
+        skip.add(real)  # each file once, however it was named
+        out.append(path)
     return out
 
 
@@ -181,9 +182,13 @@ def _import_all(
     reports: list[SourceReport] = []
     source_dirs: dict[int, Path] = {}
     for path, found in detected:
+        try:
+            digest, size = _sha256(path), path.stat().st_size
+        except OSError as exc:
+            digest, size, found = None, None, Detection("unknown", f"cannot read: {exc}")
         cur = conn.execute(
             "INSERT INTO sources (path, kind, sha256, size, detail, imported_at) VALUES (?, ?, ?, ?, ?, ?)",
-            (_display(path, base), found.kind, _sha256(path), path.stat().st_size, found.detail, utc_now()),
+            (_display(path, base), found.kind, digest, size, found.detail, utc_now()),
         )
         source_id = int(cur.lastrowid or 0)
         source_dirs[source_id] = path.resolve().parent
@@ -202,6 +207,8 @@ def _import_all(
                 ctx.records, ctx.errors = 0, ctx.errors + 1
                 ctx.warn(f"import failed and was rolled back: {exc!r}")
             conn.execute("RELEASE source")
+            logger.debug("debug_bundle.import_%s path=%s records=%d errors=%d", found.kind, path, ctx.records,
+                         ctx.errors)  # fmt: skip
         warnings = ctx.warnings + (
             [f"... and {ctx.warning_count - len(ctx.warnings)} more warnings"]
             if ctx.warning_count > len(ctx.warnings) else []

@@ -256,6 +256,7 @@ def create_schema(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
     for table, columns in CAPTURE_TABLES.items():
         ensure_capture_table(conn, table, columns)
+    conn.execute("CREATE INDEX idx_model_calls_trace ON model_calls(session_id, trace_id, id)")
     conn.execute("CREATE INDEX idx_tool_calls_call ON tool_calls(session_id, call_id)")
     conn.execute("CREATE INDEX idx_tool_responses_call ON tool_responses(session_id, call_id)")
     conn.execute("CREATE INDEX idx_proc_samples_pid ON proc_samples(pid, ts)")

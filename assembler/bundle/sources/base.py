@@ -65,6 +65,7 @@ class SourceContext:
     def warn(self, message: str) -> None:
         """Record a warning for this source (kept in `sources.warnings`, and logged)."""
         self.warning_count += 1
+        message = self.scrubber.scrub(message) or message  # names and errors may quote a secret too
         logger.warning("%s: %s", self.path, message)
         if len(self.warnings) < MAX_WARNINGS_KEPT:
             self.warnings.append(message)

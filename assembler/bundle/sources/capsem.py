@@ -81,6 +81,10 @@ def import_capsem_session(ctx: SourceContext, stream: IO[bytes]) -> None:
 
 
 def _copy_session(ctx: SourceContext, src: sqlite3.Connection) -> None:
+    names = {r[0] for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not names & {"net_events", "model_calls"}:
+        ctx.malformed(None, "not a capsem session database (no net_events or model_calls table)")
+        return
     session_id, meta = session_id_of(src, ctx.path)
     previous = ctx.conn.execute(
         "SELECT source_id FROM sessions WHERE session_id = ? AND kind = 'capsem'", (session_id,)
