@@ -141,7 +141,14 @@ def datasette_metadata(conn: sqlite3.Connection, database: str) -> dict[str, Any
     return {
         "title": f"Debug Bundle: {root or 'no root session'}",
         "description": text,
-        "databases": {database: {"tables": tables, "queries": QUERIES}},
+        "databases": {
+            database: {
+                "title": f"Bundle {root or database}",
+                "description": text,
+                "tables": tables,
+                "queries": QUERIES,
+            }
+        },
     }
 
 

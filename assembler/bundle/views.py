@@ -114,7 +114,9 @@ SELECT session_id, source, tool_name, COUNT(*) AS call_count,
 FROM calls GROUP BY session_id, source, tool_name
 """,
     "error_log": """
-SELECT timestamp, level, logger, event, message, json_extract(context, '$.error') AS error_detail, session_id,
+SELECT timestamp, level, logger, event, message,
+       COALESCE(json_extract(context, '$.error'), json_extract(context, '$.err'), json_extract(context, '$.exception'),
+                json_extract(context, '$.exc_info')) AS error_detail, session_id,
        'log' AS kind, 'logs' AS source_table, id AS row_ref
 FROM logs WHERE level IN ('ERROR', 'WARNING', 'CRITICAL')
 UNION ALL

@@ -326,6 +326,8 @@ def check_views(q, db: Path, sid: str) -> None:
     http = next(e for e in errors if e["kind"] == "http_error")
     assert "-> 429" in http["message"]
     assert next(e for e in errors if e["kind"] == "tool_error")["error_detail"] == "search backend down"
+    pino = next(e for e in errors if e["message"] == "job failed")  # pino's `err` object
+    assert json.loads(pino["error_detail"]) == {"type": "Error", "message": "boom"}
     assert [e["timestamp"] for e in errors] == sorted(e["timestamp"] for e in errors)
 
 
