@@ -16,9 +16,10 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run
 
 @pytest.fixture
 def artifacts(tmp_path: Path) -> Path:
-    """A writable copy of tests/fixtures/bundle (debug/ and diagnostics/)."""
+    """A writable copy of the fixture artifacts (debug/ and diagnostics/; not the README)."""
     target = tmp_path / "artifacts"
-    shutil.copytree(FIXTURES, target)
+    for part in ("debug", "diagnostics"):
+        shutil.copytree(FIXTURES / part, target / part)
     return target
 
 
