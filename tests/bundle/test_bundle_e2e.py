@@ -21,7 +21,7 @@ import pytest
 from assembler.bundle import DebugBundle
 from capsem.ids import rfc3339
 from capsem.schema import SESSION_TABLES
-from tests.bundle.conftest import chromium
+from tests.bundle.conftest import chromium, chromium_path
 from tests.cli.conftest import run
 from tests.conftest import ARTIFACTS, rows
 from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, TOOLS_A, claude, finish
@@ -99,6 +99,7 @@ def sha256(path: Path) -> str:
 
 
 def test_bundle_of_a_recorded_session_opens_in_chromium(mitmdump, emu, capsem_home, artifacts, tmp_path):
+    chromium_path()  # fail at once, with the install command, when Chromium is missing
     db, during = record_session(mitmdump, emu, capsem_home)
     sid = db.parent.name
     gz = artifacts / "capsem" / "session.db.gz"  # a vacuumed session: read through assembler/sessiondb
