@@ -49,7 +49,10 @@ def _print_result(result: QueryResult) -> None:
 
 @click.group("bundle")
 def bundle() -> None:
-    """Debug bundles: one SQLite file with sessions, logs, snapshots, diagnostics and files.
+    """Assemble and explore debug bundles (SQLite).
+
+    A bundle is one self-contained file with capsem sessions, logs, session snapshots, process
+    diagnostics and workspace files, to hand to a colleague and open with Datasette.
 
     \b
     Examples:
