@@ -28,10 +28,9 @@ PIECE = 64 * 1024
 
 def pieces(total: int, size: int = 1000) -> Iterator[bytes]:
     """An Anthropic stream of about `total` bytes, in pieces of about 64 KiB."""
-    events = total // (size + 130)  # a delta event is its text plus ~130 bytes of JSON and SSE
     buf: list[bytes] = []
     held = 0
-    for event in stream_events(StreamSpec(events, size), clock=lambda: 0.0):
+    for event in stream_events(StreamSpec.of_size(total, size), clock=lambda: 0.0):
         buf.append(event)
         held += len(event)
         if held >= PIECE:

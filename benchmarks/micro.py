@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -153,12 +154,9 @@ def bench_recorder(calls: int, workdir: Path) -> dict:
     request = (FIXTURES / "anthropic" / "request_tool_results.json").read_bytes()
     response = (FIXTURES / "anthropic" / "message_thinking_tools.json").read_bytes()
     scrubber = Scrubber()
-    store_box: list[SessionStore] = []
 
     def make() -> Recorder:
-        store = SessionStore(workdir / "recorder.db", scrubber)
-        store_box.append(store)
-        return Recorder(store, CaptureSettings(), scrubber)
+        return Recorder(SessionStore(workdir / "recorder.db", scrubber), CaptureSettings(), scrubber)
 
     worker = RecorderThread(make)
     worker.start()
@@ -172,8 +170,6 @@ def bench_recorder(calls: int, workdir: Path) -> dict:
         raise RuntimeError("recorder did not drain its queue")
     seconds = time.perf_counter() - started
     worker.stop()
-    import sqlite3
-
     conn = sqlite3.connect(workdir / "recorder.db")
     tables = ("net_events", "model_calls", "tool_calls", "tool_responses")
     rows = sum(conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables)

@@ -72,7 +72,7 @@ class ProcessMeter:
 
     The peak comes from the kernel's high-water mark (`VmHWM`, reset at the start of each run
     through `/proc/<pid>/clear_refs`) where Linux allows it, and from RSS sampled every 10 ms
-    otherwise; the larger of the two is kept.
+    otherwise (a sampling thread would compete with the client for this process's GIL).
     """
 
     def __init__(self, pid: int, interval: float = 0.01) -> None:
@@ -88,12 +88,13 @@ class ProcessMeter:
         return times.user + times.system
 
     def start(self) -> None:
-        _reset_hwm(self.process.pid)
         self._peak = self.process.memory_info().rss
         self._cpu0 = self._cpu()
         self._stop.clear()
-        self._thread = threading.Thread(target=self._sample, name="bench-rss", daemon=True)
-        self._thread.start()
+        self._thread = None
+        if not _reset_hwm(self.process.pid):
+            self._thread = threading.Thread(target=self._sample, name="bench-rss", daemon=True)
+            self._thread.start()
 
     def _sample(self) -> None:
         while not self._stop.wait(self.interval):
@@ -110,11 +111,13 @@ class ProcessMeter:
         return Usage(cpu, max(self._peak, _read_hwm(self.process.pid)))
 
 
-def _reset_hwm(pid: int) -> None:
+def _reset_hwm(pid: int) -> bool:
+    """Reset the process's peak RSS (Linux); False where that is not possible."""
     try:
         Path(f"/proc/{pid}/clear_refs").write_text("5")
     except OSError:
-        pass
+        return False
+    return _read_hwm(pid) > 0
 
 
 def _read_hwm(pid: int) -> int:

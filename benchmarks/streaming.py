@@ -10,6 +10,7 @@ memory are measured over the run plus the quiet period that follows it.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -121,11 +122,6 @@ def measure(scenario: Scenario, proxy: Mitmdump | None, upstream: int, profile: 
     return run
 
 
-def large_spec(mib: int, size: int = 1000) -> StreamSpec:
-    """About `mib` MiB of ~`size`-byte deltas, back to back (a delta event is its text + ~130 B)."""
-    return StreamSpec(events=mib * 2**20 // (size + 130), size=size)
-
-
 def run_suite(profiles: list[Profile], concurrencies: list[int], reps: int, workdir: Path, *,
               large_mib: int = 0, log: Callable[[str], None] = print) -> dict:  # fmt: skip
     """Run every scenario × profile × concurrency `reps` times, interleaved; return raw results.
@@ -152,7 +148,7 @@ def run_suite(profiles: list[Profile], concurrencies: list[int], reps: int, work
                                       concurrency, rep)  # fmt: skip
                         runs.append(run)
                         log(_line(run))
-        large = Profile("large", large_spec(large_mib)) if large_mib else None
+        large = Profile("large", StreamSpec.of_size(large_mib * 2**20)) if large_mib else None
         for scenario in SCENARIOS if large else ():
             run = measure(scenario, proxies.get(scenario.key), upstream.port, large, 1, 0)
             large_runs.append(run)
@@ -186,8 +182,6 @@ def _stop_all(proxies: dict[str, Mitmdump]) -> dict[str, float]:
 
 def _capsem_calls(workdir: Path) -> dict[str, int]:
     """What the capsem addon recorded: model calls, complete ones, and parse errors."""
-    import sqlite3
-
     dbs = list((workdir / "capsem-home" / "sessions").glob("*/session.db"))
     if len(dbs) != 1:
         return {"sessions": len(dbs)}

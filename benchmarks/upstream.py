@@ -47,6 +47,11 @@ class StreamSpec:
         return f"events={self.events}; size={self.size}; delay_ms={self.delay_ms:g}"
 
     @classmethod
+    def of_size(cls, total: int, size: int = 1000) -> StreamSpec:
+        """Back-to-back deltas of ~`size` bytes of text, about `total` bytes on the wire in all."""
+        return cls(events=total // (size + 130), size=size)  # a delta event is its text + ~130 B
+
+    @classmethod
     def parse(cls, value: str) -> StreamSpec:
         fields = dict(part.strip().partition("=")[::2] for part in value.split(";") if "=" in part)
         return cls(int(fields.get("events", 100)), int(fields.get("size", 100)),
