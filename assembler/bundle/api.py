@@ -127,11 +127,12 @@ class DebugBundle:
         target = Path(path)
         if not target.is_file():
             raise NotABundle(f"no bundle at {target}")
+        conn = sqlite3.connect(f"{target.resolve().as_uri()}?mode=ro", uri=True)
         try:
-            conn = sqlite3.connect(f"{target.resolve().as_uri()}?mode=ro", uri=True)
             conn.execute("PRAGMA query_only = ON")
             row = conn.execute("SELECT schema_version FROM bundle_meta WHERE id = 1").fetchone()
         except sqlite3.Error as exc:
+            conn.close()
             raise NotABundle(f"{target} is not a capsem bundle ({exc})") from exc
         if row is None:
             conn.close()

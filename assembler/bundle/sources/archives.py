@@ -19,7 +19,7 @@ import zipfile
 import zlib
 from typing import IO, Any
 
-from assembler.bundle.sources.base import SourceContext, text_stream
+from assembler.bundle.sources.base import SourceContext
 from assembler.bundle.sources.logs import import_logs
 from assembler.bundle.sources.snapshots import import_snapshots
 
@@ -145,9 +145,12 @@ def _import_entry(
 ) -> None:  # fmt: skip
     name = info.filename
     if is_debug_bundle and (name == snapshot_member or re.fullmatch(r"debug_bundle/logs/[^/]+\.jsonl", name)):
-        data, _digest, _size = _read(zf, info, budget.left, budget)
+        budget.left -= info.file_size  # a bomb was refused above, so the declared size holds
+        if budget.left < 0:
+            raise OverflowError("archive budget exhausted")
         importer = import_snapshots if name == snapshot_member else import_logs
-        importer(ctx, text_stream(data))
+        with zf.open(info) as member:  # streamed line by line, never read whole
+            importer(ctx, member)
         return
     path = name.removeprefix(DEBUG_ROOT + "filesystem/") if is_debug_bundle else name
     keep = ctx.limits.max_file_bytes
