@@ -151,3 +151,12 @@ def test_kinds_are_detected_from_content_not_names(tmp_path):
     for name, source in disguised.items():
         (tmp_path / name).write_bytes(source.read_bytes())
         assert detect(tmp_path / name).kind == want[name], name
+
+
+def test_gzipped_json_lines(tmp_path):
+    import gzip
+
+    (tmp_path / "app.log.gz").write_bytes(gzip.compress((FIXTURES / "debug" / "session.log").read_bytes()))
+    assert detect(tmp_path / "app.log.gz").kind == "log"
+    with DebugBundle.from_directory(tmp_path) as bundle:
+        assert bundle.statistics.log_count == 5
