@@ -19,23 +19,27 @@ from urllib.parse import parse_qsl, quote
 
 HASH_PREFIX = "hash:"
 
-_PATTERNS = [
-    r"sk-ant-[A-Za-z0-9_\-]{8,}",
-    r"\bsk-(?:proj-|svcacct-|admin-|or-v1-)?[A-Za-z0-9_\-]{16,}",
-    r"\bAIza[0-9A-Za-z_\-]{20,}",
-    r"\bgh[pousr]_[A-Za-z0-9]{20,}",
-    r"\bgithub_pat_[A-Za-z0-9_]{20,}",
-    r"\bxox[baprs]-[A-Za-z0-9\-]{10,}",
-    r"\bya29\.[0-9A-Za-z_\-]{20,}",
-    r"\bAKIA[0-9A-Z]{16}\b",
-    r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",
-    r"(?<=Bearer )[A-Za-z0-9._~+/\-]{12,}=*",
+# (literals one of which every match contains, pattern): the literals are checked with `in` first,
+# so a text without any of them costs one fast substring scan per literal, not a regex pass.
+_PATTERNS: list[tuple[tuple[str, ...], str]] = [
+    (("sk-ant-",), r"sk-ant-[A-Za-z0-9_\-]{8,}"),
+    (("sk-",), r"\bsk-(?:proj-|svcacct-|admin-|or-v1-)?[A-Za-z0-9_\-]{16,}"),
+    (("AIza",), r"\bAIza[0-9A-Za-z_\-]{20,}"),
+    (("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), r"\bgh[pousr]_[A-Za-z0-9]{20,}"),
+    (("github_pat_",), r"\bgithub_pat_[A-Za-z0-9_]{20,}"),
+    (("xoxb-", "xoxa-", "xoxp-", "xoxr-", "xoxs-"), r"\bxox[baprs]-[A-Za-z0-9\-]{10,}"),
+    (("ya29.",), r"\bya29\.[0-9A-Za-z_\-]{20,}"),
+    (("AKIA",), r"\bAKIA[0-9A-Z]{16}\b"),
+    (("eyJ",), r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
+    (("Bearer ",), r"(?<=Bearer )[A-Za-z0-9._~+/\-]{12,}=*"),
 ]
-_SECRET_RE = re.compile("|".join(f"(?:{p})" for p in _PATTERNS))
+_COMPILED = [(literals, re.compile(pattern)) for literals, pattern in _PATTERNS]
 _SECRET_KEYS = (
     r"api[_-]?key|apikey|access[_-]?token|refresh[_-]?token|id[_-]?token|client[_-]?secret|"
     r"password|passwd|secret|private[_-]?key|authorization|x-api-key|x-goog-api-key"
 )
+# words one of which every secret-named JSON key contains (checked on the lower-cased text first)
+_SECRET_KEY_WORDS = ("key", "token", "secret", "passw", "authorization")
 # "api_key": "value"  (also with escaped quotes inside JSON-in-JSON previews)
 _JSON_FIELD_RE = re.compile(
     rf'(?i)((?:\\?")(?:{_SECRET_KEYS})(?:\\?")\s*:\s*(?:\\?"))(?!hash:|\[redacted )((?:[^"\\]|\\[^"])'
@@ -61,6 +65,7 @@ class Scrubber:
     def __init__(self) -> None:
         self._learned: set[str] = set()
         self._learned_re: re.Pattern[str] | None = None
+        self._learned_list: tuple[str, ...] = ()
         self._lock = threading.Lock()
 
     def learn(self, secret: str) -> None:
@@ -76,16 +81,22 @@ class Scrubber:
             self._learned.add(secret)
             ordered = sorted(self._learned, key=len, reverse=True)
             self._learned_re = re.compile("|".join(re.escape(s) for s in ordered))
+            self._learned_list = tuple(ordered)
 
     def scrub(self, text: str | None) -> str | None:
         """`text` with every known secret replaced by `[redacted hash:…]`."""
         if not text:
             return text
         learned = self._learned_re
-        if learned is not None:
+        if learned is not None and any(s in text for s in self._learned_list):
             text = learned.sub(lambda m: _redacted(m.group(0)), text)
-        text = _SECRET_RE.sub(lambda m: _redacted(m.group(0)), text)
-        return _JSON_FIELD_RE.sub(lambda m: m.group(1) + _redacted(m.group(2)) + m.group(3), text)
+        for literals, pattern in _COMPILED:
+            if any(lit in text for lit in literals):
+                text = pattern.sub(lambda m: _redacted(m.group(0)), text)
+        lowered = text.lower()
+        if '"' in text and any(word in lowered for word in _SECRET_KEY_WORDS):
+            text = _JSON_FIELD_RE.sub(lambda m: m.group(1) + _redacted(m.group(2)) + m.group(3), text)
+        return text
 
 
 def is_credential_header(name: str) -> bool:
