@@ -3,7 +3,9 @@
 Hooks and stream taps only `put()` tuples on a `SimpleQueue` (no locks, no I/O on the event
 loop). This thread owns the `Recorder` and its SQLite connection, commits at least every
 `commit_interval` seconds once rows are pending, and on `stop()` drains the queue, commits
-and checkpoints. A failure while handling one message is logged and never stops the thread.
+and checkpoints. It works in batches: after draining the queue it pauses `batch_pause`
+seconds, so a fast stream's chunks do not wake it (and take the GIL) once each. A failure
+while handling one message is logged and never stops the thread.
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ _STOP = ("stop",)
 
 
 class RecorderThread:
-    def __init__(self, make_recorder: Callable[[], Recorder], commit_interval: float = 0.25) -> None:
+    def __init__(
+        self, make_recorder: Callable[[], Recorder], commit_interval: float = 0.25, batch_pause: float = 0.02
+    ) -> None:
         self.queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self.commit_interval = commit_interval
+        self.batch_pause = batch_pause
         self.failures = 0
         self._make_recorder = make_recorder
         self._ready = threading.Event()
@@ -75,10 +80,8 @@ class RecorderThread:
                     message = self.queue.get(timeout=wait)
                 except queue.Empty:
                     message = None
-                if message is _STOP:
+                if message is not None and not self._handle_batch(recorder, message):
                     break
-                if message is not None:
-                    self._handle(recorder, message)
                 now = time.monotonic()
                 if store.pending and (message is None or now - last_commit >= self.commit_interval):
                     self._commit(store)
@@ -89,6 +92,23 @@ class RecorderThread:
                 store.close()
             except Exception as exc:
                 logger.warning("capsem: closing session.db failed: %r", exc)
+
+    def _handle_batch(self, recorder: Recorder, message: tuple[Any, ...]) -> bool:
+        """Handle `message` and everything queued behind it, then pause for `batch_pause` so that
+        the stream taps' next chunks queue up without waking this thread once per chunk (each
+        wake-up costs a GIL hand-over that the event loop would feel). False on stop."""
+        deadline = time.monotonic() + self.commit_interval  # a busy queue must not hold back commits
+        while message is not _STOP:
+            self._handle(recorder, message)
+            if time.monotonic() > deadline:
+                return True
+            try:
+                message = self.queue.get_nowait()
+            except queue.Empty:
+                if message[0] not in ("barrier", "call"):  # someone may be waiting on those
+                    time.sleep(self.batch_pause)
+                return True
+        return False
 
     def _handle(self, recorder: Recorder, message: tuple[Any, ...]) -> None:
         kind = message[0]
