@@ -13,6 +13,7 @@ import json
 import re
 import sqlite3
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,22 +70,44 @@ def run_query(
     """Run one read-only query on a session; at most `max_rows` rows."""
     check_read_only(sql)
     with open_session(session_id) as conn:
-        deadline = time.monotonic() + timeout
-        conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10000)
-        try:
-            cur = conn.execute(sql, params or [])
-            rows = cur.fetchmany(max_rows + 1)
-        except (sqlite3.ProgrammingError, sqlite3.Warning) as exc:  # bind parameter count, two statements
-            raise QueryError(f"query failed: {exc}") from exc
-        except sqlite3.OperationalError as exc:
-            if time.monotonic() > deadline:
-                raise QueryError(f"query stopped after {timeout:g} s (use --timeout for more)") from exc
-            raise QueryError(f"query failed: {exc}") from exc
-        except sqlite3.Error as exc:
-            raise QueryError(f"query failed: {exc}") from exc
-        columns = _unique([d[0] for d in cur.description or []])
+        return query_connection(conn, sql, params or [], max_rows=max_rows, timeout=timeout)
+
+
+def query_connection(
+    conn: sqlite3.Connection,
+    sql: str,
+    params: Sequence[Any] = (),
+    *,
+    max_rows: int = 10000,
+    timeout: float = 10.0,
+    cell: Callable[[Any], Any] | None = None,
+) -> QueryResult:
+    """One read-only statement on an open connection, at most `max_rows` rows, stopped after
+    `timeout` seconds. `cell` renders each value (default: blobs as `<blob N bytes>`).
+
+    Raises:
+        QueryError: not one read-only statement, or it failed.
+    """
+    check_read_only(sql)
+    deadline = time.monotonic() + timeout
+    conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10000)
+    try:
+        cur = conn.execute(sql, tuple(params))
+        rows = cur.fetchmany(max_rows + 1)
+    except (sqlite3.ProgrammingError, sqlite3.Warning) as exc:  # bind parameter count, two statements
+        raise QueryError(f"query failed: {exc}") from exc
+    except sqlite3.OperationalError as exc:
+        if time.monotonic() > deadline:
+            raise QueryError(f"query stopped after {timeout:g} s (use --timeout for more)") from exc
+        raise QueryError(f"query failed: {exc}") from exc
+    except sqlite3.Error as exc:
+        raise QueryError(f"query failed: {exc}") from exc
+    finally:
+        conn.set_progress_handler(None, 0)
+    columns = _unique([d[0] for d in cur.description or []])
     truncated = len(rows) > max_rows
-    return QueryResult(columns, [tuple(_shown(v) for v in r) for r in rows[:max_rows]], truncated)
+    cell = cell or _shown
+    return QueryResult(columns, [tuple(cell(v) for v in r) for r in rows[:max_rows]], truncated)
 
 
 def _unique(names: list[str]) -> list[str]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import logging
 import sqlite3
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,7 @@ from assembler.bundle.errors import BundleError, BundleVersionError, NotABundle
 from assembler.bundle.schema import SCHEMA_VERSION
 from assembler.bundle.serve import DatasetteServer, datasette_metadata, open_in_browser, start_datasette
 from assembler.bundle.sources import Limits
-from assembler.query import QueryError, QueryResult, check_read_only, to_csv, to_json
+from assembler.query import QueryResult, query_connection, to_csv, to_json
 
 PathLike = str | Path
 logger = logging.getLogger("assembler.bundle")
@@ -159,23 +158,7 @@ class DebugBundle:
         Raises:
             QueryError: not one read-only statement, or it failed.
         """
-        check_read_only(sql)
-        deadline = time.monotonic() + timeout
-        self._conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10000)
-        try:
-            cur = self._conn.execute(sql, tuple(params))
-            rows = cur.fetchmany(max_rows + 1)
-        except sqlite3.Error as exc:
-            late = time.monotonic() > deadline
-            raise QueryError(
-                f"query stopped after {timeout:g} s" if late else f"query failed: {exc}"
-            ) from exc
-        finally:
-            self._conn.set_progress_handler(None, 0)
-        columns = [d[0] for d in cur.description or []]
-        return QueryResult(
-            columns, [tuple(_cell(v) for v in r) for r in rows[:max_rows]], len(rows) > max_rows
-        )
+        return query_connection(self._conn, sql, params, max_rows=max_rows, timeout=timeout, cell=_cell)
 
     def relations(self) -> list[str]:
         """Names of the bundle's tables and views."""
