@@ -77,15 +77,14 @@ class SSEDecoder:
             data = b""
         buf = self._buf + data if data else self._buf
         events: list[SSEEvent] = []
-        pos = 0
-        for match in _LINE_END.finditer(buf):
-            line = buf[pos : match.start()]
-            pos = match.end()
+        # the common case is LF only, where a plain split is several times faster than the regex
+        lines = _LINE_END.split(buf) if b"\r" in buf else buf.split(b"\n")
+        rest = lines.pop()
+        for line in lines:
             if self._discarding:
                 self._discarding = False
                 continue
             self._line(line, events)
-        rest = buf[pos:]
         if rest == b"" and buf.endswith(b"\r"):
             self._skip_lf = True
         if self._discarding:
