@@ -1,8 +1,8 @@
 """Which local process opened a client connection (psutil lookup by source port).
 
 Looking connections up walks /proc, which is too slow for the event loop, so lookups run
-on one background thread and return futures. One connection-table snapshot serves every
-lookup made within `max_age` seconds; names are cached per pid.
+on one background thread and return futures. A connection-table snapshot serves every lookup
+for connections that existed when it was taken; names are cached per pid.
 """
 
 from __future__ import annotations
@@ -49,13 +49,17 @@ class ProcessResolver:
         """Start a lookup for a client address; None when it is not on this machine."""
         if not peer or not self.is_local(peer[0]):
             return None
-        return self._pool.submit(self._resolve, peer[0], int(peer[1]))
+        return self._pool.submit(self._resolve, peer[0], int(peer[1]), time.monotonic())
 
-    def _resolve(self, ip: str, port: int) -> ProcessInfo:
+    def _resolve(self, ip: str, port: int, asked_at: float) -> ProcessInfo:
         key = (ip[7:] if ip.startswith("::ffff:") else ip, port)
         with self._lock:
             pid = self._snapshot.get(key)
-            if pid is None and time.monotonic() - self._snapshot_at > self._max_age:
+            # a snapshot taken before the connection existed cannot know it: refresh (lookups
+            # queued together share the new snapshot)
+            if pid is None and (
+                self._snapshot_at < asked_at or time.monotonic() - self._snapshot_at > self._max_age
+            ):
                 self._refresh()
                 pid = self._snapshot.get(key)
             if pid is None:
@@ -68,6 +72,7 @@ class ProcessResolver:
             return (self._names[pid], pid)
 
     def _refresh(self) -> None:
+        started = time.monotonic()  # a connection made while the table is read may be missing from it
         snapshot: dict[tuple[str, int], int] = {}
         try:
             for conn in psutil.net_connections(kind="tcp"):
@@ -77,7 +82,7 @@ class ProcessResolver:
         except (psutil.Error, OSError):
             pass
         self._snapshot = snapshot
-        self._snapshot_at = time.monotonic()
+        self._snapshot_at = started
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
