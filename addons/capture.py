@@ -12,6 +12,7 @@ recorded, the flow goes on.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import time
 import uuid
@@ -23,8 +24,10 @@ from mitmproxy import connection, exceptions, http, tls
 from mitmproxy.addonmanager import Loader
 from mitmproxy.log import ALERT
 
+from addons import mcp
 from addons.body import is_event_stream, stream_framing
 from addons.flowdata import FlowData
+from addons.policy import Policy, PolicyError
 from addons.process import ProcessResolver
 from addons.providers import detect, parser_for
 from addons.providers.sniff import sniff_route
@@ -73,6 +76,9 @@ class Capsem:
         self.taps: dict[str, ResponseTap] = {}
         self.request_taps: dict[str, RequestTap] = {}
         self.processes: dict[str, Any] = {}
+        self.policy = Policy()
+        self.mcp_names: dict[str, str] = {}
+        """MCP endpoint -> initialize name, filled by the recorder thread, read by the policy."""
         self.hook_failures = 0
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -112,6 +118,10 @@ class Capsem:
             except ConfigError as exc:
                 raise exceptions.OptionsError(str(exc)) from exc
         self.capture = CaptureSettings.from_settings(self.settings)
+        try:
+            self.policy = Policy.from_settings(self.settings)
+        except PolicyError as exc:
+            raise exceptions.OptionsError(str(exc)) from exc
         if ctx.options.capsem_preview_bytes is not None:
             if ctx.options.capsem_preview_bytes < 0:
                 raise exceptions.OptionsError("capsem_preview_bytes must be >= 0")
@@ -152,7 +162,7 @@ class Capsem:
                 mode=mode,
                 price_source=current_table().source,
             )
-            return Recorder(store, self.capture, self.scrubber)
+            return Recorder(store, self.capture, self.scrubber, mcp_names=self.mcp_names)
 
         self.worker = RecorderThread(make_recorder, commit_interval=interval)
         self.worker.start()
@@ -249,6 +259,8 @@ class Capsem:
             req.stream = _chain(tap, req.stream)
             self.request_taps[flow.id] = tap
         self.flows[flow.id] = fd
+        if self.policy.rules and (req.stream or not self.policy.has_mcp_rules):
+            self._apply_policy(flow, fd, [])  # decided before any body byte goes upstream
 
     @guarded
     def request(self, flow: http.HTTPFlow) -> None:
@@ -259,6 +271,40 @@ class Capsem:
         if fd.route is None and fd.method == "POST":  # an unknown path: does the body look like a model call?
             fd.route = sniff_route(fd.host, fd.path, fd.header("content-type"), fd.header("content-encoding"),
                                    fd.request_body, port=fd.port)  # fmt: skip
+        fd.mcp = (
+            fd.route is None
+            and fd.method == "POST"
+            and mcp.looks_like_mcp(fd.request_headers, fd.request_body)
+        )
+        if self.policy.has_mcp_rules and not flow.request.stream:
+            calls = mcp.parse_request(fd.request_body or b"", dict(flow.request.headers)) if fd.mcp else None
+            self._apply_policy(flow, fd, calls or [])
+
+    def _apply_policy(self, flow: http.HTTPFlow, fd: FlowData, calls: list[mcp.McpRequest]) -> None:
+        """Decide the flow (first matching rule; a batch is judged by its strictest tools/call):
+        record the decision, log a warning, or answer 403 so nothing reaches the upstream."""
+        endpoint = mcp.server_name(fd.host, fd.port, fd.path)
+        names = (endpoint, self.mcp_names[endpoint]) if endpoint in self.mcp_names else (endpoint,)
+        targets = [(names, c.tool_name) for c in calls if c.method == "tools/call" and c.tool_name]
+        verdicts = [self.policy.decide(fd.host, fd.port, fd.path, fd.method, t) for t in targets or [None]]
+        order = ("denied", "warned", "allowed")
+        verdict = min(verdicts, key=lambda v: order.index(v.decision))
+        fd.decision, fd.matched_rule = verdict.decision, verdict.rule
+        if verdict.decision == "warned":
+            logger.warning(
+                "capsem: policy rule %s warns: %s %s:%s%s", verdict.rule, fd.method, fd.host, fd.port, fd.path
+            )
+        elif verdict.decision == "denied":
+            message = f"blocked by capsem policy rule {verdict.rule!r}"
+            ids = [c.raw_id for c in calls if c.id is not None]
+            body: dict[str, Any] = {"error": {"type": "policy_denied", "message": message}}
+            if ids:  # an MCP client gets a JSON-RPC error it can show
+                body = {"jsonrpc": "2.0", "id": ids[0], "error": {"code": -32001, "message": message}}
+            flow.response = http.Response.make(
+                403,
+                json.dumps(body),
+                {"content-type": "application/json", "x-capsem-policy": str(verdict.rule)},
+            )
 
     @guarded
     def responseheaders(self, flow: http.HTTPFlow) -> None:
@@ -272,11 +318,17 @@ class Capsem:
         content_type = resp.headers.get("content-type")
         framed = fd.route is not None and stream_framing(parser_for(fd.route.protocol), content_type, fd.path)
         if framed or is_event_stream(content_type) or resp.stream:
-            tap = ResponseTap(flow.id, self.worker.put if fd.route else None, self.capture.preview_bytes)
+            # a GET event stream may carry MCP answers (HTTP+SSE transport): the recorder reads it
+            fd.mcp_stream = fd.route is None and fd.method == "GET" and is_event_stream(content_type)
+            keep = (
+                self.capture.content_max_bytes if fd.mcp else self.capture.preview_bytes
+            )  # MCP: whole answers
+            sink = self.worker.put if fd.route is not None or fd.mcp_stream else None
+            tap = ResponseTap(flow.id, sink, keep)
             resp.stream = _chain(tap, resp.stream)
             self.taps[flow.id] = tap
             fd.streamed = True
-            if fd.route is not None:
+            if sink is not None:
                 self.worker.put(("open", fd))
 
     @guarded

@@ -50,6 +50,10 @@ class FlowData:
     decision: str = "allowed"
     matched_rule: str | None = None
     tap_failure: str | None = None
+    mcp: bool = False
+    """The request looks like MCP JSON-RPC: the recorder writes mcp_calls rows for it."""
+    mcp_stream: bool = False
+    """A GET event stream that may carry MCP answers (HTTP+SSE transport): chunks go to the recorder."""
     stream_preview: bytes | None = None
     """First bytes of a streamed body that the recorder did not parse (non-model streams)."""
 

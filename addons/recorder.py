@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from addons import mcp
 from addons.body import Preview, ResponseReader, stream_framing
 from addons.decode import BodyDecoder
 from addons.flowdata import FlowData
+from addons.mcp.ledger import McpLedger
 from addons.providers import Route, parser_for
 from addons.records import RequestInfo, ResponseSummary, ToolResult
 from addons.store import SessionStore
@@ -71,9 +73,12 @@ def cap_text(text: str | None, limit: int) -> str | None:
     return cut + f"\n[… {len(data) - limit} more bytes]"
 
 
-def _origin(call_id: str) -> str:
-    """`server` for tools the provider runs itself (Anthropic web search...): no result comes back."""
-    return "server" if call_id.startswith("srvtoolu_") else "native"
+def _origin(call_id: str, name: str = "") -> str:
+    """`server` for tools the provider runs itself (Anthropic web search...): no result comes back;
+    `mcp` for tools named in an MCP scheme (`mcp__server__tool`)."""
+    if call_id.startswith("srvtoolu_"):
+        return "server"
+    return "mcp" if mcp.mcp_tool_name(name) else "native"
 
 
 def _decode(body: bytes | None, encoding: str | None, limit: int) -> tuple[bytes, str | None]:
@@ -87,25 +92,41 @@ def _decode(body: bytes | None, encoding: str | None, limit: int) -> tuple[bytes
 class Recorder:
     """Builds rows from flows. Not thread-safe: owned by the recorder thread."""
 
-    def __init__(self, store: SessionStore, settings: CaptureSettings, scrubber: Scrubber) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        settings: CaptureSettings,
+        scrubber: Scrubber,
+        mcp_names: dict[str, str] | None = None,
+    ) -> None:
         self.store = store
         self.settings = settings
         self.scrubber = scrubber
         self.traces = TraceTracker(settings.max_pending_calls)
         self.readers: dict[str, ResponseReader] = {}
         self.first_content: dict[str, float] = {}
+        self.mcp = McpLedger(
+            store,
+            content_limit=settings.content_max_bytes,
+            preview_limit=settings.preview_bytes,
+            cap=cap_text,
+            names=mcp_names,  # shared with the addon's policy
+        )
 
     # -- streamed bodies --------------------------------------------------------------------
 
     def open(self, fd: FlowData) -> None:
-        """A streamed model response starts: prepare its reader."""
+        """A streamed model response starts: prepare its reader (or an MCP stream's)."""
         if fd.route is None:
+            if fd.mcp_stream:
+                self.mcp.open_stream(fd)
             return
         self.readers[fd.key] = self._reader(fd)
 
     def chunk(self, key: str, at: float, data: bytes) -> None:
         reader = self.readers.get(key)
         if reader is None:
+            self.mcp.stream_chunk(key, at, data)
             return
         reader.feed(data)
         if key not in self.first_content and reader.content_started:
@@ -131,6 +152,8 @@ class Recorder:
         """A flow ended (response or error): write all its rows."""
         reader = self.readers.pop(fd.key, None)
         first_content = self.first_content.pop(fd.key, None)
+        if fd.mcp_stream:
+            self.mcp.close_stream(fd)
         process_name, pid = self._process(fd)
         request_body, request_decode_error = _decode(
             fd.request_body, fd.header("content-encoding"), self.settings.max_parse_bytes
@@ -192,7 +215,14 @@ class Recorder:
                 "provider": fd.route.provider if fd.route else None,
             },
         )
-        if fd.route is None:
+        if fd.mcp:
+            response_body, _ = _decode(
+                fd.response_body if fd.response_body is not None else fd.stream_preview,
+                fd.header("content-encoding", response=True),
+                self.settings.content_max_bytes,
+            )
+            self.mcp.record(fd, net_id, request_body, response_body, (process_name, pid))
+        if fd.route is None or fd.decision == "denied":  # a denied model call never reached the provider
             return
         request = parser_for(fd.route.protocol).parse_request(request_body)
         self._model_call(
@@ -326,7 +356,8 @@ class Recorder:
         for result in self.traces.new_results(request.tool_results):
             self._tool_response(call_id, ts, trace, result)
         for call in summary.tool_calls:
-            self.store.insert(
+            origin = _origin(call.call_id, call.name)
+            row_id = self.store.insert(
                 "tool_calls",
                 {
                     "model_call_id": call_id,
@@ -334,12 +365,14 @@ class Recorder:
                     "call_id": call.call_id,
                     "tool_name": call.name,
                     "arguments": cap_text(call.arguments, limit),
-                    "origin": _origin(call.call_id),
+                    "origin": origin,
                     "timestamp": ts,
                     "trace_id": trace,
                     "complete": int(call.complete),
                 },
             )
+            if origin != "server":
+                self.mcp.model_tool_call(row_id, call.name, call.arguments, fd.started)
         client_calls = [(c.call_id, c.name) for c in summary.tool_calls if _origin(c.call_id) != "server"]
         if ok or client_calls:
             self.traces.finish_call(trace, client_calls)

@@ -228,6 +228,30 @@ def _session_proc_diagnostics(conn: sqlite3.Connection) -> None:
 SESSION_MIGRATIONS.append(("m002_proc_diagnostics", _session_proc_diagnostics))
 
 
+def _session_mcp_details(conn: sqlite3.Connection) -> None:
+    """mcp_calls: the flow it came in, its policy rule, tool failure flag, HTTP status, endpoint,
+    hashed Mcp-Session-Id, protocol version and response framing."""
+    _run_script(
+        conn,
+        """
+        ALTER TABLE mcp_calls ADD COLUMN net_event_id INTEGER;
+        ALTER TABLE mcp_calls ADD COLUMN flow_id TEXT;
+        ALTER TABLE mcp_calls ADD COLUMN pid INTEGER;
+        ALTER TABLE mcp_calls ADD COLUMN matched_rule TEXT;
+        ALTER TABLE mcp_calls ADD COLUMN is_error INTEGER;
+        ALTER TABLE mcp_calls ADD COLUMN status_code INTEGER;
+        ALTER TABLE mcp_calls ADD COLUMN endpoint TEXT;
+        ALTER TABLE mcp_calls ADD COLUMN mcp_session TEXT;
+        ALTER TABLE mcp_calls ADD COLUMN protocol_version TEXT;
+        ALTER TABLE mcp_calls ADD COLUMN response_framing TEXT;
+        CREATE INDEX idx_tool_calls_mcp_call ON tool_calls(mcp_call_id)
+        """,
+    )
+
+
+SESSION_MIGRATIONS.append(("m003_mcp_details", _session_mcp_details))
+
+
 def _main_v1(conn: sqlite3.Connection) -> None:
     _run_script(
         conn,

@@ -1,0 +1,33 @@
+"""MCP over HTTP: `wire` parses JSON-RPC messages and streams (pure); `ledger` turns them into
+`mcp_calls` rows, ties answers that arrive on a separate stream to their requests and links
+a model's `mcp__server__tool` call to the MCP call that ran it."""
+
+from addons.mcp.wire import (
+    McpRequest,
+    McpResponse,
+    StreamReader,
+    exchange_key,
+    initialize_name,
+    looks_like_mcp,
+    mcp_tool_name,
+    parse_request,
+    parse_response,
+    preview,
+    server_name,
+    url_key,
+)
+
+__all__ = [
+    "McpRequest",
+    "McpResponse",
+    "StreamReader",
+    "exchange_key",
+    "initialize_name",
+    "looks_like_mcp",
+    "mcp_tool_name",
+    "parse_request",
+    "parse_response",
+    "preview",
+    "server_name",
+    "url_key",
+]

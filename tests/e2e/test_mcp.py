@@ -1,0 +1,377 @@
+"""MCP through a real mitmdump with the capsem addon: the real `mcp` SDK as client and server
+(FastMCP over Streamable HTTP, answering as JSON or as SSE), every mcp_calls column compared with
+what the server received and sent, a deny rule that keeps a tool call from ever reaching the
+server, and a model's `mcp__server__tool` call linked to the MCP call that executed it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import anthropic
+import httpx
+import pytest
+import uvicorn
+from mcp import ClientSession
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.fastmcp import FastMCP
+from mcp.server.fastmcp.exceptions import ToolError
+from mcp.shared.exceptions import McpError
+from pydantic import AnyUrl
+
+from tests.cli.conftest import run
+from tests.conftest import rows
+from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, http_client, model_exchanges
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Recording:
+    """ASGI wrapper: the exact request and response bodies of every HTTP exchange the server had."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+        self.exchanges: list[dict] = []
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        entry = {
+            "method": scope["method"],
+            "path": scope["path"],
+            "request": b"",
+            "response": b"",
+            "status": None,
+        }
+        self.exchanges.append(entry)
+
+        async def recv():
+            message = await receive()
+            entry["request"] += message.get("body", b"")
+            return message
+
+        async def snd(message):
+            if message["type"] == "http.response.start":
+                entry["status"] = message["status"]
+                entry["headers"] = {k.decode().lower(): v.decode() for k, v in message.get("headers", [])}
+            elif message["type"] == "http.response.body":
+                entry["response"] += message.get("body", b"")
+            await send(message)
+
+        return await self.app(scope, recv, snd)
+
+    def messages(self) -> list[tuple[dict, list[dict]]]:
+        """(JSON-RPC message the server received, the JSON-RPC messages it answered with)."""
+        out = []
+        for e in self.exchanges:
+            if e["method"] != "POST":
+                continue
+            answer = e["response"].decode()
+            if "event-stream" in e.get("headers", {}).get("content-type", ""):
+                out.append((json.loads(e["request"]), sse_messages(e["response"])))
+            else:
+                out.append((json.loads(e["request"]), [json.loads(answer)] if answer.strip() else []))
+        return out
+
+
+def sse_messages(body: bytes) -> list[dict]:
+    """The JSON `data:` payloads of an SSE body (`endpoint` events are not JSON: skipped)."""
+    datas = [ln[5:].strip() for ln in body.decode().splitlines() if ln.startswith("data:")]
+    return [json.loads(d) for d in datas if d.startswith("{")]
+
+
+def compact(value) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def make_server(json_response: bool) -> FastMCP:
+    server = FastMCP("files-server", json_response=json_response, log_level="WARNING")
+
+    @server.tool()
+    def read_note(name: str) -> str:
+        """Read a note."""
+        return f"note {name}: buy milk"
+
+    @server.tool()
+    def flaky(reason: str) -> str:
+        """Always fails."""
+        raise ToolError(f"flaky failed: {reason}")
+
+    @server.tool()
+    def delete_everything() -> str:
+        """Dangerous."""
+        return "deleted"
+
+    @server.resource("note://{name}")
+    def note(name: str) -> str:
+        if name == "missing":
+            raise ValueError("no such note")
+        return "a note"
+
+    return server
+
+
+@contextmanager
+def serve(json_response: bool, legacy: bool = False) -> Iterator[tuple[str, Recording]]:
+    """A FastMCP server on loopback: Streamable HTTP at /mcp, or (legacy) HTTP+SSE at /sse."""
+    port = free_port()
+    server = make_server(json_response)
+    recording = Recording(server.sse_app() if legacy else server.streamable_http_app())
+    server = uvicorn.Server(uvicorn.Config(recording, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "MCP server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}/{'sse' if legacy else 'mcp'}", recording
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def proxied(proxy, headers=None, timeout=None, auth=None) -> httpx.AsyncClient:
+    """An httpx client through mitmdump (also the mcp SDK's `httpx_client_factory`)."""
+    return httpx.AsyncClient(proxy=proxy.url, headers=headers, timeout=timeout or httpx.Timeout(30), auth=auth,
+                             follow_redirects=True)  # fmt: skip
+
+
+async def session_calls(url: str, proxy, calls) -> list:
+    async with (
+        proxied(proxy) as http,
+        streamable_http_client(url, http_client=http) as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        return [await call(session) for call in calls]
+
+
+def db_of(capsem_home):
+    (db,) = capsem_home.glob("sessions/*/session.db")
+    return db
+
+
+@pytest.mark.parametrize("json_response", [True, False], ids=["json", "sse"])
+def test_mcp_calls_match_what_the_server_saw(mitmdump, capsem_home, json_response):
+    proxy = mitmdump()
+    with serve(json_response) as (url, recording):
+        listed, ok, failed = asyncio.run(session_calls(url, proxy, [
+            lambda s: s.list_tools(),
+            lambda s: s.call_tool("read_note", {"name": "groceries"}),
+            lambda s: s.call_tool("flaky", {"reason": "disk full"}),
+        ]))  # fmt: skip
+
+        async def protocol_error():
+            async with (
+                proxied(proxy) as http,
+                streamable_http_client(url, http_client=http) as (read, write, _),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                with pytest.raises(McpError):
+                    await session.read_resource(AnyUrl("note://missing"))
+
+        asyncio.run(protocol_error())
+    assert {t.name for t in listed.tools} == {"read_note", "flaky", "delete_everything"}
+    assert ok.isError is False and failed.isError is True
+    assert proxy.stop() == 0
+    db = db_of(capsem_home)
+    got = rows(db, "SELECT * FROM mcp_calls ORDER BY id")
+    seen = recording.messages()
+    nets = {n["id"]: n for n in rows(db, "SELECT * FROM net_events")}
+    assert len(got) == len(seen) and len(seen) >= 8, (
+        len(got),
+        len(seen),
+        list(nets.values())[:3],
+        proxy.log()[-3000:],
+    )
+    for row, (request, answers) in zip(got, seen, strict=True):
+        (answer,) = answers or [None]
+        assert row["method"] == request["method"]
+        assert row["request_id"] == (json.dumps(request["id"]) if "id" in request else None)
+        params = request.get("params")
+        assert row["request_preview"] == (compact(params) if params is not None else None)
+        assert row["bytes_sent"] == len(compact(request).encode())
+        if answer is None:  # a notification: 202, no answer
+            assert (row["response_preview"], row["bytes_received"], row["is_error"]) == (None, 0, None)
+            continue
+        body = answer.get("result", answer.get("error"))
+        assert row["response_preview"] == compact(body)
+        assert row["bytes_received"] == len(compact(answer).encode())
+        assert row["server_name"] == "files-server" or request["method"] == "initialize"
+        assert row["response_framing"] == ("json" if json_response else "sse")
+        net = nets[row["net_event_id"]]  # process lookup is best effort: a connection may close first
+        assert (row["process_name"], row["pid"]) == (net["process_name"], net["pid"]) and row[
+            "duration_ms"
+        ] >= 0
+    assert any(r["process_name"] for r in got)
+    by_method = {}
+    for row in got:
+        by_method.setdefault(row["method"], []).append(row)
+    calls = {r["tool_name"]: r for r in by_method["tools/call"]}
+    assert calls["read_note"]["decision"] == "allowed" and calls["read_note"]["is_error"] == 0
+    assert calls["flaky"]["decision"] == "allowed" and calls["flaky"]["is_error"] == 1
+    assert "flaky failed: disk full" in calls["flaky"]["error_message"]
+    (read,) = by_method["resources/read"]
+    assert read["decision"] == "error" and read["error_message"] and read["tool_name"] == "note://missing"
+    # the session id the server handed out in its initialize answer, then echoed: one per client session
+    assert all(r["mcp_session"].startswith("hash:") for r in got)
+    assert len({r["mcp_session"] for r in got}) == 2
+    assert all(r["protocol_version"] for r in by_method["tools/call"])
+
+    # the rollup and inspect-session report MCP usage per server and tool
+    (session,) = json.loads(run("list-sessions", "--json"))
+    assert session["total_mcp_calls"] == len(got)
+    inspected = run("inspect-session", session["id"])
+    assert "files-server" in inspected and "read_note" in inspected and "flaky" in inspected
+
+
+def test_http_sse_transport_answers_arrive_on_the_get_stream(mitmdump, capsem_home):
+    """The 2024-11-05 transport: every POST gets 202 and its answer comes on the GET stream."""
+    proxy = mitmdump()
+    with serve(json_response=False, legacy=True) as (url, recording):
+
+        async def calls():
+            async with (
+                sse_client(url, httpx_client_factory=lambda **kw: proxied(proxy, **kw)) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                return [await session.list_tools(), await session.call_tool("read_note", {"name": "a"}),
+                        await session.call_tool("flaky", {"reason": "b"})]  # fmt: skip
+
+        listed, ok, failed = asyncio.run(calls())
+    assert len(listed.tools) == 3 and ok.isError is False and failed.isError is True
+    assert proxy.stop() == 0
+    got = rows(db_of(capsem_home), "SELECT * FROM mcp_calls ORDER BY id")
+    posts = [(json.loads(e["request"]), e["status"]) for e in recording.exchanges if e["method"] == "POST"]
+    (stream,) = [e for e in recording.exchanges if e["method"] == "GET"]
+    answers = {m["id"]: m for m in sse_messages(stream["response"]) if "id" in m and "method" not in m}
+    assert len(got) == len(posts) == 5
+    for row, (request, status) in zip(got, posts, strict=True):
+        assert (row["method"], row["status_code"], row["server_name"]) == (
+            request["method"],
+            status,
+            "files-server",
+        )
+        assert row["bytes_sent"] == len(compact(request).encode())
+        if "id" not in request:
+            assert (row["response_preview"], row["bytes_received"], row["response_framing"]) == (
+                None,
+                0,
+                "none",
+            )
+            continue
+        answer = answers[request["id"]]
+        assert row["request_id"] == json.dumps(request["id"])
+        assert row["response_preview"] == compact(answer.get("result", answer.get("error")))
+        assert row["bytes_received"] == len(compact(answer).encode())
+        assert row["response_framing"] == "stream" and row["decision"] == "allowed"
+    calls = {r["tool_name"]: r for r in got if r["method"] == "tools/call"}
+    assert (calls["read_note"]["is_error"], calls["flaky"]["is_error"]) == (0, 1)
+    assert "flaky failed: b" in calls["flaky"]["error_message"]
+    (net,) = rows(db_of(capsem_home), "SELECT response_body_preview FROM net_events WHERE method = 'GET'")
+    assert net["response_body_preview"].startswith("event: endpoint")
+
+
+def test_a_denied_tool_never_reaches_the_server(mitmdump, capsem_home):
+    capsem_home.mkdir(parents=True, exist_ok=True)
+    (capsem_home / "config.yaml").write_text(
+        "policy:\n  rules:\n    - name: no-deletes\n      action: deny\n      mcp_tool: 'delete_*'\n"
+        "    - name: watch-notes\n      action: warn\n      mcp_server: files-server\n      mcp_tool: read_note\n"
+    )
+    proxy = mitmdump()
+    with serve(json_response=True) as (url, recording):
+        (ok,) = asyncio.run(session_calls(url, proxy, [lambda s: s.call_tool("read_note", {"name": "x"})]))
+        with pytest.raises(BaseExceptionGroup) as denied:  # the SDK fails the session on an HTTP 403
+            asyncio.run(session_calls(url, proxy, [lambda s: s.call_tool("delete_everything", {})]))
+    assert ok.isError is False
+    (error,) = denied.value.exceptions
+    assert isinstance(error, httpx.HTTPStatusError) and error.response.status_code == 403
+    received = [json.loads(e["request"]) for e in recording.exchanges if e["method"] == "POST"]
+    assert [m.get("params", {}).get("name") for m in received if m.get("method") == "tools/call"] == [
+        "read_note"
+    ]
+    assert proxy.stop() == 0
+    db = db_of(capsem_home)
+    calls = {r["tool_name"]: r for r in rows(db, "SELECT * FROM mcp_calls WHERE method = 'tools/call'")}
+    assert (calls["delete_everything"]["decision"], calls["delete_everything"]["matched_rule"]) == (
+        "denied",
+        "no-deletes",
+    )
+    assert (
+        calls["delete_everything"]["status_code"] == 403
+        and "no-deletes" in calls["delete_everything"]["error_message"]
+    )
+    assert (calls["read_note"]["decision"], calls["read_note"]["matched_rule"]) == ("warned", "watch-notes")
+    nets = rows(
+        db, "SELECT decision, matched_rule, status_code FROM net_events WHERE matched_rule IS NOT NULL"
+    )
+    assert {(n["decision"], n["matched_rule"], n["status_code"]) for n in nets} == {
+        ("denied", "no-deletes", 403), ("warned", "watch-notes", 200)}  # fmt: skip
+    assert "policy rule watch-notes warns" in proxy.log()
+
+
+def test_a_host_rule_denies_before_anything_is_sent(mitmdump, emu, capsem_home):
+    capsem_home.mkdir(parents=True, exist_ok=True)
+    (capsem_home / "config.yaml").write_text(
+        "policy:\n  rules:\n    - {name: no-local-llm, action: deny, host: '127.0.0.1', path: '/v1/*'}\n"
+    )
+    proxy = mitmdump()
+    client = anthropic.Anthropic(api_key=ANTHROPIC_KEY, base_url=emu.http_url, http_client=http_client(proxy),
+                                 max_retries=0)  # fmt: skip
+    with pytest.raises(anthropic.PermissionDeniedError, match="no-local-llm"):
+        client.messages.create(
+            model="claude-haiku-4-5", max_tokens=50, messages=[{"role": "user", "content": "hi"}]
+        )
+    assert emu.exchanges() == []  # the provider never saw it
+    assert proxy.stop() == 0
+    db = db_of(capsem_home)
+    (net,) = rows(db, "SELECT decision, matched_rule, status_code, provider FROM net_events")
+    assert net == {
+        "decision": "denied",
+        "matched_rule": "no-local-llm",
+        "status_code": 403,
+        "provider": "anthropic",
+    }
+    assert rows(db, "SELECT id FROM model_calls") == []
+    (session,) = json.loads(run("list-sessions", "--json"))
+    assert session["denied_requests"] == 1
+
+
+def test_a_model_tool_call_links_to_the_mcp_call_that_ran_it(mitmdump, emu, capsem_home):
+    proxy = mitmdump()
+    tools = [{"name": "mcp__files__read_note", "description": "Read a note (MCP)",
+              "input_schema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}},
+             {"name": "Bash", "description": "run", "input_schema": {"type": "object", "properties": {
+                 "command": {"type": "string"}}, "required": ["command"]}}]  # fmt: skip
+    client = anthropic.Anthropic(api_key=ANTHROPIC_KEY, base_url=emu.http_url, http_client=http_client(proxy),
+                                 max_retries=0, default_headers={"x-emulator": "tools=2"})  # fmt: skip
+    msg = client.messages.create(model="claude-sonnet-4-5", max_tokens=200, tools=tools,
+                                 messages=[{"role": "user", "content": "read my note"}])  # fmt: skip
+    uses = {b.name: b for b in msg.content if b.type == "tool_use"}
+    mcp_use = uses["mcp__files__read_note"]
+    with serve(json_response=False) as (url, _):
+        (result,) = asyncio.run(
+            session_calls(url, proxy, [lambda s: s.call_tool("read_note", dict(mcp_use.input))])
+        )
+    assert result.isError is False
+    assert proxy.stop() == 0
+    db = db_of(capsem_home)
+    calls = {r["tool_name"]: r for r in rows(db, "SELECT * FROM tool_calls")}
+    (mcp_row,) = rows(db, "SELECT id, tool_name FROM mcp_calls WHERE method = 'tools/call'")
+    assert calls["mcp__files__read_note"]["origin"] == "mcp"
+    assert calls["mcp__files__read_note"]["mcp_call_id"] == mcp_row["id"]
+    assert (calls["Bash"]["origin"], calls["Bash"]["mcp_call_id"]) == ("native", None)
+    assert len(model_exchanges(emu)) == 1
