@@ -75,6 +75,7 @@ def test_a_gzip_bomb_keeps_memory_bounded(mitmdump, capsem_home, bomb, content_t
     assert received == bomb  # passed through compressed and unchanged
     db = finish(proxy, capsem_home)
     growth_mib = (max(peak) - baseline) / (1 << 20)
+    print(f"mitmdump RSS growth on a {BOMB_MIB} MiB {content_type} bomb: {growth_mib:.0f} MiB")
     assert growth_mib < 256, f"mitmdump grew {growth_mib:.0f} MiB on a {BOMB_MIB} MiB bomb"
     (net,) = rows(db, "SELECT bytes_received, decode_error, response_body_preview FROM net_events")
     assert net["bytes_received"] == len(bomb)

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import anthropic
 import openai
+import pytest
 
 from tests.conftest import rows
 from tests.e2e.test_capture_sdk import (
@@ -56,27 +57,38 @@ def gpt_loop(proxy, n: int) -> int:
 
 
 def test_fifty_concurrent_tool_loops_lose_and_duplicate_nothing(mitmdump, emu, capsem_home):
+    run_loops(mitmdump, emu, capsem_home, LOOPS)
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(900)
+def test_soak_five_hundred_tool_loops(mitmdump, emu, capsem_home):
+    run_loops(mitmdump, emu, capsem_home, 250)
+
+
+def run_loops(mitmdump, emu, capsem_home, loops: int) -> None:
+    """`loops` anthropic and `loops` openai tool loops, 50 at a time, then every row checked."""
     proxy = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
     with ThreadPoolExecutor(max_workers=50) as pool:
-        jobs = [pool.submit(claude_loop, proxy, n) for n in range(LOOPS)]
-        jobs += [pool.submit(gpt_loop, proxy, n) for n in range(LOOPS)]
-        asked = sum(job.result(timeout=300) for job in jobs)
+        jobs = [pool.submit(claude_loop, proxy, n) for n in range(loops)]
+        jobs += [pool.submit(gpt_loop, proxy, n) for n in range(loops)]
+        asked = sum(job.result(timeout=600) for job in jobs)
     db = finish(proxy, capsem_home)
     exchanges = {ex["expected"]["message_id"]: ex for ex in model_exchanges(emu)}
     calls = rows(db, "SELECT * FROM model_calls")
-    assert len(exchanges) == len(calls) == 4 * LOOPS
+    assert len(exchanges) == len(calls) == 4 * loops
     assert {c["message_id"] for c in calls} == set(exchanges)  # each answer recorded once
     for call in calls:
         assert_call_matches(call, exchanges[call["message_id"]])
     tool_calls = rows(db, "SELECT call_id, trace_id FROM tool_calls")
     results = rows(db, "SELECT call_id, trace_id, content_preview FROM tool_responses")
-    assert len(tool_calls) == len({t["call_id"] for t in tool_calls}) == asked == 4 * LOOPS
+    assert len(tool_calls) == len({t["call_id"] for t in tool_calls}) == asked == 4 * loops
     assert sorted(r["call_id"] for r in results) == sorted(t["call_id"] for t in tool_calls)
     trace_of = {t["call_id"]: t["trace_id"] for t in tool_calls}
     assert all(r["trace_id"] == trace_of[r["call_id"]] for r in results)
     traces = rows(db, "SELECT trace_id, COUNT(*) AS n FROM model_calls GROUP BY trace_id")
-    assert len(traces) == 2 * LOOPS and {t["n"] for t in traces} == {2}  # one trace per loop
-    assert len(rows(db, "SELECT id FROM net_events")) == 4 * LOOPS
+    assert len(traces) == 2 * loops and {t["n"] for t in traces} == {2}  # one trace per loop
+    assert len(rows(db, "SELECT id FROM net_events")) == 4 * loops
     (session,) = rows(capsem_home / "main.db", "SELECT * FROM sessions")
-    assert (session["total_tool_calls"], session["total_requests"]) == (4 * LOOPS, 4 * LOOPS)
+    assert (session["total_tool_calls"], session["total_requests"]) == (4 * loops, 4 * loops)
     assert json.loads(calls[0]["usage_details"])["raw"]
