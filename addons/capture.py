@@ -254,13 +254,19 @@ class Capsem:
         )
         if fd.process is None and self.resolver is not None:
             fd.process = self.resolver.lookup(flow.client_conn.peername)
+        self.flows[flow.id] = fd
+        if self.policy.rules and (req.stream or not self.policy.has_mcp_rules):
+            self._apply_policy(flow, fd, mcp.header_call(fd.request_headers))  # before any body byte goes up
+            if req.stream and flow.response is not None:
+                # mitmproxy cannot answer a request whose body it streams (stream_large_bodies):
+                # refuse it by closing the connection; nothing is sent upstream either way
+                flow.response = None
+                flow.kill()
+                return
         if req.stream:  # mitmproxy will stream this request body (e.g. stream_large_bodies)
             tap = RequestTap(self.capture.max_parse_bytes if fd.route else self.capture.preview_bytes)
             req.stream = _chain(tap, req.stream)
             self.request_taps[flow.id] = tap
-        self.flows[flow.id] = fd
-        if self.policy.rules and (req.stream or not self.policy.has_mcp_rules):
-            self._apply_policy(flow, fd, [])  # decided before any body byte goes upstream
 
     @guarded
     def request(self, flow: http.HTTPFlow) -> None:
@@ -276,7 +282,7 @@ class Capsem:
             and fd.method == "POST"
             and mcp.looks_like_mcp(fd.request_headers, fd.request_body)
         )
-        if self.policy.has_mcp_rules and not flow.request.stream:
+        if self.policy.has_mcp_rules and not flow.request.stream and flow.response is None:
             calls = mcp.parse_request(fd.request_body or b"", dict(flow.request.headers)) if fd.mcp else None
             self._apply_policy(flow, fd, calls or [])
 
@@ -340,6 +346,10 @@ class Capsem:
 
     @guarded
     def error(self, flow: http.HTTPFlow) -> None:
+        fd = self.flows.get(flow.id)
+        if fd is not None and fd.decision == "denied" and flow.response is None:
+            self._finish(flow, f"denied by capsem policy rule {fd.matched_rule!r}: connection closed")
+            return
         self._finish(flow, flow.error.msg if flow.error else "unknown error")
 
     # -- websockets (Responses over WebSocket: Codex CLI) ----------------------------------------

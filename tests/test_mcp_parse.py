@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from addons.mcp import (
     StreamReader,
     exchange_key,
+    header_call,
     initialize_name,
     looks_like_mcp,
     mcp_tool_name,
@@ -75,6 +76,14 @@ def test_stateless_2026_request_is_mcp_by_its_headers():
     assert parse_request(other) is None  # JSON-RPC, but no MCP method and no MCP header
     assert parse_request(other, {"mcp-method": "custom/thing"})[0].method == "custom/thing"
     assert looks_like_mcp([("Mcp-Method", "tools/call")], b"")
+
+
+def test_a_2026_tools_call_named_in_headers():
+    (call,) = header_call([("Mcp-Method", "tools/call"), ("Mcp-Name", "get_weather")])
+    assert (call.method, call.tool_name, call.id) == ("tools/call", "get_weather", None)
+    assert header_call([("Mcp-Method", "tools/list")]) == []
+    assert header_call([("Mcp-Method", "tools/call")]) == []
+    assert header_call([]) == []
 
 
 def test_other_bodies_are_not_mcp():

@@ -155,6 +155,15 @@ def _responses(payload: str) -> list[McpResponse]:
     return out
 
 
+def header_call(headers: list[tuple[str, str]]) -> list[McpRequest]:
+    """The tools/call a 2026-07-28 client names in its `Mcp-Method` / `Mcp-Name` headers (for a
+    decision before the body is read), else nothing."""
+    values = {name.lower(): value for name, value in headers if name.lower() in ("mcp-method", "mcp-name")}
+    if values.get("mcp-method") != "tools/call" or not values.get("mcp-name"):
+        return []
+    return [McpRequest("tools/call", None, None, 0, values["mcp-name"])]
+
+
 def parse_response(body: bytes, content_type: str | None) -> list[McpResponse]:
     """JSON-RPC responses in a JSON body (one or a batch) or in an SSE stream's `data:` events.
 

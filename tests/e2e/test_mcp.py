@@ -323,33 +323,6 @@ def test_a_denied_tool_never_reaches_the_server(mitmdump, capsem_home):
     assert "policy rule watch-notes warns" in proxy.log()
 
 
-def test_a_host_rule_denies_before_anything_is_sent(mitmdump, emu, capsem_home):
-    capsem_home.mkdir(parents=True, exist_ok=True)
-    (capsem_home / "config.yaml").write_text(
-        "policy:\n  rules:\n    - {name: no-local-llm, action: deny, host: '127.0.0.1', path: '/v1/*'}\n"
-    )
-    proxy = mitmdump()
-    client = anthropic.Anthropic(api_key=ANTHROPIC_KEY, base_url=emu.http_url, http_client=http_client(proxy),
-                                 max_retries=0)  # fmt: skip
-    with pytest.raises(anthropic.PermissionDeniedError, match="no-local-llm"):
-        client.messages.create(
-            model="claude-haiku-4-5", max_tokens=50, messages=[{"role": "user", "content": "hi"}]
-        )
-    assert emu.exchanges() == []  # the provider never saw it
-    assert proxy.stop() == 0
-    db = db_of(capsem_home)
-    (net,) = rows(db, "SELECT decision, matched_rule, status_code, provider FROM net_events")
-    assert net == {
-        "decision": "denied",
-        "matched_rule": "no-local-llm",
-        "status_code": 403,
-        "provider": "anthropic",
-    }
-    assert rows(db, "SELECT id FROM model_calls") == []
-    (session,) = json.loads(run("list-sessions", "--json"))
-    assert session["denied_requests"] == 1
-
-
 def test_a_model_tool_call_links_to_the_mcp_call_that_ran_it(mitmdump, emu, capsem_home):
     proxy = mitmdump()
     tools = [{"name": "mcp__files__read_note", "description": "Read a note (MCP)",
