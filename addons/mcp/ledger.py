@@ -57,12 +57,12 @@ def _ms(start: float, end: float | None) -> int:
     return max(0, round(((end or start) - start) * 1000))
 
 
-def _framing(content_type: str | None, answered: bool) -> str:
-    """How the POST's own response carried answers: `sse`, `json`, or `none` (202, plain text)."""
+def _framing(content_type: str | None, body: bytes) -> str:
+    """How the POST's own response carried answers: `sse`, `json`, or `none` (an empty 202, text)."""
     kind = (content_type or "").lower()
     if "event-stream" in kind:
         return "sse"
-    return "json" if answered or "json" in kind else "none"
+    return "json" if "json" in kind and body.strip() else "none"
 
 
 def _decision(flow_decision: str, failed: bool) -> str:
@@ -148,7 +148,7 @@ class McpLedger:
                 if name:
                     self.names[endpoint] = name
         server = self.names.get(endpoint, endpoint)
-        framing = _framing(content_type, bool(responses))
+        framing = _framing(content_type, response_body)
         session = fd.header("mcp-session-id") or fd.header("mcp-session-id", response=True)
         key = exchange_key(fd.header("mcp-session-id"), fd.host, fd.port, fd.path, fd.query)
         http_failure = fd.error or (f"HTTP {fd.status}" if (fd.status or 0) >= 400 else None)

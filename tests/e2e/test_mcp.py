@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from urllib.parse import urlsplit
 
 import anthropic
 import httpx
@@ -25,6 +26,7 @@ from mcp.server.fastmcp.exceptions import ToolError
 from mcp.shared.exceptions import McpError
 from pydantic import AnyUrl
 
+from capsem.redact import hash_value
 from tests.cli.conftest import run
 from tests.conftest import rows
 from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, http_client, model_exchanges
@@ -52,6 +54,7 @@ class Recording:
             "request": b"",
             "response": b"",
             "status": None,
+            "request_headers": {k.decode().lower(): v.decode() for k, v in scope["headers"]},
         }
         self.exchanges.append(entry)
 
@@ -70,18 +73,23 @@ class Recording:
 
         return await self.app(scope, recv, snd)
 
-    def messages(self) -> list[tuple[dict, list[dict]]]:
-        """(JSON-RPC message the server received, the JSON-RPC messages it answered with)."""
+    def messages(self) -> list[tuple[dict, list[dict], dict]]:
+        """(JSON-RPC message the server received, the JSON-RPC messages it answered with, exchange)."""
         out = []
         for e in self.exchanges:
             if e["method"] != "POST":
                 continue
             answer = e["response"].decode()
             if "event-stream" in e.get("headers", {}).get("content-type", ""):
-                out.append((json.loads(e["request"]), sse_messages(e["response"])))
+                out.append((json.loads(e["request"]), sse_messages(e["response"]), e))
             else:
-                out.append((json.loads(e["request"]), [json.loads(answer)] if answer.strip() else []))
+                out.append((json.loads(e["request"]), [json.loads(answer)] if answer.strip() else [], e))
         return out
+
+
+def protocol_versions(recording: Recording) -> set[str]:
+    """The MCP-Protocol-Version headers the server received."""
+    return {v for e in recording.exchanges if (v := e["request_headers"].get("mcp-protocol-version"))}
 
 
 def sse_messages(body: bytes) -> list[dict]:
@@ -190,31 +198,51 @@ def test_mcp_calls_match_what_the_server_saw(mitmdump, capsem_home, json_respons
     got = rows(db, "SELECT * FROM mcp_calls ORDER BY id")
     seen = recording.messages()
     nets = {n["id"]: n for n in rows(db, "SELECT * FROM net_events")}
-    assert len(got) == len(seen) and len(seen) >= 8, (
-        len(got),
-        len(seen),
-        list(nets.values())[:3],
-        proxy.log()[-3000:],
-    )
-    for row, (request, answers) in zip(got, seen, strict=True):
+    assert len(got) == len(seen) == 8  # 2x (initialize, initialized) + list + 2 calls + read
+    port = urlsplit(url).port
+    session_ids = {}  # the Mcp-Session-Id each client session got from the server and echoed
+    for row, (request, answers, exchange) in zip(got, seen, strict=True):
         (answer,) = answers or [None]
-        assert row["method"] == request["method"]
-        assert row["request_id"] == (json.dumps(request["id"]) if "id" in request else None)
+        sent = exchange["request_headers"]
+        session_id = sent.get("mcp-session-id") or exchange["headers"].get("mcp-session-id")
+        session_ids.setdefault(session_id, []).append(row["id"])
+        net = nets[row["net_event_id"]]
         params = request.get("params")
+        assert row["method"] == request["method"]
+        assert row["tool_name"] == (params.get("name") or params.get("uri") if request["method"] in (
+            "tools/call", "resources/read") else None)  # fmt: skip
+        assert row["request_id"] == (json.dumps(request["id"]) if "id" in request else None)
         assert row["request_preview"] == (compact(params) if params is not None else None)
         assert row["bytes_sent"] == len(compact(request).encode())
+        assert (row["timestamp"], row["flow_id"], row["status_code"]) == (
+            net["timestamp"], net["flow_id"], exchange["status"])  # fmt: skip
+        assert (row["endpoint"], row["matched_rule"]) == (f"127.0.0.1:{port}/mcp", None)
+        assert row["protocol_version"] == sent.get("mcp-protocol-version")
+        assert row["mcp_session"] == hash_value(session_id)
+        # process lookup is best effort (a short connection may close first): as on its net_events row
+        assert (row["process_name"], row["pid"]) == (net["process_name"], net["pid"])
+        assert 0 <= row["duration_ms"] <= net["duration_ms"]
         if answer is None:  # a notification: 202, no answer
-            assert (row["response_preview"], row["bytes_received"], row["is_error"]) == (None, 0, None)
+            assert exchange["status"] == 202
+            assert (row["response_preview"], row["bytes_received"], row["is_error"], row["error_message"]) == (
+                None, 0, None, None)  # fmt: skip
+            assert (row["decision"], row["response_framing"]) == ("allowed", "none")
             continue
         body = answer.get("result", answer.get("error"))
         assert row["response_preview"] == compact(body)
         assert row["bytes_received"] == len(compact(answer).encode())
-        assert row["server_name"] == "files-server" or request["method"] == "initialize"
+        assert row["server_name"] == "files-server"  # also initialize's row: its answer names the server
         assert row["response_framing"] == ("json" if json_response else "sse")
-        net = nets[row["net_event_id"]]  # process lookup is best effort: a connection may close first
-        assert (row["process_name"], row["pid"]) == (net["process_name"], net["pid"]) and row[
-            "duration_ms"
-        ] >= 0
+        assert row["is_error"] == int("error" in answer or answer["result"].get("isError") is True)
+        assert row["decision"] == ("error" if "error" in answer else "allowed")
+        if "error" in answer:
+            assert row["error_message"] == f"{answer['error']['code']}: {answer['error']['message']}"
+        elif answer["result"].get("isError"):
+            assert row["error_message"] == answer["result"]["content"][0]["text"]
+        else:
+            assert row["error_message"] is None
+    assert len(session_ids) == 2 and None not in session_ids
+    assert protocol_versions(recording) <= {r["protocol_version"] for r in got}
     assert any(r["process_name"] for r in got)
     by_method = {}
     for row in got:
@@ -225,9 +253,6 @@ def test_mcp_calls_match_what_the_server_saw(mitmdump, capsem_home, json_respons
     assert "flaky failed: disk full" in calls["flaky"]["error_message"]
     (read,) = by_method["resources/read"]
     assert read["decision"] == "error" and read["error_message"] and read["tool_name"] == "note://missing"
-    # the session id the server handed out in its initialize answer, then echoed: one per client session
-    assert all(r["mcp_session"].startswith("hash:") for r in got)
-    assert len({r["mcp_session"] for r in got}) == 2
     assert all(r["protocol_version"] for r in by_method["tools/call"])
 
     # the rollup and inspect-session report MCP usage per server and tool
