@@ -231,3 +231,21 @@ def test_an_mcp_call_links_once(rec):
         calls["toolu_m20"]["mcp_call_id"] == ids["c1"]
     )  # the newest ask wins: an older one may never have been run
     assert calls["toolu_m10"]["mcp_call_id"] == ids["c2"]
+
+
+def test_a_complete_answer_stands_when_the_connection_breaks_after_it(rec):
+    answer = b"event: message\ndata: " + json.dumps(CALL_OK).encode() + b"\n\n"
+    fd = post("p0", CALL, status=200, content_type="text/event-stream", query="")
+    fd.response_body, fd.error = None, "Client disconnected."
+    fd.streamed, fd.stream_preview = True, answer
+    rec.close(fd)
+    cut = post("p1", {**CALL, "id": 2}, status=200, content_type="text/event-stream", answer=b"", query="")
+    cut.error = "Server disconnected."
+    rec.close(cut)
+    done, broken = mcp_rows(rec)
+    assert (done["decision"], done["error_message"], done["is_error"]) == ("allowed", None, 0)
+    assert (broken["decision"], broken["error_message"], broken["is_error"]) == (
+        "error",
+        "Server disconnected.",
+        None,
+    )

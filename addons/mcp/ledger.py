@@ -151,7 +151,8 @@ class McpLedger:
         framing = _framing(content_type, response_body)
         session = fd.header("mcp-session-id") or fd.header("mcp-session-id", response=True)
         key = exchange_key(fd.header("mcp-session-id"), fd.host, fd.port, fd.path, fd.query)
-        http_failure = fd.error or (f"HTTP {fd.status}" if (fd.status or 0) >= 400 else None)
+        http_error = f"HTTP {fd.status}" if (fd.status or 0) >= 400 else None
+        http_failure = fd.error or http_error
         for req in requests:
             resp = responses.get(req.id) if req.id is not None and req.method else None
             row = {
@@ -178,7 +179,9 @@ class McpLedger:
                 "response_framing": framing,
             }
             if resp is not None:
-                row.update(self._answer_columns(resp, fd.decision, http_failure))
+                # a complete answer stands even if the connection broke after it (a client that
+                # closes the SSE stream once it has its answer): only an HTTP error status counts
+                row.update(self._answer_columns(resp, fd.decision, http_error))
             row_id = self.store.insert("mcp_calls", row)
             if req.method == "tools/call" and req.tool_name:
                 arguments = req.params.get("arguments") if isinstance(req.params, dict) else None

@@ -260,6 +260,14 @@ def test_mcp_calls_match_what_the_server_saw(mitmdump, capsem_home, json_respons
     assert session["total_mcp_calls"] == len(got)
     inspected = run("inspect-session", session["id"])
     assert "files-server" in inspected and "read_note" in inspected and "flaky" in inspected
+    usage = {(u["server_name"], u["tool_name"], u["decision"]): u["calls"]
+             for u in json.loads(run("inspect-session", session["id"], "--json"))["mcp"]}  # fmt: skip
+    assert usage == {
+        ("files-server", None, "allowed"): 5,  # 2 initialize, 2 initialized, 1 tools/list
+        ("files-server", "read_note", "allowed"): 1,
+        ("files-server", "flaky", "allowed"): 1,  # the tool failed; the call was allowed
+        ("files-server", "note://missing", "error"): 1,
+    }
 
 
 def test_http_sse_transport_answers_arrive_on_the_get_stream(mitmdump, capsem_home):
