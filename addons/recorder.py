@@ -19,7 +19,7 @@ from addons import mcp
 from addons.body import Preview, ResponseReader, stream_framing
 from addons.decode import BodyDecoder
 from addons.flowdata import FlowData
-from addons.mcp.ledger import McpLedger
+from addons.mcp.ledger import MCP_PREVIEW_BYTES, McpLedger
 from addons.providers import Route, parser_for
 from addons.records import RequestInfo, ResponseSummary, ToolResult
 from addons.store import SessionStore
@@ -107,7 +107,7 @@ class Recorder:
         self.first_content: dict[str, float] = {}
         self.mcp = McpLedger(
             store,
-            content_limit=settings.content_max_bytes,
+            content_limit=min(settings.content_max_bytes, MCP_PREVIEW_BYTES),
             preview_limit=settings.preview_bytes,
             cap=cap_text,
             names=mcp_names,  # shared with the addon's policy

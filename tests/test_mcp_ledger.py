@@ -10,7 +10,7 @@ import time
 import pytest
 
 from addons.flowdata import FlowData
-from addons.mcp.ledger import LINK_WINDOW
+from addons.mcp.ledger import LINK_WINDOW, MCP_PREVIEW_BYTES
 from addons.providers import Route
 from addons.recorder import CaptureSettings, Recorder
 from addons.store import SessionStore
@@ -249,3 +249,15 @@ def test_a_complete_answer_stands_when_the_connection_breaks_after_it(rec):
         "Server disconnected.",
         None,
     )
+
+
+def test_previews_stop_at_256_kib_and_sizes_do_not(rec):
+    big = {"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": "é" * 200_000}]}}
+    answer = json.dumps(big, ensure_ascii=False).encode()
+    rec.close(post("p0", CALL, status=200, answer=answer, content_type="application/json", query=""))
+    (row,) = mcp_rows(rec)
+    kept, note = row["response_preview"].split("\n[… ")
+    assert len(kept.encode()) <= MCP_PREVIEW_BYTES
+    assert row["response_preview"].startswith('{"content":[{"type":"text","text":"éé')
+    assert len(kept.encode()) > MCP_PREVIEW_BYTES - 4 and note.endswith("more bytes]")
+    assert row["bytes_received"] == len(json.dumps(big, separators=(",", ":"), ensure_ascii=False).encode())

@@ -39,6 +39,8 @@ from capsem.redact import hash_value
 
 LINK_WINDOW = 600.0
 """Seconds after a model's tool call within which an MCP tools/call can be its execution."""
+MCP_PREVIEW_BYTES = 256 * 1024
+"""mcp_calls request/response previews: the seed's "first 256KB" (capture.content_max_bytes if smaller)."""
 _KEEP = 1000
 """Unmatched calls / answers remembered at most (oldest forgotten first)."""
 
