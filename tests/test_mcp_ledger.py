@@ -261,3 +261,15 @@ def test_previews_stop_at_256_kib_and_sizes_do_not(rec):
     assert row["response_preview"].startswith('{"content":[{"type":"text","text":"éé')
     assert len(kept.encode()) > MCP_PREVIEW_BYTES - 4 and note.endswith("more bytes]")
     assert row["bytes_received"] == len(json.dumps(big, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def test_answers_from_the_stream_are_scrubbed_like_every_row(rec):
+    secret = "sk-ant-api03-" + "Z" * 40
+    rec.open(get_stream())
+    rec.chunk("g1", T0, b"event: endpoint\ndata: /messages/?session_id=42\n\n")
+    rec.close(post("p1", CALL))
+    leak = {"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": f"key={secret}"}]}}
+    rec.chunk("g1", T0 + 1, event(leak))
+    (row,) = mcp_rows(rec)
+    assert row["response_framing"] == "stream" and secret not in row["response_preview"]
+    assert "redacted" in row["response_preview"]

@@ -212,7 +212,10 @@ class McpLedger:
         if name:
             self.names[waiting.endpoint] = name
             values["server_name"] = name
-        self.store.update("mcp_calls", waiting.row_id, values)
+        scrub = self.store.scrubber.scrub  # `update` writes values as given; `insert` scrubs itself
+        self.store.update(
+            "mcp_calls", waiting.row_id, {k: scrub(v) if isinstance(v, str) else v for k, v in values.items()}
+        )
 
     # -- answers on GET event streams ---------------------------------------------------------
 
