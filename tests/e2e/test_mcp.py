@@ -102,8 +102,10 @@ def compact(value) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def make_server(json_response: bool) -> FastMCP:
-    server = FastMCP("files-server", json_response=json_response, log_level="WARNING")
+def make_server(json_response: bool, stateless: bool = False) -> FastMCP:
+    server = FastMCP(
+        "files-server", json_response=json_response, stateless_http=stateless, log_level="WARNING"
+    )
 
     @server.tool()
     def read_note(name: str) -> str:
@@ -130,10 +132,12 @@ def make_server(json_response: bool) -> FastMCP:
 
 
 @contextmanager
-def serve(json_response: bool, legacy: bool = False) -> Iterator[tuple[str, Recording]]:
+def serve(
+    json_response: bool, legacy: bool = False, stateless: bool = False
+) -> Iterator[tuple[str, Recording]]:
     """A FastMCP server on loopback: Streamable HTTP at /mcp, or (legacy) HTTP+SSE at /sse."""
     port = free_port()
-    server = make_server(json_response)
+    server = make_server(json_response, stateless)
     recording = Recording(server.sse_app() if legacy else server.streamable_http_app())
     server = uvicorn.Server(uvicorn.Config(recording, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -170,10 +174,15 @@ def db_of(capsem_home):
     return db
 
 
-@pytest.mark.parametrize("json_response", [True, False], ids=["json", "sse"])
-def test_mcp_calls_match_what_the_server_saw(mitmdump, capsem_home, json_response):
+@pytest.mark.parametrize(
+    ("json_response", "stateless"),
+    [(True, False), (False, False), (False, True)],
+    ids=["json", "sse", "stateless"],
+)
+def test_mcp_calls_match_what_the_server_saw(mitmdump, capsem_home, json_response, stateless):
+    """Session-based Streamable HTTP answering as JSON or SSE, and a stateless server (no Mcp-Session-Id)."""
     proxy = mitmdump()
-    with serve(json_response) as (url, recording):
+    with serve(json_response, stateless=stateless) as (url, recording):
         listed, ok, failed = asyncio.run(session_calls(url, proxy, [
             lambda s: s.list_tools(),
             lambda s: s.call_tool("read_note", {"name": "groceries"}),
@@ -218,7 +227,7 @@ def test_mcp_calls_match_what_the_server_saw(mitmdump, capsem_home, json_respons
             net["timestamp"], net["flow_id"], exchange["status"])  # fmt: skip
         assert (row["endpoint"], row["matched_rule"]) == (f"127.0.0.1:{port}/mcp", None)
         assert row["protocol_version"] == sent.get("mcp-protocol-version")
-        assert row["mcp_session"] == hash_value(session_id)
+        assert row["mcp_session"] == (hash_value(session_id) if session_id else None)
         # process lookup is best effort (a short connection may close first): as on its net_events row
         assert (row["process_name"], row["pid"]) == (net["process_name"], net["pid"])
         assert 0 <= row["duration_ms"] <= net["duration_ms"]
@@ -241,7 +250,7 @@ def test_mcp_calls_match_what_the_server_saw(mitmdump, capsem_home, json_respons
             assert row["error_message"] == answer["result"]["content"][0]["text"]
         else:
             assert row["error_message"] is None
-    assert len(session_ids) == 2 and None not in session_ids
+    assert list(session_ids) == [None] if stateless else len(session_ids) == 2 and None not in session_ids
     assert protocol_versions(recording) <= {r["protocol_version"] for r in got}
     assert any(r["process_name"] for r in got)
     by_method = {}
