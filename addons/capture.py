@@ -283,7 +283,8 @@ class Capsem:
             and mcp.looks_like_mcp(fd.request_headers, fd.request_body)
         )
         if self.policy.has_mcp_rules and not flow.request.stream and flow.response is None:
-            calls = mcp.parse_request(fd.request_body or b"", dict(flow.request.headers)) if fd.mcp else None
+            body = flow.request.get_content(strict=False) or b""  # decoded (gzip...) when it can be
+            calls = mcp.parse_request(body, dict(flow.request.headers)) if fd.mcp else None
             self._apply_policy(flow, fd, calls or [])
 
     def _apply_policy(self, flow: http.HTTPFlow, fd: FlowData, calls: list[mcp.McpRequest]) -> None:

@@ -101,6 +101,9 @@ def test_other_bodies_are_not_mcp():
         assert parse_request(body) is None, body[:40]
     assert not looks_like_mcp([("content-type", "application/json")], b'{"model":"x"}')
     assert looks_like_mcp([], CALL)
+    gzipped = gzip.compress(CALL)
+    assert looks_like_mcp([("Content-Type", "application/json"), ("Content-Encoding", "gzip")], gzipped)
+    assert not looks_like_mcp([("Content-Type", "text/plain"), ("Content-Encoding", "gzip")], gzipped)
 
 
 def test_json_answers_with_results_tool_errors_and_protocol_errors():

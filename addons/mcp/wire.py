@@ -100,9 +100,15 @@ def _size(message: Any) -> int:
 
 
 def looks_like_mcp(headers: list[tuple[str, str]], body: bytes | None) -> bool:
-    """Cheap test on the event loop: an MCP header, or JSON-RPC in the first bytes of the body."""
-    if any(name.lower() in _MCP_HEADERS for name, _ in headers):
+    """Cheap test on the event loop: an MCP header, JSON-RPC in the first bytes of the body, or a
+    compressed JSON body (the recorder decodes it and decides)."""
+    lowered = {name.lower(): value.lower() for name, value in headers}
+    if any(name in lowered for name in _MCP_HEADERS):
         return True
+    if lowered.get("content-encoding", "identity") != "identity" and "json" in lowered.get(
+        "content-type", ""
+    ):
+        return bool(body)
     return bool(body) and b'"jsonrpc"' in body[:2048]  # type: ignore[index]
 
 
@@ -118,7 +124,8 @@ def parse_request(body: bytes, headers: dict[str, str] | None = None) -> list[Mc
         return None
     if messages is None:
         return None
-    mcp_header = any(h in (headers or {}) for h in _MCP_HEADERS)
+    names = {name.lower() for name in headers or {}}
+    mcp_header = any(h in names for h in _MCP_HEADERS)
     methods = [m.get("method") for m in messages]
     if not mcp_header and not any(isinstance(m, str) and m.startswith(_MCP_METHODS) for m in methods):
         return None

@@ -3,6 +3,7 @@ a denied request gets the proxy's 403 and never reaches the upstream; every row 
 
 from __future__ import annotations
 
+import gzip
 import json
 from urllib.parse import urlsplit
 
@@ -134,3 +135,33 @@ def test_an_invalid_policy_stops_mitmdump_with_a_clear_error(mitmdump, capsem_ho
     with pytest.raises(MitmdumpError) as failed:
         mitmdump()
     assert message in str(failed.value)
+
+
+def test_an_mcp_rule_reads_a_compressed_body(mitmdump, emu, capsem_home):
+    write_policy(capsem_home, "    - {name: no-deletes, action: deny, mcp_tool: 'delete_*'}\n")
+    proxy = mitmdump()
+    call = {
+        "jsonrpc": "2.0",
+        "id": "c-7",
+        "method": "tools/call",
+        "params": {"name": "delete_all", "arguments": {}},
+    }
+    headers = {"content-type": "application/json", "content-encoding": "gzip"}
+    with httpx.Client(proxy=proxy.url, timeout=30) as http:
+        denied = http.post(
+            f"{emu.http_url}/mcp", content=gzip.compress(json.dumps(call).encode()), headers=headers
+        )
+    assert denied.status_code == 403 and denied.headers["x-capsem-policy"] == "no-deletes"
+    assert denied.json() == {"jsonrpc": "2.0", "id": "c-7",
+                             "error": {"code": -32001, "message": "blocked by capsem policy rule 'no-deletes'"}}  # fmt: skip
+    assert emu.exchanges() == []
+    assert proxy.stop() == 0
+    (row,) = rows(only_session(capsem_home), "SELECT * FROM mcp_calls")
+    assert (row["method"], row["tool_name"], row["request_id"]) == ("tools/call", "delete_all", "c-7")
+    assert (row["decision"], row["matched_rule"], row["status_code"], row["is_error"]) == (
+        "denied",
+        "no-deletes",
+        403,
+        1,
+    )
+    assert row["error_message"] == "-32001: blocked by capsem policy rule 'no-deletes'"
