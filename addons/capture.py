@@ -401,12 +401,25 @@ class Capsem:
         else:
             fd.response_ended = time.time()
         self._collect_stream(fd)
+        if fd.mcp and self.policy.has_mcp_rules:
+            self._learn_mcp_name(flow, fd)
         if flow.websocket is not None and flow.response is not None and flow.response.status_code == 101:
             if flow.websocket.timestamp_end:
                 fd.response_ended = flow.websocket.timestamp_end
             self.worker.put(("ws", fd.key, "end", fd))
             return
         self.worker.put(("close", fd))
+
+    def _learn_mcp_name(self, flow: http.HTTPFlow, fd: FlowData) -> None:
+        """An initialize answer names its server: learn it here, before the client's next call
+        reaches a policy rule (the recorder thread, which learns it too, may lag behind)."""
+        if b"initialize" not in (fd.request_body or b"") or flow.response is None:
+            return
+        body = fd.stream_preview if fd.streamed else flow.response.get_content(strict=False)
+        for answer in mcp.parse_response(body or b"", fd.header("content-type", response=True)):
+            name = mcp.initialize_name(answer)
+            if name:
+                self.mcp_names[mcp.server_name(fd.host, fd.port, fd.path)] = name
 
     def _collect_request(self, flow: http.HTTPFlow, fd: FlowData) -> None:
         tap = self.request_taps.pop(flow.id, None)
