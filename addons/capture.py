@@ -40,8 +40,6 @@ from capsem import __version__
 from capsem.config import ConfigError, load_settings
 from capsem.ids import SESSION_ID, utc_now
 from capsem.redact import Scrubber
-from pricing import current_table
-from pricing.estimate import warm
 
 logger = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -152,19 +150,20 @@ class Capsem:
         interval = int(self.settings.get("capture", {}).get("commit_interval_ms", 250)) / 1000
 
         def make_recorder() -> Recorder:
-            current_table()  # load prices and the tokenizer here, off the event loop
-            warm()
             store = SessionStore(session.db_path, self.scrubber)
-            store.set_meta(
-                session_id=session.id,
-                capsem_version=__version__,
-                started_at=utc_now(),
-                mode=mode,
-                price_source=current_table().source,
-            )
+            store.set_meta(session_id=session.id, capsem_version=__version__, started_at=utc_now(), mode=mode)
             return Recorder(store, self.capture, self.scrubber, mcp_names=self.mcp_names)
 
-        self.worker = RecorderThread(make_recorder, commit_interval=interval)
+        def warm_up(recorder: Recorder) -> None:
+            """Load prices and the tokenizer on the recorder thread once the session is open, so
+            mitmdump listens without waiting for them (the first flows wait in the queue)."""
+            from pricing import current_table
+            from pricing.estimate import warm
+
+            warm()
+            recorder.store.set_meta(price_source=current_table().source)
+
+        self.worker = RecorderThread(make_recorder, commit_interval=interval, warm_up=warm_up)
         self.worker.start()
         self.resolver = ProcessResolver()
         logger.log(ALERT, f"capsem: recording session {session.id} into {session.db_path}")

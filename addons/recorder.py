@@ -28,7 +28,6 @@ from addons.websocket import Turn as WsTurn
 from addons.websocket import conn_type as ws_conn_type
 from capsem.ids import rfc3339
 from capsem.redact import Scrubber, headers_json, redact_query
-from pricing import price_call
 from pricing.estimate import ESTIMATOR, count_tokens
 
 logger = logging.getLogger(__name__)
@@ -293,6 +292,8 @@ class Recorder:
             self._estimate_missing(request, summary)
         model = request.model or fd.route.model or summary.model
         streamed = bool(request.stream or stream_parsed)
+        from pricing import price_call  # imported here: genai-prices takes ~0.7 s to import (see warm_up)
+
         priced = price_call(
             provider=fd.route.provider,
             model=model,

@@ -27,11 +27,16 @@ _STOP = ("stop",)
 
 class RecorderThread:
     def __init__(
-        self, make_recorder: Callable[[], Recorder], commit_interval: float = 0.25, batch_pause: float = 0.02
+        self,
+        make_recorder: Callable[[], Recorder],
+        commit_interval: float = 0.25,
+        batch_pause: float = 0.02,
+        warm_up: Callable[[Recorder], None] | None = None,
     ) -> None:
         self.queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self.commit_interval = commit_interval
         self.batch_pause = batch_pause
+        self._warm_up = warm_up
         self.failures = 0
         self._make_recorder = make_recorder
         self._ready = threading.Event()
@@ -71,6 +76,11 @@ class RecorderThread:
             self._ready.set()
             return
         self._ready.set()
+        if self._warm_up is not None:
+            try:
+                self._warm_up(recorder)
+            except Exception as exc:  # prices or tokenizer missing: calls are recorded unpriced
+                logger.warning("capsem: warming up the recorder failed: %r", exc)
         store = recorder.store
         last_commit = time.monotonic()
         try:
