@@ -49,9 +49,11 @@ class SessionStore:
         return int(cur.lastrowid or 0)
 
     def update(self, table: str, row_id: int, values: dict[str, Any]) -> None:
+        """Set columns of one row (strings scrubbed like `insert`)."""
         self._begin()
         sets = ", ".join(f"{k} = ?" for k in values)
-        self.conn.execute(f"UPDATE {table} SET {sets} WHERE id = ?", [*values.values(), row_id])
+        scrubbed = [self.scrubber.scrub(v) if isinstance(v, str) else v for v in values.values()]
+        self.conn.execute(f"UPDATE {table} SET {sets} WHERE id = ?", [*scrubbed, row_id])
         self.pending += 1
 
     def _begin(self) -> None:

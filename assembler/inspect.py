@@ -378,11 +378,12 @@ def tool_usage(conn: sqlite3.Connection) -> list[dict]:
 
 
 def mcp_usage(conn: sqlite3.Connection) -> list[dict]:
-    """Per MCP server, tool and decision: calls, average duration, bytes."""
+    """Per MCP server, tool (the method for calls without one: initialize, tools/list...) and
+    decision: calls, average duration, bytes."""
     return [dict(r) for r in conn.execute(
-        "SELECT server_name, tool_name, decision, COUNT(*) AS calls, ROUND(AVG(duration_ms), 1) AS avg_ms, "
-        "COALESCE(SUM(bytes_sent + bytes_received), 0) AS bytes "
-        "FROM mcp_calls GROUP BY server_name, tool_name, decision ORDER BY server_name, calls DESC"
+        "SELECT server_name, COALESCE(tool_name, method) AS tool_name, decision, COUNT(*) AS calls, "
+        "ROUND(AVG(duration_ms), 1) AS avg_ms, COALESCE(SUM(bytes_sent + bytes_received), 0) AS bytes "
+        "FROM mcp_calls GROUP BY server_name, COALESCE(tool_name, method), decision ORDER BY server_name, calls DESC"
     )]  # fmt: skip
 
 

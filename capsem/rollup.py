@@ -64,9 +64,9 @@ GROUP BY tc.tool_name
 """
 
 _MCP_USAGE_SQL = """
-SELECT server_name, COALESCE(tool_name, ''), COUNT(*),
+SELECT server_name, COALESCE(tool_name, method, ''), COUNT(*),
        COALESCE(SUM(bytes_sent + bytes_received), 0), COALESCE(SUM(duration_ms), 0)
-FROM mcp_calls GROUP BY server_name, COALESCE(tool_name, '')
+FROM mcp_calls GROUP BY server_name, COALESCE(tool_name, method, '')
 """
 
 
