@@ -52,15 +52,15 @@ def session_argument(f: F) -> F:
 
 
 @contextmanager
-def user_errors() -> Iterator[None]:
-    """Turn the library's expected failures into one-line click errors (exit 1)."""
+def user_errors(*extra: type[Exception]) -> Iterator[None]:
+    """Turn the library's expected failures (and `extra` ones) into one-line click errors (exit 1)."""
     from assembler.query import QueryError
     from assembler.sessiondb import SessionDbError, SessionNotFound
     from capsem.config import ConfigError
 
     try:
         yield
-    except (FileNotFoundError, SessionNotFound, SessionDbError, QueryError, ConfigError) as exc:
+    except (FileNotFoundError, SessionNotFound, SessionDbError, QueryError, ConfigError, *extra) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

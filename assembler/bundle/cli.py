@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -18,21 +17,17 @@ from rich.table import Table
 from assembler.bundle.api import DebugBundle
 from assembler.bundle.errors import BundleError
 from assembler.bundle.sources import Limits
-from assembler.query import QueryError, QueryResult, to_csv, to_json
+from assembler.query import QueryResult, to_csv, to_json
 
 _FILE = click.Path(exists=True, path_type=Path)
 _BUNDLE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
-@contextmanager
-def bundle_errors() -> Iterator[None]:
-    """The library's expected failures as one-line click errors (exit 1)."""
-    from assembler.sessiondb import SessionDbError, SessionNotFound
+def bundle_errors() -> AbstractContextManager[None]:
+    """The library's expected failures, bundle ones included, as one-line click errors (exit 1)."""
+    from assembler.cli import user_errors
 
-    try:
-        yield
-    except (BundleError, QueryError, SessionNotFound, SessionDbError, OSError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    return user_errors(BundleError, OSError)
 
 
 def _print_result(result: QueryResult) -> None:
