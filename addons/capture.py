@@ -1,12 +1,15 @@
-"""The capsem mitmproxy addon: hooks that copy what they see to the recorder thread.
+"""The capsem mitmproxy addon: hooks that hand typed messages to the recorder.
 
-Every hook is cheap: it copies references into a `FlowData`, and the recorder thread does
-the decoding, parsing, pricing and writing. Streamed responses (every `text/event-stream`,
-and anything mitmproxy was told to stream) get a `ResponseTap` that returns each chunk
-unchanged. Every flow ends in `response` or `error`; both finish its row, and `done`
-finishes the ones still open, stops the recorder, rolls the session up and marks it
-`stopped`. Nothing raised here may reach mitmproxy: a capture failure is logged and
-recorded, the flow goes on.
+Every hook is cheap: it copies what it needs out of the flow into a frozen message
+(`addons/messages.py`) and puts it on the outbox (`addons/handover.py`), which a sender thread
+passes to the recorder process; decoding, parsing, pricing and writing happen there. The
+decisions that need the live flow are taken here, once: the route of a model call, whether and
+how its response body is streamed (its framing), the policy verdict. Streamed responses (every
+`text/event-stream`, model streams, anything mitmproxy was told to stream) get a `ResponseTap`
+that returns each chunk unchanged. Every flow ends in `response` or `error` (or `websocket_end`);
+each ends it with one `FlowEnded`, and `done` ends the ones still open, stops the recorder (which
+rolls the session up) and, if the recorder died, marks the session `crashed`. Nothing raised here
+may reach mitmproxy: a capture failure is logged and counted, the flow goes on.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Optional, TypeVar
 from urllib.parse import urlsplit
 
@@ -26,20 +30,27 @@ from mitmproxy.log import ALERT
 
 from addons import mcp
 from addons.body import is_event_stream, stream_framing
-from addons.flowdata import FlowData
+from addons.handover import Outbox, RecorderProcess, RecorderThread
+from addons.messages import (
+    ClientConnected,
+    FlowEnded,
+    RequestHead,
+    ResponseHead,
+    Route,
+    StreamOpened,
+    WsMessage,
+    WsOpened,
+)
 from addons.policy import Policy, PolicyError
-from addons.process import ProcessResolver
 from addons.providers import detect, parser_for
 from addons.providers.sniff import sniff_route
-from addons.recorder import CaptureSettings, Recorder
+from addons.recorder_process import RecorderSpec, spec_of
 from addons.session import Session
-from addons.store import SessionStore
 from addons.tap import RequestTap, ResponseTap
-from addons.worker import RecorderThread
-from capsem import __version__
 from capsem.config import ConfigError, load_settings
-from capsem.ids import SESSION_ID, utc_now
-from capsem.redact import Scrubber
+from capsem.ids import SESSION_ID
+from capsem.paths import main_db_path
+from capsem.settings import CaptureSettings
 
 logger = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -60,23 +71,38 @@ def guarded(hook: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-class Capsem:
-    """Records every flow into the session database."""
+@dataclass(slots=True)
+class _Flow:
+    """The hook side's state of one open flow (never handed over: messages are built from it)."""
 
-    def __init__(self) -> None:
+    head: RequestHead
+    route: Route | None
+    decision: str = "allowed"
+    matched_rule: str | None = None
+    request_tap: RequestTap | None = None
+    response_tap: ResponseTap | None = None
+    response: ResponseHead | None = None
+    mcp: bool = False
+    request_body: bytes | None = None
+    request_size: int = 0
+    request_truncated: bool = False
+
+
+class Capsem:
+    """Records every flow into the session database (through the recorder)."""
+
+    def __init__(self, *, in_process: bool = False) -> None:
+        """`in_process`: run the recorder on a thread of this process (tests) instead of a child process."""
+        self.in_process = in_process
         self.settings: dict[str, Any] = {}
-        self.capture: CaptureSettings = CaptureSettings()
+        self.capture = CaptureSettings()
         self.session: Session | None = None
-        self.worker: RecorderThread | None = None
-        self.resolver: ProcessResolver | None = None
-        self.scrubber = Scrubber()
-        self.flows: dict[str, FlowData] = {}
-        self.taps: dict[str, ResponseTap] = {}
-        self.request_taps: dict[str, RequestTap] = {}
-        self.processes: dict[str, Any] = {}
+        self.outbox: Outbox | None = None
+        self.recorder: RecorderProcess | RecorderThread | None = None
+        self.flows: dict[str, _Flow] = {}
         self.policy = Policy()
         self.mcp_names: dict[str, str] = {}
-        """MCP endpoint -> initialize name, filled by the recorder thread, read by the policy."""
+        """MCP endpoint -> initialize name, learned on the event loop for the policy's MCP rules."""
         self.hook_failures = 0
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -110,6 +136,15 @@ class Capsem:
         sid = ctx.options.capsem_session_id
         if "capsem_session_id" in updated and sid and not SESSION_ID.fullmatch(sid):
             raise exceptions.OptionsError(f"capsem_session_id {sid!r} is not YYYYMMDD-HHMMSS-xxxx")
+        self._load_settings()
+        if ctx.options.capsem_preview_bytes is not None:
+            if ctx.options.capsem_preview_bytes < 0:
+                raise exceptions.OptionsError("capsem_preview_bytes must be >= 0")
+            self.capture = CaptureSettings(
+                **{**self.capture.__dict__, "preview_bytes": ctx.options.capsem_preview_bytes}
+            )
+
+    def _load_settings(self) -> None:
         if not self.settings:
             try:
                 self.settings = load_settings()
@@ -120,12 +155,6 @@ class Capsem:
             self.policy = Policy.from_settings(self.settings)
         except PolicyError as exc:
             raise exceptions.OptionsError(str(exc)) from exc
-        if ctx.options.capsem_preview_bytes is not None:
-            if ctx.options.capsem_preview_bytes < 0:
-                raise exceptions.OptionsError("capsem_preview_bytes must be >= 0")
-            self.capture = CaptureSettings(
-                **{**self.capture.__dict__, "preview_bytes": ctx.options.capsem_preview_bytes}
-            )
 
     def running(self) -> None:
         if self.session is not None:
@@ -141,121 +170,98 @@ class Capsem:
     def start(
         self, session_id: str | None = None, mode: str = "mitmdump", command: str | None = None
     ) -> None:
-        """Open the session and start the recorder (called by `running`; tests call it directly)."""
+        """Register the session and start the recorder (called by `running`; tests call it directly)."""
         if not self.settings:
-            self.settings = load_settings()
-            self.capture = CaptureSettings.from_settings(self.settings)
-        self.session = Session.start(session_id, mode=mode, command=command)
-        session = self.session
-        interval = int(self.settings.get("capture", {}).get("commit_interval_ms", 250)) / 1000
+            self._load_settings()
+        session = self.session = Session.register(session_id, mode=mode, command=command)
+        spec = spec_of(self.capture, session_id=session.id, db_path=str(session.db_path),
+                       main_db_path=str(main_db_path()), mode=mode)  # fmt: skip
+        self.outbox = Outbox()
 
-        def make_recorder() -> Recorder:
-            store = SessionStore(session.db_path, self.scrubber)
-            store.set_meta(session_id=session.id, capsem_version=__version__, started_at=utc_now(), mode=mode)
-            return Recorder(store, self.capture, self.scrubber, mcp_names=self.mcp_names)
+        def announce() -> None:
+            logger.log(ALERT, f"capsem: recording session {session.id} into {session.db_path}")
 
-        def warm_up(recorder: Recorder) -> None:
-            """Load prices and the tokenizer on the recorder thread once the session is open, so
-            mitmdump listens without waiting for them (the first flows wait in the queue)."""
-            from pricing import current_table
-            from pricing.estimate import warm
+        if self.in_process:
+            self.recorder = RecorderThread(self.outbox, spec)
+            self.recorder.start()
+            announce()
+        else:
+            import msgspec
 
-            warm()
-            recorder.store.set_meta(price_source=current_table().source)
+            self.recorder = RecorderProcess(self.outbox, msgspec.json.encode(spec))
+            self.recorder.on_ready = announce
+            self.recorder.start()
 
-        self.worker = RecorderThread(make_recorder, commit_interval=interval, warm_up=warm_up)
-        self.worker.start()
-        self.resolver = ProcessResolver()
-        logger.log(ALERT, f"capsem: recording session {session.id} into {session.db_path}")
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything handed over so far is committed (tests, the CLI)."""
+        return self.recorder is not None and self.recorder.flush(timeout)
 
     def done(self) -> None:
-        if self.session is None or self.worker is None:
+        if self.session is None or self.recorder is None or self.outbox is None:
             return
         now = time.time()
         for key in list(self.flows):
-            fd = self.flows.pop(key)
-            fd.error = fd.error or "capture stopped before the flow finished"
-            self._collect_stream(fd)
-            fd.response_ended = fd.response_ended or now
-            # an upgraded websocket still open: end it like websocket_end would (turns in flight included)
-            self.worker.put(("ws", key, "end", fd) if fd.status == 101 else ("close", fd))
-        self.worker.stop()
-        if self.resolver is not None:
-            self.resolver.close()
-        try:
-            self.session.stop()
-        except Exception as exc:
-            logger.warning("capsem: rolling up session %s failed: %r", self.session.id, exc)
-        logger.log(ALERT, f"capsem: session {self.session.id} stopped; database {self.session.db_path}")
+            self._end(key, None, "capture stopped before the flow finished", now)
+        failure = self.recorder.stop()
+        stats = self.outbox.stats
+        if stats.dropped_chunks or stats.dropped_messages:
+            logger.warning("capsem: the recorder fell behind: %d chunks and %d messages not recorded",
+                           stats.dropped_chunks, stats.dropped_messages)  # fmt: skip
+        if failure is not None:
+            try:
+                self.session.mark_failed(failure)
+            except Exception as exc:
+                logger.warning("capsem: marking session %s crashed failed: %r", self.session.id, exc)
+            logger.log(ALERT, f"capsem: session {self.session.id} crashed: {failure}")
+        else:
+            logger.log(ALERT, f"capsem: session {self.session.id} stopped; database {self.session.db_path}")
         self.session = None
-        self.worker = None
+        self.recorder = None
+
+    def _put(self, message: Any) -> None:
+        if self.outbox is not None:
+            self.outbox.put(message)
 
     # -- connections ------------------------------------------------------------------------
 
     @guarded
     def client_connected(self, client: connection.Client) -> None:
-        if self.resolver is not None:
-            self.processes[client.id] = self.resolver.lookup(client.peername)
-
-    @guarded
-    def client_disconnected(self, client: connection.Client) -> None:
-        self.processes.pop(client.id, None)
+        self._put(ClientConnected(client.id, _peer(client.peername), time.time()))
 
     @guarded
     def tls_failed_client(self, data: tls.TlsData) -> None:
         """A client that refused our certificate never makes a flow: record the attempt."""
-        if self.worker is None:
-            return
         client = data.context.client
         host = client.sni or (data.context.server.address or ("?", 0))[0]
         port = (data.context.server.address or ("", 443))[1]
         now = time.time()
-        fd = FlowData(
-            key=f"tls-{uuid.uuid4().hex[:12]}",
-            started=client.timestamp_start or now,
-            scheme="https",
-            host=host,
-            port=port,
-            method="CONNECT",
-            path="",
-            query="",
-            http_version="",
-            request_headers=[],
-            client_addr=_addr(client.peername),
-            process=self.processes.get(client.id),
-            response_ended=now,
-            error=f"client TLS handshake failed: {data.conn.error or 'unknown error'}",
-        )
-        self.worker.put(("close", fd))
+        head = RequestHead(
+            key=f"tls-{uuid.uuid4().hex[:12]}", conn=client.id, started=client.timestamp_start or now,
+            scheme="https", host=host, port=port, method="CONNECT", path="", query="", http_version="",
+            headers=(), client_addr=_addr(client.peername),
+        )  # fmt: skip
+        error = f"client TLS handshake failed: {data.conn.error or 'unknown error'}"
+        self._put(FlowEnded(request=head, ended=now, error=error))
 
     # -- flows ------------------------------------------------------------------------------
 
     @guarded
     def requestheaders(self, flow: http.HTTPFlow) -> None:
-        if self.worker is None:
+        if self.outbox is None:
             return
         req = flow.request
         parts = urlsplit(req.path if req.path.startswith("/") else "/" + req.path)
-        fd = FlowData(
-            key=flow.id,
-            started=req.timestamp_start or time.time(),
-            scheme=req.scheme,
-            host=req.host,
-            port=req.port,
-            method=req.method,
-            path=parts.path,
-            query=parts.query,
-            http_version=req.http_version,
-            request_headers=list(req.headers.items(multi=True)),
+        head = RequestHead(
+            key=flow.id, conn=flow.client_conn.id, started=req.timestamp_start or time.time(),
+            scheme=req.scheme, host=req.host, port=req.port, method=req.method, path=parts.path,
+            query=parts.query, http_version=req.http_version, headers=tuple(req.headers.items(multi=True)),
             client_addr=_addr(flow.client_conn.peername),
-            process=self.processes.get(flow.client_conn.id),
-            route=detect(req.host, parts.path, req.method, req.port),
-        )
-        if fd.process is None and self.resolver is not None:
-            fd.process = self.resolver.lookup(flow.client_conn.peername)
-        self.flows[flow.id] = fd
+        )  # fmt: skip
+        state = self.flows[flow.id] = _Flow(head, detect(req.host, parts.path, req.method, req.port))
         if self.policy.rules and (req.stream or not self.policy.has_mcp_rules):
-            self._apply_policy(flow, fd, mcp.header_call(fd.request_headers))  # before any body byte goes up
+            self._apply_policy(
+                flow, state, mcp.header_call(list(head.headers))
+            )  # before any body byte goes up
             if req.stream and flow.response is not None:
                 # mitmproxy cannot answer a request whose body it streams (stream_large_bodies):
                 # refuse it by closing the connection; nothing is sent upstream either way
@@ -263,43 +269,48 @@ class Capsem:
                 flow.kill()
                 return
         if req.stream:  # mitmproxy will stream this request body (e.g. stream_large_bodies)
-            tap = RequestTap(self.capture.max_parse_bytes if fd.route else self.capture.preview_bytes)
-            req.stream = _chain(tap, req.stream)
-            self.request_taps[flow.id] = tap
+            limit = self.capture.max_parse_bytes if state.route else self.capture.preview_bytes
+            state.request_tap = RequestTap(limit)
+            req.stream = _chain(state.request_tap, req.stream)
 
     @guarded
     def request(self, flow: http.HTTPFlow) -> None:
-        fd = self.flows.get(flow.id)
-        if fd is None:
+        state = self.flows.get(flow.id)
+        if state is None:
             return
-        self._collect_request(flow, fd)
-        if fd.route is None and fd.method == "POST":  # an unknown path: does the body look like a model call?
-            fd.route = sniff_route(fd.host, fd.path, fd.header("content-type"), fd.header("content-encoding"),
-                                   fd.request_body, port=fd.port)  # fmt: skip
-        fd.mcp = (
-            fd.route is None
-            and fd.method == "POST"
-            and mcp.looks_like_mcp(fd.request_headers, fd.request_body)
+        self._collect_request(flow, state)
+        head = state.head
+        if (
+            state.route is None and head.method == "POST"
+        ):  # an unknown path: does the body look like a model call?
+            state.route = sniff_route(head.host, head.path, head.header("content-type"),
+                                      head.header("content-encoding"), state.request_body, port=head.port)  # fmt: skip
+        state.mcp = (
+            state.route is None
+            and head.method == "POST"
+            and mcp.looks_like_mcp(list(head.headers), state.request_body)
         )
         if self.policy.has_mcp_rules and not flow.request.stream and flow.response is None:
             body = flow.request.get_content(strict=False) or b""  # decoded (gzip...) when it can be
-            calls = mcp.parse_request(body, dict(flow.request.headers)) if fd.mcp else None
-            self._apply_policy(flow, fd, calls or [])
+            calls = mcp.parse_request(body, dict(flow.request.headers)) if state.mcp else None
+            self._apply_policy(flow, state, calls or [])
 
-    def _apply_policy(self, flow: http.HTTPFlow, fd: FlowData, calls: list[mcp.McpRequest]) -> None:
+    def _apply_policy(self, flow: http.HTTPFlow, state: _Flow, calls: list[mcp.McpRequest]) -> None:
         """Decide the flow (first matching rule; a batch is judged by its strictest tools/call):
         record the decision, log a warning, or answer 403 so nothing reaches the upstream."""
-        endpoint = mcp.server_name(fd.host, fd.port, fd.path)
+        head = state.head
+        endpoint = mcp.server_name(head.host, head.port, head.path)
         names = (endpoint, self.mcp_names[endpoint]) if endpoint in self.mcp_names else (endpoint,)
         targets = [(names, c.tool_name) for c in calls if c.method == "tools/call" and c.tool_name]
-        verdicts = [self.policy.decide(fd.host, fd.port, fd.path, fd.method, t) for t in targets or [None]]
+        verdicts = [
+            self.policy.decide(head.host, head.port, head.path, head.method, t) for t in targets or [None]
+        ]
         order = ("denied", "warned", "allowed")
         verdict = min(verdicts, key=lambda v: order.index(v.decision))
-        fd.decision, fd.matched_rule = verdict.decision, verdict.rule
+        state.decision, state.matched_rule = verdict.decision, verdict.rule
         if verdict.decision == "warned":
-            logger.warning(
-                "capsem: policy rule %s warns: %s %s:%s%s", verdict.rule, fd.method, fd.host, fd.port, fd.path
-            )
+            logger.warning("capsem: policy rule %s warns: %s %s:%s%s", verdict.rule, head.method, head.host,
+                           head.port, head.path)  # fmt: skip
         elif verdict.decision == "denied":
             message = f"blocked by capsem policy rule {verdict.rule!r}"
             ids = [c.raw_id for c in calls if c.id is not None]
@@ -314,63 +325,58 @@ class Capsem:
 
     @guarded
     def responseheaders(self, flow: http.HTTPFlow) -> None:
-        fd = self.flows.get(flow.id)
+        state = self.flows.get(flow.id)
         resp = flow.response
-        if fd is None or resp is None or self.worker is None:
+        if state is None or resp is None or self.outbox is None:
             return
-        fd.status = resp.status_code
-        fd.response_headers = list(resp.headers.items(multi=True))
-        fd.response_started = resp.timestamp_start
+        state.response = _response_head(resp)
         content_type = resp.headers.get("content-type")
-        framed = fd.route is not None and stream_framing(parser_for(fd.route.protocol), content_type, fd.path)
-        if framed or is_event_stream(content_type) or resp.stream:
-            # a GET event stream may carry MCP answers (HTTP+SSE transport): the recorder reads it
-            fd.mcp_stream = fd.route is None and fd.method == "GET" and is_event_stream(content_type)
-            keep = (
-                self.capture.content_max_bytes if fd.mcp else self.capture.preview_bytes
-            )  # MCP: whole answers
-            sink = self.worker.put if fd.route is not None or fd.mcp_stream else None
-            tap = ResponseTap(flow.id, sink, keep)
-            resp.stream = _chain(tap, resp.stream)
-            self.taps[flow.id] = tap
-            fd.streamed = True
-            if sink is not None:
-                self.worker.put(("open", fd))
+        framing = (
+            stream_framing(parser_for(state.route.protocol), content_type, state.head.path)
+            if state.route
+            else None
+        )
+        event_stream = is_event_stream(content_type)
+        if not (framing or event_stream or resp.stream):
+            return
+        # a GET event stream may carry MCP answers (HTTP+SSE transport): the recorder reads it
+        mcp_stream = state.route is None and state.head.method == "GET" and event_stream
+        to_recorder = state.route is not None or mcp_stream
+        keep = (
+            self.capture.content_max_bytes if state.mcp else self.capture.preview_bytes
+        )  # MCP: whole answers
+        state.response_tap = ResponseTap(flow.id, self.outbox.put if to_recorder else None, keep)
+        resp.stream = _chain(state.response_tap, resp.stream)
+        if to_recorder:
+            self.outbox.put(StreamOpened(state.head, state.response, state.route, framing, mcp_stream))
 
     @guarded
     def response(self, flow: http.HTTPFlow) -> None:
-        if flow.websocket is not None:  # a 101 upgrade: the flow's rows are written at websocket_end
-            self._upgraded(flow)
+        state = self.flows.get(flow.id)
+        if flow.websocket is not None and state is not None and flow.response is not None:
+            # a 101 upgrade: its messages follow; the flow ends at websocket_end
+            self._collect_request(flow, state)
+            state.response = _response_head(flow.response)
+            self._put(WsOpened(state.head, state.response))
             return
         self._finish(flow, None)
 
     @guarded
     def error(self, flow: http.HTTPFlow) -> None:
-        fd = self.flows.get(flow.id)
-        if fd is not None and fd.decision == "denied" and flow.response is None:
-            self._finish(flow, f"denied by capsem policy rule {fd.matched_rule!r}: connection closed")
+        state = self.flows.get(flow.id)
+        if state is not None and state.decision == "denied" and flow.response is None:
+            self._finish(flow, f"denied by capsem policy rule {state.matched_rule!r}: connection closed")
             return
         self._finish(flow, flow.error.msg if flow.error else "unknown error")
 
     # -- websockets (Responses over WebSocket: Codex CLI) ----------------------------------------
 
-    def _upgraded(self, flow: http.HTTPFlow) -> None:
-        fd, resp = self.flows.get(flow.id), flow.response
-        if fd is None or resp is None:
-            return
-        self._collect_request(flow, fd)
-        fd.status = resp.status_code
-        fd.response_headers = list(resp.headers.items(multi=True))
-        fd.response_started = resp.timestamp_start
-
     @guarded
     def websocket_message(self, flow: http.HTTPFlow) -> None:
-        fd = self.flows.get(flow.id)
-        if fd is None or self.worker is None or flow.websocket is None:
+        if flow.id not in self.flows or flow.websocket is None:
             return
         msg = flow.websocket.messages[-1]
-        message = (msg.from_client, msg.content, msg.is_text, msg.timestamp)
-        self.worker.put(("ws", flow.id, "message", fd, *message))
+        self._put(WsMessage(flow.id, msg.from_client, msg.content, msg.is_text, msg.timestamp))
 
     @guarded
     def websocket_end(self, flow: http.HTTPFlow) -> None:
@@ -381,62 +387,71 @@ class Capsem:
             error = f"websocket closed with code {ws.close_code}{reason}"
         self._finish(flow, error)
 
-    def _finish(self, flow: http.HTTPFlow, error: str | None) -> None:
-        fd = self.flows.pop(flow.id, None)
-        if fd is None or self.worker is None:
-            return
-        self._collect_request(flow, fd)
-        resp = flow.response
-        fd.error = error
-        if resp is not None:
-            if fd.status is None:
-                fd.status = resp.status_code
-                fd.response_headers = list(resp.headers.items(multi=True))
-                fd.response_started = resp.timestamp_start
-            fd.response_ended = resp.timestamp_end or time.time()
-            if not fd.streamed:
-                fd.response_body = resp.raw_content
-                fd.response_size = len(resp.raw_content or b"")
-        else:
-            fd.response_ended = time.time()
-        self._collect_stream(fd)
-        if fd.mcp and self.policy.has_mcp_rules:
-            self._learn_mcp_name(flow, fd)
-        if flow.websocket is not None and flow.response is not None and flow.response.status_code == 101:
-            if flow.websocket.timestamp_end:
-                fd.response_ended = flow.websocket.timestamp_end
-            self.worker.put(("ws", fd.key, "end", fd))
-            return
-        self.worker.put(("close", fd))
+    # -- the end of a flow ---------------------------------------------------------------------
 
-    def _learn_mcp_name(self, flow: http.HTTPFlow, fd: FlowData) -> None:
-        """An initialize answer names its server: learn it here, before the client's next call
-        reaches a policy rule (the recorder thread, which learns it too, may lag behind)."""
-        if b"initialize" not in (fd.request_body or b"") or flow.response is None:
+    def _finish(self, flow: http.HTTPFlow, error: str | None) -> None:
+        state = self.flows.get(flow.id)
+        if state is None:
             return
-        body = fd.stream_preview if fd.streamed else flow.response.get_content(strict=False)
-        for answer in mcp.parse_response(body or b"", fd.header("content-type", response=True)):
+        self._collect_request(flow, state)
+        resp = flow.response
+        if resp is not None and state.response is None:
+            state.response = _response_head(resp)
+        ended = (resp.timestamp_end if resp is not None else None) or time.time()
+        if flow.websocket is not None and flow.websocket.timestamp_end:
+            ended = flow.websocket.timestamp_end
+        body = resp.raw_content if resp is not None and state.response_tap is None else None
+        if state.mcp and self.policy.has_mcp_rules and resp is not None:
+            self._learn_mcp_name(flow, state)
+        self._end(flow.id, body, error, ended)
+
+    def _end(self, key: str, body: bytes | None, error: str | None, ended: float) -> None:
+        """Hand the flow over as one `FlowEnded`; the hook side forgets it."""
+        state = self.flows.pop(key)
+        tap = state.response_tap
+        self._put(
+            FlowEnded(
+                request=state.head, ended=ended, route=state.route, request_body=state.request_body,
+                request_size=state.request_size, request_truncated=state.request_truncated,
+                response=state.response, response_body=body,
+                response_size=tap.bytes if tap is not None else len(body or b""),
+                streamed=tap is not None, first_chunk_at=tap.first_at if tap else None,
+                stream_preview=bytes(tap.preview) if tap is not None and tap.preview else None,
+                error=error, decision=state.decision, matched_rule=state.matched_rule,
+                tap_failure=tap.failure if tap is not None else None, mcp=state.mcp,
+                websocket=state.response is not None and state.response.status == 101,
+            )
+        )  # fmt: skip
+
+    def _learn_mcp_name(self, flow: http.HTTPFlow, state: _Flow) -> None:
+        """An initialize answer names its server: learn it here, before the client's next call
+        reaches a policy rule."""
+        if b"initialize" not in (state.request_body or b"") or flow.response is None:
+            return
+        tap = state.response_tap
+        body = bytes(tap.preview) if tap is not None else flow.response.get_content(strict=False)
+        content_type = flow.response.headers.get("content-type")
+        for answer in mcp.parse_response(body or b"", content_type):
             name = mcp.initialize_name(answer)
             if name:
-                self.mcp_names[mcp.server_name(fd.host, fd.port, fd.path)] = name
+                self.mcp_names[mcp.server_name(state.head.host, state.head.port, state.head.path)] = name
 
-    def _collect_request(self, flow: http.HTTPFlow, fd: FlowData) -> None:
-        tap = self.request_taps.pop(flow.id, None)
+    def _collect_request(self, flow: http.HTTPFlow, state: _Flow) -> None:
+        tap, state.request_tap = state.request_tap, None
         if tap is not None:
-            fd.request_body, fd.request_size = bytes(tap.body), tap.bytes
-            fd.request_truncated = tap.bytes > len(tap.body)
-        elif fd.request_body is None and flow.request.raw_content is not None:
-            fd.request_body = flow.request.raw_content
-            fd.request_size = len(fd.request_body)
+            state.request_body, state.request_size = bytes(tap.body), tap.bytes
+            state.request_truncated = tap.bytes > len(tap.body)
+        elif state.request_body is None and flow.request.raw_content is not None:
+            state.request_body = flow.request.raw_content
+            state.request_size = len(state.request_body)
 
-    def _collect_stream(self, fd: FlowData) -> None:
-        tap = self.taps.pop(fd.key, None)
-        if tap is not None:
-            fd.response_size = tap.bytes
-            fd.first_chunk_at = tap.first_at
-            fd.tap_failure = tap.failure
-            if tap.preview:
-                fd.stream_preview = bytes(tap.preview)
+
+def _response_head(resp: http.Response) -> ResponseHead:
+    return ResponseHead(resp.status_code, tuple(resp.headers.items(multi=True)), resp.timestamp_start)
+
+
+def _peer(peer: Any) -> tuple[str, int] | None:
+    return (str(peer[0]), int(peer[1])) if peer else None
 
 
 def _addr(peer: Any) -> str | None:

@@ -51,6 +51,12 @@ class ProcessResolver:
             return None
         return self._pool.submit(self._resolve, peer[0], int(peer[1]), time.monotonic())
 
+    def resolve(self, peer: tuple[str, int] | None) -> ProcessInfo:
+        """The process behind a client address, looked up now (None, None when unknown)."""
+        if not peer or not self.is_local(peer[0]):
+            return (None, None)
+        return self._resolve(peer[0], int(peer[1]), time.monotonic())
+
     def _resolve(self, ip: str, port: int, asked_at: float) -> ProcessInfo:
         key = (ip[7:] if ip.startswith("::ffff:") else ip, port)
         with self._lock:

@@ -1,410 +1,275 @@
-"""Turns finished flows into session.db rows (runs on the recorder thread, never on the loop).
+"""The recorder: messages from the hooks in, rows to the writer out (in the recorder process).
 
-For every flow: one `net_events` row. For a model call also: decode and parse the request,
-finish the response reader, fill in usage (estimating with tiktoken when the provider never
-reported it), price it, chain its trace, then write `model_calls`, its `tool_calls` and the
-new `tool_responses` of its request.
+It keeps what spans several messages: the reader of each streamed response, the turns of each
+WebSocket, the MCP streams and held rows (in the ledger), the pending tool calls of each trace,
+and the process behind each client connection. Everything else is done by the pure builders
+(`addons/build.py`). A message that cannot be handled is counted and logged; the next one is
+handled as usual.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from addons import mcp
-from addons.body import Preview, ResponseReader, stream_framing
-from addons.decode import BodyDecoder
-from addons.flowdata import FlowData
+from addons import build
+from addons.body import ResponseReader
 from addons.mcp.ledger import MCP_PREVIEW_BYTES, McpLedger
-from addons.providers import Route, parser_for
-from addons.records import RequestInfo, ResponseSummary, ToolResult
-from addons.store import SessionStore
+from addons.messages import (
+    Chunk,
+    ClientConnected,
+    FlowEnded,
+    Message,
+    RequestHead,
+    StreamOpened,
+    WsMessage,
+    WsOpened,
+)
+from addons.providers import parser_for
+from addons.rows import IdMinter, Row
 from addons.traces import TraceTracker
-from addons.websocket import Turn as WsTurn
-from addons.websocket import conn_type as ws_conn_type
-from capsem.ids import rfc3339
-from capsem.redact import Scrubber, headers_json, redact_query
-from pricing.estimate import ESTIMATOR, count_tokens
+from addons.websocket import Turn, WebSocketTurns, route_for
+from addons.writer import SessionWriter
+from capsem.settings import CaptureSettings
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class CaptureSettings:
-    preview_bytes: int = 65536
-    content_max_bytes: int = 1024 * 1024
-    max_parse_bytes: int = 64 * 1024 * 1024
-    header_allowlist: frozenset[str] = frozenset()
-    query_params: frozenset[str] = frozenset()
-    max_pending_calls: int = 10000
-
-    @classmethod
-    def from_settings(cls, settings: dict[str, Any]) -> CaptureSettings:
-        cap = settings.get("capture", {})
-        return cls(
-            preview_bytes=int(cap.get("preview_bytes", cls.preview_bytes)),
-            content_max_bytes=int(cap.get("content_max_bytes", cls.content_max_bytes)),
-            max_parse_bytes=int(cap.get("max_parse_bytes", cls.max_parse_bytes)),
-            header_allowlist=frozenset(h.lower() for h in settings.get("headers", {}).get("allowlist", [])),
-            query_params=frozenset(q.lower() for q in settings.get("redaction", {}).get("query_params", [])),
-            max_pending_calls=int(cap.get("max_pending_calls", cls.max_pending_calls)),
-        )
+ProcessInfo = tuple[str | None, int | None]
+Resolver = Callable[[tuple[str, int] | None], ProcessInfo]
+_MAX_CONNECTIONS = 10_000
 
 
-def _ms(start: float | None, end: float | None) -> int | None:
-    if start is None or end is None:
-        return None
-    return max(0, round((end - start) * 1000))
+@dataclass(slots=True)
+class _Reader:
+    reader: ResponseReader
+    first_content: float | None = None
 
 
-def cap_text(text: str | None, limit: int) -> str | None:
-    """`text` cut to at most `limit` UTF-8 bytes on a character boundary, with a note."""
-    if text is None:
-        return None
-    data = text.encode("utf-8", "surrogatepass")
-    if len(data) <= limit:
-        return text
-    cut = data[:limit].decode("utf-8", "ignore")
-    return cut + f"\n[… {len(data) - limit} more bytes]"
-
-
-def _origin(call_id: str, name: str = "") -> str:
-    """`server` for tools the provider runs itself (Anthropic web search...): no result comes back;
-    `mcp` for tools named in an MCP scheme (`mcp__server__tool`)."""
-    if call_id.startswith("srvtoolu_"):
-        return "server"
-    return "mcp" if mcp.mcp_tool_name(name) else "native"
-
-
-def _decode(body: bytes | None, encoding: str | None, limit: int) -> tuple[bytes, str | None]:
-    if not body:
-        return b"", None
-    decoder = BodyDecoder(encoding, sniff=False, max_output=limit)
-    data = decoder.decode(body) + decoder.flush()
-    return data, decoder.error
+@dataclass(slots=True)
+class _Socket:
+    net_id: int
+    """The id of the upgrade flow's net_events row, written when the socket ends."""
+    request: RequestHead
+    turns: WebSocketTurns = field(default_factory=WebSocketTurns)
+    sent: int = 0
+    received: int = 0
+    trace: str | None = None
 
 
 class Recorder:
-    """Builds rows from flows. Not thread-safe: owned by the recorder thread."""
+    """Turns messages into rows. Not thread-safe: owned by the recorder's one thread."""
 
     def __init__(
-        self,
-        store: SessionStore,
-        settings: CaptureSettings,
-        scrubber: Scrubber,
-        mcp_names: dict[str, str] | None = None,
+        self, writer: SessionWriter, settings: CaptureSettings, resolver: Resolver | None = None
     ) -> None:
-        self.store = store
+        self.writer = writer
         self.settings = settings
-        self.scrubber = scrubber
+        self.resolver = resolver
+        self.failures = 0
+        self.ids = IdMinter(writer.max_ids())
         self.traces = TraceTracker(settings.max_pending_calls)
-        self.readers: dict[str, ResponseReader] = {}
-        self.first_content: dict[str, float] = {}
         self.mcp = McpLedger(
-            store,
+            self.ids,
             content_limit=min(settings.content_max_bytes, MCP_PREVIEW_BYTES),
             preview_limit=settings.preview_bytes,
-            cap=cap_text,
-            names=mcp_names,  # shared with the addon's policy
+            cap=build.cap_text,
         )
+        self.readers: dict[str, _Reader] = {}
+        self.sockets: dict[str, _Socket] = {}
+        self.processes: OrderedDict[str, ProcessInfo] = OrderedDict()
 
-    # -- streamed bodies --------------------------------------------------------------------
+    def handle(self, message: Message) -> None:
+        """Handle one message; a failure is logged and counted, never raised."""
+        try:
+            kind = type(message)
+            if kind is Chunk:
+                self._chunk(message)  # type: ignore[arg-type]
+            elif kind is FlowEnded:
+                self._flow_ended(message)  # type: ignore[arg-type]
+            elif kind is StreamOpened:
+                self._stream_opened(message)  # type: ignore[arg-type]
+            elif kind is WsMessage:
+                self._ws_message(message)  # type: ignore[arg-type]
+            elif kind is WsOpened:
+                self._ws_opened(message)  # type: ignore[arg-type]
+            elif kind is ClientConnected:
+                self._client_connected(message)  # type: ignore[arg-type]
+        except Exception as exc:
+            self.failures += 1
+            logger.warning("capsem: recording failed (%s): %r", type(message).__name__, exc,
+                           exc_info=logger.isEnabledFor(logging.DEBUG))  # fmt: skip
 
-    def open(self, fd: FlowData) -> None:
-        """A streamed model response starts: prepare its reader (or an MCP stream's)."""
-        if fd.route is None:
-            if fd.mcp_stream:
-                self.mcp.open_stream(fd)
+    def tick(self, now: float | None = None) -> None:
+        """Periodic work: MCP rows whose answer never came are written without it."""
+        self._write(self.mcp.expired(time.time() if now is None else now))
+
+    def close(self) -> None:
+        """Shutdown: whatever is still held is written."""
+        self._write(self.mcp.expired(0.0, wait=0.0) if self.mcp.waiting else [])
+
+    def _write(self, rows: list[Row] | list) -> None:
+        if rows:
+            self.writer.add(rows)
+
+    # -- connections ---------------------------------------------------------------------------
+
+    def _client_connected(self, msg: ClientConnected) -> None:
+        if self.resolver is None:
             return
-        self.readers[fd.key] = self._reader(fd)
+        self.processes[msg.conn] = self.resolver(msg.peer)
+        while len(self.processes) > _MAX_CONNECTIONS:
+            self.processes.popitem(last=False)
 
-    def chunk(self, key: str, at: float, data: bytes) -> None:
-        reader = self.readers.get(key)
-        if reader is None:
-            self.mcp.stream_chunk(key, at, data)
+    def _process(self, conn: str | None) -> ProcessInfo:
+        return self.processes.get(conn, (None, None)) if conn else (None, None)
+
+    # -- streamed bodies -----------------------------------------------------------------------
+
+    def _stream_opened(self, msg: StreamOpened) -> None:
+        if msg.route is None:
+            if msg.mcp_stream:
+                self.mcp.open_stream(msg)
             return
-        reader.feed(data)
-        if key not in self.first_content and reader.content_started:
-            self.first_content[key] = at
+        self.readers[msg.request.key] = _Reader(self._reader(msg.route, msg.framing, msg.response.header("content-encoding"),
+                                                             msg.response.status))  # fmt: skip
 
-    def _reader(self, fd: FlowData) -> ResponseReader:
-        assert fd.route is not None
-        parser = parser_for(fd.route.protocol)
-        content_type = fd.header("content-type", response=True)
+    def _reader(self, route, framing: str | None, encoding: str | None, status: int) -> ResponseReader:
         return ResponseReader(
-            parser,
-            content_type=content_type,
-            framing=stream_framing(parser, content_type, fd.path) if fd.streamed else None,
-            content_encoding=fd.header("content-encoding", response=True),
-            status=fd.status or 0,
+            parser_for(route.protocol),
+            content_type=None,
+            framing=framing,
+            content_encoding=encoding,
+            status=status,
             preview_bytes=self.settings.preview_bytes,
             max_parse_bytes=self.settings.max_parse_bytes,
         )
 
-    # -- finished flows ---------------------------------------------------------------------
-
-    def close(self, fd: FlowData) -> None:
-        """A flow ended (response or error): write all its rows."""
-        reader = self.readers.pop(fd.key, None)
-        first_content = self.first_content.pop(fd.key, None)
-        if fd.mcp_stream:
-            self.mcp.close_stream(fd)
-        process_name, pid = self._process(fd)
-        request_body, request_decode_error = _decode(
-            fd.request_body, fd.header("content-encoding"), self.settings.max_parse_bytes
-        )
-        summary: ResponseSummary | None = None
-        response_preview: str | None
-        decode_error = request_decode_error
-        if fd.route is not None and (fd.status is not None or reader is not None):
-            if reader is None:
-                reader = self._reader(fd)
-                reader.feed(fd.response_body or b"")
-            summary = reader.finish()
-            response_preview = reader.preview.text() if reader.preview.total else None
-            decode_error = decode_error or reader.decode_error
-        else:
-            response_preview, response_error = self._plain_preview(fd)
-            decode_error = decode_error or response_error
-        request_preview = Preview(self.settings.preview_bytes)
-        request_preview.add(request_body)
-        net_id = self.store.insert(
-            "net_events",
-            {
-                "timestamp": rfc3339(fd.started),
-                "domain": fd.host,
-                "port": fd.port,
-                "decision": "error" if fd.error and fd.decision == "allowed" else fd.decision,
-                "process_name": process_name,
-                "pid": pid,
-                "method": fd.method,
-                "path": fd.path,
-                "query": redact_query(fd.query, self.settings.query_params, self.scrubber) or None,
-                "status_code": fd.status,
-                "bytes_sent": fd.request_size,
-                "bytes_received": fd.response_size,
-                "duration_ms": _ms(fd.started, fd.response_ended) or 0,
-                "matched_rule": fd.matched_rule,
-                "request_headers": headers_json(
-                    fd.request_headers, self.settings.header_allowlist, self.scrubber
-                ),
-                "response_headers": headers_json(
-                    fd.response_headers, self.settings.header_allowlist, self.scrubber
-                )
-                if fd.status is not None
-                else None,
-                "request_body_preview": request_preview.text() if request_preview.total else None,
-                "response_body_preview": response_preview,
-                "conn_type": ws_conn_type(self, fd) or fd.scheme,
-                "flow_id": fd.key,
-                "error": "; ".join(e for e in (fd.error, fd.tap_failure) if e) or None,
-                "http_version": fd.http_version,
-                "client_addr": fd.client_addr,
-                "ttfb_ms": _ms(fd.started, fd.first_chunk_at or fd.response_started),
-                "request_content_type": fd.header("content-type"),
-                "response_content_type": fd.header("content-type", response=True),
-                "request_content_encoding": fd.header("content-encoding"),
-                "response_content_encoding": fd.header("content-encoding", response=True),
-                "decode_error": decode_error,
-                "streamed": int(fd.streamed),
-                "provider": fd.route.provider if fd.route else None,
-            },
-        )
-        if fd.mcp:
-            response_body, _ = _decode(
-                fd.response_body if fd.response_body is not None else fd.stream_preview,
-                fd.header("content-encoding", response=True),
-                self.settings.content_max_bytes,
-            )
-            self.mcp.record(fd, net_id, request_body, response_body, (process_name, pid))
-        if fd.route is None or fd.decision == "denied":  # a denied model call never reached the provider
+    def _chunk(self, msg: Chunk) -> None:
+        state = self.readers.get(msg.key)
+        if state is None:
+            self._write(self.mcp.stream_chunk(msg.key, msg.at, msg.data) or [])
             return
-        request = parser_for(fd.route.protocol).parse_request(request_body)
-        self._model_call(
-            fd,
-            net_id,
-            request,
-            summary or ResponseSummary(),
-            first_content,
-            process_name,
-            pid,
-            request_preview,
-            stream_parsed=bool(reader is not None and reader.streaming and fd.streamed),
+        state.reader.feed(msg.data)
+        if state.first_content is None and state.reader.content_started:
+            state.first_content = msg.at
+
+    # -- finished flows ------------------------------------------------------------------------
+
+    def _flow_ended(self, flow: FlowEnded) -> None:
+        key = flow.request.key
+        state = self.readers.pop(key, None)
+        socket = self.sockets.pop(key, None)
+        mcp_rows, stream_preview = self.mcp.close_stream(flow)
+        self._write(mcp_rows)
+        settings = self.settings
+        process = self._process(flow.request.conn)
+        request_body, decode_error = build.decode(
+            flow.request_body, flow.request.header("content-encoding"), settings.max_parse_bytes
         )
-
-    def ws_turn(self, fd: FlowData, route: Route, turn: WsTurn) -> None:
-        """One Responses turn of a WebSocket (response.create … terminal event) as a model call.
-
-        Its row is linked to the upgrade flow's net_events row when the socket ends.
-        """
-        call = dataclasses.replace(
-            fd, route=route, started=turn.started, response_ended=turn.ended, status=turn.status,
-            request_size=turn.request_bytes, response_size=turn.response_bytes, error=None,
+        summary = None
+        route = flow.route
+        if route is not None and flow.response is not None and not flow.websocket:
+            if state is None:
+                state = _Reader(self._reader(route, None, flow.response.header("content-encoding"),
+                                             flow.response.status))  # fmt: skip
+                state.reader.feed(flow.response_body or b"")
+            summary = state.reader.finish()
+            preview = state.reader.preview
+            response_preview = preview.text() if preview.total else None
+            decode_error = decode_error or state.reader.decode_error
+        else:
+            if stream_preview is not None and flow.stream_preview is None:
+                flow = _with_preview(flow, stream_preview)
+            response_preview, response_error = build.plain_preview(flow, settings.preview_bytes)
+            decode_error = decode_error or response_error
+        error = "; ".join(e for e in (flow.error, flow.tap_failure, _dropped(flow)) if e) or None
+        if summary is not None and summary.complete and flow.error and not flow.tap_failure:
+            error = None  # the answer arrived whole; the connection ending afterwards is not an error of it
+        request_preview = build.preview_of(request_body, settings.preview_bytes)
+        if socket is not None:
+            self._ws_end(flow, socket)
+        net_id = socket.net_id if socket is not None else self.ids.next("net_events")
+        rows: list[Row] = []
+        trace = socket.trace if socket is not None else None
+        if route is not None and summary is not None and flow.decision != "denied":
+            call = build.CallInput(
+                request=flow.request, route=route,
+                info=parser_for(route.protocol).parse_request(request_body), summary=summary,
+                started=flow.request.started, ended=flow.ended,
+                status=flow.client_status or flow.response.status if flow.response else None,
+                request_size=flow.request_size, response_size=flow.response_size,
+                request_preview=request_preview, streamed=bool(state and state.reader.streaming and flow.streamed),
+                first_content=state.first_content if state else None, error=error, process=process,
+                net_event_id=net_id,
+            )  # fmt: skip
+            rows, trace = build.model_call(
+                call, ids=self.ids, traces=self.traces, mcp=self.mcp, settings=settings
+            )
+        net = build.net_event(
+            flow, row_id=net_id, settings=settings, scrubber=self.writer.scrubber, process=process,
+            request_preview=request_preview, response_preview=response_preview, decode_error=decode_error,
+            conn_type=("wss" if flow.request.scheme == "https" else "ws") if socket and socket.turns.messages else None,
+            trace_id=trace, error=error,
+            bytes_sent=socket.sent if socket is not None else None,
+            bytes_received=socket.received if socket is not None else None,
         )  # fmt: skip
-        preview = Preview(self.settings.preview_bytes)
-        preview.add(turn.request_body)
-        process_name, pid = self._process(fd)
-        self._model_call(call, None, turn.request, turn.summary, turn.first_content, process_name, pid,  # type: ignore[arg-type]
-                         preview, stream_parsed=True)  # fmt: skip
-
-    def _plain_preview(self, fd: FlowData) -> tuple[str | None, str | None]:
-        body = fd.response_body if fd.response_body is not None else fd.stream_preview
-        if not body:
-            return None, None
-        limit = self.settings.preview_bytes
-        decoder = BodyDecoder(fd.header("content-encoding", response=True), max_output=limit)
-        data = decoder.decode(body[: limit * 4] if fd.response_body is None else body)
-        preview = Preview(limit)
-        preview.add(data)
-        preview.total = max(preview.total, fd.response_size if not decoder.error else 0)
-        error = decoder.error if decoder.error and "exceeds" not in decoder.error else None
-        return preview.text(), error
-
-    def _process(self, fd: FlowData) -> tuple[str | None, int | None]:
-        if fd.process is None:
-            return None, None
-        try:
-            return fd.process.result(timeout=2.0)
-        except Exception:
-            return None, None
-
-    def _model_call(
-        self,
-        fd: FlowData,
-        net_id: int,
-        request: RequestInfo,
-        summary: ResponseSummary,
-        first_content: float | None,
-        process_name: str | None,
-        pid: int | None,
-        request_preview: Preview,
-        stream_parsed: bool,
-    ) -> None:
-        assert fd.route is not None
-        limit = self.settings.content_max_bytes
-        usage = summary.usage
-        ok = fd.status is not None and 200 <= fd.status < 300 and summary.error_type is None
-        if ok or (fd.status is not None and 200 <= fd.status < 300 and (summary.text or summary.tool_calls)):
-            self._estimate_missing(request, summary)
-        model = request.model or fd.route.model or summary.model
-        streamed = bool(request.stream or stream_parsed)
-        from pricing import price_call  # imported here: genai-prices takes ~0.7 s to import (see warm_up)
-
-        priced = price_call(
-            provider=fd.route.provider,
-            model=model,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cache_read=usage.cache_read,
-            cache_write=usage.cache_write,
-            cache_write_1h=usage.cache_write_1h,
-            at=datetime.fromtimestamp(fd.started, UTC),
-        )
-        trace = self.traces.trace_for(request.tool_results)
-        if fd.status is None and summary.error_message is None and fd.error:
-            summary.error_message = fd.error
-        ttft_end = first_content if streamed else (fd.response_ended if fd.status else None)
-        call_id = self.store.insert(
-            "model_calls",
-            {
-                "timestamp": rfc3339(fd.started),
-                "provider": fd.route.provider,
-                "model": model,
-                "process_name": process_name,
-                "pid": pid,
-                "method": fd.method,
-                "path": fd.path,
-                "stream": int(streamed),
-                "system_prompt_preview": cap_text(request.system_prompt, self.settings.preview_bytes),
-                "messages_count": request.messages_count,
-                "tools_count": request.tools_count,
-                "request_bytes": fd.request_size,
-                "request_body_preview": request_preview.text() if request_preview.total else None,
-                "message_id": summary.message_id,
-                "status_code": fd.status,
-                "text_content": cap_text(summary.text, limit) if summary.text else None,
-                "thinking_content": cap_text(summary.thinking, limit) if summary.thinking else None,
-                "stop_reason": summary.stop_reason,
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "duration_ms": _ms(fd.started, fd.response_ended) or 0,
-                "response_bytes": fd.response_size,
-                "estimated_cost_usd": float(priced.total_usd) if priced else None,
-                "trace_id": trace,
-                "usage_details": json.dumps(usage.details(), ensure_ascii=False),
-                "net_event_id": net_id,
-                "flow_id": fd.key,
-                "protocol": fd.route.protocol,
-                "host": fd.host,
-                "response_model": summary.model,
-                "ttft_ms": _ms(fd.started, ttft_end),
-                "complete": int(summary.complete and fd.error is None),
-                "error_type": summary.error_type,
-                "error_message": summary.error_message or (request.error if fd.status is None else None),
-                "price_source": priced.source if priced else None,
-                "cost_details": json.dumps({"model_id": priced.model_id, **priced.details})
-                if priced
-                else None,
-                "parse_errors": summary.parse_errors,
-            },
-        )
-        self.store.update("net_events", net_id, {"trace_id": trace})
-        ts = rfc3339(fd.started)
-        for result in self.traces.new_results(request.tool_results):
-            self._tool_response(call_id, ts, trace, result)
-        for call in summary.tool_calls:
-            origin = _origin(call.call_id, call.name)
-            row_id = self.store.insert(
-                "tool_calls",
-                {
-                    "model_call_id": call_id,
-                    "call_index": call.index,
-                    "call_id": call.call_id,
-                    "tool_name": call.name,
-                    "arguments": cap_text(call.arguments, limit),
-                    "origin": origin,
-                    "timestamp": ts,
-                    "trace_id": trace,
-                    "complete": int(call.complete),
-                },
+        self._write([net, *rows])
+        if flow.mcp:
+            response_body, _ = build.decode(
+                flow.response_body
+                if flow.response_body is not None
+                else flow.stream_preview or stream_preview,
+                flow.response.header("content-encoding") if flow.response else None,
+                settings.content_max_bytes,
             )
-            if origin != "server":
-                self.mcp.model_tool_call(row_id, call.name, call.arguments, fd.started)
-        client_calls = [(c.call_id, c.name) for c in summary.tool_calls if _origin(c.call_id) != "server"]
-        if ok or client_calls:
-            self.traces.finish_call(trace, client_calls)
+            self._write(self.mcp.record(flow, net_id, request_body, response_body, process))
 
-    def _tool_response(self, model_call_id: int, ts: str, trace: str, result: ToolResult) -> None:
-        self.store.insert(
-            "tool_responses",
-            {
-                "model_call_id": model_call_id,
-                "call_id": result.call_id,
-                "content_preview": cap_text(result.content, self.settings.content_max_bytes),
-                "is_error": int(result.is_error),
-                "timestamp": ts,
-                "trace_id": trace,
-                "tool_name": result.tool_name,
-                "content_bytes": len(result.content.encode("utf-8", "surrogatepass")),
-            },
-        )
+    # -- websockets ----------------------------------------------------------------------------
 
-    @staticmethod
-    def _estimate_missing(request: RequestInfo, summary: ResponseSummary) -> None:
-        """Fill usage the provider never reported with tokenizer estimates, flagged as such."""
-        usage = summary.usage
-        if usage.input_tokens is None and request.prompt_text:
-            usage.input_tokens = count_tokens(request.prompt_text)
-            usage.estimated.append("input_tokens")
-        if usage.output_tokens is None:
-            produced = (
-                summary.text + summary.thinking + "".join(c.name + c.arguments for c in summary.tool_calls)
-            )
-            usage.output_tokens = count_tokens(produced)
-            usage.estimated.append("output_tokens")
-        if usage.estimated:
-            usage.extra["estimator"] = ESTIMATOR
+    def _ws_opened(self, msg: WsOpened) -> None:
+        self.sockets[msg.request.key] = _Socket(self.ids.next("net_events"), msg.request)
+
+    def _ws_message(self, msg: WsMessage) -> None:
+        socket = self.sockets.get(msg.key)
+        if socket is None:
+            return
+        if msg.from_client:
+            socket.sent += len(msg.content)
+        else:
+            socket.received += len(msg.content)
+        self._ws_turns(socket, socket.turns.message(msg.from_client, msg.content, msg.is_text, msg.at))
+
+    def _ws_end(self, flow: FlowEnded, socket: _Socket) -> None:
+        current = socket.turns.current
+        at = flow.ended or (current.last_at if current else None) or 0.0
+        self._ws_turns(socket, socket.turns.close(at, flow.error))
+
+    def _ws_turns(self, socket: _Socket, turns: list[Turn]) -> None:
+        head = socket.request
+        for turn in turns:
+            call = build.CallInput(
+                request=head, route=route_for(head.host), info=turn.request, summary=turn.summary,
+                started=turn.started, ended=turn.ended, status=turn.status, request_size=turn.request_bytes,
+                response_size=turn.response_bytes,
+                request_preview=build.preview_of(turn.request_body, self.settings.preview_bytes),
+                streamed=True, first_content=turn.first_content, error=None,
+                process=self._process(head.conn), net_event_id=socket.net_id,
+            )  # fmt: skip
+            rows, socket.trace = build.model_call(call, ids=self.ids, traces=self.traces, mcp=self.mcp,
+                                                  settings=self.settings)  # fmt: skip
+            self._write(rows)
+
+
+def _with_preview(flow: FlowEnded, preview: bytes) -> FlowEnded:
+    import msgspec
+
+    return msgspec.structs.replace(flow, stream_preview=preview)
+
+
+def _dropped(flow: FlowEnded) -> str | None:
+    if not flow.dropped_chunks:
+        return None
+    return f"capture overflow: {flow.dropped_chunks} body chunks not recorded (the recorder fell behind)"

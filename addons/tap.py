@@ -11,24 +11,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
-Sink = Callable[[tuple[Any, ...]], None]
+from addons.messages import Chunk, Message
 
 
 class ResponseTap:
-    """Feeds (CHUNK, key, time, bytes) messages to the recorder, or keeps a preview."""
+    """Hands each chunk to the recorder as a `Chunk` message (`put`), or keeps a preview."""
 
-    __slots__ = ("bytes", "failure", "first_at", "key", "preview", "preview_limit", "sink")
+    __slots__ = ("bytes", "failure", "first_at", "key", "preview", "preview_limit", "put")
 
-    def __init__(self, key: str, sink: Sink | None, preview_limit: int) -> None:
+    def __init__(self, key: str, put: Callable[[Message], None] | None, preview_limit: int) -> None:
         self.key = key
-        self.sink = sink
+        self.put = put
         self.bytes = 0
         self.first_at: float | None = None
         self.failure: str | None = None
         self.preview = bytearray()
-        self.preview_limit = 0 if sink is not None else preview_limit
+        self.preview_limit = 0 if put is not None else preview_limit
 
     def __call__(self, chunk: bytes) -> bytes:
         try:
@@ -37,13 +36,13 @@ class ResponseTap:
                 if self.first_at is None:
                     self.first_at = now
                 self.bytes += len(chunk)
-                if self.sink is not None:
-                    self.sink(("chunk", self.key, now, chunk))
+                if self.put is not None:
+                    self.put(Chunk(self.key, now, chunk))
                 elif len(self.preview) < self.preview_limit:
                     self.preview += chunk[: self.preview_limit - len(self.preview)]
         except Exception as exc:  # never let capture break the flow
             self.failure = f"stream tap failed: {exc!r}"
-            self.sink = None
+            self.put = None
         return chunk
 
 

@@ -1,8 +1,8 @@
 """OpenAI Responses over a WebSocket (Codex CLI): turns out of messages, on the recorder thread.
 
-The capture hooks only copy each message (`("ws", flow_id, "message", fd, from_client,
-content, is_text, timestamp)`) and, when the socket ends, `("ws", flow_id, "end", fd)`
-onto the recorder queue; `handle()` does the rest here.
+The capture hooks only hand each message over (`WsMessage`) and, when the socket ends, the
+flow (`FlowEnded` with `websocket=True`); the recorder feeds them to a `WebSocketTurns` per
+socket (pure: messages in, finished turns out) and records each turn as a model call.
 
 A client text message of type `response.create` carries a Responses request body (its fields
 at top level, or under `response`). The server answers with the same JSON events as the SSE
@@ -11,28 +11,25 @@ stream. Each `response.create` … terminal event (`response.completed|incomplet
 (`Recorder.ws_turn`). A turn still open when the next `response.create` arrives or the socket
 ends is recorded as incomplete. A turn's `status_code` is 200, or the `status` an error
 event carries (the upgrade's 101 is on the flow's `net_events` row, whose `conn_type` is
-``wss``/``ws``). Turns are written as soon as they end; the upgrade flow's `net_events` row
-is written when the socket ends, and the turns are then linked to it (`net_event_id`).
+``wss``/``ws``). Turns are written as soon as they end, pointing at the upgrade flow's
+`net_events` row, whose id is minted when the first message arrives and which is written
+when the socket ends (with the bytes of every message and the trace of the last turn).
 """
 
 from __future__ import annotations
 
 import json
-import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from addons.framing import SSEEvent
-from addons.providers import Route, provider_for_host
+from addons.messages import Route
+from addons.providers import provider_for_host
 from addons.providers._common import as_int, load_json_object
 from addons.providers.openai_responses import OpenAIResponsesStream, parse_request_object
 from addons.records import RequestInfo, ResponseSummary
 
-if TYPE_CHECKING:
-    from addons.flowdata import FlowData
-    from addons.recorder import Recorder
-
-__all__ = ["Turn", "WebSocketTurns", "conn_type", "handle", "request_of", "route_for"]
+__all__ = ["Turn", "WebSocketTurns", "request_of", "route_for"]
 
 PROTOCOL = "openai_responses"
 
@@ -150,70 +147,3 @@ class WebSocketTurns:
 
 def route_for(host: str) -> Route:
     return Route(provider_for_host(host) or "openai", PROTOCOL)
-
-
-# -- recorder-thread glue ---------------------------------------------------------------------
-
-
-@dataclass
-class _FlowState:
-    turns: WebSocketTurns = field(default_factory=WebSocketTurns)
-
-
-_STATE: weakref.WeakKeyDictionary[Any, dict[str, _FlowState]] = weakref.WeakKeyDictionary()
-
-
-def _flows(recorder: Recorder) -> dict[str, _FlowState]:
-    flows = _STATE.get(recorder)
-    if flows is None:
-        flows = _STATE[recorder] = {}
-    return flows
-
-
-def conn_type(recorder: Recorder, fd: FlowData) -> str | None:
-    """``wss``/``ws`` for a flow that carried WebSocket messages, else None."""
-    state = _flows(recorder).get(fd.key)
-    if state is None or not state.turns.messages:
-        return None
-    return "wss" if fd.scheme == "https" else "ws"
-
-
-def handle(recorder: Recorder, message: tuple[Any, ...]) -> None:
-    """The worker's `ws` branch: one message of a socket, or its end."""
-    _, key, kind, fd = message[:4]
-    flows = _flows(recorder)
-    if kind == "message":
-        from_client, content, is_text, at = message[4:8]
-        state = flows.setdefault(key, _FlowState())
-        for turn in state.turns.message(from_client, content, is_text, at):
-            recorder.ws_turn(fd, route_for(fd.host), turn)
-    elif kind == "end":
-        state = flows.get(key)
-        if state is not None:
-            at = fd.response_ended or (state.turns.current.last_at if state.turns.current else None) or 0.0
-            for turn in state.turns.close(at, fd.error):
-                recorder.ws_turn(fd, route_for(fd.host), turn)
-        try:
-            recorder.close(fd)
-        finally:
-            flows.pop(key, None)
-        if state is not None and state.turns.messages:
-            _link(recorder, key)
-
-
-def _link(recorder: Recorder, key: str) -> None:
-    """Point the socket's model calls at its (now written) net_events row."""
-    conn = recorder.store.conn
-    row = conn.execute(
-        "SELECT id FROM net_events WHERE flow_id = ? ORDER BY id DESC LIMIT 1", (key,)
-    ).fetchone()
-    if row is None:
-        return
-    net_id = row[0]
-    calls = conn.execute(
-        "SELECT id, trace_id FROM model_calls WHERE flow_id = ? AND net_event_id IS NULL ORDER BY id", (key,)
-    ).fetchall()
-    for call_id, _trace in calls:
-        recorder.store.update("model_calls", call_id, {"net_event_id": net_id})
-    if calls:
-        recorder.store.update("net_events", net_id, {"trace_id": calls[-1][1]})

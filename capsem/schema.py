@@ -252,6 +252,30 @@ def _session_mcp_details(conn: sqlite3.Connection) -> None:
 SESSION_MIGRATIONS.append(("m003_mcp_details", _session_mcp_details))
 
 
+def _session_event_ids(conn: sqlite3.Connection) -> None:
+    """Capsem's identity model: a 12-hex `event_id` on every row, minted before the write (older
+    rows get one here); `mcp_calls.tool_call_id`, the model tool call an MCP call ran when that
+    tool call was recorded first, and the trigger that keeps the seed's `tool_calls.mcp_call_id`
+    in step with it, so that links are made by inserts only."""
+    tables = (*SESSION_TABLES, "proc_samples", "proc_anomalies")
+    for table in tables:
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN event_id TEXT")
+        conn.execute(f"UPDATE {table} SET event_id = lower(hex(randomblob(6))) WHERE event_id IS NULL")
+        conn.execute(f"CREATE INDEX idx_{table}_event_id ON {table}(event_id)")
+    conn.execute("ALTER TABLE mcp_calls ADD COLUMN tool_call_id INTEGER")
+    conn.execute("CREATE INDEX idx_net_events_flow_id ON net_events(flow_id)")
+    conn.execute(
+        """CREATE TRIGGER mcp_calls_link_tool_call AFTER INSERT ON mcp_calls
+           WHEN NEW.tool_call_id IS NOT NULL
+           BEGIN
+               UPDATE tool_calls SET mcp_call_id = NEW.id, origin = 'mcp' WHERE id = NEW.tool_call_id;
+           END"""
+    )
+
+
+SESSION_MIGRATIONS.append(("m004_event_ids", _session_event_ids))
+
+
 def _main_v1(conn: sqlite3.Connection) -> None:
     _run_script(
         conn,
@@ -321,6 +345,22 @@ def _main_v1(conn: sqlite3.Connection) -> None:
 MAIN_MIGRATIONS: list[tuple[str, Migration]] = [("m001_initial", _main_v1)]
 
 
+def _main_capture_health(conn: sqlite3.Connection) -> None:
+    """Whether recording itself worked: `ok`, `degraded` (rows or chunks lost, commits failed) or
+    `failed` (the recorder process died), how many rows were lost, and the last error."""
+    _run_script(
+        conn,
+        """
+        ALTER TABLE sessions ADD COLUMN capture_status TEXT;
+        ALTER TABLE sessions ADD COLUMN capture_rows_lost INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE sessions ADD COLUMN capture_error TEXT
+        """,
+    )
+
+
+MAIN_MIGRATIONS.append(("m002_capture_health", _main_capture_health))
+
+
 def _run_script(conn: sqlite3.Connection, script: str) -> None:
     """Run `;`-separated DDL inside the caller's transaction (executescript would commit)."""
     for statement in script.split(";"):
@@ -370,8 +410,8 @@ def connect(path: Path, *, readonly: bool = False, timeout: float = 5.0) -> sqli
     return conn
 
 
-def open_session_db(path: Path) -> sqlite3.Connection:
-    conn = connect(path)
+def open_session_db(path: Path, *, timeout: float = 5.0) -> sqlite3.Connection:
+    conn = connect(path, timeout=timeout)
     migrate(conn, SESSION_MIGRATIONS)
     return conn
 

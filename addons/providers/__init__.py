@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import importlib
 import re
-from dataclasses import dataclass
 from functools import cache
 from urllib.parse import unquote
 
 import addons.eventstream  # noqa: F401  (registers the "eventstream" framer: Bedrock streams)
+from addons.messages import Route
 from addons.providers.base import ProtocolParser
+
+__all__ = ["Route", "detect", "parser_for", "provider_for_host"]
 
 # host (exact, or a suffix after a dot) -> provider. One line per known host.
 _KNOWN_HOSTS: dict[str, str] = {
@@ -74,16 +76,6 @@ _PARSERS: dict[str, tuple[str, str]] = {
     "gemini": ("addons.providers.gemini", "Gemini"),
     "ollama": ("addons.providers.ollama", "Ollama"),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """How to read one flow: `provider` is who serves it, `protocol` names the parser."""
-
-    provider: str
-    protocol: str
-    model: str | None = None
-    """Model named in the URL (Gemini, Bedrock, Azure deployments), if any."""
 
 
 def provider_for_host(host: str, port: int | None = None) -> str | None:

@@ -1,0 +1,197 @@
+"""What the hooks hand to the recorder: typed, frozen messages.
+
+Hooks run on mitmproxy's event loop. Each copies what it needs out of a flow into one of these
+messages, puts it on the hand-over (`addons/handover.py`) and never touches it again. The
+recorder (`addons/recorder.py`), in its own process, reads them in order and turns them into
+rows. Every decision that depends on the live flow is taken in the hook and travels in the
+message (the route, the framing of a streamed body, the policy verdict); the recorder never
+decides them again.
+
+A flow produces, in order: at most one `StreamOpened` (its response body is streamed and read
+chunk by chunk), its `Chunk`s, any `WsMessage`s (a WebSocket after a 101), then exactly one
+`FlowEnded`; an upgraded flow sends `WsOpened` before its messages. Connections produce `ClientConnected` (the recorder looks up the local process
+that opened it). `Barrier` and `Stop` are control messages.
+
+They are msgspec Structs: immutable, typed, and encoded to msgpack in well under a
+microsecond each, which matters for the per-chunk messages.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import msgspec
+
+__all__ = [
+    "Barrier",
+    "Chunk",
+    "ClientConnected",
+    "FlowEnded",
+    "Message",
+    "RequestHead",
+    "ResponseHead",
+    "Route",
+    "Stop",
+    "StreamOpened",
+    "WsMessage",
+    "WsOpened",
+    "decode",
+    "encode",
+]
+
+Headers = tuple[tuple[str, str], ...]
+
+
+def _find(headers: Headers, name: str) -> str | None:
+    name = name.lower()
+    for key, value in headers:
+        if key.lower() == name:
+            return value
+    return None
+
+
+class Route(msgspec.Struct, frozen=True, array_like=True):
+    """How to read a model call: `provider` serves it, `protocol` names the parser."""
+
+    provider: str
+    protocol: str
+    model: str | None = None
+    """Model named in the URL (Gemini, Bedrock, Azure deployments), if any."""
+
+
+class RequestHead(msgspec.Struct, frozen=True, array_like=True):
+    """The request line and headers of a flow."""
+
+    key: str
+    """mitmproxy's flow id."""
+    conn: str | None
+    """mitmproxy's client connection id (its process is looked up from `ClientConnected`)."""
+    started: float
+    """Wall-clock time the request started (Unix seconds)."""
+    scheme: str
+    host: str
+    port: int
+    method: str
+    path: str
+    """Path without the query string."""
+    query: str
+    http_version: str
+    headers: Headers
+    client_addr: str | None = None
+
+    def header(self, name: str) -> str | None:
+        return _find(self.headers, name)
+
+
+class ResponseHead(msgspec.Struct, frozen=True, array_like=True):
+    status: int
+    headers: Headers
+    started: float | None = None
+
+    def header(self, name: str) -> str | None:
+        return _find(self.headers, name)
+
+
+class ClientConnected(msgspec.Struct, frozen=True, array_like=True, tag=1):
+    conn: str
+    peer: tuple[str, int] | None
+    at: float
+
+
+class StreamOpened(msgspec.Struct, frozen=True, array_like=True, tag=2):
+    """A response body is streamed to the recorder chunk by chunk."""
+
+    request: RequestHead
+    response: ResponseHead
+    route: Route | None
+    """The model call's route; None for an MCP event stream (`mcp_stream`)."""
+    framing: str | None
+    """How the body is framed (`sse`, `ndjson`, `json-array`, `eventstream`), or None: a whole
+    body, parsed when it ends. Decided once, in the hook."""
+    mcp_stream: bool = False
+    """A GET event stream that may carry answers to MCP POSTs (HTTP+SSE transport)."""
+
+
+class Chunk(msgspec.Struct, frozen=True, array_like=True, tag=3):
+    """Body bytes of a streamed response, as they left the proxy (still content-encoded)."""
+
+    key: str
+    at: float
+    data: bytes
+
+
+class WsOpened(msgspec.Struct, frozen=True, array_like=True, tag=8):
+    """A flow was upgraded to a WebSocket (101): its messages follow as `WsMessage`s."""
+
+    request: RequestHead
+    response: ResponseHead
+
+
+class WsMessage(msgspec.Struct, frozen=True, array_like=True, tag=4):
+    """One WebSocket message of an upgraded flow."""
+
+    key: str
+    from_client: bool
+    content: bytes
+    is_text: bool
+    at: float
+
+
+class FlowEnded(msgspec.Struct, frozen=True, array_like=True, tag=5):
+    """A flow is over (response, error, WebSocket end, or shutdown): everything about it."""
+
+    request: RequestHead
+    ended: float
+    route: Route | None = None
+    request_body: bytes | None = None
+    """The request body as sent (still content-encoded); None when not captured."""
+    request_size: int = 0
+    request_truncated: bool = False
+    response: ResponseHead | None = None
+    response_body: bytes | None = None
+    """The body of a response that was not streamed (still content-encoded)."""
+    response_size: int = 0
+    streamed: bool = False
+    first_chunk_at: float | None = None
+    stream_preview: bytes | None = None
+    """First bytes of a streamed body that went to no reader (neither a model call nor MCP)."""
+    error: str | None = None
+    decision: str = "allowed"
+    matched_rule: str | None = None
+    tap_failure: str | None = None
+    mcp: bool = False
+    """The request looks like MCP JSON-RPC: the recorder writes mcp_calls rows for it."""
+    websocket: bool = False
+    """An upgraded flow whose messages came as `WsMessage`s."""
+    client_status: int | None = None
+    """The status the client got when it differs from the upstream's (mitmproxy answered 502)."""
+    dropped_chunks: int = 0
+    """Streamed chunks the hand-over dropped because the recorder had fallen behind."""
+
+
+class Barrier(msgspec.Struct, frozen=True, array_like=True, tag=6):
+    """Everything before it is committed when the recorder acknowledges `token`."""
+
+    token: int
+
+
+class Stop(msgspec.Struct, frozen=True, array_like=True, tag=7):
+    """Shutdown: write what is open, commit, roll the session up and mark it `status`."""
+
+    status: str = "stopped"
+
+
+Message = Union[ClientConnected, StreamOpened, Chunk, WsOpened, WsMessage, FlowEnded, Barrier, Stop]  # noqa: UP007
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(list[Message])
+
+
+def encode(batch: list[Message]) -> bytes:
+    """A batch of messages as msgpack."""
+    return _ENCODER.encode(batch)
+
+
+def decode(data: bytes) -> list[Message]:
+    """A batch encoded by `encode`."""
+    return _DECODER.decode(data)

@@ -1,0 +1,229 @@
+"""The recorder's main loop, and the process mitmdump starts it in (`python -m addons.recorder_process`).
+
+`run()` is the loop both hosts share (the child process here, `RecorderThread` in tests): it
+takes batches of messages, hands them to the `Recorder`, commits at least every
+`commit_interval`, acknowledges barriers once everything before them is committed, and returns
+at `Stop` (or when its input ends). `finish()` then writes what is still open, closes
+session.db and rolls the session up into main.db with its status and capture health.
+
+In the child, stdin carries frames of a 4-byte big-endian length and a payload: first the
+JSON spec (`RecorderSpec`), then msgpack batches of messages; stdout carries `ready`, `ack <token>` and `stopped`.
+Input that ends without a `Stop` means mitmdump died: everything received is written and the
+session is marked `crashed`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from addons.messages import Barrier, Message, Stop, decode
+from addons.recorder import Recorder
+from addons.writer import SessionWriter
+from capsem import __version__
+from capsem.ids import utc_now
+from capsem.redact import Scrubber
+from capsem.settings import CaptureSettings
+
+logger = logging.getLogger("addons.recorder")
+
+
+class RecorderSpec(msgspec.Struct, frozen=True):
+    """What the recorder records: the session, where, and with which capture settings."""
+
+    session_id: str
+    db_path: str
+    main_db_path: str
+    mode: str
+    capture: dict
+    """`CaptureSettings` fields (frozensets as lists)."""
+    resolve_processes: bool = True
+
+
+def capture_settings(spec: RecorderSpec) -> CaptureSettings:
+    values = dict(spec.capture)
+    for name in ("header_allowlist", "query_params"):
+        values[name] = frozenset(values.get(name, ()))
+    return CaptureSettings(**values)
+
+
+def spec_of(settings: CaptureSettings, **fields: object) -> RecorderSpec:
+    values = {k: sorted(v) if isinstance(v, frozenset) else v for k, v in settings.__dict__.items()}
+    return RecorderSpec(capture=values, **fields)  # type: ignore[arg-type]
+
+
+@dataclass
+class Loop:
+    """One recorder with its writer, as `open_recorder` makes them."""
+
+    recorder: Recorder
+    writer: SessionWriter
+    spec: RecorderSpec
+
+
+def open_recorder(spec: RecorderSpec) -> Loop:
+    """Open session.db and the recorder (raises when the database cannot be opened)."""
+    settings = capture_settings(spec)
+    writer = SessionWriter(Path(spec.db_path), Scrubber())
+    writer.set_meta(
+        session_id=spec.session_id, capsem_version=__version__, started_at=utc_now(), mode=spec.mode
+    )
+    writer.commit()
+    resolver = None
+    if spec.resolve_processes:
+        from addons.process import ProcessResolver
+
+        resolver = ProcessResolver().resolve
+    return Loop(Recorder(writer, settings, resolver), writer, spec)
+
+
+def warm_up(loop: Loop) -> None:
+    """Prices and the tokenizer, loaded after the session is open (the first flows wait in the pipe)."""
+    try:
+        from pricing import current_table
+        from pricing.estimate import warm
+
+        warm()
+        loop.writer.set_meta(price_source=current_table().source)
+    except Exception as exc:  # prices or tokenizer missing: calls are recorded unpriced
+        logger.warning("capsem: warming up the recorder failed: %r", exc)
+
+
+def run(loop: Loop, batches: Callable[[], list[Message] | None], ack: Callable[[int], None]) -> Stop | None:
+    """Handle batches until a `Stop` (returned) or the end of input (None)."""
+    recorder, writer = loop.recorder, loop.writer
+    interval = loop.spec.capture.get("commit_interval_ms", 250) / 1000
+    last_commit = last_tick = time.monotonic()
+    while True:
+        batch = batches()
+        if batch is None:
+            return None
+        for message in batch:
+            kind = type(message)
+            if kind is Barrier:
+                writer.commit()
+                ack(message.token)  # type: ignore[union-attr]
+            elif kind is Stop:
+                return message  # type: ignore[return-value]
+            else:
+                recorder.handle(message)
+        now = time.monotonic()
+        if now - last_tick >= 1.0:
+            recorder.tick()
+            last_tick = now
+        if writer.pending and now - last_commit >= interval:
+            writer.commit()
+            last_commit = now
+
+
+def finish(loop: Loop, status: str, main_db: Path | None = None) -> None:
+    """Write what is open, close session.db, roll the session up into main.db and mark it `status`."""
+    from capsem.rollup import finish_session, open_main
+
+    loop.recorder.close()
+    loop.writer.close()
+    main = open_main(main_db)
+    try:
+        finish_session(main, loop.spec.session_id, status)
+    finally:
+        main.close()
+
+
+# -- the child process -------------------------------------------------------------------------
+
+
+class _Frames:
+    """Reads length-prefixed frames from a file descriptor."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = bytearray()
+        self.eof = False
+
+    def next(self, timeout: float | None) -> bytes | None:
+        """The next frame; b"" when none came within `timeout` seconds; None at the end of input."""
+        while True:
+            if len(self.buf) >= 4:
+                size = int.from_bytes(self.buf[:4], "big")
+                if len(self.buf) >= 4 + size:
+                    frame = bytes(self.buf[4 : 4 + size])
+                    del self.buf[: 4 + size]
+                    return frame
+            if self.eof:
+                return None
+            if timeout is not None:
+                ready, _, _ = select.select([self.fd], [], [], timeout)
+                if not ready:
+                    return b""
+            data = os.read(self.fd, 1024 * 1024)
+            if not data:
+                self.eof = True
+            self.buf += data
+
+    def batches(self, interval: float) -> Callable[[], list[Message] | None]:
+        def batch() -> list[Message] | None:
+            frame = self.next(interval)
+            return None if frame is None else (decode(frame) if frame else [])
+
+        return batch
+
+
+def main() -> int:
+    # mitmdump decides when recording ends (a Stop, or the end of input if it dies): a Ctrl-C or a
+    # SIGTERM sent to the whole process group must not cut the recorder short of its last rows
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    frames = _Frames(sys.stdin.fileno())
+    first = frames.next(None)
+    if not first:
+        return 2
+    spec = msgspec.json.decode(first, type=RecorderSpec)
+
+    def say(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    try:
+        loop = open_recorder(spec)
+    except Exception as exc:
+        logger.error("capsem: cannot open %s: %r", spec.db_path, exc)
+        return 3
+    say("ready")
+    _recover_crashed(spec)
+    warm_up(loop)
+    stop = run(loop, frames.batches(0.05), lambda token: say(f"ack {token}"))
+    finish(loop, stop.status if stop is not None else "crashed", Path(spec.main_db_path))
+    say("stopped")
+    return 0
+
+
+def _recover_crashed(spec: RecorderSpec) -> None:
+    """Sessions left `running` by a dead process: marked `crashed` and rolled up (here, never in
+    mitmdump: reading another session.db may fault)."""
+    from capsem.rollup import open_main, recover_crashed
+
+    try:
+        main = open_main(Path(spec.main_db_path))
+        try:
+            for crashed in recover_crashed(main, exclude=spec.session_id):
+                logger.warning(
+                    "capsem: session %s was left running by a dead process; marked crashed", crashed
+                )
+        finally:
+            main.close()
+    except Exception as exc:
+        logger.warning("capsem: recovering crashed sessions failed: %r", exc)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

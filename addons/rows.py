@@ -1,0 +1,210 @@
+"""The rows capsem writes to session.db, one dataclass per table, ids minted before the write.
+
+The record builders (`addons/build.py`, `addons/mcp/ledger.py`) return these; the writer
+(`addons/writer.py`) inserts them, scrubbing every string. Every row carries an `event_id`
+(12 lowercase hex, like Capsem's) and the tables other rows point at get their integer `id`
+from `IdMinter`, so every link (a tool call to its model call, a model call to its flow, an
+MCP call to the tool call it ran) is known when the row is built: rows are only ever
+inserted, never updated afterwards.
+
+Field names are column names (tests check them against the schema); `None` is NULL.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar
+
+
+def new_event_id() -> str:
+    """12 lowercase hex characters (48 random bits), Capsem's `event_id` format."""
+    return secrets.token_hex(6)
+
+
+class IdMinter:
+    """Integer primary keys for the tables that other rows point at.
+
+    Only one process writes these tables (the recorder), so counting up from the largest id
+    already stored is safe.
+    """
+
+    def __init__(self, start: dict[str, int] | None = None) -> None:
+        self._last = dict(start or {})
+
+    def next(self, table: str) -> int:
+        value = self._last.get(table, 0) + 1
+        self._last[table] = value
+        return value
+
+
+@dataclass(slots=True)
+class NetEvent:
+    TABLE: ClassVar[str] = "net_events"
+    id: int
+    event_id: str
+    timestamp: str
+    domain: str
+    port: int
+    decision: str
+    method: str
+    path: str
+    flow_id: str
+    http_version: str
+    conn_type: str
+    process_name: str | None = None
+    pid: int | None = None
+    query: str | None = None
+    status_code: int | None = None
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    duration_ms: int = 0
+    matched_rule: str | None = None
+    request_headers: str | None = None
+    response_headers: str | None = None
+    request_body_preview: str | None = None
+    response_body_preview: str | None = None
+    error: str | None = None
+    client_addr: str | None = None
+    ttfb_ms: int | None = None
+    request_content_type: str | None = None
+    response_content_type: str | None = None
+    request_content_encoding: str | None = None
+    response_content_encoding: str | None = None
+    decode_error: str | None = None
+    streamed: int = 0
+    provider: str | None = None
+    trace_id: str | None = None
+
+
+@dataclass(slots=True)
+class ModelCall:
+    TABLE: ClassVar[str] = "model_calls"
+    id: int
+    event_id: str
+    timestamp: str
+    provider: str
+    method: str
+    path: str
+    flow_id: str
+    protocol: str
+    host: str
+    model: str | None = None
+    process_name: str | None = None
+    pid: int | None = None
+    stream: int = 0
+    system_prompt_preview: str | None = None
+    messages_count: int = 0
+    tools_count: int = 0
+    request_bytes: int = 0
+    request_body_preview: str | None = None
+    message_id: str | None = None
+    status_code: int | None = None
+    text_content: str | None = None
+    thinking_content: str | None = None
+    stop_reason: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    duration_ms: int = 0
+    response_bytes: int = 0
+    estimated_cost_usd: float | None = None
+    trace_id: str | None = None
+    usage_details: str | None = None
+    net_event_id: int | None = None
+    response_model: str | None = None
+    ttft_ms: int | None = None
+    complete: int = 0
+    error_type: str | None = None
+    error_message: str | None = None
+    price_source: str | None = None
+    cost_details: str | None = None
+    parse_errors: int = 0
+
+
+@dataclass(slots=True)
+class ToolCall:
+    TABLE: ClassVar[str] = "tool_calls"
+    id: int
+    event_id: str
+    model_call_id: int
+    call_index: int
+    call_id: str
+    tool_name: str
+    arguments: str | None
+    origin: str
+    timestamp: str
+    trace_id: str | None
+    complete: int = 1
+    mcp_call_id: int | None = None
+
+
+@dataclass(slots=True)
+class ToolResponse:
+    TABLE: ClassVar[str] = "tool_responses"
+    id: int
+    event_id: str
+    model_call_id: int
+    call_id: str
+    content_preview: str | None
+    is_error: int
+    timestamp: str
+    trace_id: str | None
+    tool_name: str | None
+    content_bytes: int
+
+
+@dataclass(slots=True)
+class McpCall:
+    TABLE: ClassVar[str] = "mcp_calls"
+    id: int
+    event_id: str
+    timestamp: str
+    server_name: str
+    method: str
+    decision: str
+    endpoint: str
+    flow_id: str
+    tool_name: str | None = None
+    request_id: str | None = None
+    request_preview: str | None = None
+    response_preview: str | None = None
+    duration_ms: int = 0
+    error_message: str | None = None
+    process_name: str | None = None
+    pid: int | None = None
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    net_event_id: int | None = None
+    matched_rule: str | None = None
+    is_error: int | None = None
+    status_code: int | None = None
+    mcp_session: str | None = None
+    protocol_version: str | None = None
+    response_framing: str | None = None
+    tool_call_id: int | None = None
+    """The model's tool call this MCP call ran, when that tool call was recorded first (a
+    trigger then fills `tool_calls.mcp_call_id`, the seed's column, in the same insert)."""
+
+
+@dataclass(slots=True)
+class FsEvent:
+    TABLE: ClassVar[str] = "fs_events"
+    event_id: str
+    timestamp: str
+    action: str
+    path: str
+    size: int | None
+
+
+Row = NetEvent | ModelCall | ToolCall | ToolResponse | McpCall | FsEvent
+LINKED_TABLES = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls")
+"""Tables whose ids are minted by `IdMinter` (the others get SQLite's own)."""
+
+
+def table_counts(rows: Iterable[Row]) -> dict[str, int]:
+    """How many rows per table (for logs and tests)."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.TABLE] = counts.get(row.TABLE, 0) + 1
+    return counts
