@@ -12,6 +12,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
+from benchmarks import newconn
 from benchmarks.proxies import BASELINE, SCENARIOS
 
 GOALS = {"total": 1.05, "cpu": 1.10, "ttfb_ms": 5.0, "lag_ms": 5.0}
@@ -162,6 +163,44 @@ def micro_table(micro: dict) -> str:
     return "\n".join(lines)
 
 
+def newconn_table(results: dict) -> str:
+    """One row per scenario: TTFB of new TLS connections, Δ to (2), the goal marked for capsem."""
+    sums = {key: newconn.summary(conns) for key, conns in results["runs"].items()}
+    base = sums.get(newconn.BASELINE, {}).get("ttfb_p50")
+    lines = [f"| scenario | TTFB p50 ms | TTFB p90 ms | Δ p50 to (2) ms (goal ≤ +{newconn.GOAL_TTFB_MS:g}) "
+             "| TLS done p50 ms | total p50 ms |",
+             "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for scenario in newconn.SCENARIOS:
+        s = sums.get(scenario.key)
+        if s is None:
+            continue
+        err = f" ⚠ {'; '.join(s['errors'])}" if s["errors"] else ""
+        if not s["n"]:
+            lines.append(f"| {scenario.label}{err} | – | – | – | – | – |")
+            continue
+        delta = _delta(s["ttfb_p50"], base)
+        if scenario.addon and base is not None:
+            delta += " ✅" if s["ttfb_p50"] - base <= newconn.GOAL_TTFB_MS else " ❌"
+        lines.append(
+            f"| {scenario.label}{err} | {s['ttfb_p50']:.1f} | {s['ttfb_p90']:.1f} | {delta} "
+            f"| {s['tls_p50']:.1f} | {s['total_p50']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def resolve_table(res: dict) -> str:
+    return "\n".join([
+        "| what | median µs | fd directories read |",
+        "|---|---:|---:|",
+        f"| `resolve()` cold: new resolver, nothing known (scans /proc) | {res['cold_us']:,.0f} "
+        f"| {res['cold_fd_dirs']:.0f} |",
+        f"| `resolve()` warm: a new connection of a process resolved before | {res['warm_us']:,.0f} "
+        f"| {res['warm_fd_dirs']:.0f} |",
+        f"| `psutil.net_connections()` (the walk the old lookup made per connection) "
+        f"| {res['net_connections_us']:,.0f} | all |",
+    ])  # fmt: skip
+
+
 def _beyond_cap(streaming: dict) -> str:
     if streaming.get("large") and streaming["large_mib"] > streaming.get("max_parse_mib", float("inf")):
         return (
@@ -204,6 +243,24 @@ def render(results: dict) -> str:
                       large_table(streaming["large"]), ""]  # fmt: skip
         stops = ", ".join(f"{_LABELS[k]} {v:.1f} s" for k, v in streaming["stop_s"].items())
         parts += [f"Shutdown (SIGINT until exit): {stops}.", ""]
+    if results.get("newconn"):
+        conns = results["newconn"]
+        parts += [
+            "## New TLS connections through mitmdump",
+            "",
+            f"{conns['connections']} sequential requests per scenario, each on a new connection "
+            "(CONNECT, full TLS handshake, one small streamed Anthropic call to the emulator over TLS), "
+            f"interleaved; {conns['processes']} processes on the machine. TTFB = from opening the TCP "
+            "connection to the first response byte.",
+            "",
+            newconn_table(conns),
+            "",
+        ]
+        if conns.get("resolve"):
+            res = conns["resolve"]
+            parts += [f"### `ProcessResolver.resolve` on a child process's connection "
+                      f"(median of {res['repeat']}, {res['processes']} processes)", "",
+                      resolve_table(res), ""]  # fmt: skip
     if results.get("micro"):
         parts += [f"## Micro-benchmarks ({results['micro']['corpus_mib']} MiB corpora, best of runs)", "",
                   micro_table(results["micro"]), ""]  # fmt: skip
