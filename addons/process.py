@@ -249,7 +249,30 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _all_pids() -> list[int]:
+def holds_socket(pid: int, target: str) -> bool | None:
+    """Whether process `pid` has `target` (`socket:[inode]`) among its open files (/proc/<pid>/fd).
+
+    None when its fd directory cannot be read (the process is gone, or is not ours to inspect).
+    """
+    try:
+        dir_fd = os.open(f"/proc/{pid}/fd", os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        for fd in os.listdir(dir_fd):
+            try:
+                if os.readlink(fd, dir_fd=dir_fd) == target:
+                    return True
+            except OSError:
+                continue
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+    return False
+
+
+def all_pids() -> list[int]:
     """Every pid in /proc, newest (highest) first: a connection is more often a new process's."""
     return sorted((int(n) for n in os.listdir("/proc") if n.isdigit()), reverse=True)
 
@@ -374,28 +397,14 @@ class ProcessResolver:
                 chain.append(stat[0])
                 stat = _stat(stat[0])
             yield from fresh(chain)
-        yield from fresh(_all_pids())
+        yield from fresh(all_pids())
 
     def _holds(self, pid: int, target: str) -> bool:
-        """Whether process `pid` has `target` (a `socket:[inode]` link) among its open files."""
         self.fd_dirs_scanned += 1
-        try:
-            dir_fd = os.open(f"/proc/{pid}/fd", os.O_RDONLY | os.O_DIRECTORY)
-        except OSError:
+        held = holds_socket(pid, target)
+        if held is None:
             self._owners.pop(pid, None)  # gone, or not ours to read
-            return False
-        try:
-            for fd in os.listdir(dir_fd):
-                try:
-                    if os.readlink(fd, dir_fd=dir_fd) == target:
-                        return True
-                except OSError:
-                    continue
-        except OSError:
-            pass
-        finally:
-            os.close(dir_fd)
-        return False
+        return bool(held)
 
     def _name(self, pid: int) -> str | None:
         """The process name (psutil's), cached per (pid, start time)."""

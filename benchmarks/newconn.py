@@ -12,10 +12,9 @@ Scenarios, one connection at a time, interleaved (the order rotates every round)
 lookup switched off by `no_process_lookup.py` (a benchmark-only stub), which shows what the
 lookup costs apart from the rest of the addon.
 
-A micro-benchmark times `ProcessResolver.resolve` (addons/process.py) against a real
-connection of a child process: cold (a new resolver, nothing known: scans /proc), warm (a
-new connection of a process it resolved before), and `psutil.net_connections` (the whole-table
-walk the resolver used to make per connection).
+A micro-benchmark times `ProcessResolver.resolve` (addons/process.py) on real connections of a
+child process (see `run_resolve`), beside `psutil.net_connections`, the whole-table walk the
+resolver used to make per connection.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from pathlib import Path
 
 import psutil
 
-from addons.process import ProcessResolver
+from addons.process import ProcessResolver, all_pids, holds_socket
 from benchmarks.client import request_bytes
 from benchmarks.proxies import Scenario, start_proxy
 from benchmarks.streaming import percentile
@@ -209,25 +208,30 @@ def _line(scenario: Scenario, conns: list[Connection]) -> str:
 _CHILD = """
 import socket, sys
 port, held = int(sys.argv[1]), []
-for _ in sys.stdin:
+for _ in sys.stdin:  # one new connection per line, its local port printed; all held until EOF
     held.append(socket.create_connection(("127.0.0.1", port)))
     print(held[-1].getsockname()[1], flush=True)
 """
 
 
-def _us(times: list[float]) -> float:
-    return statistics.median(times) * 1e6
-
-
 def run_resolve(repeat: int = 20) -> dict:
-    """Median µs of `resolve()` for a child process's connections: cold, warm; and the old walk."""
-    listener = socket.create_server(("127.0.0.1", 0))
+    """Median µs of `resolve()` on a child process's new connections, and of what it replaces.
+
+    Each repetition opens four connections in the child: one for a new resolver (cold), one
+    for the same resolver by port, one with the server's address too, one for a resolver
+    without netlink (/proc/net/tcp*). Then: every fd directory of /proc read once (the cost
+    when the owner is found last), and `psutil.net_connections` (the old lookup's walk).
+    """
+    listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+    server = listener.getsockname()
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(listener.getsockname()[1])],
+        [sys.executable, "-c", _CHILD, str(server[1])],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert child.stdin is not None and child.stdout is not None
     accepted: list[socket.socket] = []
+    times: dict[str, list[float]] = {}
+    dirs: dict[str, list[int]] = {}
 
     def new_connection() -> tuple[str, int]:
         child.stdin.write("\n")  # type: ignore[union-attr]
@@ -236,41 +240,46 @@ def run_resolve(repeat: int = 20) -> dict:
         accepted.append(listener.accept()[0])
         return ("127.0.0.1", port)
 
-    def timed(resolver: ProcessResolver, peer: tuple[str, int]) -> tuple[float, int]:
+    def timed(what: str, resolver: ProcessResolver, *, with_server: bool = False) -> None:
+        peer = new_connection()
         before = resolver.fd_dirs_scanned
         started = time.perf_counter()
-        name, pid = resolver.resolve(peer)
-        elapsed = time.perf_counter() - started
+        name, pid = resolver.resolve(peer, server if with_server else None)
+        times.setdefault(what, []).append(time.perf_counter() - started)
+        dirs.setdefault(what, []).append(resolver.fd_dirs_scanned - before)
         if pid != child.pid:
             raise RuntimeError(f"resolve({peer}) gave {(name, pid)}, not the child {child.pid}")
-        return elapsed, resolver.fd_dirs_scanned - before
 
+    no_netlink = ProcessResolver(netlink=False)
     try:
-        cold, cold_dirs, warm, warm_dirs, walk = [], [], [], [], []
+        no_netlink.resolve(new_connection())
         for _ in range(repeat):
             resolver = ProcessResolver()
-            elapsed, dirs = timed(resolver, new_connection())
-            cold.append(elapsed)
-            cold_dirs.append(dirs)
-            elapsed, dirs = timed(resolver, new_connection())
-            warm.append(elapsed)
-            warm_dirs.append(dirs)
+            timed("cold", resolver)
+            timed("warm", resolver)
+            timed("warm_server", resolver, with_server=True)
             resolver.close()
+            timed("warm_proc_net", no_netlink)
+            pids = all_pids()
+            started = time.perf_counter()
+            for pid in pids:
+                holds_socket(pid, "socket:[0]")
+            times.setdefault("full_scan", []).append(time.perf_counter() - started)
+            dirs.setdefault("full_scan", []).append(len(pids))
             started = time.perf_counter()
             psutil.net_connections(kind="tcp")
-            walk.append(time.perf_counter() - started)
+            times.setdefault("net_connections", []).append(time.perf_counter() - started)
     finally:
+        no_netlink.close()
         child.stdin.close()
         child.wait(10)
+        child.stdout.close()
         for sock in accepted:
             sock.close()
         listener.close()
     return {
         "repeat": repeat,
         "processes": len(psutil.pids()),
-        "cold_us": _us(cold),
-        "cold_fd_dirs": statistics.median(cold_dirs),
-        "warm_us": _us(warm),
-        "warm_fd_dirs": statistics.median(warm_dirs),
-        "net_connections_us": _us(walk),
+        "us": {what: statistics.median(ts) * 1e6 for what, ts in times.items()},
+        "fd_dirs": {what: statistics.median(ds) for what, ds in dirs.items()},
     }

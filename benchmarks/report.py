@@ -188,17 +188,23 @@ def newconn_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+RESOLVE_ROWS = {
+    "cold": "`resolve(peer)`, new resolver, nothing known (newest pid first)",
+    "warm": "`resolve(peer)`, a new connection of a process resolved before",
+    "warm_server": "`resolve(peer, server)`, the same with the address connected to (exact netlink lookup)",
+    "warm_proc_net": "`resolve(peer)` without netlink (/proc/net/tcp*), process resolved before",
+    "full_scan": "every /proc/<pid>/fd read once (owner found last)",
+    "net_connections": "`psutil.net_connections()` (the old lookup's walk, per connection)",
+}
+
+
 def resolve_table(res: dict) -> str:
-    return "\n".join([
-        "| what | median µs | fd directories read |",
-        "|---|---:|---:|",
-        f"| `resolve()` cold: new resolver, nothing known (scans /proc) | {res['cold_us']:,.0f} "
-        f"| {res['cold_fd_dirs']:.0f} |",
-        f"| `resolve()` warm: a new connection of a process resolved before | {res['warm_us']:,.0f} "
-        f"| {res['warm_fd_dirs']:.0f} |",
-        f"| `psutil.net_connections()` (the walk the old lookup made per connection) "
-        f"| {res['net_connections_us']:,.0f} | all |",
-    ])  # fmt: skip
+    lines = ["| what | median µs | fd directories read |", "|---|---:|---:|"]
+    for key, label in RESOLVE_ROWS.items():
+        if key in res["us"]:
+            dirs = res["fd_dirs"].get(key)
+            lines.append(f"| {label} | {res['us'][key]:,.0f} | {'all' if dirs is None else f'{dirs:.0f}'} |")
+    return "\n".join(lines)
 
 
 def _beyond_cap(streaming: dict) -> str:
