@@ -141,6 +141,8 @@ class SockDiag:
                     continue  # the tail of an earlier, abandoned answer
                 if kind == _NLMSG_ERROR:
                     code = -struct.unpack_from("=i", payload)[0]
+                    if code == 0:
+                        continue  # an acknowledgement
                     if not dump and code == errno.ENOENT:
                         return None
                     raise OSError(code, f"sock_diag: {os.strerror(code)}")
@@ -280,6 +282,8 @@ def all_pids() -> list[int]:
 class ProcessResolver:
     """Finds the local process behind a client address; synchronous, thread-safe, never raises.
 
+    Make it in the process that uses it (it holds a netlink socket, which a fork would share).
+
     Args:
         max_owners: how many recent connection owners to search first.
         max_names: how many pid names to keep.
@@ -329,9 +333,10 @@ class ProcessResolver:
                 makes the socket lookup a hash lookup instead of a walk of the socket table.
         Returns:
             (None, None) when the peer is not on this machine, or no process we may inspect
-            holds that socket: a connection closed before the lookup may legitimately be
-            unknown, and so is one of another user's process (its /proc/<pid>/fd is closed
-            to us). A connection that still exists when this is called is found.
+            holds that socket: a connection closed before (or while) it is looked up may
+            legitimately be unknown, and so is one of another user's process (its
+            /proc/<pid>/fd is closed to us). A connection that stays open until this returns
+            is found.
         """
         if not peer or not self.is_local(peer[0]):
             return UNKNOWN
