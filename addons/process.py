@@ -304,7 +304,7 @@ class ProcessResolver:
         self._max_owners = max_owners
         self._names: OrderedDict[int, tuple[int | None, str | None]] = OrderedDict()
         self._max_names = max_names
-        self._table = _PsutilTable()
+        self._table = PsutilTable()
         self._pool: ThreadPoolExecutor | None = None
         self.fd_dirs_scanned = 0
         """How many /proc/<pid>/fd directories were read, over all lookups (tests, benchmarks)."""
@@ -454,7 +454,7 @@ class ProcessResolver:
             self._names.clear()
 
 
-class _PsutilTable:
+class PsutilTable:
     """The portable fallback (macOS): psutil's whole TCP connection table, as a snapshot.
 
     A snapshot serves lookups for up to `max_age` seconds; one that misses the connection is

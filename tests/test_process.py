@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from addons.process import ProcessResolver, Socket, find_socket, proc_net_keys
+from addons.process import ProcessResolver, PsutilTable, Socket, find_socket, proc_net_keys
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -291,3 +291,11 @@ def test_proc_net_keys_match_the_kernel_table(server: Server) -> None:
             assert find_socket(f.read(), keys[0][1]) == Socket(os.fstat(client.fileno()).st_ino, os.geteuid())
     finally:
         client.close()
+
+
+def test_psutil_table_the_fallback_off_linux(child: Child) -> None:
+    table = PsutilTable()
+    peer = child.connect()
+    assert table.resolve(*peer) == (child.name(), child.pid)
+    assert table.resolve(*child.connect()) == (child.name(), child.pid)  # newer than the snapshot
+    assert table.resolve(child.server.host, 1) == (None, None)
