@@ -261,7 +261,7 @@ def holds_socket(pid: int, target: str) -> bool | None:
     except OSError:
         return None
     try:
-        for fd in os.listdir(dir_fd):
+        for fd in reversed(os.listdir(dir_fd)):  # ascending: a new socket is most often the last
             try:
                 if os.readlink(fd, dir_fd=dir_fd) == target:
                     return True
