@@ -12,6 +12,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
+from benchmarks import newconn
 from benchmarks.proxies import BASELINE, SCENARIOS
 
 GOALS = {"total": 1.05, "cpu": 1.10, "ttfb_ms": 5.0, "lag_ms": 5.0}
@@ -162,6 +163,50 @@ def micro_table(micro: dict) -> str:
     return "\n".join(lines)
 
 
+def newconn_table(results: dict) -> str:
+    """One row per scenario: TTFB of new TLS connections, Δ to (2), the goal marked for capsem."""
+    sums = {key: newconn.summary(conns) for key, conns in results["runs"].items()}
+    base = sums.get(newconn.BASELINE, {}).get("ttfb_p50")
+    lines = [f"| scenario | TTFB p50 ms | TTFB p90 ms | Δ p50 to (2) ms (goal ≤ +{newconn.GOAL_TTFB_MS:g}) "
+             "| TLS done p50 ms | total p50 ms |",
+             "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for scenario in newconn.SCENARIOS:
+        s = sums.get(scenario.key)
+        if s is None:
+            continue
+        err = f" ⚠ {'; '.join(s['errors'])}" if s["errors"] else ""
+        if not s["n"]:
+            lines.append(f"| {scenario.label}{err} | – | – | – | – | – |")
+            continue
+        delta = _delta(s["ttfb_p50"], base)
+        if scenario.addon and base is not None:
+            delta += " ✅" if s["ttfb_p50"] - base <= newconn.GOAL_TTFB_MS else " ❌"
+        lines.append(
+            f"| {scenario.label}{err} | {s['ttfb_p50']:.1f} | {s['ttfb_p90']:.1f} | {delta} "
+            f"| {s['tls_p50']:.1f} | {s['total_p50']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+RESOLVE_ROWS = {
+    "cold": "`resolve(peer)`, new resolver, nothing known (newest pid first)",
+    "warm": "`resolve(peer)`, a new connection of a process resolved before",
+    "warm_server": "`resolve(peer, server)`, the same with the address connected to (exact netlink lookup)",
+    "warm_proc_net": "`resolve(peer)` without netlink (/proc/net/tcp*), process resolved before",
+    "full_scan": "every /proc/<pid>/fd read once (owner found last)",
+    "net_connections": "`psutil.net_connections()` (the old lookup's walk, per connection)",
+}
+
+
+def resolve_table(res: dict) -> str:
+    lines = ["| what | median µs | fd directories read |", "|---|---:|---:|"]
+    for key, label in RESOLVE_ROWS.items():
+        if key in res["us"]:
+            dirs = res["fd_dirs"].get(key)
+            lines.append(f"| {label} | {res['us'][key]:,.0f} | {'all' if dirs is None else f'{dirs:.0f}'} |")
+    return "\n".join(lines)
+
+
 def _beyond_cap(streaming: dict) -> str:
     if streaming.get("large") and streaming["large_mib"] > streaming.get("max_parse_mib", float("inf")):
         return (
@@ -204,6 +249,24 @@ def render(results: dict) -> str:
                       large_table(streaming["large"]), ""]  # fmt: skip
         stops = ", ".join(f"{_LABELS[k]} {v:.1f} s" for k, v in streaming["stop_s"].items())
         parts += [f"Shutdown (SIGINT until exit): {stops}.", ""]
+    if results.get("newconn"):
+        conns = results["newconn"]
+        parts += [
+            "## New TLS connections through mitmdump",
+            "",
+            f"{conns['connections']} sequential requests per scenario, each on a new connection "
+            "(CONNECT, full TLS handshake, one small streamed Anthropic call to the emulator over TLS), "
+            f"interleaved; {conns['processes']} processes on the machine. TTFB = from opening the TCP "
+            "connection to the first response byte.",
+            "",
+            newconn_table(conns),
+            "",
+        ]
+        if conns.get("resolve"):
+            res = conns["resolve"]
+            parts += [f"### `ProcessResolver.resolve` on a child process's connection "
+                      f"(median of {res['repeat']}, {res['processes']} processes)", "",
+                      resolve_table(res), ""]  # fmt: skip
     if results.get("micro"):
         parts += [f"## Micro-benchmarks ({results['micro']['corpus_mib']} MiB corpora, best of runs)", "",
                   micro_table(results["micro"]), ""]  # fmt: skip
