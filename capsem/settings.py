@@ -68,7 +68,7 @@ class _Bad(Exception):
 
 def _shown(value: Any) -> str:
     text = repr(value)
-    return text if len(text) <= 80 else text[:76] + "...]"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _must(key: str, allowed: str, value: Any) -> _Bad:
@@ -78,7 +78,9 @@ def _must(key: str, allowed: str, value: Any) -> _Bad:
 def _unknown(prefix: str, names: Sequence[str], what: str, listing: str, allowed: Sequence[str]) -> _Bad:
     """`<prefix><name> is not a <what> (did you mean ...?); <listing>: <allowed>` (or several names)."""
     if len(names) == 1:
-        close = difflib.get_close_matches(names[0], allowed, n=1)
+        name = names[0]
+        close = sorted((a for a in allowed if name.startswith(a) or a.startswith(name)), key=len)[-1:]
+        close = close or difflib.get_close_matches(name, allowed, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
         return _Bad(prefix + names[0], f"is not a {what}{hint}; {listing}: {', '.join(allowed)}")
     return _Bad(", ".join(prefix + n for n in names), f"are not {what}s; {listing}: {', '.join(allowed)}")
@@ -120,7 +122,7 @@ def _amount(unit: str, *, off: bool = False) -> Check:
             return None
         if not _is_number(value) or value < 0:
             raise _must(key, allowed, value)
-        return None if off and value == 0 else float(value)
+        return None if off and value == 0 else value
 
     return Check(allowed, parse)
 
@@ -354,7 +356,7 @@ def read_yaml(path: Path) -> Any:
     except OSError as exc:
         raise SettingsError(str(path), None, f"cannot be read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
-        raise SettingsError(str(path), None, f"is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+        raise SettingsError(str(path), None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     try:
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from assembler.retention import RetentionPolicy, plan_age, plan_count, plan_disk
-from capsem.config import ConfigError
+from capsem.settings import SettingsError, parse
 from tests.cli.conftest import clone_session, days_ago, leave_wal, main_rows, recorded_id, run
 
 
@@ -174,12 +174,12 @@ def test_plans():
 
 
 def test_policy_from_settings():
-    assert RetentionPolicy.from_settings({}) == RetentionPolicy()
+    assert RetentionPolicy.from_settings() == RetentionPolicy.from_settings(parse({})) == RetentionPolicy()
     assert RetentionPolicy.from_settings(
-        {"retention": {"max_sessions": 0, "max_disk_gb": 0.5}}
+        parse({"retention": {"max_sessions": 0, "max_disk_gb": 0.5}})
     ) == RetentionPolicy(max_sessions=None, max_disk_gb=0.5)
-    with pytest.raises(ConfigError, match="whole number"):
-        RetentionPolicy.from_settings({"retention": {"max_sessions": 2.5}})
+    with pytest.raises(SettingsError, match=r"retention\.max_sessions must be a whole number"):
+        parse({"retention": {"max_sessions": 2.5}})
 
 
 def test_vacuum_help_names_the_settings():
