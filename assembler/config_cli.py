@@ -109,8 +109,9 @@ def show_cmd(user_file, overrides, as_json) -> None:
                               indent=2))  # fmt: skip
         return
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for column in ("key", "value", "from"):
-        table.add_column(column, overflow="fold")
+    table.add_column("key", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    table.add_column("from", no_wrap=True)
     for entry in entries:
         table.add_row(entry.key, escape(_yaml(entry.value)), escape(entry.origin))
     _console().print(table)
