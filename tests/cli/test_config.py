@@ -52,7 +52,9 @@ def test_check_another_file_and_overrides(config, tmp_path):
 
 
 def test_show_gives_each_value_and_where_it_came_from(config):
-    config.write_text("capture:\n  preview_bytes: 4096\npolicy:\n  rules: [{action: deny, host: '*.example'}]\n")
+    config.write_text(
+        "capture:\n  preview_bytes: 4096\npolicy:\n  rules: [{action: deny, host: '*.example'}]\n"
+    )
     shown = json.loads(run("config", "show", "--json", "--set", "retention.max_sessions=20",
                            "--set", "capture.preview_bytes=100"))  # fmt: skip
     assert shown["files"] == [str(default_config_path()), str(config)]
@@ -78,7 +80,9 @@ def test_show_gives_each_value_and_where_it_came_from(config):
 def test_show_refuses_a_bad_file_like_check(config):
     config.write_text("capture: {preview_byte: 10}\n")
     out = run("config", "show", code=1)
-    assert out.startswith(f"Error: {config}: capture.preview_byte is not a setting (did you mean preview_bytes?); ")
+    assert out.startswith(
+        f"Error: {config}: capture.preview_byte is not a setting (did you mean preview_bytes?); "
+    )
     assert "Traceback" not in out and out.count("\n") == 1
 
 
