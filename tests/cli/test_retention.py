@@ -120,10 +120,11 @@ def test_disk_cap_culls_oldest_until_it_fits_and_never_running(home):
 
 def test_bad_retention_settings_are_a_clear_error(home):
     configure(home, max_sessions=-1)
-    out = run("vacuum", code=1)
-    assert "retention.max_sessions must be a number >= 0" in out
+    assert run("vacuum", code=1) == (f"Error: {home / 'config.yaml'}: retention.max_sessions must be a whole number "
+                                     "of sessions (0 or null: no limit), got -1\n")  # fmt: skip
     configure(home, retention_days="soon")
-    assert "retention.retention_days" in run("vacuum", code=1)
+    assert "retention.retention_days must be a number of days >= 0 (0 or null: no limit), got 'soon'" in run(
+        "vacuum", code=1)  # fmt: skip
 
 
 def test_vacuum_without_main_db(capsem_home):
