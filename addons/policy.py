@@ -14,35 +14,35 @@ Settings (`policy:` in the YAML config)::
 
 A rule matches when every field it names matches (host, port, path, method, mcp_server,
 mcp_tool); the first matching rule decides. No rule matching means `allowed`: the default
-policy allows everything, so capture alone changes nothing.
+policy allows everything, so capture alone changes nothing. The rules are read and checked with
+every other setting by `capsem.settings` (`Settings.policy`); this module only matches.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from fnmatch import fnmatchcase
 from typing import Any
+
+from capsem.settings import PolicyRule, Settings, SettingsError, parse
 
 DECISIONS = {"allow": "allowed", "warn": "warned", "deny": "denied"}
 McpTarget = tuple[tuple[str, ...], str]
 """An MCP tools/call: the names its server goes by (initialize name, endpoint) and the tool."""
-_FIELDS = ("host", "port", "path", "method", "mcp_server", "mcp_tool")
 
 
 class PolicyError(ValueError):
-    """An invalid `policy:` setting."""
+    """An invalid `policy:` setting given as a raw mapping (the typed `Settings` are checked already)."""
 
 
 @dataclass(frozen=True, slots=True)
-class Rule:
-    name: str
-    action: str
-    host: str | None = None
-    port: int | None = None
-    path: str | None = None
-    method: str | None = None
-    mcp_server: str | None = None
-    mcp_tool: str | None = None
+class Rule(PolicyRule):
+    """A checked `PolicyRule` that can match requests."""
+
+    @classmethod
+    def of(cls, rule: PolicyRule) -> Rule:
+        return cls(**{f.name: getattr(rule, f.name) for f in fields(rule)})
 
     @property
     def needs_mcp(self) -> bool:
@@ -88,36 +88,18 @@ class Policy:
         return any(r.needs_mcp for r in self.rules)
 
     @classmethod
-    def from_settings(cls, settings: dict[str, Any]) -> Policy:
-        """The `policy:` section. Raises PolicyError naming the bad rule."""
-        section = settings.get("policy") or {}
-        if not isinstance(section, dict):
-            raise PolicyError(f"policy: must be a mapping, not {section!r}")
-        rules = section.get("rules") or []
-        if not isinstance(rules, list):
-            raise PolicyError("policy.rules must be a list")
-        out = []
-        for n, raw in enumerate(rules, 1):
-            if not isinstance(raw, dict):
-                raise PolicyError(f"policy rule {n} must be a mapping, not {raw!r}")
-            unknown = set(raw) - {"name", "action", *_FIELDS}
-            if unknown:
-                raise PolicyError(f"policy rule {n}: unknown keys {sorted(unknown)}")
-            action = str(raw.get("action", "")).lower()
-            if action not in DECISIONS:
-                raise PolicyError(
-                    f"policy rule {n}: action must be allow, warn or deny, not {raw.get('action')!r}"
-                )
-            if not any(raw.get(f) is not None for f in _FIELDS):
-                raise PolicyError(
-                    f"policy rule {n}: names nothing to match (host, port, path, method, mcp_…)"
-                )
-            port = raw.get("port")
-            if port is not None and (isinstance(port, bool) or not isinstance(port, int)):
-                raise PolicyError(f"policy rule {n}: port must be a number, not {port!r}")
-            fields = {f: (raw[f] if f == "port" else str(raw[f])) for f in _FIELDS if raw.get(f) is not None}
-            out.append(Rule(name=str(raw.get("name") or f"rule-{n}"), action=action, **fields))
-        return cls(tuple(out))
+    def from_settings(cls, settings: Settings | Mapping[str, Any]) -> Policy:
+        """The policy of `Settings.policy`.
+
+        A raw mapping shaped like config.yaml is still accepted (checked over the defaults, and
+        refused with PolicyError) until every caller holds a `Settings`.
+        """
+        if not isinstance(settings, Settings):
+            try:
+                settings = parse(settings)
+            except SettingsError as exc:
+                raise PolicyError(str(exc)) from exc
+        return cls(tuple(Rule.of(rule) for rule in settings.policy.rules))
 
     def decide(self, host: str, port: int, path: str, method: str, mcp: McpTarget | None = None) -> Verdict:
         """The first matching rule's verdict; `mcp` is (server names, tool) of an MCP tools/call."""

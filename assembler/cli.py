@@ -569,6 +569,10 @@ from assembler.bundle.cli import bundle  # noqa: E402  (after `cli`: the group i
 
 cli.add_command(bundle)
 
+from assembler.config_cli import config  # noqa: E402  (after `cli`, like bundle)
+
+cli.add_command(config)
+
 
 def main() -> None:
     cli()

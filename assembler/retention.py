@@ -32,10 +32,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from assembler.sessiondb import DB_NAME, GZ_NAME, MainDbMissing, disk_usage
-from capsem.config import ConfigError, load_settings
 from capsem.ids import rfc3339, utc_now
 from capsem.paths import main_db_path, session_dir
 from capsem.rollup import open_main, rollup
+from capsem.settings import Settings, load
 
 FINISHED = ("stopped", "crashed")
 KEPT = ("stopped", "crashed", "vacuumed")
@@ -50,30 +50,14 @@ class RetentionPolicy:
     min_content_keep: int = 5
 
     @classmethod
-    def from_settings(cls, settings: dict[str, Any] | None = None) -> RetentionPolicy:
-        """The `retention:` section of the settings (default.yaml merged with the user's file).
+    def from_settings(cls, settings: Settings | None = None) -> RetentionPolicy:
+        """The rules of `Settings.retention` (None: load the settings).
 
         Raises:
-            ConfigError: a value that is not a non-negative number.
+            SettingsError: a bad setting (any of them, when loading).
         """
-        section = (settings if settings is not None else load_settings()).get("retention") or {}
-        if not isinstance(section, dict):
-            raise ConfigError(f"retention: must be a mapping, not {section!r}")
-        values: dict[str, Any] = {}
-        for name, kind in (("retention_days", float), ("max_sessions", int), ("max_disk_gb", float),
-                           ("min_content_keep", int)):  # fmt: skip
-            if name not in section:
-                continue
-            value = section[name]
-            if value is None and name != "min_content_keep":
-                values[name] = None
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise ConfigError(f"retention.{name} must be a number >= 0, not {value!r}")
-            if kind is int and value != int(value):
-                raise ConfigError(f"retention.{name} must be a whole number, not {value!r}")
-            values[name] = kind(value) if value or name == "min_content_keep" else None
-        return cls(**values)
+        r = (settings or load()).retention
+        return cls(r.retention_days, r.max_sessions, r.max_disk_gb, r.min_content_keep)
 
 
 @dataclass(frozen=True)
@@ -244,7 +228,7 @@ def apply_retention(
 
     Raises:
         MainDbMissing: when main.db does not exist.
-        ConfigError: invalid retention settings.
+        SettingsError: invalid settings.
     """
     if not main_db_path().is_file():
         raise MainDbMissing(f"no main.db at {main_db_path()} (no session recorded yet)")
@@ -317,26 +301,22 @@ def _estimate_after(report: RetentionReport) -> int:
 AUTO_LOCK = "retention.lock"
 
 
-def auto_retention(settings: dict[str, Any] | None = None) -> RetentionReport | None:
+def auto_retention(settings: Settings | None = None) -> RetentionReport | None:
     """The start-up run (as Capsem does it): the configured culls, and compression of sessions
     finished more than `retention.vacuum_after_hours` ago.
 
     Returns None when switched off (`retention.auto: false`), when there is no main.db yet, or when
-    another process holds the retention lock. Raises ConfigError on invalid settings.
+    another process holds the retention lock. Raises SettingsError on invalid settings.
     """
     import fcntl
 
-    settings = settings if settings is not None else load_settings()
-    section = settings.get("retention") or {}
-    if not isinstance(section, dict) or section.get("auto", True) is False or not main_db_path().is_file():
+    settings = settings or load()
+    if not settings.retention.auto or not main_db_path().is_file():
         return None
-    hours = section.get("vacuum_after_hours", 24)
-    if isinstance(hours, bool) or not isinstance(hours, int | float) or hours < 0:
-        raise ConfigError(f"retention.vacuum_after_hours must be a number >= 0, not {hours!r}")
     policy = RetentionPolicy.from_settings(settings)
     with open(main_db_path().parent / AUTO_LOCK, "a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return None  # another capsem is tidying up right now
-        return apply_retention(policy, vacuum_after=timedelta(hours=hours))
+        return apply_retention(policy, vacuum_after=timedelta(hours=settings.retention.vacuum_after_hours))

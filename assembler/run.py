@@ -96,8 +96,8 @@ def run_agent(
         except OSError as exc:
             raise RuntimeError(f"cannot start {command[0]!r}: {exc}") from exc
         if diagnostics.enabled:
-            sampler = ProcessSampler(agent.pid, session_db_path(session_id), interval_ms=diagnostics.interval_ms,
-                                     scrubber=scrubber_for(env))  # fmt: skip
+            sampler = ProcessSampler(agent.pid, session_db_path(session_id),
+                                     interval_ms=diagnostics.sample_interval_ms, scrubber=scrubber_for(env))  # fmt: skip
             sampler.start()
         code = agent.wait()
     finally:

@@ -1,30 +1,461 @@
-"""Typed settings (placeholder until the settings tree lands): the capture section."""
+"""Capsem's settings: declared once, read once into one typed tree, every bad value refused in one line.
+
+Three layers, a later one winning key by key: `config/default.yaml` (every key, documented),
+`$CAPSEM_HOME/config.yaml` (the user's), then overrides (mitmproxy `--set capsem_*` options,
+`capsem config --set`). A list (`policy.rules`, `headers.allowlist`) is replaced whole.
+
+Each key is declared once, on the field of its section's dataclass
+(`_setting("capture.preview_bytes", _whole("bytes"))`), in the manner of datasette's `SETTINGS`.
+`load()` checks every key of every layer against those declarations (unknown sections and keys,
+types, ranges) and remembers where each value came from (`Settings.origins`, for `capsem config
+show`). A problem is one `SettingsError` whose text is one line naming the file and the key:
+
+    /home/me/.capsem/config.yaml: capture.preview_bytes must be a whole number of bytes, got 'lots'
+
+Items of a list are numbered from 1: `policy.rules[2]` is the rule named `rule-2` by default.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import difflib
+import functools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal, get_type_hints
+
+import yaml
+
+from capsem.config import ConfigError
+from capsem.paths import default_config_path, user_config_path
+
+DEFAULT = "default"
+"""The origin of a value from config/default.yaml."""
+OVERRIDE = "--set"
+"""The origin of a value from an override (mitmproxy `--set capsem_*`, `capsem config --set`)."""
+
+Action = Literal["allow", "warn", "deny"]
+ACTIONS: tuple[Action, ...] = ("allow", "warn", "deny")
+MATCH_FIELDS = ("host", "port", "path", "method", "mcp_server", "mcp_tool")
+RULE_FIELDS = ("name", "action", *MATCH_FIELDS)
+
+
+class SettingsError(ConfigError):
+    """A bad setting, as one line: `<file>: <dotted.key> must be <what is allowed>, got <value>`."""
+
+    def __init__(self, origin: str, key: str | None, problem: str) -> None:
+        self.origin = origin
+        """The file the bad value is in (or `--set`)."""
+        self.key = key
+        """The dotted key (`capture.preview_bytes`, `policy.rules[2].port`); None for the whole file."""
+        self.problem = problem
+        super().__init__(f"{origin}: {key} {problem}" if key else f"{origin}: {problem}")
+
+
+# --- checks: what each key allows -------------------------------------------------------------
+
+
+class _Bad(Exception):
+    """A check's refusal of the value at `key` (a dotted key, maybe deeper: `policy.rules[2].port`)."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(problem)
+        self.key = key
+        self.problem = problem
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _must(key: str, allowed: str, value: Any) -> _Bad:
+    return _Bad(key, f"must be {allowed}, got {_shown(value)}")
+
+
+def _unknown(prefix: str, names: Sequence[str], what: str, listing: str, allowed: Sequence[str]) -> _Bad:
+    """`<prefix><name> is not a <what> (did you mean ...?); <listing>: <allowed>` (or several names)."""
+    if len(names) == 1:
+        name = names[0]
+        close = sorted((a for a in allowed if name.startswith(a) or a.startswith(name)), key=len)[-1:]
+        close = close or difflib.get_close_matches(name, allowed, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        return _Bad(prefix + names[0], f"is not a {what}{hint}; {listing}: {', '.join(allowed)}")
+    return _Bad(", ".join(prefix + n for n in names), f"are not {what}s; {listing}: {', '.join(allowed)}")
+
+
+@dataclass(frozen=True)
+class Check:
+    allowed: str
+    """What the key allows, as the error line says it (`a whole number of bytes`)."""
+    parse: Callable[[str, Any], Any]
+    """(dotted key, YAML value) -> the typed value; raises _Bad."""
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _whole(unit: str, minimum: int = 0, *, off: bool = False) -> Check:
+    """A whole number >= `minimum`; with `off`, 0 or null means "no limit" (None)."""
+    allowed = f"a whole number of {unit}" + (f" >= {minimum}" if minimum else "")
+    allowed += " (0 or null: no limit)" if off else ""
+
+    def parse(key: str, value: Any) -> int | None:
+        if off and value is None:
+            return None
+        if not _is_number(value) or value != int(value) or value < minimum:
+            raise _must(key, allowed, value)
+        return None if off and value == 0 else int(value)
+
+    return Check(allowed, parse)
+
+
+def _amount(unit: str, *, off: bool = False) -> Check:
+    """A number >= 0; with `off`, 0 or null means "no limit" (None)."""
+    allowed = f"a number of {unit} >= 0" + (" (0 or null: no limit)" if off else "")
+
+    def parse(key: str, value: Any) -> float | None:
+        if off and value is None:
+            return None
+        if not _is_number(value) or value < 0:
+            raise _must(key, allowed, value)
+        return None if off and value == 0 else value
+
+    return Check(allowed, parse)
+
+
+def _flag() -> Check:
+    def parse(key: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise _must(key, "true or false", value)
+        return value
+
+    return Check("true or false", parse)
+
+
+def _names(item: str) -> Check:
+    """A list of `item`s (text), kept lower-cased as a frozenset."""
+    allowed = f"a list of {item}s"
+
+    def parse(key: str, value: Any) -> frozenset[str]:
+        if value is None:
+            return frozenset()
+        if not isinstance(value, list):
+            raise _must(key, allowed, value)
+        for n, name in enumerate(value, 1):
+            if not isinstance(name, str) or not name:
+                raise _must(f"{key}[{n}]", f"a {item}", name)
+        return frozenset(name.lower() for name in value)
+
+    return Check(allowed, parse)
+
+
+def _rules() -> Check:
+    def parse(key: str, value: Any) -> tuple[PolicyRule, ...]:
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            raise _must(key, "a list of rules", value)
+        return tuple(PolicyRule.parse(f"{key}[{n}]", n, raw) for n, raw in enumerate(value, 1))
+
+    return Check("a list of rules", parse)
+
+
+# --- the typed tree ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One declared key."""
+
+    key: str
+    """Dotted, as in the YAML: `capture.preview_bytes`."""
+    section: str
+    """The attribute of `Settings` holding it (`capture`)."""
+    name: str
+    """The attribute of the section holding it (`preview_bytes`)."""
+    check: Check
+
+
+def _setting(key: str, check: Check) -> Any:
+    """Declare a field of a section: its YAML key and what it allows."""
+    return field(metadata={"setting": (key, check)})
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRule:
+    """One `policy.rules` entry; every field but name and action is a condition (None: any)."""
+
+    name: str
+    action: Action
+    host: str | None = None
+    """Glob, case-insensitive."""
+    port: int | None = None
+    path: str | None = None
+    """Glob on the path without the query."""
+    method: str | None = None
+    mcp_server: str | None = None
+    """Glob on an MCP server's initialize name or its host[:port]/path endpoint."""
+    mcp_tool: str | None = None
+    """Glob on the tool of an MCP tools/call."""
+
+    @classmethod
+    def parse(cls, key: str, n: int, raw: Any) -> PolicyRule:
+        """Rule `n` (from 1) of the YAML list, at `key` (`policy.rules[n]`). Raises _Bad naming the field."""
+        if not isinstance(raw, Mapping):
+            raise _must(key, f"a mapping of rule fields ({', '.join(RULE_FIELDS)})", raw)
+        unknown = [str(k) for k in raw if k not in RULE_FIELDS]
+        if unknown:
+            raise _unknown(f"{key}.", unknown, "rule field", "a rule has", RULE_FIELDS)
+        action = raw.get("action")
+        if not isinstance(action, str) or action.lower() not in ACTIONS:
+            raise _must(f"{key}.action", "allow, warn or deny", action)
+        if all(raw.get(f) is None for f in MATCH_FIELDS):
+            raise _Bad(
+                key, f"must name something to match ({', '.join(MATCH_FIELDS)}), got {_shown(dict(raw))}"
+            )
+        port = raw.get("port")
+        if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
+            raise _must(f"{key}.port", "a port number (1-65535)", port)
+        globs = {}
+        for name in ("host", "path", "method", "mcp_server", "mcp_tool"):
+            value = raw.get(name)
+            if value is not None and not (isinstance(value, str) and value):
+                raise _must(f"{key}.{name}", "an HTTP method" if name == "method" else "a glob (text)", value)
+            globs[name] = value
+        label = raw.get("name")
+        if label is not None and (isinstance(label, bool) or not isinstance(label, str | int)):
+            raise _must(f"{key}.name", "a name (text)", label)
+        return cls(name=str(label or f"rule-{n}"), action=action.lower(), port=port, **globs)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
 class CaptureSettings:
-    preview_bytes: int = 65536
-    content_max_bytes: int = 1024 * 1024
-    max_parse_bytes: int = 64 * 1024 * 1024
-    header_allowlist: frozenset[str] = frozenset()
-    query_params: frozenset[str] = frozenset()
-    max_pending_calls: int = 10000
-    commit_interval_ms: int = 250
+    """What the addon records and how much of it (`capture:`, `headers:`, `redaction:`)."""
 
-    @classmethod
-    def from_settings(cls, settings: dict[str, Any]) -> CaptureSettings:
-        cap = settings.get("capture", {})
-        return cls(
-            preview_bytes=int(cap.get("preview_bytes", cls.preview_bytes)),
-            content_max_bytes=int(cap.get("content_max_bytes", cls.content_max_bytes)),
-            max_parse_bytes=int(cap.get("max_parse_bytes", cls.max_parse_bytes)),
-            header_allowlist=frozenset(h.lower() for h in settings.get("headers", {}).get("allowlist", [])),
-            query_params=frozenset(q.lower() for q in settings.get("redaction", {}).get("query_params", [])),
-            max_pending_calls=int(cap.get("max_pending_calls", cls.max_pending_calls)),
-            commit_interval_ms=int(cap.get("commit_interval_ms", cls.commit_interval_ms)),
-        )
+    preview_bytes: int = _setting("capture.preview_bytes", _whole("bytes"))
+    """Body previews in net_events / model_calls (decoded bytes, cut on a UTF-8 boundary)."""
+    content_max_bytes: int = _setting("capture.content_max_bytes", _whole("bytes"))
+    """Largest text stored for text, thinking, tool arguments and tool results."""
+    max_parse_bytes: int = _setting("capture.max_parse_bytes", _whole("bytes"))
+    """Largest decoded body that is parsed."""
+    max_body_bytes: int = _setting("capture.max_body_bytes", _whole("bytes"))
+    """Largest whole body kept per model or MCP call (the complete-record issue)."""
+    commit_interval_ms: int = _setting("capture.commit_interval_ms", _whole("milliseconds", 1))
+    """Rows of finished flows are committed at least this often."""
+    max_pending_calls: int = _setting("capture.max_pending_calls", _whole("calls", 1))
+    """Pending tool call ids remembered for trace linking and result de-duplication."""
+    header_allowlist: frozenset[str] = _setting("headers.allowlist", _names("header name"))
+    """Header names (lower-case) whose values are kept verbatim; the others are hashed."""
+    query_params: frozenset[str] = _setting("redaction.query_params", _names("query parameter name"))
+    """Query parameter names (lower-case) whose values are hashed."""
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """`policy:`: the ordered rules; the first whose fields all match decides."""
+
+    rules: tuple[PolicyRule, ...] = _setting("policy.rules", _rules())
+
+
+@dataclass(frozen=True)
+class DiagnosticsSettings:
+    """`diagnostics:`: process sampling by `capsem run`."""
+
+    enabled: bool = _setting("diagnostics.enabled", _flag())
+    sample_interval_ms: int = _setting("diagnostics.sample_interval_ms", _whole("milliseconds", 10))
+
+
+@dataclass(frozen=True)
+class RetentionSettings:
+    """`retention:`: compression and culling of finished sessions. None switches a rule off."""
+
+    auto: bool = _setting("retention.auto", _flag())
+    """Apply the rules in the background at each mitmdump start."""
+    vacuum_after_hours: float = _setting("retention.vacuum_after_hours", _amount("hours"))
+    retention_days: float | None = _setting("retention.retention_days", _amount("days", off=True))
+    max_sessions: int | None = _setting("retention.max_sessions", _whole("sessions", off=True))
+    max_disk_gb: float | None = _setting("retention.max_disk_gb", _amount("GiB", off=True))
+    min_content_keep: int = _setting("retention.min_content_keep", _whole("sessions"))
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One key of `Settings.entries()`: its value as plain data (YAML/JSON) and its origin."""
+
+    key: str
+    value: Any
+    origin: str
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting, typed and checked."""
+
+    capture: CaptureSettings
+    policy: PolicySettings
+    diagnostics: DiagnosticsSettings
+    retention: RetentionSettings
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    """Dotted key -> where its value came from: `default`, the user's config.yaml path, or `--set`."""
+    files: tuple[Path, ...] = field(default=(), compare=False)
+    """The YAML files read, default.yaml first."""
+
+    def entries(self) -> list[Entry]:
+        """Every key in declaration order, its value as plain data, and its origin."""
+        return [Entry(s.key, _plain(getattr(getattr(self, s.section), s.name)), self.origins.get(s.key, DEFAULT))
+                for s in SETTINGS]  # fmt: skip
+
+    def as_dict(self) -> dict[str, dict[str, Any]]:
+        """The settings as the nested plain mapping a YAML file would hold."""
+        out: dict[str, dict[str, Any]] = {}
+        for entry in self.entries():
+            section, name = entry.key.split(".", 1)
+            out.setdefault(section, {})[name] = entry.value
+        return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, frozenset):
+        return sorted(value)
+    if isinstance(value, tuple):
+        return [
+            {f.name: getattr(v, f.name) for f in fields(v) if getattr(v, f.name) is not None} for v in value
+        ]
+    return value
+
+
+def _declared() -> tuple[tuple[Setting, ...], dict[str, type]]:
+    sections = get_type_hints(Settings)
+    classes = {name: sections[name] for name in ("capture", "policy", "diagnostics", "retention")}
+    declared = []
+    for section, cls in classes.items():
+        for f in fields(cls):
+            key, check = f.metadata["setting"]
+            declared.append(Setting(key, section, f.name, check))
+    return tuple(declared), classes
+
+
+SETTINGS, _CLASSES = _declared()
+"""Every declared key, in order."""
+_BY_KEY = {s.key: s for s in SETTINGS}
+SECTIONS = tuple(dict.fromkeys(s.key.split(".", 1)[0] for s in SETTINGS))
+"""The YAML sections: capture, headers, redaction, policy, diagnostics, retention."""
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+def read_yaml(path: Path) -> Any:
+    """A YAML file's data ({} when empty). Raises SettingsError in one line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SettingsError(str(path), None, f"cannot be read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise SettingsError(str(path), None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        reason = " ".join(str(exc.problem or exc.context).split())
+        raise SettingsError(str(path), None, f"invalid YAML{where}: {reason}") from exc
+    except yaml.YAMLError as exc:
+        raise SettingsError(str(path), None, f"invalid YAML: {' '.join(str(exc).split())}") from exc
+    return {} if data is None else data
+
+
+def _keys(where: str, data: Any) -> dict[str, Any]:
+    """One layer's values by dotted key, its shape checked (sections, known keys)."""
+    if not isinstance(data, Mapping):
+        raise SettingsError(where, None, f"the top level must be a mapping of sections ({', '.join(SECTIONS)}), "
+                                         f"got {_shown(data)}")  # fmt: skip
+    out = {}
+    try:
+        unknown = [str(k) for k in data if k not in SECTIONS]
+        if unknown:
+            raise _unknown("", unknown, "section", "sections are", SECTIONS)
+        for section, body in data.items():
+            if body is None:
+                continue
+            if not isinstance(body, Mapping):
+                raise _must(section, "a mapping of settings", body)
+            names = [s.key.split(".", 1)[1] for s in SETTINGS if s.key.startswith(section + ".")]
+            unknown = [str(k) for k in body if k not in names]
+            if unknown:
+                raise _unknown(f"{section}.", unknown, "setting", f"{section} has", names)
+            out.update({f"{section}.{name}": value for name, value in body.items()})
+    except _Bad as bad:
+        raise SettingsError(where, bad.key, bad.problem) from None
+    return out
+
+
+def _build(layers: Sequence[tuple[str, str, Any]], files: tuple[Path, ...]) -> Settings:
+    """Settings from (origin label, name in errors, data) layers, later ones winning."""
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for label, where, data in layers:
+        for key, raw in _keys(where, data).items():
+            try:
+                values[key] = _BY_KEY[key].check.parse(key, raw)
+            except _Bad as bad:
+                raise SettingsError(where, bad.key, bad.problem) from None
+            origins[key] = label
+    missing = [s.key for s in SETTINGS if s.key not in values]
+    if missing:
+        raise SettingsError(layers[0][1], ", ".join(missing), "must be set here (the defaults of every key)")
+    sections = {
+        section: cls(**{s.name: values[s.key] for s in SETTINGS if s.section == section})
+        for section, cls in _CLASSES.items()
+    }
+    return Settings(**sections, origins=MappingProxyType(origins), files=files)
+
+
+def _default_layer() -> tuple[str, str, Any]:
+    path = default_config_path()
+    return DEFAULT, str(path), read_yaml(path)
+
+
+def _nested(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """{"capture.preview_bytes": 1} -> {"capture": {"preview_bytes": 1}}."""
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        section, dot, name = key.partition(".")
+        if dot:
+            out.setdefault(section, {})[name] = value
+        else:
+            out[section] = value
+    return out
+
+
+def load(user_file: Path | None = None, overrides: Mapping[str, Any] | None = None) -> Settings:
+    """default.yaml, then the user's file (default `$CAPSEM_HOME/config.yaml`, if it exists), then
+    `overrides` (dotted keys: `{"capture.preview_bytes": 4096}`), all checked.
+
+    Raises:
+        SettingsError: the first bad file, section, key or value, in one line.
+    """
+    layers = [_default_layer()]
+    user_file = user_file or user_config_path()
+    if user_file.is_file():
+        layers.append((str(user_file), str(user_file), read_yaml(user_file)))
+    if overrides:
+        layers.append((OVERRIDE, OVERRIDE, _nested(overrides)))
+    return _build(layers, tuple(Path(where) for _, where, _ in layers if where != OVERRIDE))
+
+
+def parse(data: Mapping[str, Any], origin: str = "<settings>") -> Settings:
+    """default.yaml overridden by `data`, a mapping shaped like config.yaml (`origin` names it in errors)."""
+    default = _default_layer()
+    return _build([default, (origin, origin, data)], (Path(default[1]),))
+
+
+@functools.cache
+def defaults() -> Settings:
+    """config/default.yaml alone."""
+    default = _default_layer()
+    return _build([default], (Path(default[1]),))

@@ -28,15 +28,14 @@ import psutil
 
 from assembler.procdiag.detect import Anomaly, detect_process
 from assembler.procdiag.sample import SAMPLE_COLUMNS, ProcessReader
-from capsem.config import ConfigError, load_settings
 from capsem.ids import utc_now
 from capsem.redact import Scrubber, is_credential_header
 from capsem.schema import SESSION_MIGRATIONS, connect, migrate, open_session_db
+from capsem.settings import DiagnosticsSettings, Settings, SettingsError, load
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_MS = 1000
-MIN_INTERVAL_MS = 10
 MAX_PENDING_ROWS = 100_000
 FINAL_WRITE_TIMEOUT = 5.0  # seconds the last write waits for the addon's transaction
 _NOT_SECRET_SUFFIXES = ("_FILE", "_PATH", "_DIR", "_BUNDLE", "_SOCK", "_ADDRESS", "_ID")
@@ -44,36 +43,19 @@ ANOMALY_COLUMNS = ("kind", "severity", "pid", "name", "first_ts", "last_ts", "sa
                    "detail", "detected_at")  # fmt: skip
 
 
-@dataclass(frozen=True)
-class DiagnosticsSettings:
-    enabled: bool = True
-    interval_ms: int = DEFAULT_INTERVAL_MS
-
-
-def diagnostics_settings(settings: Mapping[str, Any] | None = None) -> DiagnosticsSettings:
-    """The `diagnostics:` settings (`enabled`, `sample_interval_ms`), with defaults for missing keys.
+def diagnostics_settings(settings: Settings | None = None) -> DiagnosticsSettings:
+    """The `diagnostics:` settings (`enabled`, `sample_interval_ms`); with no `settings`, all the
+    settings are loaded and checked, so any bad setting fails `capsem run` before it starts.
 
     Raises:
-        RuntimeError: a settings file that cannot be read or holds a bad value.
+        RuntimeError: a settings file that cannot be read or holds a bad value (one line).
     """
     if settings is None:
         try:
-            settings = load_settings()
-        except ConfigError as exc:
+            settings = load()
+        except SettingsError as exc:
             raise RuntimeError(str(exc)) from exc
-    section = settings.get("diagnostics") or {}
-    if not isinstance(section, Mapping):
-        raise RuntimeError(f"diagnostics must be a mapping of settings, not {section!r}")
-    enabled = section.get("enabled", True)
-    interval = section.get("sample_interval_ms", DEFAULT_INTERVAL_MS)
-    if not isinstance(enabled, bool):
-        raise RuntimeError(f"diagnostics.enabled must be true or false, not {enabled!r}")
-    if isinstance(interval, bool) or not isinstance(interval, int) or interval < MIN_INTERVAL_MS:
-        raise RuntimeError(
-            f"diagnostics.sample_interval_ms must be a whole number of milliseconds >= {MIN_INTERVAL_MS}, "
-            f"not {interval!r}"
-        )
-    return DiagnosticsSettings(enabled, interval)
+    return settings.diagnostics
 
 
 def scrubber_for(env: Mapping[str, str]) -> Scrubber:

@@ -29,6 +29,7 @@ from assembler.procdiag.sample import ProcessReader, parse_nofile_limit, parse_s
 from assembler.procdiag.sampler import scrubber_for
 from capsem.redact import hash_value
 from capsem.schema import open_session_db
+from capsem.settings import parse
 from tests.cli.conftest import run
 from tests.conftest import rows
 
@@ -154,14 +155,17 @@ def test_summary_line():
     assert "failed (busy)" in Diagnostics(error="busy").summary()
 
 
-def test_settings_defaults_and_bad_values():
-    assert diagnostics_settings({}).interval_ms == 1000 and diagnostics_settings({}).enabled
-    assert diagnostics_settings({"diagnostics": {"sample_interval_ms": 250}}).interval_ms == 250
+def test_settings_defaults_and_bad_values(capsem_home):
+    assert diagnostics_settings().sample_interval_ms == 1000 and diagnostics_settings().enabled
+    assert diagnostics_settings(parse({"diagnostics": {"sample_interval_ms": 250}})).sample_interval_ms == 250
+    capsem_home.mkdir(parents=True, exist_ok=True)
     for bad in ("fast", 5, True, 1.5):
-        with pytest.raises(RuntimeError, match=r"diagnostics\.sample_interval_ms"):
-            diagnostics_settings({"diagnostics": {"sample_interval_ms": bad}})
-    with pytest.raises(RuntimeError, match=r"diagnostics\.enabled"):
-        diagnostics_settings({"diagnostics": {"enabled": "no"}})
+        (capsem_home / "config.yaml").write_text(f"diagnostics: {{sample_interval_ms: {bad}}}")
+        with pytest.raises(RuntimeError, match=r"config\.yaml: diagnostics\.sample_interval_ms must be"):
+            diagnostics_settings()
+    (capsem_home / "config.yaml").write_text("capture: {preview_bytes: lots}")  # any bad setting stops `run`
+    with pytest.raises(RuntimeError, match=r"capture\.preview_bytes"):
+        diagnostics_settings()
 
 
 def test_secrets_of_the_agent_environment_are_learned_but_paths_are_not():

@@ -125,9 +125,15 @@ def test_default_policy_changes_nothing(mitmdump, emu, capsem_home):
 @pytest.mark.parametrize(
     ("rules", "message"),
     [
-        ("    - {action: block, host: x}\n", "policy rule 1: action must be allow, warn or deny"),
-        ("    - {action: deny}\n", "policy rule 1: names nothing to match"),
-        ("    - {action: deny, hostname: x}\n", "unknown keys ['hostname']"),
+        (
+            "    - {action: block, host: x}\n",
+            "policy.rules[1].action must be allow, warn or deny, got 'block'",
+        ),
+        ("    - {action: deny}\n", "policy.rules[1] must name something to match"),
+        (
+            "    - {action: deny, hostname: x}\n",
+            "policy.rules[1].hostname is not a rule field (did you mean host?)",
+        ),
     ],
 )
 def test_an_invalid_policy_stops_mitmdump_with_a_clear_error(mitmdump, capsem_home, rules, message):
