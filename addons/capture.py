@@ -44,13 +44,12 @@ from addons.messages import (
 from addons.policy import Policy, PolicyError
 from addons.providers import detect, parser_for
 from addons.providers.sniff import sniff_route
-from addons.recorder_process import RecorderSpec, spec_of
+from addons.recorder_process import spec_of
 from addons.session import Session
 from addons.tap import RequestTap, ResponseTap
-from capsem.config import ConfigError, load_settings
 from capsem.ids import SESSION_ID
 from capsem.paths import main_db_path
-from capsem.settings import CaptureSettings
+from capsem.settings import Settings, SettingsError, defaults, load
 
 logger = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -94,8 +93,7 @@ class Capsem:
     def __init__(self, *, in_process: bool = False) -> None:
         """`in_process`: run the recorder on a thread of this process (tests) instead of a child process."""
         self.in_process = in_process
-        self.settings: dict[str, Any] = {}
-        self.capture = CaptureSettings()
+        self.settings: Settings = defaults()
         self.session: Session | None = None
         self.outbox: Outbox | None = None
         self.recorder: RecorderProcess | RecorderThread | None = None
@@ -136,25 +134,19 @@ class Capsem:
         sid = ctx.options.capsem_session_id
         if "capsem_session_id" in updated and sid and not SESSION_ID.fullmatch(sid):
             raise exceptions.OptionsError(f"capsem_session_id {sid!r} is not YYYYMMDD-HHMMSS-xxxx")
-        self._load_settings()
+        overrides = {}
         if ctx.options.capsem_preview_bytes is not None:
-            if ctx.options.capsem_preview_bytes < 0:
-                raise exceptions.OptionsError("capsem_preview_bytes must be >= 0")
-            self.capture = CaptureSettings(
-                **{**self.capture.__dict__, "preview_bytes": ctx.options.capsem_preview_bytes}
-            )
-
-    def _load_settings(self) -> None:
-        if not self.settings:
-            try:
-                self.settings = load_settings()
-            except ConfigError as exc:
-                raise exceptions.OptionsError(str(exc)) from exc
-        self.capture = CaptureSettings.from_settings(self.settings)
+            overrides["capture.preview_bytes"] = ctx.options.capsem_preview_bytes
         try:
-            self.policy = Policy.from_settings(self.settings)
-        except PolicyError as exc:
-            raise exceptions.OptionsError(str(exc)) from exc
+            self.configure_settings(load(overrides=overrides))
+        except (SettingsError, PolicyError) as exc:
+            # one line, no traceback: an ERROR at start-up makes mitmdump exit with status 1
+            logger.error("capsem: %s", exc)
+
+    def configure_settings(self, settings: Settings) -> None:
+        """Use `settings` (configure's job; in-process tests call it directly)."""
+        self.policy = Policy.from_settings(settings)
+        self.settings = settings
 
     def running(self) -> None:
         if self.session is not None:
@@ -171,10 +163,8 @@ class Capsem:
         self, session_id: str | None = None, mode: str = "mitmdump", command: str | None = None
     ) -> None:
         """Register the session and start the recorder (called by `running`; tests call it directly)."""
-        if not self.settings:
-            self._load_settings()
         session = self.session = Session.register(session_id, mode=mode, command=command)
-        spec = spec_of(self.capture, session_id=session.id, db_path=str(session.db_path),
+        spec = spec_of(self.settings.capture, session_id=session.id, db_path=str(session.db_path),
                        main_db_path=str(main_db_path()), mode=mode)  # fmt: skip
         self.outbox = Outbox()
 
@@ -269,7 +259,7 @@ class Capsem:
                 flow.kill()
                 return
         if req.stream:  # mitmproxy will stream this request body (e.g. stream_large_bodies)
-            limit = self.capture.max_parse_bytes if state.route else self.capture.preview_bytes
+            limit = self.settings.capture.max_parse_bytes if state.route else self.settings.capture.preview_bytes
             state.request_tap = RequestTap(limit)
             req.stream = _chain(state.request_tap, req.stream)
 

@@ -21,7 +21,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import msgspec
@@ -56,9 +56,10 @@ def capture_settings(spec: RecorderSpec) -> CaptureSettings:
     return CaptureSettings(**values)
 
 
-def spec_of(settings: CaptureSettings, **fields: object) -> RecorderSpec:
-    values = {k: sorted(v) if isinstance(v, frozenset) else v for k, v in settings.__dict__.items()}
-    return RecorderSpec(capture=values, **fields)  # type: ignore[arg-type]
+def spec_of(settings: CaptureSettings, **values: object) -> RecorderSpec:
+    capture = {f.name: getattr(settings, f.name) for f in fields(settings)}
+    capture = {k: sorted(v) if isinstance(v, frozenset) else v for k, v in capture.items()}
+    return RecorderSpec(capture=capture, **values)  # type: ignore[arg-type]
 
 
 @dataclass

@@ -98,7 +98,6 @@ def test_run_stops_before_starting_anything_on_any_bad_setting(config):
     assert not (config.parent / "sessions").exists()
 
 
-@pytest.mark.xfail(strict=False, reason="needs the lead's capture rewrite to call capsem.settings.load")
 @pytest.mark.timeout(90)
 def test_mitmdump_with_a_bad_setting_exits_with_the_line_and_no_traceback(config, tmp_path):
     config.write_text(BAD)
