@@ -98,10 +98,15 @@ async def _answer(server, conn, writer, scheme, host, path, query, headers, whol
         turn.expected["error_type"] = err["error"].get("code") or err["error"].get("type")
     else:
         events = turn.events
-    frames = [conn.send(TextMessage(data=json.dumps(ev, ensure_ascii=False))) for ev in events]
-    reply = Reply(200, [], None, [json.dumps(e).encode() for e in events], turn.expected, turn.complete)
+    texts = [json.dumps(ev, ensure_ascii=False) for ev in events]
+    frames = [conn.send(TextMessage(data=text)) for text in texts]
+    messages = [text.encode() for text in texts]
+    reply = Reply(200, [], None, messages, turn.expected, turn.complete)
+    received = whole.encode() if isinstance(whole, str) else whole
     # logged before sending: the client may act on the last frame before this coroutine resumes
-    server._log(scheme, host, "WS", path, query, headers, body, reply, b"".join(frames), turn.complete)
+    # (request: the message as received; response: the frames as sent, and their payloads)
+    server._log(scheme, host, "WS", path, query, headers, received, received, reply, b"".join(frames),
+                turn.complete, sent_decoded=b"".join(messages))  # fmt: skip
     for frame in frames:
         writer.write(frame)
         await writer.drain()
