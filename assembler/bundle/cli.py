@@ -17,6 +17,7 @@ from rich.table import Table
 from assembler.bundle.api import DebugBundle
 from assembler.bundle.errors import BundleError
 from assembler.bundle.sources import Limits
+from assembler.cli_support import console, user_errors
 from assembler.query import QueryResult, to_csv, to_json
 
 _FILE = click.Path(exists=True, path_type=Path)
@@ -25,20 +26,16 @@ _BUNDLE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 def bundle_errors() -> AbstractContextManager[None]:
     """The library's expected failures, bundle ones included, as one-line click errors (exit 1)."""
-    from assembler.cli import user_errors
-
     return user_errors(BundleError, OSError)
 
 
 def _print_result(result: QueryResult) -> None:
-    from assembler.cli import _console
-
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for col in result.columns:
         table.add_column(escape(col), overflow="fold")
     for row in result.rows:
         table.add_row(*(escape("NULL" if v is None else str(v)) for v in row))
-    _console().print(table)
+    console().print(table)
     click.echo(f"({len(result.rows)} rows{', truncated' if result.truncated else ''})", err=True)
 
 

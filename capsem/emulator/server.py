@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from capsem.emulator import anthropic, bedrock, gemini, ollama, openai_chat, openai_responses, websocket
 from capsem.emulator.encoding import Encoder, decode_request, header_value
-from capsem.emulator.reply import Reply, Request, json_reply
+from capsem.emulator.reply import Reply, Request, json_reply, parse_controls
 from capsem.emulator.tls import CertificateAuthority
 
 Handler = Callable[[Request], Reply]
@@ -53,15 +53,6 @@ ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [
 ]
 _MAX_BODY = 64 * 1024 * 1024
 log = logging.getLogger("capsem.emulator")
-
-
-def parse_controls(value: str | None, defaults: dict[str, str]) -> dict[str, str]:
-    out = dict(defaults)
-    for part in (value or "").split(";"):
-        key, eq, val = part.partition("=")
-        if eq and key.strip():
-            out[key.strip().lower()] = val.strip()
-    return out
 
 
 @dataclass

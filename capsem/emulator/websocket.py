@@ -21,7 +21,7 @@ from wsproto.connection import Connection
 from wsproto.events import BytesMessage, CloseConnection, Message, Ping, TextMessage
 
 from capsem.emulator import openai_responses
-from capsem.emulator.reply import Reply
+from capsem.emulator.reply import Reply, parse_controls
 
 _GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 PATH = re.compile(r"(?:/[\w.-]+)*/v1/responses")
@@ -37,8 +37,6 @@ def is_upgrade(headers: dict[str, str], target: str) -> bool:
 async def serve(server: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, scheme: str,
                 host: str, target: str, headers: dict[str, str]) -> None:  # fmt: skip
     """Complete the upgrade and answer `response.create` messages until the socket closes."""
-    from capsem.emulator.server import parse_controls
-
     key = headers.get("sec-websocket-key", "")
     accept = base64.b64encode(hashlib.sha1((key + _GUID).encode()).digest()).decode()
     writer.write(
