@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from contextlib import AbstractContextManager
 from dataclasses import asdict
 from pathlib import Path
@@ -143,28 +142,24 @@ def create_cmd(paths, output, capsem_ids, capture, snapshots, logs, diag, archiv
 )
 @click.option("--no-browser", is_flag=True, help="Do not open a browser.")
 def serve_cmd(path, host, port, no_browser) -> None:
-    """Explore a bundle in Datasette (loopback only; Ctrl-C stops it).
+    """Explore a bundle in Datasette (loopback only; Ctrl-C or SIGTERM stops it).
 
     \b
     Examples:
         capsem bundle serve ./bundle.db
         capsem bundle serve ./bundle.db --port 0 --no-browser
     """
-    from assembler.bundle.serve import open_in_browser
+    from assembler.bundle.serve import open_in_browser, stop_on_signals
 
-    with bundle_errors(), DebugBundle.open(path) as opened:
-        server = opened.start_server(host=host, port=port)
-    url = f"{server.url}/{server.database}"
-    click.echo(f"Serving {path} at {url} (Ctrl-C to stop)")
-    if not no_browser:
-        open_in_browser(url)
-    try:
-        while server.process.poll() is None:
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
+    with stop_on_signals():
+        with bundle_errors(), DebugBundle.open(path) as opened:
+            server = opened.start_server(host=host, port=port)
+        with server:
+            url = f"{server.url}/{server.database}"
+            click.echo(f"Serving {path} at {url} (Ctrl-C to stop)")
+            if not no_browser:
+                open_in_browser(url)
+            server.wait_until_interrupted()
 
 
 @bundle.command("info")
