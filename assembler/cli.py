@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -23,6 +22,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from assembler.cli_support import console as _console
+from assembler.cli_support import user_errors
 from capsem import __version__
 
 if TYPE_CHECKING:
@@ -49,25 +50,6 @@ def dry_run_option(f: F) -> F:
 def session_argument(f: F) -> F:
     """Optional SESSION_ID; the newest session with a database when left out."""
     return click.argument("session_id", required=False, metavar="[SESSION_ID]")(f)
-
-
-@contextmanager
-def user_errors(*extra: type[Exception]) -> Iterator[None]:
-    """Turn the library's expected failures (and `extra` ones) into one-line click errors (exit 1)."""
-    from assembler.query import QueryError
-    from assembler.sessiondb import SessionDbError, SessionNotFound
-    from capsem.config import ConfigError
-
-    try:
-        yield
-    except (FileNotFoundError, SessionNotFound, SessionDbError, QueryError, ConfigError, *extra) as exc:
-        raise click.ClickException(str(exc)) from exc
-
-
-def _console() -> Console:
-    """The terminal's console; a wide one when output goes to a file or pipe (no folding at 80)."""
-    console = Console()
-    return console if console.is_terminal else Console(width=160)
 
 
 def _stderr_progress() -> Progress:

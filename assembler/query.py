@@ -3,21 +3,40 @@
 Read-only for real: the statement must start with SELECT, WITH, EXPLAIN or VALUES, only one
 statement is accepted, the connection is opened `mode=ro` with `query_only`, and a progress
 handler stops queries that run too long.
+
+One statement's memory is bounded too: each value (string or blob) by the connection's
+`SQLITE_LIMIT_LENGTH`, SQLite's heap during the statement by `sqlite3_hard_heap_limit64`
+(process-wide, so it is set for the statement only and restored after; where the sqlite3
+module does not export it, only the other two bounds apply), and the rows kept by a budget
+on their size.
 """
 
 from __future__ import annotations
 
+import _sqlite3
 import csv
+import ctypes
+import functools
 import io
 import json
 import re
 import sqlite3
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from assembler.sessiondb import open_session
+
+MiB = 1024 * 1024
+MAX_VALUE_BYTES = 64 * MiB
+"""The largest string or blob one statement may read or make."""
+MAX_HEAP_BYTES = 256 * MiB
+"""SQLite memory one statement may use on top of what is in use when it starts."""
+MAX_RESULT_BYTES = 256 * MiB
+"""The size of the rows kept (as rendered by `cell`)."""
 
 _ALLOWED = re.compile(r"^\s*(?:--[^\n]*\n\s*|/\*.*?\*/\s*)*(select|with|explain|values)\b", re.I | re.S)
 
@@ -81,33 +100,107 @@ def query_connection(
     max_rows: int = 10000,
     timeout: float = 10.0,
     cell: Callable[[Any], Any] | None = None,
+    max_value_bytes: int = MAX_VALUE_BYTES,
+    max_heap_bytes: int = MAX_HEAP_BYTES,
+    max_result_bytes: int = MAX_RESULT_BYTES,
 ) -> QueryResult:
     """One read-only statement on an open connection, at most `max_rows` rows, stopped after
-    `timeout` seconds. `cell` renders each value (default: blobs as `<blob N bytes>`).
+    `timeout` seconds. `cell` renders each value (default: blobs as `<blob N bytes>`). Memory
+    is bounded by `max_value_bytes` per value, `max_heap_bytes` of SQLite memory and
+    `max_result_bytes` of rendered rows.
 
     Raises:
-        QueryError: not one read-only statement, or it failed.
+        QueryError: not one read-only statement, or it failed, ran out of time or memory.
     """
     check_read_only(sql)
+    cell = cell or _shown
     deadline = time.monotonic() + timeout
-    conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10000)
+    rows: list[tuple[Any, ...]] = []
+    truncated, size = False, 0
+    conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
+    old_length = conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)
     try:
-        cur = conn.execute(sql, tuple(params))
-        rows = cur.fetchmany(max_rows + 1)
+        with _heap_limit(max_heap_bytes):
+            cur = conn.execute(sql, tuple(params))
+            for row in cur:
+                if len(rows) == max_rows:
+                    truncated = True
+                    break
+                if time.monotonic() > deadline:
+                    raise _out_of_time(timeout)
+                rows.append(tuple(cell(v) for v in row))
+                size += sum(_size(v) for v in rows[-1])
+                if size > max_result_bytes:
+                    raise QueryError(
+                        f"query result exceeds {_mib(max_result_bytes)} (after {len(rows)} rows): "
+                        "select fewer rows or smaller columns"
+                    )
     except (sqlite3.ProgrammingError, sqlite3.Warning) as exc:  # bind parameter count, two statements
         raise QueryError(f"query failed: {exc}") from exc
+    except sqlite3.DataError as exc:  # SQLITE_TOOBIG
+        raise QueryError(
+            f"query failed: a string or blob would exceed {_mib(max_value_bytes)} ({exc})"
+        ) from exc
+    except MemoryError as exc:  # SQLITE_NOMEM: the heap limit
+        raise QueryError(f"query failed: it needs more than {_mib(max_heap_bytes)} of memory") from exc
     except sqlite3.OperationalError as exc:
         if time.monotonic() > deadline:
-            raise QueryError(f"query stopped after {timeout:g} s (use --timeout for more)") from exc
+            raise _out_of_time(timeout) from exc
         raise QueryError(f"query failed: {exc}") from exc
     except sqlite3.Error as exc:
         raise QueryError(f"query failed: {exc}") from exc
     finally:
         conn.set_progress_handler(None, 0)
-    columns = _unique([d[0] for d in cur.description or []])
-    truncated = len(rows) > max_rows
-    cell = cell or _shown
-    return QueryResult(columns, [tuple(cell(v) for v in r) for r in rows[:max_rows]], truncated)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, old_length)
+    return QueryResult(_unique([d[0] for d in cur.description or []]), rows, truncated)
+
+
+def _out_of_time(timeout: float) -> QueryError:
+    return QueryError(f"query stopped after {timeout:g} s (use --timeout for more)")
+
+
+def _size(value: Any) -> int:
+    return len(value) if isinstance(value, str | bytes) else 8
+
+
+def _mib(n: int) -> str:
+    return f"{n / MiB:g} MiB"
+
+
+_HEAP_LOCK = threading.Lock()
+
+
+@functools.cache
+def _heap_api() -> tuple[Callable[[int], int], Callable[[], int]] | None:
+    """sqlite3_hard_heap_limit64 and sqlite3_memory_used of the SQLite that `sqlite3` uses
+    (looked up through its extension module, which links or embeds it), if exported."""
+    try:
+        lib = ctypes.CDLL(_sqlite3.__file__)
+        limit, used = lib.sqlite3_hard_heap_limit64, lib.sqlite3_memory_used
+    except (OSError, AttributeError):
+        return None
+    limit.argtypes, limit.restype = [ctypes.c_int64], ctypes.c_int64
+    used.argtypes, used.restype = [], ctypes.c_int64
+    return limit, used
+
+
+@contextmanager
+def _heap_limit(extra: int) -> Iterator[None]:
+    """Cap SQLite's (process-wide) heap at what is in use now plus `extra`, then put the old
+    cap back; statements that use it run one at a time."""
+    api = _heap_api()
+    if api is None:
+        yield
+        return
+    limit, used = api
+    with _HEAP_LOCK:
+        old = limit(-1)
+        new = used() + extra
+        limit(new if old <= 0 else min(old, new))
+        try:
+            yield
+        finally:
+            limit(old)
 
 
 def _unique(names: list[str]) -> list[str]:

@@ -22,7 +22,13 @@ from typing import Any
 from assembler.bundle.build import BuildReport, build_bundle
 from assembler.bundle.errors import BundleError, BundleVersionError, NotABundle
 from assembler.bundle.schema import SCHEMA_VERSION
-from assembler.bundle.serve import DatasetteServer, datasette_metadata, open_in_browser, start_datasette
+from assembler.bundle.serve import (
+    DatasetteServer,
+    datasette_metadata,
+    open_in_browser,
+    start_datasette,
+    stop_on_signals,
+)
 from assembler.bundle.sources import Limits
 from assembler.query import QueryResult, query_connection, to_csv, to_json
 
@@ -236,21 +242,19 @@ class DebugBundle:
         return start_datasette(self.path, self.metadata(), host=host, port=port)
 
     def serve(self, *, host: str = "127.0.0.1", port: int = 8001, open_browser: bool = True) -> None:
-        """Serve the bundle with Datasette until interrupted (Ctrl-C).
+        """Serve the bundle with Datasette until interrupted (Ctrl-C, SIGTERM, SIGHUP; call it from
+        the main thread), then stop Datasette.
 
         Raises:
             BundleError: a non-loopback host, or Datasette did not start.
         """
-        server = self.start_server(host=host, port=port)
-        logger.info("debug_bundle.serve url=%s/%s", server.url, server.database)
-        if open_browser:
-            open_in_browser(f"{server.url}/{server.database}")
-        try:
-            server.wait()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            server.stop()
+        with stop_on_signals():
+            server = self.start_server(host=host, port=port)
+            with server:
+                logger.info("debug_bundle.serve url=%s/%s", server.url, server.database)
+                if open_browser:
+                    open_in_browser(f"{server.url}/{server.database}")
+                server.wait_until_interrupted()
 
     # --- lifetime --------------------------------------------------------------------------------
 

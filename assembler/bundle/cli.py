@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from contextlib import AbstractContextManager
 from dataclasses import asdict
 from pathlib import Path
@@ -17,6 +16,7 @@ from rich.table import Table
 from assembler.bundle.api import DebugBundle
 from assembler.bundle.errors import BundleError
 from assembler.bundle.sources import Limits
+from assembler.cli_support import console, user_errors
 from assembler.query import QueryResult, to_csv, to_json
 
 _FILE = click.Path(exists=True, path_type=Path)
@@ -25,20 +25,16 @@ _BUNDLE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 def bundle_errors() -> AbstractContextManager[None]:
     """The library's expected failures, bundle ones included, as one-line click errors (exit 1)."""
-    from assembler.cli import user_errors
-
     return user_errors(BundleError, OSError)
 
 
 def _print_result(result: QueryResult) -> None:
-    from assembler.cli import _console
-
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for col in result.columns:
         table.add_column(escape(col), overflow="fold")
     for row in result.rows:
         table.add_row(*(escape("NULL" if v is None else str(v)) for v in row))
-    _console().print(table)
+    console().print(table)
     click.echo(f"({len(result.rows)} rows{', truncated' if result.truncated else ''})", err=True)
 
 
@@ -146,28 +142,24 @@ def create_cmd(paths, output, capsem_ids, capture, snapshots, logs, diag, archiv
 )
 @click.option("--no-browser", is_flag=True, help="Do not open a browser.")
 def serve_cmd(path, host, port, no_browser) -> None:
-    """Explore a bundle in Datasette (loopback only; Ctrl-C stops it).
+    """Explore a bundle in Datasette (loopback only; Ctrl-C or SIGTERM stops it).
 
     \b
     Examples:
         capsem bundle serve ./bundle.db
         capsem bundle serve ./bundle.db --port 0 --no-browser
     """
-    from assembler.bundle.serve import open_in_browser
+    from assembler.bundle.serve import open_in_browser, stop_on_signals
 
-    with bundle_errors(), DebugBundle.open(path) as opened:
-        server = opened.start_server(host=host, port=port)
-    url = f"{server.url}/{server.database}"
-    click.echo(f"Serving {path} at {url} (Ctrl-C to stop)")
-    if not no_browser:
-        open_in_browser(url)
-    try:
-        while server.process.poll() is None:
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
+    with stop_on_signals():
+        with bundle_errors(), DebugBundle.open(path) as opened:
+            server = opened.start_server(host=host, port=port)
+        with server:
+            url = f"{server.url}/{server.database}"
+            click.echo(f"Serving {path} at {url} (Ctrl-C to stop)")
+            if not no_browser:
+                open_in_browser(url)
+            server.wait_until_interrupted()
 
 
 @bundle.command("info")

@@ -5,6 +5,10 @@ Datasette runs as a subprocess (`python -m datasette serve -i bundle.db --metada
 immutable mode, since a bundle is a finished artifact, and its output goes to a log file, never
 an unread pipe. `--port 0` lets the OS pick a port; the real one is read from uvicorn's
 "Uvicorn running on" line.
+
+Whoever starts Datasette stops it: `start_datasette` kills it if interrupted while waiting for
+it, `DatasetteServer` is a context manager, and under `stop_on_signals` a SIGTERM or SIGHUP
+interrupts like Ctrl-C, so stopping `capsem bundle serve` by its pid stops Datasette too.
 """
 
 from __future__ import annotations
@@ -13,12 +17,15 @@ import ipaddress
 import json
 import os
 import re
+import signal
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 import webbrowser
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,6 +199,13 @@ class DatasetteServer:
         finally:
             self._cleanup()
 
+    def wait_until_interrupted(self) -> None:
+        """Block until Datasette exits or Ctrl-C (under `stop_on_signals`: or SIGTERM, SIGHUP)."""
+        try:
+            self.wait()
+        except KeyboardInterrupt:
+            pass
+
     def stop(self, timeout: float = 15.0) -> None:
         """Stop Datasette (SIGTERM, then kill if it hangs)."""
         if self.process.poll() is None:
@@ -239,19 +253,40 @@ def start_datasette(
         process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        match = _RUNNING.search(log_path.read_text(errors="replace"))
-        if match:
-            return DatasetteServer(process, host, int(match.group(2)), bundle.stem, log_path, workdir)
-        if process.poll() is not None:
-            break
-        time.sleep(0.1)
-    text = log_path.read_text(errors="replace")[-3000:]
-    if process.poll() is None:
-        process.kill()
-        process.wait()
-    workdir.cleanup()
-    raise BundleError(f"Datasette did not start on {host}:{port} (exit {process.returncode}):\n{text}")
+    try:
+        while time.monotonic() < deadline:
+            match = _RUNNING.search(log_path.read_text(errors="replace"))
+            if match:
+                return DatasetteServer(process, host, int(match.group(2)), bundle.stem, log_path, workdir)
+            if process.poll() is not None:
+                break
+            time.sleep(0.1)
+        text = log_path.read_text(errors="replace")[-3000:]
+        raise BundleError(f"Datasette did not start on {host}:{port} (exit {process.poll()}):\n{text}")
+    except BaseException:  # did not start, or interrupted while starting: leave nothing behind
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        workdir.cleanup()
+        raise
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Inside the block, SIGTERM and SIGHUP interrupt the main thread as Ctrl-C does
+    (KeyboardInterrupt), so the servers it started are stopped on the way out."""
+
+    def interrupt(signum: int, _frame: object) -> None:
+        for sig in previous:  # once: a second signal must not cut the clean-up short
+            signal.signal(sig, signal.SIG_IGN)
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def open_in_browser(url: str) -> None:

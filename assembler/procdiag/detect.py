@@ -17,11 +17,17 @@ compared with `threshold`.
 | rss_growth | >= 5 samples and RSS above 2x the first positive RSS (once) | warning |
 | fd_high | fds / soft fd limit > 0.80 | warning |
 | d_state_sustained | disk-sleep with a non-benign wchan, >= 2 consecutive samples | warning |
-| high_cpu_sustained | cpu_percent >= 90, >= 2 consecutive samples | warning |
+| high_cpu_sustained | cpu_percent >= 90 over >= 10 s of consecutive measurements | warning |
 | identity_drift | the agent's own process changes name (it exec'd) | info |
 
 identity_drift is critical in the seed, where the tracer guessed which pid to watch; capsem
 starts the agent itself, so a new name only means the agent exec'd another program.
+
+"Sustained" CPU is the seed's: two consecutive snapshots at >= 90 %, each the average since the
+snapshot before, taken every 5 s (its default `proc_interval`), so at least 10 s of measured time.
+capsem samples more often (every second by default), so it asks for that time rather than that
+number of samples: a run is measured from the sample before it (where its first measurement
+starts) to its last sample. A 1-2 s script at full speed is not a hung agent.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import itertools
 import signal
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 Sample = Mapping[str, Any]
@@ -43,7 +50,7 @@ RSS_GROWTH_MIN_SAMPLES = 5
 FD_HIGH_RATIO = 0.80
 D_STATE_SAMPLES = 2
 HIGH_CPU_PERCENT = 90.0
-HIGH_CPU_SAMPLES = 2
+HIGH_CPU_SECONDS = 10.0
 # Wait channels of a healthy uninterruptible sleep ("" and "0": unreadable or runnable).
 BENIGN_WCHANS = frozenset({"do_nanosleep", "do_epoll_wait", "schedule_hrtimeout_range", "", "0"})
 
@@ -176,11 +183,27 @@ def _sustained(series: Sequence[Sample]) -> Iterator[Anomaly]:
         if len(run) >= D_STATE_SAMPLES:
             yield _make("d_state_sustained", "warning", run, len(run), D_STATE_SAMPLES, state="disk-sleep",
                         wchan=sorted({s.get("wchan") for s in run}), consecutive_count=len(run))  # fmt: skip
-    for run in _runs(series, lambda s: (_num(s, "cpu_percent") or 0) >= HIGH_CPU_PERCENT):
-        if len(run) >= HIGH_CPU_SAMPLES:
+    start = 0
+    for hot, group in itertools.groupby(
+        series, key=lambda s: (_num(s, "cpu_percent") or 0) >= HIGH_CPU_PERCENT
+    ):
+        run = list(group)
+        measured_from = (
+            series[start - 1] if start else run[0]
+        )  # the first value measures since the sample before
+        start += len(run)
+        seconds = _seconds_between(measured_from, run[-1])
+        if hot and seconds is not None and seconds >= HIGH_CPU_SECONDS:
             peak = max(_num(s, "cpu_percent") or 0 for s in run)
             yield _make("high_cpu_sustained", "warning", run, peak, HIGH_CPU_PERCENT, cpu_percent=peak,
-                        consecutive_count=len(run))  # fmt: skip
+                        consecutive_count=len(run), seconds=round(seconds, 3))  # fmt: skip
+
+
+def _seconds_between(first: Sample, last: Sample) -> float | None:
+    try:
+        return (datetime.fromisoformat(last["ts"]) - datetime.fromisoformat(first["ts"])).total_seconds()
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _identity(series: Sequence[Sample]) -> Iterator[Anomaly]:

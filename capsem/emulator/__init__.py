@@ -3,9 +3,12 @@
 It speaks the Anthropic Messages and OpenAI Chat Completions APIs the way the real services do
 (streamed and not, every content encoding, controllable chunking, real error shapes), over HTTP
 and HTTPS, and works as an upstream proxy so mitmdump can run with `--mode upstream:` while
-clients keep their real base URLs. Every exchange is logged with the exact bytes sent and the
-`expected` record, the truth tests compare a capture with. Other APIs plug in as one line in
-`server.ROUTES` plus a module (Responses, Gemini, Ollama, Bedrock/Vertex, WebSocket turns).
+clients keep their real base URLs. Every exchange is logged with the exact bytes received and
+sent (request head and body, raw and decoded; response body as sent and decoded: see
+`Server._log`) and the `expected` record, the truth tests compare a capture with. The emulator
+shares no code with capsem (`addons`): its request decoder and event-stream encoder are its own.
+Other APIs plug in as one line in `server.ROUTES` plus a module (Responses, Gemini, Ollama,
+Bedrock/Vertex, WebSocket turns).
 
 Per-request behaviour comes from the `x-emulator: key=value; ...` header merged over
 `Emulator(defaults=...)`: scenario (auto, text, tool_call, thinking, error, midstream_error,

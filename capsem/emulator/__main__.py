@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from capsem.emulator import Emulator
-from capsem.emulator.server import parse_controls
+from capsem.emulator.reply import parse_controls
 
 
 def main() -> None:

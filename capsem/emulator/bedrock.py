@@ -17,8 +17,8 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import unquote
 
-from addons.eventstream import encode_frame
 from capsem.emulator import anthropic
+from capsem.emulator.eventstream import encode_frame
 from capsem.emulator.reply import Reply, Request, base_expected, json_reply
 from capsem.emulator.script import rng_for
 

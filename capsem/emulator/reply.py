@@ -40,6 +40,16 @@ class Reply:
     complete: bool = True
 
 
+def parse_controls(value: str | None, defaults: dict[str, str]) -> dict[str, str]:
+    """An `x-emulator: key=value; ...` header merged over the defaults (keys lower-cased)."""
+    out = dict(defaults)
+    for part in (value or "").split(";"):
+        key, eq, val = part.partition("=")
+        if eq and key.strip():
+            out[key.strip().lower()] = val.strip()
+    return out
+
+
 def json_reply(status: int, obj: Any, *, pretty: bool = False, headers: list[tuple[str, str]] | None = None,
                expected: dict[str, Any] | None = None) -> Reply:  # fmt: skip
     text = json.dumps(

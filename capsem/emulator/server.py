@@ -23,8 +23,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from capsem.emulator import anthropic, bedrock, gemini, ollama, openai_chat, openai_responses, websocket
-from capsem.emulator.encoding import Encoder, header_value
-from capsem.emulator.reply import Reply, Request, json_reply
+from capsem.emulator.encoding import Encoder, decode_request, header_value
+from capsem.emulator.reply import Reply, Request, json_reply, parse_controls
 from capsem.emulator.tls import CertificateAuthority
 
 Handler = Callable[[Request], Reply]
@@ -55,22 +55,18 @@ _MAX_BODY = 64 * 1024 * 1024
 log = logging.getLogger("capsem.emulator")
 
 
-def parse_controls(value: str | None, defaults: dict[str, str]) -> dict[str, str]:
-    out = dict(defaults)
-    for part in (value or "").split(";"):
-        key, eq, val = part.partition("=")
-        if eq and key.strip():
-            out[key.strip().lower()] = val.strip()
-    return out
+@dataclass
+class Incoming:
+    """One request as read from the connection."""
 
-
-def _decode_request(body: bytes, encoding: str | None) -> bytes:
-    if not encoding or not body:
-        return body
-    from addons.decode import decode_body  # the emulator reads requests like the addon does
-
-    data, _ = decode_body(body, encoding)
-    return data
+    method: str
+    target: str
+    headers: dict[str, str]
+    """Lower-cased names (the last of a repeated header wins)."""
+    head: bytes
+    """The request line and header lines exactly as received, up to the blank line."""
+    body: bytes
+    """The body as received (chunked transfer framing removed, Content-Encoding not undone)."""
 
 
 class Server:
@@ -92,19 +88,20 @@ class Server:
                 request = await self._read_request(reader, writer)
                 if request is None:
                     return
-                method, target, headers, body = request
-                if method == "CONNECT":
-                    tunnel_host = target.rsplit(":", 1)[0].strip("[]")
+                if request.method == "CONNECT":
+                    tunnel_host = request.target.rsplit(":", 1)[0].strip("[]")
                     writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
                     await writer.drain()
                     # the leaf follows the SNI the client sends (the CONNECT host when it sends none)
                     await writer.start_tls(self.ca.context(tunnel_host))
                     scheme = "https"
                     continue
-                if websocket.is_upgrade(headers, target):  # Responses over WebSocket (Codex CLI)
-                    host = tunnel_host or headers.get("host", "").rsplit(":", 1)[0]
-                    return await websocket.serve(self, reader, writer, scheme, host, target, headers)
-                keep = await self._respond(writer, scheme, tunnel_host, method, target, headers, body)
+                # Responses over WebSocket (Codex CLI)
+                if websocket.is_upgrade(request.headers, request.target):
+                    host = tunnel_host or request.headers.get("host", "").rsplit(":", 1)[0]
+                    return await websocket.serve(self, reader, writer, scheme, host, request.target,
+                                                 request.headers)  # fmt: skip
+                keep = await self._respond(writer, scheme, tunnel_host, request)
                 if not keep:
                     return
         except (ConnectionError, asyncio.IncompleteReadError, OSError, asyncio.CancelledError):
@@ -117,7 +114,9 @@ class Server:
             except Exception:
                 pass
 
-    async def _read_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    async def _read_request(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> Incoming | None:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError:
@@ -148,11 +147,12 @@ class Server:
             body = b"".join(parts)
         elif "content-length" in headers:
             body = await reader.readexactly(min(int(headers["content-length"]), _MAX_BODY))
-        return method, target, headers, body
+        return Incoming(method, target, headers, head[:-2], body)
 
     # -- one exchange ---------------------------------------------------------------------------
 
-    async def _respond(self, writer, scheme, tunnel_host, method, target, headers, body) -> bool:
+    async def _respond(self, writer, scheme, tunnel_host, request: Incoming) -> bool:
+        method, target, headers = request.method, request.target, request.headers
         if target.startswith(("http://", "https://")):
             parts = urlsplit(target)
             scheme, host, path, query = parts.scheme, parts.hostname or "", parts.path, parts.query
@@ -162,9 +162,9 @@ class Server:
         if path.startswith("/_emulator/"):
             return await self._admin(writer, method, path)
         controls = parse_controls(headers.get("x-emulator"), self.defaults)
-        decoded = body
+        decoded: bytes | None = None
         try:
-            decoded = _decode_request(body, headers.get("content-encoding"))
+            decoded = decode_request(request.body, headers.get("content-encoding"))
             encoding = controls.get("encoding", "identity")
             if encoding == "auto":
                 offered = [e.split(";")[0].strip() for e in headers.get("accept-encoding", "").split(",")]
@@ -180,14 +180,15 @@ class Server:
                                {"error": {"type": "emulator_error", "message": f"{type(exc).__name__}: {exc}"}})  # fmt: skip
         # log before writing: a client may act on the last byte before this coroutine resumes
         wire = _prepare(reply, encoding, controls)
-        entry = self._log(scheme, host, method, path, query, headers, decoded, reply, wire.body,
-                          wire.whole and reply.complete, head=wire.headers)  # fmt: skip
+        entry = self._log(scheme, host, method, path, query, headers, request.body, decoded, reply, wire.body,
+                          wire.whole and reply.complete, head=wire.headers, request_head=request.head,
+                          sent_decoded=_identity(reply) if wire.whole else None)  # fmt: skip
         sent = bytearray()
         try:
             await _send(writer, wire, sent)
         except BaseException:
             with self.lock:  # the client went away: record what actually left
-                entry.update(complete=False, response_body_b64=base64.b64encode(bytes(sent)).decode())
+                entry.update(complete=False, response_body_b64=_b64(sent), response_body_decoded_b64=None)
             raise
         return entry["complete"] and headers.get("connection", "").lower() != "close"
 
@@ -227,15 +228,26 @@ class Server:
         await _send(writer, _prepare(reply, "identity", {}), bytearray())
         return True
 
-    def _log(self, scheme, host, method, path, query, headers, body, reply: Reply, sent: bytes, complete,
-             head: list[tuple[str, str]] | None = None) -> dict[str, Any]:  # fmt: skip
-        """Append one exchange to the log and return its (live) entry."""
+    def _log(self, scheme, host, method, path, query, headers, received: bytes, decoded: bytes | None,
+             reply: Reply, sent: bytes, complete, head: list[tuple[str, str]] | None = None,
+             request_head: bytes | None = None, sent_decoded: bytes | None = None) -> dict[str, Any]:  # fmt: skip
+        """Append one exchange to the log and return its (live) entry.
+
+        Bytes are kept exactly, base64-encoded: the request head and body as received
+        (`request_head_b64`, `request_body_b64`: still content-encoded) and decoded
+        (`request_body_decoded_b64`, None if it did not decode; `request_body` is its text), the
+        response body as sent (`response_body_b64`: encoded, every streamed chunk concatenated,
+        what left before a cut) and as the client should decode it (`response_body_decoded_b64`:
+        the reply before Content-Encoding; None when the body was cut short)."""
         entry = {
             "id": next(self._ids), "time": time.time(), "scheme": scheme, "host": host, "method": method,
-            "path": path, "query": query, "request_headers": headers, "request_body": body.decode("utf-8", "replace"),
+            "path": path, "query": query, "request_headers": headers,
+            "request_head_b64": _b64(request_head), "request_body_b64": _b64(received),
+            "request_body_decoded_b64": _b64(decoded),
+            "request_body": (received if decoded is None else decoded).decode("utf-8", "replace"),
             "status": reply.status, "response_headers": [list(h) for h in (reply.headers if head is None else head)],
-            "response_body_b64": base64.b64encode(bytes(sent)).decode(), "stream": reply.events is not None,
-            "complete": complete, "expected": reply.expected,
+            "response_body_b64": _b64(sent), "response_body_decoded_b64": _b64(sent_decoded),
+            "stream": reply.events is not None, "complete": complete, "expected": reply.expected,
         }  # fmt: skip
         with self.lock:
             self.exchanges.append(entry)
@@ -312,6 +324,15 @@ async def _send(writer: asyncio.StreamWriter, wire: Wire, sent: bytearray) -> No
     if wire.streamed:
         writer.write(b"0\r\n\r\n")
         await writer.drain()
+
+
+def _identity(reply: Reply) -> bytes:
+    """The reply body before Content-Encoding (streamed events concatenated)."""
+    return b"".join(reply.events) if reply.events is not None else reply.body or b""
+
+
+def _b64(data: bytes | bytearray | None) -> str | None:
+    return None if data is None else base64.b64encode(bytes(data)).decode()
 
 
 def _split(data: bytes, size: int | None) -> list[bytes]:

@@ -21,7 +21,7 @@ from wsproto.connection import Connection
 from wsproto.events import BytesMessage, CloseConnection, Message, Ping, TextMessage
 
 from capsem.emulator import openai_responses
-from capsem.emulator.reply import Reply
+from capsem.emulator.reply import Reply, parse_controls
 
 _GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 PATH = re.compile(r"(?:/[\w.-]+)*/v1/responses")
@@ -37,8 +37,6 @@ def is_upgrade(headers: dict[str, str], target: str) -> bool:
 async def serve(server: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, scheme: str,
                 host: str, target: str, headers: dict[str, str]) -> None:  # fmt: skip
     """Complete the upgrade and answer `response.create` messages until the socket closes."""
-    from capsem.emulator.server import parse_controls
-
     key = headers.get("sec-websocket-key", "")
     accept = base64.b64encode(hashlib.sha1((key + _GUID).encode()).digest()).decode()
     writer.write(
@@ -98,10 +96,15 @@ async def _answer(server, conn, writer, scheme, host, path, query, headers, whol
         turn.expected["error_type"] = err["error"].get("code") or err["error"].get("type")
     else:
         events = turn.events
-    frames = [conn.send(TextMessage(data=json.dumps(ev, ensure_ascii=False))) for ev in events]
-    reply = Reply(200, [], None, [json.dumps(e).encode() for e in events], turn.expected, turn.complete)
+    texts = [json.dumps(ev, ensure_ascii=False) for ev in events]
+    frames = [conn.send(TextMessage(data=text)) for text in texts]
+    messages = [text.encode() for text in texts]
+    reply = Reply(200, [], None, messages, turn.expected, turn.complete)
+    received = whole.encode() if isinstance(whole, str) else whole
     # logged before sending: the client may act on the last frame before this coroutine resumes
-    server._log(scheme, host, "WS", path, query, headers, body, reply, b"".join(frames), turn.complete)
+    # (request: the message as received; response: the frames as sent, and their payloads)
+    server._log(scheme, host, "WS", path, query, headers, received, received, reply, b"".join(frames),
+                turn.complete, sent_decoded=b"".join(messages))  # fmt: skip
     for frame in frames:
         writer.write(frame)
         await writer.drain()

@@ -6,12 +6,14 @@ import csv
 import io
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from assembler.bundle import DebugBundle
@@ -102,17 +104,77 @@ def test_serve_refuses_other_hosts(made):
                                             code=1)  # fmt: skip
 
 
-def test_serve_until_interrupted(made, tmp_path):
-    log = tmp_path / "serve.log"
+def _serving(made: Path, log: Path) -> subprocess.Popen:
     with log.open("wb") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "assembler", "bundle", "serve", str(made), "--port", "0",
+        return subprocess.Popen([sys.executable, "-m", "assembler", "bundle", "serve", str(made), "--port", "0",
                                  "--no-browser"], stdout=f, stderr=subprocess.STDOUT)  # fmt: skip
+
+
+def _served_url(proc: subprocess.Popen, log: Path) -> str:
+    """The URL from the "Serving ... at URL" line, once it is printed."""
+    deadline = time.monotonic() + 90
+    while "Serving" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    line = next(x for x in log.read_text().splitlines() if x.startswith("Serving"))
+    return line.split(" at ", 1)[1].split()[0]
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is not a listener
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _kill(proc: subprocess.Popen, *children: psutil.Process) -> None:
+    """A failed test leaves nothing running: capsem, and the Datasette it started."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for child in children:
+        if child.is_running():
+            child.kill()
+
+
+def test_serve_stopped_by_sigterm_stops_datasette(made, tmp_path):
+    log = tmp_path / "serve.log"
+    proc, children = _serving(made, log), []
+    try:
+        url = _served_url(proc, log)
+        port = int(url.split(":")[2].split("/")[0])
+        assert httpx.get(url + ".json", timeout=30).status_code == 200 and not _port_is_free(port)
+        (child,) = children = psutil.Process(proc.pid).children()
+        assert "datasette" in child.cmdline()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()
+    finally:
+        _kill(proc, *children)
+    assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+    assert _port_is_free(port)
+
+
+def test_serve_stopped_by_sigterm_while_starting_leaves_no_datasette(made, tmp_path):
+    proc, children = _serving(made, tmp_path / "serve.log"), []
     try:
         deadline = time.monotonic() + 90
-        while "Serving" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        line = next(x for x in log.read_text().splitlines() if x.startswith("Serving"))
-        url = line.split(" at ", 1)[1].split()[0]
+        while not (children := psutil.Process(proc.pid).children()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (child,) = children
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) in (0, 1)  # 1: click's "Aborted!" when Datasette had not started yet
+    finally:
+        _kill(proc, *children)
+    assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+
+
+def test_serve_until_interrupted(made, tmp_path):
+    log = tmp_path / "serve.log"
+    proc = _serving(made, log)
+    try:
+        url = _served_url(proc, log)
         assert url.startswith("http://127.0.0.1:") and url.endswith("/bundle")
         errors = httpx.get(f"{url}/errors.json?_shape=objects", timeout=30).json()
         assert any(r["message"] == "write_file: Permission denied" for r in errors["rows"])

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psutil
@@ -39,11 +40,12 @@ ZERO = "0" * 16
 # --- the detector, on synthetic series -----------------------------------------------------------
 
 
-def series(pid: int = 7, **columns: list) -> list[dict]:
-    """Samples of one process, one per second; `columns` give each field's values in order."""
+def series(pid: int = 7, step: float = 1.0, **columns: list) -> list[dict]:
+    """Samples of one process, one every `step` seconds; `columns` give each field's values in order."""
     n = max(len(v) for v in columns.values())
-    return [{"ts": f"2026-01-01T00:00:{i:02d}.000000Z", "seq": i, "pid": pid, "name": "agent",
-             "started_at": "2026-01-01T00:00:00.000000Z", **{k: v[i] for k, v in columns.items()}}
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    return [{"ts": (start + timedelta(seconds=i * step)).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "seq": i, "pid": pid,
+             "name": "agent", "started_at": "2026-01-01T00:00:00.000000Z", **{k: v[i] for k, v in columns.items()}}
             for i in range(n)]  # fmt: skip
 
 
@@ -108,14 +110,34 @@ def test_fd_high_above_80_percent_of_the_soft_limit():
         "fd_high", 0.95, 2, {"fd_count": 95, "fd_soft_limit": 100, "ratio": 0.95})  # fmt: skip
 
 
-def test_sustained_d_state_and_cpu_need_two_consecutive_samples():
+def test_sustained_d_state_needs_two_consecutive_samples():
     assert kinds(series(state=["disk-sleep"] * 3, wchan=["io_schedule", "0", "io_schedule"])) == []
     stuck = series(state=["disk-sleep"] * 3, wchan=["io_schedule"] * 3)
     assert [(a.kind, a.value) for a in detect_process(stuck)] == [("d_state_sustained", 3)]
     assert kinds(series(state=["disk-sleep"] * 3, wchan=["do_nanosleep"] * 3)) == []
-    assert kinds(series(cpu_percent=[95, 50, 99, None, 92])) == []
-    (hot,) = detect_process(series(cpu_percent=[None, 90, 180.5, 10]))
-    assert (hot.kind, hot.value, hot.samples) == ("high_cpu_sustained", 180.5, 2)
+
+
+def test_high_cpu_is_sustained_after_the_seeds_ten_seconds():
+    # the seed's cadence (a sample every 5 s): two consecutive samples at >= 90 % are sustained
+    (hot,) = detect_process(series(step=5, cpu_percent=[0.0, 90, 180.5, 10]))
+    assert (hot.kind, hot.value, hot.threshold, hot.samples) == ("high_cpu_sustained", 180.5, 90, 2)
+    assert hot.detail == {"cpu_percent": 180.5, "consecutive_count": 2, "seconds": 10.0}
+    assert kinds(series(step=5, cpu_percent=[0.0, 95, 50, 99, None, 92])) == []
+    assert kinds(series(step=5, cpu_percent=[0.0, 89.9, 89.9, 89.9])) == []
+    # every second (capsem's default): ten measured seconds, not two samples
+    assert kinds(series(cpu_percent=[0.0] + [100] * 9 + [0.0])) == []  # 9 s
+    (hot,) = detect_process(series(cpu_percent=[0.0] + [100] * 10 + [0.0]))  # 10 s
+    assert (hot.samples, hot.first_ts, hot.last_ts) == (
+        10,
+        "2026-01-01T00:00:01.000000Z",
+        "2026-01-01T00:00:10.000000Z",
+    )
+    # a 1-2 s script at full speed, sampled every 100 ms
+    assert kinds(series(step=0.1, cpu_percent=[0.0] + [100.0] * 20)) == []
+    # no sample before the run: measured from its first sample (the seed's first snapshot reads 0 %)
+    assert kinds(series(cpu_percent=[100] * 10)) == []
+    assert kinds(series(cpu_percent=[100] * 11)) == ["high_cpu_sustained"]
+    assert kinds(series(cpu_percent=[0.0, 95, 95], ts=["bad", "bad", "bad"])) == []
 
 
 def test_identity_drift_only_for_the_agent_process():

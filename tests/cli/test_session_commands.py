@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 from contextlib import closing
+from pathlib import Path
 
 import pytest
 
 from assembler import inspect as checks
+from assembler.query import QueryError, _heap_api, run_query
 from assembler.sessiondb import open_session
 from capsem.rollup import open_main, rollup
 from tests.cli.conftest import (
@@ -23,6 +28,8 @@ from tests.cli.conftest import (
     run,
     session_db,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def gzip_session(home) -> str:
@@ -142,6 +149,55 @@ def test_query_session_errors_are_clear(home):
     assert "20990101-000000-dead" in out and "sessions" in out
     slow = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT COUNT(*) FROM c"
     assert "stopped after 0.2 s" in run("query-session", slow, "--timeout", "0.2", code=1)
+
+
+# A child process runs one query-session and reports how much its peak RSS (VmHWM) grew.
+_PEAK = """
+import json, sys
+from click.testing import CliRunner
+from assembler.cli import cli
+
+def hwm():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+
+CliRunner().invoke(cli, ["query-session", "SELECT 1"])  # imports and first-use allocations
+base = hwm()
+result = CliRunner().invoke(cli, sys.argv[1:])
+print(json.dumps({"code": result.exit_code, "output": result.output, "growth": hwm() - base}))
+"""
+TEN = "(WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10) SELECT x FROM c)"
+
+
+def peak_growth(home, *args: str) -> dict:
+    env = {**os.environ, "CAPSEM_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", _PEAK, *args], env=env, capture_output=True, text=True,
+                          timeout=120, check=True)  # fmt: skip
+    return json.loads(done.stdout)
+
+
+# (query, --timeout, error, bound on peak RSS growth in MiB): a value over 64 MiB, SQLite's heap
+# over 256 MiB (ten 60 MB values in one row), rows kept over 256 MiB (60 MB of text each)
+@pytest.mark.parametrize("sql,timeout,message,bound", [
+    ("SELECT length(randomblob(900000000))", "0.5", "would exceed 64 MiB", 64),  # was 5 s and 911 MB
+    (f"SELECT zeroblob(200000000) FROM {TEN}", "0.5", "would exceed 64 MiB", 64),  # was 2.2 GB
+    ("SELECT " + ", ".join(["randomblob(60000000)"] * 10), "0.5", "needs more than 256 MiB of memory", 400),
+    (f"SELECT hex(zeroblob(30000000)) FROM {TEN}", "60", "result exceeds 256 MiB (after 5 rows)", 600),
+])  # fmt: skip
+def test_query_session_bounds_one_statements_memory(home, sql, timeout, message, bound):
+    report = peak_growth(home, "query-session", sql, "--timeout", timeout)
+    assert report["code"] == 1 and message in report["output"], report
+    assert report["growth"] < bound * 1024 * 1024, report
+
+
+def test_query_session_heap_limit_is_restored(home):
+    api = _heap_api()
+    before = api[0](-1) if api else None
+    with pytest.raises(QueryError, match="needs more than"):
+        run_query(recorded_id(home), "SELECT " + ", ".join(["randomblob(60000000)"] * 10))
+    assert run_query(recorded_id(home), "SELECT length(randomblob(1000))").rows == [(1000,)]
+    if api:
+        assert api[0](-1) == before
 
 
 def test_query_session_without_sessions(capsem_home):

@@ -433,8 +433,9 @@ def test_chunk_1_still_parses(emu):
     assert text == last(emu)["expected"]["text"]
 
 
-@pytest.mark.parametrize("control", ["", "encoding=gzip", "chunk=7", "lie_encoding=gzip"])
+@pytest.mark.parametrize("control", ["", "encoding=gzip", "encoding=br,gzip", "chunk=7", "lie_encoding=gzip"])
 def test_logged_bytes_are_the_wire_bytes(emu, control):
+    """The body as sent, and as the client decodes it (`response_body_decoded_b64`)."""
     for stream in (False, True):
         body = {"model": GPT, "messages": HI, "stream": stream}
         with httpx.Client() as client, client.stream("POST", emu.http_url + "/v1/chat/completions", json=body,
@@ -443,8 +444,12 @@ def test_logged_bytes_are_the_wire_bytes(emu, control):
         ex = last(emu)
         assert raw == base64.b64decode(ex["response_body_b64"]) and ex["complete"]
         assert ex["stream"] is stream
+        wire = resp.headers.get("content-encoding")
         if control == "lie_encoding=gzip":
-            assert resp.headers["content-encoding"] == "gzip" and not raw.startswith(b"\x1f\x8b")
+            assert wire == "gzip" and not raw.startswith(b"\x1f\x8b")
+            wire = None
+        decoded = base64.b64decode(ex["response_body_decoded_b64"])
+        assert decoded == decode(raw, wire) and (b"data: [DONE]" in decoded) is stream
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -1,0 +1,32 @@
+"""What the click commands share: expected failures as one-line errors, and the console.
+
+Kept apart from `assembler.cli` so that command groups defined in their own modules (e.g.
+`assembler.bundle.cli`) use them without importing the top-level CLI that adds those groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import click
+from rich.console import Console
+
+
+@contextmanager
+def user_errors(*extra: type[Exception]) -> Iterator[None]:
+    """Turn the library's expected failures (and `extra` ones) into one-line click errors (exit 1)."""
+    from assembler.query import QueryError
+    from assembler.sessiondb import SessionDbError, SessionNotFound
+    from capsem.config import ConfigError
+
+    try:
+        yield
+    except (FileNotFoundError, SessionNotFound, SessionDbError, QueryError, ConfigError, *extra) as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def console() -> Console:
+    """The terminal's console; a wide one when output goes to a file or pipe (no folding at 80)."""
+    out = Console()
+    return out if out.is_terminal else Console(width=160)
