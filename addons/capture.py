@@ -332,9 +332,8 @@ class Capsem:
         # a GET event stream may carry MCP answers (HTTP+SSE transport): the recorder reads it
         mcp_stream = state.route is None and state.head.method == "GET" and event_stream
         to_recorder = state.route is not None or mcp_stream
-        keep = (
-            self.capture.content_max_bytes if state.mcp else self.capture.preview_bytes
-        )  # MCP: whole answers
+        capture = self.settings.capture
+        keep = capture.content_max_bytes if state.mcp else capture.preview_bytes  # MCP: whole answers
         state.response_tap = ResponseTap(flow.id, self.outbox.put if to_recorder else None, keep)
         resp.stream = _chain(state.response_tap, resp.stream)
         if to_recorder:

@@ -41,7 +41,7 @@ def settings_options(f: F) -> F:
 
 
 def _load(user_file: Path | None, overrides: dict[str, Any]) -> Settings:
-    from assembler.cli import user_errors
+    from assembler.cli_support import user_errors
 
     with user_errors():
         settings = load(user_file, overrides)
@@ -99,7 +99,7 @@ def show_cmd(user_file, overrides, as_json) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from assembler.cli import _console
+    from assembler.cli_support import console as _console
 
     settings = _load(user_file, overrides)
     entries = settings.entries()

@@ -19,9 +19,8 @@ import psutil
 
 from addons.body import ResponseReader
 from addons.providers import parser_for
-from addons.recorder import CaptureSettings
+from capsem.settings import load
 from benchmarks.upstream import StreamSpec, stream_events
-from capsem.config import load_settings
 
 PIECE = 64 * 1024
 
@@ -41,7 +40,7 @@ def pieces(total: int, size: int = 1000) -> Iterator[bytes]:
 
 
 def measure(mib: int) -> dict:
-    settings = CaptureSettings.from_settings(load_settings())
+    settings = load().capture
     reader = ResponseReader(
         parser_for("anthropic"),
         content_type="text/event-stream",

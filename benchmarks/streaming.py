@@ -19,11 +19,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from addons.recorder import CaptureSettings
+from capsem.settings import load
 from benchmarks.client import StreamResult, fetch
 from benchmarks.proxies import SCENARIOS, ProcessMeter, Scenario, start_proxy, wait_idle
 from benchmarks.upstream import StreamSpec
-from capsem.config import load_settings
 from capsem.mitm import Mitmdump
 
 
@@ -162,7 +161,7 @@ def run_suite(profiles: list[Profile], concurrencies: list[int], reps: int, work
         "reps": reps,
         "runs": [asdict(r) for r in runs],
         "large_mib": large_mib,
-        "max_parse_mib": CaptureSettings.from_settings(load_settings()).max_parse_bytes / 2**20,
+        "max_parse_mib": load().capture.max_parse_bytes / 2**20,
         "large": [asdict(r) for r in large_runs],
         "stop_s": stop_times,
         "capsem_calls": _capsem_calls(workdir),

@@ -30,10 +30,7 @@ ALLOWED = {
 # TEMPORARY: imports in addons/ that close a cycle, left to the capture-path rewrite. Each is
 # (importing module, imported module); both tests ignore it, and fail once it is gone: then
 # remove it here, until this list is empty.
-KNOWN_ADDONS_CYCLES: list[tuple[str, str]] = [
-    # addons <-> assembler: start-up retention (`_tidy_up`) runs assembler code inside capture
-    ("addons.session", "assembler.retention"),
-]
+KNOWN_ADDONS_CYCLES: list[tuple[str, str]] = []
 
 
 @dataclass(frozen=True)

@@ -9,35 +9,35 @@ import time
 
 import pytest
 
-from addons.flowdata import FlowData
-from addons.mcp.ledger import LINK_WINDOW, MCP_PREVIEW_BYTES
-from addons.providers import Route
-from addons.recorder import CaptureSettings, Recorder
-from addons.store import SessionStore
-from capsem.redact import Scrubber
-from tests.conftest import rows
+from addons.messages import FlowEnded, RequestHead, Route
+from addons.mcp.ledger import ANSWER_WAIT, LINK_WINDOW, MCP_PREVIEW_BYTES
+from tests.recording import RecorderHarness, ended, head, response
 
 T0 = time.time()
 
 
-def post(key: str, message, *, at: float = T0, status: int = 202, answer: bytes = b"Accepted",
-         content_type: str = "text/plain", headers=(), query: str = "session_id=42") -> FlowData:  # fmt: skip
+def post(key: str, message, *, at: float = T0, status: int = 202, answer: bytes | None = b"Accepted",
+         content_type: str = "text/plain", headers=(), query: str = "session_id=42", **fields) -> FlowEnded:  # fmt: skip
     body = json.dumps(message, separators=(",", ":")).encode()
-    return FlowData(
-        key=key, started=at, scheme="http", host="127.0.0.1", port=8000, method="POST", path="/messages/",
-        query=query, http_version="HTTP/1.1", request_headers=[("content-type", "application/json"), *headers],
-        request_body=body, request_size=len(body), status=status, response_headers=[("content-type", content_type)],
-        response_started=at + 0.01, response_ended=at + 0.02, response_body=answer, response_size=len(answer),
-        mcp=True,
-    )  # fmt: skip
+    req = head(key, started=at, scheme="http", host="127.0.0.1", port=8000, path="/messages/", query=query,
+               headers=[("content-type", "application/json"), *headers])  # fmt: skip
+    return ended(req, resp=response(status, content_type, started=at + 0.01), body=answer, request_body=body,
+                 at=at + 0.02, mcp=True, **fields)  # fmt: skip
 
 
-def get_stream(key: str = "g1", *, headers=(), path: str = "/sse") -> FlowData:
-    return FlowData(
-        key=key, started=T0 - 1, scheme="http", host="127.0.0.1", port=8000, method="GET", path=path, query="",
-        http_version="HTTP/1.1", request_headers=[("accept", "text/event-stream"), *headers], status=200,
-        response_headers=[("content-type", "text/event-stream")], streamed=True, mcp_stream=True,
-    )  # fmt: skip
+def get_head(key: str = "g1", *, headers=(), path: str = "/sse") -> RequestHead:
+    return head(key, started=T0 - 1, scheme="http", host="127.0.0.1", port=8000, method="GET", path=path,
+                headers=[("accept", "text/event-stream"), *headers])  # fmt: skip
+
+
+class Rec(RecorderHarness):
+    """The harness with the GET-stream shorthands these tests use."""
+
+    def open_stream(self, req: RequestHead) -> None:
+        self.open(req, response(200, "text/event-stream"), None, None, mcp_stream=True)
+
+    def close_stream(self, req: RequestHead, at: float) -> None:
+        self.close(ended(req, resp=response(200, "text/event-stream"), at=at, streamed=True))
 
 
 def event(message) -> bytes:
@@ -61,22 +61,19 @@ CALL_OK = {
 
 @pytest.fixture
 def rec(tmp_path):
-    store = SessionStore(tmp_path / "session.db", Scrubber())
-    recorder = Recorder(store, CaptureSettings(), Scrubber())
-    recorder.db = tmp_path / "session.db"
-    yield recorder
-    store.close()
+    harness = Rec(tmp_path)
+    yield harness
+    harness.shutdown()
 
 
 def mcp_rows(rec) -> list[dict]:
-    rec.store.commit()
-    return rows(rec.db, "SELECT * FROM mcp_calls ORDER BY id")
+    return rec.rows("SELECT * FROM mcp_calls ORDER BY id")
 
 
 @pytest.mark.parametrize("answer_first", [False, True], ids=["post-first", "answer-first"])
 def test_answers_on_the_get_stream_complete_their_rows(rec, answer_first):
-    stream = get_stream()
-    rec.open(stream)
+    stream = get_head()
+    rec.open_stream(stream)
     rec.chunk("g1", T0 - 0.5, b"event: endpoint\ndata: /messages/?session_id=42\n\n")
     init = post("p0", INIT)
     if answer_first:  # the server wrote the answer before the proxy saw its 202 end
@@ -88,8 +85,7 @@ def test_answers_on_the_get_stream_complete_their_rows(rec, answer_first):
         rec.chunk("g1", T0 + 0.3, event(INIT_OK)[20:])
     rec.close(post("p1", CALL, at=T0 + 1))
     rec.chunk("g1", T0 + 1.5, event(CALL_OK))
-    stream.response_ended = T0 + 2
-    rec.close(stream)
+    rec.close_stream(stream, T0 + 2)
     init_row, call_row = mcp_rows(rec)
     assert (init_row["server_name"], init_row["response_framing"], init_row["status_code"]) == (
         "files",
@@ -101,15 +97,17 @@ def test_answers_on_the_get_stream_complete_their_rows(rec, answer_first):
     assert (call_row["server_name"], call_row["tool_name"], call_row["is_error"]) == ("files", "read_note", 0)
     assert (call_row["duration_ms"], call_row["decision"]) == (500, "allowed")
     assert call_row["bytes_received"] == len(json.dumps(CALL_OK, separators=(",", ":")))
-    (net,) = rows(rec.db, "SELECT response_body_preview FROM net_events WHERE method = 'GET'")
+    (net,) = rec.rows("SELECT response_body_preview FROM net_events WHERE method = 'GET'")
     assert net["response_body_preview"].startswith("event: endpoint")
 
 
 def test_an_answer_on_another_sessions_stream_is_not_taken(rec):
-    rec.open(get_stream())
+    rec.open_stream(get_head())
     rec.chunk("g1", T0, b"event: endpoint\ndata: /messages/?session_id=OTHER\n\n")
     rec.close(post("p0", INIT))
     rec.chunk("g1", T0 + 0.3, event(INIT_OK))
+    assert mcp_rows(rec) == []  # held while its answer may still come
+    rec.recorder.tick(now=T0 + ANSWER_WAIT)  # it did not: written without one
     (row,) = mcp_rows(rec)
     assert (row["response_preview"], row["bytes_received"], row["response_framing"]) == (None, 0, "none")
 
@@ -117,7 +115,7 @@ def test_an_answer_on_another_sessions_stream_is_not_taken(rec):
 def test_streamable_http_resumed_stream_answers_by_session_id(rec):
     session = [("mcp-session-id", "s-1")]
     rec.close(post("p0", CALL, headers=session, query=""))
-    rec.open(get_stream(headers=[*session, ("last-event-id", "ev-3")], path="/mcp"))
+    rec.open_stream(get_head(headers=[*session, ("last-event-id", "ev-3")], path="/mcp"))
     rec.chunk("g1", T0 + 2, b"id: ev-4\n" + event(CALL_OK))
     (row,) = mcp_rows(rec)
     assert row["response_framing"] == "stream" and row["mcp_session"].startswith("hash:")
@@ -161,13 +159,8 @@ def model_call(rec, key: str, tool_uses: list[tuple[str, dict]], at: float) -> N
     body = json.dumps(
         {"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": [{"role": "user", "content": "go"}]}
     )
-    rec.close(FlowData(
-        key=key, started=at, scheme="https", host="api.anthropic.com", port=443, method="POST", path="/v1/messages",
-        query="", http_version="HTTP/1.1", request_headers=[("content-type", "application/json")],
-        route=Route("anthropic", "anthropic"), request_body=body.encode(), request_size=len(body), status=200,
-        response_headers=[("content-type", "application/json")], response_started=at + 0.1, response_ended=at + 0.2,
-        response_body=answer, response_size=len(answer),
-    ))  # fmt: skip
+    rec.close(ended(head(key, started=at), resp=response(200, started=at + 0.1), body=answer,
+                    request_body=body.encode(), at=at + 0.2, route=Route("anthropic", "anthropic")))  # fmt: skip
 
 
 def mcp_call(rec, key: str, tool: str, arguments: dict, at: float) -> None:
@@ -183,8 +176,7 @@ def mcp_call(rec, key: str, tool: str, arguments: dict, at: float) -> None:
 
 
 def tool_rows(rec) -> dict[str, dict]:
-    rec.store.commit()
-    return {r["call_id"]: r for r in rows(rec.db, "SELECT * FROM tool_calls")}
+    return {r["call_id"]: r for r in rec.rows("SELECT * FROM tool_calls")}
 
 
 def test_a_model_call_links_to_the_mcp_call_that_ran_it(rec):
@@ -235,13 +227,10 @@ def test_an_mcp_call_links_once(rec):
 
 def test_a_complete_answer_stands_when_the_connection_breaks_after_it(rec):
     answer = b"event: message\ndata: " + json.dumps(CALL_OK).encode() + b"\n\n"
-    fd = post("p0", CALL, status=200, content_type="text/event-stream", query="")
-    fd.response_body, fd.error = None, "Client disconnected."
-    fd.streamed, fd.stream_preview = True, answer
-    rec.close(fd)
-    cut = post("p1", {**CALL, "id": 2}, status=200, content_type="text/event-stream", answer=b"", query="")
-    cut.error = "Server disconnected."
-    rec.close(cut)
+    rec.close(post("p0", CALL, status=200, content_type="text/event-stream", query="", answer=None,
+                   error="Client disconnected.", streamed=True, stream_preview=answer))  # fmt: skip
+    rec.close(post("p1", {**CALL, "id": 2}, status=200, content_type="text/event-stream", answer=b"", query="",
+                   error="Server disconnected."))  # fmt: skip
     done, broken = mcp_rows(rec)
     assert (done["decision"], done["error_message"], done["is_error"]) == ("allowed", None, 0)
     assert (broken["decision"], broken["error_message"], broken["is_error"]) == (
@@ -265,7 +254,7 @@ def test_previews_stop_at_256_kib_and_sizes_do_not(rec):
 
 def test_answers_from_the_stream_are_scrubbed_like_every_row(rec):
     secret = "sk-ant-api03-" + "Z" * 40
-    rec.open(get_stream())
+    rec.open_stream(get_head())
     rec.chunk("g1", T0, b"event: endpoint\ndata: /messages/?session_id=42\n\n")
     rec.close(post("p1", CALL))
     leak = {"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": f"key={secret}"}]}}

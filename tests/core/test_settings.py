@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from capsem import settings as settings_module
-from capsem.config import ConfigError, load_settings
+from capsem.config import ConfigError
 from capsem.paths import default_config_path
 from capsem.settings import (
     OVERRIDE,
@@ -220,14 +220,13 @@ def test_parse_checks_a_mapping_over_the_defaults():
         parse({"policy": {"rules": [{"action": "block", "host": "x"}]}})
 
 
-def test_as_dict_round_trips_and_feeds_the_plain_dict_readers(config):
+def test_as_dict_round_trips(config):
     config.write_text("policy:\n  rules: [{action: deny, host: x}]\nretention: {max_disk_gb: 0}\n")
     settings = load()
     assert parse(settings.as_dict()) == settings
-    assert load_settings() == settings.as_dict()  # the transitional plain-dict reader, checked the same way
     assert settings.as_dict()["policy"] == {"rules": [{"name": "rule-1", "action": "deny", "host": "x"}]}
     config.write_text("capture: {preview_bytes: lots}")
     with pytest.raises(
         ConfigError, match=r"capture\.preview_bytes must be a whole number of bytes, got 'lots'"
     ):
-        load_settings()
+        load()
