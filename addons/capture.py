@@ -259,7 +259,9 @@ class Capsem:
                 flow.kill()
                 return
         if req.stream:  # mitmproxy will stream this request body (e.g. stream_large_bodies)
-            limit = self.settings.capture.max_parse_bytes if state.route else self.settings.capture.preview_bytes
+            limit = (
+                self.settings.capture.max_parse_bytes if state.route else self.settings.capture.preview_bytes
+            )
             state.request_tap = RequestTap(limit)
             req.stream = _chain(state.request_tap, req.stream)
 

@@ -8,9 +8,9 @@ message (the route, the framing of a streamed body, the policy verdict); the rec
 decides them again.
 
 A flow produces, in order: at most one `StreamOpened` (its response body is streamed and read
-chunk by chunk), its `Chunk`s, any `WsMessage`s (a WebSocket after a 101), then exactly one
-`FlowEnded`; an upgraded flow sends `WsOpened` before its messages. Connections produce `ClientConnected` (the recorder looks up the local process
-that opened it). `Barrier` and `Stop` are control messages.
+chunk by chunk) and its `Chunk`s, or a `WsOpened` (a WebSocket after a 101) and its
+`WsMessage`s; then exactly one `FlowEnded`. Connections produce `ClientConnected` (the
+recorder looks up the local process that opened it). `Barrier` and `Stop` are control messages.
 
 They are msgspec Structs: immutable, typed, and encoded to msgpack in well under a
 microsecond each, which matters for the per-chunk messages.

@@ -195,8 +195,9 @@ class SessionWriter:
             t: self.conn.execute(f"SELECT COALESCE(MAX(id), 0) FROM {t}").fetchone()[0] for t in LINKED_TABLES
         }
 
-    def close(self, attempts: int = 3) -> None:
-        """Commit (a few tries), record the health, checkpoint the WAL into the main file, close."""
+    def close(self, attempts: int = 3, *, checkpoint: bool = True) -> None:
+        """Commit (a few tries), record the health, checkpoint the WAL into the main file (the
+        recorder's job at the end of the session; other writers pass `checkpoint=False`), close."""
         try:
             for _ in range(attempts):
                 if self.commit():
@@ -210,10 +211,11 @@ class SessionWriter:
                 self._queued = 0
                 self._meta = self.health.meta()
                 self.commit()
-            try:
-                self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            except sqlite3.Error as exc:
-                logger.warning("capsem: checkpointing %s failed: %s", self.path, exc)
+            if checkpoint:
+                try:
+                    self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                except sqlite3.Error as exc:
+                    logger.warning("capsem: checkpointing %s failed: %s", self.path, exc)
         finally:
             self.conn.close()
 

@@ -1,9 +1,10 @@
 """Workspace file changes during `capsem run`, recorded as `fs_events`.
 
 A watchfiles watcher (inotify/FSEvents, debounced) runs on its own thread and writes each batch
-of changes to the session database in one transaction: `created`, `modified` or `deleted`,
-the path relative to the workspace, and the size (NULL for deletes). `.git` internals are
-ignored; several changes to one path within a batch are folded into one row.
+of changes through the session's `SessionWriter` (scrubbed, one transaction, kept and retried
+when the database is busy): `created`, `modified` or `deleted`, the path relative to the
+workspace, and the size (NULL for deletes). `.git` internals are ignored; several changes to
+one path within a batch are folded into one row.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from pathlib import Path
 
 import watchfiles
 
+from addons.rows import FsEvent, new_event_id
+from addons.writer import SessionWriter
 from capsem.ids import utc_now
-from capsem.schema import connect
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +53,7 @@ class WorkspaceWatcher:
         self.db_path = db_path
         self.debounce_ms = debounce_ms
         self.events = 0
+        self._writer: SessionWriter | None = None
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="capsem-fswatch", daemon=True)
@@ -74,17 +77,16 @@ class WorkspaceWatcher:
                 self._write(fold(changes, self.root))
         except Exception as exc:  # the agent must go on even if watching fails
             logger.warning("capsem: watching %s failed: %r", self.root, exc)
+        finally:
+            if self._writer is not None:
+                self._write([])
+                self._writer.close(checkpoint=False)
 
     def _write(self, rows: list[tuple[str, str, int | None]]) -> None:
-        if not rows:
-            return
+        if self._writer is None:
+            self._writer = SessionWriter(self.db_path)
         now = utc_now()
-        conn = connect(self.db_path)
-        try:
-            with conn:
-                conn.execute("BEGIN IMMEDIATE")
-                conn.executemany("INSERT INTO fs_events (timestamp, action, path, size) VALUES (?, ?, ?, ?)",
-                                 [(now, *row) for row in rows])  # fmt: skip
-            self.events += len(rows)
-        finally:
-            conn.close()
+        self._writer.add(FsEvent(new_event_id(), now, *row) for row in rows)
+        before = self._writer.written
+        if self._writer.commit():
+            self.events += self._writer.written - before

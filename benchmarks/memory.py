@@ -19,8 +19,8 @@ import psutil
 
 from addons.body import ResponseReader
 from addons.providers import parser_for
-from capsem.settings import load
 from benchmarks.upstream import StreamSpec, stream_events
+from capsem.settings import load
 
 PIECE = 64 * 1024
 

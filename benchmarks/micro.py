@@ -26,13 +26,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from addons.body import ResponseReader
 from addons.flowdata import FlowData
+from addons.store import SessionStore
+from addons.worker import RecorderThread
+
+from addons.body import ResponseReader
 from addons.framing import SSEDecoder, SSEEvent
 from addons.providers import Route, parser_for
 from addons.recorder import CaptureSettings, Recorder
-from addons.store import SessionStore
-from addons.worker import RecorderThread
 from capsem.redact import Scrubber
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from capsem.settings import load
 from benchmarks.client import StreamResult, fetch
 from benchmarks.proxies import SCENARIOS, ProcessMeter, Scenario, start_proxy, wait_idle
 from benchmarks.upstream import StreamSpec
 from capsem.mitm import Mitmdump
+from capsem.settings import load
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,11 @@ from typing import Any
 
 import psutil
 
+from addons.writer import SessionWriter
 from assembler.procdiag.detect import Anomaly, detect_process
-from assembler.procdiag.sample import SAMPLE_COLUMNS, ProcessReader
+from assembler.procdiag.sample import ProcessReader
 from capsem.ids import utc_now
 from capsem.redact import Scrubber, is_credential_header
-from capsem.schema import SESSION_MIGRATIONS, connect, migrate, open_session_db
 from capsem.settings import DiagnosticsSettings, Settings, SettingsError, load
 
 logger = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class ProcessSampler:
         self._pending: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="capsem-procdiag", daemon=True)
-        self._conn: sqlite3.Connection | None = None
+        self._writer: SessionWriter | None = None
         self._warned: set[str] = set()
         self._write_lock = threading.Lock()
 
@@ -104,14 +104,14 @@ class ProcessSampler:
         if self._thread.is_alive():
             self._thread.join(timeout)
         self.flush(timeout=FINAL_WRITE_TIMEOUT)
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        if self._writer is not None and not self._writer.pending:
+            self._writer.close(checkpoint=False)
+            self._writer = None
 
     @property
     def pending(self) -> int:
         """Samples taken but not yet written (the database was busy)."""
-        return len(self._pending)
+        return len(self._pending) + (self._writer.pending if self._writer is not None else 0)
 
     def _warn(self, key: str, message: str) -> None:
         if key not in self._warned:  # once per kind of failure: a log line per tick helps no one
@@ -159,51 +159,42 @@ class ProcessSampler:
                 self.reader.forget(pid)
         return list(self._tracked.values())
 
-    def _connect(self, timeout: float) -> sqlite3.Connection:
-        if self._conn is None:
-            conn = connect(self.db_path, timeout=timeout)
-            try:
-                migrate(conn, SESSION_MIGRATIONS)
-                with conn:
-                    conn.execute("BEGIN IMMEDIATE")
-                    conn.executemany(
-                        "INSERT INTO session_meta VALUES (?, ?) "
-                        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                        [("procdiag_agent_pid", str(self.root_pid)),
-                         ("procdiag_interval_ms", str(round(self.interval * 1000)))],
-                    )  # fmt: skip
-            except BaseException:
-                conn.close()
-                raise
-            self._conn = conn
-        self._conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-        return self._conn
+    def _open_writer(self, timeout: float) -> SessionWriter:
+        if self._writer is None:
+            writer = SessionWriter(
+                self.db_path, self.reader.scrubber, timeout=timeout, max_queued_rows=MAX_PENDING_ROWS
+            )
+            writer.set_meta(procdiag_agent_pid=str(self.root_pid),
+                            procdiag_interval_ms=str(round(self.interval * 1000)))  # fmt: skip
+            self._writer = writer
+        self._writer.conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+        return self._writer
 
     def flush(self, timeout: float | None = None) -> None:
-        """Write the pending samples in one short transaction; keep them for later if that fails.
+        """Write the pending samples through the session's writer; keep them for later if that fails.
 
-        While sampling, a write waits at most half an interval for the addon's transaction, so
+        While sampling, a write waits at most half an interval for the recorder's transaction, so
         the sampling pace holds; rows that could not be written go with the next batch.
         """
         with self._write_lock:
             self._flush(timeout if timeout is not None else min(1.0, max(0.05, self.interval / 2)))
 
     def _flush(self, timeout: float) -> None:
-        if not self._pending:
+        if not self._pending and (self._writer is None or not self._writer.pending):
             return
-        names = ", ".join(SAMPLE_COLUMNS)
-        sql = f"INSERT INTO proc_samples ({names}) VALUES ({', '.join('?' * len(SAMPLE_COLUMNS))})"
         try:
-            conn = self._connect(timeout)
-            with conn:
-                conn.execute("BEGIN IMMEDIATE")
-                conn.executemany(sql, [[r[c] for c in SAMPLE_COLUMNS] for r in self._pending])
+            writer = self._open_writer(timeout)
         except (sqlite3.Error, RuntimeError, OSError) as exc:
             logger.debug("capsem: process samples not written yet (%r); retrying with the next batch", exc)
             del self._pending[:-MAX_PENDING_ROWS]
             return
-        self.samples += len(self._pending)
+        writer.add_dicts("proc_samples", self._pending)
         self._pending.clear()
+        before = writer.written
+        if not writer.commit():
+            logger.debug("capsem: process samples not written yet (%s); retrying with the next batch",
+                         writer.health.last_error)  # fmt: skip
+        self.samples += writer.written - before
 
 
 def _anomaly_row(anomaly: Anomaly, detected_at: str) -> tuple[Any, ...]:
@@ -219,8 +210,9 @@ def record_anomalies(db_path: Path, *, agent_pid: int | None = None) -> list[Ano
         db_path: a session.db (migrated on open).
         agent_pid: the process capsem started; default: the one recorded in session_meta.
     """
-    conn = open_session_db(db_path)
+    writer = SessionWriter(db_path)
     try:
+        conn = writer.conn
         if agent_pid is None:
             row = conn.execute("SELECT value FROM session_meta WHERE key = 'procdiag_agent_pid'").fetchone()
             agent_pid = int(row[0]) if row and str(row[0]).isdigit() else None
@@ -230,17 +222,12 @@ def record_anomalies(db_path: Path, *, agent_pid: int | None = None) -> list[Ano
             found += detect_process([dict(r) for r in series], is_agent=pid == agent_pid)
         found.sort(key=lambda a: (a.first_ts, a.pid, a.kind))
         now = utc_now()
-        with conn:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("DELETE FROM proc_anomalies")
-            conn.executemany(
-                f"INSERT INTO proc_anomalies ({', '.join(ANOMALY_COLUMNS)}) "
-                f"VALUES ({', '.join('?' * len(ANOMALY_COLUMNS))})",
-                [_anomaly_row(a, now) for a in found],
-            )
+        writer.replace(
+            "proc_anomalies", [dict(zip(ANOMALY_COLUMNS, _anomaly_row(a, now), strict=True)) for a in found]
+        )
         return found
     finally:
-        conn.close()
+        writer.conn.close()
 
 
 @dataclass
