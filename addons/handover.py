@@ -101,6 +101,10 @@ class Outbox:
         if kind in _URGENT:
             self.wake.set()
 
+    def stop_message(self, status: str) -> Stop:
+        """The `Stop` that ends the session, with what was dropped on the way."""
+        return Stop(status, self.stats.dropped_chunks, self.stats.dropped_messages)
+
     def take(self, max_bytes: int = 4 * 1024 * 1024) -> list[Message]:
         """What is waiting (up to about `max_bytes`), oldest first; consumer side."""
         out: list[Message] = []
@@ -152,7 +156,7 @@ class RecorderThread:
         try:
             warm_up(loop)
             stop = run(loop, self._batches, self.ack)
-            finish(loop, stop.status if stop is not None else "crashed", Path(self.spec.main_db_path))
+            finish(loop, stop, Path(self.spec.main_db_path))
         except BaseException as exc:  # the session ends without its recorder
             self.exit_reason = f"recorder failed: {exc!r}"
             logger.warning("capsem: %s", self.exit_reason)
@@ -171,7 +175,7 @@ class RecorderThread:
 
     def stop(self, status: str = "stopped", timeout: float = 30.0) -> str | None:
         """Stop the recorder; None when it finished cleanly, else why not."""
-        self.outbox.put(Stop(status))
+        self.outbox.put(self.outbox.stop_message(status))
         self._thread.join(timeout)
         self.outbox.closed = True
         if self._thread.is_alive():
@@ -288,7 +292,7 @@ class RecorderProcess:
     def stop(self, status: str = "stopped", timeout: float = 30.0) -> str | None:
         """Stop the child after it has written everything, rolled the session up and marked it
         `status`. None when that worked, else why not (the caller then marks the session)."""
-        self.outbox.put(Stop(status))
+        self.outbox.put(self.outbox.stop_message(status))
         self._stopped.set()
         self.outbox.wake.set()
         self._sender.join(timeout)

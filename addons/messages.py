@@ -179,6 +179,10 @@ class Stop(msgspec.Struct, frozen=True, array_like=True, tag=7):
     """Shutdown: write what is open, commit, roll the session up and mark it `status`."""
 
     status: str = "stopped"
+    dropped_chunks: int = 0
+    """Streamed chunks the hand-over dropped during the session (the recorder had fallen behind)."""
+    dropped_messages: int = 0
+    """Other messages it dropped."""
 
 
 Message = Union[ClientConnected, StreamOpened, Chunk, WsOpened, WsMessage, FlowEnded, Barrier, Stop]  # noqa: UP007

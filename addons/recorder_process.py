@@ -126,11 +126,18 @@ def run(loop: Loop, batches: Callable[[], list[Message] | None], ack: Callable[[
             last_commit = now
 
 
-def finish(loop: Loop, status: str, main_db: Path | None = None) -> None:
-    """Write what is open, close session.db, roll the session up into main.db and mark it `status`."""
+def finish(loop: Loop, stop: Stop | None, main_db: Path | None = None) -> None:
+    """Write what is open, close session.db, roll the session up into main.db and mark it with the
+    stop's status (`crashed` when the input ended without one: mitmdump died)."""
     from capsem.rollup import finish_session, open_main
 
+    status = stop.status if stop is not None else "crashed"
     loop.recorder.close()
+    if stop is not None and (stop.dropped_chunks or stop.dropped_messages):
+        loop.writer.set_meta(capture_dropped_chunks=str(stop.dropped_chunks),
+                             capture_dropped_messages=str(stop.dropped_messages))  # fmt: skip
+    if loop.recorder.failures:
+        loop.writer.set_meta(capture_failed_messages=str(loop.recorder.failures))
     loop.writer.close()
     main = open_main(main_db)
     try:
@@ -203,7 +210,7 @@ def main() -> int:
     _recover_crashed(spec)
     warm_up(loop)
     stop = run(loop, frames.batches(0.05), lambda token: say(f"ack {token}"))
-    finish(loop, stop.status if stop is not None else "crashed", Path(spec.main_db_path))
+    finish(loop, stop, Path(spec.main_db_path))
     say("stopped")
     return 0
 

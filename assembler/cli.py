@@ -172,7 +172,8 @@ def list_sessions_cmd(limit, include_vacuumed, with_db, with_model, with_net, wi
         return
     header = ("ID", "Created", "Duration", "Status", "Cost", "net", "tokens", "tools", "mcp", "fs")
     lines = [
-        (r["id"] + ("*" if r["has_db"] else " "), created(r), duration(r), r["status"],
+        (r["id"] + ("*" if r["has_db"] else " "), created(r), duration(r),
+         r["status"] + ("!" if r.get("capture_status") in ("degraded", "failed") else ""),
          f"${r['total_estimated_cost']:.4f}", str(r["total_requests"]),
          f"{r['total_input_tokens'] + r['total_output_tokens']:,}", str(r["total_tool_calls"]),
          str(r["total_mcp_calls"]), str(r["total_file_events"]))
@@ -191,6 +192,10 @@ def list_sessions_cmd(limit, include_vacuumed, with_db, with_model, with_net, wi
     for line in lines:
         click.echo(fmt(line))
     click.echo("* = session.db on disk (queryable)")
+    lossy = [line for line in lines if line[3].endswith("!")]
+    if lossy:
+        click.secho(f"! = capture lost data in {len(lossy)} session{'s' if len(lossy) != 1 else ''}: "
+                    "capsem inspect-session ID says what", fg="red")  # fmt: skip
 
 
 @cli.command("query-session")

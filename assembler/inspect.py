@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from assembler.sessiondb import DB_NAME, db_file, main_row, open_main, open_session
-from capsem.rollup import AI_USAGE_SQL, TOTALS_SQL
+from capsem.rollup import AI_USAGE_SQL, TOTALS_SQL, capture_health
 from capsem.schema import SESSION_MIGRATIONS, SESSION_TABLES, migrate
 
 Severity = Literal["error", "warning", "info"]
@@ -237,6 +237,19 @@ def check_decoding(conn: sqlite3.Connection) -> list[Finding]:
     return []
 
 
+def check_capture(conn: sqlite3.Connection, row: dict | None) -> list[Finding]:
+    """Whether recording itself worked: rows or chunks lost, failed commits (session.db), a recorder
+    that died (main.db). Each is an error: the record is incomplete."""
+    meta = dict(conn.execute("SELECT key, value FROM session_meta WHERE key LIKE 'capture%'").fetchall())
+    status, _, problem = capture_health(meta)
+    out = []
+    if row is not None and row.get("capture_status") == "failed":
+        out.append(Finding("error", "capture", f"capture failed: {row.get('capture_error') or 'the recorder died'}"))
+    if status != "ok":
+        out.append(Finding("error", "capture", f"capture degraded: {problem}"))
+    return out
+
+
 def check_rollup(
     conn: sqlite3.Connection, row: dict | None, ai_usage: list[dict] | None = None
 ) -> list[Finding]:
@@ -342,6 +355,7 @@ def run_checks(conn: sqlite3.Connection, row: dict | None, ai_usage: list[dict] 
     """Every check, in order; checks that cannot run become one error finding per cause."""
     named = [(c.__name__.removeprefix("check_").replace("_", " "), c) for c in CHECKS]
     named.append(("rollup", lambda c: check_rollup(c, row, ai_usage)))
+    named.append(("capture", lambda c: check_capture(c, row)))
     findings: list[Finding] = []
     failed: dict[str, list[str]] = {}
     for name, check in named:

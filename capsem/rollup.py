@@ -70,6 +70,26 @@ FROM mcp_calls GROUP BY server_name, COALESCE(tool_name, method, '')
 """
 
 
+CAPTURE_COUNTS = {
+    "capture_rows_lost": "rows could not be written",
+    "capture_dropped_chunks": "body chunks were not recorded (the recorder fell behind)",
+    "capture_dropped_messages": "flow messages were not recorded (the recorder fell behind)",
+    "capture_commit_failures": "commits failed",
+    "capture_failed_messages": "flows could not be recorded",
+}
+"""session_meta counters of capture problems (written by the recorder), and what each means."""
+
+
+def capture_health(meta: dict[str, str]) -> tuple[str, int, str | None]:
+    """(`ok` | `degraded`, rows lost, a one-line description) from a session's `capture_*` meta values."""
+    counts = {key: int(meta.get(key) or 0) for key in CAPTURE_COUNTS}
+    problems = [f"{n} {CAPTURE_COUNTS[key]}" for key, n in counts.items() if n]
+    if not problems:
+        return "ok", 0, None
+    last = meta.get("capture_last_error")
+    return "degraded", counts["capture_rows_lost"], "; ".join(problems) + (f" (last error: {last})" if last else "")
+
+
 @dataclass(frozen=True)
 class SessionRow:
     id: str
@@ -120,14 +140,19 @@ def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = Non
         ai = src.execute(AI_USAGE_SQL).fetchall()
         tools = src.execute(_TOOL_USAGE_SQL).fetchall()
         mcp = src.execute(_MCP_USAGE_SQL).fetchall()
+        meta = dict(src.execute("SELECT key, value FROM session_meta WHERE key LIKE 'capture%'").fetchall())
     finally:
         src.close()
+    status, lost, problem = capture_health(meta)
     assignments = ", ".join(f"{k} = :{k}" for k in totals)
     with main:
         main.execute("BEGIN IMMEDIATE")
         main.execute(
-            f"UPDATE sessions SET {assignments}, rolled_up_at = :now WHERE id = :id",
-            {**totals, "now": utc_now(), "id": session_id},
+            f"""UPDATE sessions SET {assignments}, rolled_up_at = :now, capture_rows_lost = :lost,
+                   capture_status = CASE WHEN capture_status = 'failed' THEN 'failed' ELSE :status END,
+                   capture_error = CASE WHEN capture_status = 'failed' THEN capture_error ELSE :problem END
+                WHERE id = :id""",
+            {**totals, "now": utc_now(), "id": session_id, "lost": lost, "status": status, "problem": problem},
         )
         for table, rows in (("ai_usage", ai), ("tool_usage", tools), ("mcp_usage", mcp)):
             main.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
