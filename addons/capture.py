@@ -194,7 +194,7 @@ class Capsem:
             self._end(key, None, "capture stopped before the flow finished", now)
         failure = self.recorder.stop()
         stats = self.outbox.stats
-        if stats.dropped_chunks or stats.dropped_messages:
+        if failure is None and (stats.dropped_chunks or stats.dropped_messages):
             logger.warning("capsem: the recorder fell behind: %d chunks and %d messages not recorded",
                            stats.dropped_chunks, stats.dropped_messages)  # fmt: skip
         if failure is not None:

@@ -247,6 +247,8 @@ def check_capture(conn: sqlite3.Connection, row: dict | None) -> list[Finding]:
         out.append(Finding("error", "capture", f"capture failed: {row.get('capture_error') or 'the recorder died'}"))
     if status != "ok":
         out.append(Finding("error", "capture", f"capture degraded: {problem}"))
+    elif problem:
+        out.append(Finding("warning", "capture", f"capture recovered: {problem}"))
     return out
 
 

@@ -81,13 +81,19 @@ CAPTURE_COUNTS = {
 
 
 def capture_health(meta: dict[str, str]) -> tuple[str, int, str | None]:
-    """(`ok` | `degraded`, rows lost, a one-line description) from a session's `capture_*` meta values."""
+    """(`ok` | `degraded`, rows lost, a one-line description) from a session's `capture_*` meta values.
+
+    `degraded` means something was not recorded; failed commits whose rows were written by a
+    later attempt leave the status `ok`, with the description saying what happened.
+    """
     counts = {key: int(meta.get(key) or 0) for key in CAPTURE_COUNTS}
     problems = [f"{n} {CAPTURE_COUNTS[key]}" for key, n in counts.items() if n]
     if not problems:
         return "ok", 0, None
     last = meta.get("capture_last_error")
-    return "degraded", counts["capture_rows_lost"], "; ".join(problems) + (f" (last error: {last})" if last else "")
+    lost = any(n for key, n in counts.items() if key != "capture_commit_failures")
+    text = "; ".join(problems) + (f" (last error: {last})" if last else "")
+    return ("degraded" if lost else "ok"), counts["capture_rows_lost"], text if lost else text + "; nothing was lost"
 
 
 @dataclass(frozen=True)
