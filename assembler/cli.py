@@ -486,7 +486,7 @@ def vacuum_cmd(dry_run, as_json) -> None:
     max_sessions (empty ones first, min_content_keep protected) or max_disk_gb are deleted
     and marked terminated; their main.db rollup stays. Running sessions are never touched.
     Settings: the `retention:` section of config/default.yaml, overridden by
-    $CAPSEM_HOME/config.yaml. Every mitmdump start runs the same rules in the background,
+    $CAPSEM_HOME/config.yaml. Every `capsem run` applies the same rules beside the agent,
     compressing only sessions finished more than `vacuum_after_hours` ago (`auto: false`
     switches that off); this command compresses every finished session now.
 

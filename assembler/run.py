@@ -11,10 +11,12 @@ when the agent exits or the user presses Ctrl-C. mitmproxy's CA is kept in
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,8 @@ from assembler.procdiag import Diagnostics, ProcessSampler, diagnostics_settings
 from capsem.ids import new_session_id
 from capsem.mitm import Mitmdump, MitmdumpError, start_mitmdump
 from capsem.paths import capsem_home, session_db_path, session_dir
+
+logger = logging.getLogger(__name__)
 
 # Where each runtime looks for a proxy and for extra trusted CAs.
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy")
@@ -52,6 +56,19 @@ def agent_env(proxy: Mitmdump, base: dict[str, str] | None = None) -> dict[str, 
     return env
 
 
+def _tidy_up() -> None:
+    """Retention as Capsem applies it at start-up (compress sessions finished over a day ago, cull
+    by the configured rules); a failure is only a warning. Runs beside the agent, never in mitmdump."""
+    try:
+        from assembler.retention import auto_retention
+
+        report = auto_retention()
+        for error in report.errors if report else []:
+            logger.warning("capsem: retention: %s", error)
+    except Exception as exc:  # housekeeping must not disturb the run
+        logger.warning("capsem: retention failed: %r", exc)
+
+
 def _wait_for_capture(proxy: Mitmdump, timeout: float = 20.0) -> None:
     """Wait until the addon has opened its session (so the agent's first request is recorded)."""
     deadline = time.monotonic() + timeout
@@ -70,6 +87,8 @@ def run_agent(
 ) -> RunResult:
     """Run `command` through a fresh capsem session; return its id and the agent's exit code."""
     diagnostics = diagnostics_settings()  # a bad setting fails before anything starts
+    tidy = threading.Thread(target=_tidy_up, name="capsem-retention", daemon=True)
+    tidy.start()
     session_id = session_id or new_session_id()
     folder = session_dir(session_id)
     folder.mkdir(parents=True, exist_ok=True)
@@ -109,4 +128,5 @@ def run_agent(
         proxy.stop()
         if sampler is not None and report is not None and report.error:
             report = finish(sampler)  # session.db was busy; mitmdump has closed it now
+        tidy.join(60)
     return RunResult(session_id, code, log_path, report)

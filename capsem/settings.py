@@ -274,7 +274,7 @@ class RetentionSettings:
     """`retention:`: compression and culling of finished sessions. None switches a rule off."""
 
     auto: bool = _setting("retention.auto", _flag())
-    """Apply the rules in the background at each mitmdump start."""
+    """Apply the rules beside the agent at each `capsem run` (never inside the proxy)."""
     vacuum_after_hours: float = _setting("retention.vacuum_after_hours", _amount("hours"))
     retention_days: float | None = _setting("retention.retention_days", _amount("days", off=True))
     max_sessions: int | None = _setting("retention.max_sessions", _whole("sessions", off=True))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 import time
 from datetime import UTC, datetime
 
@@ -208,26 +209,33 @@ def wait_for(predicate, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
-def test_mitmdump_start_applies_retention_to_old_sessions_only(home, mitmdump):
-    """As Capsem does at start-up: culls by age, compresses sessions finished over a day ago, and
-    leaves recent sessions (and the new running one) as plain files."""
+def test_capsem_run_applies_retention_to_old_sessions_only(home):
+    """As Capsem does at start-up, but beside the agent (never inside the proxy): culls by age,
+    compresses sessions finished over a day ago, and leaves recent sessions (and the new one) as
+    plain files."""
+    from assembler.run import run_agent
+
     recent = recorded_id(home)
     yesterday = clone_session(home, days_ago(2), suffix="0001")
     ancient = clone_session(home, days_ago(45), suffix="0002")
-    proxy = mitmdump()
-    wait_for(lambda: main_rows(home)[yesterday]["status"] == "vacuumed")
-    wait_for(lambda: main_rows(home)[ancient]["status"] == "terminated")
-    proxy.stop()
+    result = run_agent([sys.executable, "-c", "pass"])
     rows = main_rows(home)
+    assert rows[yesterday]["status"] == "vacuumed" and rows[ancient]["status"] == "terminated"
     assert files(home, yesterday) == {"session.db.gz"} and not (home / "sessions" / ancient).exists()
     assert rows[recent]["status"] == "stopped" and "session.db" in files(home, recent)
-    (new,) = set(rows) - {recent, yesterday, ancient}
-    assert rows[new]["status"] == "stopped" and "session.db" in files(home, new)
-    assert "retention at start-up failed" not in proxy.log_path.read_text()
+    assert rows[result.session_id]["status"] == "stopped" and "session.db" in files(home, result.session_id)
 
 
-def test_start_up_retention_can_be_switched_off(home, mitmdump):
+def test_mitmdump_alone_never_deletes_or_compresses(home, mitmdump):
+    old = clone_session(home, days_ago(45), suffix="0001")
+    mitmdump().stop()
+    assert main_rows(home)[old]["status"] == "stopped" and "session.db" in files(home, old)
+
+
+def test_start_up_retention_can_be_switched_off(home):
+    from assembler.run import run_agent
+
     configure(home, auto="false", retention_days=1)
     old = clone_session(home, days_ago(3), suffix="0001")
-    mitmdump().stop()
+    run_agent([sys.executable, "-c", "pass"])
     assert main_rows(home)[old]["status"] == "stopped" and "session.db.gz" not in files(home, old)
