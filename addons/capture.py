@@ -394,9 +394,14 @@ class Capsem:
         body = resp.raw_content if resp is not None and state.response_tap is None else None
         if state.mcp and self.policy.has_mcp_rules and resp is not None:
             self._learn_mcp_name(flow, state)
-        self._end(flow.id, body, error, ended)
+        # a reply that failed before its body was whole, and was not streamed, never reached the
+        # client: mitmproxy answered it with 502 itself (unless the client had gone first)
+        refused = error is not None and resp is not None and state.response_tap is None and body is None
+        client_status = 502 if refused and not error.lower().startswith("client") else None
+        self._end(flow.id, body, error, ended, client_status)
 
-    def _end(self, key: str, body: bytes | None, error: str | None, ended: float) -> None:
+    def _end(self, key: str, body: bytes | None, error: str | None, ended: float,
+             client_status: int | None = None) -> None:  # fmt: skip
         """Hand the flow over as one `FlowEnded`; the hook side forgets it."""
         state = self.flows.pop(key)
         tap = state.response_tap
@@ -411,6 +416,7 @@ class Capsem:
                 error=error, decision=state.decision, matched_rule=state.matched_rule,
                 tap_failure=tap.failure if tap is not None else None, mcp=state.mcp,
                 websocket=state.response is not None and state.response.status == 101,
+                client_status=client_status,
             )
         )  # fmt: skip
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import socket
+import threading
 
 import httpx
 import pytest
@@ -155,3 +156,30 @@ def test_secrets_never_reach_disk(proxy, emu, capsem_home):
     for name, secret in secrets.items():
         assert secret.encode() not in blobs, name
     assert rows(db, "SELECT COUNT(*) AS n FROM model_calls")[0]["n"] == 1
+
+
+def test_a_reply_mitmproxy_refuses_is_recorded_with_the_502_the_client_got(mitmdump, capsem_home):
+    """Content-Length and chunked together: mitmproxy refuses the reply and answers 502 itself."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 10\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")  # fmt: skip
+
+    threading.Thread(target=serve, daemon=True).start()
+    proxy = mitmdump()
+    body = {"model": "claude-haiku-4-5", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(proxy=proxy.url) as client:
+        assert client.post(f"http://127.0.0.1:{port}/v1/messages", json=body).status_code == 502
+    db = finish(proxy, capsem_home)
+    (net,) = rows(db, "SELECT status_code, decision, error FROM net_events")
+    (call,) = rows(db, "SELECT status_code, input_tokens, output_tokens, complete FROM model_calls")
+    assert (net["status_code"], net["decision"]) == (502, "error") and "transfer-encoding" in net["error"]
+    assert call == {"status_code": 502, "input_tokens": None, "output_tokens": None, "complete": 0}
+    server.close()
