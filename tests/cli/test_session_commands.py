@@ -120,7 +120,7 @@ def test_query_session_formats_params_and_gz(home):
     assert json.loads(run("query-session", "SELECT 1 AS a, 2 AS a", "--format", "json")) == [
         {"a": 1, "a_2": 2}
     ]
-    out = run("query-session", "SELECT id FROM net_events", "--max-rows", "2", "--format", "csv")
+    out = run("query-session", "SELECT id FROM net_events ORDER BY id", "--max-rows", "2", "--format", "csv")
     assert out.splitlines()[:3] == ["id", "1", "2"] and "stopped after 2 rows" in out
     sid = gzip_session(home)
     rows = json.loads(run("query-session", "SELECT COUNT(*) AS n FROM net_events", sid, "--format", "json"))
