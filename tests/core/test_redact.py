@@ -1,11 +1,20 @@
 import json
 import re
+import shlex
+import subprocess
+import sys
 
+import psutil
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from capsem import redact
+from assembler.procdiag.sample import ProcessReader
+from capsem.config import load_settings
 from capsem.redact import Scrubber, hash_value, headers_json, redact_query
+from capsem.rollup import register_session
+from capsem.schema import open_main_db
 
 ALLOW = frozenset({"content-type", "user-agent"})
 
@@ -84,3 +93,162 @@ def test_prefiltered_scrub_equals_the_plain_regex_passes(parts):
         lambda m: m.group(1) + redact._redacted(m.group(2)) + m.group(3), reference
     )
     assert scrubber.scrub(text) == (reference or text)
+
+
+# --- the leaks of the hardening issue (defect 3): each test failed before the fix ------------------
+
+PEM = (
+    "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+    "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n"
+    "QyNTUxOQAAACBPEMSECRETbodyPEMSECRETbody0000000000000000000000000000000AAAA\n"
+    "-----END OPENSSH PRIVATE KEY-----\n"
+)
+PEM_BODY = "PEMSECRETbody"
+
+
+def test_a_private_key_block_is_redacted_raw_escaped_once_and_twice():
+    scrub = Scrubber().scrub
+    arguments = json.dumps({"path": "/root/.ssh/id_ed25519", "content": PEM})  # tool_calls.arguments
+    preview = json.dumps({"input": arguments})  # the same arguments inside a streamed event / body preview
+    for kind in ("RSA", "EC", "ENCRYPTED", "DSA", ""):
+        block = PEM.replace("OPENSSH ", f"{kind} " if kind else "")
+        assert PEM_BODY not in scrub(block), kind
+    for text in (PEM, arguments, preview, "cat key\n" + PEM[:120]):  # also a block cut by a preview limit
+        out = scrub(text)
+        assert PEM_BODY not in out and "b3BlbnNzaC1rZXktdjEAAAAA" not in out, out
+        assert "BEGIN OPENSSH PRIVATE KEY" in out  # what it was stays visible
+    assert json.loads(scrub(arguments))["path"] == "/root/.ssh/id_ed25519"  # still valid JSON
+    assert json.loads(json.loads(scrub(preview))["input"])["path"] == "/root/.ssh/id_ed25519"
+    public = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUEXAMPLE\n-----END CERTIFICATE-----"
+    assert scrub(public) == public
+
+
+def test_webhook_urls_are_redacted():
+    scrub = Scrubber().scrub
+    slack = "https://hooks.slack.com/services/T0ABCDEF1/B0ABCDEF2/SLACKSECRETwebhook0000000"
+    discord = "https://discord.com/api/webhooks/123456789012345678/DISCORDSECRET-token_0000000000"
+    teams = "https://contoso.webhook.office.com/webhookb2/0000-1111@2222/IncomingWebhook/TEAMSSECRET00/3333"
+    for url in (slack, discord, teams):
+        out = scrub(f'curl -X POST -d @msg.json "{url}"')
+        assert "SECRET" not in out, out
+        assert url.split("/")[2] in out  # the service stays visible
+
+
+def test_cloud_signature_query_parameters_are_hashed_in_queries_and_in_text():
+    presigned = (
+        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIDEXAMPLECRED%2F20240101%2Fus-east-1%2Fs3%2Faws4_request"
+        "&X-Amz-Date=20240101T000000Z&X-Amz-Expires=3600&X-Amz-SignedHeaders=host"
+        "&X-Amz-Security-Token=FwoGZXIvYXdzEXAMPLEsessionTOKEN0000&X-Amz-Signature=AMZSIGNATURE0123456789abcdef"
+    )
+    gcs = "X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Credential=svc%40proj.iam.gserviceaccount.com%2F20240101&X-Goog-Signature=GOOGSIGNATURE0123456789"
+    azure = "sv=2022-11-02&ss=b&srt=o&sp=r&se=2030-01-01T00:00:00Z&sig=AZURESIG%2Fabc0123456789%3D"
+    leaks = ("AKIDEXAMPLECRED", "EXAMPLEsessionTOKEN", "AMZSIGNATURE", "GOOGSIGNATURE", "svc%40proj", "AZURESIG")
+    default_params = frozenset(load_settings()["redaction"]["query_params"])
+    for query in (presigned, gcs, azure):
+        out = redact_query(query, default_params, Scrubber())
+        assert not any(leak in out for leak in leaks), out
+        assert "X-Amz-Date=20240101T000000Z" in out or "Goog-Algorithm" in out or "se=2030" in out
+        text = Scrubber().scrub(f"fetch https://bucket.s3.amazonaws.com/report.csv?{query} now")
+        assert not any(leak in text for leak in leaks), text
+
+
+def test_aws_secret_access_key_assignments_in_tool_results():
+    scrub = Scrubber().scrub
+    ini = "[default]\naws_access_key_id = AKIAIOSFODNN7EXAMPLE\naws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n"
+    env = "export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\nexport AWS_REGION=us-east-1"
+    sts = json.dumps({"Credentials": {"AccessKeyId": "ASIAIOSFODNN7EXAMPLE", "SecretAccessKey":
+                                      "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "SessionToken": "FQoGZXIvYXdzEXAMPLE"}})  # fmt: skip
+    for text in (ini, env, sts, json.dumps({"content": ini}), json.dumps({"tool_result": json.dumps({"out": env})})):
+        out = scrub(text)
+        assert "wJalrXUtnFEMI" not in out and "AKIAIOSFODNN7" not in out and "ASIAIOSFODNN7" not in out, out
+        assert "FQoGZXIvYXdzEXAMPLE" not in out
+    assert "AWS_REGION=us-east-1" in scrub(env)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["db_password", "passphrase", "DB_PASSWORD", "dbPassword", "smtp_passwd", "client_secret", "secretValue",
+     "github_token", "accessToken", "x-auth-token", "api_key", "apiKey", "openai-api-key", "apikey",
+     "private_key", "privateKey", "credentials", "authorization", "auth", "signing_key", "license_key"],
+)  # fmt: skip
+def test_secret_named_mcp_arguments_are_redacted(name):
+    """MCP `tools/call` arguments (mcp_calls.arguments, the request preview) by name pattern."""
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "connect", "arguments": {name: "NAMEDSECRET-v4lue", "host": "db.internal"}}}  # fmt: skip
+    scrub = Scrubber().scrub
+    for text in (json.dumps(call), json.dumps(call, indent=2), json.dumps({"body": json.dumps(call)})):
+        out = scrub(text)
+        assert "NAMEDSECRET" not in out, out
+        assert "db.internal" in out and name in out
+    assert "NAMEDSECRET" not in scrub(f"{name}=NAMEDSECRET-v4lue") and "NAMEDSECRET" not in scrub(
+        f"{name}: NAMEDSECRET-v4lue")
+    assert "NAMEDSECRET" not in scrub(f"{{'{name}': 'NAMEDSECRET-v4lue'}}")  # a Python dict in a tool result
+
+
+def test_a_password_holding_quotes_and_backslashes_is_redacted_whole():
+    password = 'pa"ss\\wo"rd-QUOTEDSECRET-tail'
+    scrub = Scrubber().scrub
+    once = json.dumps({"password": password, "user": "bob"})
+    twice = json.dumps({"arguments": once})
+    thrice = json.dumps({"preview": twice})
+    for text in (once, twice, thrice):
+        out = scrub(text)
+        assert "QUOTEDSECRET" not in out and "-tail" not in out and "rd-" not in out, out
+        decoded = out
+        while isinstance(decoded, str):
+            decoded = json.loads(decoded)
+            decoded = next(iter(decoded.values())) if "user" not in decoded else decoded
+        assert decoded["user"] == "bob" and decoded["password"].startswith("[redacted hash:")
+    assert "QUOTEDSECRET" not in scrub('export DB_PASSWORD="a b\\" QUOTEDSECRET"; run')
+    assert "QUOTEDSECRET" not in scrub("mysql --password 'a b QUOTEDSECRET' db")
+
+
+def test_secret_flags_and_env_prefixes_on_command_lines():
+    scrubber = Scrubber()
+    argv = ["deploy", "--password", "FLAGSECRET one", "--api-key=FLAGSECRET2", "--token", "ghp_" + "T" * 36,
+            "-u", "bob", "--verbose"]  # fmt: skip
+    for command in (argv, shlex.join(argv), "DB_PASSWORD=FLAGSECRET3 GITHUB_TOKEN=x0x0x0x0x0 ./run.sh --user bob",
+                    "mysql --password=FLAGSECRET4 -h db", "psql --passphrase FLAGSECRET5 -q"):  # fmt: skip
+        out = scrubber.scrub_command(command)
+        assert "FLAGSECRET" not in out and "T" * 20 not in out and "x0x0x0" not in out, out
+        assert "bob" in out or "-h db" in out or "-q" in out
+    assert shlex.split(scrubber.scrub_command(argv))[:2] == ["deploy", "--password"]  # still a valid command line
+    assert scrubber.scrub_command("python -m http.server --max-tokens 100") == "python -m http.server --max-tokens 100"
+    assert scrubber.scrub_command(None) is None
+
+
+def test_the_session_command_in_main_db_is_scrubbed(tmp_path):
+    main = open_main_db(tmp_path / "main.db")
+    command = "agent --password CMDSECRETpw --token ghp_" + "C" * 36
+    register_session(main, "s1", mode="run", command=command, created_at="2024-01-01T00:00:00Z")
+    main.commit()
+    (stored,) = main.execute("SELECT command FROM sessions").fetchone()
+    assert "CMDSECRET" not in stored and "C" * 20 not in stored and stored.startswith("agent --password ")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
+def test_proc_samples_cmdline_is_scrubbed():
+    code = "import sys; sys.stdin.read()"
+    child = subprocess.Popen([sys.executable, "-c", code, "--password", "PROCSECRETpw", "--db-token=PROCSECRET2"],
+                             stdin=subprocess.PIPE)  # fmt: skip
+    try:
+        row = ProcessReader(Scrubber()).read(psutil.Process(child.pid), 0)
+    finally:
+        child.communicate(b"")
+    assert row is not None and "--password" in row["cmdline"], row
+    assert "PROCSECRET" not in row["cmdline"], row["cmdline"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"max_tokens": 1024, "input_tokens": 12, "output_tokens": 5, "cache_read_input_tokens": 0}',
+     '{"usageMetadata": {"promptTokenCount": 9, "totalTokenCount": 12}}', "max_tokens=100 temperature=0.2",
+     '{"prompt_cache_key": "user-42-thread", "cache_key": "abc123def456"}', '{"token_type": "Bearer"}',
+     '{"type": "thinking", "thinking": "hmm", "signature": "EqQBCkgIARABGAIiQMm0cmPkNq"}',
+     "def login(password: str, token: Optional[str] = None) -> bool:", "api_key = os.environ[\"API_KEY\"]",
+     "export PASSWORD=$DB_PASSWORD", '{"password_file": "/run/secrets/db", "token_url": "https://x/token"}',
+     "The author keys in the tokens; the secret is patience.", '{"key": "value", "primary_key": "id"}',
+     '{"properties": {"password": {"type": "string", "description": "the password"}}}'],
+)  # fmt: skip
+def test_harmless_names_and_numbers_survive(text):
+    assert Scrubber().scrub(text) == text
