@@ -54,10 +54,14 @@ _PATTERNS: list[tuple[tuple[str, ...], str]] = [
         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----(?!\[redacted )"
         r"(?P<s>(?s:.+?)(?=-----END [A-Z0-9 ]*PRIVATE KEY)|[A-Za-z0-9+/=\s\\:,.\-]+)",
     ),
-    (("hooks.slack.com/",), r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<s>[A-Za-z0-9_/\-]+)"),
-    (("/api/webhooks/",), r"discord(?:app)?\.com/api/webhooks/(?P<s>[A-Za-z0-9_/\-]+)"),
-    (("webhook.office.com/",), r"\.webhook\.office\.com/(?P<s>[A-Za-z0-9_@/\-]+)"),
-    (("hooks.zapier.com/",), r"hooks\.zapier\.com/hooks/catch/(?P<s>[A-Za-z0-9/]+)"),
+    # webhook URLs, also as a bare request path (net_events.path holds no host)
+    (
+        ("services/T", "workflows/T", "triggers/T"),
+        r"(?:services|workflows|triggers)/(?P<s>T[A-Z0-9]{6,}/[\w/\-]+)",
+    ),
+    (("/api/webhooks/",), r"/api/webhooks/(?P<s>[0-9]{6,}/[\w\-]{16,})"),  # Discord and look-alikes
+    (("/webhookb2/",), r"/webhookb2/(?P<s>[\w@/\-]+)"),  # Microsoft Teams
+    (("/hooks/catch/",), r"/hooks/catch/(?P<s>[0-9]+/[A-Za-z0-9]+)"),  # Zapier
     (("sig=",), r"(?<=[?&;])sig=(?!\[redacted )(?P<s>[^&\s\"'\\#<>]+)"),  # an Azure SAS signature
 ]
 _COMPILED = [(literals, re.compile(pattern)) for literals, pattern in _PATTERNS]

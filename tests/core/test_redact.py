@@ -76,8 +76,8 @@ _PIECES = [
     "learned-credential-42", " ", "\n", "sk-", "AIza", '"', "'", "\\", ":", "=", "token", "TOKEN", "Key",
     "db_password=", "--passphrase ", "max_tokens: ", "X-Amz-Signature=", "&sig=", "?sig=abc", "[redacted ",
     "-----BEGIN RSA PRIVATE KEY-----", "MIIEow\\n", "-----END RSA PRIVATE KEY-----", "PRIVATE KEY",
-    "https://hooks.slack.com/services/T0/B1/xyz", "discord.com/api/webhooks/1/ab", "x.webhook.office.com/a",
-    "hooks.zapier.com/hooks/catch/1/ab", "aws_secret_access_key = ", "os.environ[", "str", "$TOKEN",
+    "https://hooks.slack.com/services/T0ABCDEF/B1/xyz", "discord.com/api/webhooks/1234567/", "/webhookb2/a",
+    "a" * 16, "hooks.zapier.com/hooks/catch/1/ab", "aws_secret_access_key = ", "os.environ[", "str", "$TOKEN",
 ]  # fmt: skip
 _TEXTS = st.lists(st.one_of(st.sampled_from(_PIECES), st.text(max_size=12)), max_size=14).map("".join)
 
@@ -150,10 +150,13 @@ def test_webhook_urls_are_redacted():
     slack = "https://hooks.slack.com/services/T0ABCDEF1/B0ABCDEF2/SLACKSECRETwebhook0000000"
     discord = "https://discord.com/api/webhooks/123456789012345678/DISCORDSECRET-token_0000000000"
     teams = "https://contoso.webhook.office.com/webhookb2/0000-1111@2222/IncomingWebhook/TEAMSSECRET00/3333"
-    for url in (slack, discord, teams):
+    zapier = "https://hooks.zapier.com/hooks/catch/123456/ZAPSECRET/"
+    for url in (slack, discord, teams, zapier):
         out = scrub(f'curl -X POST -d @msg.json "{url}"')
         assert "SECRET" not in out, out
         assert url.split("/")[2] in out  # the service stays visible
+        path = "/" + url.split("/", 3)[3]  # net_events.path: the request to the webhook itself
+        assert "SECRET" not in scrub(path), path
 
 
 def test_cloud_signature_query_parameters_are_hashed_in_queries_and_in_text():
