@@ -84,6 +84,7 @@ _QUOTE_RUN_RE = re.compile(r"(\\*)\"")
 _SCHEME_RE = re.compile(r"(?:bearer|basic|token|digest)[ \t]+(?=\S)", re.IGNORECASE | re.ASCII)
 _BARE_VALUE_RE = re.compile(r"[^\s\"'\\,;&<>()\[\]{}]+")
 _MARKER_RE = re.compile(r"\[redacted hash:[0-9a-f]{12}\]")
+_DONE_RE = re.compile(r"\[redacted hash:[0-9a-f]{12}\]|hash:[0-9a-f]{12}")  # what this module already hid
 _MARKER_SPLIT_RE = re.compile(r"(\[redacted hash:[0-9a-f]{12}\])")
 _ENV_REFERENCE_RE = re.compile(r"\$[A-Z_][A-Z0-9_]*")
 _CODE_WORDS = frozenset({"str", "string", "int", "bool", "bytes", "none", "null", "true", "false",
@@ -176,13 +177,13 @@ def _value_span(text: str, pos: int, name: str, quoted_name: bool) -> tuple[int,
         single = quote_open.group(2) == "'"
         end = text.find("'", start) if single else _closing_quote(text, start, len(quote_open.group(1)))
         end = len(text) if end < 0 else end
-        if end == start or _MARKER_RE.fullmatch(text, start, end):
+        if end == start or _DONE_RE.fullmatch(text, start, end):
             return None
         return start, end
     if quoted_name and text.startswith(_JSON_SCALAR_START, pos):
         return None  # JSON numbers, literals and nested objects stay (usage counts, schemas)
     bare = _BARE_VALUE_RE.match(text, pos)
-    if bare is None or _MARKER_RE.match(text, pos):
+    if bare is None or _MARKER_RE.match(text, pos) or _DONE_RE.fullmatch(bare.group(0)):
         return None
     value = bare.group(0)
     lowered = value.lower()
@@ -269,10 +270,10 @@ def mask_secret_args(argv: Sequence[str]) -> list[str]:
     while i < len(out):
         name, eq, value = out[i].partition("=")
         if _SECRET_ARG_RE.fullmatch(name) and is_secret_name(name):
-            if eq and value and not _MARKER_RE.fullmatch(value):
+            if eq and value and not _DONE_RE.fullmatch(value):
                 out[i] = f"{name}={_redacted(value)}"
             elif not eq and name.startswith("-") and i + 1 < len(out) and not out[i + 1].startswith("--"):
-                if not _MARKER_RE.fullmatch(out[i + 1]):
+                if not _DONE_RE.fullmatch(out[i + 1]):
                     out[i + 1] = _redacted(out[i + 1])
                 i += 1
         i += 1

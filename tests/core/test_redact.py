@@ -60,6 +60,18 @@ def test_scrub_known_shapes_and_json_fields():
     assert '"max_tokens": 100' in out
 
 
+def test_hashed_headers_and_queries_stay_as_they_are_when_stored():
+    """The store scrubs the JSON of hashed headers and the redacted query once more: no change."""
+    scrubber = Scrubber()
+    headers = headers_json(
+        [("Authorization", "Bearer tok_abcdefghijklmnop"), ("X-Api-Key", "k" * 20)], ALLOW, scrubber
+    )
+    query = redact_query("X-Amz-Signature=abc123&token=xyz&x=1", frozenset(), scrubber)
+    assert query == f"X-Amz-Signature={hash_value('abc123')}&token={hash_value('xyz')}&x=1"
+    for stored in (headers, query, "--password hash:0123456789ab"):
+        assert scrubber.scrub(stored) == stored
+
+
 def test_query_secrets_hashed_order_kept():
     scrubber = Scrubber()
     out = redact_query(
@@ -75,7 +87,7 @@ _PIECES = [
     '"api_key": "s3cr3tvalue"', '\\"password\\": \\"hunter2hunter2\\"', '"Authorization":"xyzw1234"',
     "learned-credential-42", " ", "\n", "sk-", "AIza", '"', "'", "\\", ":", "=", "token", "TOKEN", "Key",
     "db_password=", "--passphrase ", "max_tokens: ", "X-Amz-Signature=", "&sig=", "?sig=abc", "[redacted ",
-    "-----BEGIN RSA PRIVATE KEY-----", "MIIEow\\n", "-----END RSA PRIVATE KEY-----", "PRIVATE KEY",
+    "hash:0123456789ab",    "-----BEGIN RSA PRIVATE KEY-----", "MIIEow\\n", "-----END RSA PRIVATE KEY-----", "PRIVATE KEY",
     "https://hooks.slack.com/services/T0ABCDEF/B1/xyz", "discord.com/api/webhooks/1234567/", "/webhookb2/a",
     "a" * 16, "hooks.zapier.com/hooks/catch/1/ab", "aws_secret_access_key = ", "os.environ[", "str", "$TOKEN",
 ]  # fmt: skip
