@@ -123,7 +123,7 @@ def is_secret_name(name: str) -> bool:
     if not parts or parts[-1] in _HARMLESS_LAST:
         return False
     last = parts[-1]
-    if len(parts) > 1 and parts[-2] in _HARMLESS_OWNERS.get(last, ()):
+    if last == "tiktoken" or (len(parts) > 1 and parts[-2] in _HARMLESS_OWNERS.get(last, ())):
         return False
     joined = "_".join(parts)
     if any(word in joined for word in _SECRET_SUBSTRINGS) or any(p.endswith("token") for p in parts):
@@ -255,10 +255,13 @@ def scrub_named_values(text: str, lowered: str | None = None) -> str:
 
 def _secret_span(text: str, m: re.Match[str]) -> tuple[int, int] | None:
     """The span of the value after a `_NAMED_RE` match of a secret name, if there is one to redact."""
-    name, quote_prefix = m.group("name"), m.group("q")
-    flag_only = not m.group("sep").strip()  # blanks separate only a `--flag VALUE`
-    if flag_only and (quote_prefix or not name.startswith("-") or text.startswith("-", m.end())):
-        return None
+    name, quote_prefix, sep = m.group("name"), m.group("q"), m.group("sep")
+    separator = sep.strip()
+    if not separator:  # blanks separate only a `--flag VALUE`
+        if quote_prefix or not name.startswith("-") or text.startswith("-", m.end()):
+            return None
+    elif separator == ":" and not quote_prefix and sep[-1] == ":" and "-" not in name:
+        return None  # `name:value` without a blank is a prefixed id (`tiktoken:cl100k_base`, `secrets:read`)
     return _value_span(text, m.end(), name, bool(quote_prefix))
 
 

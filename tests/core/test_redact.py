@@ -231,6 +231,8 @@ def test_secret_named_mcp_arguments_are_redacted(name):
         f"{name}=NAMEDSECRET-v4lue",
         f"{name}: NAMEDSECRET-v4lue",
         f"{name} = 'NAMEDSECRET-v4lue'",
+        f'"{name}":"NAMEDSECRET-v4lue"',
+        f"X-{name}:NAMEDSECRET-v4lue",
     ):
         assert "NAMEDSECRET" not in scrub(assignment), assignment
     assert "NAMEDSECRET" not in scrub(f"{{'{name}': 'NAMEDSECRET-v4lue'}}")  # a Python dict in a tool result
@@ -300,7 +302,8 @@ def test_proc_samples_cmdline_is_scrubbed():
      "def login(password: str, token: Optional[str] = None) -> bool:", "api_key = os.environ[\"API_KEY\"]",
      "export PASSWORD=$DB_PASSWORD", '{"password_file": "/run/secrets/db", "token_url": "https://x/token"}',
      "The author keys in the tokens; the secret is patience.", '{"key": "value", "primary_key": "id"}',
-     '{"properties": {"password": {"type": "string", "description": "the password"}}}'],
+     '{"properties": {"password": {"type": "string", "description": "the password"}}}',
+     '{"estimated": ["input_tokens"], "estimator": "tiktoken:cl100k_base"}', "scopes: secrets:read auth:login"],
 )  # fmt: skip
 def test_harmless_names_and_numbers_survive(text):
     assert Scrubber().scrub(text) == text
