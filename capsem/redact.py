@@ -48,6 +48,13 @@ _PATTERNS: list[tuple[tuple[str, ...], str]] = [
     (("AKIA", "ASIA"), r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
     (("eyJ",), r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
     (("Bearer ",), r"(?<=Bearer )[A-Za-z0-9._~+/\-]{12,}=*"),
+    (("glpat-",), r"\bglpat-[A-Za-z0-9_\-]{20,}"),  # GitLab
+    (("npm_",), r"\bnpm_[A-Za-z0-9]{36}\b"),
+    (("pypi-AgE",), r"\bpypi-AgE[A-Za-z0-9_\-]{40,}"),
+    (("hf_",), r"\bhf_[A-Za-z0-9]{30,}"),  # Hugging Face
+    (("_live_",), r"\b[sr]k_live_[A-Za-z0-9]{16,}"),  # Stripe
+    # the password of a URL (`postgres://app:PASSWORD@db/app`, `https://x-access-token:TOKEN@github.com`)
+    (("://",), r"://[^\s/:@\"'\\]*:(?!\[redacted )(?P<s>[^\s/@\"'\\]+)@"),
     # the body of a private key, up to its END line or, cut off by a preview limit, its last base64
     (
         ("PRIVATE KEY",),
@@ -107,6 +114,8 @@ _HARMLESS_OWNERS = {
                       "dict", "index", "i18n", "translation", "message"}),
     "token": frozenset({"eos", "bos", "pad", "unk", "sep", "cls", "mask", "stop", "special", "start", "end"}),
 }  # fmt: skip
+# a last part that says how the secret is written down, not what it is
+_ENCODING_LAST = frozenset({"data", "value", "b64", "base64", "hex", "pem", "raw", "str", "string", "text"})
 _SECRET_SUBSTRINGS = ("passw", "passphrase", "secret", "credential", "authorization")
 _SECRET_ARG_RE = re.compile(r"-{0,2}[A-Za-z_][\w.\-]*")
 _CREDENTIAL_HEADER_RE = re.compile(r"(?i)auth|token|secret|key|cookie|session|credential|password")
@@ -125,6 +134,8 @@ def is_secret_name(name: str) -> bool:
     last = parts[-1]
     if last == "tiktoken" or (len(parts) > 1 and parts[-2] in _HARMLESS_OWNERS.get(last, ())):
         return False
+    if last in _ENCODING_LAST and len(parts) > 1:  # `client-key-data`, `api_key_value`, `secret_b64`
+        return is_secret_name("_".join(parts[:-1]))
     joined = "_".join(parts)
     if any(word in joined for word in _SECRET_SUBSTRINGS) or any(p.endswith("token") for p in parts):
         return True

@@ -197,6 +197,27 @@ def test_cloud_signature_query_parameters_are_hashed_in_queries_and_in_text():
         assert not any(leak in text for leak in leaks), text
 
 
+def test_url_passwords_and_more_token_shapes():
+    scrub = Scrubber().scrub
+    for text in (
+        "DATABASE_URL=postgres://app:URLSECRETpw@db.internal:5432/app",
+        "git clone https://x-access-token:URLSECRETghs@github.com/org/repo.git",
+        "redis://:URLSECRETredis@cache:6379/0",
+        "glpat-URLSECRET0000000000000000 npm_URLSECRET000000000000000000000000000 hf_URLSECRET000000000000000000000000",
+        "sk_live_URLSECRET00000000000000 pypi-AgEIcHlwaS5vcmcURLSECRET00000000000000000000000000000000",
+        "client-key-data: URLSECRETLS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQ==",
+    ):
+        out = scrub(text)
+        assert "URLSECRET" not in out, out
+    assert scrub("postgres://app:URLSECRETpw@db.internal:5432/app").startswith("postgres://app:[redacted ")
+    for harmless in (
+        "http://[::1]:8080/x",
+        "see https://example.com/a:b@c",
+        "client-certificate-data: LS0tQ0VSVA==",
+    ):
+        assert scrub(harmless) == harmless
+
+
 def test_aws_secret_access_key_assignments_in_tool_results():
     scrub = Scrubber().scrub
     key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
