@@ -111,6 +111,7 @@ SECRETS = {
     "model_text": "RELSECRETmodelText000",
     "command": "RELSECRETcommandPassword",
     "command_token": "ghp_RELSECRETcommandToken000000000",
+    "url": "RELSECRETdatabaseUrlPassword",
 }
 PEM = ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtz\n"
        "QyNTUxOQAAACRELSECRETpemBody00000000000000000000000000AAAA\n-----END OPENSSH PRIVATE KEY-----\n")  # fmt: skip
@@ -140,6 +141,7 @@ TOOL_OUTPUT = (
     "Command output follows (exit status 0), 14 lines in all:\n"
     f"[default]\naws_access_key_id = AKIAIOSFODNN7EXAMPLE\naws_secret_access_key = {SECRETS['aws']}\n"
     f"export SLACK_WEBHOOK={SLACK}\nexport PGPASSWORD={SECRETS['pgpassword']}\n{PEM}"
+    f"DATABASE_URL=postgres://app:{SECRETS['url']}@db.internal:5432/app\n"
     + json.dumps({"db_password": SECRETS["quoted"], "host": "db.internal"})
 )
 
@@ -151,6 +153,7 @@ def test_no_planted_secret_reaches_any_file(mitmdump, emu, capsem_home, tmp_path
     with httpx.Client(proxy=proxy.url, verify=trust, timeout=30) as client:
         plant_through_real_traffic(client)
     db = finish(proxy, capsem_home)
+    assert NEEDLE not in proxy.log()  # `capsem run` keeps this log in the session's folder
     assert_plants_arrived_redacted(db, capsem_home / "main.db")
 
     files = [p for p in capsem_home.rglob("*") if p.is_file()]
@@ -243,6 +246,7 @@ def assert_plants_arrived_redacted(db: Path, main_db: Path) -> None:
         assert any("BEGIN OPENSSH PRIVATE KEY" in name for name in arguments)
     results = rows(db, "SELECT content_preview FROM tool_responses")
     assert results and all("aws_secret_access_key = [redacted" in r["content_preview"] for r in results)
+    assert all("postgres://app:[redacted hash:" in r["content_preview"] for r in results)
     (mcp,) = rows(db, "SELECT request_preview FROM mcp_calls")
     arguments = json.loads(mcp["request_preview"])["arguments"]
     assert all(REDACTED.fullmatch(v) for v in arguments.values()), arguments
