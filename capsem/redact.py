@@ -10,9 +10,10 @@ which replaces with `[redacted hash:…]`:
   `passphrase`, `*_key`, `auth`, `authorization`, `credential(s)`, cloud signature parameters) in
   every form: JSON string values at any escaping depth (`"k": "v"`, `\\"k\\": \\"v\\"`, …) whole,
   escaped quotes included; `k=v` / `k: v` (env, ini, YAML, queries in URLs); `--k v` and `--k=v`;
-- well-known credential shapes (`sk-ant-…`, `sk-…`, `AIza…`, GitHub, Slack and AWS keys, JWTs,
-  bearer tokens), private-key PEM blocks (also with escaped newlines), webhook URLs and Azure SAS
-  signatures;
+- well-known credential shapes (`sk-ant-…`, `sk-…`, `AIza…`, GitHub, GitLab, Slack, AWS, npm,
+  PyPI, Hugging Face and Stripe keys, JWTs, bearer tokens), private-key PEM blocks (also with
+  escaped newlines, or cut off), webhook URLs (also as a bare path), URL passwords
+  (`postgres://u:PASSWORD@h`) and Azure SAS signatures;
 - any secret value seen in a credential header or query parameter of this session (learned).
 
 Only string values of JSON keys are redacted, never numbers, so usage counts (`"input_tokens": 12`)
@@ -194,7 +195,7 @@ def _value_span(text: str, pos: int, name: str, quoted_name: bool) -> tuple[int,
     if quoted_name and text.startswith(_JSON_SCALAR_START, pos):
         return None  # JSON numbers, literals and nested objects stay (usage counts, schemas)
     bare = _BARE_VALUE_RE.match(text, pos)
-    if bare is None or _MARKER_RE.match(text, pos) or _DONE_RE.fullmatch(bare.group(0)):
+    if bare is None or _DONE_RE.fullmatch(bare.group(0)):  # (a `[redacted …]` marker is no bare value)
         return None
     value = bare.group(0)
     lowered = value.lower()
@@ -250,8 +251,8 @@ def scrub_named_values(text: str, lowered: str | None = None) -> str:
                 m = _NAMED_RE.match(text, quoted)
                 quoted += 1
         m = m or _NAMED_RE.match(text, start)
-        if m is None or m.start("name") != start:
-            scanned = hit + 1
+        if m is None:  # no separator after the name, or glued to what precedes it
+            scanned = end
             continue
         scanned = m.end()
         span = _secret_span(text, m)
