@@ -19,6 +19,7 @@ import psutil
 from capsem import __version__
 from capsem.ids import utc_now
 from capsem.paths import main_db_path, session_db_path
+from capsem.redact import Scrubber
 from capsem.schema import connect, open_main_db
 
 TOTALS_SQL = """
@@ -111,7 +112,7 @@ def open_main(path: Path | None = None) -> sqlite3.Connection:
 def register_session(
     main: sqlite3.Connection, session_id: str, *, mode: str, command: str | None, created_at: str
 ) -> None:
-    """Insert the `running` row for a session owned by this process."""
+    """Insert the `running` row for a session owned by this process (its command line scrubbed)."""
     me = psutil.Process()
     main.execute(
         """INSERT INTO sessions (id, mode, command, status, created_at, capsem_version, pid,
@@ -122,7 +123,7 @@ def register_session(
         (
             session_id,
             mode,
-            command,
+            Scrubber().scrub_command(command),
             created_at,
             __version__,
             os.getpid(),

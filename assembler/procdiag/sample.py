@@ -9,7 +9,6 @@ a signal sent with kill() waits in ShdPnd.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -112,12 +111,13 @@ class ProcessReader:
         self._cpu_primed: set[tuple[int, float]] = set()
 
     def _cmdline(self, proc: psutil.Process, key: tuple[int, float]) -> str | None:
-        """The scrubbed command line; scrubbed again only when it changed (an exec)."""
+        """The command line, scrubbed (secret flags, env prefixes, known secrets) and then cut to
+        CMDLINE_MAX_CHARS; scrubbed again only when it changed (an exec)."""
         argv = _field(proc.cmdline)
         cached = self._cmdlines.get(key)
         if cached is None or cached[0] != argv:
-            text = shlex.join(argv)[:CMDLINE_MAX_CHARS] if argv else None
-            cached = self._cmdlines[key] = (argv, self.scrubber.scrub(text))
+            text = self.scrubber.scrub_command(argv)[:CMDLINE_MAX_CHARS] if argv else None
+            cached = self._cmdlines[key] = (argv, text)
         return cached[1]
 
     def read(self, proc: psutil.Process, seq: int) -> dict[str, Any] | None:

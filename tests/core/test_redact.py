@@ -1,11 +1,20 @@
 import json
 import re
+import shlex
+import subprocess
+import sys
 
+import psutil
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from assembler.procdiag.sample import ProcessReader
 from capsem import redact
+from capsem.config import load_settings
 from capsem.redact import Scrubber, hash_value, headers_json, redact_query
+from capsem.rollup import register_session
+from capsem.schema import open_main_db
 
 ALLOW = frozenset({"content-type", "user-agent"})
 
@@ -51,6 +60,18 @@ def test_scrub_known_shapes_and_json_fields():
     assert '"max_tokens": 100' in out
 
 
+def test_hashed_headers_and_queries_stay_as_they_are_when_stored():
+    """The store scrubs the JSON of hashed headers and the redacted query once more: no change."""
+    scrubber = Scrubber()
+    headers = headers_json(
+        [("Authorization", "Bearer tok_abcdefghijklmnop"), ("X-Api-Key", "k" * 20)], ALLOW, scrubber
+    )
+    query = redact_query("X-Amz-Signature=abc123&token=xyz&x=1", frozenset(), scrubber)
+    assert query == f"X-Amz-Signature={hash_value('abc123')}&token={hash_value('xyz')}&x=1"
+    for stored in (headers, query, "--password hash:0123456789ab"):
+        assert scrubber.scrub(stored) == stored
+
+
 def test_query_secrets_hashed_order_kept():
     scrubber = Scrubber()
     out = redact_query(
@@ -64,23 +85,246 @@ _PIECES = [
     "ghp_" + "a" * 24, "github_pat_" + "b" * 22, "xoxb-1234567890ab", "ya29." + "c" * 24,
     "AKIAABCDEFGHIJKLMNOP", "Bearer tok_abcdefghijkl", "eyJhbGciOi.eyJzdWIiOiIx.c2lnbmF0dXJl",
     '"api_key": "s3cr3tvalue"', '\\"password\\": \\"hunter2hunter2\\"', '"Authorization":"xyzw1234"',
-    "learned-credential-42", " ", "\n", "sk-", "AIza", '"', ":", "token",
+    "learned-credential-42", " ", "\n", "sk-", "AIza", '"', "'", "\\", ":", "=", "token", "TOKEN", "Key",
+    "db_password=", "--passphrase ", "max_tokens: ", "X-Amz-Signature=", "&sig=", "?sig=abc", "[redacted ",
+    "hash:0123456789ab",    "-----BEGIN RSA PRIVATE KEY-----", "MIIEow\\n", "-----END RSA PRIVATE KEY-----", "PRIVATE KEY",
+    "https://hooks.slack.com/services/T0ABCDEF/B1/xyz", "discord.com/api/webhooks/1234567/", "/webhookb2/a",
+    "a" * 16, "hooks.zapier.com/hooks/catch/1/ab", "aws_secret_access_key = ", "os.environ[", "str", "$TOKEN",
 ]  # fmt: skip
+_TEXTS = st.lists(st.one_of(st.sampled_from(_PIECES), st.text(max_size=12)), max_size=14).map("".join)
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(st.sampled_from(_PIECES), st.text(max_size=12)), max_size=12))
-def test_prefiltered_scrub_equals_the_plain_regex_passes(parts):
-    """The literal prefilters only skip passes that could not match: same output as running every regex."""
-    text = "".join(parts)
+def plain_named_pass(text: str) -> str:
+    """The secret-named values pass as one plain scan of `_NAMED_RE` over the whole text."""
+    out, done = [], 0
+    for m in redact._NAMED_RE.finditer(text):
+        if m.start() < done or not redact.is_secret_name(m.group("name")):
+            continue
+        span = redact._secret_span(text, m)
+        if span is not None:
+            out += [text[done : span[0]], redact._redacted(text[span[0] : span[1]])]
+            done = span[1]
+    return "".join(out) + text[done:] if out else text
+
+
+@settings(max_examples=400, deadline=None)
+@given(_TEXTS)
+def test_prefiltered_scrub_equals_the_plain_regex_passes(text):
+    """The prefilters (literals, name words) only skip what could not match: the output is the
+    same as running every regex over the whole text."""
     scrubber = Scrubber()
     scrubber.learn("learned-credential-42")
-    reference = re.compile("|".join(re.escape(s) for s in ["learned-credential-42"])).sub(
-        lambda m: redact._redacted(m.group(0)), text
-    )
+    reference = plain_named_pass(text)
+    reference = re.sub(re.escape("learned-credential-42"), lambda m: redact._redacted(m.group(0)), reference)
     for _, pattern in redact._PATTERNS:
-        reference = re.sub(pattern, lambda m: redact._redacted(m.group(0)), reference)
-    reference = redact._JSON_FIELD_RE.sub(
-        lambda m: m.group(1) + redact._redacted(m.group(2)) + m.group(3), reference
-    )
+        reference = re.sub(pattern, redact._redact_match, reference)
     assert scrubber.scrub(text) == (reference or text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_TEXTS)
+def test_scrubbing_twice_changes_nothing(text):
+    """Stored text is scrubbed again on its way into a bundle: a second pass must not re-redact."""
+    once = Scrubber().scrub(text)
+    assert Scrubber().scrub(once) == once
+
+
+# --- the leaks of the hardening issue (defect 3): each test failed before the fix ------------------
+
+PEM = (
+    "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+    "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n"
+    "QyNTUxOQAAACBPEMSECRETbodyPEMSECRETbody0000000000000000000000000000000AAAA\n"
+    "-----END OPENSSH PRIVATE KEY-----\n"
+)
+PEM_BODY = "PEMSECRETbody"
+
+
+def test_a_private_key_block_is_redacted_raw_escaped_once_and_twice():
+    scrub = Scrubber().scrub
+    arguments = json.dumps({"path": "/root/.ssh/id_ed25519", "content": PEM})  # tool_calls.arguments
+    preview = json.dumps({"input": arguments})  # the same arguments inside a streamed event / body preview
+    for kind in ("RSA", "EC", "ENCRYPTED", "DSA", ""):
+        block = PEM.replace("OPENSSH ", f"{kind} " if kind else "")
+        assert PEM_BODY not in scrub(block), kind
+    for text in (PEM, arguments, preview, "cat key\n" + PEM[:120]):  # also a block cut by a preview limit
+        out = scrub(text)
+        assert PEM_BODY not in out and "b3BlbnNzaC1rZXktdjEAAAAA" not in out, out
+        assert "BEGIN OPENSSH PRIVATE KEY" in out  # what it was stays visible
+    assert json.loads(scrub(arguments))["path"] == "/root/.ssh/id_ed25519"  # still valid JSON
+    assert json.loads(json.loads(scrub(preview))["input"])["path"] == "/root/.ssh/id_ed25519"
+    public = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUEXAMPLE\n-----END CERTIFICATE-----"
+    assert scrub(public) == public
+
+
+def test_webhook_urls_are_redacted():
+    scrub = Scrubber().scrub
+    slack = "https://hooks.slack.com/services/T0ABCDEF1/B0ABCDEF2/SLACKSECRETwebhook0000000"
+    discord = "https://discord.com/api/webhooks/123456789012345678/DISCORDSECRET-token_0000000000"
+    teams = "https://contoso.webhook.office.com/webhookb2/0000-1111@2222/IncomingWebhook/TEAMSSECRET00/3333"
+    zapier = "https://hooks.zapier.com/hooks/catch/123456/ZAPSECRET/"
+    for url in (slack, discord, teams, zapier):
+        out = scrub(f'curl -X POST -d @msg.json "{url}"')
+        assert "SECRET" not in out, out
+        assert url.split("/")[2] in out  # the service stays visible
+        path = "/" + url.split("/", 3)[3]  # net_events.path: the request to the webhook itself
+        assert "SECRET" not in scrub(path), path
+
+
+def test_cloud_signature_query_parameters_are_hashed_in_queries_and_in_text():
+    presigned = (
+        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIDEXAMPLECRED%2F20240101%2Fus-east-1%2Fs3%2Faws4_request"
+        "&X-Amz-Date=20240101T000000Z&X-Amz-Expires=3600&X-Amz-SignedHeaders=host"
+        "&X-Amz-Security-Token=FwoGZXIvYXdzEXAMPLEsessionTOKEN0000&X-Amz-Signature=AMZSIGNATURE0123456789abcdef"
+    )
+    gcs = ("X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Credential=svc%40proj.iam.gserviceaccount.com%2F20240101"
+           "&X-Goog-Signature=GOOGSIGNATURE0123456789")  # fmt: skip
+    azure = "sv=2022-11-02&ss=b&srt=o&sp=r&se=2030-01-01T00:00:00Z&sig=AZURESIG%2Fabc0123456789%3D"
+    leaks = (
+        "AKIDEXAMPLECRED",
+        "EXAMPLEsessionTOKEN",
+        "AMZSIGNATURE",
+        "GOOGSIGNATURE",
+        "svc%40proj",
+        "AZURESIG",
+    )
+    default_params = frozenset(load_settings()["redaction"]["query_params"])
+    for query in (presigned, gcs, azure):
+        out = redact_query(query, default_params, Scrubber())
+        assert not any(leak in out for leak in leaks), out
+        assert "X-Amz-Date=20240101T000000Z" in out or "Goog-Algorithm" in out or "se=2030" in out
+        text = Scrubber().scrub(f"fetch https://bucket.s3.amazonaws.com/report.csv?{query} now")
+        assert not any(leak in text for leak in leaks), text
+
+
+def test_url_passwords_and_more_token_shapes():
+    scrub = Scrubber().scrub
+    for text in (
+        "DATABASE_URL=postgres://app:URLSECRETpw@db.internal:5432/app",
+        "git clone https://x-access-token:URLSECRETghs@github.com/org/repo.git",
+        "redis://:URLSECRETredis@cache:6379/0",
+        "glpat-URLSECRET0000000000000000 npm_URLSECRET000000000000000000000000000 hf_URLSECRET000000000000000000000000",
+        "sk_live_URLSECRET00000000000000 pypi-AgEIcHlwaS5vcmcURLSECRET00000000000000000000000000000000",
+        "client-key-data: URLSECRETLS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQ==",
+    ):
+        out = scrub(text)
+        assert "URLSECRET" not in out, out
+    assert scrub("postgres://app:URLSECRETpw@db.internal:5432/app").startswith("postgres://app:[redacted ")
+    for harmless in (
+        "http://[::1]:8080/x",
+        "see https://example.com/a:b@c",
+        "client-certificate-data: LS0tQ0VSVA==",
+    ):
+        assert scrub(harmless) == harmless
+
+
+def test_aws_secret_access_key_assignments_in_tool_results():
+    scrub = Scrubber().scrub
+    key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+    ini = f"[default]\naws_access_key_id = AKIAIOSFODNN7EXAMPLE\naws_secret_access_key = {key}\n"
+    env = f"export AWS_SECRET_ACCESS_KEY={key}\nexport AWS_REGION=us-east-1"
+    sts = json.dumps({"Credentials": {"AccessKeyId": "ASIAIOSFODNN7EXAMPLE", "SecretAccessKey": key,
+                                      "SessionToken": "FQoGZXIvYXdzEXAMPLE"}})  # fmt: skip
+    nested = json.dumps({"tool_result": json.dumps({"out": env})})
+    for text in (ini, env, sts, json.dumps({"content": ini}), nested):
+        out = scrub(text)
+        assert "wJalrXUtnFEMI" not in out and "AKIAIOSFODNN7" not in out and "ASIAIOSFODNN7" not in out, out
+        assert "FQoGZXIvYXdzEXAMPLE" not in out
+    assert "AWS_REGION=us-east-1" in scrub(env)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["db_password", "passphrase", "DB_PASSWORD", "dbPassword", "smtp_passwd", "client_secret", "secretValue",
+     "github_token", "accessToken", "x-auth-token", "api_key", "apiKey", "openai-api-key", "apikey",
+     "private_key", "privateKey", "credentials", "authorization", "auth", "signing_key", "license_key"],
+)  # fmt: skip
+def test_secret_named_mcp_arguments_are_redacted(name):
+    """MCP `tools/call` arguments (mcp_calls.arguments, the request preview) by name pattern."""
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "connect", "arguments": {name: "NAMEDSECRET-v4lue", "host": "db.internal"}}}  # fmt: skip
+    scrub = Scrubber().scrub
+    for text in (json.dumps(call), json.dumps(call, indent=2), json.dumps({"body": json.dumps(call)})):
+        out = scrub(text)
+        assert "NAMEDSECRET" not in out, out
+        assert "db.internal" in out and name in out
+    for assignment in (
+        f"{name}=NAMEDSECRET-v4lue",
+        f"{name}: NAMEDSECRET-v4lue",
+        f"{name} = 'NAMEDSECRET-v4lue'",
+        f'"{name}":"NAMEDSECRET-v4lue"',
+        f"X-{name}:NAMEDSECRET-v4lue",
+    ):
+        assert "NAMEDSECRET" not in scrub(assignment), assignment
+    assert "NAMEDSECRET" not in scrub(f"{{'{name}': 'NAMEDSECRET-v4lue'}}")  # a Python dict in a tool result
+
+
+def test_a_password_holding_quotes_and_backslashes_is_redacted_whole():
+    password = 'pa"ss\\wo"rd-QUOTEDSECRET-tail'
+    scrub = Scrubber().scrub
+    once = json.dumps({"password": password, "user": "bob"})
+    twice = json.dumps({"arguments": once})
+    thrice = json.dumps({"preview": twice})
+    for text in (once, twice, thrice):
+        out = scrub(text)
+        assert "QUOTEDSECRET" not in out and "-tail" not in out and "rd-" not in out, out
+        decoded = out
+        while isinstance(decoded, str):
+            decoded = json.loads(decoded)
+            decoded = next(iter(decoded.values())) if "user" not in decoded else decoded
+        assert decoded["user"] == "bob" and decoded["password"].startswith("[redacted hash:")
+    assert "QUOTEDSECRET" not in scrub('export DB_PASSWORD="a b\\" QUOTEDSECRET"; run')
+    assert "QUOTEDSECRET" not in scrub("mysql --password 'a b QUOTEDSECRET' db")
+
+
+def test_secret_flags_and_env_prefixes_on_command_lines():
+    scrubber = Scrubber()
+    argv = ["deploy", "--password", "FLAGSECRET one", "--api-key=FLAGSECRET2", "--token", "ghp_" + "T" * 36,
+            "-u", "bob", "--verbose"]  # fmt: skip
+    for command in (argv, shlex.join(argv), "DB_PASSWORD=FLAGSECRET3 GITHUB_TOKEN=x0x0x0x0x0 ./run.sh --user bob",
+                    "mysql --password=FLAGSECRET4 -h db", "psql --passphrase FLAGSECRET5 -q"):  # fmt: skip
+        out = scrubber.scrub_command(command)
+        assert "FLAGSECRET" not in out and "T" * 20 not in out and "x0x0x0" not in out, out
+        assert "bob" in out or "-h db" in out or "-q" in out
+    assert shlex.split(scrubber.scrub_command(argv))[:2] == ["deploy", "--password"]  # still a command line
+    harmless = "python -m http.server --max-tokens 100 --key-file k.pem"
+    assert scrubber.scrub_command(harmless) == harmless
+    assert scrubber.scrub_command(None) is None
+
+
+def test_the_session_command_in_main_db_is_scrubbed(tmp_path):
+    main = open_main_db(tmp_path / "main.db")
+    command = "agent --password CMDSECRETpw --token ghp_" + "C" * 36
+    register_session(main, "s1", mode="run", command=command, created_at="2024-01-01T00:00:00Z")
+    main.commit()
+    (stored,) = main.execute("SELECT command FROM sessions").fetchone()
+    assert "CMDSECRET" not in stored and "C" * 20 not in stored and stored.startswith("agent --password ")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
+def test_proc_samples_cmdline_is_scrubbed():
+    code = "import sys; sys.stdin.read()"
+    child = subprocess.Popen([sys.executable, "-c", code, "--password", "PROCSECRETpw", "--db-token=PROCSECRET2"],
+                             stdin=subprocess.PIPE)  # fmt: skip
+    try:
+        row = ProcessReader(Scrubber()).read(psutil.Process(child.pid), 0)
+    finally:
+        child.communicate(b"")
+    assert row is not None and "--password" in row["cmdline"], row
+    assert "PROCSECRET" not in row["cmdline"], row["cmdline"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"max_tokens": 1024, "input_tokens": 12, "output_tokens": 5, "cache_read_input_tokens": 0}',
+     '{"usageMetadata": {"promptTokenCount": 9, "totalTokenCount": 12}}', "max_tokens=100 temperature=0.2",
+     '{"prompt_cache_key": "user-42-thread", "cache_key": "abc123def456"}', '{"token_type": "Bearer"}',
+     '{"type": "thinking", "thinking": "hmm", "signature": "EqQBCkgIARABGAIiQMm0cmPkNq"}',
+     "def login(password: str, token: Optional[str] = None) -> bool:", "api_key = os.environ[\"API_KEY\"]",
+     "export PASSWORD=$DB_PASSWORD", '{"password_file": "/run/secrets/db", "token_url": "https://x/token"}',
+     "The author keys in the tokens; the secret is patience.", '{"key": "value", "primary_key": "id"}',
+     '{"properties": {"password": {"type": "string", "description": "the password"}}}',
+     '{"estimated": ["input_tokens"], "estimator": "tiktoken:cl100k_base"}', "scopes: secrets:read auth:login"],
+)  # fmt: skip
+def test_harmless_names_and_numbers_survive(text):
+    assert Scrubber().scrub(text) == text
