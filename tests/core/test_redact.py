@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from assembler.procdiag.sample import ProcessReader
 from capsem import redact
-from capsem.config import load_settings
 from capsem.redact import Scrubber, hash_value, headers_json, redact_query
 from capsem.rollup import register_session
 from capsem.schema import open_main_db
+from capsem.settings import defaults
 
 ALLOW = frozenset({"content-type", "user-agent"})
 
@@ -188,7 +188,7 @@ def test_cloud_signature_query_parameters_are_hashed_in_queries_and_in_text():
         "svc%40proj",
         "AZURESIG",
     )
-    default_params = frozenset(load_settings()["redaction"]["query_params"])
+    default_params = defaults().capture.query_params
     for query in (presigned, gcs, azure):
         out = redact_query(query, default_params, Scrubber())
         assert not any(leak in out for leak in leaks), out
