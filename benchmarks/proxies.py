@@ -68,9 +68,10 @@ class Usage:
 
 
 class ProcessMeter:
-    """Measures one process over a run: CPU time used and peak RSS.
+    """Measures a process and every process it started (capsem's recorder) over a run: CPU time
+    used and peak RSS, summed over the tree.
 
-    The peak comes from the kernel's high-water mark (`VmHWM`, reset at the start of each run
+    The peaks come from the kernel's high-water mark (`VmHWM`, reset at the start of each run
     through `/proc/<pid>/clear_refs`) where Linux allows it, and from RSS sampled every 10 ms
     otherwise (a sampling thread would compete with the client for this process's GIL).
     """
@@ -80,35 +81,44 @@ class ProcessMeter:
         self.interval = interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._peak = 0
+        self._tree: list[psutil.Process] = []
+        self._peaks: dict[int, int] = {}
         self._cpu0 = 0.0
 
     def _cpu(self) -> float:
-        times = self.process.cpu_times()
-        return times.user + times.system
+        total = 0.0
+        for proc in self._tree:
+            try:
+                times = proc.cpu_times()
+                total += times.user + times.system
+            except psutil.Error:
+                pass
+        return total
 
     def start(self) -> None:
-        self._peak = self.process.memory_info().rss
+        self._tree = [self.process, *self.process.children(recursive=True)]
+        self._peaks = {p.pid: p.memory_info().rss for p in self._tree}
         self._cpu0 = self._cpu()
         self._stop.clear()
         self._thread = None
-        if not _reset_hwm(self.process.pid):
+        if not all(_reset_hwm(p.pid) for p in self._tree):
             self._thread = threading.Thread(target=self._sample, name="bench-rss", daemon=True)
             self._thread.start()
 
     def _sample(self) -> None:
         while not self._stop.wait(self.interval):
-            try:
-                self._peak = max(self._peak, self.process.memory_info().rss)
-            except psutil.Error:
-                return
+            for proc in self._tree:
+                try:
+                    self._peaks[proc.pid] = max(self._peaks[proc.pid], proc.memory_info().rss)
+                except psutil.Error:
+                    pass
 
     def stop(self) -> Usage:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         cpu = self._cpu() - self._cpu0
-        return Usage(cpu, max(self._peak, _read_hwm(self.process.pid)))
+        return Usage(cpu, sum(max(self._peaks[p.pid], _read_hwm(p.pid)) for p in self._tree))
 
 
 def _reset_hwm(pid: int) -> bool:
@@ -131,17 +141,23 @@ def _read_hwm(pid: int) -> int:
 
 
 def wait_idle(pid: int, *, settle: float = 0.3, timeout: float = 10.0) -> None:
-    """Wait until the process used (almost) no CPU for `settle` seconds (its tail work is done).
+    """Wait until the process and its children used (almost) no CPU for `settle` seconds (their
+    tail work is done).
 
-    A proxy's work on a flow can outlast the client's last byte (capsem's recorder writes rows
-    after the response ends); waiting for quiet makes that work count in the run's CPU time.
+    A proxy's work on a flow can outlast the client's last byte (capsem's recorder process writes
+    rows after the response ends); waiting for quiet makes that work count in the run's CPU time.
     """
     process = psutil.Process(pid)
+    tree = [process, *process.children(recursive=True)]
+
+    def cpu() -> float:
+        return sum(sum(p.cpu_times()[:2]) for p in tree if p.is_running())
+
     deadline = time.monotonic() + timeout
-    last = sum(process.cpu_times()[:2])
+    last = cpu()
     while time.monotonic() < deadline:
         time.sleep(settle)
-        now = sum(process.cpu_times()[:2])
+        now = cpu()
         if now - last < settle * 0.05:
             return
         last = now

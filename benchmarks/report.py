@@ -233,7 +233,8 @@ def render(results: dict) -> str:
             "",
             f"Medians of {streaming['reps']} interleaved repetitions. Ratios (×) are to (2), streaming "
             "mitmdump; TTFB = first response byte; lag = event arrival minus its send time; total = until "
-            "the last stream ended; CPU and peak RSS are the mitmdump process's. "
+            "the last stream ended; CPU and peak RSS are summed over mitmdump and every process it "
+            "started (capsem's recorder). "
             f"capsem recorded {calls.get('model_calls', '?')} model calls "
             f"({calls.get('complete', '?')} complete; parse errors: {calls.get('parse_errors', '?')}) "
             f"of {streaming['expected_capsem_calls']} sent{_beyond_cap(streaming)}.",
