@@ -1,9 +1,9 @@
 """From the hooks to the recorder: a bounded outbox that never makes a flow wait.
 
 The hooks call `Outbox.put(message)`, which appends to a deque and returns: no lock, no I/O,
-no wake-up per chunk. A consumer thread takes what is waiting every `interval` seconds (or at
-once for a `Barrier` or `Stop`) and hands it on. When more than `budget` bytes wait (the
-recorder has fallen behind), the chunks of streamed bodies are dropped, counted, and every
+and a wake-up only when the deque was empty (or for a `Barrier` or `Stop`). The consumer thread
+then waits `interval` seconds, so the chunks of a busy stream pile up and go on as one batch.
+When more than `budget` bytes wait (the recorder has fallen behind), the chunks of streamed bodies are dropped, counted, and every
 later chunk of the same flow too, so the recorder sees a clean prefix of that body and the
 flow's row says how many chunks it lost (capture degrades; the flow never waits).
 
@@ -73,6 +73,11 @@ class Outbox:
         self.wake = threading.Event()
 
     @property
+    def waiting(self) -> bool:
+        """Messages are waiting to be taken."""
+        return bool(self._items)
+
+    @property
     def waiting_bytes(self) -> int:
         return self._put_bytes - self._taken_bytes
 
@@ -97,8 +102,9 @@ class Outbox:
             self.stats.dropped_messages += 1
             return
         self._put_bytes += size
-        self._items.append(message)
-        if kind in _URGENT:
+        items = self._items
+        items.append(message)
+        if len(items) == 1 or kind in _URGENT:  # one wake-up per batch, not per chunk
             self.wake.set()
 
     def stop_message(self, status: str) -> Stop:
@@ -139,8 +145,9 @@ class RecorderThread:
             raise RuntimeError(self.exit_reason)
 
     def _batches(self) -> list[Message]:
-        self.outbox.wake.wait(self.interval)
-        self.outbox.wake.clear()
+        if not self.outbox.waiting and self.outbox.wake.wait(0.25):  # ≥ every 250 ms: the loop commits
+            self.outbox.wake.clear()
+            time.sleep(self.interval)
         return self.outbox.take()
 
     def _main(self) -> None:
@@ -191,7 +198,7 @@ class RecorderProcess:
     The child answers on its stdout with lines: `ready`, `ack <token>`, `stopped`.
     """
 
-    def __init__(self, outbox: Outbox, spec: bytes, interval: float = 0.01) -> None:
+    def __init__(self, outbox: Outbox, spec: bytes, interval: float = 0.02) -> None:
         self.outbox = outbox
         self.spec = spec
         self.interval = interval
@@ -227,8 +234,11 @@ class RecorderProcess:
         pipe = self._child.stdin
         broken = False
         while True:
-            self.outbox.wake.wait(self.interval)
-            self.outbox.wake.clear()
+            if not self.outbox.waiting:
+                self.outbox.wake.wait()
+                self.outbox.wake.clear()
+                if not self._stopped.is_set():
+                    time.sleep(self.interval)  # let a busy stream's chunks pile up into one batch
             batch = self.outbox.take()
             if not batch:
                 if self._stopped.is_set():
