@@ -3,9 +3,10 @@
 The hooks call `Outbox.put(message)`, which appends to a deque and returns: no lock, no I/O,
 and a wake-up only when the deque was empty (or for a `Barrier` or `Stop`). The consumer thread
 then waits `interval` seconds, so the chunks of a busy stream pile up and go on as one batch.
-When more than `budget` bytes wait (the recorder has fallen behind), the chunks of streamed bodies are dropped, counted, and every
-later chunk of the same flow too, so the recorder sees a clean prefix of that body and the
-flow's row says how many chunks it lost (capture degrades; the flow never waits).
+When more than `budget` bytes wait (the recorder has fallen behind), the chunks of streamed
+bodies are dropped, counted, and every later chunk of the same flow too, so the recorder sees a
+clean prefix of that body and the flow's row says how many chunks it lost (capture degrades;
+the flow never waits).
 
 Two recorders drain an outbox:
 - `RecorderProcess`, what mitmdump uses: a child process (`python -m addons.recorder_process`)
