@@ -125,17 +125,39 @@ class Outbox:
         return out
 
 
-class RecorderThread:
+class _Barriers:
+    """Flushing through an outbox: a `Barrier` goes in, its acknowledgement comes back."""
+
+    outbox: Outbox
+    exit_reason: str | None
+
+    def __init__(self) -> None:
+        self._acks: dict[int, threading.Event] = {}
+        self._next = 0
+
+    def ack(self, token: int) -> None:
+        event = self._acks.pop(token, None)
+        if event is not None:
+            event.set()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything put so far is committed (False on a timeout or a dead recorder)."""
+        self._next += 1
+        done = self._acks[self._next] = threading.Event()
+        self.outbox.put(Barrier(self._next))
+        return done.wait(timeout) and self.exit_reason is None
+
+
+class RecorderThread(_Barriers):
     """The recorder on a thread of this process (in-process tests): same loop, same writer."""
 
     def __init__(self, outbox: Outbox, spec: RecorderSpec, interval: float = 0.02) -> None:
+        super().__init__()
         self.outbox = outbox
         self.spec = spec
         self.interval = interval
         self.ready = threading.Event()
         self.exit_reason: str | None = None
-        self._acks: dict[int, threading.Event] = {}
-        self._next = 0
         self._thread = threading.Thread(target=self._main, name="capsem-recorder", daemon=True)
 
     def start(self) -> None:
@@ -169,18 +191,6 @@ class RecorderThread:
             self.exit_reason = f"recorder failed: {exc!r}"
             logger.warning("capsem: %s", self.exit_reason)
 
-    def ack(self, token: int) -> None:
-        event = self._acks.pop(token, None)
-        if event is not None:
-            event.set()
-
-    def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until everything put so far is committed."""
-        self._next += 1
-        done = self._acks[self._next] = threading.Event()
-        self.outbox.put(Barrier(self._next))
-        return done.wait(timeout)
-
     def stop(self, status: str = "stopped", timeout: float = 30.0) -> str | None:
         """Stop the recorder; None when it finished cleanly, else why not."""
         self.outbox.put(self.outbox.stop_message(status))
@@ -191,7 +201,7 @@ class RecorderThread:
         return self.exit_reason
 
 
-class RecorderProcess:
+class RecorderProcess(_Barriers):
     """The recorder in a child process, fed through a pipe by a sender thread.
 
     Protocol: frames of a 4-byte big-endian length and a payload on the child's stdin: first the
@@ -200,14 +210,13 @@ class RecorderProcess:
     """
 
     def __init__(self, outbox: Outbox, spec: bytes, interval: float = 0.02) -> None:
+        super().__init__()
         self.outbox = outbox
         self.spec = spec
         self.interval = interval
         self.ready = threading.Event()
         self.on_ready: Callable[[], None] | None = None
         self.exit_reason: str | None = None
-        self._acks: dict[int, threading.Event] = {}
-        self._next = 0
         self._stopped = threading.Event()
         self._child: subprocess.Popen[bytes] | None = None
         self._sender = threading.Thread(target=self._send, name="capsem-handover", daemon=True)
@@ -287,18 +296,6 @@ class RecorderProcess:
             self.exit_reason = reason
             self.outbox.closed = True
             logger.warning("capsem: %s; capture stopped, traffic is not affected", reason)
-
-    def ack(self, token: int) -> None:
-        event = self._acks.pop(token, None)
-        if event is not None:
-            event.set()
-
-    def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until everything put so far is committed by the child."""
-        self._next += 1
-        done = self._acks[self._next] = threading.Event()
-        self.outbox.put(Barrier(self._next))
-        return done.wait(timeout) and self.exit_reason is None
 
     def stop(self, status: str = "stopped", timeout: float = 30.0) -> str | None:
         """Stop the child after it has written everything, rolled the session up and marked it

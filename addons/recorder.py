@@ -14,6 +14,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from addons import build
 from addons.body import ResponseReader
@@ -83,20 +84,11 @@ class Recorder:
 
     def handle(self, message: Message) -> None:
         """Handle one message; a failure is logged and counted, never raised."""
+        handler = _HANDLERS.get(type(message))
+        if handler is None:
+            return
         try:
-            kind = type(message)
-            if kind is Chunk:
-                self._chunk(message)  # type: ignore[arg-type]
-            elif kind is FlowEnded:
-                self._flow_ended(message)  # type: ignore[arg-type]
-            elif kind is StreamOpened:
-                self._stream_opened(message)  # type: ignore[arg-type]
-            elif kind is WsMessage:
-                self._ws_message(message)  # type: ignore[arg-type]
-            elif kind is WsOpened:
-                self._ws_opened(message)  # type: ignore[arg-type]
-            elif kind is ClientConnected:
-                self._client_connected(message)  # type: ignore[arg-type]
+            handler(self, message)
         except Exception as exc:
             self.failures += 1
             logger.warning("capsem: recording failed (%s): %r", type(message).__name__, exc,
@@ -261,6 +253,16 @@ class Recorder:
             rows, socket.trace = build.model_call(call, ids=self.ids, traces=self.traces, mcp=self.mcp,
                                                   settings=self.settings)  # fmt: skip
             self._write(rows)
+
+
+_HANDLERS: dict[type, Callable[[Recorder, Any], None]] = {
+    Chunk: Recorder._chunk,
+    FlowEnded: Recorder._flow_ended,
+    StreamOpened: Recorder._stream_opened,
+    WsOpened: Recorder._ws_opened,
+    WsMessage: Recorder._ws_message,
+    ClientConnected: Recorder._client_connected,
+}
 
 
 def _with_preview(flow: FlowEnded, preview: bytes) -> FlowEnded:
