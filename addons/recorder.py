@@ -137,7 +137,6 @@ class Recorder:
         content_type = fd.header("content-type", response=True)
         return ResponseReader(
             parser,
-            content_type=content_type,
             framing=stream_framing(parser, content_type, fd.path) if fd.streamed else None,
             content_encoding=fd.header("content-encoding", response=True),
             status=fd.status or 0,

@@ -35,8 +35,7 @@ def compress(data: bytes, encoding: str) -> bytes:
 
 def read(path: Path, wire: bytes, encoding: str | None, pieces: list[bytes]) -> dict:
     protocol = path.parent.name
-    reader = ResponseReader(parser_for(protocol), content_type="text/event-stream; charset=utf-8",
-                            content_encoding=encoding, status=200)  # fmt: skip
+    reader = ResponseReader(parser_for(protocol), framing="sse", content_encoding=encoding, status=200)  # fmt: skip
     for piece in pieces:
         reader.feed(piece)
     summary = reader.finish()
@@ -65,7 +64,7 @@ def test_compressed_streams_any_chunking(path: Path, encoding: str):
 
 def test_json_body_parsed_at_end_with_preview():
     body = (FIXTURES / "anthropic" / "message_text.json").read_bytes()
-    reader = ResponseReader(parser_for("anthropic"), content_type="application/json", content_encoding="gzip",
+    reader = ResponseReader(parser_for("anthropic"), framing=None, content_encoding="gzip",
                             status=200, preview_bytes=20)  # fmt: skip
     wire = gzip.compress(body)
     for i in range(0, len(wire), 3):
@@ -78,7 +77,7 @@ def test_json_body_parsed_at_end_with_preview():
 
 def test_lying_encoding_reads_identity_and_says_so():
     body = (FIXTURES / "openai_chat" / "stream_text_usage.sse").read_bytes()
-    reader = ResponseReader(parser_for("openai_chat"), content_type="text/event-stream", content_encoding="gzip",
+    reader = ResponseReader(parser_for("openai_chat"), framing="sse", content_encoding="gzip",
                             status=200)  # fmt: skip
     reader.feed(body)
     summary = reader.finish()

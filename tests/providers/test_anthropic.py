@@ -14,7 +14,6 @@ from addons.providers._common import content_text, error_fields, model_from_text
 from addons.providers.anthropic import (
     AnthropicMessages,
     _parse_request,
-    _parse_response,
     usage_from_anthropic,
 )
 from addons.records import RequestInfo, ResponseSummary, ToolCall, ToolResult, Usage
@@ -739,7 +738,7 @@ events = st.builds(
 def test_fuzz_stream_never_raises(evs: list[SSEEvent]) -> None:
     interp = PARSER.stream()
     for e in evs:
-        interp._handle(e)  # the unguarded logic: the public event() would hide a bug
+        interp.read(e)  # the unguarded logic: the public event() would hide a bug
     s = interp.finish()
     assert isinstance(s, ResponseSummary)
     assert s.parse_errors + s.unknown_events <= len(evs)
@@ -749,7 +748,7 @@ def test_fuzz_stream_never_raises(evs: list[SSEEvent]) -> None:
 @given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()), st.integers(100, 599))
 def test_fuzz_bodies_never_raise(body: bytes, status: int) -> None:
     assert isinstance(_parse_request(body), RequestInfo)
-    assert isinstance(_parse_response(body, status), ResponseSummary)
+    assert isinstance(PARSER.read_response(body, status), ResponseSummary)
 
 
 @settings(max_examples=200, deadline=None)
