@@ -129,8 +129,9 @@ class ResponseReader:
             return
         self.preview.add(data)
         if self._sse is not None and self._interp is not None:
+            event = self._interp.event
             for ev in self._sse.feed(data):
-                self._interp.event(ev)
+                event(ev)
         elif len(self._body) + len(data) <= self.max_parse_bytes:
             self._body += data
         else:

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 __all__ = ["FRAMERS", "Framer", "JSONArrayDecoder", "NDJSONDecoder", "SSEDecoder", "SSEEvent", "make_framer"]
 
@@ -34,9 +35,8 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 _BOM = b"\xef\xbb\xbf"
 
 
-@dataclass(slots=True)
-class SSEEvent:
-    """One dispatched Server-Sent Event."""
+class SSEEvent(msgspec.Struct):
+    """One dispatched Server-Sent Event (a msgspec Struct: a dataclass built several times faster)."""
 
     event: str | None
     """The `event:` field, or None when the event had no `event:` line."""
@@ -147,17 +147,17 @@ class SSEDecoder:
         last = blocks.pop()
         if blocks and (self._data or self._event is not None):
             self._block(blocks.pop(0), events)  # it continues the pending event
-        for block in blocks:
-            if block.startswith("data:"):
-                if "\n" not in block:  # the usual event: one data line
-                    events.append(SSEEvent(None, block[6:] if block[5:6] == " " else block[5:], self._id))
+        for block in blocks:  # the usual events first: one data line, maybe after an event line
+            if block[:7] == "event: ":
+                end = block.find("\n")
+                if block[end + 1 : end + 7] == "data: " and block.find("\n", end + 1) < 0:
+                    events.append(SSEEvent(block[7:end], block[end + 7 :], self._id))
                     continue
-            elif block.startswith("event:"):
-                name, _, line = block.partition("\n")
-                if line.startswith("data:") and "\n" not in line:  # or a named one
-                    events.append(SSEEvent(name[7:] if name[6:7] == " " else name[6:],
-                                           line[6:] if line[5:6] == " " else line[5:], self._id))  # fmt: skip
-                    continue
+            elif block[:6] == "data: " and "\n" not in block:
+                events.append(SSEEvent(None, block[6:], self._id))
+                continue
+            elif not block:  # more blank lines: nothing pending, nothing to dispatch
+                continue
             self._block(block, events)
         for line in last.split("\n")[:-1]:
             self._line(line, events)

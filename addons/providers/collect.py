@@ -76,13 +76,13 @@ class Collector:
         self._finished = False
 
     def add(self, event: LlmEvent) -> None:
-        """Apply one event (events of unknown types are counted as unknown)."""
-        _APPLY.get(type(event), Collector._unknown)(self, event)
+        """Apply one event."""
+        _APPLY[type(event)](self, event)
 
     def add_all(self, events: Iterable[LlmEvent]) -> None:
         apply = _APPLY
         for event in events:
-            apply.get(type(event), Collector._unknown)(self, event)
+            apply[type(event)](self, event)
 
     def finish(self) -> ResponseSummary:
         """Join the pieces, name unnamed calls, normalize the usage, decide `complete` (idempotent)."""
@@ -115,28 +115,31 @@ class Collector:
         if s.model is None and ev.model:
             s.model = ev.model
 
-    def _piece(self, parts: dict[Any, list[str]], text: str, part: Any) -> None:
-        if text:
-            pieces = parts.get(part)
-            if pieces is None:
-                parts[part] = [text]
-            else:
-                pieces.append(text)
-            self.summary.content_started = True
-
     def _whole(self, parts: dict[Any, list[str]], text: str, part: Any) -> None:
         if text and "".join(parts.get(part, ())) != text:
             parts[part] = [text]
             self.summary.content_started = True
 
     def _text_delta(self, ev: TextDelta) -> None:
-        self._piece(self._text, ev.text, ev.part)
+        if ev.text:  # (the one event of most stream events: kept short)
+            pieces = self._text.get(ev.part)
+            if pieces is None:
+                self._text[ev.part] = [ev.text]
+            else:
+                pieces.append(ev.text)
+            self.summary.content_started = True
 
     def _text_done(self, ev: TextDone) -> None:
         self._whole(self._text, ev.text, ev.part)
 
     def _thinking_delta(self, ev: ThinkingDelta) -> None:
-        self._piece(self._thinking, ev.text, ev.part)
+        if ev.text:
+            pieces = self._thinking.get(ev.part)
+            if pieces is None:
+                self._thinking[ev.part] = [ev.text]
+            else:
+                pieces.append(ev.text)
+            self.summary.content_started = True
 
     def _thinking_done(self, ev: ThinkingDone) -> None:
         self._whole(self._thinking, ev.text, ev.part)
@@ -220,10 +223,11 @@ def collect(events: Iterable[LlmEvent], rules: SummaryRules, *, body: bool = Fal
 class Stream:
     """A stream interpreter: a provider's `WireReader` feeding the one `Collector`; never raises."""
 
-    __slots__ = ("_collector", "_ended", "_wire")
+    __slots__ = ("_collector", "_ended", "_events", "_wire")
 
     def __init__(self, wire: WireReader, rules: SummaryRules) -> None:
         self._wire = wire
+        self._events = wire.events
         self._collector = Collector(rules)
         self._ended = False
 
@@ -243,17 +247,15 @@ class Stream:
         if collector.closed:
             return
         try:
-            events = self._wire.events(ev)
-        except Exception:
+            for event in self._events(ev):
+                _APPLY[type(event)](collector, event)
+        except Exception:  # a bug must never reach mitmproxy
             collector.summary.parse_errors += 1
-            return
-        for event in events:
-            _APPLY.get(type(event), Collector._unknown)(collector, event)
 
     def read(self, ev: SSEEvent) -> None:
         """`event` without the guard (tests use it to see the bugs the guard would hide)."""
         if not self._collector.closed:
-            self._collector.add_all(self._wire.events(ev))
+            self._collector.add_all(self._events(ev))
 
     def finish(self) -> ResponseSummary:
         """End of stream: the wire reader's last word, then the summary (idempotent)."""

@@ -168,6 +168,7 @@ class GeminiEvents:
 
     def __init__(self) -> None:
         self._calls = 0
+        self._meta: tuple[Any, Any] = (None, None)  # the id and model last said (every chunk repeats them)
 
     def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
         obj = load_json(ev.data)
@@ -191,11 +192,16 @@ class GeminiEvents:
         obj = _unwrap(obj)
         if not isinstance(obj, dict):
             return [PARSE_ERROR]
-        out: list[LlmEvent] = [Meta(as_str(obj.get("responseId")), as_str(obj.get("modelVersion")))]
-        if isinstance(obj.get("usageMetadata"), dict):  # a running total: the last one wins
-            out.append(UsageReport(obj["usageMetadata"], usage_from_gemini))
-        candidates = obj.get("candidates") if isinstance(obj.get("candidates"), list) else []
-        if not candidates:
+        out: list[LlmEvent] = []
+        meta = (obj.get("responseId"), obj.get("modelVersion"))
+        if meta != self._meta:
+            self._meta = meta
+            out.append(Meta(as_str(meta[0]), as_str(meta[1])))
+        usage = obj.get("usageMetadata")
+        if type(usage) is dict:  # a running total: the last one wins
+            out.append(UsageReport(usage, usage_from_gemini))
+        candidates = obj.get("candidates")
+        if not (type(candidates) is list and candidates):
             feedback = obj.get("promptFeedback")
             block = feedback.get("blockReason") if isinstance(feedback, dict) else None
             if isinstance(block, str):
@@ -204,10 +210,10 @@ class GeminiEvents:
         candidate = candidates[0] if isinstance(candidates[0], dict) else {}
         for part in _parts(candidate.get("content")):
             text = part.get("text")
-            if isinstance(text, str) and text:
+            if type(text) is str and text:
                 out.append(ThinkingDelta(text) if part.get("thought") is True else TextDelta(text))
             call = part.get("functionCall")
-            if isinstance(call, dict):
+            if type(call) is dict:
                 key, self._calls = self._calls, self._calls + 1
                 args = call.get("args")
                 out.append(ToolCallStart(key, as_str(call.get("id")) or "", as_str(call.get("name")) or ""))

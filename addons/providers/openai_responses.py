@@ -296,7 +296,9 @@ class ResponsesEvents:
         obj = load_json(ev.data)
         if type(obj) is not dict:
             return () if ev.data.strip() == "[DONE]" else _PARSE_ERROR
-        kind = as_str(obj.get("type")) or ev.event or ""
+        kind = obj.get("type")
+        if not (type(kind) is str and kind):
+            kind = ev.event or ""
         handler = _HANDLERS.get(kind)
         if handler is not None:
             return handler(self, obj)
@@ -311,8 +313,12 @@ class ResponsesEvents:
 
     @staticmethod
     def _key(obj: dict[str, Any], index_key: str) -> tuple[Any, Any]:
-        item = as_str(obj.get("item_id"))
-        return (item if item is not None else as_int(obj.get("output_index")), as_int(obj.get(index_key)))
+        """(item id, or output index without one; part index): which part a piece belongs to."""
+        item = obj.get("item_id")
+        if not (type(item) is str and item):
+            item = as_int(obj.get("output_index"))
+        index = obj.get(index_key)
+        return item, index if type(index) is int else as_int(index)
 
     def _text(self, key: tuple[Any, Any], text: Any, whole: bool = False) -> Sequence[LlmEvent]:
         if not (isinstance(text, str) and text):
