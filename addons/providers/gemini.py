@@ -72,17 +72,17 @@ def usage_from_gemini(raw: Any) -> Usage:
     )
 
 
-def _error(obj: Any) -> tuple[str | None, str | None] | None:
-    err = obj.get("error") if isinstance(obj, dict) else None
+def _error(obj: dict[str, Any]) -> tuple[str | None, str | None] | None:
+    err = obj.get("error")
     if not isinstance(err, dict):
         return None
     kind = as_str(err.get("status")) or (str(err["code"]) if err.get("code") is not None else None)
     return kind, as_str(err.get("message"))
 
 
-def _unwrap(obj: Any) -> Any:
+def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
     """The GenerateContentResponse inside a Code Assist `{"response": ...}` envelope."""
-    if isinstance(obj, dict) and isinstance(obj.get("response"), dict) and "candidates" not in obj:
+    if isinstance(obj.get("response"), dict) and "candidates" not in obj:
         return obj["response"]
     return obj
 
@@ -186,12 +186,12 @@ class GeminiEvents:
 
     def chunk(self, obj: Any) -> list[LlmEvent]:
         """The events of one whole GenerateContentResponse (or error object)."""
+        if type(obj) is not dict:
+            return [PARSE_ERROR]
         error = _error(obj)
         if error is not None:
             return [Error(*error)]
         obj = _unwrap(obj)
-        if not isinstance(obj, dict):
-            return [PARSE_ERROR]
         out: list[LlmEvent] = []
         meta = (obj.get("responseId"), obj.get("modelVersion"))
         if meta != self._meta:
@@ -207,8 +207,12 @@ class GeminiEvents:
             if isinstance(block, str):
                 out += [Stop(block), Done(final=False)]
             return out
-        candidate = candidates[0] if isinstance(candidates[0], dict) else {}
-        for part in _parts(candidate.get("content")):
+        candidate = candidates[0] if type(candidates[0]) is dict else {}
+        content = candidate.get("content")
+        parts = content.get("parts") if type(content) is dict else None
+        for part in parts if type(parts) is list else ():
+            if type(part) is not dict:
+                continue
             text = part.get("text")
             if type(text) is str and text:
                 out.append(ThinkingDelta(text) if part.get("thought") is True else TextDelta(text))
@@ -219,8 +223,8 @@ class GeminiEvents:
                 out.append(ToolCallStart(key, as_str(call.get("id")) or "", as_str(call.get("name")) or ""))
                 out.append(ToolCallDelta(key, dumps_compact(args if args is not None else {})))
                 out.append(ToolCallEnd(key))
-        reason = as_str(candidate.get("finishReason"))
-        if reason:
+        reason = candidate.get("finishReason")
+        if type(reason) is str and reason:
             out += [Stop(reason), Done(final=False)]
         return out
 
