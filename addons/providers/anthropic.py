@@ -315,7 +315,7 @@ class AnthropicEvents:
         kind = delta.get("type")
         if kind == "text_delta":
             text = delta.get("text")
-            return (TextDelta(text, self._text_part),) if isinstance(text, str) and text else ()
+            return (TextDelta(text, self._text_part),) if type(text) is str and text else ()
         if kind == "thinking_delta":
             return self._thinking(self._index(obj), delta.get("thinking"))
         if kind == "input_json_delta":

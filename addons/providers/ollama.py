@@ -103,6 +103,7 @@ class OllamaEvents:
 
     def __init__(self) -> None:
         self._calls = 0
+        self._model: Any = None  # the model last said (every line repeats it)
 
     def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
         obj = load_json(ev.data)
@@ -115,16 +116,22 @@ class OllamaEvents:
         """The events of one line's object."""
         if "error" in obj:
             return [Error("error", as_str(obj.get("error")) or dumps_compact(obj.get("error")))]
-        out: list[LlmEvent] = [Meta(model=as_str(obj.get("model")))]
-        message = obj.get("message") if isinstance(obj.get("message"), dict) else {}
-        text = message.get("content", obj.get("response"))
-        if isinstance(text, str) and text:
+        out: list[LlmEvent] = []
+        model = obj.get("model")
+        if model != self._model:
+            self._model = model
+            out.append(Meta(model=as_str(model)))
+        message = obj.get("message")
+        if type(message) is not dict:
+            message = {}
+        text = message["content"] if "content" in message else obj.get("response")
+        if type(text) is str and text:
             out.append(TextDelta(text))
-        thinking = message.get("thinking", obj.get("thinking"))
-        if isinstance(thinking, str) and thinking:
+        thinking = message["thinking"] if "thinking" in message else obj.get("thinking")
+        if type(thinking) is str and thinking:
             out.append(ThinkingDelta(thinking))
         calls = message.get("tool_calls")
-        for call in calls if isinstance(calls, list) else []:
+        for call in calls if type(calls) is list else ():
             if not isinstance(call, dict):
                 continue
             fn = call.get("function") if isinstance(call.get("function"), dict) else {}

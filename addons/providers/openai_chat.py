@@ -243,7 +243,7 @@ class ChatEvents:
         self._ids: list[str] = []  # id of each call so far, "" until one came
         self._named: list[bool] = []
         self._last: int | None = None
-        self._has_id = self._has_model = False
+        self._meta: tuple[Any, Any] = (None, None)  # the id and model last said (every chunk repeats them)
         self._refused = False
         self._stop: str | None = None
         self._failed = False
@@ -259,14 +259,10 @@ class ChatEvents:
         if error is not None:
             out.append(Error(error[0] or "error", error[1]))
             self._failed = True
-        if not (self._has_id and self._has_model):  # the first non-empty ones win
-            message_id, model = as_str(obj.get("id")), as_str(obj.get("model"))
-            if message_id or model:
-                out.append(Meta(message_id, model))
-                self._has_id, self._has_model = (
-                    self._has_id or bool(message_id),
-                    self._has_model or bool(model),
-                )
+        meta = (obj.get("id"), obj.get("model"))
+        if meta != self._meta:
+            self._meta = meta
+            out.append(Meta(as_str(meta[0]), as_str(meta[1])))
         if isinstance(obj.get("usage"), dict):
             out.append(UsageReport(obj["usage"], usage_from_openai))
         choices = obj.get("choices")

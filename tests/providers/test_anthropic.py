@@ -803,3 +803,25 @@ def test_fuzz_bytes_through_decoder(data: bytes, size: int) -> None:
     body = fixture("stream_thinking_tools.sse")[:200] + data
     s = run(decode([body[i : i + size] for i in range(0, len(body), size)]))
     assert isinstance(s, ResponseSummary)
+
+
+def test_events_typed_only_by_their_event_line() -> None:
+    """A JSON without `type` (some relays strip it) is dispatched on the `event:` name."""
+    interp = PARSER.stream()
+    for name, obj in [
+        ("message_start", {"message": {"id": "m", "model": "claude"}}),
+        ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
+        ("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": "Hi"}}),
+        ("content_block_stop", {"index": 0}),
+        ("message_delta", {"delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}}),
+        ("message_stop", {}),
+    ]:
+        interp.event(SSEEvent(name, json.dumps(obj)))
+    s = interp.finish()
+    assert (s.text, s.stop_reason, s.usage.output_tokens, s.complete, s.unknown_events) == (
+        "Hi",
+        "end_turn",
+        2,
+        True,
+        0,
+    )
