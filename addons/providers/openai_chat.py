@@ -133,13 +133,6 @@ def _content_parts(content: Any) -> tuple[str, str]:
     return "".join(text), "".join(thinking)
 
 
-def _reasoning(message: dict[str, Any]) -> str:
-    value = message.get("reasoning_content")
-    if not (isinstance(value, str) and value):
-        value = message.get("reasoning")
-    return value if isinstance(value, str) else ""
-
-
 # -- requests -------------------------------------------------------------------------------
 
 
@@ -210,6 +203,9 @@ _DONE = (Done(),)
 
 
 def _first_choice(choices: list[Any]) -> dict[str, Any] | None:
+    first = choices[0] if choices else None
+    if type(first) is dict and first.get("index") == 0:  # the usual case, without a loop
+        return first
     for choice in choices:
         if isinstance(choice, dict) and (as_int(choice.get("index")) or 0) == 0:
             return choice
@@ -221,8 +217,13 @@ def _text_events(message: dict[str, Any], refusal_prefix: str) -> tuple[list[Llm
 
     The refusal is appended after the text, behind `refusal_prefix`.
     """
-    text, thinking = _content_parts(message.get("content"))
-    thinking = _reasoning(message) + thinking
+    content = message.get("content")
+    text, thinking = (content, "") if type(content) is str else _content_parts(content)
+    reasoning = message.get("reasoning_content")  # it wins over `reasoning` when a server sends both
+    if not (type(reasoning) is str and reasoning):
+        reasoning = message.get("reasoning")
+    if type(reasoning) is str:
+        thinking = reasoning + thinking
     refusal = message.get("refusal")
     refused = isinstance(refusal, str) and refusal != ""
     if refused:
@@ -249,13 +250,11 @@ class ChatEvents:
         self._failed = False
 
     def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
-        if ev.data.strip() == "[DONE]":
-            return _DONE
         obj = load_json(ev.data)
         if type(obj) is not dict:
-            return _PARSE_ERROR
+            return _DONE if ev.data.strip() == "[DONE]" else _PARSE_ERROR
         out: list[LlmEvent] = []
-        error = error_fields(obj)
+        error = error_fields(obj) if "error" in obj or obj.get("object") == "error" else None
         if error is not None:
             out.append(Error(error[0] or "error", error[1]))
             self._failed = True
