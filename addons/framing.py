@@ -94,8 +94,12 @@ class SSEDecoder:
             self._skip_lf = data.endswith(b"\r")  # a CRLF may be split across chunks
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         events: list[SSEEvent] = []
-        self._tail = bytearray(self._lines(data, events))
-        self._check_tail()
+        rest = self._lines(data, events)
+        if rest:
+            self._tail = bytearray(rest)
+            self._check_tail()
+        elif self._tail:
+            self._tail = bytearray()
         return events
 
     def flush(self) -> list[SSEEvent]:
@@ -143,7 +147,8 @@ class SSEDecoder:
                 self._raw_line(line, events)
             return lines[-1]
         # every line is short enough: decode once (a line end never splits a UTF-8 sequence)
-        blocks = buf[:cut].decode("utf-8", "replace").split("\n\n")  # each ends with a blank line
+        whole = buf if cut == len(buf) else buf[:cut]
+        blocks = whole.decode("utf-8", "replace").split("\n\n")  # each ends with a blank line
         last = blocks.pop()
         if blocks and (self._data or self._event is not None):
             self._block(blocks.pop(0), events)  # it continues the pending event
@@ -159,9 +164,10 @@ class SSEDecoder:
             elif not block:  # more blank lines: nothing pending, nothing to dispatch
                 continue
             self._block(block, events)
-        for line in last.split("\n")[:-1]:
-            self._line(line, events)
-        return buf[cut:]
+        if last:
+            for line in last.split("\n")[:-1]:
+                self._line(line, events)
+        return buf[cut:] if cut < len(buf) else b""
 
     def _block(self, block: str, events: list[SSEEvent]) -> None:
         """The lines before a blank line, then the blank line."""
