@@ -2,9 +2,13 @@
 
 `ResponseReader` is pure (bytes in, a `ResponseSummary` out) so that tests can feed it the
 same wire bytes split at every point and compressed every way. It keeps the first decoded
-bytes as the preview. Streamed bodies (SSE, NDJSON, JSON arrays, binary event streams) are framed and
-interpreted as they arrive; any
-other body (JSON, an HTML error page...) is collected, up to a cap, and parsed at the end.
+bytes as the preview. The caller decides the framing once (`stream_framing`, from the
+protocol, content type and path) and the reader follows it: a streamed body (SSE, NDJSON,
+JSON array, binary event stream) is framed and interpreted as it arrives; a whole body
+(`framing=None`: JSON, an HTML error page...) is collected, up to a cap, and parsed at the end.
+
+A stream whose framer had to drop a line longer than its limit is recorded incomplete: part
+of the answer is missing.
 """
 
 from __future__ import annotations
@@ -79,14 +83,13 @@ class ResponseReader:
         self,
         parser: ProtocolParser,
         *,
-        content_type: str | None,
+        framing: str | None,
         content_encoding: str | None,
         status: int,
         preview_bytes: int = 65536,
         max_parse_bytes: int = 64 * 1024 * 1024,
-        framing: str | None = None,
     ) -> None:
-        """`framing` names the stream framer (see `stream_framing`); default: from the content type."""
+        """`framing` names the stream framer (see `stream_framing`); None reads a whole body."""
         self.parser = parser
         self.status = status
         self.decoder = BodyDecoder(content_encoding, sniff=True, max_output=max_parse_bytes)
@@ -95,7 +98,6 @@ class ResponseReader:
         self.max_parse_bytes = max_parse_bytes
         self._sse: Framer | None = None
         self._interp: StreamInterpreter | None = None
-        framing = framing or _FRAMING_BY_TYPE.get(media_type(content_type))
         if framing is not None:
             self._sse = make_framer(framing)
             self._interp = parser.stream()
@@ -127,8 +129,9 @@ class ResponseReader:
             return
         self.preview.add(data)
         if self._sse is not None and self._interp is not None:
+            event = self._interp.event
             for ev in self._sse.feed(data):
-                self._interp.event(ev)
+                event(ev)
         elif len(self._body) + len(data) <= self.max_parse_bytes:
             self._body += data
         else:
@@ -144,6 +147,8 @@ class ResponseReader:
                 self._interp.event(ev)
             summary = self._interp.finish()
             summary.parse_errors += self._sse.invalid_lines + self._sse.overlong_lines
+            if self._sse.overlong_lines:
+                summary.complete = False  # a dropped line is a missing part of the answer
         elif self._overflow:
             summary = ResponseSummary(parse_errors=1, error_message="body too large to parse")
         else:

@@ -131,7 +131,6 @@ class Recorder:
     def _reader(self, route, framing: str | None, encoding: str | None, status: int) -> ResponseReader:
         return ResponseReader(
             parser_for(route.protocol),
-            content_type=None,
             framing=framing,
             content_encoding=encoding,
             status=status,

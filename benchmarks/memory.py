@@ -43,7 +43,7 @@ def measure(mib: int) -> dict:
     settings = load().capture
     reader = ResponseReader(
         parser_for("anthropic"),
-        content_type="text/event-stream",
+        framing="sse",
         content_encoding=None,
         status=200,
         preview_bytes=settings.preview_bytes,

@@ -101,7 +101,7 @@ def bench_parser(protocol: str, size: int, repeat: int) -> dict:
         return interp.finish()
 
     def read():
-        reader = ResponseReader(parser, content_type="text/event-stream", content_encoding=None, status=200,
+        reader = ResponseReader(parser, framing="sse", content_encoding=None, status=200,
                                 max_parse_bytes=len(data) + 1)  # fmt: skip
         for piece in pieces:
             reader.feed(piece)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import zlib
 from dataclasses import asdict
 from pathlib import Path
@@ -35,8 +36,7 @@ def compress(data: bytes, encoding: str) -> bytes:
 
 def read(path: Path, wire: bytes, encoding: str | None, pieces: list[bytes]) -> dict:
     protocol = path.parent.name
-    reader = ResponseReader(parser_for(protocol), content_type="text/event-stream; charset=utf-8",
-                            content_encoding=encoding, status=200)  # fmt: skip
+    reader = ResponseReader(parser_for(protocol), framing="sse", content_encoding=encoding, status=200)  # fmt: skip
     for piece in pieces:
         reader.feed(piece)
     summary = reader.finish()
@@ -65,7 +65,7 @@ def test_compressed_streams_any_chunking(path: Path, encoding: str):
 
 def test_json_body_parsed_at_end_with_preview():
     body = (FIXTURES / "anthropic" / "message_text.json").read_bytes()
-    reader = ResponseReader(parser_for("anthropic"), content_type="application/json", content_encoding="gzip",
+    reader = ResponseReader(parser_for("anthropic"), framing=None, content_encoding="gzip",
                             status=200, preview_bytes=20)  # fmt: skip
     wire = gzip.compress(body)
     for i in range(0, len(wire), 3):
@@ -78,9 +78,28 @@ def test_json_body_parsed_at_end_with_preview():
 
 def test_lying_encoding_reads_identity_and_says_so():
     body = (FIXTURES / "openai_chat" / "stream_text_usage.sse").read_bytes()
-    reader = ResponseReader(parser_for("openai_chat"), content_type="text/event-stream", content_encoding="gzip",
+    reader = ResponseReader(parser_for("openai_chat"), framing="sse", content_encoding="gzip",
                             status=200)  # fmt: skip
     reader.feed(body)
     summary = reader.finish()
     assert summary.complete and summary.text
     assert "identity" in (reader.decode_error or "")
+
+
+def test_a_line_past_the_limit_leaves_the_call_incomplete():
+    """A 33 MiB `data:` line (past SSEDecoder's 32 MiB) fed in 64 KiB pieces: dropped, counted,
+    and the call is recorded incomplete even though `message_stop` came."""
+    wire = (FIXTURES / "anthropic" / "stream_text.sse").read_bytes()
+    head, _, rest = wire.partition(b"event: content_block_delta")
+    huge = json.dumps(
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}}
+    )
+    huge = huge.replace('"x"', '"' + "x" * (33 * 2**20) + '"').encode()
+    wire = head + b"event: content_block_delta\ndata: " + huge + b"\n\nevent: content_block_delta" + rest
+    reader = ResponseReader(parser_for("anthropic"), framing="sse", content_encoding=None, status=200,
+                            max_parse_bytes=len(wire) + 1)  # fmt: skip
+    for i in range(0, len(wire), 65536):
+        reader.feed(wire[i : i + 65536])
+    summary = reader.finish()
+    assert summary.text == "The capital of France is Paris."  # the dropped line's text is missing
+    assert (summary.stop_reason, summary.parse_errors, summary.complete) == ("end_turn", 1, False)

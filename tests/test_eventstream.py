@@ -48,8 +48,7 @@ EXCEPTION = encode_frame({":message-type": "exception", ":exception-type": "thro
 
 
 def read(pieces: list[bytes]) -> dict:
-    reader = ResponseReader(AnthropicMessages(), content_type="application/vnd.amazon.eventstream",
-                            content_encoding=None, status=200)  # fmt: skip
+    reader = ResponseReader(AnthropicMessages(), framing="eventstream", content_encoding=None, status=200)  # fmt: skip
     for piece in pieces:
         reader.feed(piece)
     return asdict(reader.finish())

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from itertools import pairwise
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addons.framing import SSEDecoder, SSEEvent
+from addons.framing import SSEDecoder, SSEEvent, make_framer
 
 
 def decode(*pieces: bytes) -> list[SSEEvent]:
@@ -75,6 +77,49 @@ def test_long_lines():
     assert decode(f"data: {big}\n\n".encode()) == [ev(big)]
     d = SSEDecoder(max_line=100)
     out = d.feed(b"data: " + b"y" * 150) + d.feed(b"y" * 500 + b"\ndata: ok\n\n") + d.flush()
+    assert out == [ev("ok")] and d.overlong_lines == 1
+
+
+def feed_measured(framer, chunks: list[bytes]) -> tuple[list[SSEEvent], int]:
+    """The events, and the bytes the framer allocated while fed (the sum of each feed's peak):
+    what it copies, a deterministic measure of its work."""
+    tracemalloc.start()
+    events, work = [], 0
+    try:
+        for chunk in chunks:
+            tracemalloc.reset_peak()
+            before = tracemalloc.get_traced_memory()[0]
+            out = framer.feed(chunk)
+            work += tracemalloc.get_traced_memory()[1] - before
+            events += out
+    finally:
+        tracemalloc.stop()
+    return events + framer.flush(), work
+
+
+@pytest.mark.parametrize(
+    ("framing", "head", "tail"),
+    [("sse", b"data: ", b"\n\n"), ("ndjson", b'{"a":"', b'"}\n'), ("json-array", b'[{"a":"', b'"}]')],
+)
+def test_a_long_line_in_small_chunks_costs_linear_work(framing, head, tail):
+    """A 512 KiB line in 256-byte chunks: each byte is copied a few times, not once per chunk.
+
+    (Framers that rebuild their pending buffer on every chunk copy ~1000x the line here.)
+    """
+    size = 512 * 1024
+    wire = head + b"x" * size + tail
+    framer = make_framer(framing)
+    events, work = feed_measured(framer, [wire[i : i + 256] for i in range(0, len(wire), 256)])
+    assert work < 32 * size
+    payload = "x" * size
+    assert [e.data for e in events] == [payload if framing == "sse" else '{"a":"' + payload + '"}']
+    assert framer.overlong_lines == framer.invalid_lines == 0
+
+
+def test_overlong_line_fed_in_pieces_is_dropped_once():
+    d = SSEDecoder(max_line=1000)
+    pieces = [b"data: " + b"y" * 100] + [b"y" * 100] * 50 + [b"\ndata: ok\n\n"]
+    out = [ev for p in pieces for ev in d.feed(p)] + d.flush()
     assert out == [ev("ok")] and d.overlong_lines == 1
 
 

@@ -6,6 +6,10 @@ company gateway, a local server) is attributed to the protocol's own vendor, so 
 the real API is still priced and an unknown model simply stays unpriced. Non-model
 endpoints (`/v1/models`, `count_tokens`, batches...) are not model calls: they only get a
 `net_events` row.
+
+Each protocol module holds only wire knowledge: it parses requests, and turns a response
+(stream events or a whole body) into the neutral events of `events.py`; `collect.py` builds
+every `ResponseSummary` from them, and `base.GuardedParser` keeps every entry point from raising.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 Everything here is pure and never raises on bad input: a body that is not JSON gives `None`,
 a field of the wrong type is treated as absent. Provider-specific meaning (usage, blocks,
 stream events) stays in the provider modules.
+
+JSON is read by msgspec (several times faster than `json`, which matters once per streamed
+event); the few documents msgspec refuses but `json` accepts (NaN, lone surrogates, numbers
+beyond a float) are read by `json`, so both accept exactly the same inputs.
 """
 
 from __future__ import annotations
@@ -11,11 +15,16 @@ import json
 import re
 from typing import Any
 
-from addons.records import RequestInfo, ResponseSummary
+import msgspec
+
+from addons.providers.events import PARSE_ERROR, Done, Error, LlmEvent
+from addons.records import RequestInfo
 
 __all__ = [
+    "arguments_text",
     "as_int",
     "as_str",
+    "body_object",
     "body_snippet",
     "content_text",
     "dumps_compact",
@@ -24,7 +33,6 @@ __all__ = [
     "load_json_object",
     "model_from_text",
     "request_object",
-    "response_object",
 ]
 
 _MODEL_RE = re.compile(r'"model"\s*:\s*"((?:[^"\\]|\\.)*)"')
@@ -32,12 +40,18 @@ _TEXT_TYPES = ("text", "input_text", "output_text")  # tuples: values may be unh
 _SNIPPET_CHARS = 200
 
 
+_decode = msgspec.json.Decoder().decode
+
+
 def load_json(data: bytes | str) -> Any | None:
     """Parse JSON text, or return None when it is not valid JSON (or not UTF-8)."""
     try:
-        return json.loads(data)
-    except (ValueError, TypeError, RecursionError):
-        return None
+        return _decode(data)
+    except Exception:  # msgspec refuses a few documents json reads: let json decide
+        try:
+            return json.loads(data)
+        except (ValueError, TypeError, RecursionError):
+            return None
 
 
 def load_json_object(data: bytes | str) -> dict[str, Any] | None:
@@ -52,6 +66,13 @@ def dumps_compact(obj: Any) -> str:
         return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError):
         return ""
+
+
+def arguments_text(value: Any) -> str:
+    """Tool arguments as JSON text: a string as sent, None as "", anything else compact JSON."""
+    if isinstance(value, str):
+        return value
+    return "" if value is None else dumps_compact(value)
 
 
 def model_from_text(text: str) -> str | None:
@@ -187,29 +208,26 @@ def body_snippet(body: bytes) -> str:
     return text if len(text) <= _SNIPPET_CHARS else text[: _SNIPPET_CHARS - 1] + "…"
 
 
-def response_object(body: bytes, status: int) -> tuple[dict[str, Any] | None, ResponseSummary]:
-    """Parse a whole non-streamed response body; handle error bodies completely.
+def body_object(body: bytes, status: int) -> tuple[dict[str, Any] | None, list[LlmEvent]]:
+    """A whole non-streamed body: the JSON object to read, or the events of an error body.
 
     Returns:
-        The JSON object when it is a success body the provider module should read, else None,
-        and the summary: for an error body (status >= 400 or a top-level `error`) it holds
-        `error_type`/`error_message` and `complete=True`; for a non-JSON body `parse_errors=1`.
+        The object when it is a success body the provider module should read (and no
+        events), else None and the events: an error body (status >= 400 or a top-level
+        `error`) gives its `Error` and `Done` (a complete answer); a body that is not a JSON
+        object gives a parse error (and, for status >= 400, an `Error` with an excerpt).
     """
-    summary = ResponseSummary()
     obj = load_json_object(body)
     if obj is None:
-        summary.parse_errors = 1
-        if status >= 400:
-            snippet = body_snippet(body)
-            summary.error_message = f"HTTP {status}: {snippet}" if snippet else f"HTTP {status}"
-        return None, summary
+        if status < 400:
+            return None, [PARSE_ERROR]
+        snippet = body_snippet(body)
+        return None, [PARSE_ERROR, Error(None, f"HTTP {status}: {snippet}" if snippet else f"HTTP {status}")]
     fields = error_fields(obj)
     if fields is None and status < 400:
-        return obj, summary
-    summary.complete = True
-    if fields is not None:
-        summary.error_type, summary.error_message = fields
-    if summary.error_message is None:
+        return obj, []
+    kind, message = fields if fields is not None else (None, None)
+    if message is None:
         detail = obj.get("message") or obj.get("detail")
-        summary.error_message = detail if isinstance(detail, str) else f"HTTP {status}: {body_snippet(body)}"
-    return None, summary
+        message = detail if isinstance(detail, str) else f"HTTP {status}: {body_snippet(body)}"
+    return None, [Error(kind, message), Done()]

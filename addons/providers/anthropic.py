@@ -28,24 +28,45 @@ are joined with "\\n".
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from typing import Any
 
 from addons.framing import SSEEvent
 from addons.providers._common import (
     as_int,
     as_str,
+    body_object,
     content_text,
     dumps_compact,
     error_fields,
     load_json,
     request_object,
-    response_object,
 )
 from addons.providers.base import GuardedParser
-from addons.records import RequestInfo, ResponseSummary, ToolCall, ToolResult, Usage
+from addons.providers.events import (
+    PARSE_ERROR,
+    UNKNOWN_EVENT,
+    Done,
+    Error,
+    LlmEvent,
+    Meta,
+    Stop,
+    SummaryRules,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallArguments,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    UsageReport,
+)
+from addons.records import RequestInfo, ToolResult, Usage
 
-__all__ = ["REDACTED_THINKING", "AnthropicMessages", "AnthropicStream", "usage_from_anthropic"]
+__all__ = ["REDACTED_THINKING", "RULES", "AnthropicEvents", "AnthropicMessages", "body_events",
+           "usage_from_anthropic"]  # fmt: skip
+
+RULES = SummaryRules(call_id_prefix="anthropic", part_sep="\n")
 
 REDACTED_THINKING = "[redacted thinking]"
 _TOOL_BLOCKS = ("tool_use", "server_tool_use", "mcp_tool_use")  # tuples: JSON values may be unhashable
@@ -95,58 +116,6 @@ def usage_from_anthropic(raw: Any, *, output_reported: bool = True) -> Usage:
         extra=extra,
         raw=raw,
     )
-
-
-class _Content:
-    """Collects text, thinking and tool calls with the one joining rule.
-
-    Pieces go to lists (appending to a string attribute copies it every time, which is
-    quadratic on long answers); `flush()` writes the joined text into the summary.
-    """
-
-    __slots__ = ("_gap", "_last_thinking", "_text", "_thinking", "summary")
-
-    def __init__(self, summary: ResponseSummary) -> None:
-        self.summary = summary
-        self._last_thinking: int | None = None
-        self._gap = False
-        self._text: list[str] = []
-        self._thinking: list[str] = []
-
-    def block(self, kind: Any) -> None:
-        """A content block of `kind` starts: anything but text separates text runs."""
-        if kind != "text":
-            self._gap = True
-
-    def text(self, text: Any) -> None:
-        if isinstance(text, str) and text:
-            if self._gap and self._text:
-                self._text.append("\n")
-            self._gap = False
-            self._text.append(text)
-            self.summary.content_started = True
-
-    def thinking(self, block: int, text: Any) -> None:
-        if not (isinstance(text, str) and text):
-            return
-        if self._thinking and block != self._last_thinking:
-            self._thinking.append("\n")
-        self._thinking.append(text)
-        self._last_thinking = block
-        self.summary.content_started = True
-
-    def tool(self, block: dict[str, Any]) -> ToolCall:
-        index = len(self.summary.tool_calls)
-        name = block.get("name") if isinstance(block.get("name"), str) else ""
-        call_id = as_str(block.get("id")) or f"anthropic_{name}_{index}"
-        call = ToolCall(index=index, call_id=call_id, name=name, complete=False)
-        self.summary.tool_calls.append(call)
-        self.summary.content_started = True
-        return call
-
-    def flush(self) -> None:
-        self.summary.text = "".join(self._text)
-        self.summary.thinking = "".join(self._thinking)
 
 
 # -- requests -------------------------------------------------------------------------------
@@ -229,222 +198,230 @@ def _parse_request(body: bytes) -> RequestInfo:
 
 # -- responses ------------------------------------------------------------------------------
 
-
-def _parse_response(body: bytes, status: int) -> ResponseSummary:
-    obj, summary = response_object(body, status)
-    if obj is None:
-        return summary
-    content = obj.get("content")
-    if not isinstance(content, list):
-        summary.parse_errors += 1
-        return summary
-    summary.message_id = as_str(obj.get("id"))
-    summary.model = as_str(obj.get("model"))
-    acc = _Content(summary)
-    for i, block in enumerate(content):
-        if not isinstance(block, dict):
-            continue
-        kind = block.get("type")
-        acc.block(kind)
-        if kind == "text":
-            acc.text(block.get("text"))
-        elif kind == "thinking":
-            acc.thinking(i, block.get("thinking"))
-        elif kind == "redacted_thinking":
-            acc.thinking(i, REDACTED_THINKING)
-        elif kind in _TOOL_BLOCKS:
-            call = acc.tool(block)
-            given = block.get("input")  # same rule as a stream: empty or absent input is {}
-            call.arguments = (dumps_compact(given) if given else "") or "{}"
-            call.complete = True
-    acc.flush()
-    summary.stop_reason = as_str(obj.get("stop_reason"))
-    if "usage" in obj:
-        summary.usage = usage_from_anthropic(obj["usage"])
-    summary.complete = True
-    return summary
+_PLACEHOLDER_OUTPUT = partial(usage_from_anthropic, output_reported=False)
+_PARSE_ERROR = (PARSE_ERROR,)
+_UNKNOWN = (UNKNOWN_EVENT,)
 
 
 class _Block:
-    """A streamed content block; for a tool call, its argument pieces."""
+    """A content block of the response; for a tool call, its key and the state of its arguments."""
 
-    __slots__ = ("call", "from_start", "parts")
+    __slots__ = ("call", "closed", "filled", "from_start")
+
+    def __init__(self, call: int | None = None, given: str | None = None) -> None:
+        self.call = call
+        """Key of the tool call, None for other blocks."""
+        self.from_start = given is not None
+        """The arguments so far are the `input` given whole at the start (replaced by any delta)."""
+        self.filled = bool(given)
+        """Some non-empty argument text arrived (else the arguments are "{}")."""
+        self.closed = False
+
+
+class AnthropicEvents:
+    """Reads one Anthropic stream (SSE, or Bedrock event-stream frames) into neutral events.
+
+    `block_start` and `close_block` also read the content blocks of a whole body, so that a
+    body and a stream share one reading of blocks (and give the same summary).
+    """
 
     def __init__(self) -> None:
-        self.call: ToolCall | None = None
-        self.from_start = False
-        self.parts: list[str] = []
-
-    def close(self, complete: bool) -> None:
-        if self.call is not None and not self.call.complete:
-            self.call.arguments = "".join(self.parts)
-            if complete:
-                self.call.complete = True
-                self.call.arguments = self.call.arguments or "{}"
-
-
-class AnthropicStream:
-    """Accumulates one Anthropic SSE stream into a `ResponseSummary`."""
-
-    def __init__(self) -> None:
-        self.summary = ResponseSummary()
-        self._content = _Content(self.summary)
         self._blocks: dict[int, _Block] = {}
+        self._calls = 0
+        self._text_part = 0  # any block but text starts a new text part
+        self._thinking_part = 0  # each thinking block is a part
+        self._last_thinking: int | None = None
         self._raw_usage: dict[str, Any] | None = None
         self._output_reported = False
-        self._stopped = False
 
-    def event(self, ev: SSEEvent) -> None:
-        """Consume one event; never raises (a failure counts as a parse error)."""
-        try:
-            self._handle(ev)
-        except Exception:
-            self.summary.parse_errors += 1
-
-    def finish(self) -> ResponseSummary:
-        """End of stream: complete only if `message_stop` came and no error did.
-
-        Text, thinking and the arguments of unclosed tool calls are assembled here.
-        """
-        for block in self._blocks.values():
-            block.close(complete=False)
-        self._content.flush()
-        self.summary.complete = self._stopped and self.summary.error_type is None
-        return self.summary
-
-    def _handle(self, ev: SSEEvent) -> None:
-        if self._stopped:
-            return
+    def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
         obj = load_json(ev.data)
-        if not isinstance(obj, dict):
+        if type(obj) is not dict:
+            out: list[LlmEvent] = []
             if ev.event == "error":  # a proxy's plain-text error event still ends the answer
-                self._error({"error": {"message": ev.data.strip()[:500] or None}})
+                out.append(Error("error", ev.data.strip()[:500] or None))
             if ev.event != "ping" and ev.data.strip() != "[DONE]":
-                self.summary.parse_errors += 1
-            return
-        kind = obj.get("type") if isinstance(obj.get("type"), str) else ev.event
-        handler = self._HANDLERS.get(kind or "")
-        if handler is None:
-            self.summary.unknown_events += 1
-        else:
-            handler(self, obj)
+                out.append(PARSE_ERROR)
+            return out
+        kind = obj.get("type")
+        if kind == "content_block_delta":  # most events: straight there
+            return self._block_delta(obj)
+        handler = _HANDLERS.get(kind if isinstance(kind, str) else ev.event or "")
+        return _UNKNOWN if handler is None else handler(self, obj)
 
-    def _message_start(self, obj: dict[str, Any]) -> None:
-        message = obj.get("message")
-        if not isinstance(message, dict):
-            self.summary.parse_errors += 1
-            return
-        self.summary.message_id = as_str(message.get("id")) or self.summary.message_id
-        self.summary.model = as_str(message.get("model")) or self.summary.model
-        if isinstance(message.get("usage"), dict):
-            self._raw_usage = dict(message["usage"])
-            self._update_usage()
+    def end(self) -> Sequence[LlmEvent]:
+        return ()  # tool calls never stopped simply stay incomplete
 
-    def _block_index(self, obj: dict[str, Any]) -> int:
+    # -- content blocks (streams and bodies) ----------------------------------------------
+
+    def block_start(self, index: int, block: dict[str, Any]) -> list[LlmEvent]:
+        """A content block starts (replacing any block at the same index, left incomplete)."""
+        kind = block.get("type")
+        if kind != "text":
+            self._text_part += 1
+        state = _Block()
+        out: list[LlmEvent] = []
+        if kind == "text":
+            text = block.get("text")
+            if isinstance(text, str) and text:
+                out.append(TextDelta(text, self._text_part))
+        elif kind == "thinking":
+            out += self._thinking(index, block.get("thinking"))
+        elif kind == "redacted_thinking":
+            out += self._thinking(index, REDACTED_THINKING)
+        elif kind in _TOOL_BLOCKS:
+            key, self._calls = self._calls, self._calls + 1
+            name = block.get("name")
+            out.append(
+                ToolCallStart(key, as_str(block.get("id")) or "", name if isinstance(name, str) else "")
+            )
+            given = block.get("input")
+            arguments = dumps_compact(given) if given else None
+            if arguments is not None:
+                out.append(ToolCallDelta(key, arguments))
+            state = _Block(key, arguments)
+        self._blocks[index] = state
+        return out
+
+    def close_block(self, index: int) -> Sequence[LlmEvent]:
+        """A block stops: a tool call in it is whole (and "{}" when it streamed nothing)."""
+        block = self._blocks.get(index)
+        if block is None or block.call is None or block.closed:
+            return ()
+        block.closed = True
+        if block.filled:
+            return (ToolCallEnd(block.call),)
+        return ToolCallArguments(block.call, "{}"), ToolCallEnd(block.call)
+
+    def _thinking(self, index: int, text: Any) -> Sequence[LlmEvent]:
+        if not (isinstance(text, str) and text):
+            return ()
+        if index != self._last_thinking:
+            self._thinking_part += 1
+            self._last_thinking = index
+        return (ThinkingDelta(text, self._thinking_part),)
+
+    # -- stream events --------------------------------------------------------------------
+
+    @staticmethod
+    def _index(obj: dict[str, Any]) -> int:
         index = as_int(obj.get("index"))
         return index if index is not None else -1
 
-    def _block_start(self, obj: dict[str, Any]) -> None:
-        index = self._block_index(obj)
-        block = obj.get("content_block")
-        if not isinstance(block, dict):
-            self.summary.parse_errors += 1
-            return
-        kind = block.get("type")
-        self._content.block(kind)
-        state = _Block()
-        if kind == "text":
-            self._content.text(block.get("text"))
-        elif kind == "thinking":
-            self._content.thinking(index, block.get("thinking"))
-        elif kind == "redacted_thinking":
-            self._content.thinking(index, REDACTED_THINKING)
-        elif kind in _TOOL_BLOCKS:
-            state.call = self._content.tool(block)
-            given = block.get("input")
-            if given:
-                state.parts.append(dumps_compact(given))
-                state.from_start = True
-        previous = self._blocks.get(index)
-        if previous is not None:
-            previous.close(complete=False)
-        self._blocks[index] = state
-
-    def _block_delta(self, obj: dict[str, Any]) -> None:
-        index = self._block_index(obj)
+    def _block_delta(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
         delta = obj.get("delta")
-        if not isinstance(delta, dict):
-            self.summary.parse_errors += 1
-            return
+        if type(delta) is not dict:
+            return _PARSE_ERROR
         kind = delta.get("type")
         if kind == "text_delta":
-            self._content.text(delta.get("text"))
-        elif kind == "thinking_delta":
-            self._content.thinking(index, delta.get("thinking"))
-        elif kind == "input_json_delta":
-            block = self._blocks.get(index)
+            text = delta.get("text")
+            return (TextDelta(text, self._text_part),) if type(text) is str and text else ()
+        if kind == "thinking_delta":
+            return self._thinking(self._index(obj), delta.get("thinking"))
+        if kind == "input_json_delta":
+            block = self._blocks.get(self._index(obj))
             piece = delta.get("partial_json")
             if block is None or block.call is None or not isinstance(piece, str):
-                self.summary.parse_errors += 1
-                return
-            if block.from_start and piece:
-                block.parts, block.from_start = [], False
-            block.parts.append(piece)
-        elif kind not in _IGNORED_DELTAS:
-            self.summary.unknown_events += 1
+                return _PARSE_ERROR
+            if block.closed or not piece:
+                return ()
+            block.filled = True
+            if block.from_start:
+                block.from_start = False
+                return (ToolCallArguments(block.call, piece),)
+            return (ToolCallDelta(block.call, piece),)
+        return () if kind in _IGNORED_DELTAS else _UNKNOWN
 
-    def _block_stop(self, obj: dict[str, Any]) -> None:
-        block = self._blocks.get(self._block_index(obj))
-        if block is not None:
-            block.close(complete=True)
+    def _block_start(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
+        block = obj.get("content_block")
+        if not isinstance(block, dict):
+            return _PARSE_ERROR
+        return self.block_start(self._index(obj), block)
 
-    def _message_delta(self, obj: dict[str, Any]) -> None:
+    def _block_stop(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
+        return self.close_block(self._index(obj))
+
+    def _message_start(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
+        message = obj.get("message")
+        if not isinstance(message, dict):
+            return _PARSE_ERROR
+        out: list[LlmEvent] = [Meta(as_str(message.get("id")), as_str(message.get("model")))]
+        if isinstance(message.get("usage"), dict):
+            self._raw_usage = dict(message["usage"])
+            out.append(self._usage())
+        return out
+
+    def _message_delta(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
+        out: list[LlmEvent] = []
         delta = obj.get("delta")
         if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
-            self.summary.stop_reason = delta["stop_reason"]
+            out.append(Stop(delta["stop_reason"]))
         usage = obj.get("usage")
-        if isinstance(usage, dict):
+        if isinstance(usage, dict):  # cumulative: assigned over message_start's, never added
             merged = self._raw_usage if self._raw_usage is not None else {}
             merged.update((k, v) for k, v in usage.items() if v is not None)
             self._raw_usage = merged
             if as_int(usage.get("output_tokens")) is not None:
                 self._output_reported = True
-            self._update_usage()
+            out.append(self._usage())
+        return out
 
-    def _message_stop(self, obj: dict[str, Any]) -> None:
-        self._stopped = True
-        self.summary.complete = self.summary.error_type is None
+    def _usage(self) -> UsageReport:
+        normalize = usage_from_anthropic if self._output_reported else _PLACEHOLDER_OUTPUT
+        return UsageReport(dict(self._raw_usage or {}), normalize)
 
-    def _ping(self, obj: dict[str, Any]) -> None:
-        pass
+    def _message_stop(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
+        return (Done(),)
 
-    def _error(self, obj: dict[str, Any]) -> None:
+    def _ping(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
+        return ()
+
+    def _error(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
         kind, message = error_fields(obj) or (None, None)
-        self.summary.error_type = kind or "error"
-        self.summary.error_message = message
-        self.summary.complete = False
+        return (Error(kind or "error", message),)
 
-    def _update_usage(self) -> None:
-        self.summary.usage = usage_from_anthropic(
-            dict(self._raw_usage or {}), output_reported=self._output_reported
-        )
 
-    _HANDLERS: ClassVar[dict[str, Callable[[AnthropicStream, dict[str, Any]], None]]] = {
-        "message_start": _message_start,
-        "content_block_start": _block_start,
-        "content_block_delta": _block_delta,
-        "content_block_stop": _block_stop,
-        "message_delta": _message_delta,
-        "message_stop": _message_stop,
-        "ping": _ping,
-        "error": _error,
-    }
+_HANDLERS: dict[str, Callable[[AnthropicEvents, dict[str, Any]], Sequence[LlmEvent]]] = {
+    "message_start": AnthropicEvents._message_start,
+    "content_block_start": AnthropicEvents._block_start,
+    "content_block_delta": AnthropicEvents._block_delta,
+    "content_block_stop": AnthropicEvents._block_stop,
+    "message_delta": AnthropicEvents._message_delta,
+    "message_stop": AnthropicEvents._message_stop,
+    "ping": AnthropicEvents._ping,
+    "error": AnthropicEvents._error,
+}
+
+
+def body_events(body: bytes, status: int) -> Iterator[LlmEvent]:
+    """The neutral events of a whole Messages body (its blocks read as a stream reads them)."""
+    obj, error = body_object(body, status)
+    if obj is None:
+        yield from error
+        return
+    content = obj.get("content")
+    if not isinstance(content, list):
+        yield PARSE_ERROR
+        return
+    yield Meta(as_str(obj.get("id")), as_str(obj.get("model")))
+    blocks = AnthropicEvents()
+    for i, block in enumerate(content):
+        if isinstance(block, dict):
+            yield from blocks.block_start(i, block)
+            yield from blocks.close_block(i)
+    stop = as_str(obj.get("stop_reason"))
+    if stop is not None:
+        yield Stop(stop)
+    if "usage" in obj:
+        yield UsageReport(obj["usage"], usage_from_anthropic)
+    yield Done()
 
 
 class AnthropicMessages(GuardedParser):
     """ProtocolParser for the Anthropic Messages API."""
 
     name = "anthropic"
+    rules = RULES
     request_fn = staticmethod(_parse_request)
-    response_fn = staticmethod(_parse_response)
-    stream_cls = AnthropicStream
+    body_fn = staticmethod(body_events)
+    wire_cls = AnthropicEvents

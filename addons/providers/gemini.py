@@ -23,19 +23,33 @@ Protocol quirks handled:
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from addons.framing import SSEEvent
-from addons.providers._common import as_int, as_str, load_json, request_object
+from addons.providers._common import as_int, as_str, dumps_compact, load_json, request_object
 from addons.providers.base import GuardedParser
-from addons.records import RequestInfo, ResponseSummary, ToolCall, ToolResult, Usage
+from addons.providers.events import (
+    PARSE_ERROR,
+    Done,
+    Error,
+    LlmEvent,
+    Meta,
+    Stop,
+    SummaryRules,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    UsageReport,
+)
+from addons.records import RequestInfo, ToolResult, Usage
 
-__all__ = ["Gemini", "GeminiStream", "usage_from_gemini"]
+__all__ = ["RULES", "Gemini", "GeminiEvents", "body_events", "usage_from_gemini"]
 
-
-def _dump(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+RULES = SummaryRules(call_id_prefix="gemini")
+_PARSE_ERROR = (PARSE_ERROR,)
 
 
 def usage_from_gemini(raw: Any) -> Usage:
@@ -58,17 +72,17 @@ def usage_from_gemini(raw: Any) -> Usage:
     )
 
 
-def _error(obj: Any) -> tuple[str | None, str | None] | None:
-    err = obj.get("error") if isinstance(obj, dict) else None
+def _error(obj: dict[str, Any]) -> tuple[str | None, str | None] | None:
+    err = obj.get("error")
     if not isinstance(err, dict):
         return None
     kind = as_str(err.get("status")) or (str(err["code"]) if err.get("code") is not None else None)
     return kind, as_str(err.get("message"))
 
 
-def _unwrap(obj: Any) -> Any:
+def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
     """The GenerateContentResponse inside a Code Assist `{"response": ...}` envelope."""
-    if isinstance(obj, dict) and isinstance(obj.get("response"), dict) and "candidates" not in obj:
+    if isinstance(obj.get("response"), dict) and "candidates" not in obj:
         return obj["response"]
     return obj
 
@@ -108,7 +122,9 @@ def _trailing_results(contents: list[Any]) -> list[ToolResult]:
                 pending.pop(0) if pending else f"gemini_{name}_{len(results)}"
             )
             body = resp.get("response")
-            results.append(ToolResult(call_id, "" if body is None else _dump(body), tool_name=name or None))
+            results.append(
+                ToolResult(call_id, "" if body is None else dumps_compact(body), tool_name=name or None)
+            )
     return results
 
 
@@ -138,8 +154,8 @@ def _parse_request(body: bytes) -> RequestInfo:
             if isinstance(part.get("text"), str):
                 texts.append(part["text"])
             elif "functionCall" in part or "functionResponse" in part:
-                texts.append(_dump(part.get("functionCall") or part.get("functionResponse")))
-    texts.append(_dump(declarations) if declarations else "")
+                texts.append(dumps_compact(part.get("functionCall") or part.get("functionResponse")))
+    texts.append(dumps_compact(declarations) if declarations else "")
     info.prompt_text = "\n".join(t for t in texts if t)
     return info
 
@@ -147,108 +163,98 @@ def _parse_request(body: bytes) -> RequestInfo:
 # -- responses ------------------------------------------------------------------------------
 
 
-class GeminiStream:
-    """Accumulates GenerateContentResponse chunks (SSE events or JSON-array elements)."""
+class GeminiEvents:
+    """Reads GenerateContentResponse chunks (SSE events or JSON-array elements) into neutral events."""
 
     def __init__(self) -> None:
-        self.summary = ResponseSummary()
-        self._text: list[str] = []
-        self._thinking: list[str] = []
-        self._finished = False
+        self._calls = 0
+        self._meta: tuple[Any, Any] = (None, None)  # the id and model last said (every chunk repeats them)
 
-    def event(self, ev: SSEEvent) -> None:
-        try:
-            obj = load_json(ev.data)
-            if obj is None:
-                if ev.data.strip() not in ("", "[DONE]"):
-                    self.summary.parse_errors += 1
-                return
-            for chunk in obj if isinstance(obj, list) else [obj]:
-                self.chunk(chunk)
-        except Exception:
-            self.summary.parse_errors += 1
+    def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
+        obj = load_json(ev.data)
+        if obj is None:
+            return () if ev.data.strip() in ("", "[DONE]") else _PARSE_ERROR
+        if not isinstance(obj, list):
+            return self.chunk(obj)
+        out: list[LlmEvent] = []
+        for chunk in obj:
+            out += self.chunk(chunk)
+        return out
 
-    def chunk(self, obj: Any) -> None:
-        """One whole GenerateContentResponse (or error object)."""
-        s = self.summary
+    def end(self) -> Sequence[LlmEvent]:
+        return ()
+
+    def chunk(self, obj: Any) -> list[LlmEvent]:
+        """The events of one whole GenerateContentResponse (or error object)."""
+        if type(obj) is not dict:
+            return [PARSE_ERROR]
         error = _error(obj)
         if error is not None:
-            s.error_type, s.error_message = error
-            return
+            return [Error(*error)]
         obj = _unwrap(obj)
-        if not isinstance(obj, dict):
-            s.parse_errors += 1
-            return
-        s.message_id = s.message_id or as_str(obj.get("responseId"))
-        s.model = as_str(obj.get("modelVersion")) or s.model
-        if isinstance(obj.get("usageMetadata"), dict):
-            s.usage = usage_from_gemini(obj["usageMetadata"])
-        candidates = obj.get("candidates") if isinstance(obj.get("candidates"), list) else []
-        if not candidates:
-            block = (
-                (obj.get("promptFeedback") or {}).get("blockReason")
-                if isinstance(obj.get("promptFeedback"), dict)
-                else None
-            )
+        out: list[LlmEvent] = []
+        meta = (obj.get("responseId"), obj.get("modelVersion"))
+        if meta != self._meta:
+            self._meta = meta
+            out.append(Meta(as_str(meta[0]), as_str(meta[1])))
+        usage = obj.get("usageMetadata")
+        if type(usage) is dict:  # a running total: the last one wins
+            out.append(UsageReport(usage, usage_from_gemini))
+        candidates = obj.get("candidates")
+        if not (type(candidates) is list and candidates):
+            feedback = obj.get("promptFeedback")
+            block = feedback.get("blockReason") if isinstance(feedback, dict) else None
             if isinstance(block, str):
-                s.stop_reason, s.complete = block, True
-            return
-        candidate = candidates[0] if isinstance(candidates[0], dict) else {}
-        for part in _parts(candidate.get("content")):
-            self._part(part)
-        reason = as_str(candidate.get("finishReason"))
-        if reason:
-            s.stop_reason, s.complete = reason, True
-
-    def _part(self, part: dict[str, Any]) -> None:
-        s = self.summary
-        text = part.get("text")
-        if isinstance(text, str) and text:
-            (self._thinking if part.get("thought") is True else self._text).append(text)
-            s.content_started = True
-        call = part.get("functionCall")
-        if isinstance(call, dict):
-            name = as_str(call.get("name")) or ""
-            index = len(s.tool_calls)
-            args = call.get("args")
-            s.tool_calls.append(
-                ToolCall(index, _call_id(call, name, index), name, _dump(args if args is not None else {}))
-            )
-            s.content_started = True
-
-    def finish(self) -> ResponseSummary:
-        if not self._finished:
-            self._finished = True
-            self.summary.text = "".join(self._text)
-            self.summary.thinking = "".join(self._thinking)
-            if self.summary.error_type is not None:
-                self.summary.complete = False
-        return self.summary
+                out += [Stop(block), Done(final=False)]
+            return out
+        candidate = candidates[0] if type(candidates[0]) is dict else {}
+        content = candidate.get("content")
+        parts = content.get("parts") if type(content) is dict else None
+        for part in parts if type(parts) is list else ():
+            if type(part) is not dict:
+                continue
+            text = part.get("text")
+            if type(text) is str and text:
+                out.append(ThinkingDelta(text) if part.get("thought") is True else TextDelta(text))
+            call = part.get("functionCall")
+            if type(call) is dict:
+                key, self._calls = self._calls, self._calls + 1
+                args = call.get("args")
+                out.append(ToolCallStart(key, as_str(call.get("id")) or "", as_str(call.get("name")) or ""))
+                out.append(ToolCallDelta(key, dumps_compact(args if args is not None else {})))
+                out.append(ToolCallEnd(key))
+        reason = candidate.get("finishReason")
+        if type(reason) is str and reason:
+            out += [Stop(reason), Done(final=False)]
+        return out
 
 
-def _parse_response(body: bytes, status: int) -> ResponseSummary:
+def body_events(body: bytes, status: int) -> Iterator[LlmEvent]:
+    """The neutral events of a whole body: one response, an array of chunks, or an error."""
     obj = load_json(body)
-    stream = GeminiStream()
     if obj is None:
-        stream.summary.parse_errors = 1
+        yield PARSE_ERROR
         if status >= 400:
-            stream.summary.error_message = f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}"
-        return stream.finish()
+            yield Error(None, f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}")
+        return
+    chunks = GeminiEvents()
+    events: list[LlmEvent] = []
     for chunk in obj if isinstance(obj, list) else [obj]:
-        stream.chunk(chunk)
-    summary = stream.finish()
-    if summary.error_type is not None or status >= 400:
-        summary.complete = True  # a whole error body is a complete answer
-    return summary
+        events += chunks.chunk(chunk)
+    yield from events
+    errors = [e for e in events if isinstance(e, Error)]
+    if status >= 400 or (errors and errors[-1].type is not None):
+        yield Done()  # a whole error body is a complete answer
 
 
 class Gemini(GuardedParser):
     """ProtocolParser for the Gemini API, Vertex AI and the Code Assist envelope."""
 
     name = "gemini"
+    rules = RULES
     request_fn = staticmethod(_parse_request)
-    response_fn = staticmethod(_parse_response)
-    stream_cls = GeminiStream
+    body_fn = staticmethod(body_events)
+    wire_cls = GeminiEvents
 
     @staticmethod
     def stream_framing(content_type: str | None, path: str) -> str | None:

@@ -14,22 +14,35 @@ Protocol quirks handled:
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from addons.framing import SSEEvent
-from addons.providers._common import as_int, as_str, load_json, request_object
+from addons.providers._common import as_int, as_str, dumps_compact, load_json, request_object
 from addons.providers.base import GuardedParser
-from addons.records import RequestInfo, ResponseSummary, ToolCall, ToolResult, Usage
+from addons.providers.events import (
+    PARSE_ERROR,
+    Done,
+    Error,
+    LlmEvent,
+    Meta,
+    Stop,
+    SummaryRules,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    UsageReport,
+)
+from addons.records import RequestInfo, ToolResult, Usage
 
-__all__ = ["Ollama", "OllamaStream", "usage_from_ollama"]
+__all__ = ["RULES", "Ollama", "OllamaEvents", "body_events", "usage_from_ollama"]
 
+RULES = SummaryRules(call_id_prefix="ollama")
 _USAGE_KEYS = ("prompt_eval_count", "eval_count", "total_duration", "load_duration", "prompt_eval_duration",
                "eval_duration")  # fmt: skip
-
-
-def _dump(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+_PARSE_ERROR = (PARSE_ERROR,)
 
 
 def usage_from_ollama(final: dict[str, Any]) -> Usage:
@@ -76,87 +89,82 @@ def _parse_request(body: bytes) -> RequestInfo:
             ids.pop(0) if ids else f"ollama_tool_result_{len(info.tool_results)}"
         )
         content = msg.get("content")
-        info.tool_results.append(ToolResult(call_id, content if isinstance(content, str) else _dump(content),
+        info.tool_results.append(ToolResult(call_id, content if isinstance(content, str) else dumps_compact(content),
                                             tool_name=name or None))  # fmt: skip
     texts = [info.system_prompt or "", obj.get("prompt") if isinstance(obj.get("prompt"), str) else ""]
     texts += [m["content"] for m in messages if isinstance(m.get("content"), str)]
-    texts.append(_dump(tools) if tools else "")
+    texts.append(dumps_compact(tools) if tools else "")
     info.prompt_text = "\n".join(t for t in texts if t)
     return info
 
 
-class OllamaStream:
-    """Accumulates NDJSON lines (or one whole body) of /api/chat or /api/generate."""
+class OllamaEvents:
+    """Reads the NDJSON lines of /api/chat or /api/generate into neutral events."""
 
     def __init__(self) -> None:
-        self.summary = ResponseSummary()
-        self._text: list[str] = []
-        self._thinking: list[str] = []
-        self._finished = False
+        self._calls = 0
+        self._model: Any = None  # the model last said (every line repeats it)
 
-    def event(self, ev: SSEEvent) -> None:
+    def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
         obj = load_json(ev.data)
-        if not isinstance(obj, dict):
-            self.summary.parse_errors += 1
-            return
-        try:
-            self.chunk(obj)
-        except Exception:
-            self.summary.parse_errors += 1
+        return self.chunk(obj) if isinstance(obj, dict) else _PARSE_ERROR
 
-    def chunk(self, obj: dict[str, Any]) -> None:
-        s = self.summary
+    def end(self) -> Sequence[LlmEvent]:
+        return ()
+
+    def chunk(self, obj: dict[str, Any]) -> list[LlmEvent]:
+        """The events of one line's object."""
         if "error" in obj:
-            s.error_type, s.error_message = "error", as_str(obj.get("error")) or _dump(obj.get("error"))
-            return
-        s.model = as_str(obj.get("model")) or s.model
-        message = obj.get("message") if isinstance(obj.get("message"), dict) else {}
-        for target, value in ((self._text, message.get("content", obj.get("response"))),
-                              (self._thinking, message.get("thinking", obj.get("thinking")))):  # fmt: skip
-            if isinstance(value, str) and value:
-                target.append(value)
-                s.content_started = True
+            return [Error("error", as_str(obj.get("error")) or dumps_compact(obj.get("error")))]
+        out: list[LlmEvent] = []
+        model = obj.get("model")
+        if model != self._model:
+            self._model = model
+            out.append(Meta(model=as_str(model)))
+        message = obj.get("message")
+        if type(message) is not dict:
+            message = {}
+        text = message["content"] if "content" in message else obj.get("response")
+        if type(text) is str and text:
+            out.append(TextDelta(text))
+        thinking = message["thinking"] if "thinking" in message else obj.get("thinking")
+        if type(thinking) is str and thinking:
+            out.append(ThinkingDelta(thinking))
         calls = message.get("tool_calls")
-        for call in calls if isinstance(calls, list) else []:
+        for call in calls if type(calls) is list else ():
             if not isinstance(call, dict):
                 continue
             fn = call.get("function") if isinstance(call.get("function"), dict) else {}
-            name = as_str(fn.get("name")) or ""
             args = fn.get("arguments")
-            n = len(s.tool_calls)
-            s.tool_calls.append(ToolCall(n, _call_id(call, name, n), name,
-                                         args if isinstance(args, str) else _dump(args or {})))  # fmt: skip
-            s.content_started = True
+            key, self._calls = self._calls, self._calls + 1
+            out.append(ToolCallStart(key, as_str(call.get("id")) or "", as_str(fn.get("name")) or ""))
+            out.append(ToolCallDelta(key, args if isinstance(args, str) else dumps_compact(args or {})))
+            out.append(ToolCallEnd(key))
         if obj.get("done") is True:
-            s.complete = True
-            s.stop_reason = as_str(obj.get("done_reason")) or "stop"
-            s.usage = usage_from_ollama(obj)
-
-    def finish(self) -> ResponseSummary:
-        if not self._finished:
-            self._finished = True
-            self.summary.text = "".join(self._text)
-            self.summary.thinking = "".join(self._thinking)
-            if self.summary.error_type is not None:
-                self.summary.complete = False
-        return self.summary
+            out += [Stop(as_str(obj.get("done_reason")) or "stop"), UsageReport(obj, usage_from_ollama),
+                    Done(final=False)]  # fmt: skip
+        return out
 
 
-def _parse_response(body: bytes, status: int) -> ResponseSummary:
-    stream = OllamaStream()
+def body_events(body: bytes, status: int) -> Iterator[LlmEvent]:
+    """The neutral events of a whole body: one JSON object, or NDJSON lines read as a stream."""
     lines = [line for line in body.splitlines() if line.strip()] or [body]
+    reader = OllamaEvents()
+    events: list[LlmEvent] = []
     for line in lines:
-        stream.event(SSEEvent(None, line.decode("utf-8", "replace")))
-    summary = stream.finish()
-    if summary.error_type is not None and (status >= 400 or len(lines) == 1):
-        summary.complete = True  # a whole error body is a complete answer
-    return summary
+        events += reader.events(SSEEvent(None, line.decode("utf-8", "replace")))
+    failed = any(isinstance(e, Error) for e in events)
+    done = any(isinstance(e, Done) for e in events)
+    yield from (e for e in events if not isinstance(e, Done))
+    if (done and not failed) or (failed and (status >= 400 or len(lines) == 1)):
+        yield Done()  # an error as the whole body is a complete answer; mid-stream, it is not
 
 
 class Ollama(GuardedParser):
     """ProtocolParser for Ollama's native chat and generate endpoints."""
 
     name = "ollama"
+    rules = RULES
     request_fn = staticmethod(_parse_request)
-    response_fn = staticmethod(_parse_response)
-    stream_cls = OllamaStream
+    body_fn = staticmethod(body_events)
+    wire_cls = OllamaEvents

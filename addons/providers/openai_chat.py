@@ -29,25 +29,44 @@ refusal is appended once as ``[refusal] `` + its text.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from addons.framing import SSEEvent
 from addons.providers._common import (
+    arguments_text,
     as_int,
     as_str,
+    body_object,
     content_text,
     dumps_compact,
     error_fields,
     load_json,
     request_object,
-    response_object,
 )
 from addons.providers.base import GuardedParser
-from addons.records import RequestInfo, ResponseSummary, ToolCall, ToolResult, Usage
+from addons.providers.events import (
+    PARSE_ERROR,
+    UNKNOWN_EVENT,
+    Done,
+    Error,
+    LlmEvent,
+    Meta,
+    Stop,
+    SummaryRules,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    UsageReport,
+)
+from addons.records import RequestInfo, ToolResult, Usage
 
-__all__ = ["REFUSAL_PREFIX", "OpenAIChat", "OpenAIChatStream", "usage_from_openai"]
+__all__ = ["REFUSAL_PREFIX", "RULES", "ChatEvents", "OpenAIChat", "body_events", "usage_from_openai"]
 
 REFUSAL_PREFIX = "[refusal] "
+RULES = SummaryRules(call_id_prefix="openai")
 _SYSTEM_ROLES = ("system", "developer")  # a tuple: a JSON role may be unhashable
 
 
@@ -114,19 +133,6 @@ def _content_parts(content: Any) -> tuple[str, str]:
     return "".join(text), "".join(thinking)
 
 
-def _reasoning(message: dict[str, Any]) -> str:
-    value = message.get("reasoning_content")
-    if not (isinstance(value, str) and value):
-        value = message.get("reasoning")
-    return value if isinstance(value, str) else ""
-
-
-def _arguments(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return "" if value is None else dumps_compact(value)
-
-
 # -- requests -------------------------------------------------------------------------------
 
 
@@ -136,7 +142,7 @@ def _message_text(msg: dict[str, Any]) -> str:
     for call in calls if isinstance(calls, list) else []:
         fn = call.get("function") if isinstance(call, dict) else None
         if isinstance(fn, dict):
-            parts.append(f"{fn.get('name') or ''} {_arguments(fn.get('arguments'))}")
+            parts.append(f"{fn.get('name') or ''} {arguments_text(fn.get('arguments'))}")
     return "\n".join(p for p in parts if p)
 
 
@@ -192,182 +198,184 @@ def _parse_request(body: bytes) -> RequestInfo:
 
 # -- responses ------------------------------------------------------------------------------
 
-
-def _mark_truncated(summary: ResponseSummary) -> None:
-    if summary.stop_reason == "length" and summary.tool_calls:
-        summary.tool_calls[-1].complete = False
+_PARSE_ERROR = (PARSE_ERROR,)
+_DONE = (Done(),)
 
 
 def _first_choice(choices: list[Any]) -> dict[str, Any] | None:
+    first = choices[0] if choices else None
+    if type(first) is dict and first.get("index") == 0:  # the usual case, without a loop
+        return first
     for choice in choices:
         if isinstance(choice, dict) and (as_int(choice.get("index")) or 0) == 0:
             return choice
     return None
 
 
-def _parse_response(body: bytes, status: int) -> ResponseSummary:
-    obj, summary = response_object(body, status)
-    if obj is None:
-        return summary
-    choices = obj.get("choices")
-    if not isinstance(choices, list):
-        summary.parse_errors += 1
-        return summary
-    summary.message_id = as_str(obj.get("id"))
-    summary.model = as_str(obj.get("model"))
-    choice = _first_choice(choices)
-    message = choice.get("message") if choice else None
-    if isinstance(message, dict):
-        text, thinking = _content_parts(message.get("content"))
-        refusal = message.get("refusal")
-        if isinstance(refusal, str) and refusal:
-            text += REFUSAL_PREFIX + refusal
-        summary.text = text
-        summary.thinking = _reasoning(message) + thinking
-        calls = message.get("tool_calls")
-        for i, call in enumerate(calls if isinstance(calls, list) else []):
-            fn = call.get("function") if isinstance(call, dict) else None
-            if not isinstance(fn, dict):
-                continue
-            name = fn.get("name") if isinstance(fn.get("name"), str) else ""
-            call_id = as_str(call.get("id")) or f"openai_{name}_{i}"
-            index = len(summary.tool_calls)
-            summary.tool_calls.append(ToolCall(index, call_id, name, _arguments(fn.get("arguments"))))
-        summary.content_started = bool(summary.text or summary.thinking or summary.tool_calls)
-    if choice is not None:
-        summary.stop_reason = as_str(choice.get("finish_reason"))
-    if "usage" in obj and obj["usage"] is not None:
-        summary.usage = usage_from_openai(obj["usage"])
-    _mark_truncated(summary)
-    summary.complete = True
-    return summary
+def _text_events(message: dict[str, Any], refusal_prefix: str) -> tuple[list[LlmEvent], bool]:
+    """Text and thinking of a message (body) or a delta (stream), and whether it held a refusal.
 
-
-class OpenAIChatStream:
-    """Accumulates one Chat Completions SSE stream into a `ResponseSummary`.
-
-    Text, thinking and arguments are collected as lists of pieces (appending to a string
-    attribute is quadratic on long answers) and joined by `finish()`.
+    The refusal is appended after the text, behind `refusal_prefix`.
     """
+    content = message.get("content")
+    text, thinking = (content, "") if type(content) is str else _content_parts(content)
+    reasoning = message.get("reasoning_content")  # it wins over `reasoning` when a server sends both
+    if not (type(reasoning) is str and reasoning):
+        reasoning = message.get("reasoning")
+    if type(reasoning) is str:
+        thinking = reasoning + thinking
+    refusal = message.get("refusal")
+    refused = isinstance(refusal, str) and refusal != ""
+    if refused:
+        text += refusal_prefix + refusal
+    out: list[LlmEvent] = []
+    if text:
+        out.append(TextDelta(text))
+    if thinking:
+        out.append(ThinkingDelta(thinking))
+    return out, refused
+
+
+class ChatEvents:
+    """Reads one Chat Completions stream (choice 0) into neutral events."""
 
     def __init__(self) -> None:
-        self.summary = ResponseSummary()
-        self._text: list[str] = []
-        self._thinking: list[str] = []
-        self._calls: dict[Any, ToolCall] = {}
-        self._args: dict[int, list[str]] = {}
-        self._last: ToolCall | None = None
-        self._done = False
-        self._finished = False
-        self._refusal = False
+        self._keys: dict[Any, int] = {}  # fragment index (or ("no-index", n)) -> call key
+        self._ids: list[str] = []  # id of each call so far, "" until one came
+        self._named: list[bool] = []
+        self._last: int | None = None
+        self._meta: tuple[Any, Any] = (None, None)  # the id and model last said (every chunk repeats them)
+        self._refused = False
+        self._stop: str | None = None
+        self._failed = False
 
-    def event(self, ev: SSEEvent) -> None:
-        """Consume one event; never raises (a failure counts as a parse error)."""
-        try:
-            self._handle(ev)
-        except Exception:
-            self.summary.parse_errors += 1
-
-    def finish(self) -> ResponseSummary:
-        """End of stream: decide completeness of the stream and of its tool calls."""
-        s = self.summary
-        s.text, s.thinking = "".join(self._text), "".join(self._thinking)
-        s.complete = (self._done or self._finished) and s.error_type is None
-        for call in s.tool_calls:
-            call.arguments = "".join(self._args[call.index])
-            call.complete = self._finished and s.error_type is None
-            if not call.call_id:
-                call.call_id = f"openai_{call.name}_{call.index}"
-        _mark_truncated(s)
-        return s
-
-    def _handle(self, ev: SSEEvent) -> None:
-        if self._done:
-            return
-        if ev.data.strip() == "[DONE]":
-            self._done = True
-            self.summary.complete = self.summary.error_type is None
-            return
+    def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
         obj = load_json(ev.data)
-        if not isinstance(obj, dict):
-            self.summary.parse_errors += 1
-            return
-        s = self.summary
-        error = error_fields(obj)
+        if type(obj) is not dict:
+            return _DONE if ev.data.strip() == "[DONE]" else _PARSE_ERROR
+        out: list[LlmEvent] = []
+        error = error_fields(obj) if "error" in obj or obj.get("object") == "error" else None
         if error is not None:
-            s.error_type, s.error_message = error
-            s.error_type = s.error_type or "error"
-            s.complete = False
-        s.message_id = s.message_id or as_str(obj.get("id"))
-        s.model = s.model or as_str(obj.get("model"))
+            out.append(Error(error[0] or "error", error[1]))
+            self._failed = True
+        meta = (obj.get("id"), obj.get("model"))
+        if meta != self._meta:
+            self._meta = meta
+            out.append(Meta(as_str(meta[0]), as_str(meta[1])))
         if isinstance(obj.get("usage"), dict):
-            s.usage = usage_from_openai(obj["usage"])
+            out.append(UsageReport(obj["usage"], usage_from_openai))
         choices = obj.get("choices")
         if isinstance(choices, list):
             choice = _first_choice(choices)
             if choice is not None:
-                self._choice(choice)
+                out += self._choice(choice)
         elif error is None and "usage" not in obj:
-            s.unknown_events += 1
+            out.append(UNKNOWN_EVENT)
+        return out
 
-    def _choice(self, choice: dict[str, Any]) -> None:
-        s = self.summary
+    def end(self) -> Sequence[LlmEvent]:
+        """Tool calls are whole once a finish reason came without an error; `length` cut the last one."""
+        out: list[LlmEvent] = []
+        if self._stop is not None and not self._failed:
+            out += [ToolCallEnd(key) for key in range(len(self._ids))]
+        if self._stop == "length" and self._ids:
+            out.append(ToolCallEnd(len(self._ids) - 1, complete=False))
+        return out
+
+    def _choice(self, choice: dict[str, Any]) -> list[LlmEvent]:
+        out: list[LlmEvent] = []
         delta = choice.get("delta")
         if isinstance(delta, dict):
-            text, thinking = _content_parts(delta.get("content"))
-            thinking = _reasoning(delta) + thinking
-            refusal = delta.get("refusal")
-            if isinstance(refusal, str) and refusal:
-                if not self._refusal:
-                    text += REFUSAL_PREFIX
-                    self._refusal = True
-                text += refusal
-            if text or thinking:
-                self._text.append(text)
-                self._thinking.append(thinking)
-                s.content_started = True
+            out, refused = _text_events(delta, "" if self._refused else REFUSAL_PREFIX)
+            self._refused = self._refused or refused
             fragments = delta.get("tool_calls")
             for fragment in fragments if isinstance(fragments, list) else []:
                 if isinstance(fragment, dict):
-                    self._fragment(fragment)
+                    out += self._fragment(fragment)
         reason = choice.get("finish_reason")
         if isinstance(reason, str) and reason:
-            s.stop_reason = s.stop_reason or reason
-            self._finished = True
-            s.complete = s.error_type is None
+            if self._stop is None:  # the first finish reason wins
+                self._stop = reason
+                out.append(Stop(reason))
+            out.append(Done(final=False))
+        return out
 
-    def _fragment(self, fragment: dict[str, Any]) -> None:
+    def _fragment(self, fragment: dict[str, Any]) -> list[LlmEvent]:
         key: Any = as_int(fragment.get("index"))
-        call_id = as_str(fragment.get("id"))
+        call_id = as_str(fragment.get("id")) or ""
         fn = fragment.get("function") if isinstance(fragment.get("function"), dict) else {}
-        call: ToolCall | None
+        name = as_str(fn.get("name")) or ""
+        call: int | None
         if key is None:  # no index: a new id starts a call, anything else continues the last one
             last = self._last
-            call = last if last is not None and (not call_id or last.call_id in ("", call_id)) else None
-            key = ("no-index", len(self.summary.tool_calls))
+            call = last if last is not None and (not call_id or self._ids[last] in ("", call_id)) else None
+            key = ("no-index", len(self._ids))
         else:
-            call = self._calls.get(key)
-            if call is not None and call_id and call.call_id and call_id != call.call_id:
-                call = None
+            call = self._keys.get(key)
+            if call is not None and call_id and self._ids[call] and call_id != self._ids[call]:
+                call = None  # a different id at an index already in use: a new call
+        out: list[LlmEvent] = []
         if call is None:
-            call = ToolCall(len(self.summary.tool_calls), call_id or "", "", complete=False)
-            self.summary.tool_calls.append(call)
-            self._args[call.index] = []
-            self._calls[key] = call
-            self.summary.content_started = True
-        elif call_id and not call.call_id:
-            call.call_id = call_id
-        name = as_str(fn.get("name"))
-        if name and not call.name:
-            call.name = name
-        self._args[call.index].append(_arguments(fn.get("arguments")))
+            call = len(self._ids)
+            self._keys[key] = call
+            self._ids.append(call_id)
+            self._named.append(bool(name))
+            out.append(ToolCallStart(call, call_id, name))
+        else:
+            new_id = call_id if not self._ids[call] else ""
+            new_name = name if not self._named[call] else ""
+            if new_id or new_name:
+                out.append(ToolCallStart(call, new_id, new_name))
+                self._ids[call] = self._ids[call] or new_id
+                self._named[call] = self._named[call] or bool(new_name)
+        arguments = arguments_text(fn.get("arguments"))
+        if arguments:
+            out.append(ToolCallDelta(call, arguments))
         self._last = call
+        return out
+
+
+def body_events(body: bytes, status: int) -> Iterator[LlmEvent]:
+    """The neutral events of a whole chat.completion body (choice 0)."""
+    obj, error = body_object(body, status)
+    if obj is None:
+        yield from error
+        return
+    choices = obj.get("choices")
+    if not isinstance(choices, list):
+        yield PARSE_ERROR
+        return
+    yield Meta(as_str(obj.get("id")), as_str(obj.get("model")))
+    choice = _first_choice(choices)
+    message = choice.get("message") if choice else None
+    calls = 0
+    if isinstance(message, dict):
+        yield from _text_events(message, REFUSAL_PREFIX)[0]
+        tool_calls = message.get("tool_calls")
+        for call in tool_calls if isinstance(tool_calls, list) else []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(fn, dict):
+                continue
+            name = fn.get("name") if isinstance(fn.get("name"), str) else ""
+            yield ToolCallStart(calls, as_str(call.get("id")) or "", name)
+            yield ToolCallDelta(calls, arguments_text(fn.get("arguments")))
+            yield ToolCallEnd(calls)
+            calls += 1
+    stop = as_str(choice.get("finish_reason")) if choice is not None else None
+    if stop is not None:
+        yield Stop(stop)
+    if obj.get("usage") is not None:
+        yield UsageReport(obj["usage"], usage_from_openai)
+    if stop == "length" and calls:
+        yield ToolCallEnd(calls - 1, complete=False)  # cut while writing its arguments
+    yield Done()
 
 
 class OpenAIChat(GuardedParser):
     """ProtocolParser for OpenAI Chat Completions and OpenAI-compatible servers."""
 
     name = "openai_chat"
+    rules = RULES
     request_fn = staticmethod(_parse_request)
-    response_fn = staticmethod(_parse_response)
-    stream_cls = OpenAIChatStream
+    body_fn = staticmethod(body_events)
+    wire_cls = ChatEvents

@@ -35,33 +35,60 @@ Protocol quirks handled:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from addons.framing import SSEEvent
 from addons.providers._common import (
+    arguments_text,
     as_int,
     as_str,
+    body_object,
     content_text,
     dumps_compact,
     error_fields,
     load_json,
     load_json_object,
     request_object,
-    response_object,
 )
 from addons.providers.base import GuardedParser
+from addons.providers.collect import Stream
+from addons.providers.events import (
+    PARSE_ERROR,
+    UNKNOWN_EVENT,
+    Done,
+    Error,
+    LlmEvent,
+    Meta,
+    Stop,
+    SummaryRules,
+    TextDelta,
+    TextDone,
+    ThinkingDelta,
+    ThinkingDone,
+    ToolCallArguments,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    UsageReport,
+)
 from addons.providers.openai_chat import REFUSAL_PREFIX, usage_from_openai
-from addons.records import RequestInfo, ResponseSummary, ToolCall, ToolResult, Usage
+from addons.records import RequestInfo, ToolResult, Usage
 
 __all__ = [
+    "RULES",
     "OpenAIResponses",
     "OpenAIResponsesStream",
+    "ResponsesEvents",
+    "body_events",
+    "output_events",
     "parse_request_object",
     "stop_reason_of",
     "usage_from_responses",
 ]
 
 PART_SEP = "\n\n"
+RULES = SummaryRules(call_id_prefix="openai", part_sep=PART_SEP)
 _SYSTEM_ROLES = ("system", "developer")
 _CALL_TYPES = ("function_call", "custom_tool_call")
 _RESULT_TYPES = ("function_call_output", "custom_tool_call_output")
@@ -88,12 +115,6 @@ def stop_reason_of(response: dict[str, Any], event_type: str | None = None) -> s
     return status
 
 
-def _arguments(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return "" if value is None else dumps_compact(value)
-
-
 def _call_arguments(item: dict[str, Any]) -> Any:
     return item.get("input") if item.get("type") == "custom_tool_call" else item.get("arguments")
 
@@ -108,7 +129,7 @@ def _item_text(item: Any) -> str:
         return ""
     kind = item.get("type")
     if kind in _CALL_TYPES:
-        return f"{item.get('name') or ''} {_arguments(_call_arguments(item))}"
+        return f"{item.get('name') or ''} {arguments_text(_call_arguments(item))}"
     if kind in _RESULT_TYPES:
         return content_text(item.get("output"), placeholders=False)
     if kind == "reasoning":
@@ -180,295 +201,310 @@ def _parse_request(body: bytes) -> RequestInfo:
 
 # -- responses ------------------------------------------------------------------------------
 
+_PARSE_ERROR = (PARSE_ERROR,)
+_UNKNOWN = (UNKNOWN_EVENT,)
 
-def _output_items(output: Any) -> tuple[str, str, list[ToolCall]]:
-    """(text, thinking, tool calls) of a response's `output` list."""
+
+def _item_parts(item: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Text parts and thinking parts of one output item (a message or a reasoning item)."""
     text: list[str] = []
     thinking: list[str] = []
-    calls: list[ToolCall] = []
-    for item in output if isinstance(output, list) else []:
+    kind = item.get("type")
+    if kind == "message":
+        for part in item.get("content") if isinstance(item.get("content"), list) else []:
+            if not isinstance(part, dict):
+                continue
+            if part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
+                text.append(REFUSAL_PREFIX + part["refusal"])
+            elif isinstance(part.get("text"), str):
+                text.append(part["text"])
+    elif kind == "reasoning":
+        for key in ("summary", "content"):
+            parts = item.get(key)
+            for part in parts if isinstance(parts, list) else []:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    thinking.append(part["text"])
+    return text, thinking
+
+
+def output_events(output: Any) -> Iterator[LlmEvent]:
+    """The events of a response's `output` list (a whole body, or a terminal event's copy)."""
+    calls = 0
+    for n, item in enumerate(output if isinstance(output, list) else []):
         if not isinstance(item, dict):
             continue
-        kind = item.get("type")
-        if kind == "message":
-            for part in item.get("content") if isinstance(item.get("content"), list) else []:
-                if not isinstance(part, dict):
-                    continue
-                if part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
-                    text.append(REFUSAL_PREFIX + part["refusal"])
-                elif isinstance(part.get("text"), str):
-                    text.append(part["text"])
-        elif kind == "reasoning":
-            for key in ("summary", "content"):
-                parts = item.get(key)
-                for part in parts if isinstance(parts, list) else []:
-                    if isinstance(part, dict) and isinstance(part.get("text"), str):
-                        thinking.append(part["text"])
-        elif kind in _CALL_TYPES:
+        if item.get("type") in _CALL_TYPES:
+            key = ("output", calls)
+            calls += 1
             name = item.get("name") if isinstance(item.get("name"), str) else ""
-            call_id = as_str(item.get("call_id")) or as_str(item.get("id")) or f"openai_{name}_{len(calls)}"
-            done = item.get("status") in (None, "completed")
-            calls.append(ToolCall(len(calls), call_id, name, _arguments(_call_arguments(item)), done))
-    return PART_SEP.join(text), PART_SEP.join(thinking), calls
+            yield ToolCallStart(key, as_str(item.get("call_id")) or as_str(item.get("id")) or "", name)
+            yield ToolCallDelta(key, arguments_text(_call_arguments(item)))
+            yield ToolCallEnd(key, complete=item.get("status") in (None, "completed"))
+            continue
+        text, thinking = _item_parts(item)
+        for i, part in enumerate(text):
+            yield TextDelta(part, ("output", n, i))
+        for i, part in enumerate(thinking):
+            yield ThinkingDelta(part, ("output", n, i))
 
 
-def _apply_response(summary: ResponseSummary, response: dict[str, Any], event_type: str | None) -> None:
+def _response_events(response: dict[str, Any], event_type: str | None) -> list[LlmEvent]:
     """Id, model, stop reason, usage and error of a response object (body or terminal event)."""
-    summary.message_id = summary.message_id or as_str(response.get("id"))
-    summary.model = summary.model or as_str(response.get("model"))
-    summary.stop_reason = stop_reason_of(response, event_type)
+    out: list[LlmEvent] = [Meta(as_str(response.get("id")), as_str(response.get("model")))]
+    stop = stop_reason_of(response, event_type)
+    if stop is not None:
+        out.append(Stop(stop))
     if response.get("usage") is not None:
-        summary.usage = usage_from_responses(response["usage"])
+        out.append(UsageReport(response["usage"], usage_from_responses))
     error = response.get("error")
     if isinstance(error, dict) and error:
-        summary.error_type = as_str(error.get("code")) or as_str(error.get("type")) or "error"
-        summary.error_message = as_str(error.get("message"))
-    elif summary.stop_reason == "failed":
-        summary.error_type = summary.error_type or "failed"
+        kind = as_str(error.get("code")) or as_str(error.get("type")) or "error"
+        out.append(Error(kind, as_str(error.get("message"))))
+    elif stop == "failed":
+        out.append(Error("failed", None))
+    return out
 
 
-def _parse_response(body: bytes, status: int) -> ResponseSummary:
+def body_events(body: bytes, status: int) -> Iterator[LlmEvent]:
+    """The neutral events of a whole Responses body (a response object, or an error body)."""
     obj = load_json_object(body)
-    if obj is not None and status < 400 and (obj.get("object") == "response" or "output" in obj):
-        summary = ResponseSummary()
-    else:
-        obj, summary = response_object(body, status)
+    if obj is None or status >= 400 or (obj.get("object") != "response" and "output" not in obj):
+        obj, error = body_object(body, status)  # a failed response has an `error` and is read above
         if obj is None:
-            return summary
-    summary.text, summary.thinking, summary.tool_calls = _output_items(obj.get("output"))
-    summary.content_started = bool(summary.text or summary.thinking or summary.tool_calls)
-    _apply_response(summary, obj, None)
-    summary.complete = summary.stop_reason is not None
-    if summary.stop_reason is None and "output" not in obj:
-        summary.parse_errors += 1
-    return summary
+            yield from error
+            return
+    yield from output_events(obj.get("output"))
+    yield from _response_events(obj, None)
+    if stop_reason_of(obj) is not None:
+        yield Done()
+    elif "output" not in obj:
+        yield PARSE_ERROR
 
 
-class OpenAIResponsesStream:
-    """Accumulates one Responses event stream (SSE or WebSocket messages) into a summary."""
+class ResponsesEvents:
+    """Reads one Responses event stream (SSE events or WebSocket messages) into neutral events."""
 
     def __init__(self) -> None:
-        self.summary = ResponseSummary()
-        self._text: dict[Any, list[str]] = {}
-        self._thinking: dict[Any, list[str]] = {}
         self._refusals: set[Any] = set()
-        self._calls: dict[Any, ToolCall] = {}
-        self._args: dict[int, list[str]] = {}
-        self._done_calls: set[int] = set()
-        self._terminal = False
-        self._output: Any = None
+        self._calls: dict[tuple[str, Any], int] = {}  # ("index", output_index) / ("item", id) -> key
+        self._count = 0
+        self._text_owners: set[Any] = set()  # item ids / output indexes that gave text
+        self._thinking_owners: set[Any] = set()
+        self._content = False  # any text, thinking or tool call so far
 
-    @property
-    def terminal(self) -> bool:
-        """True once a terminal event (`response.completed|incomplete|failed` or `error`) came."""
-        return self._terminal
-
-    def event(self, ev: SSEEvent) -> None:
-        """Consume one event; never raises (a failure counts as a parse error)."""
-        try:
-            self._handle(ev)
-        except Exception:
-            self.summary.parse_errors += 1
-
-    def finish(self) -> ResponseSummary:
-        """End of stream: join the pieces and decide completeness."""
-        s = self.summary
-        s.text = PART_SEP.join("".join(p) for p in self._text.values() if p)
-        s.thinking = PART_SEP.join("".join(p) for p in self._thinking.values() if p)
-        for call in s.tool_calls:
-            call.arguments = "".join(self._args[call.index])
-            call.complete = call.index in self._done_calls
-            if not call.call_id:
-                call.call_id = f"openai_{call.name}_{call.index}"
-        if self._terminal and not (s.text or s.thinking or s.tool_calls) and self._output is not None:
-            s.text, s.thinking, s.tool_calls = _output_items(self._output)
-            s.content_started = s.content_started or bool(s.text or s.thinking or s.tool_calls)
-        s.complete = self._terminal and s.error_type is None
-        return s
-
-    # -- events ---------------------------------------------------------------------------
-
-    def _handle(self, ev: SSEEvent) -> None:
-        if self._terminal:
-            return
+    def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
         obj = load_json(ev.data)
-        if not isinstance(obj, dict):
-            if ev.data.strip() != "[DONE]":
-                self.summary.parse_errors += 1
-            return
-        kind = as_str(obj.get("type")) or ev.event or ""
-        s = self.summary
-        if kind in _START or kind in _TERMINAL:
-            response = obj.get("response")
-            if isinstance(response, dict):
-                if kind in _TERMINAL:
-                    _apply_response(s, response, kind)
-                    self._output = response.get("output")
-                else:
-                    s.message_id = s.message_id or as_str(response.get("id"))
-                    s.model = s.model or as_str(response.get("model"))
-            if kind in _TERMINAL:
-                self._terminal = True
-                if kind == "response.failed" and s.error_type is None:
-                    s.error_type = "failed"
-            return
-        if kind == "error":
-            code = as_str(obj.get("code"))
-            message = as_str(obj.get("message"))
-            if code is None:
-                fields = error_fields(obj)
-                if fields is not None:
-                    code, message = fields
-            s.error_type, s.error_message = code or "error", message
-            self._terminal = True
-            return
+        if type(obj) is not dict:
+            return () if ev.data.strip() == "[DONE]" else _PARSE_ERROR
+        kind = obj.get("type")
+        if not (type(kind) is str and kind):
+            kind = ev.event or ""
         handler = _HANDLERS.get(kind)
         if handler is not None:
-            handler(self, obj)
-        elif not kind.startswith("response."):
-            s.unknown_events += 1
+            return handler(self, obj)
+        if kind in _TERMINAL:
+            return self._terminal(obj, kind)
+        return () if kind.startswith("response.") else _UNKNOWN
 
-    def _piece(self, table: dict[Any, list[str]], key: Any, piece: Any) -> None:
-        if isinstance(piece, str) and piece:
-            table.setdefault(key, []).append(piece)
-            self.summary.content_started = True
+    def end(self) -> Sequence[LlmEvent]:
+        return ()  # calls never done stay incomplete
 
-    def _part_done(self, table: dict[Any, list[str]], key: Any, whole: Any) -> None:
-        if isinstance(whole, str) and whole and "".join(table.get(key, ())) != whole:
-            table[key] = [whole]
-            self.summary.content_started = True
+    # -- text and thinking parts ------------------------------------------------------------
 
     @staticmethod
     def _key(obj: dict[str, Any], index_key: str) -> tuple[Any, Any]:
-        item = as_str(obj.get("item_id"))
-        return (item if item is not None else as_int(obj.get("output_index")), as_int(obj.get(index_key)))
+        """(item id, or output index without one; part index): which part a piece belongs to."""
+        item = obj.get("item_id")
+        if not (type(item) is str and item):
+            item = as_int(obj.get("output_index"))
+        index = obj.get(index_key)
+        return item, index if type(index) is int else as_int(index)
 
-    def _text_delta(self, obj: dict[str, Any]) -> None:
-        self._piece(self._text, self._key(obj, "content_index"), obj.get("delta"))
+    def _text(self, key: tuple[Any, Any], text: Any, whole: bool = False) -> Sequence[LlmEvent]:
+        if not (isinstance(text, str) and text):
+            return ()
+        self._text_owners.add(key[0])
+        self._content = True
+        return (TextDone(text, key) if whole else TextDelta(text, key),)
 
-    def _text_done(self, obj: dict[str, Any]) -> None:
-        self._part_done(self._text, self._key(obj, "content_index"), obj.get("text"))
+    def _thinking(self, key: tuple[str, Any, Any], text: Any, whole: bool = False) -> Sequence[LlmEvent]:
+        if not (isinstance(text, str) and text):
+            return ()
+        self._thinking_owners.add(key[1])
+        self._content = True
+        return (ThinkingDone(text, key) if whole else ThinkingDelta(text, key),)
 
-    def _refusal_delta(self, obj: dict[str, Any]) -> None:
+    def _text_delta(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
+        return self._text(self._key(obj, "content_index"), obj.get("delta"))
+
+    def _text_done(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
+        return self._text(self._key(obj, "content_index"), obj.get("text"), whole=True)
+
+    def _refusal_delta(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
         key = self._key(obj, "content_index")
         delta = obj.get("delta")
         if isinstance(delta, str) and delta and key not in self._refusals:
             self._refusals.add(key)
             delta = REFUSAL_PREFIX + delta
-        self._piece(self._text, key, delta)
+        return self._text(key, delta)
 
-    def _refusal_done(self, obj: dict[str, Any]) -> None:
+    def _refusal_done(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
         refusal = obj.get("refusal")
-        if isinstance(refusal, str) and refusal:
-            self._refusals.add(self._key(obj, "content_index"))
-            self._part_done(self._text, self._key(obj, "content_index"), REFUSAL_PREFIX + refusal)
+        if not (isinstance(refusal, str) and refusal):
+            return ()
+        key = self._key(obj, "content_index")
+        self._refusals.add(key)
+        return self._text(key, REFUSAL_PREFIX + refusal, whole=True)
 
-    def _summary_delta(self, obj: dict[str, Any]) -> None:
-        self._piece(self._thinking, ("s", *self._key(obj, "summary_index")), obj.get("delta"))
+    def _summary_delta(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
+        return self._thinking(("s", *self._key(obj, "summary_index")), obj.get("delta"))
 
-    def _summary_done(self, obj: dict[str, Any]) -> None:
-        self._part_done(self._thinking, ("s", *self._key(obj, "summary_index")), obj.get("text"))
+    def _summary_done(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
+        return self._thinking(("s", *self._key(obj, "summary_index")), obj.get("text"), whole=True)
 
-    def _reasoning_delta(self, obj: dict[str, Any]) -> None:
-        self._piece(self._thinking, ("r", *self._key(obj, "content_index")), obj.get("delta"))
+    def _reasoning_delta(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
+        return self._thinking(("r", *self._key(obj, "content_index")), obj.get("delta"))
 
-    def _reasoning_done(self, obj: dict[str, Any]) -> None:
-        self._part_done(self._thinking, ("r", *self._key(obj, "content_index")), obj.get("text"))
+    def _reasoning_done(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
+        return self._thinking(("r", *self._key(obj, "content_index")), obj.get("text"), whole=True)
 
-    def _call_for(self, obj: dict[str, Any]) -> ToolCall | None:
-        item = as_str(obj.get("item_id"))
+    # -- tool calls -------------------------------------------------------------------------
+
+    def _call_for(self, item_id: Any, output_index: Any) -> int | None:
+        item = as_str(item_id)
         if item is not None and ("item", item) in self._calls:
             return self._calls[("item", item)]
-        return self._calls.get(("index", as_int(obj.get("output_index"))))
+        return self._calls.get(("index", as_int(output_index)))
 
-    def _new_call(self, obj: dict[str, Any], item: dict[str, Any]) -> ToolCall:
-        name = item.get("name") if isinstance(item.get("name"), str) else ""
-        call_id = as_str(item.get("call_id")) or as_str(item.get("id")) or ""
-        call = ToolCall(len(self.summary.tool_calls), call_id, name, complete=False)
-        self.summary.tool_calls.append(call)
-        self._args[call.index] = []
+    def _call(self, obj: dict[str, Any], item: dict[str, Any]) -> tuple[int, list[LlmEvent]]:
+        """The call an `output_item` event is about, started if new."""
+        key = self._call_for(item.get("id"), obj.get("output_index"))
+        if key is not None:
+            return key, []
+        key, self._count = self._count, self._count + 1
         index = as_int(obj.get("output_index"))
         if index is not None:
-            self._calls[("index", index)] = call
+            self._calls[("index", index)] = key
         if as_str(item.get("id")):
-            self._calls[("item", item["id"])] = call
-        self.summary.content_started = True
-        return call
+            self._calls[("item", item["id"])] = key
+        self._content = True
+        name = item.get("name") if isinstance(item.get("name"), str) else ""
+        return key, [ToolCallStart(key, as_str(item.get("call_id")) or as_str(item.get("id")) or "", name)]
 
-    def _item_added(self, obj: dict[str, Any]) -> None:
+    def _item_added(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
         item = obj.get("item")
         if not (isinstance(item, dict) and item.get("type") in _CALL_TYPES):
-            return
-        call = self._call_for({"item_id": item.get("id"), "output_index": obj.get("output_index")})
-        if call is None:
-            call = self._new_call(obj, item)
-        initial = _arguments(_call_arguments(item))
+            return ()
+        key, out = self._call(obj, item)
+        initial = arguments_text(_call_arguments(item))
         if initial:
-            self._args[call.index].append(initial)
+            out.append(ToolCallDelta(key, initial))
+        return out
 
-    def _args_delta(self, obj: dict[str, Any]) -> None:
-        call = self._call_for(obj)
+    def _args_delta(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
+        key = self._call_for(obj.get("item_id"), obj.get("output_index"))
         delta = obj.get("delta")
-        if call is not None and isinstance(delta, str):
-            self._args[call.index].append(delta)
+        return (ToolCallDelta(key, delta),) if key is not None and isinstance(delta, str) else ()
 
-    def _args_done(self, obj: dict[str, Any], key: str = "arguments") -> None:
-        call = self._call_for(obj)
-        whole = obj.get(key)
-        if call is not None and isinstance(whole, str) and "".join(self._args[call.index]) != whole:
-            self._args[call.index] = [whole]
+    def _args_done(self, obj: dict[str, Any], field: str = "arguments") -> Sequence[LlmEvent]:
+        key = self._call_for(obj.get("item_id"), obj.get("output_index"))
+        whole = obj.get(field)
+        return (ToolCallArguments(key, whole),) if key is not None and isinstance(whole, str) else ()
 
-    def _custom_done(self, obj: dict[str, Any]) -> None:
-        self._args_done(obj, "input")
+    def _custom_done(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
+        return self._args_done(obj, "input")
 
-    def _item_done(self, obj: dict[str, Any]) -> None:
+    def _item_done(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
         item = obj.get("item")
         if not isinstance(item, dict):
-            return
+            return ()
         kind = item.get("type")
         if kind in _CALL_TYPES:
-            call = self._call_for({"item_id": item.get("id"), "output_index": obj.get("output_index")})
-            if call is None:
-                call = self._new_call(obj, item)
-            call.call_id = as_str(item.get("call_id")) or call.call_id
-            call.name = call.name or (item.get("name") if isinstance(item.get("name"), str) else "")
+            key, out = self._call(obj, item)
+            name = item.get("name") if isinstance(item.get("name"), str) else ""
+            out.append(ToolCallStart(key, as_str(item.get("call_id")) or "", name))
             whole = _call_arguments(item)
-            if whole is not None and "".join(self._args[call.index]) != _arguments(whole):
-                self._args[call.index] = [_arguments(whole)]
-            self._done_calls.add(call.index)
-        elif kind in ("message", "reasoning") and isinstance(item.get("id"), str):
-            text, thinking, _ = _output_items([item])
-            ids = (item["id"], as_int(obj.get("output_index")))
-            known_text = any(k[0] in ids for k in self._text)
-            known_thinking = any(k[1] in ids for k in self._thinking)
-            if text and not known_text:
-                self._part_done(self._text, (item["id"], None), text)
-            if thinking and not known_thinking:
-                self._part_done(self._thinking, ("i", item["id"], None), thinking)
+            if whole is not None:
+                out.append(ToolCallArguments(key, arguments_text(whole)))
+            out.append(ToolCallEnd(key))
+            return out
+        if kind not in ("message", "reasoning") or not isinstance(item.get("id"), str):
+            return ()
+        # parts whose deltas were all lost: the item's own text, unless some part of it came
+        text, thinking = (PART_SEP.join(p for p in parts if p) for parts in _item_parts(item))
+        ids = (item["id"], as_int(obj.get("output_index")))
+        out = []
+        if not (ids[0] in self._text_owners or ids[1] in self._text_owners):
+            out += self._text((item["id"], None), text, whole=True)
+        if not (ids[0] in self._thinking_owners or ids[1] in self._thinking_owners):
+            out += self._thinking(("i", item["id"], None), thinking, whole=True)
+        return out
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def _start(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
+        response = obj.get("response")
+        if not isinstance(response, dict):
+            return ()
+        return (Meta(as_str(response.get("id")), as_str(response.get("model"))),)
+
+    def _terminal(self, obj: dict[str, Any], kind: str) -> Sequence[LlmEvent]:
+        out: list[LlmEvent] = []
+        response = obj.get("response")
+        if isinstance(response, dict):
+            out += _response_events(response, kind)
+            if not self._content and response.get("output") is not None:
+                out += output_events(response["output"])  # the deltas said nothing
+        if kind == "response.failed" and not any(isinstance(e, Error) for e in out):
+            out.append(Error("failed", None))
+        out.append(Done())
+        return out
+
+    def _error(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
+        code, message = as_str(obj.get("code")), as_str(obj.get("message"))
+        if code is None:
+            fields = error_fields(obj)
+            if fields is not None:
+                code, message = fields
+        return Error(code or "error", message), Done()
 
 
-_HANDLERS = {
-    "response.output_text.delta": OpenAIResponsesStream._text_delta,
-    "response.output_text.done": OpenAIResponsesStream._text_done,
-    "response.refusal.delta": OpenAIResponsesStream._refusal_delta,
-    "response.refusal.done": OpenAIResponsesStream._refusal_done,
-    "response.reasoning_summary_text.delta": OpenAIResponsesStream._summary_delta,
-    "response.reasoning_summary_text.done": OpenAIResponsesStream._summary_done,
-    "response.reasoning_text.delta": OpenAIResponsesStream._reasoning_delta,
-    "response.reasoning_text.done": OpenAIResponsesStream._reasoning_done,
-    "response.output_item.added": OpenAIResponsesStream._item_added,
-    "response.output_item.done": OpenAIResponsesStream._item_done,
-    "response.function_call_arguments.delta": OpenAIResponsesStream._args_delta,
-    "response.function_call_arguments.done": OpenAIResponsesStream._args_done,
-    "response.custom_tool_call_input.delta": OpenAIResponsesStream._args_delta,
-    "response.custom_tool_call_input.done": OpenAIResponsesStream._custom_done,
+_HANDLERS: dict[str, Callable[[ResponsesEvents, dict[str, Any]], Sequence[LlmEvent]]] = {
+    "response.output_text.delta": ResponsesEvents._text_delta,
+    "response.output_text.done": ResponsesEvents._text_done,
+    "response.refusal.delta": ResponsesEvents._refusal_delta,
+    "response.refusal.done": ResponsesEvents._refusal_done,
+    "response.reasoning_summary_text.delta": ResponsesEvents._summary_delta,
+    "response.reasoning_summary_text.done": ResponsesEvents._summary_done,
+    "response.reasoning_text.delta": ResponsesEvents._reasoning_delta,
+    "response.reasoning_text.done": ResponsesEvents._reasoning_done,
+    "response.output_item.added": ResponsesEvents._item_added,
+    "response.output_item.done": ResponsesEvents._item_done,
+    "response.function_call_arguments.delta": ResponsesEvents._args_delta,
+    "response.function_call_arguments.done": ResponsesEvents._args_done,
+    "response.custom_tool_call_input.delta": ResponsesEvents._args_delta,
+    "response.custom_tool_call_input.done": ResponsesEvents._custom_done,
+    "response.created": ResponsesEvents._start,
+    "response.in_progress": ResponsesEvents._start,
+    "response.queued": ResponsesEvents._start,
+    "error": ResponsesEvents._error,
 }
+
+
+class OpenAIResponsesStream(Stream):
+    """A Responses stream interpreter (SSE or WebSocket events); `terminal` says the response ended."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(ResponsesEvents(), RULES)
 
 
 class OpenAIResponses(GuardedParser):
     """ProtocolParser for the OpenAI Responses API."""
 
     name = "openai_responses"
+    rules = RULES
     request_fn = staticmethod(_parse_request)
-    response_fn = staticmethod(_parse_response)
-    stream_cls = OpenAIResponsesStream
+    body_fn = staticmethod(body_events)
+    wire_cls = ResponsesEvents

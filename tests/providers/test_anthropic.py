@@ -14,7 +14,6 @@ from addons.providers._common import content_text, error_fields, model_from_text
 from addons.providers.anthropic import (
     AnthropicMessages,
     _parse_request,
-    _parse_response,
     usage_from_anthropic,
 )
 from addons.records import RequestInfo, ResponseSummary, ToolCall, ToolResult, Usage
@@ -739,7 +738,7 @@ events = st.builds(
 def test_fuzz_stream_never_raises(evs: list[SSEEvent]) -> None:
     interp = PARSER.stream()
     for e in evs:
-        interp._handle(e)  # the unguarded logic: the public event() would hide a bug
+        interp.read(e)  # the unguarded logic: the public event() would hide a bug
     s = interp.finish()
     assert isinstance(s, ResponseSummary)
     assert s.parse_errors + s.unknown_events <= len(evs)
@@ -749,7 +748,7 @@ def test_fuzz_stream_never_raises(evs: list[SSEEvent]) -> None:
 @given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()), st.integers(100, 599))
 def test_fuzz_bodies_never_raise(body: bytes, status: int) -> None:
     assert isinstance(_parse_request(body), RequestInfo)
-    assert isinstance(_parse_response(body, status), ResponseSummary)
+    assert isinstance(PARSER.read_response(body, status), ResponseSummary)
 
 
 @settings(max_examples=200, deadline=None)
@@ -804,3 +803,25 @@ def test_fuzz_bytes_through_decoder(data: bytes, size: int) -> None:
     body = fixture("stream_thinking_tools.sse")[:200] + data
     s = run(decode([body[i : i + size] for i in range(0, len(body), size)]))
     assert isinstance(s, ResponseSummary)
+
+
+def test_events_typed_only_by_their_event_line() -> None:
+    """A JSON without `type` (some relays strip it) is dispatched on the `event:` name."""
+    interp = PARSER.stream()
+    for name, obj in [
+        ("message_start", {"message": {"id": "m", "model": "claude"}}),
+        ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
+        ("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": "Hi"}}),
+        ("content_block_stop", {"index": 0}),
+        ("message_delta", {"delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}}),
+        ("message_stop", {}),
+    ]:
+        interp.event(SSEEvent(name, json.dumps(obj)))
+    s = interp.finish()
+    assert (s.text, s.stop_reason, s.usage.output_tokens, s.complete, s.unknown_events) == (
+        "Hi",
+        "end_turn",
+        2,
+        True,
+        0,
+    )

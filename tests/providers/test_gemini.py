@@ -11,15 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from addons.body import ResponseReader
-from addons.providers.gemini import Gemini, GeminiStream, _parse_request, _parse_response
+from addons.providers.collect import Collector
+from addons.providers.gemini import RULES, Gemini, GeminiEvents, _parse_request
 
 FIX = Path(__file__).parent.parent / "fixtures" / "gemini"
 PARSER = Gemini()
 
 
 def read(wire: bytes, pieces: list[bytes], framing: str) -> dict:
-    ctype = "text/event-stream" if framing == "sse" else "application/json"
-    reader = ResponseReader(PARSER, content_type=ctype, content_encoding=None, status=200, framing=framing)
+    reader = ResponseReader(PARSER, framing=framing, content_encoding=None, status=200)
     for piece in pieces:
         reader.feed(piece)
     return asdict(reader.finish())
@@ -99,13 +99,13 @@ def test_blocked_prompt():
          "finishReason", "args", "name", "thought"]), c, max_size=4), max_leaves=12))), max_size=6))  # fmt: skip
 def test_never_raises(datas):
     """The unguarded internals (the entry points would hide a bug behind their guards)."""
-    stream = GeminiStream()
+    chunks, collector = GeminiEvents(), Collector(RULES)
     for data in datas:
         try:
             obj = json.loads(data)
         except ValueError:
             continue
-        stream.chunk(obj)
-        _parse_response(data.encode(), 200)
+        collector.add_all(chunks.chunk(obj))
+        PARSER.read_response(data.encode(), 200)
         _parse_request(data.encode())
-    stream.finish()
+    collector.finish()

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from addons.body import ResponseReader
-from addons.providers.ollama import Ollama, OllamaStream, _parse_request, _parse_response
+from addons.providers.collect import Collector
+from addons.providers.ollama import RULES, Ollama, OllamaEvents, _parse_request
 
 LINES = [
     {"model": "qwen3:8b", "created_at": "t", "message": {"role": "assistant", "content": "", "thinking": "hmm ü"},
@@ -24,7 +25,7 @@ WIRE = b"".join(json.dumps(line, ensure_ascii=False).encode() + b"\n" for line i
 
 
 def read(pieces: list[bytes]) -> dict:
-    reader = ResponseReader(Ollama(), content_type="application/x-ndjson", content_encoding=None, status=200)
+    reader = ResponseReader(Ollama(), framing="ndjson", content_encoding=None, status=200)
     for piece in pieces:
         reader.feed(piece)
     return asdict(reader.finish())
@@ -63,9 +64,9 @@ def test_request_defaults_and_results():
                                                                   "name", "thinking"]), c, max_size=3),
                                              max_leaves=10), max_size=4), max_size=5))  # fmt: skip
 def test_unguarded_internals_never_raise(objs):
-    stream = OllamaStream()
+    lines, collector = OllamaEvents(), Collector(RULES)
     for obj in objs:
-        stream.chunk(obj)
-        _parse_response(json.dumps(obj).encode(), 200)
+        collector.add_all(lines.chunk(obj))
+        Ollama().read_response(json.dumps(obj).encode(), 200)
         _parse_request(json.dumps(obj).encode())
-    stream.finish()
+    collector.finish()

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from addons.framing import SSEDecoder, SSEEvent
-from addons.providers.openai_chat import OpenAIChat, _parse_request, _parse_response, usage_from_openai
+from addons.providers.openai_chat import OpenAIChat, _parse_request, usage_from_openai
 from addons.records import RequestInfo, ResponseSummary, ToolCall, ToolResult, Usage
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "openai_chat"
@@ -608,7 +608,7 @@ events = st.builds(
 def test_fuzz_stream_never_raises(evs: list[SSEEvent]) -> None:
     interp = PARSER.stream()
     for e in evs:
-        interp._handle(e)  # the unguarded logic: the public event() would hide a bug
+        interp.read(e)  # the unguarded logic: the public event() would hide a bug
     s = interp.finish()
     assert all(c.call_id for c in s.tool_calls)
     assert s.parse_errors + s.unknown_events <= len(evs)
@@ -641,7 +641,7 @@ def test_fuzz_stream_never_raises(evs: list[SSEEvent]) -> None:
 )
 def test_fuzz_bodies_never_raise(body: bytes, status: int) -> None:
     assert isinstance(_parse_request(body), RequestInfo)
-    assert isinstance(_parse_response(body, status), ResponseSummary)
+    assert isinstance(PARSER.read_response(body, status), ResponseSummary)
 
 
 @settings(max_examples=200, deadline=None)
