@@ -34,6 +34,10 @@ _ORDER = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_call
           "proc_samples", "proc_anomalies")  # fmt: skip
 
 
+_CACHED_TEXT = 512
+_CACHE_ENTRIES = 4096
+
+
 @dataclass
 class CaptureHealth:
     """What the writer could not do. All zero and None on a healthy session."""
@@ -80,6 +84,8 @@ class SessionWriter:
         self._getters: dict[type, tuple[tuple[str, ...], attrgetter]] = {}
         self._meta: dict[str, str] = {}
         self._queued = 0
+        self._scrubbed: dict[str, str] = {}
+        self._generation = self.scrubber.generation
 
     # -- queueing ------------------------------------------------------------------------------
 
@@ -119,8 +125,20 @@ class SessionWriter:
             found = self._getters[cls] = (names, attrgetter(*names))
         return found
 
+    def _scrub(self, text: str) -> str:
+        """`Scrubber.scrub`, remembered for short texts that repeat (hosts, paths, header sets)."""
+        if len(text) > _CACHED_TEXT:
+            return self.scrubber.scrub(text) or text
+        if self._generation != self.scrubber.generation or len(self._scrubbed) > _CACHE_ENTRIES:
+            self._scrubbed.clear()  # a newly learned secret may occur in a text scrubbed before
+            self._generation = self.scrubber.generation
+        done = self._scrubbed.get(text)
+        if done is None:
+            done = self._scrubbed[text] = self.scrubber.scrub(text) or text
+        return done
+
     def _queue(self, table: str, columns: tuple[str, ...], values: tuple[Any, ...]) -> None:
-        scrub = self.scrubber.scrub
+        scrub = self._scrub
         values = tuple(scrub(v) if type(v) is str else v for v in values)
         key = (table, columns)
         target = self._tables.get(key)

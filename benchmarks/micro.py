@@ -4,9 +4,10 @@
 - provider parsing in MiB/s: each stream interpreter fed the framed events of its corpus
   (parse only), and `addons.body.ResponseReader` fed the raw bytes (decode + frame + parse:
   the recorder thread's work per streamed byte);
-- the writer in rows/s: `SessionStore.insert` with the recorder's batched commits, and whole
-  non-streamed Anthropic calls through the real `RecorderThread` + `Recorder` (net_events,
-  model_calls and tool_calls rows, priced, scrubbed);
+- the writer in rows/s: `SessionWriter` writing typed `net_events` rows with the recorder's
+  batched commits (scrubbed), and whole non-streamed Anthropic calls through the recorder's
+  real loop on a thread (`RecorderThread`: messages in, net_events, model_calls, tool_calls and
+  tool_responses rows out, priced, scrubbed);
 - memory of a 200 MiB streamed response read by `ResponseReader` (in a subprocess: memory.py).
 
 Each corpus repeats the content events of a wire fixture in tests/fixtures/ (head and tail
@@ -26,15 +27,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from addons.flowdata import FlowData
-from addons.store import SessionStore
-from addons.worker import RecorderThread
-
 from addons.body import ResponseReader
 from addons.framing import SSEDecoder, SSEEvent
-from addons.providers import Route, parser_for
-from addons.recorder import CaptureSettings, Recorder
+from addons.handover import Outbox, RecorderThread
+from addons.messages import FlowEnded, RequestHead, ResponseHead, Route
+from addons.providers import parser_for
+from addons.recorder_process import spec_of
+from addons.rows import NetEvent, new_event_id
+from addons.writer import SessionWriter
 from capsem.redact import Scrubber
+from capsem.settings import defaults
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -116,57 +118,57 @@ def bench_parser(protocol: str, size: int, repeat: int) -> dict:
             "reader_s": read_s, "reader_mib_s": mib / read_s}  # fmt: skip
 
 
-def _net_row(i: int) -> dict:
-    return {"timestamp": "2026-01-01T00:00:00Z", "domain": "api.anthropic.com", "port": 443, "decision": "allowed",
-            "method": "POST", "path": "/v1/messages", "status_code": 200, "bytes_sent": 512,
-            "bytes_received": 4096, "duration_ms": 1200, "request_headers": '{"content-type": "application/json"}',
-            "response_headers": '{"content-type": "text/event-stream"}', "flow_id": f"flow-{i}",
-            "request_body_preview": '{"model":"claude-haiku-4-5","messages":[{"role":"user","content":"hi"}]}'}  # fmt: skip
-
-
-def bench_store(rows: int, workdir: Path, batch: int = 500) -> dict:
-    """`SessionStore.insert` of net_events rows, committed every `batch` rows (as the recorder does)."""
-    store = SessionStore(workdir / "store.db", Scrubber())
-    started = time.perf_counter()
-    for i in range(rows):
-        store.insert("net_events", _net_row(i))
-        if store.pending >= batch:
-            store.commit()
-    store.commit()
-    seconds = time.perf_counter() - started
-    store.close()
-    return {"rows": rows, "seconds": seconds, "rows_s": rows / seconds}
-
-
-def _call(i: int, request: bytes, response: bytes) -> FlowData:
-    now = time.time()
-    return FlowData(
-        key=f"flow-{i}", started=now, scheme="https", host="api.anthropic.com", port=443, method="POST",
-        path="/v1/messages", query="", http_version="HTTP/1.1",
-        request_headers=[("content-type", "application/json"), ("x-api-key", "sk-ant-api03-benchmark-key")],
-        route=Route("anthropic", "anthropic"), request_body=request, request_size=len(request), status=200,
-        response_headers=[("content-type", "application/json")], response_started=now, response_ended=now,
-        response_body=response, response_size=len(response),
+def _net_row(i: int) -> NetEvent:
+    return NetEvent(
+        id=i + 1, event_id=new_event_id(), timestamp="2026-01-01T00:00:00Z", domain="api.anthropic.com", port=443,
+        decision="allowed", method="POST", path="/v1/messages", flow_id=f"flow-{i}", http_version="HTTP/1.1",
+        conn_type="https", status_code=200, bytes_sent=512, bytes_received=4096, duration_ms=1200,
+        request_headers='{"content-type": "application/json"}', response_headers='{"content-type": "text/event-stream"}',
+        request_body_preview='{"model":"claude-haiku-4-5","messages":[{"role":"user","content":"hi"}]}',
     )  # fmt: skip
 
 
+def bench_store(rows: int, workdir: Path, batch: int = 5000) -> dict:
+    """`SessionWriter` writing net_events rows, committed every `batch` rows (the recorder commits
+    everything queued at least every 250 ms)."""
+    writer = SessionWriter(workdir / "store.db", Scrubber())
+    made = [_net_row(i) for i in range(rows)]
+    started = time.perf_counter()
+    for start in range(0, rows, batch):
+        writer.add(made[start : start + batch])
+        writer.commit()
+    seconds = time.perf_counter() - started
+    writer.close()
+    return {"rows": rows, "seconds": seconds, "rows_s": rows / seconds}
+
+
+def _call(i: int, request: bytes, response: bytes) -> FlowEnded:
+    now = time.time()
+    head = RequestHead(
+        key=f"flow-{i}", conn=None, started=now, scheme="https", host="api.anthropic.com", port=443, method="POST",
+        path="/v1/messages", query="", http_version="HTTP/1.1",
+        headers=(("content-type", "application/json"), ("x-api-key", "sk-ant-api03-benchmark-key")),
+    )  # fmt: skip
+    return FlowEnded(request=head, ended=now, route=Route("anthropic", "anthropic"), request_body=request,
+                     request_size=len(request), response=ResponseHead(200, (("content-type", "application/json"),), now),
+                     response_body=response, response_size=len(response))  # fmt: skip
+
+
 def bench_recorder(calls: int, workdir: Path) -> dict:
-    """Whole Anthropic calls (text, thinking, two tool calls) through RecorderThread + Recorder."""
+    """Whole Anthropic calls (text, thinking, two tool calls) through the recorder's loop on a thread."""
     request = (FIXTURES / "anthropic" / "request_tool_results.json").read_bytes()
     response = (FIXTURES / "anthropic" / "message_thinking_tools.json").read_bytes()
-    scrubber = Scrubber()
-
-    def make() -> Recorder:
-        return Recorder(SessionStore(workdir / "recorder.db", scrubber), CaptureSettings(), scrubber)
-
-    worker = RecorderThread(make)
+    outbox = Outbox()
+    spec = spec_of(defaults().capture, session_id="20260101-000000-beef", db_path=str(workdir / "recorder.db"),
+                   main_db_path=str(workdir / "main.db"), mode="bench", resolve_processes=False)  # fmt: skip
+    worker = RecorderThread(outbox, spec)
     worker.start()
-    worker.put(("close", _call(-1, request, response)))  # warm: prices and tokenizer load on first use
+    outbox.put(_call(-1, request, response))  # warm: prices and tokenizer load on first use
     worker.flush(60)
     flows = [_call(i, request, response) for i in range(calls)]
     started = time.perf_counter()
-    for fd in flows:
-        worker.put(("close", fd))
+    for flow in flows:
+        outbox.put(flow)
     if not worker.flush(600):
         raise RuntimeError("recorder did not drain its queue")
     seconds = time.perf_counter() - started
@@ -177,7 +179,7 @@ def bench_recorder(calls: int, workdir: Path) -> dict:
     conn.close()
     per_call = rows / (calls + 1)
     return {"calls": calls, "rows": round(per_call * calls), "seconds": seconds, "calls_s": calls / seconds,
-            "rows_s": per_call * calls / seconds, "failures": worker.failures}  # fmt: skip
+            "rows_s": per_call * calls / seconds, "failures": 0 if worker.exit_reason is None else 1}  # fmt: skip
 
 
 def bench_memory(mib: int, workdir: Path) -> dict:

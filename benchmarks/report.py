@@ -150,9 +150,9 @@ def micro_table(micro: dict) -> str:
         lines.append(
             f"| `{protocol}` `ResponseReader` (raw bytes in: frame + parse) | {res['reader_mib_s']:.1f} MiB/s |"
         )
-    lines.append(f"| `SessionStore.insert` (net_events, batched commits) | {store['rows_s']:,.0f} rows/s |")
+    lines.append(f"| `SessionWriter` (typed net_events rows, scrubbed, batched commits) | {store['rows_s']:,.0f} rows/s |")
     lines.append(
-        f"| `RecorderThread` + `Recorder`: whole Anthropic calls ({rec['rows'] / rec['calls']:.0f} rows each) "
+        f"| the recorder loop (`RecorderThread`): whole Anthropic calls ({rec['rows'] / rec['calls']:.0f} rows each) "
         f"| {rec['calls_s']:,.0f} calls/s = {rec['rows_s']:,.0f} rows/s |"
     )
     lines.append(
