@@ -2,8 +2,9 @@
 
 Everything that writes session.db goes through a `SessionWriter`: the recorder (capture
 tables), `capsem run`'s workspace watcher (`fs_events`) and process sampler (`proc_samples`,
-`proc_anomalies`). Every string passes the session's `Scrubber` on its way in, so no secret
-reaches the file by any path.
+`proc_anomalies`). Every string passes the session's `Scrubber` when it is written (not when it
+is queued, so a secret learned from a later header in the same batch is caught too), so no
+secret reaches the file by any path.
 
 Rows are queued and written by `commit()` in one transaction, table by table with
 `executemany` (the recorder commits at least every `commit_interval`). When a commit fails
@@ -138,8 +139,6 @@ class SessionWriter:
         return done
 
     def _queue(self, table: str, columns: tuple[str, ...], values: tuple[Any, ...]) -> None:
-        scrub = self._scrub
-        values = tuple(scrub(v) if type(v) is str else v for v in values)
         key = (table, columns)
         target = self._tables.get(key)
         if target is None:
@@ -168,9 +167,12 @@ class SessionWriter:
         tables = sorted(self._tables.values(), key=lambda t: _rank(t.sql))
         try:
             self.conn.execute("BEGIN IMMEDIATE")
+            scrub = self._scrub  # at commit, not when queued: secrets learned meanwhile count too
             for table in tables:
                 if table.rows:
-                    self.conn.executemany(table.sql, table.rows)
+                    self.conn.executemany(
+                        table.sql, [tuple(scrub(v) if type(v) is str else v for v in row) for row in table.rows]
+                    )
             if self._meta:
                 scrub = self.scrubber.scrub
                 self.conn.executemany(
