@@ -395,17 +395,12 @@ _HANDLERS: dict[str, Callable[[AnthropicEvents, dict[str, Any]], Sequence[LlmEve
 
 def body_events(body: bytes, status: int) -> Iterator[LlmEvent]:
     """The neutral events of a whole Messages body (its blocks read as a stream reads them)."""
-    obj, error = body_object(body, status)
+    obj, events = body_object(body, status, listing="content")
+    yield from events
     if obj is None:
-        yield from error
         return
-    content = obj.get("content")
-    if not isinstance(content, list):
-        yield PARSE_ERROR
-        return
-    yield Meta(as_str(obj.get("id")), as_str(obj.get("model")))
     blocks = AnthropicEvents()
-    for i, block in enumerate(content):
+    for i, block in enumerate(obj["content"]):
         if isinstance(block, dict):
             yield from blocks.block_start(i, block)
             yield from blocks.close_block(i)

@@ -337,16 +337,11 @@ class ChatEvents:
 
 def body_events(body: bytes, status: int) -> Iterator[LlmEvent]:
     """The neutral events of a whole chat.completion body (choice 0)."""
-    obj, error = body_object(body, status)
+    obj, events = body_object(body, status, listing="choices")
+    yield from events
     if obj is None:
-        yield from error
         return
-    choices = obj.get("choices")
-    if not isinstance(choices, list):
-        yield PARSE_ERROR
-        return
-    yield Meta(as_str(obj.get("id")), as_str(obj.get("model")))
-    choice = _first_choice(choices)
+    choice = _first_choice(obj["choices"])
     message = choice.get("message") if choice else None
     calls = 0
     if isinstance(message, dict):
