@@ -29,6 +29,7 @@ __all__ = [
     "content_text",
     "dumps_compact",
     "error_fields",
+    "last_assistant",
     "load_json",
     "load_json_object",
     "model_from_text",
@@ -109,6 +110,14 @@ def request_object(body: bytes) -> tuple[dict[str, Any] | None, RequestInfo]:
         info.error = f"request body is a JSON {type(obj).__name__}, not an object"
     info.model = model_from_text(body.decode("utf-8", "replace"))
     return None, info
+
+
+def last_assistant(messages: list[Any]) -> int:
+    """Index of the last assistant message (-1 when none): the results after it are the new ones."""
+    return max(
+        (i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"),
+        default=-1,
+    )
 
 
 def as_int(value: Any) -> int | None:

@@ -40,6 +40,7 @@ from addons.providers._common import (
     content_text,
     dumps_compact,
     error_fields,
+    last_assistant,
     load_json,
     request_object,
 )
@@ -149,10 +150,7 @@ def _message_text(content: Any) -> str:
 
 def _trailing_results(messages: list[Any]) -> list[ToolResult]:
     """The `tool_result` blocks of the user messages after the last assistant message."""
-    last = max(
-        (i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"),
-        default=-1,
-    )
+    last = last_assistant(messages)
     names: dict[str, str] = {}
     if last >= 0 and isinstance(messages[last].get("content"), list):
         for block in messages[last]["content"]:

@@ -41,6 +41,7 @@ from addons.providers._common import (
     content_text,
     dumps_compact,
     error_fields,
+    last_assistant,
     load_json,
     request_object,
 )
@@ -148,10 +149,7 @@ def _message_text(msg: dict[str, Any]) -> str:
 
 def _trailing_results(messages: list[Any]) -> list[ToolResult]:
     """The `tool` messages after the last assistant message."""
-    last = max(
-        (i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"),
-        default=-1,
-    )
+    last = last_assistant(messages)
     names: dict[str, str] = {}
     calls = messages[last].get("tool_calls") if last >= 0 else None
     for call in calls if isinstance(calls, list) else []:
