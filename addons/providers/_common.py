@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from addons.providers.events import PARSE_ERROR, Done, Error, LlmEvent
+from addons.providers.events import PARSE_ERROR, Done, Error, LlmEvent, Meta
 from addons.records import RequestInfo
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "content_text",
     "dumps_compact",
     "error_fields",
+    "last_assistant",
     "load_json",
     "load_json_object",
     "model_from_text",
@@ -109,6 +110,14 @@ def request_object(body: bytes) -> tuple[dict[str, Any] | None, RequestInfo]:
         info.error = f"request body is a JSON {type(obj).__name__}, not an object"
     info.model = model_from_text(body.decode("utf-8", "replace"))
     return None, info
+
+
+def last_assistant(messages: list[Any]) -> int:
+    """Index of the last assistant message (-1 when none): the results after it are the new ones."""
+    return max(
+        (i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"),
+        default=-1,
+    )
 
 
 def as_int(value: Any) -> int | None:
@@ -208,14 +217,20 @@ def body_snippet(body: bytes) -> str:
     return text if len(text) <= _SNIPPET_CHARS else text[: _SNIPPET_CHARS - 1] + "…"
 
 
-def body_object(body: bytes, status: int) -> tuple[dict[str, Any] | None, list[LlmEvent]]:
+def body_object(
+    body: bytes, status: int, *, listing: str | None = None
+) -> tuple[dict[str, Any] | None, list[LlmEvent]]:
     """A whole non-streamed body: the JSON object to read, or the events of an error body.
 
+    Args:
+        listing: the field a success body must hold as a list (`content`, `choices`...).
+
     Returns:
-        The object when it is a success body the provider module should read (and no
-        events), else None and the events: an error body (status >= 400 or a top-level
+        For a success body the provider module should read: the object and its `Meta` (top-level
+        `id` and `model`). Else None and the events: an error body (status >= 400 or a top-level
         `error`) gives its `Error` and `Done` (a complete answer); a body that is not a JSON
-        object gives a parse error (and, for status >= 400, an `Error` with an excerpt).
+        object, or lacks its `listing`, gives a parse error (and, for status >= 400, an `Error`
+        with an excerpt).
     """
     obj = load_json_object(body)
     if obj is None:
@@ -225,7 +240,9 @@ def body_object(body: bytes, status: int) -> tuple[dict[str, Any] | None, list[L
         return None, [PARSE_ERROR, Error(None, f"HTTP {status}: {snippet}" if snippet else f"HTTP {status}")]
     fields = error_fields(obj)
     if fields is None and status < 400:
-        return obj, []
+        if listing is not None and not isinstance(obj.get(listing), list):
+            return None, [PARSE_ERROR]
+        return obj, [Meta(as_str(obj.get("id")), as_str(obj.get("model")))]
     kind, message = fields if fields is not None else (None, None)
     if message is None:
         detail = obj.get("message") or obj.get("detail")

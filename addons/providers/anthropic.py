@@ -40,6 +40,7 @@ from addons.providers._common import (
     content_text,
     dumps_compact,
     error_fields,
+    last_assistant,
     load_json,
     request_object,
 )
@@ -149,10 +150,7 @@ def _message_text(content: Any) -> str:
 
 def _trailing_results(messages: list[Any]) -> list[ToolResult]:
     """The `tool_result` blocks of the user messages after the last assistant message."""
-    last = max(
-        (i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"),
-        default=-1,
-    )
+    last = last_assistant(messages)
     names: dict[str, str] = {}
     if last >= 0 and isinstance(messages[last].get("content"), list):
         for block in messages[last]["content"]:
@@ -395,17 +393,12 @@ _HANDLERS: dict[str, Callable[[AnthropicEvents, dict[str, Any]], Sequence[LlmEve
 
 def body_events(body: bytes, status: int) -> Iterator[LlmEvent]:
     """The neutral events of a whole Messages body (its blocks read as a stream reads them)."""
-    obj, error = body_object(body, status)
+    obj, events = body_object(body, status, listing="content")
+    yield from events
     if obj is None:
-        yield from error
         return
-    content = obj.get("content")
-    if not isinstance(content, list):
-        yield PARSE_ERROR
-        return
-    yield Meta(as_str(obj.get("id")), as_str(obj.get("model")))
     blocks = AnthropicEvents()
-    for i, block in enumerate(content):
+    for i, block in enumerate(obj["content"]):
         if isinstance(block, dict):
             yield from blocks.block_start(i, block)
             yield from blocks.close_block(i)

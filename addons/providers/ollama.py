@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from addons.framing import SSEEvent
-from addons.providers._common import as_int, as_str, dumps_compact, load_json, request_object
+from addons.providers._common import as_int, as_str, dumps_compact, last_assistant, load_json, request_object
 from addons.providers.base import GuardedParser
 from addons.providers.events import (
     PARSE_ERROR,
@@ -73,7 +73,7 @@ def _parse_request(body: bytes) -> RequestInfo:
     info.messages_count = len(messages) if messages else (1 if isinstance(obj.get("prompt"), str) else 0)
     tools = obj.get("tools") if isinstance(obj.get("tools"), list) else []
     info.tools_count = len(tools)
-    last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+    last = last_assistant(messages)
     pending: dict[str, list[str]] = {}
     if last >= 0:
         for n, call in enumerate(c for c in messages[last].get("tool_calls") or [] if isinstance(c, dict)):

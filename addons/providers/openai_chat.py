@@ -41,6 +41,7 @@ from addons.providers._common import (
     content_text,
     dumps_compact,
     error_fields,
+    last_assistant,
     load_json,
     request_object,
 )
@@ -148,10 +149,7 @@ def _message_text(msg: dict[str, Any]) -> str:
 
 def _trailing_results(messages: list[Any]) -> list[ToolResult]:
     """The `tool` messages after the last assistant message."""
-    last = max(
-        (i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"),
-        default=-1,
-    )
+    last = last_assistant(messages)
     names: dict[str, str] = {}
     calls = messages[last].get("tool_calls") if last >= 0 else None
     for call in calls if isinstance(calls, list) else []:
@@ -337,16 +335,11 @@ class ChatEvents:
 
 def body_events(body: bytes, status: int) -> Iterator[LlmEvent]:
     """The neutral events of a whole chat.completion body (choice 0)."""
-    obj, error = body_object(body, status)
+    obj, events = body_object(body, status, listing="choices")
+    yield from events
     if obj is None:
-        yield from error
         return
-    choices = obj.get("choices")
-    if not isinstance(choices, list):
-        yield PARSE_ERROR
-        return
-    yield Meta(as_str(obj.get("id")), as_str(obj.get("model")))
-    choice = _first_choice(choices)
+    choice = _first_choice(obj["choices"])
     message = choice.get("message") if choice else None
     calls = 0
     if isinstance(message, dict):

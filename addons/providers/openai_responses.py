@@ -269,9 +269,9 @@ def body_events(body: bytes, status: int) -> Iterator[LlmEvent]:
     """The neutral events of a whole Responses body (a response object, or an error body)."""
     obj = load_json_object(body)
     if obj is None or status >= 400 or (obj.get("object") != "response" and "output" not in obj):
-        obj, error = body_object(body, status)  # a failed response has an `error` and is read above
+        obj, events = body_object(body, status)  # (a failed response has an `error`: read above)
+        yield from events
         if obj is None:
-            yield from error
             return
     yield from output_events(obj.get("output"))
     yield from _response_events(obj, None)
