@@ -33,6 +33,8 @@ import threading
 from collections.abc import Iterable, Sequence
 from urllib.parse import parse_qsl, quote
 
+import ahocorasick
+
 HASH_PREFIX = "hash:"
 
 # (literals one of which every match contains, pattern): the literals are checked with `in` first,
@@ -83,9 +85,28 @@ _TRIGGERED: dict[str, tuple[int, ...]] = {
 """Literal found -> the patterns to run (also those whose literal is part of it: `sk-` in `sk-ant-`)."""
 
 
+_SHORT_TEXT = 2048
+"""Below this length one regex scan for all literals is cheapest; above it, an Aho-Corasick
+automaton is (Python's `re` tries every alternative at every position)."""
+
+
+def _automaton(words: Iterable[str]) -> ahocorasick.Automaton:
+    automaton = ahocorasick.Automaton()
+    for word in words:
+        automaton.add_word(word, word)
+    automaton.make_automaton()
+    return automaton
+
+
+_LITERALS_AC = _automaton(_LITERALS)
+
+
 def _patterns_for(text: str) -> list[re.Pattern[str]]:
     """The patterns whose literals occur in `text`, in their list order."""
-    hits = _LITERALS_RE.findall(text)
+    if len(text) > _SHORT_TEXT:
+        hits: Iterable[str] = {found for _, found in _LITERALS_AC.iter(text)}
+    else:
+        hits = _LITERALS_RE.findall(text)
     if not hits:
         return []
     wanted = sorted({i for found in set(hits) for i in _TRIGGERED[found]})
@@ -230,9 +251,15 @@ def _value_span(text: str, pos: int, name: str, quoted_name: bool) -> tuple[int,
 _WORD_STARTS_RE = re.compile("(?=(?:" + "|".join(_NAME_WORDS) + "))")
 
 
+_WORDS_AC = _automaton(_NAME_WORDS)
+
+
 def _word_hits(lowered: str) -> list[int]:
-    """Sorted positions of the name words in the lower-cased text (one C-level scan)."""
-    return [m.start() for m in _WORD_STARTS_RE.finditer(lowered)]
+    """Sorted positions of the name words in the lower-cased text: one regex scan for a short
+    text, the Aho-Corasick automaton for a long one (see `_SHORT_TEXT`)."""
+    if len(lowered) <= _SHORT_TEXT:
+        return [m.start() for m in _WORD_STARTS_RE.finditer(lowered)]
+    return sorted(end - len(word) + 1 for end, word in _WORDS_AC.iter(lowered))
 
 
 def scrub_named_values(text: str, lowered: str | None = None) -> str:
