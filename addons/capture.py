@@ -7,9 +7,11 @@ decisions that need the live flow are taken here, once: the route of a model cal
 how its response body is streamed (its framing), the policy verdict. Streamed responses (every
 `text/event-stream`, model streams, anything mitmproxy was told to stream) get a `ResponseTap`
 that returns each chunk unchanged. Every flow ends in `response` or `error` (or `websocket_end`);
-each ends it with one `FlowEnded`, and `done` ends the ones still open, stops the recorder (which
-rolls the session up) and, if the recorder died, marks the session `crashed`. Nothing raised here
-may reach mitmproxy: a capture failure is logged and counted, the flow goes on.
+each ends it with one `FlowEnded`. An upstream connection that fails before any request exists
+(a CONNECT tunnel: DNS, refused, TLS, timeout) ends as one too (`addons/connections.py`). `done`
+ends the flows still open, stops the recorder (which rolls the session up) and, if the recorder
+died, marks the session `crashed`. Nothing raised here may reach mitmproxy: a capture failure
+is logged and counted, the flow goes on.
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ from urllib.parse import urlsplit
 from mitmproxy import connection, exceptions, http, tls
 from mitmproxy.addonmanager import Loader
 from mitmproxy.log import ALERT
+from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from addons import mcp
 from addons.body import is_event_stream, stream_framing
+from addons.connections import Attempts, describe
 from addons.handover import Outbox, RecorderProcess, RecorderThread
 from addons.messages import (
     ClientConnected,
@@ -102,6 +106,8 @@ class Capsem:
         self.mcp_names: dict[str, str] = {}
         """MCP endpoint -> initialize name, learned on the event loop for the policy's MCP rules."""
         self.hook_failures = 0
+        self.attempts = Attempts(self._put)
+        """Upstream connections made before any flow (CONNECT tunnels): failures become rows."""
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -192,6 +198,7 @@ class Capsem:
         now = time.time()
         for key in list(self.flows):
             self._end(key, None, "capture stopped before the flow finished", now)
+        self.attempts.close(now)
         failure = self.recorder.stop()
         stats = self.outbox.stats
         if failure is None and (stats.dropped_chunks or stats.dropped_messages):
@@ -219,9 +226,53 @@ class Capsem:
         self._put(ClientConnected(client.id, _peer(client.peername), time.time()))
 
     @guarded
+    def client_disconnected(self, client: connection.Client) -> None:
+        self.attempts.client_closed(client.id, time.time())
+
+    @guarded
+    def server_connect(self, data: ServerConnectionHookData) -> None:
+        """An upstream connection opened for a client connection with no flow open (a CONNECT
+        tunnel): followed by the hooks below until it works or fails."""
+        client = data.client.id
+        if (
+            self.outbox is None
+            or data.server.address is None
+            or any(f.head.conn == client for f in self.flows.values())
+        ):
+            return  # a flow's own connection: the flow records how it ends
+        self.attempts.start(client, data.server.address, time.time(), _addr(data.client.peername))
+
+    @guarded
+    def server_connected(self, data: ServerConnectionHookData) -> None:
+        self.attempts.connected(data.client.id)
+
+    @guarded
+    def server_connect_error(self, data: ServerConnectionHookData) -> None:
+        self.attempts.failed(data.client.id, data.server.error, time.time())
+
+    @guarded
+    def tls_start_server(self, data: tls.TlsData) -> None:
+        self.attempts.tls_started(data.context.client.id)
+
+    @guarded
+    def tls_established_server(self, data: tls.TlsData) -> None:
+        self.attempts.established(data.context.client.id)
+
+    @guarded
+    def tls_failed_server(self, data: tls.TlsData) -> None:
+        self.attempts.failed(data.context.client.id, data.conn.error, time.time(), tls=True)
+
+    @guarded
+    def http_connect_error(self, flow: http.HTTPFlow) -> None:
+        self.attempts.connect_refused(flow.client_conn.id, time.time())
+
+    @guarded
     def tls_failed_client(self, data: tls.TlsData) -> None:
-        """A client that refused our certificate never makes a flow: record the attempt."""
+        """A client that refused our certificate never makes a flow: record the attempt (unless the
+        upstream failed first: that failure is the one recorded)."""
         client = data.context.client
+        if self.attempts.client_tls_failed(client.id, time.time()):
+            return
         host = client.sni or (data.context.server.address or ("?", 0))[0]
         port = (data.context.server.address or ("", 443))[1]
         now = time.time()
@@ -240,6 +291,7 @@ class Capsem:
         if self.outbox is None:
             return
         req = flow.request
+        self.attempts.flow_started(flow.client_conn.id)
         parts = urlsplit(req.path if req.path.startswith("/") else "/" + req.path)
         head = RequestHead(
             key=flow.id, conn=flow.client_conn.id, started=req.timestamp_start or time.time(),
@@ -358,7 +410,16 @@ class Capsem:
         if state is not None and state.decision == "denied" and flow.response is None:
             self._finish(flow, f"denied by capsem policy rule {state.matched_rule!r}: connection closed")
             return
-        self._finish(flow, flow.error.msg if flow.error else "unknown error")
+        message = flow.error.msg if flow.error else "unknown error"
+        server = flow.server_conn
+        if (
+            flow.response is None
+            and server.address
+            and not server.timestamp_tcp_setup
+            and not message.startswith(("Client", "client", "Connection killed"))
+        ):  # the upstream connection was never made: say why as for a CONNECT tunnel
+            message = describe(server.address[0], server.address[1], message, tls=False, waited=0.0)
+        self._finish(flow, message)
 
     # -- websockets (Responses over WebSocket: Codex CLI) ----------------------------------------
 
@@ -398,6 +459,8 @@ class Capsem:
         # client: mitmproxy answered it with 502 itself (unless the client had gone first)
         refused = error is not None and resp is not None and state.response_tap is None and body is None
         client_status = 502 if refused and not error.lower().startswith("client") else None
+        if error is not None:
+            self.attempts.flow_failed(flow.client_conn.id)
         self._end(flow.id, body, error, ended, client_status)
 
     def _end(self, key: str, body: bytes | None, error: str | None, ended: float,
