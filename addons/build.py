@@ -80,6 +80,15 @@ def plain_preview(flow: FlowEnded, limit: int) -> tuple[str | None, str | None]:
     return preview.text(), error
 
 
+def cost_details(priced) -> str | None:
+    """The `cost_details` JSON of a priced call: model id, genai-prices' input and output, and the
+    cost by token type (`parts`, USD as strings, adding up to the call's cost)."""
+    if priced is None:
+        return None
+    parts = {name: str(value) for name, value in priced.parts.items()}
+    return json.dumps({"model_id": priced.model_id, **priced.details, "parts": parts})
+
+
 def origin(call_id: str, name: str = "") -> str:
     """`server` for tools the provider runs itself (Anthropic web search...): no result comes back;
     `mcp` for tools named in an MCP scheme (`mcp__server__tool`); else `native`."""
@@ -205,7 +214,7 @@ def model_call(
     priced = price_call(
         provider=call.route.provider, model=model, input_tokens=usage.input_tokens,
         output_tokens=usage.output_tokens, cache_read=usage.cache_read, cache_write=usage.cache_write,
-        cache_write_1h=usage.cache_write_1h, at=datetime.fromtimestamp(call.started, UTC),
+        cache_write_1h=usage.cache_write_1h, reasoning=usage.reasoning, at=datetime.fromtimestamp(call.started, UTC),
     )  # fmt: skip
     trace = traces.trace_for(info.tool_results)
     error_message = summary.error_message
@@ -253,7 +262,7 @@ def model_call(
             error_type=summary.error_type,
             error_message=error_message,
             price_source=priced.source if priced else None,
-            cost_details=json.dumps({"model_id": priced.model_id, **priced.details}) if priced else None,
+            cost_details=cost_details(priced),
             parse_errors=summary.parse_errors,
         )
     ]

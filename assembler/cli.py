@@ -92,20 +92,23 @@ def run(workspace, mitmdump_args, quiet, command) -> None:
         capsem run -- gemini -p "summarize this repo"
         capsem run -- aider --message "rename foo to bar"
     """
-    from assembler.run import run_agent
+    from assembler.run import AgentNotFound, run_agent
     from assembler.summary import print_session
     from capsem.mitm import MitmdumpError
 
     try:
         result = run_agent(list(command), workspace=workspace, mitmdump_args=mitmdump_args)
-    except (MitmdumpError, RuntimeError) as exc:
+    except AgentNotFound as exc:  # as a shell says it, with its exit code (127, 126); nothing started
+        click.echo(f"capsem run: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except (MitmdumpError, RuntimeError, ValueError) as exc:  # settings, mitmdump: one line saying why
         raise click.ClickException(str(exc)) from exc
     if not quiet:
         console = Console(stderr=True)
         console.print()
         print_session(result.session_id, console)
         if result.diagnostics is not None:
-            console.print(result.diagnostics.summary())
+            console.print(result.diagnostics.summary(), style="dim")
     sys.exit(result.exit_code)
 
 
@@ -351,38 +354,55 @@ def _print_inspection(result: Inspection) -> None:
 # --- cost and prices ---------------------------------------------------------------------------
 
 
+class _Day(click.ParamType):
+    """A UTC day: YYYY-MM-DD, or `7d` / `2w` ago, or `today`."""
+
+    name = "day"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from assembler.reports import parse_day
+
+        try:
+            return parse_day(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 @cli.command("cost-report")
-@click.option("--since", type=click.DateTime(["%Y-%m-%d"]), metavar="YYYY-MM-DD",
-              help="First day to include (UTC, by session start).")  # fmt: skip
-@click.option("--until", type=click.DateTime(["%Y-%m-%d"]), metavar="YYYY-MM-DD",
-              help="Last day to include (inclusive).")  # fmt: skip
-@click.option("--by", "group_by", type=click.Choice(["session", "provider", "model", "day"]), default="model",
-              show_default=True, help="How to group the rows.")  # fmt: skip
+@click.option("--since", type=_Day(), metavar="DAY", help="First day to include: YYYY-MM-DD, 7d, 2w or today (UTC, "
+              "by session start).")  # fmt: skip
+@click.option("--until", type=_Day(), metavar="DAY", help="Last day to include (inclusive), same forms.")
+@click.option("--by", "group_by", type=click.Choice(["session", "provider", "model", "day", "week", "month"]),
+              default="model", show_default=True, help="How to group the rows.")  # fmt: skip
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Also write one self-contained HTML page with charts (no scripts, no network).")  # fmt: skip
 @json_option
 def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
-    """Cost and tokens by model, provider, day or session.
+    """Cost and tokens by model, provider, session, day, week or month.
 
     Numbers come from the main.db rollup over a date range (UTC days of session start), so
     vacuumed and culled sessions count; running sessions are read live from their
-    session.db. Unpriced models count as $0 and are reported.
+    session.db. Tokens are shown as ccusage shows them: input (uncached), cache write, cache
+    read, output (reasoning included) and reasoning; the cost is split by token type below the
+    table. Unpriced models count as $0 and are reported.
 
     \b
     Examples:
         capsem cost-report
-        capsem cost-report --since 2026-11-01 --until 2026-11-30 --by day
+        capsem cost-report --since 7d --by day
+        capsem cost-report --since 2026-11-01 --until 2026-11-30 --by week
         capsem cost-report --by provider --html cost.html
     """
+    from assembler.costs import split_line
     from assembler.reports import cost_report, html_report
+    from assembler.tables import Column, fit_table, plural
 
-    since_s, until_s = (d.date().isoformat() if d else None for d in (since, until))
-    if since_s and until_s and since_s > until_s:
-        raise click.BadParameter(f"--since {since_s} is after --until {until_s}")
+    if since and until and since > until:
+        raise click.BadParameter(f"--since {since} is after --until {until}")
     with user_errors(), _stderr_progress() as progress:
         task = progress.add_task("aggregating sessions", total=None)
         report = cost_report(
-            since_s, until_s, lambda done, total: progress.update(task, completed=done, total=total)
+            since, until, lambda done, total: progress.update(task, completed=done, total=total)
         )
     if html_path:
         try:
@@ -395,27 +415,30 @@ def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
         return
     rows, total = report.rows(group_by), report.totals()
     if not rows:
-        click.echo(f"No model calls between {since_s or 'the first session'} and {until_s or 'now'} "
-                   f"({report.sessions} sessions)")  # fmt: skip
+        click.echo(f"No model calls between {since or 'the first session'} and {until or 'now'} "
+                   f"({plural(report.sessions, 'session')})")  # fmt: skip
         return
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_footer=True)
-    table.add_column(group_by, footer="total")
-    table.add_column("sessions", justify="right", footer=str(total.sessions))
-    table.add_column("calls", justify="right", footer=f"{total.calls:,}")
-    table.add_column("input", justify="right", footer=f"{total.input_tokens:,}")
-    table.add_column("output", justify="right", footer=f"{total.output_tokens:,}")
-    table.add_column("cost", justify="right", footer=f"${total.cost:.4f}")
-    for r in rows:
-        table.add_row(escape(r.key), str(r.sessions), f"{r.calls:,}", f"{r.input_tokens:,}", f"{r.output_tokens:,}",
-                      f"${r.cost:.4f}")  # fmt: skip
     console = _console()
-    console.print(table)
+
+    def cells(r) -> list[str]:
+        u = r.usage
+        return [r.key, str(r.sessions), f"{u.calls:,}", f"{u.uncached_input:,}", f"{u.cache_write_tokens:,}",
+                f"{u.cache_read_tokens:,}", f"{u.output_tokens:,}", f"{u.reasoning_tokens:,}", f"${u.cost:.4f}"]  # fmt: skip
+
+    footer = cells(total)
+    footer[0] = "total"
+    names = [(group_by, "left", 10), ("sessions", "right", 1), ("calls", "right", 3), ("input", "right", 8),
+             ("cache\nwrite", "right", 7), ("cache\nread", "right", 7), ("output", "right", 8),
+             ("reasoning", "right", 2), ("cost", "right", 10)]  # fmt: skip
+    columns = [Column(n, j, p, footer=f) for (n, j, p), f in zip(names, footer, strict=True)]  # type: ignore[arg-type]
+    console.print(fit_table(columns, [cells(r) for r in rows], console.width, footer=True))
+    if split := split_line(total.usage):
+        console.print(f"cost by token type: {split}")
     if report.unpriced_calls:
-        console.print(
-            f"{report.unpriced_calls} model calls have no known price (counted as $0)", style="yellow"
-        )
+        console.print(f"{plural(report.unpriced_calls, 'model call')} with tokens but no known price "
+                      "(counted as $0)", style="yellow")  # fmt: skip
     if report.live:
-        console.print(f"{len(report.live)} running session(s) read live from session.db", style="dim")
+        console.print(f"{plural(len(report.live), 'running session')} read live from session.db", style="dim")
 
 
 @cli.command("update-prices")

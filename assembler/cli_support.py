@@ -6,6 +6,7 @@ Kept apart from `assembler.cli` so that command groups defined in their own modu
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -27,6 +28,7 @@ def user_errors(*extra: type[Exception]) -> Iterator[None]:
 
 
 def console() -> Console:
-    """The terminal's console; a wide one when output goes to a file or pipe (no folding at 80)."""
+    """The terminal's console; a wide one when output goes to a file or pipe (no folding at 80),
+    unless $COLUMNS says how wide."""
     out = Console()
-    return out if out.is_terminal else Console(width=160)
+    return out if out.is_terminal or os.environ.get("COLUMNS", "").isdigit() else Console(width=160)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from assembler.sessiondb import DB_NAME, db_file, main_row, open_main, open_session
-from capsem.rollup import AI_USAGE_SQL, TOTALS_SQL, capture_health
+from capsem.rollup import AI_USAGE_COLUMNS, AI_USAGE_SQL, TOTALS_SQL, capture_health
 from capsem.schema import SESSION_MIGRATIONS, SESSION_TABLES, migrate
 
 Severity = Literal["error", "warning", "info"]
@@ -244,7 +244,9 @@ def check_capture(conn: sqlite3.Connection, row: dict | None) -> list[Finding]:
     status, _, problem = capture_health(meta)
     out = []
     if row is not None and row.get("capture_status") == "failed":
-        out.append(Finding("error", "capture", f"capture failed: {row.get('capture_error') or 'the recorder died'}"))
+        out.append(
+            Finding("error", "capture", f"capture failed: {row.get('capture_error') or 'the recorder died'}")
+        )
     if status != "ok":
         out.append(Finding("error", "capture", f"capture degraded: {problem}"))
     elif problem:
@@ -269,8 +271,9 @@ def check_rollup(
         out.append(Finding("error", "rollup", "main.db totals differ from session.db: " + ", ".join(diffs)))
     if ai_usage is not None:
         expected = {(r[0], r[1]): tuple(r[2:]) for r in conn.execute(AI_USAGE_SQL)}
-        stored = {(r["provider"], r["model"]): (r["call_count"], r["input_tokens"], r["output_tokens"],
-                                                r["estimated_cost"], r["total_duration_ms"]) for r in ai_usage}  # fmt: skip
+        stored = {
+            (r["provider"], r["model"]): tuple(r.get(c) for c in AI_USAGE_COLUMNS[2:]) for r in ai_usage
+        }
         bad = sorted(
             f"{p}/{m or '?'}"
             for p, m in expected.keys() | stored.keys()

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import html
 import math
+import re
 import sqlite3
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Literal
 
+from assembler.costs import PART_LABELS, Usage
 from assembler.sessiondb import SessionDbError, SessionNotFound, db_file, open_main, open_session
-from capsem.rollup import AI_USAGE_SQL
+from assembler.tables import plural
+from capsem.rollup import AI_USAGE_COLUMNS, AI_USAGE_SQL
 
-GroupBy = Literal["session", "provider", "model", "day"]
-GROUPS: tuple[GroupBy, ...] = ("session", "provider", "model", "day")
+GroupBy = Literal["session", "provider", "model", "day", "week", "month"]
+GROUPS: tuple[GroupBy, ...] = ("session", "provider", "model", "day", "week", "month")
 
 
 @dataclass(frozen=True)
@@ -32,21 +35,37 @@ class UsageRow:
     day: str
     provider: str
     model: str
-    calls: int
-    input_tokens: int
-    output_tokens: int
-    cost: float
-    duration_ms: int
+    usage: Usage
+    duration_ms: int = 0
+
+    @classmethod
+    def of(cls, session_id: str, day: str, values: dict) -> UsageRow:
+        """From an ai_usage row (or `AI_USAGE_SQL`'s), keyed by `AI_USAGE_COLUMNS`."""
+        usage = Usage(
+            values["call_count"], values["input_tokens"], values["output_tokens"], values["estimated_cost"],
+            values["cache_write_tokens"], values["cache_read_tokens"], values["reasoning_tokens"],
+            values["input_cost"], values["cache_write_cost"], values["cache_read_cost"], values["output_cost"],
+            values["reasoning_cost"],
+        )  # fmt: skip
+        return cls(session_id, day, values["provider"], values["model"], usage, values["total_duration_ms"])
 
 
 @dataclass(frozen=True)
 class CostRow:
     key: str
     sessions: int
-    calls: int
-    input_tokens: int
-    output_tokens: int
-    cost: float
+    usage: Usage
+
+    @property
+    def calls(self) -> int:
+        return self.usage.calls
+
+    @property
+    def cost(self) -> float:
+        return self.usage.cost
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "sessions": self.sessions, **self.usage.to_json()}
 
 
 @dataclass
@@ -69,8 +88,8 @@ class CostReport:
 
     def to_json(self, by: GroupBy) -> dict:
         return {
-            "since": self.since, "until": self.until, "by": by, "rows": [asdict(r) for r in self.rows(by)],
-            "totals": {**asdict(self.totals()), "sessions_in_range": self.sessions,
+            "since": self.since, "until": self.until, "by": by, "rows": [r.to_json() for r in self.rows(by)],
+            "totals": {**self.totals().to_json(), "sessions_in_range": self.sessions,
                        "unpriced_calls": self.unpriced_calls, "live_sessions": self.live},
         }  # fmt: skip
 
@@ -82,26 +101,57 @@ def _key(row: UsageRow, by: GroupBy) -> str:
         return row.provider
     if by == "model":
         return f"{row.provider}/{row.model or '?'}"
+    if by == "week":
+        year, week, _ = date.fromisoformat(row.day).isocalendar()
+        return f"{year}-W{week:02d}"
+    if by == "month":
+        return row.day[:7]
     return row.day
 
 
 def _sum(key: str, rows: Iterable[UsageRow]) -> CostRow:
     rows = list(rows)
-    return CostRow(
-        key, len({r.session_id for r in rows}), sum(r.calls for r in rows), sum(r.input_tokens for r in rows),
-        sum(r.output_tokens for r in rows), sum(r.cost for r in rows),
-    )  # fmt: skip
+    total = Usage()
+    for r in rows:
+        total += r.usage
+    return CostRow(key, len({r.session_id for r in rows}), total)
 
 
 def group(usage: list[UsageRow], by: GroupBy) -> list[CostRow]:
-    """Sum usage rows per key: days and sessions in time order, providers and models by cost."""
+    """Sum usage rows per key: days, weeks, months and sessions in time order, providers and
+    models by cost."""
     buckets: dict[str, list[UsageRow]] = {}
     for r in usage:
         buckets.setdefault(_key(r, by), []).append(r)
     rows = [_sum(k, v) for k, v in buckets.items()]
-    if by in ("day", "session"):
+    if by in ("day", "week", "month", "session"):
         return sorted(rows, key=lambda r: r.key)
     return sorted(rows, key=lambda r: (-r.cost, -r.calls, r.key))
+
+
+_RELATIVE = re.compile(r"(\d+)([dw])")
+
+
+def parse_day(value: str, today: date | None = None) -> str:
+    """A day as `YYYY-MM-DD`, or relative to today (UTC): `7d` (7 days ago), `2w` (14 days ago),
+    `today`.
+
+    Raises:
+        ValueError: naming the value and the accepted forms.
+    """
+    today = today or date.today()
+    text = value.strip().lower()
+    if text == "today":
+        return today.isoformat()
+    if match := _RELATIVE.fullmatch(text):
+        n = int(match[1]) * (7 if match[2] == "w" else 1)
+        return (today - timedelta(days=n)).isoformat()
+    try:
+        return date.fromisoformat(text).isoformat()
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is not a day: use YYYY-MM-DD, Nd (days ago), Nw (weeks ago) or today"
+        ) from None
 
 
 def cost_report(
@@ -130,11 +180,11 @@ def cost_report(
             f"WHERE {cond} ORDER BY created_at, id",
             params,
         ).fetchall()
-        stored: dict[str, list[sqlite3.Row]] = {}
+        stored: dict[str, list[dict]] = {}
         for r in conn.execute(
             f"SELECT * FROM ai_usage WHERE session_id IN (SELECT id FROM sessions WHERE {cond})", params
         ):
-            stored.setdefault(r["session_id"], []).append(r)
+            stored.setdefault(r["session_id"], []).append(dict(r))
     report = CostReport(since, until, sessions=len(sessions))
     for i, s in enumerate(sessions, 1):
         live = s["status"] == "running" or s["rolled_up_at"] is None
@@ -143,23 +193,22 @@ def cost_report(
             report.live.append(s["id"])
             usage, unpriced = rows
         else:
-            usage = [(r["provider"], r["model"], r["call_count"], r["input_tokens"], r["output_tokens"],
-                      r["estimated_cost"], r["total_duration_ms"]) for r in stored.get(s["id"], [])]  # fmt: skip
-            unpriced = s["unpriced_calls"] or 0
+            usage, unpriced = stored.get(s["id"], []), s["unpriced_calls"] or 0
         report.unpriced_calls += unpriced
-        report.usage += [UsageRow(s["id"], s["day"], *u) for u in usage]
+        report.usage += [UsageRow.of(s["id"], s["day"], u) for u in usage]
         if on_progress:
             on_progress(i, len(sessions))
     return report
 
 
-def _live_usage(session_id: str) -> tuple[list[tuple], int] | None:
+def _live_usage(session_id: str) -> tuple[list[dict], int] | None:
     """ai_usage rows and the unpriced-call count computed from a session.db (None if unreadable)."""
     try:
         with open_session(session_id) as conn:
-            rows = [tuple(r) for r in conn.execute(AI_USAGE_SQL)]
+            rows = [dict(zip(AI_USAGE_COLUMNS, r, strict=True)) for r in conn.execute(AI_USAGE_SQL)]
             unpriced = conn.execute(
-                "SELECT COUNT(*) FROM model_calls WHERE estimated_cost_usd IS NULL"
+                "SELECT COUNT(*) FROM model_calls WHERE estimated_cost_usd IS NULL "
+                "AND COALESCE(input_tokens, output_tokens) IS NOT NULL"
             ).fetchone()[0]
     except (SessionNotFound, SessionDbError, sqlite3.Error):
         return None
@@ -251,7 +300,7 @@ def svg_bars(rows: list[CostRow], title: str, width: int = 900, limit: int = 15)
     shown = rows[:limit]
     if len(rows) > limit:
         rest = rows[limit:]
-        shown.append(CostRow(f"other ({len(rest)})", 0, 0, 0, 0, sum(r.cost for r in rest)))
+        shown.append(CostRow(f"other ({len(rest)})", 0, Usage(cost=sum(r.cost for r in rest))))
     top = max((r.cost for r in shown), default=0) or 1
     bar_h, label_w = 24, 280
     height = bar_h * len(shown) + 10
@@ -271,15 +320,44 @@ def svg_bars(rows: list[CostRow], title: str, width: int = 900, limit: int = 15)
 
 
 def _table(rows: list[CostRow], label: str, total: CostRow | None = None) -> str:
-    head = (f"<thead><tr><th>{html.escape(label)}</th><th>sessions</th><th>calls</th><th>input tokens</th>"
-            "<th>output tokens</th><th>cost</th></tr></thead>")  # fmt: skip
+    names = (
+        "sessions",
+        "calls",
+        "input tokens",
+        "cache write",
+        "cache read",
+        "output tokens",
+        "reasoning",
+        "cost",
+    )
+    head = (
+        f"<thead><tr><th>{html.escape(label)}</th>"
+        + "".join(f"<th>{n}</th>" for n in names)
+        + "</tr></thead>"
+    )
 
     def line(r: CostRow) -> str:
-        return (f"<tr><td>{html.escape(r.key)}</td><td>{r.sessions}</td><td>{r.calls:,}</td>"
-                f"<td>{r.input_tokens:,}</td><td>{r.output_tokens:,}</td><td>{_money(r.cost)}</td></tr>")  # fmt: skip
+        u = r.usage
+        cells = (r.sessions, f"{u.calls:,}", f"{u.uncached_input:,}", f"{u.cache_write_tokens:,}",
+                 f"{u.cache_read_tokens:,}", f"{u.output_tokens:,}", f"{u.reasoning_tokens:,}", _money(u.cost))  # fmt: skip
+        return f"<tr><td>{html.escape(r.key)}</td>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
     foot = f"<tfoot>{line(total)}</tfoot>" if total else ""
     return f"<table>{head}<tbody>{''.join(line(r) for r in rows)}</tbody>{foot}</table>"
+
+
+def _split_table(usage: Usage) -> str:
+    """The cost by token type, with each part's share."""
+    parts = usage.cost_by_type()
+    cells = "".join(
+        f"<tr><td>{PART_LABELS[k]}</td><td>{_money(v)}</td><td>{_share(v, usage.cost)}</td></tr>"
+        for k, v in parts.items()
+    )
+    return f"<table><thead><tr><th>token type</th><th>cost</th><th>share</th></tr></thead><tbody>{cells}</tbody></table>"
+
+
+def _share(part: float, total: float) -> str:
+    return f"{100 * part / total:.0f}%" if total > 0 else "-"
 
 
 def html_report(report: CostReport, session_limit: int = 200) -> str:
@@ -291,17 +369,21 @@ def html_report(report: CostReport, session_limit: int = 200) -> str:
     top_sessions = sorted(by_session, key=lambda r: -r.cost)[:session_limit]
     notes = []
     if report.unpriced_calls:
-        notes.append(f"{report.unpriced_calls} model calls have no known price and count as $0 "
+        notes.append(f"{plural(report.unpriced_calls, 'model call')} with no known price count as $0 "
                      "(<code>capsem inspect-session</code> lists them).")  # fmt: skip
     if report.live:
         notes.append(
-            f"{len(report.live)} running or not yet rolled-up sessions were read from their session.db."
+            f"{plural(len(report.live), 'running or not yet rolled-up session')} read from session.db."
         )
     cards = "".join(
         f'<div class="card">{label}<b>{value}</b></div>'
         for label, value in (("estimated cost", _money(total.cost)), ("model calls", f"{total.calls:,}"),
                              ("sessions with calls", f"{total.sessions:,}"),
-                             ("input tokens", f"{total.input_tokens:,}"), ("output tokens", f"{total.output_tokens:,}"))
+                             ("input tokens", f"{total.usage.uncached_input:,}"),
+                             ("cache write tokens", f"{total.usage.cache_write_tokens:,}"),
+                             ("cache read tokens", f"{total.usage.cache_read_tokens:,}"),
+                             ("output tokens", f"{total.usage.output_tokens:,}"),
+                             ("reasoning tokens", f"{total.usage.reasoning_tokens:,}"))
     )  # fmt: skip
     session_note = (f"<p class=sub>The {session_limit} most expensive of {len(by_session)} sessions.</p>"
                     if len(by_session) > session_limit else "")  # fmt: skip
@@ -309,10 +391,13 @@ def html_report(report: CostReport, session_limit: int = 200) -> str:
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <title>capsem cost report</title><style>{_CSS}</style></head><body>
 <h1>capsem cost report</h1>
-<p class="sub">{html.escape(span)} · {report.sessions} sessions in range · prices are estimates from the
-price table in use when each call was recorded</p>
+<p class="sub">{html.escape(span)} · {plural(report.sessions, "session")} in range · prices are estimates from
+the price table in use when each call was recorded · input tokens are uncached input (as in ccusage); output
+tokens include reasoning</p>
 <div class="cards">{cards}</div>
 {"".join(f"<p>{n}</p>" for n in notes)}
+<h2>Cost by token type</h2>
+{_split_table(total.usage)}
 <h2>Cost over time (by day)</h2>
 {svg_timeline(by_day, "cost by day") if by_day else "<p>No model calls in this range.</p>"}
 <h2>Cost by model</h2>

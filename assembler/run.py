@@ -14,18 +14,19 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from assembler.fswatch import WorkspaceWatcher
 from assembler.procdiag import Diagnostics, ProcessSampler, diagnostics_settings, finish, scrubber_for
-from capsem.ids import new_session_id
-from capsem.mitm import Mitmdump, MitmdumpError, start_mitmdump
+from capsem.ids import SESSION_ID, new_session_id
+from capsem.mitm import Mitmdump, spawn_mitmdump, wait_for_mitmdump
 from capsem.paths import capsem_home, session_db_path, session_dir
+from capsem.rollup import open_main, set_exit_code
 
 logger = logging.getLogger(__name__)
 
@@ -69,13 +70,66 @@ def _tidy_up() -> None:
         logger.warning("capsem: retention failed: %r", exc)
 
 
-def _wait_for_capture(proxy: Mitmdump, timeout: float = 20.0) -> None:
-    """Wait until the addon has opened its session (so the agent's first request is recorded)."""
-    deadline = time.monotonic() + timeout
-    while "capsem: recording session" not in proxy.log():
-        if proxy.process.poll() is not None or time.monotonic() > deadline:
-            raise MitmdumpError(f"the capsem addon did not start a session:\n{proxy.log()[-3000:]}")
-        time.sleep(0.05)
+class AgentNotFound(RuntimeError):
+    """The agent command cannot be run; `exit_code` is what a shell would say (127 or 126)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def check_agent(command: list[str], workspace: Path | None = None) -> str:
+    """The path of the program `command` runs, found as a shell would (PATH, or a path relative to
+    the workspace).
+
+    Raises:
+        AgentNotFound: `command not found` (127) or `permission denied` (126).
+    """
+    name = command[0]
+    if "/" in name:
+        path = Path(name) if Path(name).is_absolute() else (workspace or Path.cwd()) / name
+        if not path.exists():
+            raise AgentNotFound(f"{name}: no such file or directory", 127)
+        if path.is_dir() or not os.access(path, os.X_OK):
+            raise AgentNotFound(f"{name}: permission denied (not an executable file)", 126)
+        return str(path)
+    found = shutil.which(name)
+    if found is None:
+        raise AgentNotFound(f"{name}: command not found", 127)
+    return found
+
+
+def mitmdump_options(session_id: str, command: list[str], extra: str) -> tuple[str, list[str]]:
+    """(session id, mitmdump arguments): capsem's own `--set capsem_*` options plus `extra`. An
+    option `extra` sets itself replaces capsem's (mitmdump would drop the addon silently on a
+    duplicate); a `capsem_session_id` there names the session.
+
+    Raises:
+        ValueError: unparsable `extra`, or a session id that is not YYYYMMDD-HHMMSS-xxxx.
+    """
+    try:
+        args = shlex.split(extra)
+    except ValueError as exc:
+        raise ValueError(f"--mitmdump-args {extra!r}: {exc}") from exc
+    given: dict[str, str] = {}
+    for i, arg in enumerate(args):
+        spec = args[i + 1] if arg == "--set" and i + 1 < len(args) else arg.removeprefix("--set=")
+        if (arg == "--set" or arg.startswith("--set=")) and "=" in spec:
+            name, value = spec.split("=", 1)
+            given[name.strip()] = value
+    if "capsem_session_id" in given:
+        session_id = given["capsem_session_id"]
+        if not SESSION_ID.fullmatch(session_id):
+            raise ValueError(f"--mitmdump-args: capsem_session_id {session_id!r} is not YYYYMMDD-HHMMSS-xxxx")
+    ours = {"capsem_session_id": session_id, "capsem_mode": "run", "capsem_command": shlex.join(command)}
+    options = [x for name, value in ours.items() if name not in given for x in ("--set", f"{name}={value}")]
+    return session_id, options + args
+
+
+def _wait_for_agent(agent: subprocess.Popen[bytes]) -> int:
+    """The agent's exit code as a shell reports it (128 + N when killed by signal N)."""
+    code = agent.wait()
+    return 128 - code if code < 0 else code
 
 
 def run_agent(
@@ -85,48 +139,69 @@ def run_agent(
     mitmdump_args: str = "",
     session_id: str | None = None,
 ) -> RunResult:
-    """Run `command` through a fresh capsem session; return its id and the agent's exit code."""
+    """Run `command` through a fresh capsem session; return its id and the agent's exit code.
+
+    Raises:
+        AgentNotFound: before anything starts, when the command cannot be run.
+        ValueError: bad `mitmdump_args`.
+        MitmdumpError: mitmdump did not start (the message says why).
+    """
+    check_agent(command, workspace)
+    session_id, args = mitmdump_options(session_id or new_session_id(), command, mitmdump_args)
     diagnostics = diagnostics_settings()  # a bad setting fails before anything starts
-    tidy = threading.Thread(target=_tidy_up, name="capsem-retention", daemon=True)
-    tidy.start()
-    session_id = session_id or new_session_id()
     folder = session_dir(session_id)
     folder.mkdir(parents=True, exist_ok=True)
     log_path = folder / "mitmdump.log"
-    proxy = start_mitmdump(
-        confdir=capsem_home() / "mitmproxy",
-        log_path=log_path,
-        args=[
-            "--set", f"capsem_session_id={session_id}", "--set", "capsem_mode=run",
-            "--set", f"capsem_command={shlex.join(command)}", *shlex.split(mitmdump_args),
-        ],
-    )  # fmt: skip
+    confdir = capsem_home() / "mitmproxy"
+    process = spawn_mitmdump(confdir=confdir, log_path=log_path, args=args)
     watcher: WorkspaceWatcher | None = None
     sampler: ProcessSampler | None = None
     report: Diagnostics | None = None
+    proxy: Mitmdump | None = None
+    tidy = threading.Thread(target=_tidy_up, name="capsem-retention", daemon=True)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the agent; we clean up after
+    code: int | None = None
     try:
-        _wait_for_capture(proxy)
-        watcher = WorkspaceWatcher(workspace or Path.cwd(), session_db_path(session_id))
-        watcher.start()
+        proxy = wait_for_mitmdump(process, confdir=confdir, log_path=log_path)
         env = agent_env(proxy)
         try:
             agent = subprocess.Popen(command, cwd=workspace, env=env)
         except OSError as exc:
-            raise RuntimeError(f"cannot start {command[0]!r}: {exc}") from exc
+            raise AgentNotFound(f"{command[0]}: {exc.strerror or exc}", 126) from exc
+        tidy.start()  # after the agent started: housekeeping never delays it
+        watcher = WorkspaceWatcher(workspace or Path.cwd(), session_db_path(session_id))
+        watcher.start()
         if diagnostics.enabled:
             sampler = ProcessSampler(agent.pid, session_db_path(session_id),
                                      interval_ms=diagnostics.sample_interval_ms, scrubber=scrubber_for(env))  # fmt: skip
             sampler.start()
-        code = agent.wait()
+        code = _wait_for_agent(agent)
     finally:
         signal.signal(signal.SIGINT, previous)
         if sampler is not None:
             report = finish(sampler, warn=False)  # stops sampling, stores the anomalies
         if watcher is not None:
             watcher.stop()  # before mitmdump stops: the rollup counts the file events
-        proxy.stop()
+        if proxy is not None:
+            proxy.stop()
+        elif process.poll() is None:
+            process.kill()
+            process.wait()
         if sampler is not None and report is not None and report.error:
             report = finish(sampler)  # session.db was busy; mitmdump has closed it now
-        tidy.join(60)
+        if code is not None:
+            _store_exit_code(session_id, code)
+        if tidy.is_alive():
+            tidy.join(60)
     return RunResult(session_id, code, log_path, report)
+
+
+def _store_exit_code(session_id: str, code: int) -> None:
+    try:
+        main = open_main()
+        try:
+            set_exit_code(main, session_id, code)
+        finally:
+            main.close()
+    except Exception as exc:  # the run is over; a busy main.db must not turn it into a failure
+        logger.warning("capsem: storing the agent's exit code failed: %r", exc)

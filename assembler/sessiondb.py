@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from capsem.paths import main_db_path, session_dir, sessions_dir
-from capsem.schema import connect
+from capsem.schema import MAIN_MIGRATIONS, connect, open_main_db
 
 DB_NAME = "session.db"
 GZ_NAME = "session.db.gz"
@@ -56,11 +56,28 @@ def open_main() -> Iterator[sqlite3.Connection]:
     path = main_db_path()
     if not path.is_file():
         raise MainDbMissing(f"no main.db at {path} (no session recorded yet)")
+    _upgrade_main(path)
     conn = connect(path, readonly=True)
     try:
         yield conn
     finally:
         conn.close()
+
+
+def _upgrade_main(path: Path) -> None:
+    """Apply main.db migrations a newer capsem added (one short write; skipped when the file is
+    read-only or busy: readers then see the older columns)."""
+    try:
+        conn = connect(path, readonly=True)
+        try:
+            done = {r[0] for r in conn.execute("SELECT name FROM _capsem_migrations")}
+        finally:
+            conn.close()
+        if {name for name, _ in MAIN_MIGRATIONS} <= done:
+            return
+        open_main_db(path).close()
+    except (sqlite3.Error, OSError, RuntimeError):
+        pass
 
 
 def main_row(session_id: str) -> dict | None:

@@ -1,137 +1,285 @@
-"""A one-screen summary of a session: model calls, tokens, cost, tools, where the data is."""
+"""The end-of-run summary of a session: what it did, what it cost and why, what went wrong, the
+files it changed and its final answer.
+
+`session_summary` reads it all from session.db and main.db (read-only) into plain data;
+`render_session` lays it out for a terminal of a given width (columns that do not fit are
+dropped, free text wraps: `assembler.tables`). `capsem run`, `capsem demo` and `capsem tail`
+print it.
+"""
 
 from __future__ import annotations
 
-import json
 import sqlite3
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich import box
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.rule import Rule
-from rich.table import Table
 from rich.text import Text
 
-from capsem.paths import main_db_path, session_db_path
+from assembler.costs import Usage, call_usage, split_line, why
+from assembler.failures import Failure, failures
+from assembler.sessiondb import main_row
+from assembler.sessions import duration
+from assembler.tables import Column, fit_table, plural
+from capsem.paths import session_db_path
+from capsem.rollup import CALL_USAGE_SQL
 from capsem.schema import connect
 
-_MIN = {"provider/model": 25, "out": 3, "stop": 10, "trace": 5}
+MAX_ERRORS = 10
+MAX_FILES = 10
+MAX_TOP = 3
+ANSWER_CHARS = 400
 
 
-def _short(text: str | None, width: int = 60) -> str:
-    if not text:
-        return ""
-    text = " ".join(text.split())
+@dataclass(frozen=True)
+class Call:
+    id: int
+    provider: str
+    model: str
+    stream: bool
+    status: int | None
+    usage: Usage
+    stop: str
+    """Stop reason, else the error type (`overloaded_error`), `HTTP 529`, `truncated` or ``."""
+    ttft_ms: int | None
+    trace: str
+    estimated: bool
+    """Token counts estimated with a tokenizer (the provider never reported them)."""
+    priced: bool
+
+
+@dataclass
+class SessionSummary:
+    session_id: str
+    db_path: Path
+    status: str | None = None
+    exit_code: int | None = None
+    duration: str | None = None
+    calls: list[Call] = field(default_factory=list)
+    flows: int = 0
+    failed_flows: int = 0
+    tools: list[sqlite3.Row] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    files: list[tuple[str, str]] = field(default_factory=list)
+    """(action, path) of each file the workspace ended up with changed, in first-change order."""
+    answer: tuple[Call, str] | None = None
+    """The last successful model call with text, and that text: the agent's final answer."""
+
+    @property
+    def total(self) -> Usage:
+        total = Usage()
+        for c in self.calls:
+            total += c.usage
+        return total
+
+
+def _stop(row: sqlite3.Row) -> str:
+    if row["error_type"]:
+        return row["error_type"]
+    if row["status_code"] is None:
+        return "no response"
+    if row["status_code"] >= 400:
+        return f"HTTP {row['status_code']}"
+    return row["stop_reason"] or ("" if row["complete"] else "truncated")
+
+
+def _files(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    """Net change per path: created, modified or deleted (created then deleted: left out)."""
+    first: dict[str, str] = {}
+    last: dict[str, str] = {}
+    for action, path in conn.execute("SELECT action, path FROM fs_events ORDER BY id"):
+        first.setdefault(path, action)
+        last[path] = action
+    out = []
+    for path, action in first.items():
+        end = last[path]
+        if action == "created" and end == "deleted":
+            continue
+        out.append(("created" if action == "created" else end, path))
+    return out
+
+
+def session_summary(session_id: str, db_path: Path | None = None) -> SessionSummary:
+    """Everything the summary shows, read from the session's database (read-only) and main.db."""
+    db_path = db_path or session_db_path(session_id)
+    out = SessionSummary(session_id, db_path)
+    row = main_row(session_id)
+    if row is not None:
+        out.status, out.exit_code, out.duration = row["status"], row.get("exit_code"), duration(row)
+    conn = connect(db_path, readonly=True)
+    try:
+        answer: tuple[int, str] | None = None
+        for r in conn.execute(CALL_USAGE_SQL + " ORDER BY id"):
+            estimated = '"estimated"' in (r["usage_details"] or "")
+            out.calls.append(Call(r["id"], r["provider"], r["model"] or "?", bool(r["stream"]), r["status_code"],
+                                  call_usage(r), _stop(r), r["ttft_ms"], (r["trace_id"] or "")[:4], estimated,
+                                  r["estimated_cost_usd"] is not None))  # fmt: skip
+            if r["text_content"] and r["status_code"] and 200 <= r["status_code"] < 300:
+                answer = (r["id"], r["text_content"])
+        if answer is not None:
+            call = next(c for c in out.calls if c.id == answer[0])
+            out.answer = (call, answer[1])
+        out.tools = conn.execute(
+            """SELECT tc.model_call_id, tc.call_id, tc.tool_name, tc.arguments, tr.content_preview, tr.is_error
+               FROM tool_calls tc LEFT JOIN tool_responses tr ON tr.call_id = tc.call_id ORDER BY tc.id"""
+        ).fetchall()
+        out.flows, out.failed_flows = conn.execute(
+            "SELECT COUNT(*), COALESCE(SUM(decision = 'error'), 0) FROM net_events"
+        ).fetchone()
+        out.failures = failures(conn)
+        out.files = _files(conn)
+    finally:
+        conn.close()
+    return out
+
+
+# --- rendering ----------------------------------------------------------------------------------
+
+
+def _money(value: float) -> str:
+    return f"${value:.4f}"
+
+
+def _short(text: str | None, width: int) -> str:
+    text = " ".join((text or "").split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _cost(value: float | None) -> str:
-    return "unpriced" if value is None else f"${value:.5f}"
+def _headline(s: SessionSummary) -> Text:
+    total = s.total
+    parts = [plural(len(s.calls), "model call"), f"{plural(s.flows, 'HTTP flow')} ({s.failed_flows} failed)"]
+    if s.tools:
+        parts.append(plural(len(s.tools), "tool call"))
+    if s.files:
+        parts.append(plural(len(s.files), "file") + " changed")
+    line = Text(", ".join(parts) + ", ")
+    line.append(f"cost {_money(total.cost)}", style="bold")
+    unpriced = sum(1 for c in s.calls if not c.priced and (c.usage.input_tokens or c.usage.output_tokens))
+    if unpriced:
+        line.append(f" ({plural(unpriced, 'call')} unpriced)", style="yellow")
+    if s.failures:
+        line.append(" · ")
+        line.append(plural(len(s.failures), "error"), style="bold red")
+    return line
 
 
-def _tokens(n: int | None, details: dict) -> str:
-    if n is None:
-        return "?"
-    return f"{n:,}" + ("~" if details else "")
+def _tokens_line(total: Usage) -> Text:
+    line = Text("tokens: ", style="dim")
+    line.append(f"input {total.uncached_input:,} · cache write {total.cache_write_tokens:,} · "
+                f"cache read {total.cache_read_tokens:,} · output {total.output_tokens:,}")  # fmt: skip
+    if total.reasoning_tokens:
+        line.append(f" (reasoning {total.reasoning_tokens:,})")
+    return line
 
 
-def render_session(session_id: str, db_path: Path | None = None) -> Group:
-    """Rich renderables describing one session (reads session.db and main.db, read-only)."""
-    db_path = db_path or session_db_path(session_id)
-    conn = connect(db_path, readonly=True)
-    try:
-        calls = conn.execute(
-            """SELECT id, provider, model, stream, status_code, input_tokens, output_tokens, estimated_cost_usd,
-                      stop_reason, ttft_ms, duration_ms, usage_details, complete, error_type, trace_id
-               FROM model_calls ORDER BY id"""
-        ).fetchall()
-        tools = conn.execute(
-            """SELECT tc.model_call_id, tc.call_id, tc.tool_name, tc.arguments, tr.content_preview, tr.is_error,
-                      tr.model_call_id AS answered_in
-               FROM tool_calls tc LEFT JOIN tool_responses tr ON tr.call_id = tc.call_id ORDER BY tc.id"""
-        ).fetchall()
-        net = conn.execute(
-            "SELECT COUNT(*), SUM(decision = 'error'), COALESCE(SUM(bytes_sent), 0), "
-            "COALESCE(SUM(bytes_received), 0) FROM net_events"
-        ).fetchone()
-    finally:
-        conn.close()
+def _call_table(calls: list[Call], width: int) -> RenderableType:
+    """One row per model call; the provider column only when there are several, reasoning only
+    when some call reasoned."""
+    several = len({c.provider for c in calls}) > 1
+    reasoned = any(c.usage.reasoning_tokens for c in calls)
 
-    table = Table(
-        title="Model calls", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+    def stop(c: Call) -> str | Text:
+        failed = c.status is None or c.status >= 400 or c.stop.endswith("_error")
+        return Text(c.stop, style="red") if failed else c.stop
+
+    def mark(c: Call) -> str:
+        return "~" if c.estimated else ""
+
+    def cost(c: Call) -> str:
+        if c.priced:
+            return _money(c.usage.cost)
+        return "unpriced" if c.usage.input_tokens or c.usage.output_tokens else "-"
+
+    spec = [
+        (Column("#", priority=10), lambda c: str(c.id)),
+        (Column("provider", "left", 4), lambda c: c.provider) if several else None,
+        (Column("model", "left", 9), lambda c: c.model),
+        (Column("", "left", 0), lambda c: "sse" if c.stream else "json"),
+        (Column("input", priority=8), lambda c: f"{c.usage.uncached_input:,}{mark(c)}"),
+        (Column("cache\nwrite", priority=7), lambda c: f"{c.usage.cache_write_tokens:,}"),
+        (Column("cache\nread", priority=7), lambda c: f"{c.usage.cache_read_tokens:,}"),
+        (Column("out", priority=8), lambda c: f"{c.usage.output_tokens:,}{mark(c)}"),
+        (Column("reasoning", priority=2), lambda c: f"{c.usage.reasoning_tokens:,}") if reasoned else None,
+        (Column("cost", priority=9), cost),
+        (Column("stop", "left", 6), stop),
+        (Column("ttft", priority=3), lambda c: f"{c.ttft_ms}ms" if c.ttft_ms is not None else "-"),
+        (Column("trace", "left", 0), lambda c: c.trace),
+    ]
+    used = [x for x in spec if x is not None]
+    title = "Model calls" + ("" if several else f" ({calls[0].provider})")
+    return fit_table(
+        [col for col, _ in used], [[get(c) for _, get in used] for c in calls], width, title=title
     )
-    for col, justify in [("#", "right"), ("provider/model", "left"), ("", "left"), ("in", "right"),
-                         ("out", "right"), ("cost", "right"), ("stop", "left"), ("ttft", "right"),
-                         ("trace", "left")]:  # fmt: skip
-        table.add_column(col, justify=justify, no_wrap=True, min_width=_MIN.get(col))  # type: ignore[arg-type]
-    total_cost = 0.0
-    for c in calls:
-        details = json.loads(c["usage_details"] or "{}")
-        estimated = {"estimated": details["estimated"]} if details.get("estimated") else {}
-        total_cost += c["estimated_cost_usd"] or 0
-        stop = c["stop_reason"] or (c["error_type"] or ("truncated" if not c["complete"] else ""))
-        status = "" if c["status_code"] == 200 else f" HTTP {c['status_code'] or 'error'}"
-        table.add_row(
-            str(c["id"]), f"{c['provider']}/{c['model'] or '?'}", ("sse" if c["stream"] else "json") + status,
-            _tokens(c["input_tokens"], estimated), _tokens(c["output_tokens"], estimated),
-            _cost(c["estimated_cost_usd"]), stop, f"{c['ttft_ms']}ms" if c["ttft_ms"] is not None else "-",
-            (c["trace_id"] or "")[:4],
-        )  # fmt: skip
 
-    tool_table = Table(
-        title="Tool calls and results", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
-    )
-    for col in ("call", "tool", "arguments", "result"):
-        tool_table.add_column(col)
-    for t in tools:
-        result = t["content_preview"]
-        if result is None:
-            shown = Text("(no result recorded)", style="yellow")
-        else:
-            shown = Text(
-                ("ERROR " if t["is_error"] else "") + _short(result, 50), style="red" if t["is_error"] else ""
+
+def render_session(summary: SessionSummary, width: int = 80) -> Group:
+    """The summary laid out for a terminal `width` cells wide."""
+    s = summary
+    total = s.total
+    parts: list[RenderableType] = [_headline(s)]
+    if s.calls:
+        parts.append(_tokens_line(total))
+        if split := split_line(total):
+            parts.append(Text("cost by token type: ", style="dim") + Text(split))
+        parts += [Text(""), _call_table(s.calls, width)]
+    priced = [c for c in s.calls if c.usage.cost > 0]
+    if len(priced) > 1:
+        top = sorted(priced, key=lambda c: -c.usage.cost)[:MAX_TOP]
+        cols = [Column("#", priority=10), Column("cost", priority=10), Column("why", "left", 10, wrap=True)]
+        rows = [[str(c.id), _money(c.usage.cost), why(c.usage)] for c in top]
+        parts += [Text(""), fit_table(cols, rows, width, title="Most expensive calls")]
+    if s.tools:
+        cols = [Column("call", "left", 9), Column("tool", "left", 9), Column("arguments", "left", 5, wrap=True),
+                Column("result", "left", 6, wrap=True)]  # fmt: skip
+        rows = []
+        for t in s.tools:
+            if t["content_preview"] is None:
+                result: str | Text = Text("(no result recorded)", style="yellow")
+            else:
+                text = ("ERROR " if t["is_error"] else "") + _short(t["content_preview"], 120)
+                result = Text(text, style="red" if t["is_error"] else "")
+            rows.append([f"#{t['model_call_id']}", t["tool_name"], _short(t["arguments"], 120), result])
+        parts += [Text(""), fit_table(cols, rows, width, title="Tool calls and results")]
+    if s.failures:
+        shown = s.failures[:MAX_ERRORS]
+        cols = [Column("what", "left", 10, wrap=True), Column("error", "left", 10, wrap=True)]
+        rows = [[f.where, Text(f.message, style="red")] for f in shown]
+        parts += [Text(""), fit_table(cols, rows, width, title=f"Errors ({len(s.failures)})")]
+        if len(s.failures) > len(shown):
+            parts.append(
+                Text(f"… and {len(s.failures) - len(shown)} more: capsem inspect-session {s.session_id}")
             )
-        tool_table.add_row(f"#{t['model_call_id']}", t["tool_name"], _short(t["arguments"], 50), shown)
-
-    totals = Text()
-    totals.append(f"{len(calls)} model calls, {net[0]} HTTP flows ({net[1] or 0} failed), ")
-    totals.append(f"{sum(c['input_tokens'] or 0 for c in calls):,} input + ")
-    totals.append(f"{sum(c['output_tokens'] or 0 for c in calls):,} output tokens, ")
-    totals.append(f"estimated cost ${total_cost:.6f}", style="bold")
-    parts: list = [totals, table]
-    if tools:
-        parts.append(tool_table)
-    status = _main_status(session_id)
-    footer = Text()
-    footer.append(f"session {session_id}", style="bold")
-    if status:
-        footer.append(f" ({status})")
-    footer.append(f"\ndatabase  {db_path}\nrollup    {main_db_path()}\n")
-    footer.append(
-        'try       capsem query-session "SELECT model, input_tokens, output_tokens FROM model_calls"\n'
-        "          capsem inspect-session",
-        style="dim",
-    )
+    if s.files or s.answer is not None:
+        parts.append(Text(""))
+    if s.files:
+        line = Text(f"Files changed ({len(s.files)}): ", style="bold")
+        line.append(", ".join(f"{action} {path}" for action, path in s.files[:MAX_FILES]))
+        if len(s.files) > MAX_FILES:
+            line.append(f", … and {len(s.files) - MAX_FILES} more")
+        parts.append(line)
+    if s.answer is not None:
+        call, text = s.answer
+        head = Text(f"Final answer (#{call.id} {call.model}):", style="bold")
+        parts.append(Group(head, Text("  " + _short(text, ANSWER_CHARS))))
+    footer = Text("\n")
+    footer.append(f"database  {s.db_path}\n")
+    footer.append(f"next      capsem inspect-session {s.session_id}\n", style="dim")
+    footer.append(f'          capsem query-session "SELECT * FROM model_calls" {s.session_id}', style="dim")
     parts.append(footer)
     return Group(*parts)
 
 
-def _main_status(session_id: str) -> str | None:
-    path = main_db_path()
-    if not path.is_file():
-        return None
-    try:
-        conn = connect(path, readonly=True)
-        try:
-            row = conn.execute("SELECT status FROM sessions WHERE id = ?", (session_id,)).fetchone()
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return None
-    return row[0] if row else None
+def rule_title(s: SessionSummary) -> str:
+    """`capsem session ID (stopped, exit 3, 2m05s)`."""
+    facts = [x for x in (s.status, None if s.exit_code is None else f"exit {s.exit_code}",
+                         s.duration if s.status != "running" else None) if x]  # fmt: skip
+    return f"capsem session {s.session_id}" + (f" ({', '.join(facts)})" if facts else "")
 
 
 def print_session(session_id: str, console: Console | None = None) -> None:
+    """Print a session's summary under a rule naming it."""
     console = console or Console()
-    console.print(Rule(f"capsem session {session_id}", align="left"))
-    console.print(render_session(session_id))
+    summary = session_summary(session_id)
+    console.print(Rule(rule_title(summary), align="left"))
+    console.print(render_session(summary, console.width))

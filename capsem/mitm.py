@@ -77,16 +77,15 @@ class Mitmdump:
             self.process.wait()
 
 
-def start_mitmdump(
+def spawn_mitmdump(
     *,
     confdir: Path,
     log_path: Path,
     args: list[str] | None = None,
     addon: bool = True,
     env: dict[str, str] | None = None,
-    timeout: float = 30.0,
-) -> Mitmdump:
-    """Start mitmdump on 127.0.0.1 and a free port; return once it listens.
+) -> subprocess.Popen[bytes]:
+    """Start mitmdump on 127.0.0.1 and a free port, without waiting (`wait_for_mitmdump` waits).
 
     Args:
         confdir: mitmproxy's confdir (its CA lives there).
@@ -94,8 +93,6 @@ def start_mitmdump(
         args: extra mitmdump arguments (e.g. ``["--mode", "upstream:http://127.0.0.1:9000"]``).
         addon: load `addons/capsem_addon.py` (False gives a plain mitmdump for comparisons).
         env: environment for the process (default: ours).
-    Raises:
-        MitmdumpError: when mitmdump exits or does not listen within `timeout`.
     """
     confdir.mkdir(parents=True, exist_ok=True)
     cmd = [
@@ -109,12 +106,30 @@ def start_mitmdump(
     if addon:
         cmd += ["-s", str(ADDON_PATH)]
     cmd += args or []
-    log = log_path.open("wb")
-    process = subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env or dict(os.environ)
-    )
-    log.close()
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env or dict(os.environ)
+        )
+
+
+def wait_for_mitmdump(
+    process: subprocess.Popen[bytes],
+    *,
+    confdir: Path,
+    log_path: Path,
+    addon: bool = True,
+    timeout: float = 30.0,
+    session_timeout: float = 10.0,
+) -> Mitmdump:
+    """Return once mitmdump listens (and, with the addon, records its session).
+
+    Raises:
+        MitmdumpError: saying why when mitmdump exits, does not listen within `timeout`, or
+        listens without the addon starting a session within `session_timeout` after that.
+    """
     deadline = time.monotonic() + timeout
+    listening_since: float | None = None
+    why = f"it did not listen within {timeout:g} s"
     while time.monotonic() < deadline:
         output = log_path.read_bytes()
         match = _LISTENING.search(output)
@@ -122,11 +137,45 @@ def start_mitmdump(
         if match and (not addon or b"capsem: recording session" in output):
             return Mitmdump(process, int(match.group(2)), log_path, confdir)
         if process.poll() is not None:
+            why = f"it exited with status {process.returncode}"
             break
-        time.sleep(0.05)
+        if match and listening_since is None:
+            listening_since = time.monotonic()
+        if listening_since is not None and time.monotonic() - listening_since > session_timeout:
+            why = f"it listens but the capsem addon started no session within {session_timeout:g} s"
+            break
+        time.sleep(0.02)
     if process.poll() is None:
         process.kill()
         process.wait()
-    raise MitmdumpError(
-        f"mitmdump did not start (exit {process.returncode}):\n{log_path.read_text()[-4000:]}"
-    )
+    log = log_path.read_text(errors="replace")
+    raise MitmdumpError(f"mitmdump did not start: {why}{reason_in_log(log)}\n(log: {log_path})")
+
+
+def reason_in_log(log: str) -> str:
+    """The lines of a mitmdump log that say what went wrong (errors, usage), as `: ...` or ``."""
+    lines = [line.strip() for line in log.splitlines()]
+    found = [
+        line for line in lines
+        if re.search(r"error|exception|usage:|cannot|invalid|not ", line, re.I) and "Traceback" not in line
+    ]  # fmt: skip
+    return (":\n  " + "\n  ".join(found[-5:])) if found else ""
+
+
+def start_mitmdump(
+    *,
+    confdir: Path,
+    log_path: Path,
+    args: list[str] | None = None,
+    addon: bool = True,
+    env: dict[str, str] | None = None,
+    timeout: float = 30.0,
+) -> Mitmdump:
+    """Start mitmdump on 127.0.0.1 and a free port; return once it listens (`spawn_mitmdump`'s
+    arguments).
+
+    Raises:
+        MitmdumpError: when mitmdump exits or does not listen within `timeout`, saying why.
+    """
+    process = spawn_mitmdump(confdir=confdir, log_path=log_path, args=args, addon=addon, env=env)
+    return wait_for_mitmdump(process, confdir=confdir, log_path=log_path, addon=addon, timeout=timeout)

@@ -22,7 +22,39 @@ from capsem.paths import main_db_path, session_db_path
 from capsem.redact import Scrubber
 from capsem.schema import connect, open_main_db
 
-TOTALS_SQL = """
+# The token breakdown and the cost by token type of each model call, read from its JSON columns
+# (a value that is not valid JSON counts as no breakdown: inspect-session reports it).
+_CALLS = """
+WITH calls AS (
+  SELECT *, CASE WHEN json_valid(usage_details) THEN usage_details END AS u,
+            CASE WHEN json_valid(cost_details) THEN cost_details END AS d
+  FROM model_calls
+), parts AS (
+  SELECT *,
+    COALESCE(json_extract(u, '$.cache_read'), 0) AS cache_read,
+    COALESCE(json_extract(u, '$.cache_write'), 0) AS cache_write,
+    COALESCE(json_extract(u, '$.reasoning'), 0) AS reasoning,
+    COALESCE(CAST(json_extract(d, '$.parts.cache_write') AS REAL), 0) AS cache_write_cost,
+    COALESCE(CAST(json_extract(d, '$.parts.cache_read') AS REAL), 0) AS cache_read_cost,
+    COALESCE(CAST(COALESCE(json_extract(d, '$.parts.output'), json_extract(d, '$.output')) AS REAL), 0)
+      AS output_cost,
+    COALESCE(CAST(json_extract(d, '$.parts.reasoning') AS REAL), 0) AS reasoning_cost
+  FROM calls
+), usage AS (
+  SELECT *, estimated_cost_usd - cache_write_cost - cache_read_cost - output_cost - reasoning_cost AS input_cost
+  FROM parts
+)
+"""
+
+CALL_USAGE_SQL = _CALLS + "SELECT * FROM usage"
+"""Every model_calls column of each call, plus its token breakdown (`cache_read`, `cache_write`,
+`reasoning`) and its cost by token type (`input_cost`, `cache_write_cost`, `cache_read_cost`,
+`output_cost`, `reasoning_cost`; calls priced before the split was recorded have their whole input
+cost, cache included, under input). Append `WHERE`/`ORDER BY` as needed."""
+
+TOTALS_SQL = (
+    _CALLS
+    + """
 SELECT
   (SELECT COUNT(*) FROM net_events) AS total_requests,
   (SELECT COUNT(*) FROM net_events WHERE decision IN ('allowed', 'warned')) AS allowed_requests,
@@ -30,20 +62,41 @@ SELECT
   (SELECT COUNT(*) FROM net_events WHERE decision = 'error') AS error_requests,
   (SELECT COALESCE(SUM(input_tokens), 0) FROM model_calls) AS total_input_tokens,
   (SELECT COALESCE(SUM(output_tokens), 0) FROM model_calls) AS total_output_tokens,
+  (SELECT COALESCE(SUM(cache_read), 0) FROM usage) AS total_cache_read_tokens,
+  (SELECT COALESCE(SUM(cache_write), 0) FROM usage) AS total_cache_write_tokens,
+  (SELECT COALESCE(SUM(reasoning), 0) FROM usage) AS total_reasoning_tokens,
   (SELECT COALESCE(SUM(estimated_cost_usd), 0) FROM model_calls) AS total_estimated_cost,
   (SELECT COUNT(*) FROM model_calls) AS total_model_calls,
-  (SELECT COUNT(*) FROM model_calls WHERE estimated_cost_usd IS NULL) AS unpriced_calls,
+  (SELECT COUNT(*) FROM model_calls WHERE estimated_cost_usd IS NULL
+     AND COALESCE(input_tokens, output_tokens) IS NOT NULL) AS unpriced_calls,
   (SELECT COUNT(*) FROM tool_calls) AS total_tool_calls,
   (SELECT COUNT(*) FROM mcp_calls) AS total_mcp_calls,
   (SELECT COUNT(*) FROM fs_events) AS total_file_events
 """
+)
+"""The session's totals in main.db. A call is unpriced when it has tokens but no known price (a
+failed call without tokens costs nothing and is not unpriced)."""
 
-AI_USAGE_SQL = """
+AI_USAGE_COLUMNS = ("provider", "model", "call_count", "input_tokens", "output_tokens", "estimated_cost",
+                    "total_duration_ms", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
+                    "input_cost", "cache_write_cost", "cache_read_cost", "output_cost", "reasoning_cost")  # fmt: skip
+"""The columns of main.db's `ai_usage` (after `session_id`) that `AI_USAGE_SQL` gives, in order."""
+
+AI_USAGE_SQL = (
+    _CALLS
+    + """
 SELECT provider, COALESCE(model, '') AS model, COUNT(*) AS call_count,
        COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
-       COALESCE(SUM(estimated_cost_usd), 0), COALESCE(SUM(duration_ms), 0)
-FROM model_calls GROUP BY provider, COALESCE(model, '')
+       COALESCE(SUM(estimated_cost_usd), 0), COALESCE(SUM(duration_ms), 0),
+       SUM(cache_read), SUM(cache_write), SUM(reasoning),
+       COALESCE(SUM(input_cost), 0), SUM(cache_write_cost), SUM(cache_read_cost), SUM(output_cost),
+       SUM(reasoning_cost)
+FROM usage GROUP BY provider, COALESCE(model, '')
 """
+)
+"""Per provider and model: calls, tokens (inclusive input and output, then cache reads, cache
+writes and reasoning) and cost (total, then by token type: uncached input, cache writes, cache
+reads, output other than reasoning, reasoning)."""
 
 # Tool time = from the end of the model call that asked for the tool to the start of the
 # model call that carried its result: the time the agent spent running it.
@@ -94,7 +147,11 @@ def capture_health(meta: dict[str, str]) -> tuple[str, int, str | None]:
     last = meta.get("capture_last_error")
     lost = any(n for key, n in counts.items() if key != "capture_commit_failures")
     text = "; ".join(problems) + (f" (last error: {last})" if last else "")
-    return ("degraded" if lost else "ok"), counts["capture_rows_lost"], text if lost else text + "; nothing was lost"
+    return (
+        ("degraded" if lost else "ok"),
+        counts["capture_rows_lost"],
+        text if lost else text + "; nothing was lost",
+    )
 
 
 @dataclass(frozen=True)
@@ -159,13 +216,25 @@ def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = Non
                    capture_status = CASE WHEN capture_status = 'failed' THEN 'failed' ELSE :status END,
                    capture_error = CASE WHEN capture_status = 'failed' THEN capture_error ELSE :problem END
                 WHERE id = :id""",
-            {**totals, "now": utc_now(), "id": session_id, "lost": lost, "status": status, "problem": problem},
+            {
+                **totals,
+                "now": utc_now(),
+                "id": session_id,
+                "lost": lost,
+                "status": status,
+                "problem": problem,
+            },
         )
-        for table, rows in (("ai_usage", ai), ("tool_usage", tools), ("mcp_usage", mcp)):
+        ai_columns = "session_id, " + ", ".join(AI_USAGE_COLUMNS)
+        for table, rows, columns in (("ai_usage", ai, ai_columns), ("tool_usage", tools, None),
+                                     ("mcp_usage", mcp, None)):  # fmt: skip
             main.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
             if rows:
                 marks = ", ".join("?" * (len(rows[0]) + 1))
-                main.executemany(f"INSERT INTO {table} VALUES ({marks})", [(session_id, *r) for r in rows])
+                names = f" ({columns})" if columns else ""
+                main.executemany(
+                    f"INSERT INTO {table}{names} VALUES ({marks})", [(session_id, *r) for r in rows]
+                )
     return True
 
 
@@ -176,6 +245,11 @@ def finish_session(main: sqlite3.Connection, session_id: str, status: str = "sto
         "UPDATE sessions SET status = ?, stopped_at = COALESCE(stopped_at, ?) WHERE id = ?",
         (status, utc_now(), session_id),
     )
+
+
+def set_exit_code(main: sqlite3.Connection, session_id: str, code: int) -> None:
+    """Store the exit code of the agent a `capsem run` session ran."""
+    main.execute("UPDATE sessions SET exit_code = ? WHERE id = ?", (code, session_id))
 
 
 def _alive(row: SessionRow) -> bool:

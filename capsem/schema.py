@@ -361,6 +361,39 @@ def _main_capture_health(conn: sqlite3.Connection) -> None:
 MAIN_MIGRATIONS.append(("m002_capture_health", _main_capture_health))
 
 
+def _main_token_breakdown(conn: sqlite3.Connection) -> None:
+    """Cache reads, cache writes and reasoning beside the inclusive token totals, and the cost by
+    token type per provider and model (uncached input, cache writes, cache reads, output other
+    than reasoning, reasoning: they add up to `estimated_cost`)."""
+    _run_script(
+        conn,
+        """
+        ALTER TABLE sessions ADD COLUMN total_cache_read_tokens INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE sessions ADD COLUMN total_cache_write_tokens INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE sessions ADD COLUMN total_reasoning_tokens INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE ai_usage ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE ai_usage ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE ai_usage ADD COLUMN reasoning_tokens INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE ai_usage ADD COLUMN input_cost REAL NOT NULL DEFAULT 0;
+        ALTER TABLE ai_usage ADD COLUMN cache_write_cost REAL NOT NULL DEFAULT 0;
+        ALTER TABLE ai_usage ADD COLUMN cache_read_cost REAL NOT NULL DEFAULT 0;
+        ALTER TABLE ai_usage ADD COLUMN output_cost REAL NOT NULL DEFAULT 0;
+        ALTER TABLE ai_usage ADD COLUMN reasoning_cost REAL NOT NULL DEFAULT 0
+        """,
+    )
+
+
+MAIN_MIGRATIONS.append(("m003_token_breakdown", _main_token_breakdown))
+
+
+def _main_exit_code(conn: sqlite3.Connection) -> None:
+    """The exit code of the agent `capsem run` ran (NULL for a plain mitmdump session)."""
+    conn.execute("ALTER TABLE sessions ADD COLUMN exit_code INTEGER")
+
+
+MAIN_MIGRATIONS.append(("m004_exit_code", _main_exit_code))
+
+
 def _run_script(conn: sqlite3.Connection, script: str) -> None:
     """Run `;`-separated DDL inside the caller's transaction (executescript would commit)."""
     for statement in script.split(";"):

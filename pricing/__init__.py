@@ -26,7 +26,11 @@ from genai_prices.types import calc_mtok_price, providers_schema
 
 from capsem.paths import capsem_home
 
-__all__ = ["PriceTable", "Priced", "load_table", "price_call", "provider_price_id"]
+__all__ = ["PARTS", "PriceTable", "Priced", "load_table", "price_call", "provider_price_id"]
+
+PARTS = ("input", "cache_write", "cache_read", "output", "reasoning")
+"""Token types a cost is split into: uncached input, cache writes (1-hour ones included), cache
+reads, output other than reasoning, reasoning (billed as output)."""
 
 # Our provider names -> genai-prices provider ids. Providers missing here are never priced.
 _PROVIDER_IDS: dict[str, str] = {
@@ -73,6 +77,8 @@ class Priced:
     provider_id: str
     details: dict[str, str] = field(default_factory=dict)
     """Cost components in USD as strings (input, output, cache_write_1h_surcharge)."""
+    parts: dict[str, Decimal] = field(default_factory=dict)
+    """The cost split by token type (`PARTS`); the parts add up to `total_usd`."""
 
 
 _lock = threading.Lock()
@@ -129,6 +135,7 @@ def price_call(
     cache_read: int | None = None,
     cache_write: int | None = None,
     cache_write_1h: int | None = None,
+    reasoning: int | None = None,
     at: datetime | None = None,
     table: PriceTable | None = None,
 ) -> Priced | None:
@@ -142,6 +149,7 @@ def price_call(
         cache_read: input tokens read from the cache.
         cache_write: input tokens written to the cache (all TTLs).
         cache_write_1h: part of `cache_write` with a 1-hour TTL.
+        reasoning: part of `output_tokens` spent on reasoning (only splits the cost).
         at: when the call happened (selects dated prices); defaults to now.
         table: price table to use; defaults to the process table.
 
@@ -166,12 +174,20 @@ def price_call(
         return None
     total = calc.total_price
     details = {"input": str(calc.input_price), "output": str(calc.output_price)}
+    mp, all_input = calc.model_price, input_tokens or 0
+    cache_write_cost = calc_mtok_price(mp.cache_write_mtok, cache_write or 0, all_input)
     if cache_write_1h and provider_id == "anthropic":
-        mp = calc.model_price
-        base = calc_mtok_price(mp.input_mtok, cache_write_1h, input_tokens or 0)
-        five_minute = calc_mtok_price(mp.cache_write_mtok, cache_write_1h, input_tokens or 0)
+        base = calc_mtok_price(mp.input_mtok, cache_write_1h, all_input)
+        five_minute = calc_mtok_price(mp.cache_write_mtok, cache_write_1h, all_input)
         surcharge = base * _ONE_HOUR_WRITE_MULTIPLIER - five_minute
         if surcharge > 0:
             total += surcharge
+            cache_write_cost += surcharge
             details["cache_write_1h_surcharge"] = str(surcharge)
-    return Priced(total, table.source, calc.model.id, calc.provider.id, details)
+    cache_read_cost = calc_mtok_price(mp.cache_read_mtok, cache_read or 0, all_input)
+    reasoning_cost = min(calc_mtok_price(mp.output_mtok, reasoning or 0, all_input), calc.output_price)
+    parts = {"cache_write": cache_write_cost, "cache_read": cache_read_cost, "reasoning": reasoning_cost,
+             "output": calc.output_price - reasoning_cost}  # fmt: skip
+    parts["input"] = total - sum(parts.values())  # uncached input (and any per-request fee)
+    return Priced(total, table.source, calc.model.id, calc.provider.id, details,
+                  {name: parts[name] for name in PARTS})  # fmt: skip

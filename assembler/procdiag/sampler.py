@@ -29,6 +29,7 @@ import psutil
 from addons.writer import SessionWriter
 from assembler.procdiag.detect import Anomaly, detect_process
 from assembler.procdiag.sample import ProcessReader
+from assembler.tables import plural
 from capsem.ids import utc_now
 from capsem.redact import Scrubber, is_credential_header
 from capsem.settings import DiagnosticsSettings, Settings, SettingsError, load
@@ -244,8 +245,9 @@ class Diagnostics:
         if self.error:
             return f"process diagnostics: failed ({self.error})"
         kinds = sorted({a.kind for a in self.anomalies})
-        found = f"{len(self.anomalies)} anomal{'y' if len(self.anomalies) == 1 else 'ies'}"
-        return (f"process diagnostics: {self.samples} samples of {self.processes} processes, {found}"
+        found = plural(len(self.anomalies), "anomaly", "anomalies")
+        processes = plural(self.processes, "process", "processes")
+        return (f"process diagnostics: {plural(self.samples, 'sample')} of {processes}, {found}"
                 + (f" ({', '.join(kinds)})" if kinds else ""))  # fmt: skip
 
 

@@ -61,7 +61,7 @@ def test_cost_report_over_days_sessions_and_live(home, tmp_path):
         days_ago(10).date().isoformat(),
     ]
     assert days["totals"]["calls"] == 6
-    assert "running session(s) read live" in run("cost-report")
+    assert "1 running session read live" in run("cost-report")
     page = tmp_path / "r.html"
     run("cost-report", "--html", str(page), "--since", days_ago(45).date().isoformat())
     text = page.read_text()
@@ -71,7 +71,9 @@ def test_cost_report_over_days_sessions_and_live(home, tmp_path):
 
 
 def test_cost_report_user_errors(home, tmp_path, capsem_home):
-    assert "Invalid value for '--since'" in run("cost-report", "--since", "yesterday", code=2)
+    assert "Invalid value for '--since': 'yesterday' is not a day" in run(
+        "cost-report", "--since", "yesterday", code=2
+    )
     assert "is after --until" in run("cost-report", "--since", "2026-02-01", "--until", "2026-01-01", code=2)
     out = run("cost-report", "--html", str(tmp_path / "no" / "dir" / "r.html"), code=1)
     assert "cannot write" in out and str(tmp_path / "no" / "dir") in out
@@ -80,19 +82,37 @@ def test_cost_report_user_errors(home, tmp_path, capsem_home):
 
 
 def test_cost_grouping_and_timeline_are_pure():
-    from assembler.reports import UsageRow
+    from assembler.reports import Usage, UsageRow
 
-    usage = [UsageRow("s1", "2026-01-01", "openai", "gpt-4.1", 2, 10, 5, 0.5, 100),
-             UsageRow("s1", "2026-01-01", "anthropic", "claude", 1, 10, 5, 1.5, 100),
-             UsageRow("s2", "2026-01-04", "openai", "gpt-4.1", 1, 1, 1, 0.25, 10)]  # fmt: skip
+    def u(calls, inp, out, cost, cache_read=0):
+        return Usage(calls, inp, out, cost, cache_read_tokens=cache_read, input_cost=cost)
+
+    usage = [UsageRow("s1", "2026-01-01", "openai", "gpt-4.1", u(2, 10, 5, 0.5, cache_read=4)),
+             UsageRow("s1", "2026-01-01", "anthropic", "claude", u(1, 10, 5, 1.5)),
+             UsageRow("s2", "2026-01-04", "openai", "gpt-4.1", u(1, 1, 1, 0.25))]  # fmt: skip
     assert group(usage, "provider") == [
-        CostRow("anthropic", 1, 1, 10, 5, 1.5),
-        CostRow("openai", 2, 3, 11, 6, 0.75),
+        CostRow("anthropic", 1, u(1, 10, 5, 1.5)),
+        CostRow("openai", 2, u(3, 11, 6, 0.75, cache_read=4)),
     ]
+    assert group(usage, "provider")[1].usage.uncached_input == 7
     assert [r.key for r in group(usage, "day")] == ["2026-01-01", "2026-01-04"]
+    assert [r.key for r in group(usage, "week")] == ["2026-W01"]  # Thursday 1 January starts ISO week 1
+    assert [r.key for r in group(usage, "month")] == ["2026-01"]
     svg = svg_timeline(group(usage, "day"), "t")
     assert svg.count("<rect") == 4  # the days in between are drawn as zero
     assert "2026-01-01 … 2026-01-04" in svg
+
+
+def test_relative_days():
+    from datetime import date
+
+    from assembler.reports import parse_day
+
+    today = date(2026, 11, 23)
+    assert parse_day("7d", today) == "2026-11-16" and parse_day("2w", today) == "2026-11-09"
+    assert parse_day("today", today) == "2026-11-23" and parse_day("2026-01-05") == "2026-01-05"
+    with pytest.raises(ValueError, match="'yesterday' is not a day: use YYYY-MM-DD, Nd"):
+        parse_day("yesterday", today)
 
 
 # --- update-prices -------------------------------------------------------------------------------

@@ -173,7 +173,7 @@ def test_summary_line():
     assert Diagnostics(12, 2).summary() == "process diagnostics: 12 samples of 2 processes, 0 anomalies"
     found = detect_process(series(state=["zombie"] * 3))
     assert Diagnostics(3, 1, found).summary() == (
-        "process diagnostics: 3 samples of 1 processes, 2 anomalies (zombie_detected, zombie_persistent)")  # fmt: skip
+        "process diagnostics: 3 samples of 1 process, 2 anomalies (zombie_detected, zombie_persistent)")  # fmt: skip
     assert "failed (busy)" in Diagnostics(error="busy").summary()
 
 

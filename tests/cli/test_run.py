@@ -37,7 +37,7 @@ def test_run_records_the_agent_and_passes_its_exit_code(emu, capsem_home, tmp_pa
     (call,) = rows(capsem_home / "sessions" / session["id"] / "session.db", "SELECT * FROM model_calls")
     assert call["host"] == "api.anthropic.com" and call["text_content"] == ex["expected"]["text"]
     assert call["process_name"] and call["pid"]
-    assert session["id"] in out and "1 model calls" in out
+    assert session["id"] in out and "1 model call," in out and "exit 3" in out and session["exit_code"] == 3
     events = rows(
         capsem_home / "sessions" / session["id"] / "session.db", "SELECT action, path, size FROM fs_events"
     )
@@ -45,8 +45,42 @@ def test_run_records_the_agent_and_passes_its_exit_code(emu, capsem_home, tmp_pa
     assert session["total_file_events"] == len(events)
 
 
-def test_run_reports_a_missing_command(capsem_home):
-    assert "cannot start" in run("run", "--", "definitely-not-a-command-xyz", code=1)
+def test_run_reports_a_missing_command_at_once_like_a_shell(capsem_home, tmp_path):
+    """127 as a shell says it, before mitmdump starts: no session is left behind."""
+    out = run("run", "--", "definitely-not-a-command-xyz", code=127)
+    assert out == "capsem run: definitely-not-a-command-xyz: command not found\n"
+    (tmp_path / "notexec.sh").write_text("echo hi\n")
+    out = run("run", "--workspace", str(tmp_path), "--", "./notexec.sh", code=126)
+    assert "./notexec.sh: permission denied" in out
+    assert "no-such.sh: no such file or directory" in run("run", "--", "./no-such.sh", code=127)
+    assert not (capsem_home / "sessions").exists() and not (capsem_home / "main.db").exists()
+
+
+def test_run_refuses_a_bad_session_id_at_once(capsem_home):
+    out = run("run", "--mitmdump-args", "--set capsem_session_id=bad", "--", "true", code=1)
+    assert "capsem_session_id 'bad' is not YYYYMMDD-HHMMSS-xxxx" in out
+    assert not (capsem_home / "sessions").exists()
+    assert "No closing quotation" in run("run", "--mitmdump-args", "--mode 'upstream", "--", "true", code=1)
+
+
+def test_run_says_why_mitmdump_did_not_start(capsem_home):
+    out = run("run", "--mitmdump-args", "--no-such-mitmdump-flag", "--", "true", code=1)
+    assert "mitmdump did not start: it exited with status 1" in out
+    assert "unrecognized arguments: --no-such-mitmdump-flag" in out
+
+
+def test_run_options_replace_capsems_own():
+    from assembler.run import mitmdump_options
+
+    sid, args = mitmdump_options("20260101-000000-abcd", ["agent", "x y"], "--set capsem_mode=ci --anticache")
+    assert sid == "20260101-000000-abcd"
+    assert args == ["--set", "capsem_session_id=20260101-000000-abcd", "--set", "capsem_command=agent 'x y'",
+                    "--set", "capsem_mode=ci", "--anticache"]  # fmt: skip
+    sid, args = mitmdump_options(
+        "20260101-000000-abcd", ["a"], "--set=capsem_session_id=20261231-235959-0f0f"
+    )
+    assert sid == "20261231-235959-0f0f" and args.count("--set=capsem_session_id=20261231-235959-0f0f") == 1
+    assert "capsem_session_id=20260101-000000-abcd" not in " ".join(args)
 
 
 def test_run_help():
