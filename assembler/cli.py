@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -138,8 +140,9 @@ def demo() -> None:
 
 @cli.command("list-sessions")
 @click.option("-n", "limit", default=10, show_default=True, type=click.IntRange(min=0),
-              help="How many sessions to show.")  # fmt: skip
-@click.option("--all", "include_vacuumed", is_flag=True, help="Include vacuumed (and culled) sessions.")
+              help="How many sessions to show (0: all).")  # fmt: skip
+@click.option("--all", "include_culled", is_flag=True,
+              help="Include culled sessions (database deleted; main.db keeps their numbers).")  # fmt: skip
 @click.option("--with-db", is_flag=True, help="Only sessions whose session.db (or .gz) is on disk.")
 @click.option("--with-model", is_flag=True, help="Only sessions with AI model calls (tokens > 0).")
 @click.option("--with-net", is_flag=True, help="Only sessions with network events.")
@@ -147,58 +150,80 @@ def demo() -> None:
 @click.option("--with-tools", is_flag=True, help="Only sessions with tool calls.")
 @click.option("--min-cost", type=float, metavar="USD", help="Only sessions that cost at least this much.")
 @json_option
-def list_sessions_cmd(limit, include_vacuumed, with_db, with_model, with_net, with_mcp, with_tools, min_cost,
+def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with_mcp, with_tools, min_cost,
                       as_json) -> None:  # fmt: skip
     """List recent sessions from main.db, newest first.
 
-    Reads only main.db, so vacuumed and culled sessions keep their numbers. A `*` after the
-    id means the session's database is on disk (queryable). Times are UTC.
+    Reads only main.db, so vacuumed (gzipped) and culled sessions keep their numbers. A `*`
+    after the id means the session's database is on disk (queryable); culled sessions are
+    shown with --all. Tokens as ccusage shows them: input (uncached), cache write, cache read,
+    output. `exit` is the agent's exit code (capsem run). Times are UTC.
 
     \b
     Examples:
         capsem list-sessions
-        capsem list-sessions -n 20 --with-model --min-cost 0.01
+        capsem list-sessions -n 0 --with-model --min-cost 0.01
         capsem list-sessions --all --with-db --json
     """
     from assembler.sessions import SessionFilters, created, duration, list_sessions
+    from assembler.tables import Column, fit_table, plural
 
     filters = SessionFilters(
-        limit, include_vacuumed, with_db, with_model, with_net, with_mcp, with_tools, min_cost
+        limit, include_culled, with_db, with_model, with_net, with_mcp, with_tools, min_cost
     )
     with user_errors():
-        found = list_sessions(filters)
+        listing = list_sessions(filters)
+    found = listing.sessions
     if as_json:
         click.echo(json.dumps(found, indent=2))
         return
     if not found:
-        click.echo("No sessions found")
+        click.echo("No sessions found" + ("" if include_culled else " (--all also lists culled sessions)"))
         return
-    header = ("ID", "Created", "Duration", "Status", "Cost", "net", "tokens", "tools", "mcp", "fs")
-    lines = [
-        (r["id"] + ("*" if r["has_db"] else " "), created(r), duration(r),
-         r["status"] + ("!" if r.get("capture_status") in ("degraded", "failed") else ""),
-         f"${r['total_estimated_cost']:.4f}", str(r["total_requests"]),
-         f"{r['total_input_tokens'] + r['total_output_tokens']:,}", str(r["total_tool_calls"]),
-         str(r["total_mcp_calls"]), str(r["total_file_events"]))
-        for r in found
-    ]  # fmt: skip
-    widths = [max(len(x[i]) for x in [header, *lines]) for i in range(len(header))]
-    left = {0, 1, 3}
+    columns = [Column("ID", "left", 10), Column("Created", "left", 3), Column("Duration", "right", 6),
+               Column("Status", "left", 9), Column("exit", "right", 7), Column("Cost", "right", 9),
+               Column("input", "right", 5), Column("cache\nwrite", "right", 5), Column("cache\nread", "right", 5),
+               Column("output", "right", 5), Column("net", "right", 2), Column("tools", "right", 2),
+               Column("mcp", "right", 1), Column("fs", "right", 1), Column("Command", "left", 8, wrap=True)]  # fmt: skip
 
-    def fmt(cells: tuple[str, ...]) -> str:
-        return "  ".join(
-            c.ljust(w) if i in left else c.rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+    def cells(r: dict) -> list[str]:
+        cache_write, cache_read = (
+            r.get("total_cache_write_tokens") or 0,
+            r.get("total_cache_read_tokens") or 0,
         )
+        uncached = max(0, r["total_input_tokens"] - cache_write - cache_read)
+        lossy = r.get("capture_status") in ("degraded", "failed")
+        return [r["id"] + ("*" if r["has_db"] else " "), created(r), duration(r), r["status"] + ("!" if lossy else ""),
+                "" if r.get("exit_code") is None else str(r["exit_code"]), f"${r['total_estimated_cost']:.4f}",
+                f"{uncached:,}", f"{cache_write:,}", f"{cache_read:,}", f"{r['total_output_tokens']:,}",
+                str(r["total_requests"]), str(r["total_tool_calls"]), str(r["total_mcp_calls"]),
+                str(r["total_file_events"]), _command(r.get("command"))]  # fmt: skip
 
-    click.echo(click.style(fmt(header), bold=True))
-    for line in lines:
-        click.echo(fmt(line))
-    click.echo("* = session.db on disk (queryable)")
-    lossy = [line for line in lines if line[3].endswith("!")]
+    console = _console()
+    console.print(fit_table(columns, [cells(r) for r in found], console.width))
+    notes = ["* = session.db on disk (queryable)"]
+    if listing.matched > len(found):
+        notes.append(f"showing {len(found)} of {plural(listing.matched, 'session')} (-n 0 shows all)")
+    console.print("; ".join(notes), highlight=False)
+    lossy = [r for r in found if r.get("capture_status") in ("degraded", "failed")]
     if lossy:
-        click.secho(f"! = capture lost data in {len(lossy)} session{'s' if len(lossy) != 1 else ''}: "
-                    "capsem inspect-session ID says what", fg="red")  # fmt: skip
+        console.print(f"! = capture lost data in {plural(len(lossy), 'session')}: capsem inspect-session ID says what",
+                      style="red", highlight=False)  # fmt: skip
+    gone = [r for r in found if r.get("process_gone")]
+    if gone:
+        console.print(f"{plural(len(gone), 'session')} left running by a process that is gone: shown crashed",
+                      style="yellow", highlight=False)  # fmt: skip
+
+
+def _command(command: str | None) -> str:
+    """A stored command line with its program's directory left out (`python agent.py`)."""
+    import shlex
+
+    try:
+        argv = shlex.split(command or "")
+    except ValueError:
+        return " ".join((command or "").split())
+    return shlex.join([Path(argv[0]).name, *argv[1:]]) if argv else ""
 
 
 @cli.command("query-session")
@@ -216,9 +241,10 @@ def list_sessions_cmd(limit, include_vacuumed, with_db, with_model, with_net, wi
 def query_session_cmd(sql, session_id, params, fmt, max_rows, timeout) -> None:
     """Run one read-only SQL query on a session database.
 
-    SESSION_ID defaults to the newest session with a database; vacuumed sessions
-    (session.db.gz) work too. Only SELECT, WITH, EXPLAIN and VALUES are accepted, one
-    statement, on a read-only connection. Blobs print as <blob N bytes>.
+    SESSION_ID defaults to the newest session with a database; any unique start of an id
+    works, and vacuumed sessions (session.db.gz) too. Only SELECT, WITH, EXPLAIN and VALUES
+    are accepted, one statement, on a read-only connection. Blobs print as <blob N bytes>.
+    `capsem schema` lists the tables and their columns.
 
     \b
     Examples:
@@ -228,7 +254,10 @@ def query_session_cmd(sql, session_id, params, fmt, max_rows, timeout) -> None:
     """
     from assembler.query import run_query, to_csv, to_json
     from assembler.sessiondb import resolve
+    from assembler.tables import plural
 
+    if session_id is not None and _looks_like_sql(session_id) and not _looks_like_sql(sql):
+        sql, session_id = session_id, sql  # `query-session ID SQL`: the order is clear from the text
     with user_errors():
         session = resolve(session_id)
         result = run_query(session, sql, list(params), max_rows=max_rows, timeout=timeout)
@@ -244,9 +273,46 @@ def query_session_cmd(sql, session_id, params, fmt, max_rows, timeout) -> None:
         for row in result.rows:
             table.add_row(*(escape("NULL" if v is None else str(v)) for v in row))
         _console().print(table)
-        click.echo(f"({len(result.rows)} rows)", err=True)
+        click.echo(f"({plural(len(result.rows), 'row')})", err=True)
     if result.truncated:
         click.echo(f"(stopped after {max_rows} rows; use --max-rows for more)", err=True)
+
+
+def _looks_like_sql(text: str) -> bool:
+    return bool(
+        re.match(r"\s*(select|with|explain|values|pragma|insert|update|delete|drop|create)\b", text, re.I)
+    ) or (" " in text.strip())
+
+
+@cli.command("schema")
+@click.argument("table", required=False)
+@session_argument
+def schema_cmd(table, session_id) -> None:
+    """The tables and views of a session database, with their columns and types.
+
+    TABLE shows one of them. SESSION_ID defaults to the newest session with a database (any
+    unique start of an id works).
+
+    \b
+    Examples:
+        capsem schema
+        capsem schema model_calls
+        capsem schema net_events 20261123
+    """
+    from assembler.query import schema
+    from assembler.sessiondb import resolve
+
+    with user_errors():
+        found = schema(resolve(session_id), table)
+    width = _console().width
+    for name, columns in found.items():
+        if table is not None:
+            click.echo(f"{name}:")
+            for column, kind in columns:
+                click.echo(f"  {column:<28} {kind}".rstrip())
+            continue
+        line = f"{name}: " + ", ".join(column for column, _ in columns)
+        click.echo(textwrap.fill(line, width=max(40, width), subsequent_indent="  ", break_on_hyphens=False))
 
 
 @cli.command("inspect-session")
@@ -263,9 +329,11 @@ def inspect_session_cmd(session_id, preview_rows, strict, as_json) -> None:
     SESSION_ID defaults to the newest session with a database (vacuumed ones work too).
     Reports table row counts, then findings (error / warning / info): schema, integrity_check,
     tool-call lifecycle, provider traffic without model calls, NULL models and tokens,
-    unpriced models, usage breakdowns, truncated streams, decode and parse errors, HTTP
-    errors, main.db rollup vs session.db, leftover -wal; then MCP and tool usage and the last
-    rows of each table. Exit code 0, or 1 with --strict when there is an error or warning.
+    unpriced models, usage breakdowns, truncated streams, decode and parse errors, failed
+    calls and requests, main.db rollup vs session.db, leftover -wal; then MCP and tool usage and the last
+    rows of each table. Failed model calls and failed requests (connections that never reached
+    the provider included) are errors, shown with their error text. Exit code 1 when the
+    database is damaged, and with --strict when there is any error or warning; else 0.
 
     \b
     Examples:
@@ -282,7 +350,7 @@ def inspect_session_cmd(session_id, preview_rows, strict, as_json) -> None:
         click.echo(json.dumps(result.to_json(), indent=2, default=str))
     else:
         _print_inspection(result)
-    if strict and result.problems:
+    if result.damaged or (strict and result.problems):
         sys.exit(1)
 
 
@@ -297,23 +365,27 @@ _PREVIEW_COLUMNS = {
 }  # fmt: skip
 
 
+_PREVIEW_TEXT = {"path", "arguments", "content_preview", "domain", "model"}
+"""Preview columns that may wrap (free text); the others are shown whole or dropped."""
+
+
 def _cut(value: Any, width: int = 60) -> str:
+    """A preview value on one line, at most `width` characters (the table escapes it)."""
     text = "" if value is None else " ".join(str(value).split())
-    return escape(text if len(text) <= width else text[: width - 3] + "...")
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _print_inspection(result: Inspection) -> None:
+    from assembler.tables import Column, fit_table, plural
+
     console = _console()
+    width = console.width
     where = result.path + ("  (gzipped; read from a temporary copy)" if result.path.endswith(".gz") else "")
     console.print(f"[bold]Session {result.session_id}[/bold] ({result.status or 'not in main.db'})")
     console.print(f"[dim]{escape(where)}[/dim]")
-    counts = Table(title="Tables", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    counts.add_column("table")
-    counts.add_column("rows", justify="right")
-    for name, n in result.counts.items():
-        counts.add_row(name, "[bold red]MISSING[/]" if n is None else str(n))
     if result.counts:
-        console.print(counts)
+        rows = [[name, "MISSING" if n is None else f"{n:,}"] for name, n in result.counts.items()]
+        console.print(fit_table([Column("table", "left"), Column("rows")], rows, width, title="Tables"))
     else:
         console.print("[bold red]the tables cannot be read[/]")
     if not result.findings:
@@ -323,32 +395,25 @@ def _print_inspection(result: Inspection) -> None:
             f"[{_SEVERITY_STYLE[f.severity]}]{f.severity:7}[/] {escape(f.check)}: {escape(f.message)}"
         )
     by = {s: sum(f.severity == s for f in result.findings) for s in _SEVERITY_STYLE}
-    console.print(f"{by['error']} errors, {by['warning']} warnings, {by['info']} info", style="bold")
+    console.print(f"{plural(by['error'], 'error')}, {plural(by['warning'], 'warning')}, {by['info']} info",
+                  style="bold")  # fmt: skip
     if result.mcp:
-        table = Table(title="MCP usage", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-        for col in ("server", "tool", "decision", "calls", "avg ms", "bytes"):
-            table.add_column(col, justify="right" if col in ("calls", "avg ms", "bytes") else "left")
-        for r in result.mcp:
-            table.add_row(escape(r["server_name"]), escape(r["tool_name"] or ""), escape(r["decision"]),
-                          str(r["calls"]), str(r["avg_ms"]), f"{r['bytes']:,}")  # fmt: skip
-        console.print(table)
+        cols = [Column("server", "left", 9), Column("tool", "left", 8), Column("decision", "left", 5),
+                Column("calls", priority=7), Column("avg ms", priority=4), Column("bytes", priority=3)]  # fmt: skip
+        rows = [[r["server_name"], r["tool_name"] or "", r["decision"], str(r["calls"]), str(r["avg_ms"]),
+                 f"{r['bytes']:,}"] for r in result.mcp]  # fmt: skip
+        console.print(fit_table(cols, rows, width, title="MCP usage"))
     if result.tools:
-        table = Table(title="Tool usage", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-        for col in ("tool", "origin", "calls", "results", "errors"):
-            table.add_column(col, justify="right" if col in ("calls", "results", "errors") else "left")
-        for r in result.tools:
-            table.add_row(escape(r["tool_name"]), escape(r["origin"]), str(r["calls"]), str(r["results"]),
-                          str(r["errors"]))  # fmt: skip
-        console.print(table)
+        cols = [Column("tool", "left", 9), Column("origin", "left", 4), Column("calls", priority=8),
+                Column("results", priority=7), Column("errors", priority=8)]  # fmt: skip
+        rows = [[r["tool_name"], r["origin"], str(r["calls"]), str(r["results"]), str(r["errors"])]
+                for r in result.tools]  # fmt: skip
+        console.print(fit_table(cols, rows, width, title="Tool usage"))
     for name, rows in result.previews.items():
-        table = Table(title=f"Last {len(rows)} {name}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-                      collapse_padding=True)  # fmt: skip
-        columns = [c for c in _PREVIEW_COLUMNS.get(name, ()) if c in rows[0]]
-        for col in columns:
-            table.add_column(col, overflow="ellipsis", no_wrap=True, min_width=min(len(col), 8))
-        for r in rows:
-            table.add_row(*(_cut(r[c]) for c in columns))
-        console.print(table)
+        names = [c for c in _PREVIEW_COLUMNS.get(name, ()) if c in rows[0]]
+        cols = [Column(c, "left", 9 - i, wrap=c in _PREVIEW_TEXT) for i, c in enumerate(names)]
+        cells = [[_cut(r[c]) for c in names] for r in rows]
+        console.print(fit_table(cols, cells, width, title=f"Last {plural(len(rows), 'row')} of {name}"))
 
 
 # --- cost and prices ---------------------------------------------------------------------------

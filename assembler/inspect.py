@@ -14,7 +14,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from assembler.failures import Failure, model_failures, network_failures, tool_failures
 from assembler.sessiondb import DB_NAME, db_file, main_row, open_main, open_session
+from assembler.tables import plural
 from capsem.rollup import AI_USAGE_COLUMNS, AI_USAGE_SQL, TOTALS_SQL, capture_health
 from capsem.schema import SESSION_MIGRATIONS, SESSION_TABLES, migrate
 
@@ -174,7 +176,6 @@ _MODEL_CALL_RULES: list[tuple[Severity, str, str, str]] = [
     ("warning", "streams", "complete = 0 AND status_code BETWEEN 200 AND 299",
      "responses ended before their terminal event (truncated or cut mid-stream)"),
     ("warning", "parsing", "parse_errors > 0", "responses contained events capsem could not parse"),
-    ("info", "http errors", "status_code >= 400 OR status_code IS NULL", "model calls got an HTTP error or none"),
 ]  # fmt: skip
 
 
@@ -185,6 +186,30 @@ def check_model_calls(conn: sqlite3.Connection) -> list[Finding]:
         n = _count(conn, f"SELECT COUNT(*) FROM model_calls WHERE {where}")
         if n:
             out.append(Finding(severity, check, f"{n} {what}"))
+    return out
+
+
+def _listed(items: list[Failure], limit: int = 3) -> str:
+    shown = "; ".join(f"{f.where}: {f.message}" for f in items[:limit])
+    return shown + (f"; … and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def check_failures(conn: sqlite3.Connection) -> list[Finding]:
+    """Failed model calls and failed requests (connections that never reached the provider
+    included) are errors, with their stored error text; tool results the agent marked as errors
+    are info (the agent's business, recorded faithfully)."""
+    out = []
+    model, network, tools = model_failures(conn), network_failures(conn), tool_failures(conn)
+    if model:
+        out.append(
+            Finding("error", "failed calls", f"{plural(len(model), 'model call')} failed: {_listed(model)}")
+        )
+    if network:
+        out.append(Finding("error", "failed requests",
+                           f"{plural(len(network), 'request')} failed: {_listed(network)}"))  # fmt: skip
+    if tools:
+        out.append(Finding("info", "tool errors", f"{plural(len(tools), 'tool result')} marked as errors: "
+                                                  f"{_listed(tools)}"))  # fmt: skip
     return out
 
 
@@ -337,7 +362,7 @@ def check_processes(conn: sqlite3.Connection) -> list[Finding]:
 
 CHECKS: list[Callable[[sqlite3.Connection], list[Finding]]] = [
     check_schema, check_integrity, check_tool_lifecycle, check_references, check_provider_traffic,
-    check_model_calls, check_usage, check_decoding, check_processes,
+    check_model_calls, check_failures, check_usage, check_decoding, check_processes,
 ]  # fmt: skip
 
 
@@ -432,6 +457,11 @@ class Inspection:
     @property
     def problems(self) -> int:
         return sum(f.severity in ("error", "warning") for f in self.findings)
+
+    @property
+    def damaged(self) -> bool:
+        """The database itself is damaged or unreadable (not just its content suspicious)."""
+        return not self.counts or any(f.check in ("integrity", "checks") for f in self.findings)
 
     def to_json(self) -> dict:
         data = asdict(self)

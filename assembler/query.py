@@ -41,6 +41,15 @@ MAX_RESULT_BYTES = 256 * MiB
 _ALLOWED = re.compile(r"^\s*(?:--[^\n]*\n\s*|/\*.*?\*/\s*)*(select|with|explain|values)\b", re.I | re.S)
 
 
+_STATEMENT = re.compile(
+    r"^\s*(?:--[^\n]*\n\s*|/\*.*?\*/\s*)*(alter|analyze|attach|begin|commit|create|delete|detach|drop|end|insert|"
+    r"pragma|reindex|release|replace|rollback|savepoint|update|vacuum)\b",
+    re.I | re.S,
+)
+"""Statements SQLite knows that query-session refuses (anything else is compiled for SQLite's own
+error message, without running it)."""
+
+
 class QueryError(ValueError):
     """A query that is not allowed or failed."""
 
@@ -86,10 +95,57 @@ def run_query(
     max_rows: int = 10000,
     timeout: float = 10.0,
 ) -> QueryResult:
-    """Run one read-only query on a session; at most `max_rows` rows."""
-    check_read_only(sql)
+    """Run one read-only query on a session; at most `max_rows` rows.
+
+    Raises:
+        QueryError: SQLite's own message for a statement it cannot parse (a typo), the tables
+        for `no such table`, or why the statement is not allowed.
+    """
+    if not sql.strip():
+        raise QueryError("empty query: give one SELECT, WITH, EXPLAIN or VALUES statement")
     with open_session(session_id) as conn:
-        return query_connection(conn, sql, params or [], max_rows=max_rows, timeout=timeout)
+        if not _ALLOWED.match(sql) and not _STATEMENT.match(sql):
+            _compile(conn, sql)  # a typo gets SQLite's message, not "only SELECT..."
+        try:
+            return query_connection(conn, sql, params or [], max_rows=max_rows, timeout=timeout)
+        except QueryError as exc:
+            if "no such table" in str(exc):
+                raise QueryError(
+                    f"{exc} (tables: {', '.join(tables(conn))}; capsem schema lists their columns)"
+                ) from exc
+            raise
+
+
+def _compile(conn: sqlite3.Connection, sql: str) -> None:
+    """Let SQLite parse `sql` without running it; raise its own error when it cannot."""
+    try:
+        conn.execute("EXPLAIN " + sql)
+    except sqlite3.Error as exc:
+        raise QueryError(f"query failed: {exc}") from exc
+    except sqlite3.Warning:  # several statements: check_read_only says so
+        pass
+
+
+def tables(conn: sqlite3.Connection) -> list[str]:
+    """The session's tables and views, by name (capsem's own bookkeeping left out)."""
+    return [r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite_%' "
+        "AND name NOT LIKE '\\_%' ESCAPE '\\' ORDER BY type, name"
+    )]  # fmt: skip
+
+
+def schema(session_id: str, table: str | None = None) -> dict[str, list[tuple[str, str]]]:
+    """{table or view: [(column, type)]} of a session's database (one table when `table`).
+
+    Raises:
+        QueryError: no such table, naming the tables there are.
+    """
+    with open_session(session_id) as conn:
+        names = tables(conn)
+        if table is not None and table not in names:
+            raise QueryError(f"no such table: {table} (tables: {', '.join(names)})")
+        return {name: [(r[1], r[2]) for r in conn.execute(f'PRAGMA table_info("{name}")')]
+                for name in names if table in (None, name)}  # fmt: skip
 
 
 def query_connection(

@@ -8,6 +8,7 @@ retention) goes through here.
 
 from __future__ import annotations
 
+import glob
 import gzip
 import os
 import shutil
@@ -110,7 +111,8 @@ def newest_session_with_db() -> str:
 
 
 def resolve(session_id: str | None) -> str:
-    """`session_id` checked to have a database, or the newest session that has one.
+    """`session_id` (or the one session whose id it starts) checked to have a database, or the
+    newest session that has one.
 
     Raises:
         SessionNotFound: naming the directory that was looked at.
@@ -119,6 +121,8 @@ def resolve(session_id: str | None) -> str:
         return newest_session_with_db()
     if "/" in session_id or session_id in ("", ".", ".."):
         raise SessionNotFound(f"{session_id!r} is not a session id")
+    if db_file(session_id) is None and main_row(session_id) is None:
+        session_id = _by_prefix(session_id)
     if db_file(session_id) is None:
         row = main_row(session_id)
         why = f" (status {row['status']})" if row and row["status"] == "terminated" else ""
@@ -126,6 +130,25 @@ def resolve(session_id: str | None) -> str:
             f"no {DB_NAME} or {GZ_NAME} for session {session_id!r} in {session_dir(session_id)}{why}"
         )
     return session_id
+
+
+def _by_prefix(prefix: str) -> str:
+    """The one session whose id starts with `prefix` (or `prefix` itself when none does).
+
+    Raises:
+        SessionNotFound: when several do, naming them.
+    """
+    found = {p.name for p in sessions_dir().glob(f"{glob.escape(prefix)}*") if p.is_dir()}
+    try:
+        with open_main() as conn:
+            found |= {r[0] for r in conn.execute("SELECT id FROM sessions WHERE substr(id, 1, ?) = ?",
+                                                 (len(prefix), prefix))}  # fmt: skip
+    except MainDbMissing:
+        pass
+    if len(found) > 1:
+        shown = ", ".join(sorted(found)[:5]) + (", ..." if len(found) > 5 else "")
+        raise SessionNotFound(f"{prefix!r} matches {len(found)} sessions ({shown}): give more of the id")
+    return found.pop() if found else prefix
 
 
 def decompress(gz_path: Path, dest: Path) -> None:

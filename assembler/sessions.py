@@ -11,12 +11,14 @@ from datetime import datetime
 from typing import Any
 
 from assembler.sessiondb import db_file, open_main
+from capsem.rollup import process_alive
 
 
 @dataclass(frozen=True)
 class SessionFilters:
     limit: int = 10
-    include_vacuumed: bool = False
+    """At most this many sessions; 0 for all."""
+    include_culled: bool = False
     with_db: bool = False
     with_model: bool = False
     with_net: bool = False
@@ -25,19 +27,29 @@ class SessionFilters:
     min_cost: float | None = None
 
 
-def list_sessions(filters: SessionFilters) -> list[dict[str, Any]]:
+@dataclass
+class Listing:
+    sessions: list[dict[str, Any]]
+    """The sessions shown, newest first."""
+    matched: int
+    """How many sessions match the filters (more than shown when the limit cut the list)."""
+
+
+def list_sessions(filters: SessionFilters) -> Listing:
     """Newest first; each row is the main.db `sessions` row plus `has_db` and `db_file`.
 
-    Without `include_vacuumed`, vacuumed and terminated sessions are left out (the seed's
-    default). `min_cost` is a bind parameter.
+    Culled (`terminated`) sessions, whose database is gone, are left out unless
+    `include_culled`; vacuumed ones are listed (their gzipped database is queryable). A
+    `running` session whose process is gone is shown `crashed`, with `process_gone` set (main.db
+    says so after the next start or `capsem vacuum`). `min_cost` is a bind parameter.
 
     Raises:
         MainDbMissing: when main.db does not exist yet.
     """
     where: list[str] = []
     params: list[Any] = []
-    if not filters.include_vacuumed:
-        where.append("status NOT IN ('vacuumed', 'terminated')")
+    if not filters.include_culled:
+        where.append("status != 'terminated'")
     if filters.with_model:
         where.append("total_input_tokens + total_output_tokens > 0")
     if filters.with_net:
@@ -54,20 +66,24 @@ def list_sessions(filters: SessionFilters) -> list[dict[str, Any]]:
         sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY created_at DESC, id DESC"
     out: list[dict[str, Any]] = []
-    if filters.limit <= 0:
-        return out
+    matched = 0
     with open_main() as conn:
         for r in conn.execute(sql, params):
             row = dict(r)
             path = db_file(row["id"])
-            row["has_db"] = path is not None
-            row["db_file"] = str(path) if path else None
             if filters.with_db and path is None:
                 continue
+            matched += 1
+            if filters.limit and len(out) >= filters.limit:
+                continue
+            row["has_db"] = path is not None
+            row["db_file"] = str(path) if path else None
+            row["process_gone"] = row["status"] == "running" and not process_alive(row.get("pid"),
+                                                                                   row.get("pid_started_at"))  # fmt: skip
+            if row["process_gone"]:
+                row["status"] = "crashed"
             out.append(row)
-            if len(out) >= filters.limit:
-                break
-    return out
+    return Listing(out, matched)
 
 
 def _parse(ts: str | None) -> datetime | None:
@@ -93,6 +109,8 @@ def duration(row: dict[str, Any]) -> str:
     """`42s`, `3m05s`, `2h10m`; `running` for a live session; `?` when unknown."""
     if row.get("status") == "running":
         return "running"
+    if row.get("process_gone"):
+        return "?"
     start, stop = _parse(row.get("created_at")), _parse(row.get("stopped_at"))
     if start is None or stop is None:
         return "?"

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rich import box
-from rich.console import Console
+from rich.cells import cell_len
 from rich.markup import escape
-from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
 _WRAP_MIN = 16
+_GAP = 2
+"""Cells between two columns (collapsed padding and the separator; no edges)."""
 
 
 @dataclass(frozen=True)
@@ -49,21 +50,29 @@ def _table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], keep: list
     return table
 
 
-def _min_width(table: Table, width: int) -> int:
-    """The fewest cells `table` needs: every column whole, wrapping ones at their minimum."""
-    console = Console(width=max(width, 1) * 4)
-    return Measurement.get(console, console.options, table).minimum
+def _cells(cell: Cell | str) -> int:
+    """Width of the widest line of a cell."""
+    text = cell.plain if isinstance(cell, Text) else cell
+    return max((cell_len(line) for line in text.split("\n")), default=0)
 
 
-def fit_columns(
-    columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: int, title: str | None = None,
-    footer: bool = False,
-) -> list[int]:  # fmt: skip
+def _min_width(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], keep: list[int]) -> int:
+    """The fewest cells the table needs: every column whole, wrapping ones `_WRAP_MIN` wide (their
+    long words fold), `_GAP` between columns."""
+    widths = []
+    for i in keep:
+        c = columns[i]
+        natural = max([_cells(c.name), _cells(c.footer), *(_cells(r[i]) for r in rows)])
+        widths.append(min(natural, max(_WRAP_MIN, _cells(c.name))) if c.wrap else natural)
+    return sum(widths) + _GAP * (len(keep) - 1)
+
+
+def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: int) -> list[int]:
     """Indexes of the columns to show so that the table fits `width` cells."""
     keep = list(range(len(columns)))
     order = sorted(range(len(columns)), key=lambda i: (columns[i].priority, -i))
     for i in order:
-        if len(keep) == 1 or _min_width(_table(columns, rows, keep, title, footer), width) <= width:
+        if len(keep) == 1 or _min_width(columns, rows, keep) <= width:
             break
         keep.remove(i)
     return keep
@@ -78,7 +87,7 @@ def fit_table(
     footer: bool = False,
 ) -> Table:
     """A rich table of `rows` with the columns that fit `width` (cells are plain text or Text)."""
-    return _table(columns, rows, fit_columns(columns, rows, width, title, footer), title, footer)
+    return _table(columns, rows, fit_columns(columns, rows, width), title, footer)
 
 
 def plural(n: int, noun: str, many: str | None = None) -> str:

@@ -252,14 +252,19 @@ def set_exit_code(main: sqlite3.Connection, session_id: str, code: int) -> None:
     main.execute("UPDATE sessions SET exit_code = ? WHERE id = ?", (code, session_id))
 
 
-def _alive(row: SessionRow) -> bool:
-    if row.pid is None:
+def process_alive(pid: int | None, started_at: float | None) -> bool:
+    """Whether the process that registered a session (pid and start time) still runs."""
+    if pid is None:
         return False
     try:
-        proc = psutil.Process(row.pid)
-        return row.pid_started_at is None or abs(proc.create_time() - row.pid_started_at) < 1.0
+        proc = psutil.Process(pid)
+        return started_at is None or abs(proc.create_time() - started_at) < 1.0
     except psutil.Error:
         return False
+
+
+def _alive(row: SessionRow) -> bool:
+    return process_alive(row.pid, row.pid_started_at)
 
 
 def recover_crashed(main: sqlite3.Connection, *, exclude: str | None = None) -> list[str]:

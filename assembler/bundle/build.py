@@ -57,9 +57,28 @@ class BuildReport:
         return [f"{s.path}: {w}" for s in self.sources for w in s.warnings]
 
 
+_CAPSEM_OWN_FILES = {"mitmdump.log", "retention.lock", "config.yaml", "prices.json"}
+
+
+def _capsem_own(path: Path) -> bool:
+    """capsem's own files in a $CAPSEM_HOME being bundled, which are not data to import: each
+    session's mitmdump.log, the retention lock, the settings and price table, and mitmproxy's CA
+    (whose private key must never travel in a bundle)."""
+    parent = path.parent
+    if path.name == "mitmproxy" and (path / "mitmproxy-ca.pem").exists():
+        return True
+    if path.name == "mitmdump.log":
+        return (
+            (parent / "session.db").exists()
+            or (parent / "session.db.gz").exists()
+            or parent.parent.name == "sessions"
+        )
+    return path.name in _CAPSEM_OWN_FILES and (parent / "main.db").exists()
+
+
 def collect_inputs(paths: Iterable[Path], exclude: Iterable[Path] = ()) -> list[Path]:
     """Files named, and every file under the directories named (sorted; hidden directories, symbolic
-    links and SQLite side files skipped).
+    links, SQLite side files and capsem's own files of a $CAPSEM_HOME skipped).
 
     Raises:
         BundleError: a named path does not exist.
@@ -71,9 +90,10 @@ def collect_inputs(paths: Iterable[Path], exclude: Iterable[Path] = ()) -> list[
             raise BundleError(f"input {path} does not exist")
         if path.is_dir():
             for root, dirs, files in os.walk(path, followlinks=False):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not _capsem_own(Path(root) / d))
                 for name in sorted(files):
-                    found.append(Path(root) / name)
+                    if not _capsem_own(Path(root) / name):
+                        found.append(Path(root) / name)
         else:
             found.append(path)
     out: list[Path] = []

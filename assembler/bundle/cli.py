@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 from contextlib import AbstractContextManager
 from dataclasses import asdict
@@ -18,6 +19,7 @@ from assembler.bundle.errors import BundleError
 from assembler.bundle.sources import Limits
 from assembler.cli_support import console, user_errors
 from assembler.query import QueryResult, to_csv, to_json
+from assembler.tables import plural
 
 _FILE = click.Path(exists=True, path_type=Path)
 _BUNDLE = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -35,7 +37,7 @@ def _print_result(result: QueryResult) -> None:
     for row in result.rows:
         table.add_row(*(escape("NULL" if v is None else str(v)) for v in row))
     console().print(table)
-    click.echo(f"({len(result.rows)} rows{', truncated' if result.truncated else ''})", err=True)
+    click.echo(f"({plural(len(result.rows), 'row')}{', truncated' if result.truncated else ''})", err=True)
 
 
 @click.group("bundle")
@@ -54,14 +56,26 @@ def bundle() -> None:
 
 def _capsem_inputs(session_ids: tuple[str, ...]) -> list[Path]:
     """The session databases of sessions recorded under $CAPSEM_HOME, plus main.db."""
-    from assembler.sessiondb import db_file, resolve
+    from assembler.sessiondb import SessionDbError, db_file, open_path, resolve
     from capsem.paths import main_db_path
 
     found = []
     for session_id in session_ids:
-        path = db_file(resolve(session_id))
-        if path is not None:
-            found.append(path)
+        session_id = resolve(session_id)
+        path = db_file(session_id)
+        if path is None:
+            continue
+        try:  # a damaged database would make an empty bundle: say so and write nothing
+            with open_path(path) as conn:
+                conn.execute("SELECT COUNT(*) FROM model_calls").fetchone()
+                problems = [r[0] for r in conn.execute("PRAGMA quick_check(3)")]
+        except (sqlite3.Error, SessionDbError) as exc:
+            problems = [str(exc)]
+        if problems != ["ok"]:
+            raise BundleError(
+                f"session {session_id}: {path} cannot be read ({'; '.join(problems)}); nothing written"
+            )
+        found.append(path)
     if found and main_db_path().is_file():
         found.append(main_db_path())
     return found
@@ -130,8 +144,9 @@ def create_cmd(paths, output, capsem_ids, capture, snapshots, logs, diag, archiv
         click.echo(f"  {s.kind:15} {s.records:7,} records{note}  {s.path}")
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
-    click.echo(f"wrote {target} ({stats.size_bytes:,} bytes): {stats.session_count} sessions, "
-               f"{stats.model_call_count} model calls, {stats.log_count} logs, {stats.file_count} files")  # fmt: skip
+    click.echo(f"wrote {target} ({stats.size_bytes:,} bytes): {plural(stats.session_count, 'session')}, "
+               f"{plural(stats.model_call_count, 'model call')}, {plural(stats.log_count, 'log')}, "
+               f"{plural(stats.file_count, 'file')}")  # fmt: skip
 
 
 @bundle.command("serve")
@@ -274,4 +289,4 @@ def export_cmd(path, table, sql, fmt, output) -> None:
         return
     with bundle_errors():
         output.write_text(text, encoding="utf-8", newline="")
-    click.echo(f"wrote {len(result.rows)} rows to {output}", err=True)
+    click.echo(f"wrote {plural(len(result.rows), 'row')} to {output}", err=True)

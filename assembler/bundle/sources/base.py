@@ -63,10 +63,11 @@ class SourceContext:
     warning_count: int = 0
 
     def warn(self, message: str) -> None:
-        """Record a warning for this source (kept in `sources.warnings`, and logged)."""
+        """Record a warning for this source (kept in `sources.warnings` and the build report; the CLI
+        prints it once)."""
         self.warning_count += 1
         message = self.scrubber.scrub(message) or message  # names and errors may quote a secret too
-        logger.warning("%s: %s", self.path, message)
+        logger.debug("%s: %s", self.path, message)  # the report and `sources.warnings` carry it
         if len(self.warnings) < MAX_WARNINGS_KEPT:
             self.warnings.append(message)
 
