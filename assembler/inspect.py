@@ -185,6 +185,8 @@ def check_model_calls(conn: sqlite3.Connection) -> list[Finding]:
     for severity, check, where, what in _MODEL_CALL_RULES:
         n = _count(conn, f"SELECT COUNT(*) FROM model_calls WHERE {where}")
         if n:
+            if n == 1:
+                what = what.replace("model calls", "model call").replace("responses", "response")
             out.append(Finding(severity, check, f"{n} {what}"))
     return out
 
@@ -461,7 +463,7 @@ class Inspection:
     @property
     def damaged(self) -> bool:
         """The database itself is damaged or unreadable (not just its content suspicious)."""
-        return not self.counts or any(f.check in ("integrity", "checks") for f in self.findings)
+        return not self.counts or any(f.check == "integrity" for f in self.findings)
 
     def to_json(self) -> dict:
         data = asdict(self)

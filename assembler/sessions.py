@@ -78,8 +78,8 @@ def list_sessions(filters: SessionFilters) -> Listing:
                 continue
             row["has_db"] = path is not None
             row["db_file"] = str(path) if path else None
-            row["process_gone"] = row["status"] == "running" and not process_alive(row.get("pid"),
-                                                                                   row.get("pid_started_at"))  # fmt: skip
+            row["process_gone"] = (row["status"] == "running" and row.get("pid") is not None
+                                   and not process_alive(row["pid"], row.get("pid_started_at")))  # fmt: skip
             if row["process_gone"]:
                 row["status"] = "crashed"
             out.append(row)

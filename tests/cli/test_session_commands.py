@@ -44,30 +44,29 @@ def gzip_session(home) -> str:
 # --- list-sessions ------------------------------------------------------------------------------
 
 
-def test_list_sessions(home):
+def test_list_sessions(home, monkeypatch):
     sid = recorded_id(home)
+    monkeypatch.setenv("COLUMNS", "200")
     out = run("list-sessions")
-    header, line, footer = out.splitlines()
-    assert header.split() == [
-        "ID",
-        "Created",
-        "Duration",
-        "Status",
-        "Cost",
-        "net",
-        "tokens",
-        "tools",
-        "mcp",
-        "fs",
-    ]
+    over, header, rule, line, footer = out.splitlines()
+    assert over.split() == ["cache", "cache"] and set(rule) == {"─"}
+    assert header.split() == ["ID", "Created", "Duration", "Status", "exit", "Cost", "input", "write", "read",
+                              "output", "net", "tools", "mcp", "fs", "Command"]  # fmt: skip
     cells = line.split()
     assert cells[0] == f"{sid}*" and cells[4] == "stopped"
     assert cells[2].count(":") == 2 and cells[1].count("-") == 1  # MM-DD HH:MM:SS
     assert cells[5].startswith("$") and len(cells[5].split(".")[1]) == 4  # $x.xxxx
     (row,) = json.loads(run("list-sessions", "--json"))
-    tokens = row["total_input_tokens"] + row["total_output_tokens"]
-    assert tokens > 500 and cells[6:] == ["4", f"{tokens:,}", "2", "0", "0"]
+    assert (
+        row["total_input_tokens"] > 500 and row["total_cache_read_tokens"] == 0 and row["exit_code"] is None
+    )
+    assert cells[6:] == [f"{row['total_input_tokens']:,}", "0", "0", f"{row['total_output_tokens']:,}", "4", "2", "0",
+                         "0"]  # fmt: skip
     assert footer == "* = session.db on disk (queryable)"
+    monkeypatch.setenv("COLUMNS", "80")
+    narrow = run("list-sessions")
+    assert all(len(x) <= 80 for x in narrow.splitlines()), narrow
+    assert f"{sid}*" in narrow and "stopped" in narrow and cells[5] in narrow and "Command" in narrow
     (row,) = json.loads(
         run("list-sessions", "--json", "--with-model", "--with-tools", "--with-net", "--with-db")
     )
@@ -83,11 +82,15 @@ def test_list_sessions_filters_order_and_durations(home):
     running = clone_session(home, days_ago(-0.01), status="running", suffix="aaaa")
     empty = clone_session(home, days_ago(2), empty=True, suffix="bbbb")
     vacuumed = clone_session(home, days_ago(3), suffix="cccc")
-    execute(home / "main.db", f"UPDATE sessions SET status = 'vacuumed' WHERE id = '{vacuumed}'")
+    culled = clone_session(home, days_ago(4), suffix="dddd")
+    execute(home / "main.db", f"UPDATE sessions SET status = 'vacuumed' WHERE id = '{vacuumed}'",
+            f"UPDATE sessions SET status = 'terminated' WHERE id = '{culled}'")  # fmt: skip
     (home / "sessions" / empty / "session.db").unlink()
+    shutil.rmtree(home / "sessions" / culled)
     rows = json.loads(run("list-sessions", "--json"))
-    assert [r["id"] for r in rows] == [running, recorded_id(home), empty]  # newest first, vacuumed hidden
-    assert vacuumed in run("list-sessions", "--all")
+    # newest first; vacuumed (gzipped, queryable) listed, culled only with --all
+    assert [r["id"] for r in rows] == [running, recorded_id(home), empty, vacuumed]
+    assert culled not in run("list-sessions") and culled in run("list-sessions", "--all")
     out = run("list-sessions", "--all")
     assert f"{empty} " in out and f"{empty}*" not in out  # no database on disk: no star
     assert "running" in next(line for line in out.splitlines() if running in line)
@@ -96,6 +99,35 @@ def test_list_sessions_filters_order_and_durations(home):
     assert empty not in run("list-sessions", "--with-net")
     # --min-cost is a bind parameter: SQL in it is just a bad number
     assert "is not a valid float" in run("list-sessions", "--min-cost", "0 OR 1=1", code=2)
+
+
+def test_list_sessions_says_how_many_it_left_out_and_n_0_lists_all(home):
+    ids = [clone_session(home, days_ago(1 + i / 100), suffix=f"{i:04x}") for i in range(11)]
+    out = run("list-sessions")
+    assert "showing 10 of 12 sessions (-n 0 shows all)" in out and ids[-1] not in out
+    everything = run("list-sessions", "-n", "0")
+    assert all(i in everything for i in ids) and "showing" not in everything
+    assert len(json.loads(run("list-sessions", "-n", "0", "--json"))) == 12
+    assert "showing 1 of 12 sessions" in run("list-sessions", "-n", "1")
+
+
+def test_list_sessions_shows_a_dead_running_session_as_crashed(home):
+    """A `running` row whose process is gone (its pid is stored) is not running."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    sid = clone_session(home, days_ago(-0.001), status="running", suffix="dead")
+    execute(home / "main.db", f"UPDATE sessions SET pid = {dead.pid}, pid_started_at = 1 WHERE id = '{sid}'")
+    alive = clone_session(home, days_ago(-0.002), status="running", suffix="a11e")
+    execute(
+        home / "main.db",
+        f"UPDATE sessions SET pid = {os.getpid()}, pid_started_at = NULL WHERE id = '{alive}'",
+    )
+    rows = {r["id"]: r for r in json.loads(run("list-sessions", "--json"))}
+    assert rows[sid]["status"] == "crashed" and rows[sid]["process_gone"]
+    assert rows[alive]["status"] == "running" and not rows[alive]["process_gone"]
+    out = run("list-sessions")
+    assert "crashed" in next(line for line in out.splitlines() if sid in line)
+    assert "1 session left running by a process that is gone: shown crashed" in out
 
 
 def test_list_sessions_without_main_db(capsem_home):
@@ -210,7 +242,7 @@ def test_query_session_without_sessions(capsem_home):
 def test_inspect_clean_bill(home):
     out = run("inspect-session", "--strict", "-n", "2")
     assert "no problems found" in out and "0 errors, 0 warnings, 0 info" in out
-    assert "get_weather" in out and "Last 2 model_calls" in out and "gpt-4.1" in out
+    assert "get_weather" in out and "Last 2 rows of model_calls" in out and "gpt-4.1" in out
     data = json.loads(run("inspect-session", "--json"))
     assert data["findings"] == [] and data["status"] == "stopped"
     assert data["counts"] == {"net_events": 4, "model_calls": 4, "tool_calls": 2, "tool_responses": 2,
@@ -239,6 +271,17 @@ ERRORS = {
         'UPDATE model_calls SET usage_details = \'{"cache_read": "x"}\' WHERE id = 2',
         "not JSON objects",
     ),
+    "http error": (
+        "UPDATE model_calls SET status_code = 529, error_type = 'overloaded_error', "
+        "error_message = 'Overloaded' WHERE id = 2",
+        "1 model call failed: #2 anthropic/claude-sonnet-4-5 HTTP 529: overloaded_error: Overloaded",
+    ),
+    "failed request": (
+        "INSERT INTO net_events (timestamp, domain, port, decision, method, path, error) VALUES "
+        "('2026-01-01T00:00:00Z', 'api.anthropic.invalid', 443, 'error', 'CONNECT', '', "
+        "'DNS lookup failed for api.anthropic.invalid: [Errno -2] Name or service not known')",
+        "1 request failed: CONNECT api.anthropic.invalid:443: DNS lookup failed",
+    ),
     "rollup mismatch": (
         "INSERT INTO fs_events (timestamp, action, path) VALUES ('t', 'created', 'x')",
         "total_file_events 0 != 1",
@@ -255,10 +298,10 @@ WARNINGS = {
         "SELECT model_call_id, 9, call_id, tool_name FROM tool_calls WHERE id = 1",
         "more than one",
     ),
-    "null model": ("UPDATE model_calls SET model = NULL WHERE id = 2", "1 model calls without a model"),
+    "null model": ("UPDATE model_calls SET model = NULL WHERE id = 2", "1 model call without a model"),
     "null tokens": (
         "UPDATE model_calls SET input_tokens = NULL, output_tokens = NULL WHERE id = 2",
-        "successful model calls without token counts",
+        "successful model call without token counts",
     ),
     "unpriced": ("UPDATE model_calls SET estimated_cost_usd = NULL WHERE id = 2", "no known price"),
     "cache above input": (
@@ -278,7 +321,8 @@ WARNINGS = {
     "negative": ("UPDATE model_calls SET duration_ms = -5 WHERE id = 1", "negative"),
 }
 INFOS = {
-    "http error": ("UPDATE model_calls SET status_code = 529 WHERE id = 2", "HTTP error"),
+    "tool error": ("UPDATE tool_responses SET is_error = 1 WHERE id = 1",
+                   "1 tool result marked as errors: tool get_weather"),
     "estimated usage": ("UPDATE model_calls SET usage_details = '{\"estimated\": [\"output_tokens\"]}' WHERE id = 2",
                         "tokenizer-estimated"),
     "last call pending": ("INSERT INTO tool_calls (model_call_id, call_index, call_id, tool_name) "

@@ -63,11 +63,11 @@ class SourceContext:
     warning_count: int = 0
 
     def warn(self, message: str) -> None:
-        """Record a warning for this source (kept in `sources.warnings` and the build report; the CLI
-        prints it once)."""
+        """Record a warning for this source (kept in `sources.warnings` and the build report, and
+        logged)."""
         self.warning_count += 1
         message = self.scrubber.scrub(message) or message  # names and errors may quote a secret too
-        logger.debug("%s: %s", self.path, message)  # the report and `sources.warnings` carry it
+        logger.warning("%s: %s", self.path, message)
         if len(self.warnings) < MAX_WARNINGS_KEPT:
             self.warnings.append(message)
 
