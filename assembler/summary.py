@@ -153,8 +153,10 @@ def _headline(s: SessionSummary) -> Text:
         parts.append(plural(len(s.tools), "tool call"))
     if s.files:
         parts.append(plural(len(s.files), "file") + " changed")
-    line = Text(", ".join(parts) + ", ")
-    line.append(f"cost {_money(total.cost)}", style="bold")
+    line = Text(", ".join(parts))
+    if s.calls:
+        line.append(", ")
+        line.append(f"cost {_money(total.cost)}", style="bold")
     unpriced = sum(1 for c in s.calls if not c.priced and (c.usage.input_tokens or c.usage.output_tokens))
     if unpriced:
         line.append(f" ({plural(unpriced, 'call')} unpriced)", style="yellow")
