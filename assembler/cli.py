@@ -23,6 +23,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from assembler.cli_support import console as _console
 from assembler.cli_support import user_errors
@@ -313,6 +314,69 @@ def schema_cmd(table, session_id) -> None:
             continue
         line = f"{name}: " + ", ".join(column for column, _ in columns)
         click.echo(textwrap.fill(line, width=max(40, width), subsequent_indent="  ", break_on_hyphens=False))
+
+
+@cli.command("tail")
+@session_argument
+@click.option("-n", "last", type=click.IntRange(min=0), metavar="N",
+              help="Start with only the last N events already recorded (default: all).")  # fmt: skip
+@click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(min=0.05), metavar="SECONDS",
+              help="How often to look for new rows.")  # fmt: skip
+def tail_cmd(session_id, last, interval) -> None:
+    """Follow a session as it is recorded, one line per event.
+
+    Model calls (tokens, cost, stop reason or error), tool calls, requests that failed
+    without a model call (connections that never reached the provider included) and file
+    changes, until the session stops. SESSION_ID defaults to the newest running session, else
+    the newest session with a database (which is printed whole). Times are UTC.
+
+    \b
+    Examples:
+        capsem tail
+        capsem tail -n 5
+        capsem tail 20261123-103725 --interval 0.5
+    """
+    from assembler.sessiondb import resolve
+    from assembler.tail import follow, still_running
+
+    with user_errors():
+        session = resolve(session_id or _newest_running())
+    console = _console()
+    console.print(f"session {session}" + (" (running; Ctrl-C stops following)" if still_running(session) else ""),
+                  style="bold", highlight=False)  # fmt: skip
+    style = {"model": "", "tool": "cyan", "error": "red", "file": "dim"}
+
+    def show(event) -> None:
+        line = Table.grid(padding=(0, 2))  # a wrapped text stays in its column
+        line.add_column(no_wrap=True)
+        line.add_column(no_wrap=True, min_width=5)
+        line.add_column(overflow="fold")
+        line.add_row(
+            event.at, event.kind, Text(event.text, style="red" if event.failed else style[event.kind])
+        )
+        console.print(line, highlight=False)
+
+    try:
+        with user_errors():
+            n = follow(session, show, interval=interval, last=last)
+    except KeyboardInterrupt:
+        return
+    from assembler.sessiondb import main_row
+    from assembler.tables import plural
+
+    row = main_row(session)
+    console.print(f"{plural(n, 'event')}; session {session} is {row['status'] if row else 'not in main.db'}: "
+                  f"capsem inspect-session {session}", style="dim", highlight=False)  # fmt: skip
+
+
+def _newest_running() -> str | None:
+    from assembler.sessions import SessionFilters, list_sessions
+
+    try:
+        found = list_sessions(SessionFilters(limit=0, with_db=True)).sessions
+    except FileNotFoundError:
+        return None
+    return next((r["id"] for r in found if r["status"] == "running"), None)
 
 
 @cli.command("inspect-session")
