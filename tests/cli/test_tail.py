@@ -20,7 +20,8 @@ def test_follow_prints_rows_as_they_are_committed_until_the_session_stops(home):
             execute(db, "INSERT INTO fs_events (timestamp, action, path) "
                         "VALUES ('2999-01-01T00:00:01Z', 'created', 'notes.md')",
                     "INSERT INTO net_events (timestamp, domain, port, decision, method, path, error) VALUES "
-                    "('2999-01-01T00:00:02Z', 'api.x.invalid', 443, 'error', 'CONNECT', '', 'DNS lookup failed')")  # fmt: skip
+                    "('2999-01-01T00:00:02Z', 'api.x.invalid', 443, 'error', 'CONNECT', '', "
+                    "'DNS lookup failed')")  # fmt: skip
         return len(polls) < 3
 
     n = follow(sid, seen.append, interval=0.01, running=running)
