@@ -10,24 +10,23 @@ from __future__ import annotations
 
 import json
 import ssl
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
 from rich.console import Console
 
 from assembler.summary import print_session
+from capsem.ids import new_session_id
 from capsem.mitm import start_mitmdump
-from capsem.paths import capsem_home
+from capsem.paths import capsem_home, session_dir
 
 WEATHER_TOOL = {
     "name": "get_weather",
     "description": "Current weather for a city",
     "schema": {
         "type": "object",
-        "properties": {"city": {"type": "string", "description": "City name"}},
+        "properties": {"city": {"type": "string", "description": "City name", "examples": ["Paris"]}},
         "required": ["city"],
     },
 }
@@ -97,19 +96,23 @@ def openai_loop(http_client: httpx.Client, say: Callable[[str], None]) -> None:
 
 
 def run_demo(console: Console | None = None) -> str:
-    """Run the whole demo; return the session id."""
+    """Run the whole demo; return the session id. It leaves nothing in /tmp: mitmproxy's CA lives
+    in $CAPSEM_HOME/mitmproxy (as for `capsem run`) and the mitmdump log beside the session."""
     from capsem.emulator import Emulator
 
     console = console or Console()
     say = lambda msg: console.print(f"[dim]•[/dim] {msg}")  # noqa: E731
-    work = Path(tempfile.mkdtemp(prefix="capsem-demo-"))
+    session_id = new_session_id()
+    folder = session_dir(session_id)
+    folder.mkdir(parents=True, exist_ok=True)
     with Emulator() as emu:
         say(f"provider emulator listening at {emu.http_url} (plays api.anthropic.com and api.openai.com)")
         proxy = start_mitmdump(
-            confdir=work / "mitmproxy",
-            log_path=work / "mitmdump.log",
+            confdir=capsem_home() / "mitmproxy",
+            log_path=folder / "mitmdump.log",
             args=["--mode", f"upstream:{emu.proxy_url}", "--set", f"ssl_verify_upstream_trusted_ca={emu.ca_path}",
-                  "--set", "capsem_mode=demo", "--set", "capsem_command=capsem demo"],
+                  "--set", f"capsem_session_id={session_id}", "--set", "capsem_mode=demo",
+                  "--set", "capsem_command=capsem demo"],
         )  # fmt: skip
         say(f"mitmdump with the capsem addon listening at {proxy.url} (log: {proxy.log_path})")
         try:
@@ -119,15 +122,7 @@ def run_demo(console: Console | None = None) -> str:
                 openai_loop(http_client, say)
         finally:
             proxy.stop()
-    session_id = _session_id_from_log(proxy.log())
     say(f"mitmdump stopped; session {session_id} rolled up into {capsem_home() / 'main.db'}")
     console.print()
     print_session(session_id, console)
     return session_id
-
-
-def _session_id_from_log(log: str) -> str:
-    for line in log.splitlines():
-        if "capsem: recording session " in line:
-            return line.split("capsem: recording session ", 1)[1].split()[0]
-    raise RuntimeError(f"the capsem addon did not start a session; mitmdump said:\n{log[-3000:]}")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
 from rich.rule import Rule
 from rich.text import Text
 
@@ -263,7 +264,7 @@ def render_session(summary: SessionSummary, width: int = 80) -> Group:
     if s.answer is not None:
         call, text = s.answer
         head = Text(f"Final answer (#{call.id} {call.model}):", style="bold")
-        parts.append(Group(head, Text("  " + _short(text, ANSWER_CHARS))))
+        parts.append(Group(head, Padding(Text(_short(text, ANSWER_CHARS)), (0, 0, 0, 2))))
     footer = Text("\n")
     footer.append(f"database  {s.db_path}\n")
     footer.append(f"next      capsem inspect-session {s.session_id}\n", style="dim")

@@ -72,6 +72,7 @@ class Emulator:
             asyncio.run_coroutine_threadsafe(_close(), self._loop).result(10)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
+        self.server.ca.close()
 
     def __enter__(self) -> Emulator:
         return self.start()

@@ -61,6 +61,10 @@ def ident(rng: random.Random, prefix: str, length: int, alphabet: str | None = N
 
 
 def _value(rng: random.Random, name: str, schema: Any, i: int) -> Any:
+    """A value for a tool argument: one of the schema's `enum` or `examples` (as a model would
+    pick), else a made-up one whose strings carry unicode, quotes and a backslash."""
+    if isinstance(schema, dict) and isinstance(schema.get("enum") or schema.get("examples"), list):
+        return rng.choice(schema.get("enum") or schema["examples"])
     kind = schema.get("type") if isinstance(schema, dict) else "string"
     if kind in ("integer", "number"):
         return rng.randint(1, 50)

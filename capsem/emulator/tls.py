@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import shutil
 import ssl
 import tempfile
 import threading
@@ -23,6 +24,7 @@ class CertificateAuthority:
     """Signs a leaf certificate for every host name asked for, cached as SSL contexts."""
 
     def __init__(self, directory: Path | None = None) -> None:
+        self._owned = directory is None
         self.dir = directory or Path(tempfile.mkdtemp(prefix="capsem-emulator-ca-"))
         self._key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
@@ -44,6 +46,11 @@ class CertificateAuthority:
         self.ca_path.write_bytes(self._cert.public_bytes(serialization.Encoding.PEM))
         self._contexts: dict[str, ssl.SSLContext] = {}
         self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Remove the temporary directory holding `ca.pem` (one given by the caller is left alone)."""
+        if self._owned:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def context(self, host: str = "localhost") -> ssl.SSLContext:
         """A server SSL context presenting a certificate for `host` (and localhost/127.0.0.1),

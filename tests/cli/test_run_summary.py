@@ -148,3 +148,22 @@ def test_list_sessions_and_cost_report_show_cache_tokens_and_the_split(home, tmp
         and "20,000" in html
         and "40,000" in html
     )
+
+
+def test_the_demo_leaves_nothing_in_tmp_and_reads_plainly(capsem_home, tmp_path, monkeypatch):
+    """No /tmp/capsem-demo-* with a CA private key, no /tmp/capsem-emulator-ca-* (issue 18, point 7)."""
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setenv("COLUMNS", "80")
+    out = run("demo")
+    assert [p.name for p in scratch.iterdir() if p.name != "data-gym-cache"] == []  # (tiktoken's shared cache)
+    assert (capsem_home / "mitmproxy" / "mitmproxy-ca.pem").is_file()  # the CA stays in CAPSEM_HOME
+    (session,) = json.loads(run("list-sessions", "--json"))
+    assert (capsem_home / "sessions" / session["id"] / "mitmdump.log").is_file()
+    assert '{"city": "Paris"}' in out and "18°C and cloudy in Paris" in out
+    assert "4 model calls, 4 HTTP flows (0 failed), 2 tool calls" in words(out)
+    assert all(len(line) <= 80 for line in out.splitlines()), out
