@@ -185,8 +185,11 @@ class Capsem:
             import msgspec
 
             self.recorder = RecorderProcess(self.outbox, msgspec.json.encode(spec))
-            self.recorder.on_ready = announce
+            self.recorder.on_ready = announce  # session.db is open
             self.recorder.start()
+        # `capsem run` starts the agent on this line, ~0.2 s before the recorder has opened
+        # session.db: flows wait in the outbox meanwhile
+        logger.info(f"capsem: session {session.id} registered; capture started")
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything handed over so far is committed (tests, the CLI)."""

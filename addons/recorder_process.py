@@ -23,16 +23,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from addons.messages import Barrier, Message, Stop, decode
-from addons.recorder import Recorder
-from addons.writer import SessionWriter
 from capsem import __version__
 from capsem.ids import utc_now
-from capsem.redact import Scrubber
 from capsem.settings import CaptureSettings
+
+if TYPE_CHECKING:  # imported where used: mitmdump imports this module for `spec_of` only, and the
+    # recorder's parsers and price table (~0.2 s) must not slow its start
+    from addons.recorder import Recorder
+    from addons.writer import SessionWriter
 
 logger = logging.getLogger("addons.recorder")
 
@@ -71,14 +74,24 @@ class Loop:
     spec: RecorderSpec
 
 
-def open_recorder(spec: RecorderSpec) -> Loop:
-    """Open session.db and the recorder (raises when the database cannot be opened)."""
+def open_recorder(spec: RecorderSpec, on_open: Callable[[], None] | None = None) -> Loop:
+    """Open session.db and the recorder (raises when the database cannot be opened).
+
+    `on_open` is called once session.db exists, before the parsers and price table are loaded
+    (~0.2 s): mitmdump announces the session then, and the first flows wait in the pipe."""
+    from addons.writer import SessionWriter
+    from capsem.redact import Scrubber
+
     settings = capture_settings(spec)
     writer = SessionWriter(Path(spec.db_path), Scrubber())
     writer.set_meta(
         session_id=spec.session_id, capsem_version=__version__, started_at=utc_now(), mode=spec.mode
     )
     writer.commit()
+    if on_open is not None:
+        on_open()
+    from addons.recorder import Recorder
+
     resolver = None
     if spec.resolve_processes:
         from addons.process import ProcessResolver
@@ -201,12 +214,18 @@ def main() -> int:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
 
+    opened = False
+
+    def ready() -> None:
+        nonlocal opened
+        opened = True
+        say("ready")
+
     try:
-        loop = open_recorder(spec)
+        loop = open_recorder(spec, ready)
     except Exception as exc:
         logger.error("capsem: cannot open %s: %r", spec.db_path, exc)
-        return 3
-    say("ready")
+        return 3 if not opened else 4
     _recover_crashed(spec)
     warm_up(loop)
     stop = run(loop, frames.batches(0.05), lambda token: say(f"ack {token}"))

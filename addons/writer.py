@@ -171,7 +171,8 @@ class SessionWriter:
             for table in tables:
                 if table.rows:
                     self.conn.executemany(
-                        table.sql, [tuple(scrub(v) if type(v) is str else v for v in row) for row in table.rows]
+                        table.sql,
+                        [tuple(scrub(v) if type(v) is str else v for v in row) for row in table.rows],
                     )
             if self._meta:
                 scrub = self.scrubber.scrub

@@ -64,7 +64,24 @@ def _stderr_progress() -> Progress:
     )  # fmt: skip
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+_SUBGROUPS = {"bundle": "assembler.bundle.cli", "config": "assembler.config_cli"}
+"""Command groups defined in their own modules, imported when used (or listed): `capsem run`
+does not pay for importing the bundle package before it starts mitmdump."""
+
+
+class _Subgroups(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_SUBGROUPS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in _SUBGROUPS and name not in self.commands:
+            import importlib
+
+            self.add_command(getattr(importlib.import_module(_SUBGROUPS[name]), name))
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_Subgroups, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="capsem")
 def cli() -> None:
     """capsem: a flight recorder for AI agents.
@@ -700,17 +717,6 @@ def _size(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"
-
-
-# --- bundles (assembler/bundle) ------------------------------------------------------------------
-
-from assembler.bundle.cli import bundle  # noqa: E402  (after `cli`: the group is defined in its own package)
-
-cli.add_command(bundle)
-
-from assembler.config_cli import config  # noqa: E402  (after `cli`, like bundle)
-
-cli.add_command(config)
 
 
 def main() -> None:

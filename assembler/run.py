@@ -20,13 +20,17 @@ import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from assembler.fswatch import WorkspaceWatcher
-from assembler.procdiag import Diagnostics, ProcessSampler, diagnostics_settings, finish, scrubber_for
 from capsem.ids import SESSION_ID, new_session_id
-from capsem.mitm import Mitmdump, spawn_mitmdump, wait_for_mitmdump
+from capsem.mitm import CAPTURING, Mitmdump, spawn_mitmdump, wait_for_mitmdump
 from capsem.paths import capsem_home, session_db_path, session_dir
 from capsem.rollup import open_main, set_exit_code
+from capsem.settings import SettingsError, load
+
+if TYPE_CHECKING:  # imported in run_agent while mitmdump starts (the agent's start delay)
+    from assembler.fswatch import WorkspaceWatcher
+    from assembler.procdiag import Diagnostics, ProcessSampler
 
 logger = logging.getLogger(__name__)
 
@@ -148,12 +152,15 @@ def run_agent(
     """
     check_agent(command, workspace)
     session_id, args = mitmdump_options(session_id or new_session_id(), command, mitmdump_args)
-    diagnostics = diagnostics_settings()  # a bad setting fails before anything starts
+    try:
+        diagnostics = load().diagnostics  # a bad setting fails before anything starts
+    except SettingsError as exc:
+        raise RuntimeError(str(exc)) from exc
     folder = session_dir(session_id)
     folder.mkdir(parents=True, exist_ok=True)
     log_path = folder / "mitmdump.log"
     confdir = capsem_home() / "mitmproxy"
-    process = spawn_mitmdump(confdir=confdir, log_path=log_path, args=args)
+    process = spawn_mitmdump(confdir=confdir, log_path=log_path, args=args)  # first: it takes the longest
     watcher: WorkspaceWatcher | None = None
     sampler: ProcessSampler | None = None
     report: Diagnostics | None = None
@@ -162,15 +169,18 @@ def run_agent(
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the agent; we clean up after
     code: int | None = None
     try:
-        proxy = wait_for_mitmdump(process, confdir=confdir, log_path=log_path)
+        from assembler.fswatch import WorkspaceWatcher
+        from assembler.procdiag import ProcessSampler, finish, scrubber_for
+
+        proxy = wait_for_mitmdump(process, confdir=confdir, log_path=log_path, ready=CAPTURING)
         env = agent_env(proxy)
+        watcher = WorkspaceWatcher(workspace or Path.cwd(), session_db_path(session_id))
+        watcher.start()  # before the agent: its first file change is recorded
         try:
             agent = subprocess.Popen(command, cwd=workspace, env=env)
         except OSError as exc:
             raise AgentNotFound(f"{command[0]}: {exc.strerror or exc}", 126) from exc
         tidy.start()  # after the agent started: housekeeping never delays it
-        watcher = WorkspaceWatcher(workspace or Path.cwd(), session_db_path(session_id))
-        watcher.start()
         if diagnostics.enabled:
             sampler = ProcessSampler(agent.pid, session_db_path(session_id),
                                      interval_ms=diagnostics.sample_interval_ms, scrubber=scrubber_for(env))  # fmt: skip

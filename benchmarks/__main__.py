@@ -1,4 +1,4 @@
-"""`python -m benchmarks [--quick] [--only streaming|newconn|micro]`: run, print the tables, save them.
+"""`python -m benchmarks [--quick] [--only streaming|newconn|startup|micro]`: run, print the tables, save them.
 
 A full run writes `benchmarks/results/latest.md` and `latest.json`; `--quick` (a smoke run of
 about a minute, too small to judge anything) writes `quick.md` and `quick.json` instead.
@@ -21,6 +21,7 @@ from pathlib import Path
 from benchmarks.micro import run_micro
 from benchmarks.newconn import run_newconn, run_resolve
 from benchmarks.report import render
+from benchmarks.startup import run_startup
 from benchmarks.streaming import Profile, run_suite
 from benchmarks.upstream import StreamSpec
 
@@ -33,6 +34,7 @@ FULL = {
     "large_mib": 200,
     "micro": {"corpus_mib": 10, "repeat": 3, "store_rows": 50_000, "calls": 2_000, "memory_mib": 200},
     "newconn": {"connections": 60, "resolve_repeat": 20},
+    "startup_runs": 7,
 }
 QUICK = {
     "profiles": [Profile("paced", StreamSpec(100, 200, 5)), Profile("unpaced", StreamSpec(300, 1000))],
@@ -41,13 +43,16 @@ QUICK = {
     "large_mib": 10,
     "micro": {"corpus_mib": 1, "repeat": 1, "store_rows": 5_000, "calls": 200, "memory_mib": 20},
     "newconn": {"connections": 10, "resolve_repeat": 3},
+    "startup_runs": 2,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short smoke run (results/quick.md)")
-    parser.add_argument("--only", choices=["streaming", "newconn", "micro"], help="run one suite only")
+    parser.add_argument(
+        "--only", choices=["streaming", "newconn", "startup", "micro"], help="run one suite only"
+    )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     started = time.perf_counter()
@@ -67,6 +72,11 @@ def main(argv: list[str] | None = None) -> int:
                 plan_nc["connections"], Path(tmp) / "newconn", log=lambda line: print(line, flush=True)
             )
             results["newconn"]["resolve"] = run_resolve(plan_nc["resolve_repeat"])
+        if args.only in (None, "startup"):
+            print("start-up suite", flush=True)
+            results["startup"] = run_startup(
+                plan["startup_runs"], Path(tmp) / "startup", log=lambda line: print(line, flush=True)
+            )
         if args.only in (None, "micro"):
             print("micro-benchmarks", flush=True)
             results["micro"] = run_micro(**plan["micro"], log=lambda line: print(line, flush=True))

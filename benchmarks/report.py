@@ -14,6 +14,7 @@ from typing import Any
 
 from benchmarks import newconn
 from benchmarks.proxies import BASELINE, SCENARIOS
+from benchmarks.startup import startup_table
 
 GOALS = {"total": 1.05, "cpu": 1.10, "ttfb_ms": 5.0, "lag_ms": 5.0}
 """capsem (5) against streaming mitmdump (2): ratios for total and CPU, differences in ms."""
@@ -150,7 +151,9 @@ def micro_table(micro: dict) -> str:
         lines.append(
             f"| `{protocol}` `ResponseReader` (raw bytes in: frame + parse) | {res['reader_mib_s']:.1f} MiB/s |"
         )
-    lines.append(f"| `SessionWriter` (typed net_events rows, scrubbed, batched commits) | {store['rows_s']:,.0f} rows/s |")
+    lines.append(
+        f"| `SessionWriter` (typed net_events rows, scrubbed, batched commits) | {store['rows_s']:,.0f} rows/s |"
+    )
     lines.append(
         f"| the recorder loop (`RecorderThread`): whole Anthropic calls ({rec['rows'] / rec['calls']:.0f} rows each) "
         f"| {rec['calls_s']:,.0f} calls/s = {rec['rows_s']:,.0f} rows/s |"
@@ -268,6 +271,19 @@ def render(results: dict) -> str:
             parts += [f"### `ProcessResolver.resolve` on a child process's connection "
                       f"(median of {res['repeat']}, {res['processes']} processes)", "",
                       resolve_table(res), ""]  # fmt: skip
+    if results.get("startup"):
+        start = results["startup"]
+        parts += [
+            "## `capsem run` start-up",
+            "",
+            f"Medians of {start['runs']} runs of `capsem run -q -- sh -c 'date +%s.%N > file'`, a new process each "
+            "(the console script, as a user runs it), alternated with the same agent run bare. Start delay = from "
+            "spawning `capsem run` to the agent's first instruction (mitmdump and its recorder ready, the workspace "
+            "watcher started).",
+            "",
+            startup_table(start),
+            "",
+        ]
     if results.get("micro"):
         parts += [f"## Micro-benchmarks ({results['micro']['corpus_mib']} MiB corpora, best of runs)", "",
                   micro_table(results["micro"]), ""]  # fmt: skip

@@ -21,6 +21,12 @@ ADDON_PATH = Path(__file__).resolve().parent.parent / "addons" / "capsem_addon.p
 _LISTENING = re.compile(rb"proxy(?: \([a-z ]+\))? listening at \*?\[?([0-9a-fA-F.:]+?)\]?:(\d+)")
 
 
+RECORDING = b"capsem: recording session "
+"""The addon's line once its recorder has opened session.db."""
+CAPTURING = b"registered; capture started"
+"""The addon's line once its session is registered and flows are kept (before RECORDING)."""
+
+
 class MitmdumpError(RuntimeError):
     """mitmdump did not start or stop as expected; the message quotes its log."""
 
@@ -120,8 +126,10 @@ def wait_for_mitmdump(
     addon: bool = True,
     timeout: float = 30.0,
     session_timeout: float = 10.0,
+    ready: bytes = RECORDING,
 ) -> Mitmdump:
-    """Return once mitmdump listens (and, with the addon, records its session).
+    """Return once mitmdump listens (and, with the addon, logs `ready`: by default that it
+    records its session, session.db open; `CAPTURING` comes ~0.2 s earlier, flows are kept).
 
     Raises:
         MitmdumpError: saying why when mitmdump exits, does not listen within `timeout`, or
@@ -134,7 +142,7 @@ def wait_for_mitmdump(
         output = log_path.read_bytes()
         match = _LISTENING.search(output)
         # with the addon, also wait for its session to be registered (its `running` hook logs after "listening")
-        if match and (not addon or b"capsem: recording session" in output):
+        if match and (not addon or ready in output):
             return Mitmdump(process, int(match.group(2)), log_path, confdir)
         if process.poll() is not None:
             why = f"it exited with status {process.returncode}"

@@ -417,7 +417,9 @@ def migrate(conn: sqlite3.Connection, migrations: list[tuple[str, Migration]]) -
         if name in done:
             continue
         with conn:  # one transaction: the step and its record
-            conn.execute("BEGIN")
+            conn.execute("BEGIN IMMEDIATE")  # another process may be migrating the same file: take turns
+            if conn.execute("SELECT 1 FROM _capsem_migrations WHERE name = ?", (name,)).fetchone():
+                continue  # it applied this step while we waited
             step(conn)
             conn.execute(
                 "INSERT INTO _capsem_migrations VALUES (?, strftime('%Y-%m-%dT%H:%M:%SZ','now'))", (name,)
