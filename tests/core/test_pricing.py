@@ -56,3 +56,22 @@ def test_token_estimate_is_offline_and_sane():
     assert count_tokens("") == 0
     assert 2 <= count_tokens("hello world") <= 3
     assert count_tokens("ünïcode 🎉 " * 100) > 100
+
+
+def test_cost_split_by_token_type_adds_up():
+    priced = price_call(provider="anthropic", model="claude-sonnet-4-5", input_tokens=20_017, output_tokens=300,
+                        cache_write=20_000, reasoning=100)  # fmt: skip
+    parts = priced.parts
+    assert list(parts) == ["input", "cache_write", "cache_read", "output", "reasoning"]
+    # 17 uncached x $3, 20,000 writes x $3.75, 200 output x $15, 100 reasoning x $15 (per MTok)
+    assert parts["input"] == Decimal(17 * 3) / 1_000_000
+    assert parts["cache_write"] == Decimal(20_000) * Decimal("3.75") / 1_000_000
+    assert parts["cache_read"] == 0
+    assert (
+        parts["output"] == Decimal(200 * 15) / 1_000_000
+        and parts["reasoning"] == Decimal(100 * 15) / 1_000_000
+    )
+    assert sum(parts.values()) == priced.total_usd
+    one_hour = price_call(provider="anthropic", model="claude-sonnet-4-5", input_tokens=1_000, output_tokens=0,
+                          cache_write=1_000, cache_write_1h=1_000)  # fmt: skip
+    assert one_hour.parts["cache_write"] == Decimal(1_000 * 6) / 1_000_000 == one_hour.total_usd
