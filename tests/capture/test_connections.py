@@ -16,7 +16,7 @@ from mitmproxy.test import tflow, tutils
 from mitmproxy.tls import TlsData
 
 from addons.connections import describe
-from tests.capture.test_hooks import capsem, finish  # noqa: F401 (fixture)
+from tests.capture.conftest import finish
 from tests.conftest import rows
 
 

@@ -17,27 +17,12 @@ from mitmproxy.websocket import WebSocketMessage
 from wsproto.frame_protocol import Opcode
 
 from addons.capture import Capsem
+from tests.capture.conftest import finish
 from tests.conftest import only_session, rows
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 ANTHROPIC_REQUEST = {"model": "claude-sonnet-4-5", "max_tokens": 100, "stream": True,
                      "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
-
-
-@pytest.fixture
-def capsem(capsem_home):
-    addon = Capsem(in_process=True)
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon)
-        addon.running()
-        yield addon
-        if addon.session is not None:
-            addon.done()
-
-
-def finish(addon: Capsem, home: Path) -> Path:
-    addon.done()
-    return only_session(home)
 
 
 def model_flow(host: str = "api.anthropic.com", path: str = "/v1/messages", body: dict | None = None,
