@@ -160,7 +160,9 @@ def test_the_demo_leaves_nothing_in_tmp_and_reads_plainly(capsem_home, tmp_path,
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     monkeypatch.setenv("COLUMNS", "80")
     out = run("demo")
-    assert [p.name for p in scratch.iterdir() if p.name != "data-gym-cache"] == []  # (tiktoken's shared cache)
+    assert [
+        p.name for p in scratch.iterdir() if p.name != "data-gym-cache"
+    ] == []  # (tiktoken's shared cache)
     assert (capsem_home / "mitmproxy" / "mitmproxy-ca.pem").is_file()  # the CA stays in CAPSEM_HOME
     (session,) = json.loads(run("list-sessions", "--json"))
     assert (capsem_home / "sessions" / session["id"] / "mitmdump.log").is_file()

@@ -62,7 +62,9 @@ def test_failed_connections_are_recorded_counted_and_reported(emu, capsem_home, 
     # the run summary counts and shows them
     assert "3 HTTP flows (3 failed)" in out and "3 errors" in out and "exit 1" in out
     words = " ".join(out.split())
-    assert "CONNECT api.anthropic.invalid:443 DNS lookup failed for api.anthropic.invalid: [Errno -2]" in words
+    assert (
+        "CONNECT api.anthropic.invalid:443 DNS lookup failed for api.anthropic.invalid: [Errno -2]" in words
+    )
     assert f"CONNECT 127.0.0.1:{port} connection refused by 127.0.0.1:{port}" in words
     assert all(len(line) <= 80 for line in out.splitlines()), out
     # inspect-session reports them as errors
