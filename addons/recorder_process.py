@@ -74,11 +74,9 @@ class Loop:
     spec: RecorderSpec
 
 
-def open_recorder(spec: RecorderSpec, on_open: Callable[[], None] | None = None) -> Loop:
-    """Open session.db and the recorder (raises when the database cannot be opened).
-
-    `on_open` is called once session.db exists, before the parsers and price table are loaded
-    (~0.2 s): mitmdump announces the session then, and the first flows wait in the pipe."""
+def open_recorder(spec: RecorderSpec) -> Loop:
+    """Open session.db and the recorder (raises when the database cannot be opened)."""
+    from addons.recorder import Recorder
     from addons.writer import SessionWriter
     from capsem.redact import Scrubber
 
@@ -88,10 +86,6 @@ def open_recorder(spec: RecorderSpec, on_open: Callable[[], None] | None = None)
         session_id=spec.session_id, capsem_version=__version__, started_at=utc_now(), mode=spec.mode
     )
     writer.commit()
-    if on_open is not None:
-        on_open()
-    from addons.recorder import Recorder
-
     resolver = None
     if spec.resolve_processes:
         from addons.process import ProcessResolver
@@ -214,18 +208,12 @@ def main() -> int:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
 
-    opened = False
-
-    def ready() -> None:
-        nonlocal opened
-        opened = True
-        say("ready")
-
     try:
-        loop = open_recorder(spec, ready)
+        loop = open_recorder(spec)
     except Exception as exc:
         logger.error("capsem: cannot open %s: %r", spec.db_path, exc)
-        return 3 if not opened else 4
+        return 3
+    say("ready")
     _recover_crashed(spec)
     warm_up(loop)
     stop = run(loop, frames.batches(0.05), lambda token: say(f"ack {token}"))

@@ -668,6 +668,7 @@ def vacuum_cmd(dry_run, as_json) -> None:
     from dataclasses import asdict
 
     from assembler.retention import apply_retention
+    from assembler.tables import plural
 
     with user_errors(), _stderr_progress() as progress:
         task = progress.add_task("retention", total=None)
@@ -698,7 +699,7 @@ def vacuum_cmd(dry_run, as_json) -> None:
     for error in report.errors:
         click.echo(f"error: {error}", err=True)
     if report.running:
-        console.print(f"{len(report.running)} running session(s) left alone", style="dim")
+        console.print(f"{plural(len(report.running), 'running session')} left alone", style="dim")
     n_v, n_c = len(report.of("vacuum")), len(report.of("cull"))
     verb = "would vacuum" if dry_run else "vacuumed"
     console.print(f"{verb} {n_v}, {'would cull' if dry_run else 'culled'} {n_c}; sessions/ "
