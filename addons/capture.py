@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, TypeVar
 from urllib.parse import urlsplit
 
-from mitmproxy import connection, exceptions, http, tls
+from mitmproxy import connection, http, tls
 from mitmproxy.addonmanager import Loader
 from mitmproxy.log import ALERT
 
@@ -68,6 +68,17 @@ def guarded(hook: F) -> F:
             return None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _yaml_value(text: str) -> Any:
+    """A `--set` value read as YAML (`4096` -> 4096), as `capsem config --set` reads it; the text
+    itself when it is not YAML (the settings then refuse it, naming it)."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
 
 
 @dataclass(slots=True)
@@ -123,24 +134,25 @@ class Capsem:
         )
         loader.add_option(
             "capsem_preview_bytes",
-            Optional[int],  # noqa: UP045
+            Optional[str],  # noqa: UP045 (text, checked by the settings: a bad value is refused in one line)
             None,
-            "Body preview size (default from config).",
+            "Body preview size in bytes (default from config).",
         )
 
     def configure(self, updated: set[str]) -> None:
         from mitmproxy import ctx
 
+        # A bad value is logged as one line, never raised: mitmproxy prints a traceback for an
+        # exception raised while it loads a script; an ERROR at start-up makes mitmdump exit 1.
         sid = ctx.options.capsem_session_id
         if "capsem_session_id" in updated and sid and not SESSION_ID.fullmatch(sid):
-            raise exceptions.OptionsError(f"capsem_session_id {sid!r} is not YYYYMMDD-HHMMSS-xxxx")
+            logger.error("capsem: --set: capsem_session_id must be YYYYMMDD-HHMMSS-xxxx, got %r", sid)
         overrides = {}
         if ctx.options.capsem_preview_bytes is not None:
-            overrides["capture.preview_bytes"] = ctx.options.capsem_preview_bytes
+            overrides["capture.preview_bytes"] = _yaml_value(ctx.options.capsem_preview_bytes)
         try:
             self.configure_settings(load(overrides=overrides))
         except (SettingsError, PolicyError) as exc:
-            # one line, no traceback: an ERROR at start-up makes mitmdump exit with status 1
             logger.error("capsem: %s", exc)
 
     def configure_settings(self, settings: Settings) -> None:

@@ -127,6 +127,17 @@ def start_mitmdump(
     if process.poll() is None:
         process.kill()
         process.wait()
-    raise MitmdumpError(
-        f"mitmdump did not start (exit {process.returncode}):\n{log_path.read_text()[-4000:]}"
-    )
+    raise MitmdumpError(_startup_failure(process.returncode, log_path))
+
+
+_ADDON_LINE = re.compile(r"^\[[0-9:.]+\] capsem: (.*)$", re.MULTILINE)
+
+
+def _startup_failure(code: int | None, log_path: Path) -> str:
+    """What the addon said when mitmdump did not start (one line per problem: a bad setting),
+    else the end of mitmdump's log."""
+    log = log_path.read_text(errors="replace")
+    said = _ADDON_LINE.findall(log)
+    if said and code:
+        return "; ".join(said) + f" (mitmdump exited {code}; its log: {log_path})"
+    return f"mitmdump did not start (exit {code}):\n{log[-4000:]}"
