@@ -47,6 +47,7 @@ from addons.providers.sniff import sniff_route
 from addons.recorder_process import spec_of
 from addons.session import Session
 from addons.tap import RequestTap, ResponseTap
+from addons.websocket import ABNORMAL_CLOSURE
 from capsem.ids import SESSION_ID
 from capsem.paths import main_db_path
 from capsem.settings import Settings, SettingsError, defaults, load
@@ -384,15 +385,17 @@ class Capsem:
     @guarded
     def websocket_end(self, flow: http.HTTPFlow) -> None:
         ws = flow.websocket
+        code = ws.close_code if ws is not None else None
         error = flow.error.msg if flow.error else None
-        if error is None and ws is not None and ws.close_code not in (None, 1000, 1001, 1005):
-            reason = f": {ws.close_reason}" if ws.close_reason else ""
-            error = f"websocket closed with code {ws.close_code}{reason}"
-        self._finish(flow, error)
+        # 1006 (dropped without a close frame) is an error only if a turn was open: the recorder decides
+        if error is None and code not in (None, 1000, 1001, 1005, ABNORMAL_CLOSURE):
+            reason = f": {ws.close_reason}" if ws is not None and ws.close_reason else ""
+            error = f"websocket closed with code {code}{reason}"
+        self._finish(flow, error, close_code=code)
 
     # -- the end of a flow ---------------------------------------------------------------------
 
-    def _finish(self, flow: http.HTTPFlow, error: str | None) -> None:
+    def _finish(self, flow: http.HTTPFlow, error: str | None, close_code: int | None = None) -> None:
         state = self.flows.get(flow.id)
         if state is None:
             return
@@ -410,10 +413,10 @@ class Capsem:
         # client: mitmproxy answered it with 502 itself (unless the client had gone first)
         refused = error is not None and resp is not None and state.response_tap is None and body is None
         client_status = 502 if refused and not error.lower().startswith("client") else None
-        self._end(flow.id, body, error, ended, client_status)
+        self._end(flow.id, body, error, ended, client_status, close_code)
 
     def _end(self, key: str, body: bytes | None, error: str | None, ended: float,
-             client_status: int | None = None) -> None:  # fmt: skip
+             client_status: int | None = None, close_code: int | None = None) -> None:  # fmt: skip
         """Hand the flow over as one `FlowEnded`; the hook side forgets it."""
         state = self.flows.pop(key)
         tap = state.response_tap
@@ -428,7 +431,7 @@ class Capsem:
                 error=error, decision=state.decision, matched_rule=state.matched_rule,
                 tap_failure=tap.failure if tap is not None else None, mcp=state.mcp,
                 websocket=state.response is not None and state.response.status == 101,
-                client_status=client_status,
+                client_status=client_status, close_code=close_code,
             )
         )  # fmt: skip
 

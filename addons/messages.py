@@ -167,6 +167,8 @@ class FlowEnded(msgspec.Struct, frozen=True, array_like=True, tag=5):
     """The status the client got when it differs from the upstream's (mitmproxy answered 502)."""
     dropped_chunks: int = 0
     """Streamed chunks the hand-over dropped because the recorder had fallen behind."""
+    close_code: int | None = None
+    """A WebSocket's close code (1006: the connection ended without a close frame)."""
 
 
 class Barrier(msgspec.Struct, frozen=True, array_like=True, tag=6):

@@ -32,7 +32,7 @@ from addons.messages import (
 from addons.providers import parser_for
 from addons.rows import IdMinter, Row
 from addons.traces import TraceTracker
-from addons.websocket import Turn, WebSocketTurns, route_for
+from addons.websocket import ABNORMAL_CLOSURE, Turn, WebSocketTurns, route_for
 from addons.writer import SessionWriter
 from capsem.settings import CaptureSettings
 
@@ -153,6 +153,9 @@ class Recorder:
         key = flow.request.key
         state = self.readers.pop(key, None)
         socket = self.sockets.pop(key, None)
+        dropped = socket is not None and flow.close_code == ABNORMAL_CLOSURE and flow.error is None
+        if dropped and socket.turns.current is not None:  # mid-turn; after the last turn it is no error
+            flow = _with_error(flow, f"websocket closed with code {ABNORMAL_CLOSURE}")
         mcp_rows, stream_preview = self.mcp.close_stream(flow)
         self._write(mcp_rows)
         settings = self.settings
@@ -268,6 +271,12 @@ def _with_preview(flow: FlowEnded, preview: bytes) -> FlowEnded:
     import msgspec
 
     return msgspec.structs.replace(flow, stream_preview=preview)
+
+
+def _with_error(flow: FlowEnded, error: str) -> FlowEnded:
+    import msgspec
+
+    return msgspec.structs.replace(flow, error=error)
 
 
 def _dropped(flow: FlowEnded) -> str | None:

@@ -14,6 +14,8 @@ event carries (the upgrade's 101 is on the flow's `net_events` row, whose `conn_
 ``wss``/``ws``). Turns are written as soon as they end, pointing at the upgrade flow's
 `net_events` row, whose id is minted when the first message arrives and which is written
 when the socket ends (with the bytes of every message and the trace of the last turn).
+A socket dropped without a close frame (code 1006) is an error of the flow only when a turn was
+still open: Codex drops its socket that way when it exits, after its last turn completed.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ from addons.records import RequestInfo, ResponseSummary
 __all__ = ["Turn", "WebSocketTurns", "request_of", "route_for"]
 
 PROTOCOL = "openai_responses"
+
+ABNORMAL_CLOSURE = 1006
+"""The close code of a WebSocket that ended without a close frame (RFC 6455 7.1.5)."""
 
 
 @dataclass
