@@ -560,6 +560,10 @@ from assembler.config_cli import config  # noqa: E402  (after `cli`, like bundle
 
 cli.add_command(config)
 
+from assembler.doctor_cli import doctor  # noqa: E402  (after `cli`, like bundle)
+
+cli.add_command(doctor)
+
 
 def main() -> None:
     cli()

@@ -26,6 +26,12 @@ def user_errors(*extra: type[Exception]) -> Iterator[None]:
         raise click.ClickException(str(exc)) from exc
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """`n` and its noun, agreeing: `1 session`, `2 sessions`, `1 model call has`... (`plural` when
+    it is not noun + s: `counted(2, "entry", "entries")`)."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def console() -> Console:
     """The terminal's console; a wide one when output goes to a file or pipe (no folding at 80)."""
     out = Console()

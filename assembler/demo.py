@@ -119,15 +119,9 @@ def run_demo(console: Console | None = None) -> str:
                 openai_loop(http_client, say)
         finally:
             proxy.stop()
-    session_id = _session_id_from_log(proxy.log())
+    session_id = proxy.session_id()
     say(f"mitmdump stopped; session {session_id} rolled up into {capsem_home() / 'main.db'}")
     console.print()
     print_session(session_id, console)
     return session_id
 
-
-def _session_id_from_log(log: str) -> str:
-    for line in log.splitlines():
-        if "capsem: recording session " in line:
-            return line.split("capsem: recording session ", 1)[1].split()[0]
-    raise RuntimeError(f"the capsem addon did not start a session; mitmdump said:\n{log[-3000:]}")

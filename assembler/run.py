@@ -31,8 +31,8 @@ logger = logging.getLogger(__name__)
 
 # Where each runtime looks for a proxy and for extra trusted CAs.
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy")
-CA_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO",
-           "AWS_CA_BUNDLE", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH")  # fmt: skip
+CA_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "CODEX_CA_CERTIFICATE",
+           "GIT_SSL_CAINFO", "AWS_CA_BUNDLE", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH")  # fmt: skip
 
 
 @dataclass
@@ -44,16 +44,17 @@ class RunResult:
     """Process samples and anomalies (None when `diagnostics.enabled` is false)."""
 
 
+def agent_variables(proxy_url: str, ca_cert: Path) -> dict[str, str]:
+    """The variables `capsem run` sets for the agent: the proxy and the CA, for every runtime."""
+    env = dict.fromkeys(PROXY_VARS, proxy_url) | dict.fromkeys(CA_VARS, str(ca_cert))
+    env["NODE_USE_ENV_PROXY"] = "1"  # Node >= 24 honours HTTPS_PROXY for fetch with this
+    env["CAPSEM_PROXY"] = proxy_url
+    return env
+
+
 def agent_env(proxy: Mitmdump, base: dict[str, str] | None = None) -> dict[str, str]:
     """The agent's environment: proxy and CA variables set, everything else inherited."""
-    env = dict(os.environ if base is None else base)
-    for var in PROXY_VARS:
-        env[var] = proxy.url
-    for var in CA_VARS:
-        env[var] = str(proxy.ca_cert)
-    env["NODE_USE_ENV_PROXY"] = "1"  # Node >= 24 honours HTTPS_PROXY for fetch with this
-    env["CAPSEM_PROXY"] = proxy.url
-    return env
+    return dict(os.environ if base is None else base) | agent_variables(proxy.url, proxy.ca_cert)
 
 
 def _tidy_up() -> None:

@@ -52,6 +52,17 @@ class Mitmdump:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def session_id(self) -> str:
+        """The id of the session the capsem addon recorded (from its log line).
+
+        Raises:
+            MitmdumpError: the addon did not start a session.
+        """
+        for line in self.log().splitlines():
+            if "capsem: recording session " in line:
+                return line.split("capsem: recording session ", 1)[1].split()[0]
+        raise MitmdumpError(f"the capsem addon did not start a session; mitmdump said:\n{self.log()[-3000:]}")
+
     def stop(self, timeout: float = 30.0) -> int:
         """SIGINT, wait for a clean exit (addon `done` hooks run), kill if it hangs."""
         if self.stopped:
