@@ -203,9 +203,8 @@ def list_sessions_cmd(limit, include_vacuumed, with_db, with_model, with_net, wi
 @session_argument
 @click.option("-p", "--param", "params", multiple=True, metavar="VALUE",
               help="Bind a value to the next ? placeholder (repeatable).")  # fmt: skip
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True
-)
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
+              help="Output format.")  # fmt: skip
 @click.option("--max-rows", default=10000, show_default=True, type=click.IntRange(min=1),
               help="Stop after this many rows.")  # fmt: skip
 @click.option("--timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1), metavar="SECONDS",

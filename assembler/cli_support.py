@@ -6,11 +6,26 @@ Kept apart from `assembler.cli` so that command groups defined in their own modu
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def serve_options(port: int = 8001) -> Callable[[F], F]:
+    """`--port` and `--no-open` (alias `--no-browser`): the flags every command that serves pages shares."""
+
+    def decorate(f: F) -> F:
+        f = click.option("--no-open", "--no-browser", "no_open", is_flag=True,
+                         help="Do not open a browser.")(f)  # fmt: skip
+        return click.option("--port", default=port, show_default=True, type=click.IntRange(0, 65535),
+                            help="Port to listen on; 0 picks a free one.")(f)  # fmt: skip
+
+    return decorate
 
 
 @contextmanager

@@ -16,7 +16,7 @@ from rich.table import Table
 from assembler.bundle.api import DebugBundle
 from assembler.bundle.errors import BundleError
 from assembler.bundle.sources import Limits
-from assembler.cli_support import console, user_errors
+from assembler.cli_support import console, serve_options, user_errors
 from assembler.query import QueryResult, to_csv, to_json
 
 _FILE = click.Path(exists=True, path_type=Path)
@@ -137,17 +137,14 @@ def create_cmd(paths, output, capsem_ids, capture, snapshots, logs, diag, archiv
 @bundle.command("serve")
 @click.argument("path", type=_BUNDLE)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Loopback address to bind.")
-@click.option(
-    "--port", default=8001, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port."
-)
-@click.option("--no-browser", is_flag=True, help="Do not open a browser.")
-def serve_cmd(path, host, port, no_browser) -> None:
+@serve_options()
+def serve_cmd(path, host, port, no_open) -> None:
     """Explore a bundle in Datasette (loopback only; Ctrl-C or SIGTERM stops it).
 
     \b
     Examples:
         capsem bundle serve ./bundle.db
-        capsem bundle serve ./bundle.db --port 0 --no-browser
+        capsem bundle serve ./bundle.db --port 0 --no-open
     """
     from assembler.bundle.serve import open_in_browser, stop_on_signals
 
@@ -157,7 +154,7 @@ def serve_cmd(path, host, port, no_browser) -> None:
         with server:
             url = f"{server.url}/{server.database}"
             click.echo(f"Serving {path} at {url} (Ctrl-C to stop)")
-            if not no_browser:
+            if not no_open:
                 open_in_browser(url)
             server.wait_until_interrupted()
 
@@ -217,11 +214,12 @@ def info_cmd(path, as_json) -> None:
 @click.argument("path", type=_BUNDLE)
 @click.argument("sql")
 @click.option("-p", "--param", "params", multiple=True, metavar="VALUE", help="Bind the next ? placeholder.")
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True
-)
-@click.option("--max-rows", default=10000, show_default=True, type=click.IntRange(min=1))
-@click.option("--timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1), metavar="SECONDS")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
+              help="Output format.")  # fmt: skip
+@click.option("--max-rows", default=10000, show_default=True, type=click.IntRange(min=1),
+              help="Stop after this many rows.")  # fmt: skip
+@click.option("--timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1), metavar="SECONDS",
+              help="Stop a query that runs longer.")  # fmt: skip
 def query_cmd(path, sql, params, fmt, max_rows, timeout) -> None:
     """Run one read-only SQL query on a bundle.
 
@@ -244,9 +242,8 @@ def query_cmd(path, sql, params, fmt, max_rows, timeout) -> None:
 @click.argument("path", type=_BUNDLE)
 @click.argument("table", required=False)
 @click.option("--query", "sql", metavar="SQL", help="Export the rows of this query instead of a table.")
-@click.option(
-    "--format", "fmt", type=click.Choice(["csv", "json", "jsonl"]), default="csv", show_default=True
-)
+@click.option("--format", "fmt", type=click.Choice(["csv", "json", "jsonl"]), default="csv", show_default=True,
+              help="Output format.")  # fmt: skip
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="File (default: stdout)."
 )
