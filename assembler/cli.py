@@ -23,7 +23,7 @@ from rich.progress import (
 from rich.table import Table
 
 from assembler.cli_support import console as _console
-from assembler.cli_support import user_errors
+from assembler.cli_support import counted, user_errors
 from capsem import __version__
 
 if TYPE_CHECKING:
@@ -528,7 +528,7 @@ def vacuum_cmd(dry_run, as_json) -> None:
     for error in report.errors:
         click.echo(f"error: {error}", err=True)
     if report.running:
-        console.print(f"{len(report.running)} running session(s) left alone", style="dim")
+        console.print(f"{counted(len(report.running), 'running session')} left alone", style="dim")
     n_v, n_c = len(report.of("vacuum")), len(report.of("cull"))
     verb = "would vacuum" if dry_run else "vacuumed"
     console.print(f"{verb} {n_v}, {'would cull' if dry_run else 'culled'} {n_c}; sessions/ "

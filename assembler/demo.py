@@ -124,4 +124,3 @@ def run_demo(console: Console | None = None) -> str:
     console.print()
     print_session(session_id, console)
     return session_id
-

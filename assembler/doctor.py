@@ -152,7 +152,9 @@ def check_home() -> Finding:
             os.fsync(f.fileno())
     except OSError as exc:
         where = exc.filename or home
-        return Finding("CAPSEM_HOME", "fail", f"{home} cannot be written ({where}: {exc.strerror or exc})", fix)
+        return Finding(
+            "CAPSEM_HOME", "fail", f"{home} cannot be written ({where}: {exc.strerror or exc})", fix
+        )
     if main_db_path().exists():
         try:
             conn = sqlite3.connect(main_db_path(), timeout=2)
@@ -243,14 +245,18 @@ def check_prices() -> Finding:
         detail = (f"{source}; {counted(len(unpriced), 'model')} of the {len(priced)} {lately} "
                   f"{'has' if len(unpriced) == 1 else 'have'} no known price: {', '.join(unpriced)}")  # fmt: skip
     elif priced:
-        detail = f"{source}; prices {'all ' if len(priced) > 1 else ''}{counted(len(priced), 'model')} {lately}"
+        detail = (
+            f"{source}; prices {'all ' if len(priced) > 1 else ''}{counted(len(priced), 'model')} {lately}"
+        )
     else:
         detail = f"{source}; no priced model {lately}"
     if local:
         detail += f" ({counted(local, 'model')} of local or unpriced providers, never priced)"
     update = "capsem update-prices --from https://raw.githubusercontent.com/pydantic/genai-prices/main/prices/data.json"
     if unpriced:
-        return Finding("prices", "warn", detail, f"{update} (calls without a price are stored as NULL, never guessed)")
+        return Finding(
+            "prices", "warn", detail, f"{update} (calls without a price are stored as NULL, never guessed)"
+        )
     if age > STALE_DAYS:
         return Finding("prices", "warn", f"{detail}; the table is {age} days old", update)
     return Finding("prices", "ok", detail)
@@ -417,4 +423,3 @@ def _trust_finding(runtime: Runtime, probed: Any, calls: list[dict[str, Any]]) -
                        "that the agent does not replace them, or pin its own CA bundle")  # fmt: skip
     return Finding(check, "ok", f"{label} trusts the CA: {probed.detail} through the proxy; recorded as "
                                 f"{counted(recorded, 'model call')}")  # fmt: skip
-

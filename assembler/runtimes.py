@@ -286,8 +286,8 @@ def probe(runtime: Runtime, env: Mapping[str, str]) -> ProbeResult:
             return ProbeResult(False, f"{runtime.executable} did not answer within {timeout:.0f} s")
         except OSError as exc:
             return ProbeResult(False, f"cannot start {runtime.executable}: {exc.strerror or exc}")
-    errors = done.stderr.strip().splitlines()
-    error = (errors[0] if runtime.kind == "curl" else errors[-1]) if errors else ""  # curl's first; a traceback's last
+    errors = done.stderr.strip().splitlines() or [""]
+    error = errors[0] if runtime.kind == "curl" else errors[-1]  # curl's first line; a traceback's last
     said = " ".join(f"{done.stdout.strip()} {error}".split()) or f"exit {done.returncode}"
     ok = done.returncode == 0 and (runtime.kind != "curl" or said.endswith("HTTP 200"))
     return ProbeResult(ok, said)

@@ -16,7 +16,7 @@ from rich.table import Table
 from assembler.bundle.api import DebugBundle
 from assembler.bundle.errors import BundleError
 from assembler.bundle.sources import Limits
-from assembler.cli_support import console, serve_options, user_errors
+from assembler.cli_support import console, counted, serve_options, user_errors
 from assembler.query import QueryResult, to_csv, to_json
 
 _FILE = click.Path(exists=True, path_type=Path)
@@ -35,7 +35,7 @@ def _print_result(result: QueryResult) -> None:
     for row in result.rows:
         table.add_row(*(escape("NULL" if v is None else str(v)) for v in row))
     console().print(table)
-    click.echo(f"({len(result.rows)} rows{', truncated' if result.truncated else ''})", err=True)
+    click.echo(f"({counted(len(result.rows), 'row')}{', truncated' if result.truncated else ''})", err=True)
 
 
 @click.group("bundle")
@@ -127,11 +127,12 @@ def create_cmd(paths, output, capsem_ids, capture, snapshots, logs, diag, archiv
         return
     for s in report.sources:
         note = f", {s.errors} skipped" if s.errors else ""
-        click.echo(f"  {s.kind:15} {s.records:7,} records{note}  {s.path}")
+        click.echo(f"  {s.kind:15} {counted(s.records, 'record'):>15}{note}  {s.path}")
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
-    click.echo(f"wrote {target} ({stats.size_bytes:,} bytes): {stats.session_count} sessions, "
-               f"{stats.model_call_count} model calls, {stats.log_count} logs, {stats.file_count} files")  # fmt: skip
+    click.echo(f"wrote {target} ({counted(stats.size_bytes, 'byte')}): {counted(stats.session_count, 'session')}, "
+               f"{counted(stats.model_call_count, 'model call')}, {counted(stats.log_count, 'log')}, "
+               f"{counted(stats.file_count, 'file')}")  # fmt: skip
 
 
 @bundle.command("serve")
@@ -196,9 +197,9 @@ def info_cmd(path, as_json) -> None:
         if s["correlated"]:
             notes.append(f"ran in {s['correlated']} ({s['correlation']})")
         click.echo(f"  - {s['session_id']} ({', '.join(notes)})")
-    click.echo(f"\nSources: {stats.source_count} ({stats.skipped_records} records skipped)")
+    click.echo(f"\nSources: {stats.source_count} ({counted(stats.skipped_records, 'record')} skipped)")
     for s in sources:
-        click.echo(f"  - {s['kind']:15} {s['records']:6} records  {s['path']}")
+        click.echo(f"  - {s['kind']:15} {counted(s['records'], 'record'):>14}  {s['path']}")
     click.echo("\nStatistics:")
     for label, value in (("Model calls", stats.model_call_count), ("Network events", stats.net_event_count),
                          ("Tool calls (captured)", stats.tool_call_count), ("Log records", stats.log_count),
@@ -271,4 +272,4 @@ def export_cmd(path, table, sql, fmt, output) -> None:
         return
     with bundle_errors():
         output.write_text(text, encoding="utf-8", newline="")
-    click.echo(f"wrote {len(result.rows)} rows to {output}", err=True)
+    click.echo(f"wrote {counted(len(result.rows), 'row')} to {output}", err=True)

@@ -138,7 +138,7 @@ def test_bundle_of_a_recorded_session_opens_in_chromium(mitmdump, emu, capsem_ho
 
     # the CLI finds a session recorded under $CAPSEM_HOME by its id, with its main.db row
     by_id = tmp_path / "by-id.db"
-    assert "1 sessions, 4 model calls" in run("bundle", "create", "--capsem-session", sid, "-o", str(by_id))
+    assert "1 session, 4 model calls" in run("bundle", "create", "--capsem-session", sid, "-o", str(by_id))
     with DebugBundle.open(by_id) as again:
         assert again.query("SELECT status, kind FROM sessions").fetchall() == [("stopped", "capsem")]
         kinds = sorted(r[0] for r in again.query("SELECT kind FROM sources"))

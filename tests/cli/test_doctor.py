@@ -199,13 +199,14 @@ def test_the_runtime_of_an_agent(tmp_path, monkeypatch):
 @pytest.mark.timeout(90)
 def test_each_runtime_trusts_the_ca_capsem_run_gives_and_not_another(mitmdump, emu, capsem_home):
     """The probes against one real mitmdump: with `capsem run`'s variables each request goes through;
-    with the CA variables pointing at another CA, each runtime refuses, saying why."""
+    with the CA variables pointing at another CA, each runtime refuses, saying why. (A runtime that is
+    not installed is left out: Go often is not.)"""
     proxy = mitmdump(upstream=emu.proxy_url, ca=str(emu.ca_path))
     given = agent_env(proxy)
     wrong = given | dict.fromkeys(
         [v for v, value in given.items() if value == str(proxy.ca_cert)], emu.ca_path
     )
-    for kind, name in (("node", "node"), ("python", "python3"), ("curl", "curl")):
+    for kind, name in (("node", "node"), ("python", "python3"), ("curl", "curl"), ("go", "go")):
         executable = shutil.which(name)
         if executable is None:
             continue
@@ -214,6 +215,6 @@ def test_each_runtime_trusts_the_ca_capsem_run_gives_and_not_another(mitmdump, e
         assert trusted.trusted is True, trusted
         refused = probe(runtime, wrong)
         assert refused.trusted is False, refused
-        assert "certificate" in refused.detail.lower() or "ssl" in refused.detail.lower(), refused
+        assert "certificate" in refused.detail.lower(), refused
     assert probe(Runtime("rust", "codex"), given).trusted is None
     assert probe(Runtime("go", "x", None), given).detail == "Go not found on PATH"
