@@ -69,10 +69,11 @@ def test_show_gives_each_value_and_where_it_came_from(config):
     assert list(values)[:2] == ["capture.preview_bytes", "capture.content_max_bytes"]  # declaration order
 
     table = run("config", "show")
+    assert table.splitlines()[0] == f"from {default_config_path()}, {config}"
     row = next(line for line in table.splitlines() if "capture.preview_bytes" in line)
-    assert row.split() == ["capture.preview_bytes", "4096", str(config)]
+    assert row.split() == ["capture.preview_bytes", "4096", "config.yaml"]
     row = next(line for line in table.splitlines() if "policy.rules" in line)
-    assert row.split()[:4] == ["policy.rules", "-", "{name:", "rule-1,"] and row.split()[-1] == str(config)
+    assert row.split()[:4] == ["policy.rules", "-", "{name:", "rule-1,"] and row.split()[-1] == "config.yaml"
     row = next(line for line in table.splitlines() if "retention.retention_days" in line)
     assert row.split() == ["retention.retention_days", "30", "default"]
 
