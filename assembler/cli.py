@@ -23,7 +23,7 @@ from rich.progress import (
 from rich.table import Table
 
 from assembler.cli_support import console as _console
-from assembler.cli_support import counted, user_errors
+from assembler.cli_support import counted, query_options, user_errors
 from capsem import __version__
 
 if TYPE_CHECKING:
@@ -201,14 +201,7 @@ def list_sessions_cmd(limit, include_vacuumed, with_db, with_model, with_net, wi
 @cli.command("query-session")
 @click.argument("sql")
 @session_argument
-@click.option("-p", "--param", "params", multiple=True, metavar="VALUE",
-              help="Bind a value to the next ? placeholder (repeatable).")  # fmt: skip
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
-              help="Output format.")  # fmt: skip
-@click.option("--max-rows", default=10000, show_default=True, type=click.IntRange(min=1),
-              help="Stop after this many rows.")  # fmt: skip
-@click.option("--timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1), metavar="SECONDS",
-              help="Stop a query that runs longer.")  # fmt: skip
+@query_options
 def query_session_cmd(sql, session_id, params, fmt, max_rows, timeout) -> None:
     """Run one read-only SQL query on a session database.
 

@@ -16,6 +16,22 @@ from rich.console import Console
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def query_options(f: F) -> F:
+    """`-p/--param`, `--format`, `--max-rows`, `--timeout`: the flags of the commands that run one SQL query."""
+    for option in reversed([
+        click.option("-p", "--param", "params", multiple=True, metavar="VALUE",
+                     help="Bind a value to the next ? placeholder (repeatable)."),
+        click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table",
+                     show_default=True, help="Output format."),
+        click.option("--max-rows", default=10000, show_default=True, type=click.IntRange(min=1),
+                     help="Stop after this many rows."),
+        click.option("--timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
+                     metavar="SECONDS", help="Stop a query that runs longer."),
+    ]):  # fmt: skip
+        f = option(f)
+    return f
+
+
 def serve_options(port: int = 8001) -> Callable[[F], F]:
     """`--port` and `--no-open` (alias `--no-browser`): the flags every command that serves pages shares."""
 

@@ -31,7 +31,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from assembler.cli_support import counted
-from assembler.runtimes import LABELS, PROBE_AGENT, READS, AgentNotFound, Runtime, probe, runtime_of
+from assembler.runtimes import (
+    LABELS,
+    PROBE_AGENT,
+    READS,
+    AgentNotFound,
+    ProbeResult,
+    Runtime,
+    probe,
+    runtime_of,
+)
 from capsem.mitm import ADDON_PATH, Mitmdump, MitmdumpError, mitmdump_executable, start_mitmdump
 from capsem.paths import capsem_home, main_db_path, sessions_dir
 
@@ -328,7 +337,10 @@ def self_test(runtime: Runtime | None) -> list[Finding]:
                             f"read its log: {work / 'mitmdump.log'}")]  # fmt: skip
         try:
             sent = _send(proxy)
-            probed = probe(runtime, agent_env(proxy)) if runtime is not None else None
+            known = (
+                runtime is not None and runtime.kind != "unknown"
+            )  # an unknown one: the agent check warned
+            probed = probe(runtime, agent_env(proxy)) if known else None
         finally:
             stopped = proxy.stop()
         shutil.rmtree(emu.server.ca.dir, ignore_errors=True)
@@ -408,7 +420,7 @@ def _self_test_finding(sent: str | int, stopped: int, calls: list[dict[str, Any]
                    f"1 model call ({what}); session stopped and rolled up")  # fmt: skip
 
 
-def _trust_finding(runtime: Runtime, probed: Any, calls: list[dict[str, Any]]) -> Finding:
+def _trust_finding(runtime: Runtime, probed: ProbeResult, calls: list[dict[str, Any]]) -> Finding:
     label = LABELS[runtime.kind]
     check = "trust"
     if probed.trusted is None:

@@ -16,7 +16,7 @@ from rich.table import Table
 from assembler.bundle.api import DebugBundle
 from assembler.bundle.errors import BundleError
 from assembler.bundle.sources import Limits
-from assembler.cli_support import console, counted, serve_options, user_errors
+from assembler.cli_support import console, counted, query_options, serve_options, user_errors
 from assembler.query import QueryResult, to_csv, to_json
 
 _FILE = click.Path(exists=True, path_type=Path)
@@ -214,13 +214,7 @@ def info_cmd(path, as_json) -> None:
 @bundle.command("query")
 @click.argument("path", type=_BUNDLE)
 @click.argument("sql")
-@click.option("-p", "--param", "params", multiple=True, metavar="VALUE", help="Bind the next ? placeholder.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
-              help="Output format.")  # fmt: skip
-@click.option("--max-rows", default=10000, show_default=True, type=click.IntRange(min=1),
-              help="Stop after this many rows.")  # fmt: skip
-@click.option("--timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1), metavar="SECONDS",
-              help="Stop a query that runs longer.")  # fmt: skip
+@query_options
 def query_cmd(path, sql, params, fmt, max_rows, timeout) -> None:
     """Run one read-only SQL query on a bundle.
 
