@@ -56,6 +56,7 @@ CA_NAME = "mitmproxy-ca-cert.pem"
 CA_KEY_NAME = "mitmproxy-ca.pem"
 """mitmproxy's CA key and certificate; mitmdump signs with it, and makes a new CA only when it is missing."""
 SELF_TEST_MODEL = "claude-sonnet-4-5"
+DENIED = "denied by your policy rule"
 
 
 @dataclass(frozen=True)
@@ -368,7 +369,8 @@ def _send(proxy: Mitmdump) -> str | int:
             client.stream("POST", "https://api.anthropic.com/v1/messages", json=body, headers=headers) as r,
         ):
             r.read()
-            return r.status_code
+            rule = r.headers.get("x-capsem-policy")
+            return r.status_code if rule is None else f"HTTP {r.status_code}: {DENIED} {rule!r}"
     except httpx.HTTPError as exc:
         return f"{type(exc).__name__}: {exc}"
 
@@ -399,6 +401,10 @@ def _read_back(proxy: Mitmdump, home: Path) -> tuple[list[dict[str, Any]], str |
 def _self_test_finding(sent: str | int, stopped: int, calls: list[dict[str, Any]], status: str | None,
                        proxy: Mitmdump) -> Finding:  # fmt: skip
     log = f"mitmdump's log: {proxy.log_path}"
+    if isinstance(sent, str) and DENIED in sent:
+        return Finding("self-test", "warn", f"a request to api.anthropic.com through mitmdump: {sent}",
+                       "if that rule is meant, agents are refused that host too; `capsem config show` lists the "
+                       "rules")  # fmt: skip
     if sent != 200:
         return Finding("self-test", "fail", f"a request through mitmdump to the built-in emulator failed: {sent}",
                        f"read {log}")  # fmt: skip
