@@ -218,3 +218,15 @@ def test_each_runtime_trusts_the_ca_capsem_run_gives_and_not_another(mitmdump, e
         assert "certificate" in refused.detail.lower(), refused
     assert probe(Runtime("rust", "codex"), given).trusted is None
     assert probe(Runtime("go", "x", None), given).detail == "Go not found on PATH"
+
+
+@pytest.mark.timeout(90)
+def test_a_self_test_denied_by_the_users_policy_names_the_rule(capsem_home):
+    capsem_home.mkdir()
+    (capsem_home / "config.yaml").write_text(
+        "policy:\n  rules: [{name: no-anthropic, action: deny, host: api.anthropic.com}]\n"
+    )
+    out = flat(run("doctor"))  # a warning: exit 0
+    assert marks(out)["self-test"] == "!", out
+    assert "HTTP 403: denied by your policy rule 'no-anthropic'" in out
+    assert out.splitlines()[-1] == "1 warning: self-test"
