@@ -83,7 +83,7 @@ def run(workspace, mitmdump_args, quiet, command) -> None:
 
     The agent gets HTTPS_PROXY and the CA variables (SSL_CERT_FILE, NODE_EXTRA_CA_CERTS,
     REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE...) pointing at a fresh mitmdump with the capsem addon.
-    Its exit code is passed through.
+    Its exit code is passed through. When its calls are not recorded: capsem doctor -- AGENT.
 
     \b
     Examples:
