@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from addons import build
+from addons.bodies import BodyStore, known_pieces
 from addons.body import ResponseReader
 from addons.mcp.ledger import MCP_PREVIEW_BYTES, McpLedger
 from addons.messages import (
@@ -30,7 +31,7 @@ from addons.messages import (
     WsOpened,
 )
 from addons.providers import parser_for
-from addons.rows import IdMinter, Row
+from addons.rows import IdMinter, McpCall, ModelCall, Row
 from addons.traces import TraceTracker
 from addons.websocket import Turn, WebSocketTurns, route_for
 from addons.writer import SessionWriter
@@ -78,6 +79,7 @@ class Recorder:
             preview_limit=settings.preview_bytes,
             cap=build.cap_text,
         )
+        self.bodies = BodyStore(writer.scrubber, known_pieces(writer.conn))
         self.readers: dict[str, _Reader] = {}
         self.sockets: dict[str, _Socket] = {}
         self.processes: OrderedDict[str, ProcessInfo] = OrderedDict()
@@ -136,6 +138,7 @@ class Recorder:
             status=status,
             preview_bytes=self.settings.preview_bytes,
             max_parse_bytes=self.settings.max_parse_bytes,
+            keep_bytes=self.settings.max_body_bytes,
         )
 
     def _chunk(self, msg: Chunk) -> None:
@@ -190,7 +193,7 @@ class Recorder:
                 request=flow.request, route=route,
                 info=parser_for(route.protocol).parse_request(request_body), summary=summary,
                 started=flow.request.started, ended=flow.ended,
-                status=flow.client_status or flow.response.status if flow.response else None,
+                status=flow.client_status or (flow.response.status if flow.response else None),
                 request_size=flow.request_size, response_size=flow.response_size,
                 request_preview=request_preview, streamed=bool(state and state.reader.streaming and flow.streamed),
                 first_content=state.first_content if state else None, error=error, process=process,
@@ -207,7 +210,9 @@ class Recorder:
             bytes_sent=socket.sent if socket is not None else None,
             bytes_received=socket.received if socket is not None else None,
         )  # fmt: skip
-        self._write([net, *rows])
+        self._write([net, *rows])  # the net row first: its headers teach the scrubber before bodies are kept
+        if rows and isinstance(rows[0], ModelCall) and state is not None:
+            self._keep_bodies(rows[0], flow, request_body, state.reader.body, state.reader.body_truncated)
         if flow.mcp:
             response_body, _ = build.decode(
                 flow.response_body
@@ -216,7 +221,24 @@ class Recorder:
                 flow.response.header("content-encoding") if flow.response else None,
                 settings.content_max_bytes,
             )
-            self._write(self.mcp.record(flow, net_id, request_body, response_body, process))
+            for row in self.mcp.record(flow, net_id, request_body, response_body, process):
+                self._write([row])
+                self._keep_bodies(row, flow, request_body, response_body, False)
+
+    def _keep_bodies(self, owner: ModelCall | McpCall, flow: FlowEnded | None, request: bytes, response: bytes,
+                     response_truncated: bool, response_type: str | None = None) -> None:  # fmt: skip
+        """The whole decoded request and response of a model or MCP call, up to `max_body_bytes`."""
+        limit = self.settings.max_body_bytes
+        request_type = flow.request.header("content-type") if flow is not None else "application/json"
+        if flow is not None and flow.response is not None:
+            response_type = flow.response.header("content-type")
+        for direction, body, cut, kind in (
+            ("request", request, flow is not None and flow.request_truncated, request_type),
+            ("response", response, response_truncated, response_type),
+        ):
+            rows = self.bodies.keep(body[:limit], owner=owner.event_id, source_table=owner.TABLE, row_id=owner.id,
+                                    direction=direction, truncated=cut or len(body) > limit, content_type=kind)  # fmt: skip
+            self._write(rows)
 
     # -- websockets ----------------------------------------------------------------------------
 
@@ -252,6 +274,14 @@ class Recorder:
             rows, socket.trace = build.model_call(call, ids=self.ids, traces=self.traces, mcp=self.mcp,
                                                   settings=self.settings)  # fmt: skip
             self._write(rows)
+            self._keep_bodies(
+                rows[0],
+                None,
+                turn.request_body,
+                turn.response_body,
+                False,  # type: ignore[arg-type]
+                "application/x-ndjson",
+            )
 
 
 _HANDLERS: dict[type, Callable[[Recorder, Any], None]] = {

@@ -197,7 +197,43 @@ class FsEvent:
     size: int | None
 
 
-Row = NetEvent | ModelCall | ToolCall | ToolResponse | McpCall | FsEvent
+@dataclass(slots=True)
+class BodyChunk:
+    """One piece of one or more bodies, stored once per session (see addons/bodies.py)."""
+
+    TABLE: ClassVar[str] = "body_chunks"
+    hash: bytes
+    """The first 16 bytes of the SHA-256 of the piece as it crossed the proxy (decoded)."""
+    size: int
+    """Bytes of the piece as stored (after scrubbing), before compression."""
+    data: bytes
+    """The stored piece, zstd-compressed."""
+
+
+@dataclass(slots=True)
+class BodyBlob:
+    """A whole decoded body of a model or MCP call: the list of its pieces."""
+
+    TABLE: ClassVar[str] = "event_body_blobs"
+    event_id: str
+    owner_event_id: str
+    """`event_id` of the row the body belongs to."""
+    source_table: str
+    row_id: int | None
+    """`id` of that row in `source_table`."""
+    direction: str
+    """`request` or `response`."""
+    size: int
+    """Bytes of the decoded body as it crossed the proxy (as far as it was kept)."""
+    sha256: str
+    """SHA-256 of those bytes (before scrubbing)."""
+    truncated: int
+    content_type: str | None
+    chunks: bytes
+    """The pieces' 16-byte keys, in order."""
+
+
+Row = NetEvent | ModelCall | ToolCall | ToolResponse | McpCall | FsEvent | BodyChunk | BodyBlob
 LINKED_TABLES = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls")
 """Tables whose ids are minted by `IdMinter` (the others get SQLite's own)."""
 

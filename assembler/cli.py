@@ -560,6 +560,10 @@ from assembler.config_cli import config  # noqa: E402  (after `cli`, like bundle
 
 cli.add_command(config)
 
+from assembler.show_call_cli import show_call  # noqa: E402
+
+cli.add_command(show_call)
+
 
 def main() -> None:
     cli()

@@ -276,6 +276,41 @@ def _session_event_ids(conn: sqlite3.Connection) -> None:
 SESSION_MIGRATIONS.append(("m004_event_ids", _session_event_ids))
 
 
+def _session_bodies(conn: sqlite3.Connection) -> None:
+    """The complete record: every model and MCP call's whole decoded request and response body,
+    cut into pieces stored once per session (`body_chunks`, zstd) and listed per body
+    (`event_body_blobs`, Capsem's name), so a conversation that resends its history grows
+    linearly. See addons/bodies.py."""
+    _run_script(
+        conn,
+        """
+        CREATE TABLE body_chunks (
+            hash BLOB PRIMARY KEY,
+            size INTEGER NOT NULL,
+            data BLOB NOT NULL
+        ) WITHOUT ROWID;
+        CREATE TABLE event_body_blobs (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            event_id TEXT NOT NULL,
+            owner_event_id TEXT NOT NULL,
+            source_table TEXT NOT NULL,
+            row_id INTEGER,
+            direction TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            sha256 TEXT NOT NULL,
+            truncated INTEGER NOT NULL DEFAULT 0,
+            content_type TEXT,
+            chunks BLOB NOT NULL
+        );
+        CREATE UNIQUE INDEX idx_event_body_blobs_owner ON event_body_blobs(source_table, row_id, direction);
+        CREATE INDEX idx_event_body_blobs_event_id ON event_body_blobs(owner_event_id)
+        """,
+    )
+
+
+SESSION_MIGRATIONS.append(("m006_bodies", _session_bodies))
+
+
 def _main_v1(conn: sqlite3.Connection) -> None:
     _run_script(
         conn,

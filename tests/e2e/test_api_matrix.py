@@ -9,7 +9,9 @@ import json
 from urllib.parse import quote
 
 import pytest
+from click.testing import CliRunner
 
+from assembler.cli import cli
 from tests.conftest import rows
 from tests.e2e.test_capture_sdk import (
     TOOLS_A,
@@ -76,9 +78,21 @@ def test_every_api_every_encoding_streamed_and_not(mitmdump, emu, capsem_home, a
     exchanges = model_exchanges(emu)
     calls = rows(db, "SELECT * FROM model_calls ORDER BY id")
     assert len(exchanges) == len(calls) == len(cases)
+    runner = CliRunner()
     for (encoding, stream), raw, ex, call in zip(cases, received, exchanges, calls, strict=True):
         label = f"{api} {encoding} stream={stream}"
         assert raw == base64.b64decode(ex["response_body_b64"]), label  # bytes unchanged
+        for direction, logged in (
+            ("request", "request_body_decoded_b64"),
+            ("response", "response_body_decoded_b64"),
+        ):
+            shown = runner.invoke(
+                cli, ["show-call", str(call["id"]), f"--{direction}", "--raw"], catch_exceptions=False
+            )
+            assert shown.exit_code == 0, shown.output
+            assert shown.stdout_bytes == base64.b64decode(ex[logged]), (
+                f"{label} {direction}"
+            )  # exactly, decoded
         assert call["stream"] == int(stream) and call["complete"] == 1, label
         assert_call_matches(call, ex)
         assert_tool_calls(db, call["id"], ex)
