@@ -26,6 +26,9 @@ from capsem.settings import CaptureSettings
 from pricing.estimate import ESTIMATOR, count_tokens
 
 ProcessInfo = tuple[str | None, int | None]
+KEPT_PREVIEW_BYTES = 256
+"""Previews of a model or MCP call whose whole bodies are kept (event_body_blobs), and of the tool
+results its request carried: a glance, not a second copy (`capsem show-call` has it all)."""
 
 
 def ms(start: float | None, end: float | None) -> int | None:
@@ -229,7 +232,9 @@ def model_call(
             process_name=call.process[0],
             pid=call.process[1],
             stream=int(streamed),
-            system_prompt_preview=cap_text(info.system_prompt, settings.preview_bytes),
+            system_prompt_preview=cap_text(
+                info.system_prompt, min(settings.preview_bytes, KEPT_PREVIEW_BYTES)
+            ),
             messages_count=info.messages_count,
             tools_count=info.tools_count,
             request_bytes=call.request_size,
@@ -264,7 +269,7 @@ def model_call(
                 event_id=new_event_id(),
                 model_call_id=call_row_id,
                 call_id=result.call_id,
-                content_preview=cap_text(result.content, limit),
+                content_preview=cap_text(result.content, min(limit, KEPT_PREVIEW_BYTES)),
                 is_error=int(result.is_error),
                 timestamp=ts,
                 trace_id=trace,

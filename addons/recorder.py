@@ -79,7 +79,7 @@ class Recorder:
             preview_limit=settings.preview_bytes,
             cap=build.cap_text,
         )
-        self.bodies = BodyStore(writer.scrubber, known_pieces(writer.conn))
+        self.bodies = BodyStore(writer.scrubber, self.ids, known_pieces(writer.conn))
         self.readers: dict[str, _Reader] = {}
         self.sockets: dict[str, _Socket] = {}
         self.processes: OrderedDict[str, ProcessInfo] = OrderedDict()
@@ -172,7 +172,9 @@ class Recorder:
                 state.reader.feed(flow.response_body or b"")
             summary = state.reader.finish()
             preview = state.reader.preview
-            response_preview = preview.text() if preview.total else None
+            response_preview = (
+                build.cap_text(preview.text(), build.KEPT_PREVIEW_BYTES) if preview.total else None
+            )
             decode_error = decode_error or state.reader.decode_error
         else:
             if stream_preview is not None and flow.stream_preview is None:
@@ -182,7 +184,13 @@ class Recorder:
         error = "; ".join(e for e in (flow.error, flow.tap_failure, _dropped(flow)) if e) or None
         if summary is not None and summary.complete and flow.error and not flow.tap_failure:
             error = None  # the answer arrived whole; the connection ending afterwards is not an error of it
-        request_preview = build.preview_of(request_body, settings.preview_bytes)
+        kept = (
+            route is not None and flow.decision != "denied"
+        ) or flow.mcp  # whole bodies go to event_body_blobs
+        request_preview = build.preview_of(
+            request_body,
+            min(settings.preview_bytes, build.KEPT_PREVIEW_BYTES) if kept else settings.preview_bytes,
+        )
         if socket is not None:
             self._ws_end(flow, socket)
         net_id = socket.net_id if socket is not None else self.ids.next("net_events")
@@ -267,7 +275,7 @@ class Recorder:
                 request=head, route=route_for(head.host), info=turn.request, summary=turn.summary,
                 started=turn.started, ended=turn.ended, status=turn.status, request_size=turn.request_bytes,
                 response_size=turn.response_bytes,
-                request_preview=build.preview_of(turn.request_body, self.settings.preview_bytes),
+                request_preview=build.preview_of(turn.request_body, build.KEPT_PREVIEW_BYTES),
                 streamed=True, first_content=turn.first_content, error=None,
                 process=self._process(head.conn), net_event_id=socket.net_id,
             )  # fmt: skip

@@ -215,6 +215,7 @@ class BodyBlob:
     """A whole decoded body of a model or MCP call: the list of its pieces."""
 
     TABLE: ClassVar[str] = "event_body_blobs"
+    id: int
     event_id: str
     owner_event_id: str
     """`event_id` of the row the body belongs to."""
@@ -229,12 +230,16 @@ class BodyBlob:
     """SHA-256 of those bytes (before scrubbing)."""
     truncated: int
     content_type: str | None
+    base_id: int | None
+    """An earlier body whose leading pieces this one starts with (None: the list is whole)."""
+    base_pieces: int
+    """How many leading pieces of `base_id`'s list come first."""
     chunks: bytes
-    """The pieces' 16-byte keys, in order."""
+    """The 16-byte keys of the pieces after those, in order."""
 
 
 Row = NetEvent | ModelCall | ToolCall | ToolResponse | McpCall | FsEvent | BodyChunk | BodyBlob
-LINKED_TABLES = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls")
+LINKED_TABLES = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls", "event_body_blobs")
 """Tables whose ids are minted by `IdMinter` (the others get SQLite's own)."""
 
 

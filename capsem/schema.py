@@ -300,6 +300,8 @@ def _session_bodies(conn: sqlite3.Connection) -> None:
             sha256 TEXT NOT NULL,
             truncated INTEGER NOT NULL DEFAULT 0,
             content_type TEXT,
+            base_id INTEGER,
+            base_pieces INTEGER NOT NULL DEFAULT 0,
             chunks BLOB NOT NULL
         );
         CREATE UNIQUE INDEX idx_event_body_blobs_owner ON event_body_blobs(source_table, row_id, direction);
