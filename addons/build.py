@@ -14,11 +14,23 @@ from datetime import UTC, datetime
 
 from addons.body import Preview
 from addons.decode import BodyDecoder
+from addons.items import Conversations, Item, output_items, surface_hash
 from addons.mcp.ledger import McpLedger
 from addons.mcp.wire import mcp_tool_name
 from addons.messages import FlowEnded, RequestHead, Route
 from addons.records import RequestInfo, ResponseSummary
-from addons.rows import IdMinter, ModelCall, NetEvent, Row, ToolCall, ToolResponse, new_event_id
+from addons.rows import (
+    IdMinter,
+    ItemContent,
+    ItemList,
+    ModelCall,
+    ModelItem,
+    NetEvent,
+    Row,
+    ToolCall,
+    ToolResponse,
+    new_event_id,
+)
 from addons.traces import TraceTracker
 from capsem.ids import rfc3339
 from capsem.redact import Scrubber, headers_json, redact_query
@@ -169,6 +181,9 @@ class CallInput:
     """Why the flow failed (connection error), None when it did not."""
     process: ProcessInfo
     net_event_id: int | None
+    items: tuple[Item, ...] = ()
+    """The request's input items (addons/items.py)."""
+    previous_response_id: str | None = None
 
 
 def estimate_missing(info: RequestInfo, summary: ResponseSummary) -> None:
@@ -185,6 +200,58 @@ def estimate_missing(info: RequestInfo, summary: ResponseSummary) -> None:
         usage.extra["estimator"] = ESTIMATOR
 
 
+def item_rows(
+    call: CallInput, row: ModelCall, summary: ResponseSummary, conversations: Conversations
+) -> list[Row]:
+    """The items of a model call: contents not stored yet, the inputs new since the previous call
+    of its conversation and the outputs (`model_items`), its whole input list (`model_item_lists`);
+    and the call's item columns set on `row`."""
+    inputs = list(call.items)
+    hashes = [i.hash for i in inputs]
+    previous = conversations.previous(hashes, call.previous_response_id)
+    seen = set(previous.hashes) if previous else set()
+    shared = 0
+    if previous is not None and call.previous_response_id is None:
+        for a, b in zip(previous.hashes, hashes, strict=False):
+            if a != b:
+                break
+            shared += 1
+    elif previous is not None:
+        shared = len(previous.hashes)  # a continuation: the earlier list, then this request's items
+    outputs = output_items(summary)
+    rows: list[Row] = []
+    for entry in (*inputs, *outputs):
+        if entry.hash not in conversations.stored:
+            conversations.stored.add(entry.hash)
+            rows.append(ItemContent(entry.hash, entry.kind, len(entry.content.encode("utf-8", "surrogatepass")),
+                                    entry.content))  # fmt: skip
+    new = 0
+    for direction, entries in (("input", inputs), ("output", outputs)):
+        for index, entry in enumerate(entries):
+            fresh = direction == "output" or entry.hash not in seen
+            if not fresh:
+                continue
+            new += direction == "input"
+            rows.append(ModelItem(
+                event_id=new_event_id(), model_call_id=row.id, timestamp=row.timestamp, provider=row.provider,
+                model=row.model, path=row.path, trace_id=row.trace_id, kind=entry.kind, direction=direction,
+                item_index=index, role=entry.role, call_id=entry.call_id, tool_name=entry.tool_name,
+                content_hash=entry.hash, new=1,
+            ))  # fmt: skip
+    continuation = call.previous_response_id is not None and previous is not None
+    own = hashes if continuation else hashes[shared:]
+    rows.append(ItemList(row.id, previous.call_id if previous and shared else None, shared if previous else 0,
+                         b"".join(bytes.fromhex(h[:32]) for h in own)))  # fmt: skip
+    system = next((i for i in inputs if i.kind == "system"), None)
+    row.system_hash, row.tools_hash = (
+        (system.hash if system else None),
+        surface_hash(inputs, "tool_definition"),
+    )
+    row.items_count, row.items_new = len(inputs), new
+    conversations.remember(row.id, hashes, summary.message_id)
+    return rows
+
+
 def model_call(
     call: CallInput,
     *,
@@ -192,9 +259,10 @@ def model_call(
     traces: TraceTracker,
     mcp: McpLedger,
     settings: CaptureSettings,
+    conversations: Conversations | None = None,
 ) -> tuple[list[Row], str]:
-    """The rows of one model call: `model_calls`, its `tool_calls` and the new `tool_responses`
-    its request carried; and its trace id."""
+    """The rows of one model call: `model_calls`, its `tool_calls`, the new `tool_responses` its
+    request carried and its conversation items; and its trace id."""
     from pricing import price_call  # genai-prices is imported lazily: ~0.7 s (loaded in the warm-up)
 
     info, summary, usage = call.info, call.summary, call.summary.usage
@@ -298,4 +366,6 @@ def model_call(
     client_calls = [(c.call_id, c.name) for c in summary.tool_calls if origin(c.call_id) != "server"]
     if ok or client_calls:
         traces.finish_call(trace, client_calls)
+    if conversations is not None:
+        rows += item_rows(call, rows[0], summary, conversations)  # type: ignore[arg-type]
     return rows, trace

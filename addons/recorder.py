@@ -16,9 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from addons import build
 from addons.bodies import BodyStore, known_pieces
 from addons.body import ResponseReader
+from addons.items import Conversations, request_items
 from addons.mcp.ledger import MCP_PREVIEW_BYTES, McpLedger
 from addons.messages import (
     Chunk,
@@ -33,7 +36,7 @@ from addons.messages import (
 from addons.providers import parser_for
 from addons.rows import IdMinter, McpCall, ModelCall, Row
 from addons.traces import TraceTracker
-from addons.websocket import Turn, WebSocketTurns, route_for
+from addons.websocket import Turn, WebSocketTurns, request_of, route_for
 from addons.writer import SessionWriter
 from capsem.settings import CaptureSettings
 
@@ -80,6 +83,8 @@ class Recorder:
             cap=build.cap_text,
         )
         self.bodies = BodyStore(writer.scrubber, self.ids, known_pieces(writer.conn))
+        self.conversations = Conversations()
+        self.conversations.stored = {r[0] for r in writer.conn.execute("SELECT hash FROM item_contents")}
         self.readers: dict[str, _Reader] = {}
         self.sockets: dict[str, _Socket] = {}
         self.processes: OrderedDict[str, ProcessInfo] = OrderedDict()
@@ -197,6 +202,7 @@ class Recorder:
         rows: list[Row] = []
         trace = socket.trace if socket is not None else None
         if route is not None and summary is not None and flow.decision != "denied":
+            request_obj = _json_object(request_body)
             call = build.CallInput(
                 request=flow.request, route=route,
                 info=parser_for(route.protocol).parse_request(request_body), summary=summary,
@@ -205,11 +211,11 @@ class Recorder:
                 request_size=flow.request_size, response_size=flow.response_size,
                 request_preview=request_preview, streamed=bool(state and state.reader.streaming and flow.streamed),
                 first_content=state.first_content if state else None, error=error, process=process,
-                net_event_id=net_id,
+                net_event_id=net_id, items=tuple(request_items(route.protocol, request_obj or b"")),
+                previous_response_id=_previous_response(request_obj),
             )  # fmt: skip
-            rows, trace = build.model_call(
-                call, ids=self.ids, traces=self.traces, mcp=self.mcp, settings=settings
-            )
+            rows, trace = build.model_call(call, ids=self.ids, traces=self.traces, mcp=self.mcp, settings=settings,
+                                           conversations=self.conversations)  # fmt: skip
         net = build.net_event(
             flow, row_id=net_id, settings=settings, scrubber=self.writer.scrubber, process=process,
             request_preview=request_preview, response_preview=response_preview, decode_error=decode_error,
@@ -271,6 +277,8 @@ class Recorder:
     def _ws_turns(self, socket: _Socket, turns: list[Turn]) -> None:
         head = socket.request
         for turn in turns:
+            obj = _json_object(turn.request_body)
+            request = request_of(obj) if obj is not None else None
             call = build.CallInput(
                 request=head, route=route_for(head.host), info=turn.request, summary=turn.summary,
                 started=turn.started, ended=turn.ended, status=turn.status, request_size=turn.request_bytes,
@@ -278,9 +286,11 @@ class Recorder:
                 request_preview=build.preview_of(turn.request_body, build.KEPT_PREVIEW_BYTES),
                 streamed=True, first_content=turn.first_content, error=None,
                 process=self._process(head.conn), net_event_id=socket.net_id,
+                items=tuple(request_items("openai_responses", request or b"")),
+                previous_response_id=_previous_response(request),
             )  # fmt: skip
             rows, socket.trace = build.model_call(call, ids=self.ids, traces=self.traces, mcp=self.mcp,
-                                                  settings=self.settings)  # fmt: skip
+                                                  settings=self.settings, conversations=self.conversations)  # fmt: skip
             self._write(rows)
             self._keep_bodies(
                 rows[0],
@@ -302,9 +312,22 @@ _HANDLERS: dict[type, Callable[[Recorder, Any], None]] = {
 }
 
 
-def _with_preview(flow: FlowEnded, preview: bytes) -> FlowEnded:
-    import msgspec
+def _json_object(body: bytes) -> dict | None:
+    """A request body as a JSON object (None when it is not one)."""
+    try:
+        obj = msgspec.json.decode(body) if body else None
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+    return obj if isinstance(obj, dict) else None
 
+
+def _previous_response(obj: dict | None) -> str | None:
+    """The `previous_response_id` a Responses request continues, if any."""
+    value = obj.get("previous_response_id") if obj else None
+    return value if isinstance(value, str) and value else None
+
+
+def _with_preview(flow: FlowEnded, preview: bytes) -> FlowEnded:
     return msgspec.structs.replace(flow, stream_preview=preview)
 
 

@@ -120,6 +120,14 @@ class ModelCall:
     price_source: str | None = None
     cost_details: str | None = None
     parse_errors: int = 0
+    system_hash: str | None = None
+    """`item_contents.hash` of the call's exact system instructions."""
+    tools_hash: str | None = None
+    """One hash of all its tool definitions (equal between calls: the same tool surface)."""
+    items_count: int | None = None
+    """Input items the request carried (system, tool definitions, messages)."""
+    items_new: int | None = None
+    """How many of them are new since the previous call of its conversation."""
 
 
 @dataclass(slots=True)
@@ -238,7 +246,67 @@ class BodyBlob:
     """The 16-byte keys of the pieces after those, in order."""
 
 
-Row = NetEvent | ModelCall | ToolCall | ToolResponse | McpCall | FsEvent | BodyChunk | BodyBlob
+@dataclass(slots=True)
+class ItemContent:
+    """The content of a conversation item, stored once per session (see addons/items.py)."""
+
+    TABLE: ClassVar[str] = "item_contents"
+    hash: str
+    kind: str
+    size: int
+    content: str
+
+
+@dataclass(slots=True)
+class ModelItem:
+    """An item of a model call: an input item new in it, or an output item."""
+
+    TABLE: ClassVar[str] = "model_items"
+    event_id: str
+    model_call_id: int
+    timestamp: str
+    provider: str
+    model: str | None
+    path: str
+    trace_id: str | None
+    kind: str
+    direction: str
+    """`input` (what the call was given) or `output` (what it gave back)."""
+    item_index: int
+    """Position among the call's input items, or among its output items."""
+    role: str | None
+    call_id: str | None
+    tool_name: str | None
+    content_hash: str
+    new: int
+    """1: not in the previous call of the conversation (always 1 for outputs)."""
+
+
+@dataclass(slots=True)
+class ItemList:
+    """A call's whole list of input items: the first `shared` items of `base_call_id`'s list, then `hashes`."""
+
+    TABLE: ClassVar[str] = "model_item_lists"
+    model_call_id: int
+    base_call_id: int | None
+    shared: int
+    hashes: bytes
+    """16-byte item hashes, in order."""
+
+
+Row = (
+    NetEvent
+    | ModelCall
+    | ToolCall
+    | ToolResponse
+    | McpCall
+    | FsEvent
+    | BodyChunk
+    | BodyBlob
+    | ItemContent
+    | ModelItem
+    | ItemList
+)
 LINKED_TABLES = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls", "event_body_blobs")
 """Tables whose ids are minted by `IdMinter` (the others get SQLite's own)."""
 

@@ -313,6 +313,59 @@ def _session_bodies(conn: sqlite3.Connection) -> None:
 SESSION_MIGRATIONS.append(("m006_bodies", _session_bodies))
 
 
+def _session_items(conn: sqlite3.Connection) -> None:
+    """Conversation items (Capsem's `model_items`, see addons/items.py): each item's content once per
+    session (`item_contents`), per call the items new in it and its outputs (`model_items`), its
+    whole list compactly (`model_item_lists`), and on `model_calls` the hashes of its exact system
+    prompt and tool surface with its item counts."""
+    _run_script(
+        conn,
+        """
+        CREATE TABLE item_contents (
+            hash TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            content TEXT NOT NULL
+        ) WITHOUT ROWID;
+        CREATE TABLE model_items (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            event_id TEXT NOT NULL,
+            model_call_id INTEGER NOT NULL,
+            timestamp TEXT NOT NULL,
+            provider TEXT NOT NULL,
+            model TEXT,
+            path TEXT NOT NULL,
+            trace_id TEXT,
+            turn_id TEXT,
+            kind TEXT NOT NULL,
+            direction TEXT NOT NULL,
+            item_index INTEGER NOT NULL,
+            role TEXT,
+            call_id TEXT,
+            tool_name TEXT,
+            content_hash TEXT NOT NULL,
+            new INTEGER NOT NULL DEFAULT 1
+        );
+        CREATE INDEX idx_model_items_call ON model_items(model_call_id, direction, item_index);
+        CREATE INDEX idx_model_items_trace_id ON model_items(trace_id);
+        CREATE INDEX idx_model_items_call_id ON model_items(call_id);
+        CREATE TABLE model_item_lists (
+            model_call_id INTEGER PRIMARY KEY,
+            base_call_id INTEGER,
+            shared INTEGER NOT NULL DEFAULT 0,
+            hashes BLOB NOT NULL
+        );
+        ALTER TABLE model_calls ADD COLUMN system_hash TEXT;
+        ALTER TABLE model_calls ADD COLUMN tools_hash TEXT;
+        ALTER TABLE model_calls ADD COLUMN items_count INTEGER;
+        ALTER TABLE model_calls ADD COLUMN items_new INTEGER
+        """,
+    )
+
+
+SESSION_MIGRATIONS.append(("m007_items", _session_items))
+
+
 def _main_v1(conn: sqlite3.Connection) -> None:
     _run_script(
         conn,
