@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from addons import breakdown
 from addons.body import Preview
 from addons.decode import BodyDecoder
 from addons.items import Conversations, Item, output_items, surface_hash
@@ -21,6 +22,7 @@ from addons.messages import FlowEnded, RequestHead, Route
 from addons.records import RequestInfo, ResponseSummary
 from addons.rows import (
     IdMinter,
+    InputPart,
     ItemContent,
     ItemList,
     ModelCall,
@@ -249,7 +251,34 @@ def item_rows(
     )
     row.items_count, row.items_new = len(inputs), new
     conversations.remember(row.id, hashes, summary.message_id)
+    rows += input_parts(row, [(i, i.hash not in seen) for i in inputs], summary, conversations)
     return rows
+
+
+def input_parts(
+    row: ModelCall, items: list[tuple[Item, bool]], summary: ResponseSummary, conversations: Conversations
+) -> list[Row]:
+    """Where the call's input tokens went, when the provider reported them (addons/breakdown.py)."""
+    usage = summary.usage
+    if not items or not usage.input_tokens or "input_tokens" in usage.estimated:
+        return []
+
+    def count(entry: Item) -> int:
+        n = conversations.tokens.get(entry.hash)
+        if n is None:
+            n = conversations.tokens[entry.hash] = count_tokens(entry.content)
+        return n
+
+    key = (row.provider, row.model)
+    if key not in conversations.rates:
+        conversations.rates[key] = breakdown.rates(row.provider, row.model)
+    tokens = breakdown.scale(breakdown.estimate(items, count), usage.input_tokens)
+    parts = breakdown.split(tokens, usage.cache_read or 0, usage.cache_write or 0, conversations.rates[key])
+    return [
+        InputPart(new_event_id(), row.id, p.name, p.tokens, p.cache_read, p.cache_write, p.cost_usd)
+        for p in parts
+        if p.tokens
+    ]
 
 
 def model_call(

@@ -286,6 +286,10 @@ class Conversations:
         self._by_response: dict[str, _Previous] = {}
         self.stored: set[str] = set()
         """Hashes of the item contents already stored in this session."""
+        self.tokens: dict[str, int] = {}
+        """Tokenizer count of each item content seen (items repeat every turn: counted once)."""
+        self.rates: dict[tuple[str, str | None], tuple[float, float, float] | None] = {}
+        """Input token rates per (provider, model)."""
 
     def previous(self, hashes: list[str], previous_response_id: str | None = None) -> _Previous | None:
         if previous_response_id and previous_response_id in self._by_response:

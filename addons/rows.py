@@ -294,6 +294,21 @@ class ItemList:
     """16-byte item hashes, in order."""
 
 
+@dataclass(slots=True)
+class InputPart:
+    """One source of a call's input tokens (see addons/breakdown.py): estimated, scaled to the total."""
+
+    TABLE: ClassVar[str] = "input_breakdown"
+    event_id: str
+    model_call_id: int
+    part: str
+    tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    cost_usd: float | None
+    estimated: int = 1
+
+
 Row = (
     NetEvent
     | ModelCall
@@ -306,6 +321,7 @@ Row = (
     | ItemContent
     | ModelItem
     | ItemList
+    | InputPart
 )
 LINKED_TABLES = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls", "event_body_blobs")
 """Tables whose ids are minted by `IdMinter` (the others get SQLite's own)."""

@@ -366,6 +366,32 @@ def _session_items(conn: sqlite3.Connection) -> None:
 SESSION_MIGRATIONS.append(("m007_items", _session_items))
 
 
+def _session_input_breakdown(conn: sqlite3.Connection) -> None:
+    """Where each call's input tokens went (addons/breakdown.py): per part (tool definitions, MCP
+    tool definitions, system, history, tool results, new input) its tokens (tokenizer estimates
+    scaled to add up exactly to `model_calls.input_tokens`), the cached ones, and its cost."""
+    _run_script(
+        conn,
+        """
+        CREATE TABLE input_breakdown (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            event_id TEXT NOT NULL,
+            model_call_id INTEGER NOT NULL,
+            part TEXT NOT NULL,
+            tokens INTEGER NOT NULL,
+            cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+            cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+            cost_usd REAL,
+            estimated INTEGER NOT NULL DEFAULT 1
+        );
+        CREATE INDEX idx_input_breakdown_call ON input_breakdown(model_call_id)
+        """,
+    )
+
+
+SESSION_MIGRATIONS.append(("m008_input_breakdown", _session_input_breakdown))
+
+
 def _main_v1(conn: sqlite3.Connection) -> None:
     _run_script(
         conn,
