@@ -32,6 +32,8 @@ class CallBodies:
     call: dict
     request: StoredBody | None
     response: StoredBody | None
+    inputs: list[dict]
+    """Where its input tokens went (`input_breakdown` rows), estimated."""
 
 
 def call_bodies(session_id: str, call_id: int) -> CallBodies:
@@ -59,7 +61,13 @@ def call_bodies(session_id: str, call_id: int) -> CallBodies:
                 if found
                 else None
             )
-    return CallBodies(dict(row), bodies["request"], bodies["response"])
+        inputs = (
+            [dict(r) for r in conn.execute("SELECT part, tokens, cache_read_tokens, cache_write_tokens, cost_usd FROM "
+                                           "input_breakdown WHERE model_call_id = ? ORDER BY id", (call_id,))]
+            if "input_breakdown" in tables
+            else []
+        )  # fmt: skip
+    return CallBodies(dict(row), bodies["request"], bodies["response"], inputs)
 
 
 def render(body: StoredBody) -> str:

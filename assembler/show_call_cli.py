@@ -48,6 +48,14 @@ def show_call(call_id: int, session_id: str | None, which: str | None, raw: bool
     click.echo(
         f"model call {call_id}: {call['provider']} {call['model'] or '?'}, status {call['status_code']}"
     )
+    if bodies.inputs and which is None:
+        total = sum(p["tokens"] for p in bodies.inputs) or 1
+        click.echo(f"input tokens by source (estimated, scaled to the reported {call['input_tokens']:,}):")
+        for p in bodies.inputs:
+            cost = "" if p["cost_usd"] is None else f"  ${p['cost_usd']:.5f}"
+            cached = f"  ({p['cache_read_tokens']:,} cached)" if p["cache_read_tokens"] else ""
+            name = p["part"].replace("_", " ")
+            click.echo(f"  {name:22} {p['tokens']:>9,}  {p['tokens'] / total:>4.0%}{cost}{cached}")
     for body in chosen:
         cut = ", truncated" if body.truncated else ""
         click.secho(f"\n── {body.direction} ({body.size:,} bytes{cut}) ──", bold=True)
