@@ -9,13 +9,14 @@ tracker (which tool calls are pending) and the MCP ledger (which MCP calls ran w
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from addons import breakdown
 from addons.body import Preview
 from addons.decode import BodyDecoder
-from addons.items import Conversations, Item, output_items, surface_hash
+from addons.items import SUBAGENT_TOOLS, Conversations, Item, Spawn, new_turn, output_items, surface_hash
 from addons.mcp.ledger import McpLedger
 from addons.mcp.wire import mcp_tool_name
 from addons.messages import FlowEnded, RequestHead, Route
@@ -221,6 +222,18 @@ def item_rows(
     elif previous is not None:
         shared = len(previous.hashes)  # a continuation: the earlier list, then this request's items
     outputs = output_items(summary)
+    fresh_inputs = [i.hash not in seen for i in inputs]
+    parent = None
+    if previous is None:
+        spawn = conversations.spawned_by(inputs)
+        parent = spawn.tool_call_id if spawn else None
+        row.turn_id = spawn.turn_id if spawn else uuid.uuid4().hex[:16]
+    else:
+        parent = previous.parent
+        row.turn_id = (
+            uuid.uuid4().hex[:16] if new_turn(inputs, fresh_inputs) and parent is None else previous.turn_id
+        )
+    row.parent_tool_call_id = parent
     rows: list[Row] = []
     for entry in (*inputs, *outputs):
         if entry.hash not in conversations.stored:
@@ -236,7 +249,8 @@ def item_rows(
             new += direction == "input"
             rows.append(ModelItem(
                 event_id=new_event_id(), model_call_id=row.id, timestamp=row.timestamp, provider=row.provider,
-                model=row.model, path=row.path, trace_id=row.trace_id, kind=entry.kind, direction=direction,
+                model=row.model, path=row.path, trace_id=row.trace_id, turn_id=row.turn_id, kind=entry.kind,
+                direction=direction,
                 item_index=index, role=entry.role, call_id=entry.call_id, tool_name=entry.tool_name,
                 content_hash=entry.hash, new=1,
             ))  # fmt: skip
@@ -250,7 +264,7 @@ def item_rows(
         surface_hash(inputs, "tool_definition"),
     )
     row.items_count, row.items_new = len(inputs), new
-    conversations.remember(row.id, hashes, summary.message_id)
+    conversations.remember(row.id, hashes, summary.message_id, row.turn_id, parent)
     rows += input_parts(row, [(i, i.hash not in seen) for i in inputs], summary, conversations)
     return rows
 
@@ -314,6 +328,7 @@ def model_call(
     limit = settings.content_max_bytes
     ts = rfc3339(call.started)
     call_row_id = ids.next("model_calls")
+    spawns: list[tuple[int, str]] = []
     rows: list[Row] = [
         ModelCall(
             id=call_row_id,
@@ -392,9 +407,24 @@ def model_call(
         if kind != "server":
             mcp.model_tool_call(row, tool.arguments, call.started)
         rows.append(row)
+        if conversations is not None and tool.name in SUBAGENT_TOOLS:
+            prompt = _prompt_of(tool.arguments)
+            if prompt:
+                spawns.append((row.id, prompt))
     client_calls = [(c.call_id, c.name) for c in summary.tool_calls if origin(c.call_id) != "server"]
     if ok or client_calls:
         traces.finish_call(trace, client_calls)
     if conversations is not None:
         rows += item_rows(call, rows[0], summary, conversations)  # type: ignore[arg-type]
+        turn = rows[0].turn_id  # type: ignore[union-attr]
+        conversations.spawns.extend(Spawn(tool_id, prompt, turn) for tool_id, prompt in spawns)  # type: ignore[arg-type]
     return rows, trace
+
+
+def _prompt_of(arguments: str) -> str | None:
+    """The `prompt` argument of a subagent tool call (its subagent's first user message)."""
+    try:
+        value = json.loads(arguments).get("prompt")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and value.strip() else None

@@ -272,10 +272,39 @@ def surface_hash(items: list[Item], kind: str) -> str | None:
 
 
 class _Previous:
-    __slots__ = ("call_id", "hashes")
+    __slots__ = ("call_id", "hashes", "parent", "turn_id")
 
-    def __init__(self, call_id: int, hashes: list[str]) -> None:
-        self.call_id, self.hashes = call_id, hashes
+    def __init__(self, call_id: int, hashes: list[str], turn_id: str, parent: int | None) -> None:
+        self.call_id, self.hashes, self.turn_id, self.parent = call_id, hashes, turn_id, parent
+
+
+SUBAGENT_TOOLS = ("Task", "Agent")
+"""Tools that start a subagent (Claude Code): its first user message is the tool's `prompt`."""
+
+
+@dataclass(slots=True)
+class Spawn:
+    """A subagent tool call waiting for its subagent's first request."""
+
+    tool_call_id: int
+    prompt: str
+    turn_id: str
+
+
+def new_turn(items: list[Item], new: list[bool]) -> bool:
+    """A request starts a turn when its newest new item is a user's message (not a tool result)."""
+    for entry, fresh in zip(reversed(items), reversed(new), strict=True):
+        if not fresh:
+            return False
+        if entry.kind in ("message", "tool_result"):
+            return entry.kind == "message" and entry.role in ("user", None)
+    return False
+
+
+def first_user_text(items: list[Item]) -> str:
+    """The text of the first user message (where a subagent's task is written)."""
+    entry = next((i for i in items if i.kind == "message" and i.role in ("user", None)), None)
+    return entry.content if entry is not None else ""
 
 
 class Conversations:
@@ -290,6 +319,8 @@ class Conversations:
         """Tokenizer count of each item content seen (items repeat every turn: counted once)."""
         self.rates: dict[tuple[str, str | None], tuple[float, float, float] | None] = {}
         """Input token rates per (provider, model)."""
+        self.spawns: deque[Spawn] = deque(maxlen=64)
+        """Subagent tool calls whose subagent has not made its first request yet."""
 
     def previous(self, hashes: list[str], previous_response_id: str | None = None) -> _Previous | None:
         if previous_response_id and previous_response_id in self._by_response:
@@ -305,8 +336,19 @@ class Conversations:
                 best, shared = candidate, n
         return best
 
-    def remember(self, call_id: int, hashes: list[str], message_id: str | None) -> None:
-        entry = _Previous(call_id, hashes)
+    def spawned_by(self, items: list[Item]) -> Spawn | None:
+        """The subagent tool call whose prompt opens this new conversation, if any (taken once)."""
+        text = first_user_text(items)
+        for spawn in reversed(self.spawns):
+            escaped = _ENCODE.encode(spawn.prompt).decode("utf-8", "replace")[1:-1]  # as it sits in item JSON
+            if spawn.prompt and (spawn.prompt in text or escaped in text):
+                self.spawns.remove(spawn)
+                return spawn
+        return None
+
+    def remember(self, call_id: int, hashes: list[str], message_id: str | None, turn_id: str,
+                 parent: int | None = None) -> None:  # fmt: skip
+        entry = _Previous(call_id, hashes, turn_id, parent)
         self._recent.append(entry)
         if message_id:
             self._by_response[message_id] = entry

@@ -128,6 +128,10 @@ class ModelCall:
     """Input items the request carried (system, tool definitions, messages)."""
     items_new: int | None = None
     """How many of them are new since the previous call of its conversation."""
+    turn_id: str | None = None
+    """The turn: one user-visible input and every call and tool result needed to answer it."""
+    parent_tool_call_id: int | None = None
+    """For a subagent's calls: the parent's tool call (Task/Agent) that started the subagent."""
 
 
 @dataclass(slots=True)
@@ -269,6 +273,7 @@ class ModelItem:
     model: str | None
     path: str
     trace_id: str | None
+    turn_id: str | None
     kind: str
     direction: str
     """`input` (what the call was given) or `output` (what it gave back)."""

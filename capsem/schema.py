@@ -392,6 +392,25 @@ def _session_input_breakdown(conn: sqlite3.Connection) -> None:
 SESSION_MIGRATIONS.append(("m008_input_breakdown", _session_input_breakdown))
 
 
+def _session_turns(conn: sqlite3.Connection) -> None:
+    """Capsem's identity model beside `trace_id`: `turn_id` (one user-visible input and every call
+    needed to answer it) and, for a subagent's calls, the parent's tool call that started it, so a
+    session reads as a tree."""
+    _run_script(
+        conn,
+        """
+        ALTER TABLE model_calls ADD COLUMN turn_id TEXT;
+        ALTER TABLE model_calls ADD COLUMN parent_tool_call_id INTEGER;
+        CREATE INDEX idx_model_calls_turn_id ON model_calls(turn_id);
+        CREATE INDEX idx_model_calls_parent ON model_calls(parent_tool_call_id);
+        CREATE INDEX idx_model_items_turn_id ON model_items(turn_id)
+        """,
+    )
+
+
+SESSION_MIGRATIONS.append(("m009_turns", _session_turns))
+
+
 def _main_v1(conn: sqlite3.Connection) -> None:
     _run_script(
         conn,
