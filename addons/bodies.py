@@ -14,8 +14,9 @@ A turn therefore costs about what is new in it, and reading any body back follow
 `MAX_DEPTH` lists and one query for its pieces, however long the session.
 
 Concatenating the pieces gives the decoded body exactly, except the spans the scrubber replaced
-(a piece is scrubbed before it is stored; a secret, always inside a JSON string, never spans
-two pieces). Bodies are kept up to `capture.max_body_bytes`; beyond, `truncated = 1`.
+(a request's piece is scrubbed before it is stored: a secret, always inside a JSON string, never
+spans two; a response is scrubbed whole before it is cut). Bodies are kept up to
+`capture.max_body_bytes`; beyond, `truncated = 1`.
 """
 
 from __future__ import annotations
@@ -87,19 +88,28 @@ class BodyStore:
 
     def keep(self, body: bytes, *, owner: str, source_table: str, row_id: int | None, direction: str,
              truncated: bool = False, content_type: str | None = None) -> list[BodyChunk | BodyBlob]:  # fmt: skip
-        """The rows that store `body` (decoded) as belonging to row `owner` (its event_id)."""
+        """The rows that store `body` (decoded) as belonging to row `owner` (its event_id).
+
+        Requests are cut where JSON objects start and stored piece by piece (history repeats);
+        responses are new every time: scrubbed whole, then cut every `MAX_PIECE` bytes.
+        """
         rows: list[BodyChunk | BodyBlob] = []
         keys: list[bytes] = []
-        whole = hashlib.sha256()
-        for piece in pieces(body):
+        if direction == "request":
+            cut = [(p, None) for p in pieces(body)]
+        else:
+            text = self.scrubber.scrub(body.decode("utf-8", "surrogateescape")) or ""
+            scrubbed = text.encode("utf-8", "surrogateescape")
+            cut = [(p, p) for p in (scrubbed[i : i + MAX_PIECE] for i in range(0, len(scrubbed), MAX_PIECE))]
+        for piece, stored in cut:
             key = hashlib.sha256(piece).digest()[:_DIGEST]
             keys.append(key)
             if key not in self.known:
-                text = piece.decode("utf-8", "surrogateescape")
-                stored = (self.scrubber.scrub(text) or "").encode("utf-8", "surrogateescape")
+                if stored is None:
+                    text = piece.decode("utf-8", "surrogateescape")
+                    stored = (self.scrubber.scrub(text) or "").encode("utf-8", "surrogateescape")
                 rows.append(BodyChunk(key, len(stored), self._zstd.compress(stored)))
                 self.known.add(key)
-            whole.update(piece)
         recent = self._recent.setdefault(f"{source_table}/{direction}", deque(maxlen=_RECENT))
         base, shared = max(((r, _common(r.keys, keys)) for r in recent if r.depth < MAX_DEPTH),
                            key=lambda pair: pair[1], default=(None, 0))  # fmt: skip
@@ -109,7 +119,7 @@ class BodyStore:
         rows.append(
             BodyBlob(
                 id=blob_id, event_id=new_event_id(), owner_event_id=owner, source_table=source_table, row_id=row_id,
-                direction=direction, size=len(body), sha256=whole.hexdigest(), truncated=int(truncated),
+                direction=direction, size=len(body), sha256=hashlib.sha256(body).hexdigest(), truncated=int(truncated),
                 content_type=content_type, base_id=base.id if base else None, base_pieces=shared,
                 chunks=b"".join(keys[shared:]),
             )
