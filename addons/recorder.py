@@ -43,7 +43,7 @@ from capsem.settings import CaptureSettings
 logger = logging.getLogger(__name__)
 
 ProcessInfo = tuple[str | None, int | None]
-Resolver = Callable[[tuple[str, int] | None], ProcessInfo]
+Resolver = Callable[[tuple[str, int] | None, tuple[str, int] | None], ProcessInfo]
 _MAX_CONNECTIONS = 10_000
 
 
@@ -118,7 +118,7 @@ class Recorder:
     def _client_connected(self, msg: ClientConnected) -> None:
         if self.resolver is None:
             return
-        self.processes[msg.conn] = self.resolver(msg.peer)
+        self.processes[msg.conn] = self.resolver(msg.peer, msg.server)
         while len(self.processes) > _MAX_CONNECTIONS:
             self.processes.popitem(last=False)
 
