@@ -166,6 +166,8 @@ class CallInput:
     """Why the flow failed (connection error), None when it did not."""
     process: ProcessInfo
     net_event_id: int | None
+    websocket: bool = False
+    """A turn on a WebSocket (`request` is its upgrade)."""
 
 
 def estimate_missing(info: RequestInfo, summary: ResponseSummary) -> None:
@@ -272,6 +274,8 @@ def model_call(
                 content_bytes=len(result.content.encode("utf-8", "surrogatepass")),
             )
         )
+    # how the response carried its tool calls, in Capsem's words (tool_calls.transport)
+    transport = "websocket" if call.websocket else "sse" if streamed else "http"
     for tool in summary.tool_calls:
         kind = origin(tool.call_id, tool.name)
         row = ToolCall(
@@ -286,6 +290,8 @@ def model_call(
             timestamp=ts,
             trace_id=trace,
             complete=int(tool.complete),
+            provider=call.route.provider,
+            transport=transport,
         )
         if kind != "server":
             mcp.model_tool_call(row, tool.arguments, call.started)

@@ -247,7 +247,7 @@ class Recorder:
                 response_size=turn.response_bytes,
                 request_preview=build.preview_of(turn.request_body, self.settings.preview_bytes),
                 streamed=True, first_content=turn.first_content, error=None,
-                process=self._process(head.conn), net_event_id=socket.net_id,
+                process=self._process(head.conn), net_event_id=socket.net_id, websocket=True,
             )  # fmt: skip
             rows, socket.trace = build.model_call(call, ids=self.ids, traces=self.traces, mcp=self.mcp,
                                                   settings=self.settings)  # fmt: skip
