@@ -329,6 +329,20 @@ def _print_inspection(result: Inspection) -> None:
             table.add_row(escape(r["server_name"]), escape(r["tool_name"] or ""), escape(r["decision"]),
                           str(r["calls"]), str(r["avg_ms"]), f"{r['bytes']:,}")  # fmt: skip
         console.print(table)
+    if result.inputs:
+        top = result.inputs[0]
+        if top["cost_share"] is not None:
+            console.print(f"{top['part'].replace('_', ' ')} were {top['cost_share']:.0%} of this session's input cost "
+                          "(estimated split of the reported input tokens)")  # fmt: skip
+        table = Table(title="Input by source", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        for col in ("part", "tokens", "share", "cached", "cost", "cost share"):
+            table.add_column(col, justify="left" if col == "part" else "right")
+        for r in result.inputs:
+            cost = "–" if r["cost_usd"] is None else f"${r['cost_usd']:.4f}"
+            share = "–" if r["cost_share"] is None else f"{r['cost_share']:.0%}"
+            table.add_row(r["part"].replace("_", " "), f"{r['tokens']:,}", f"{r['token_share']:.0%}",
+                          f"{r['cache_read']:,}", cost, share)  # fmt: skip
+        console.print(table)
     if result.tools:
         table = Table(title="Tool usage", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
         for col in ("tool", "origin", "calls", "results", "errors"):
@@ -559,6 +573,10 @@ cli.add_command(bundle)
 from assembler.config_cli import config  # noqa: E402  (after `cli`, like bundle)
 
 cli.add_command(config)
+
+from assembler.show_call_cli import show_call  # noqa: E402
+
+cli.add_command(show_call)
 
 
 def main() -> None:

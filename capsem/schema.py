@@ -335,6 +335,122 @@ def _session_capsem_columns(conn: sqlite3.Connection) -> None:
 SESSION_MIGRATIONS.append(("m005_capsem_columns", _session_capsem_columns))
 
 
+def _session_bodies(conn: sqlite3.Connection) -> None:
+    """The complete record: every model and MCP call's whole decoded request and response body,
+    cut into pieces stored once per session (`body_chunks`, zstd) and listed per body
+    (`event_body_blobs`, Capsem's name), so a conversation that resends its history grows
+    linearly. See addons/bodies.py."""
+    _run_script(
+        conn,
+        """
+        CREATE TABLE body_chunks (
+            hash BLOB PRIMARY KEY,
+            size INTEGER NOT NULL,
+            data BLOB NOT NULL
+        ) WITHOUT ROWID;
+        CREATE TABLE event_body_blobs (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            event_id TEXT NOT NULL,
+            owner_event_id TEXT NOT NULL,
+            source_table TEXT NOT NULL,
+            row_id INTEGER,
+            direction TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            sha256 TEXT NOT NULL,
+            truncated INTEGER NOT NULL DEFAULT 0,
+            content_type TEXT,
+            base_id INTEGER,
+            base_pieces INTEGER NOT NULL DEFAULT 0,
+            chunks BLOB NOT NULL
+        );
+        CREATE UNIQUE INDEX idx_event_body_blobs_owner ON event_body_blobs(source_table, row_id, direction);
+        CREATE INDEX idx_event_body_blobs_event_id ON event_body_blobs(owner_event_id)
+        """,
+    )
+
+
+SESSION_MIGRATIONS.append(("m006_bodies", _session_bodies))
+
+
+def _session_items(conn: sqlite3.Connection) -> None:
+    """Conversation items (Capsem's `model_items`, see addons/items.py): each item's content once per
+    session (`item_contents`), per call the items new in it and its outputs (`model_items`), its
+    whole list compactly (`model_item_lists`), and on `model_calls` the hashes of its exact system
+    prompt and tool surface with its item counts."""
+    _run_script(
+        conn,
+        """
+        CREATE TABLE item_contents (
+            hash TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            content TEXT NOT NULL
+        ) WITHOUT ROWID;
+        CREATE TABLE model_items (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            event_id TEXT NOT NULL,
+            model_call_id INTEGER NOT NULL,
+            timestamp TEXT NOT NULL,
+            provider TEXT NOT NULL,
+            model TEXT,
+            path TEXT NOT NULL,
+            trace_id TEXT,
+            turn_id TEXT,
+            kind TEXT NOT NULL,
+            direction TEXT NOT NULL,
+            item_index INTEGER NOT NULL,
+            role TEXT,
+            call_id TEXT,
+            tool_name TEXT,
+            content_hash TEXT NOT NULL,
+            new INTEGER NOT NULL DEFAULT 1
+        );
+        CREATE INDEX idx_model_items_call ON model_items(model_call_id, direction, item_index);
+        CREATE INDEX idx_model_items_trace_id ON model_items(trace_id);
+        CREATE INDEX idx_model_items_call_id ON model_items(call_id);
+        CREATE TABLE model_item_lists (
+            model_call_id INTEGER PRIMARY KEY,
+            base_call_id INTEGER,
+            shared INTEGER NOT NULL DEFAULT 0,
+            hashes BLOB NOT NULL
+        );
+        ALTER TABLE model_calls ADD COLUMN system_hash TEXT;
+        ALTER TABLE model_calls ADD COLUMN tools_hash TEXT;
+        ALTER TABLE model_calls ADD COLUMN items_count INTEGER;
+        ALTER TABLE model_calls ADD COLUMN items_new INTEGER
+        """,
+    )
+
+
+SESSION_MIGRATIONS.append(("m007_items", _session_items))
+
+
+def _session_input_breakdown(conn: sqlite3.Connection) -> None:
+    """Where each call's input tokens went (addons/breakdown.py): per part (tool definitions, MCP
+    tool definitions, system, history, tool results, new input) its tokens (tokenizer estimates
+    scaled to add up exactly to `model_calls.input_tokens`), the cached ones, and its cost."""
+    _run_script(
+        conn,
+        """
+        CREATE TABLE input_breakdown (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            event_id TEXT NOT NULL,
+            model_call_id INTEGER NOT NULL,
+            part TEXT NOT NULL,
+            tokens INTEGER NOT NULL,
+            cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+            cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+            cost_usd REAL,
+            estimated INTEGER NOT NULL DEFAULT 1
+        );
+        CREATE INDEX idx_input_breakdown_call ON input_breakdown(model_call_id)
+        """,
+    )
+
+
+SESSION_MIGRATIONS.append(("m008_input_breakdown", _session_input_breakdown))
+
+
 def _main_v1(conn: sqlite3.Connection) -> None:
     _run_script(
         conn,
