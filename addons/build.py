@@ -187,6 +187,8 @@ class CallInput:
     items: tuple[Item, ...] = ()
     """The request's input items (addons/items.py)."""
     previous_response_id: str | None = None
+    websocket: bool = False
+    """A turn on a WebSocket (`request` is its upgrade)."""
 
 
 def estimate_missing(info: RequestInfo, summary: ResponseSummary) -> None:
@@ -389,6 +391,8 @@ def model_call(
                 content_bytes=len(result.content.encode("utf-8", "surrogatepass")),
             )
         )
+    # how the response carried its tool calls, in Capsem's words (tool_calls.transport)
+    transport = "websocket" if call.websocket else "sse" if streamed else "http"
     for tool in summary.tool_calls:
         kind = origin(tool.call_id, tool.name)
         row = ToolCall(
@@ -403,6 +407,8 @@ def model_call(
             timestamp=ts,
             trace_id=trace,
             complete=int(tool.complete),
+            provider=call.route.provider,
+            transport=transport,
         )
         if kind != "server":
             mcp.model_tool_call(row, tool.arguments, call.started)

@@ -287,7 +287,7 @@ class Recorder:
                 streamed=True, first_content=turn.first_content, error=None,
                 process=self._process(head.conn), net_event_id=socket.net_id,
                 items=tuple(request_items("openai_responses", request or b"")),
-                previous_response_id=_previous_response(request),
+                previous_response_id=_previous_response(request), websocket=True,
             )  # fmt: skip
             rows, socket.trace = build.model_call(call, ids=self.ids, traces=self.traces, mcp=self.mcp,
                                                   settings=self.settings, conversations=self.conversations)  # fmt: skip

@@ -149,6 +149,15 @@ class ToolCall:
     trace_id: str | None
     complete: int = 1
     mcp_call_id: int | None = None
+    provider: str | None = None
+    transport: str = "unknown"
+    """`sse` (a streamed response), `websocket` or `http` (Capsem's words; m005 says more)."""
+    status: str = "observed"
+    """`observed`; a trigger sets `responded` or `error` when its result is recorded."""
+    decision: str = "allowed"
+    """The policy's verdict on the MCP call that ran it (`allowed`, `warned`, `denied`)."""
+    server_name: str | None = None
+    """The MCP server that ran it. (`duration_ms` is only ever set by a trigger.)"""
 
 
 @dataclass(slots=True)

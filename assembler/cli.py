@@ -435,7 +435,7 @@ def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
 @cli.command("update-prices")
 @click.option("--from", "source", metavar="FILE|URL",
               help="A genai-prices data.json: a file, or an http(s) URL to download. "
-                   "Without it, the table bundled with the installed genai-prices is restored.")  # fmt: skip
+                   "Without it, the default table (config/genai-prices.json) is restored.")  # fmt: skip
 @dry_run_option
 @json_option
 def update_prices_cmd(source, dry_run, as_json) -> None:
@@ -449,7 +449,7 @@ def update_prices_cmd(source, dry_run, as_json) -> None:
     Examples:
         capsem update-prices --from ./data.json --dry-run
         capsem update-prices --from https://raw.githubusercontent.com/pydantic/genai-prices/main/prices/data.json
-        capsem update-prices            # back to the bundled genai-prices table
+        capsem update-prices            # back to the default table, config/genai-prices.json
     """
     from assembler.prices import update_prices
 
@@ -482,7 +482,7 @@ def update_prices_cmd(source, dry_run, as_json) -> None:
         click.echo("dry run: nothing installed")
     elif update.installed:
         click.echo(
-            f"installed: {update.target}" if source else f"removed {update.target}; using the bundled table"
+            f"installed: {update.target}" if source else f"removed {update.target}; using the default table"
         )
 
 

@@ -276,6 +276,65 @@ def _session_event_ids(conn: sqlite3.Connection) -> None:
 SESSION_MIGRATIONS.append(("m004_event_ids", _session_event_ids))
 
 
+def _session_capsem_columns(conn: sqlite3.Connection) -> None:
+    """Columns of Capsem's current `tool_calls` that mean something here, so Capsem's own tools
+    (its `scripts/check_session.py`) run on our session.db. Rows stay insert-only: a value known
+    only later is set by a trigger inside the later insert. Rows written before this migration
+    keep the defaults.
+
+    - `provider`: the provider of the model call that asked for the tool (`model_calls.provider`).
+    - `transport`: how that call's response carried the tool call, in Capsem's words: `sse` for
+      any streamed response (SSE, Bedrock's event stream, NDJSON), `websocket` for a turn on a
+      WebSocket (OpenAI Responses), `http` for a whole body.
+    - `status`: `observed` when the model asked for it; `responded` or `error` (the result's
+      `is_error`) once the agent sent its result, set by the insert of that `tool_responses` row.
+    - `decision`: the policy's verdict on the MCP `tools/call` that ran it (`allowed`, `warned`,
+      `denied`; see `policy:`); `allowed` for a tool no policy sees (the agent ran it itself).
+      Set when the tool call is built after its MCP call, else by the MCP call's insert.
+    - `duration_ms`: how long the agent took to run it: from the end of the model response that
+      asked for it to the start of the request that carried its result (the time `tool_usage`
+      sums in main.db); NULL until that result is recorded.
+    - `server_name`: the MCP server that ran it (`mcp_calls.server_name`), NULL when none did.
+    """
+    _run_script(
+        conn,
+        """
+        ALTER TABLE tool_calls ADD COLUMN provider TEXT;
+        ALTER TABLE tool_calls ADD COLUMN transport TEXT NOT NULL DEFAULT 'unknown';
+        ALTER TABLE tool_calls ADD COLUMN status TEXT NOT NULL DEFAULT 'observed';
+        ALTER TABLE tool_calls ADD COLUMN decision TEXT NOT NULL DEFAULT 'allowed';
+        ALTER TABLE tool_calls ADD COLUMN duration_ms INTEGER;
+        ALTER TABLE tool_calls ADD COLUMN server_name TEXT
+        """,
+    )
+    conn.execute(
+        """CREATE TRIGGER tool_responses_finish_tool_call AFTER INSERT ON tool_responses
+           BEGIN
+               UPDATE tool_calls SET
+                   status = CASE WHEN NEW.is_error THEN 'error' ELSE 'responded' END,
+                   duration_ms = (
+                       SELECT MAX(0, CAST(ROUND((julianday(NEW.timestamp) - julianday(m.timestamp)) * 86400000.0
+                                                - COALESCE(m.duration_ms, 0)) AS INTEGER))
+                       FROM model_calls m WHERE m.id = tool_calls.model_call_id)
+               WHERE id = (SELECT MAX(id) FROM tool_calls
+                           WHERE call_id = NEW.call_id AND model_call_id < NEW.model_call_id)
+                 AND status = 'observed';
+           END"""
+    )
+    conn.execute(
+        """CREATE TRIGGER mcp_calls_tool_call_decision AFTER INSERT ON mcp_calls
+           WHEN NEW.tool_call_id IS NOT NULL
+           BEGIN
+               UPDATE tool_calls SET server_name = NEW.server_name,
+                   decision = CASE WHEN NEW.decision IN ('warned', 'denied') THEN NEW.decision ELSE 'allowed' END
+               WHERE id = NEW.tool_call_id;
+           END"""
+    )
+
+
+SESSION_MIGRATIONS.append(("m005_capsem_columns", _session_capsem_columns))
+
+
 def _session_bodies(conn: sqlite3.Connection) -> None:
     """The complete record: every model and MCP call's whole decoded request and response body,
     cut into pieces stored once per session (`body_chunks`, zstd) and listed per body

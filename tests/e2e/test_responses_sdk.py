@@ -243,6 +243,10 @@ def test_websocket_two_turns(proxy, emu, capsem_home):
     )
     assert responses == [{"model_call_id": calls[1]["id"], "call_id": c["call_id"], "content_preview": f"out {i}",
                           "tool_name": c["name"]} for i, c in enumerate(fcs)]  # fmt: skip
+    first_tools = rows(db, "SELECT transport, status, duration_ms FROM tool_calls WHERE model_call_id = ?",
+                       (calls[0]["id"],))  # fmt: skip
+    assert len(first_tools) == len(fcs) and all(t["transport"] == "websocket" and t["status"] == "responded"
+                                                and t["duration_ms"] >= 0 for t in first_tools)  # fmt: skip
     net = rows(db, "SELECT id, conn_type, status_code, path, method FROM net_events ORDER BY id")
     assert [(n["conn_type"], n["status_code"], n["path"], n["method"]) for n in net] == [
         ("wss", 101, "/v1/responses", "GET")] * 2  # fmt: skip
