@@ -48,7 +48,7 @@ class Turn:
     response_bytes: int = 0
     status: int = 200
     response_body: bytes = b""
-    """The server's messages of the turn, as they crossed the proxy, one per line."""
+    """The payloads of the server's messages of the turn, as they crossed the proxy, one after the other."""
 
 
 def request_of(obj: dict[str, Any]) -> dict[str, Any]:
@@ -145,7 +145,7 @@ class WebSocketTurns:
             request_bytes=turn.request_bytes,
             response_bytes=turn.response_bytes,
             status=turn.status,
-            response_body=b"\n".join(turn.responses),
+            response_body=b"".join(turn.responses),
         )
 
 

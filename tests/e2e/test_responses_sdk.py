@@ -6,12 +6,15 @@ compared with what the emulator logged that it sent.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import ssl
 
 import openai
 import pytest
+from click.testing import CliRunner
 
+from assembler.cli import cli
 from tests.conftest import only_session, rows
 from tests.e2e.test_capture_sdk import (
     assert_call_matches,
@@ -237,7 +240,16 @@ def test_websocket_two_turns(proxy, emu, capsem_home):
         assert call["system_prompt_preview"] == "Be terse." and call["tools_count"] == 2
         assert call["ttft_ms"] is not None and call["net_event_id"] is not None
         assert_tool_calls(db, call["id"], ex)
+        for direction, logged in (
+            ("request", "request_body_decoded_b64"),
+            ("response", "response_body_decoded_b64"),
+        ):
+            shown = CliRunner().invoke(cli, ["show-call", str(call["id"]), f"--{direction}", "--raw"])
+            assert shown.stdout_bytes == base64.b64decode(ex[logged]), (
+                direction
+            )  # the messages as they crossed
     assert calls[0]["trace_id"] == calls[1]["trace_id"]
+    assert (calls[0]["items_count"], calls[1]["items_new"]) == (1 + 2 + 1, len(done["output"]) + len(fcs))
     responses = rows(
         db, "SELECT model_call_id, call_id, content_preview, tool_name FROM tool_responses ORDER BY id"
     )
