@@ -18,7 +18,16 @@ from addons.mcp.ledger import McpLedger
 from addons.mcp.wire import mcp_tool_name
 from addons.messages import FlowEnded, RequestHead, Route
 from addons.records import RequestInfo, ResponseSummary
-from addons.rows import IdMinter, ModelCall, NetEvent, Row, ToolCall, ToolResponse, new_event_id
+from addons.rows import (
+    IdMinter,
+    ModelCall,
+    NetEvent,
+    Row,
+    SubstitutionEvent,
+    ToolCall,
+    ToolResponse,
+    new_event_id,
+)
 from addons.traces import TraceTracker
 from capsem.ids import rfc3339
 from capsem.redact import Scrubber, headers_json, redact_query
@@ -294,3 +303,28 @@ def model_call(
     if ok or client_calls:
         traces.finish_call(trace, client_calls)
     return rows, trace
+
+
+def substitution_events(
+    flow: FlowEnded, *, net_event_id: int, process: ProcessInfo
+) -> list[SubstitutionEvent]:
+    """The `substitution_events` rows of a flow: each credential placeholder it carried, and what
+    capsem did with it (the values never travel this far)."""
+    req = flow.request
+    return [
+        SubstitutionEvent(
+            event_id=new_event_id(),
+            timestamp=rfc3339(req.started),
+            credential=s.credential,
+            host=req.host,
+            location=s.location,
+            outcome=s.outcome,
+            port=req.port,
+            reason=s.reason,
+            flow_id=req.key,
+            net_event_id=net_event_id,
+            process_name=process[0],
+            pid=process[1],
+        )
+        for s in flow.substitutions
+    ]

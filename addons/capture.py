@@ -30,6 +30,8 @@ from mitmproxy.log import ALERT
 
 from addons import mcp
 from addons.body import is_event_stream, stream_framing
+from addons.budgets import RULE_PREFIX, strictest
+from addons.guardrails import Guardrails
 from addons.handover import Outbox, RecorderProcess, RecorderThread
 from addons.messages import (
     ClientConnected,
@@ -38,6 +40,7 @@ from addons.messages import (
     ResponseHead,
     Route,
     StreamOpened,
+    Substitution,
     WsMessage,
     WsOpened,
 )
@@ -85,6 +88,7 @@ class _Flow:
     request_body: bytes | None = None
     request_size: int = 0
     request_truncated: bool = False
+    substitutions: tuple[Substitution, ...] = ()
 
 
 class Capsem:
@@ -99,6 +103,8 @@ class Capsem:
         self.recorder: RecorderProcess | RecorderThread | None = None
         self.flows: dict[str, _Flow] = {}
         self.policy = Policy()
+        self.guard = Guardrails()
+        """Brokered credentials and budgets (`addons/guardrails.py`)."""
         self.mcp_names: dict[str, str] = {}
         """MCP endpoint -> initialize name, learned on the event loop for the policy's MCP rules."""
         self.hook_failures = 0
@@ -146,6 +152,7 @@ class Capsem:
     def configure_settings(self, settings: Settings) -> None:
         """Use `settings` (configure's job; in-process tests call it directly)."""
         self.policy = Policy.from_settings(settings)
+        self.guard = Guardrails.from_settings(settings)  # reads the credentials' sources
         self.settings = settings
 
     def running(self) -> None:
@@ -165,7 +172,8 @@ class Capsem:
         """Register the session and start the recorder (called by `running`; tests call it directly)."""
         session = self.session = Session.register(session_id, mode=mode, command=command)
         spec = spec_of(self.settings.capture, session_id=session.id, db_path=str(session.db_path),
-                       main_db_path=str(main_db_path()), mode=mode)  # fmt: skip
+                       main_db_path=str(main_db_path()), mode=mode, track_spend=bool(self.guard.budgets),
+                       learn=self.guard.broker.secrets)  # fmt: skip
         self.outbox = Outbox()
 
         def announce() -> None:
@@ -181,6 +189,7 @@ class Capsem:
             self.recorder = RecorderProcess(self.outbox, msgspec.json.encode(spec))
             self.recorder.on_ready = announce
             self.recorder.start()
+        self.guard.start(self.recorder, session.id, main_db_path())
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything handed over so far is committed (tests, the CLI)."""
@@ -192,6 +201,7 @@ class Capsem:
         now = time.time()
         for key in list(self.flows):
             self._end(key, None, "capture stopped before the flow finished", now)
+        self.guard.stop()
         failure = self.recorder.stop()
         stats = self.outbox.stats
         if failure is None and (stats.dropped_chunks or stats.dropped_messages):
@@ -248,16 +258,20 @@ class Capsem:
             client_addr=_addr(flow.client_conn.peername),
         )  # fmt: skip
         state = self.flows[flow.id] = _Flow(head, detect(req.host, parts.path, req.method, req.port))
+        if self.guard.broker:  # the head above keeps the placeholders; the upstream gets the keys
+            state.substitutions = self.guard.substitute(flow)
         if self.policy.rules and (req.stream or not self.policy.has_mcp_rules):
             self._apply_policy(
                 flow, state, mcp.header_call(list(head.headers))
             )  # before any body byte goes up
-            if req.stream and flow.response is not None:
-                # mitmproxy cannot answer a request whose body it streams (stream_large_bodies):
-                # refuse it by closing the connection; nothing is sent upstream either way
-                flow.response = None
-                flow.kill()
-                return
+        if req.stream and flow.response is None and self.guard.checks(state.route):
+            self._apply_budget(flow, state)  # the body goes up as it comes: decide on the headers
+        if req.stream and flow.response is not None:
+            # mitmproxy cannot answer a request whose body it streams (stream_large_bodies):
+            # refuse it by closing the connection; nothing is sent upstream either way
+            flow.response = None
+            flow.kill()
+            return
         if req.stream:  # mitmproxy will stream this request body (e.g. stream_large_bodies)
             limit = (
                 self.settings.capture.max_parse_bytes if state.route else self.settings.capture.preview_bytes
@@ -286,6 +300,36 @@ class Capsem:
             body = flow.request.get_content(strict=False) or b""  # decoded (gzip...) when it can be
             calls = mcp.parse_request(body, dict(flow.request.headers)) if state.mcp else None
             self._apply_policy(flow, state, calls or [])
+        if not flow.request.stream and flow.response is None and self.guard.checks(state.route):
+            if not self.guard.settled():  # a call just ended: wait for its cost (mitmproxy awaits this)
+                return self._budget_when_settled(flow, state)
+            self._apply_budget(flow, state)
+        return None
+
+    async def _budget_when_settled(self, flow: http.HTTPFlow, state: _Flow) -> None:
+        try:
+            await self.guard.settle()
+            if flow.response is None:
+                self._apply_budget(flow, state)
+        except Exception as exc:  # as `guarded` does for the other hooks
+            self.hook_failures += 1
+            logger.warning("capsem: request hook failed: %r", exc, exc_info=True)
+
+    def _apply_budget(self, flow: http.HTTPFlow, state: _Flow) -> None:
+        """Check a model call against the budgets: record a warning, or answer it in the
+        provider's error shape so that nothing reaches the upstream."""
+        assert state.route is not None
+        verdict = self.guard.verdict(flow, state.route)
+        if verdict.decision == "allowed":
+            return
+        if verdict.decision == "denied" or state.decision == "allowed":
+            state.matched_rule = verdict.rule
+        elif verdict.decision == state.decision:  # warned by a policy rule and a budget
+            state.matched_rule = f"{state.matched_rule}, {verdict.rule}"
+        state.decision = strictest(state.decision, verdict.decision)
+        if verdict.decision == "denied":
+            status, body, headers = self.guard.refusal(state.route, verdict)
+            flow.response = http.Response.make(status, body, headers)
 
     def _apply_policy(self, flow: http.HTTPFlow, state: _Flow, calls: list[mcp.McpRequest]) -> None:
         """Decide the flow (first matching rule; a batch is judged by its strictest tools/call):
@@ -356,7 +400,13 @@ class Capsem:
     def error(self, flow: http.HTTPFlow) -> None:
         state = self.flows.get(flow.id)
         if state is not None and state.decision == "denied" and flow.response is None:
-            self._finish(flow, f"denied by capsem policy rule {state.matched_rule!r}: connection closed")
+            rule = state.matched_rule or ""
+            what = (
+                f"budget {rule[len(RULE_PREFIX) :]!r}"
+                if rule.startswith(RULE_PREFIX)
+                else f"policy rule {rule!r}"
+            )
+            self._finish(flow, f"denied by capsem {what}: connection closed")
             return
         self._finish(flow, flow.error.msg if flow.error else "unknown error")
 
@@ -405,6 +455,8 @@ class Capsem:
         """Hand the flow over as one `FlowEnded`; the hook side forgets it."""
         state = self.flows.pop(key)
         tap = state.response_tap
+        if self.recorder is not None and self.recorder.exit_reason is None:
+            self.guard.ended(state.route, key, state.decision)
         self._put(
             FlowEnded(
                 request=state.head, ended=ended, route=state.route, request_body=state.request_body,
@@ -416,7 +468,7 @@ class Capsem:
                 error=error, decision=state.decision, matched_rule=state.matched_rule,
                 tap_failure=tap.failure if tap is not None else None, mcp=state.mcp,
                 websocket=state.response is not None and state.response.status == 101,
-                client_status=client_status,
+                client_status=client_status, substitutions=state.substitutions,
             )
         )  # fmt: skip
 

@@ -30,7 +30,8 @@ from addons.messages import (
     WsOpened,
 )
 from addons.providers import parser_for
-from addons.rows import IdMinter, Row
+from addons.rows import IdMinter, ModelCall, Row
+from addons.spend import SessionSpend
 from addons.traces import TraceTracker
 from addons.websocket import Turn, WebSocketTurns, route_for
 from addons.writer import SessionWriter
@@ -64,11 +65,17 @@ class Recorder:
     """Turns messages into rows. Not thread-safe: owned by the recorder's one thread."""
 
     def __init__(
-        self, writer: SessionWriter, settings: CaptureSettings, resolver: Resolver | None = None
+        self,
+        writer: SessionWriter,
+        settings: CaptureSettings,
+        resolver: Resolver | None = None,
+        spend: SessionSpend | None = None,
     ) -> None:
         self.writer = writer
         self.settings = settings
         self.resolver = resolver
+        self.spend = spend
+        """This session's spend, for budgets (None: no budget is configured)."""
         self.failures = 0
         self.ids = IdMinter(writer.max_ids())
         self.traces = TraceTracker(settings.max_pending_calls)
@@ -93,6 +100,8 @@ class Recorder:
             self.failures += 1
             logger.warning("capsem: recording failed (%s): %r", type(message).__name__, exc,
                            exc_info=logger.isEnabledFor(logging.DEBUG))  # fmt: skip
+        if self.spend is not None and type(message) is FlowEnded and message.route is not None:
+            self.spend.counted(message.request.key)  # type: ignore[union-attr]  (even when it failed)
 
     def tick(self, now: float | None = None) -> None:
         """Periodic work: MCP rows whose answer never came are written without it."""
@@ -105,6 +114,10 @@ class Recorder:
     def _write(self, rows: list[Row] | list) -> None:
         if rows:
             self.writer.add(rows)
+            if self.spend is not None:
+                for row in rows:
+                    if type(row) is ModelCall:
+                        self.spend.add(row)
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -208,6 +221,8 @@ class Recorder:
             bytes_received=socket.received if socket is not None else None,
         )  # fmt: skip
         self._write([net, *rows])
+        if flow.substitutions:
+            self._write(build.substitution_events(flow, net_event_id=net_id, process=process))
         if flow.mcp:
             response_body, _ = build.decode(
                 flow.response_body

@@ -197,7 +197,24 @@ class FsEvent:
     size: int | None
 
 
-Row = NetEvent | ModelCall | ToolCall | ToolResponse | McpCall | FsEvent
+@dataclass(slots=True)
+class SubstitutionEvent:
+    TABLE: ClassVar[str] = "substitution_events"
+    event_id: str
+    timestamp: str
+    credential: str
+    host: str
+    location: str
+    outcome: str
+    port: int | None = None
+    reason: str | None = None
+    flow_id: str | None = None
+    net_event_id: int | None = None
+    process_name: str | None = None
+    pid: int | None = None
+
+
+Row = NetEvent | ModelCall | ToolCall | ToolResponse | McpCall | FsEvent | SubstitutionEvent
 LINKED_TABLES = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls")
 """Tables whose ids are minted by `IdMinter` (the others get SQLite's own)."""
 

@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 # Insert order inside one commit: a trigger on mcp_calls points tool_calls at it, so tool calls go first.
 _ORDER = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls", "fs_events",
-          "proc_samples", "proc_anomalies")  # fmt: skip
+          "proc_samples", "proc_anomalies", "substitution_events")  # fmt: skip
 
 
 _CACHED_TEXT = 512
