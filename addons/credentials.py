@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -180,3 +180,20 @@ def _refusal(entry: Credential, scheme: str, host: str, where: tuple[str, str]) 
     if where != declared:
         return f"the key goes in {' '.join(declared)}, not in {' '.join(where).strip()}"
     return None
+
+
+def broker_env(env: Mapping[str, str], brokered: Sequence[Brokered]) -> tuple[dict[str, str], list[str]]:
+    """An agent's environment for `capsem run --broker`: each entry's placeholder in its
+    `agent_env` variables, and every other variable that holds a real value removed.
+
+    Returns:
+        The environment, and the names of the variables removed.
+    """
+    out = dict(env)
+    for b in brokered:
+        for name in b.entry.agent_env:
+            out[name] = b.entry.placeholder
+    removed = sorted(name for name, value in out.items() if any(b.secret in value for b in brokered))
+    for name in removed:
+        del out[name]
+    return out, removed
