@@ -130,8 +130,10 @@ class Broker:
         for name, value in headers:
             lower = name.lower()
             if pattern.search(value):
-                value = self._replace(value, scheme, host, ("header", lower), events)
-                changed.add(lower)
+                new = self._replace(value, scheme, host, ("header", lower), events)
+                if new != value:
+                    changed.add(lower)
+                    value = new
             new_headers.setdefault(lower, []).append(value)
         new_query = None
         if query and pattern.search(query):

@@ -103,6 +103,7 @@ class SessionSpend:
             replace_rows(self._main, self.session_id, [(*k, t[1], t[0]) for k, t in self.totals.items()])
             self._saved = True
         except sqlite3.Error as exc:
+            self.close()
             logger.warning("capsem: updating the spend ledger in %s failed (%s); retried at the next commit",
                            main_db, exc)  # fmt: skip
 
