@@ -59,7 +59,12 @@ def test_the_strictest_budget_decides_and_the_first_declared_among_equals():
     spend = {"a": 1.0, "b": 9.0, "c": 10.0, "d": 10.0}
     budgets = [budget(name=n, limit=10.0) for n in "abcd"]
     verdict = decide(budgets, "anthropic", "m", "h", lambda b: spend[b.name])
-    assert (verdict.decision, verdict.budget.name, verdict.spent, verdict.rule) == ("denied", "c", 10.0, "budget:c")
+    assert (verdict.decision, verdict.budget.name, verdict.spent, verdict.rule) == (
+        "denied",
+        "c",
+        10.0,
+        "budget:c",
+    )
     assert decide(budgets[:2], "anthropic", "m", "h", lambda b: spend[b.name]).budget.name == "b"  # warned
     assert decide(budgets[:1], "anthropic", "m", "h", lambda b: spend[b.name]) is ALLOWED
 
@@ -86,7 +91,10 @@ def test_the_message_names_the_budget_its_limit_and_the_spend():
         "sent to the provider. Raise budgets.daily.limit_usd in the capsem config, or wait for the next day (UTC)"
     )
     warned = decide([budget("month", 200.0, name="m")], "p", None, "h", lambda _: 170.0)
-    assert warned.message == "capsem budget 'm' is at 85%: $170.00 used this month (UTC) of its $200.00 limit per month"
+    assert (
+        warned.message
+        == "capsem budget 'm' is at 85%: $170.00 used this month (UTC) of its $200.00 limit per month"
+    )
     assert "start a new session" in decide([budget("session", 0.01)], "p", None, "h", lambda _: 0.02).message
 
 
@@ -103,19 +111,25 @@ def test_the_message_names_the_budget_its_limit_and_the_spend():
         ("ollama", "ollama", lambda b, m: b == {"error": m}),
     ],
 )  # fmt: skip
-def test_the_refusal_is_in_the_error_shape_of_the_api_with_a_status_sdks_do_not_retry(protocol, provider, shape):
+def test_the_refusal_is_in_the_error_shape_of_the_api_with_a_status_sdks_do_not_retry(
+    protocol, provider, shape
+):
     verdict = decide([budget(limit=1.0, name="daily")], provider, None, "h", lambda _: 2.0)
     status, body, headers = refusal(protocol, provider, verdict)
     assert status == 402  # not 429, not 5xx: the SDKs retry those
-    assert headers == {"content-type": "application/json", "x-should-retry": "false", "x-capsem-policy": "budget:daily"}
+    assert headers == {
+        "content-type": "application/json",
+        "x-should-retry": "false",
+        "x-capsem-policy": "budget:daily",
+    }
     assert shape(json.loads(body), verdict.message)
 
 
 @pytest.mark.parametrize(
     ("body", "model"),
     [
-        (b'{"max_tokens": 5, "messages": [{"role": "user", "content": "{\\"model\\": \\"x\\"}"}], "model": "claude-opus-4-1"}',
-         "claude-opus-4-1"),
+        (b'{"max_tokens": 5, "messages": [{"role": "user", "content": "{\\"model\\": \\"x\\"}"}], '
+         b'"model": "claude-opus-4-1"}', "claude-opus-4-1"),
         (b'{"model": "gpt-4.1", "input": "hi"}', "gpt-4.1"),
         (b'{"contents": []}', None),
         (b"[1, 2]", None),
@@ -132,5 +146,9 @@ def test_the_model_is_read_from_the_top_level_of_the_body(body, model):
 def test_helpers():
     assert (usd(5), usd(1234.5), usd(0), usd(0.0123), usd(0.000002)) == ("$5.00", "$1,234.50", "$0.00", "$0.0123",
                                                                           "$0.000002")  # fmt: skip
-    assert today(0) == "1970-01-01" and today(1795392000 - 1) == "2026-11-22" and today(1795392000) == "2026-11-23"
+    assert (
+        today(0) == "1970-01-01"
+        and today(1795392000 - 1) == "2026-11-22"
+        and today(1795392000) == "2026-11-23"
+    )
     assert strictest("allowed", "warned") == "warned" and strictest("denied", "warned") == "denied"

@@ -30,17 +30,23 @@ def broker() -> Broker:
     ])  # fmt: skip
 
 
-def plan(broker: Broker, host: str, headers=(), *, query: str = "", path: str = "/v1/x", scheme: str = "https"):
+def plan(
+    broker: Broker, host: str, headers=(), *, query: str = "", path: str = "/v1/x", scheme: str = "https"
+):
     return broker.plan(scheme=scheme, host=host, path=path, query=query, headers=list(headers))
 
 
 def test_the_placeholder_is_replaced_where_the_key_goes_on_its_own_host(broker):
-    done = plan(broker, "api.anthropic.com", [("X-Api-Key", "capsem-placeholder-anthropic"), ("accept", "*/*")])
+    done = plan(
+        broker, "api.anthropic.com", [("X-Api-Key", "capsem-placeholder-anthropic"), ("accept", "*/*")]
+    )
     assert done.headers == {"x-api-key": [ANTHROPIC_KEY]} and done.query is None
     assert done.events == (Substitution("anthropic", "header x-api-key", "substituted"),)
     bearer = plan(broker, "API.OpenAI.com", [("authorization", "Bearer capsem-placeholder-openai")])
     assert bearer.headers == {"authorization": [f"Bearer {OPENAI_KEY}"]}  # the scheme word stays
-    keyed = plan(broker, "generativelanguage.googleapis.com", query="alt=sse&key=capsem-placeholder-gemini&x=%20")
+    keyed = plan(
+        broker, "generativelanguage.googleapis.com", query="alt=sse&key=capsem-placeholder-gemini&x=%20"
+    )
     assert keyed.query == f"alt=sse&key={GEMINI_KEY}&x=%20" and keyed.headers == {}  # the rest byte for byte
     assert keyed.events == (Substitution("gemini", "query key", "substituted"),)
     odd = plan(broker, "api.openai.com", query="token=capsem-placeholder-openai")
@@ -58,7 +64,9 @@ def test_a_placeholder_anywhere_else_is_never_replaced_and_is_recorded_refused(b
                      "evil.example is not a host of this credential (generativelanguage.googleapis.com)"),
         Substitution("openai", "path", "refused", "evil.example is not a host of this credential (*.openai.com)"),
     )  # fmt: skip
-    wrong_header = plan(broker, "api.anthropic.com", [("authorization", "Bearer capsem-placeholder-anthropic")])
+    wrong_header = plan(
+        broker, "api.anthropic.com", [("authorization", "Bearer capsem-placeholder-anthropic")]
+    )
     assert wrong_header.headers == {} and wrong_header.events[0].reason == (
         "the key goes in header x-api-key, not in header authorization"
     )
@@ -82,16 +90,19 @@ def test_only_whole_placeholders_count_and_requests_without_any_are_left_alone(b
 
 
 def test_repeated_headers_keep_their_order_and_count(broker):
-    done = plan(broker, "api.openai.com", [("authorization", "Basic x"), ("Authorization", "Bearer capsem-placeholder-openai")])
+    sent = [("authorization", "Basic x"), ("Authorization", "Bearer capsem-placeholder-openai")]
+    done = plan(broker, "api.openai.com", sent)
     assert done.headers == {"authorization": ["Basic x", f"Bearer {OPENAI_KEY}"]}
 
 
 def test_the_scrubber_learns_every_form_of_the_real_values(broker):
     assert {ANTHROPIC_KEY, OPENAI_KEY, "sk-proj-REALopenaiKEY%2Fwith%2Bodd%3Dchars"} <= set(broker.secrets)
-    assert "Brokered('anthropic')" == repr(broker.brokered[0])  # never the value
+    assert repr(broker.brokered[0]) == "Brokered('anthropic')"  # never the value
 
 
-CONFIG = {"credentials": {"anthropic": {"host": "api.anthropic.com", "header": "x-api-key", "env": "TEST_REAL_KEY"}}}
+CONFIG = {
+    "credentials": {"anthropic": {"host": "api.anthropic.com", "header": "x-api-key", "env": "TEST_REAL_KEY"}}
+}
 
 
 def test_real_values_are_read_from_capsems_environment_at_start(monkeypatch):
@@ -122,7 +133,10 @@ def test_a_key_file_must_exist_hold_a_value_and_be_readable_only_by_its_owner(tm
     assert refused() == f"config.yaml: credentials.a.file {key} does not exist"
     key.write_text(ANTHROPIC_KEY + "\n")
     key.chmod(0o644)
-    assert refused() == f"config.yaml: credentials.a.file {key} must be readable only by you (it is 644; chmod 600 {key})"
+    assert (
+        refused()
+        == f"config.yaml: credentials.a.file {key} must be readable only by you (it is 644; chmod 600 {key})"
+    )
     key.chmod(0o600)
     assert load_secrets(settings)[0].secret == ANTHROPIC_KEY
     key.write_text("\n")

@@ -39,8 +39,10 @@ def test_the_recorder_adds_up_reports_and_saves_this_sessions_spend(tmp_path):
     spend.add(call(4, 1.0, model="claude-opus-4-1", timestamp="2026-01-31T23:59:59.000Z"))
     spend.counted("f1")
     report = json.loads(spend.report().removeprefix("spend "))
-    assert report == {"done": ["f1"], "totals": [[DAY, "anthropic", "claude-haiku-4-5", "api.anthropic.com", 0.75, 3],
-                                                 ["2026-01-31", "anthropic", "claude-opus-4-1", "api.anthropic.com", 1.0, 1]]}  # fmt: skip
+    assert report == {"done": ["f1"], "totals": [
+        [DAY, "anthropic", "claude-haiku-4-5", "api.anthropic.com", 0.75, 3],
+        ["2026-01-31", "anthropic", "claude-opus-4-1", "api.anthropic.com", 1.0, 1],
+    ]}  # fmt: skip
     assert spend.report() is None  # reported once
     spend.save(main_db)
     spend.add(call(5, 0.25))
@@ -94,10 +96,14 @@ def test_the_view_counts_the_other_sessions_from_main_db_and_this_one_from_its_r
     try:
         # main.db's rows of this session are not counted: the recorder's reports are newer
         assert [view.spent(b) for b in budgets] == [0.0, 1.5 + ON_DAY, 2.0, 1.5]
-        view.on_report(json.dumps({"done": [], "totals": [[DAY, "anthropic", "claude-opus-4-1", "h", 0.25, 1]]}))
+        view.on_report(
+            json.dumps({"done": [], "totals": [[DAY, "anthropic", "claude-opus-4-1", "h", 0.25, 1]]})
+        )
         assert [view.spent(b) for b in budgets] == [0.25, 1.75 + ON_DAY, 2.25, 1.75]
         conn = open_main_db(main_db)
-        replace_rows(conn, "third", [(DAY, "google", "gemini-2.5-pro", "generativelanguage.googleapis.com", 1, 3.0)])
+        replace_rows(
+            conn, "third", [(DAY, "google", "gemini-2.5-pro", "generativelanguage.googleapis.com", 1, 3.0)]
+        )
         conn.close()
         deadline = time.monotonic() + 10
         while view.spent(budgets[1]) != 4.75 + ON_DAY and time.monotonic() < deadline:  # background refresh
@@ -133,13 +139,16 @@ def test_the_rollup_writes_the_sessions_spend_rows(tmp_path, capsem_home):
     db = open_session_db(tmp_path / "session.db")
     for model, cost in (("gpt-4.1", 0.5), ("gpt-4.1", 0.25), ("gpt-unknown", None)):
         db.execute("INSERT INTO model_calls (timestamp, provider, model, host, method, path, estimated_cost_usd) "
-                   "VALUES (?, 'openai', ?, 'api.openai.com', 'POST', '/v1/chat/completions', ?)", (NOW, model, cost))  # fmt: skip
+                   "VALUES (?, 'openai', ?, 'api.openai.com', 'POST', '/v1/chat/completions', ?)",
+                   (NOW, model, cost))  # fmt: skip
     db.close()
     main = open_main_db(tmp_path / "main.db")
     register_session(main, "s1", mode="mitmdump", command=None, created_at=NOW)
     replace_rows(main, "s1", [(DAY, "openai", "stale", "h", 1, 9.0)])  # what a live recorder had saved
     rollup(main, "s1", tmp_path / "session.db")
-    assert rows(tmp_path / "main.db", "SELECT model, call_count, estimated_cost FROM spend ORDER BY model") == [
+    assert rows(
+        tmp_path / "main.db", "SELECT model, call_count, estimated_cost FROM spend ORDER BY model"
+    ) == [
         {"model": "gpt-4.1", "call_count": 2, "estimated_cost": 0.75},
         {"model": "gpt-unknown", "call_count": 1, "estimated_cost": 0.0},
     ]

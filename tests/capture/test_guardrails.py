@@ -15,7 +15,7 @@ from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
 from addons.capture import Capsem
-from tests.capture.test_hooks import FIXTURES, model_flow, stream_through
+from tests.capture.test_hooks import FIXTURES, model_flow
 from tests.conftest import only_session, rows
 
 WIRE = (FIXTURES / "anthropic" / "stream_thinking_tools.sse").read_bytes()
@@ -62,9 +62,10 @@ def test_a_session_budget_warns_then_refuses_in_the_providers_shape(capsem_home)
     assert first.response.status_code == second.response.status_code == 200
     assert third.response.status_code == 402 and third.response.headers["x-should-retry"] == "false"
     error = json.loads(third.response.content)
-    assert error == {"type": "error", "error": {"type": "billing_error", "message": (
-        "capsem budget 'run' is spent: $0.0107 used in this session of its $0.0100 limit per session; this call "
-        "was not sent to the provider. Raise budgets.run.limit_usd in the capsem config, or start a new session")}}  # fmt: skip
+    message = ("capsem budget 'run' is spent: $0.0107 used in this session of its $0.0100 limit per session; this "
+               "call was not sent to the provider. Raise budgets.run.limit_usd in the capsem config, or start a new "
+               "session")  # fmt: skip
+    assert error == {"type": "error", "error": {"type": "billing_error", "message": message}}
     db = only_session(capsem_home)
     nets = rows(db, "SELECT decision, matched_rule, status_code FROM net_events ORDER BY id")
     assert nets == [
@@ -73,7 +74,10 @@ def test_a_session_budget_warns_then_refuses_in_the_providers_shape(capsem_home)
         {"decision": "denied", "matched_rule": "budget:run", "status_code": 402},
     ]
     costs = rows(db, "SELECT estimated_cost_usd FROM model_calls")
-    assert [round(c["estimated_cost_usd"], 7) for c in costs] == [CALL_COST, CALL_COST]  # the refused one: no call
+    assert [round(c["estimated_cost_usd"], 7) for c in costs] == [
+        CALL_COST,
+        CALL_COST,
+    ]  # the refused one: no call
     (ledger,) = rows(capsem_home / "main.db", "SELECT call_count, estimated_cost FROM spend")
     assert ledger["call_count"] == 2 and round(ledger["estimated_cost"], 7) == round(2 * CALL_COST, 7)
 
@@ -98,7 +102,9 @@ def test_the_next_call_waits_for_the_cost_of_the_one_that_just_ended(capsem_home
 
 
 def test_a_model_glob_reads_the_model_from_the_body_and_other_models_go_through(capsem_home):
-    addon = addon_with(capsem_home, "budgets:\n  no-opus: {scope: day, limit_usd: 0, model: 'claude-opus-*'}\n")
+    addon = addon_with(
+        capsem_home, "budgets:\n  no-opus: {scope: day, limit_usd: 0, model: 'claude-opus-*'}\n"
+    )
     with taddons.context(addon) as tctx:
         tctx.configure(addon)
         addon.running()
@@ -169,7 +175,9 @@ def broker(capsem_home, monkeypatch):
             addon.done()
 
 
-def request(addon: Capsem, host: str, path: str = "/v1/messages", headers: dict | None = None) -> http.HTTPFlow:
+def request(
+    addon: Capsem, host: str, path: str = "/v1/messages", headers: dict | None = None
+) -> http.HTTPFlow:
     req = tutils.treq(host=host, port=443, scheme="https", method=b"POST", path=path.encode(), content=b"{}",
                       headers=http.Headers(content_type="application/json", **(headers or {})))  # fmt: skip
     flow = tflow.tflow(req=req, resp=False)
@@ -210,7 +218,9 @@ def test_the_real_key_goes_upstream_and_only_the_placeholder_is_recorded(broker,
             assert REAL_KEY.encode() not in data and b"AIza-real-gemini-key" not in data, path
 
 
-def test_a_missing_source_stops_the_addon_at_start_with_a_line_naming_the_entry(capsem_home, caplog, monkeypatch):
+def test_a_missing_source_stops_the_addon_at_start_with_a_line_naming_the_entry(
+    capsem_home, caplog, monkeypatch
+):
     monkeypatch.delenv("TEST_ANTHROPIC_REAL", raising=False)
     addon = addon_with(capsem_home, CREDENTIALS)
     with taddons.context(addon) as tctx:

@@ -13,11 +13,11 @@ from capsem.config import ConfigError
 from capsem.paths import default_config_path
 from capsem.settings import (
     OVERRIDE,
-    Budget,
-    Credential,
     SECTIONS,
     SETTINGS,
+    Budget,
     CaptureSettings,
+    Credential,
     PolicyRule,
     SettingsError,
     defaults,
@@ -122,7 +122,8 @@ def refusal(config: Path, text: str | bytes) -> str:
          "(a query parameter), one of them, got {'host': 'h', 'env': 'K'}"),
         ("credentials: {a: {header: x-api-key, env: K}}",
          "credentials.a.host must be a host glob (the only hosts the real value may go to), got None"),
-        ("credentials: {a: {host: h, header: 'x api key', env: K}}", "credentials.a.header must be a header name, got 'x api key'"),
+        ("credentials: {a: {host: h, header: 'x api key', env: K}}",
+         "credentials.a.header must be a header name, got 'x api key'"),
         ("credentials: {a: {host: h, header: x-api-key, env: 'MY-KEY'}}",
          "credentials.a.env must be an environment variable name, got 'MY-KEY'"),
         ("credentials: {a: {host: h, header: x-api-key, file: keys/a.key}}",
@@ -195,8 +196,16 @@ def test_capture_settings_carry_every_field_the_recorder_reads():
 
 
 def test_every_declared_key_has_its_default_in_default_yaml(tmp_path, monkeypatch):
-    assert SECTIONS == ("capture", "headers", "redaction", "policy", "diagnostics", "retention", "budgets",
-                        "credentials")
+    assert SECTIONS == (
+        "capture",
+        "headers",
+        "redaction",
+        "policy",
+        "diagnostics",
+        "retention",
+        "budgets",
+        "credentials",
+    )
     short = tmp_path / "default.yaml"
     short.write_text(default_config_path().read_text().replace("  max_body_bytes: 67108864\n", ""))
     monkeypatch.setattr(settings_module, "default_config_path", lambda: short)
