@@ -127,7 +127,14 @@ class _Model(msgspec.Struct):
     model: str | None = None
 
 
+class _WsMessage(msgspec.Struct):
+    type: str | None = None
+    model: str | None = None
+    response: _Model | None = None
+
+
 _MODEL = msgspec.json.Decoder(_Model)
+_WS_MESSAGE = msgspec.json.Decoder(_WsMessage)
 
 
 def model_of(body: bytes | None) -> str | None:
@@ -138,6 +145,26 @@ def model_of(body: bytes | None) -> str | None:
         return _MODEL.decode(body).model
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
+
+
+def ws_request(content: bytes) -> tuple[bool, str | None]:
+    """Whether a client WebSocket message asks for a response (Responses `response.create`, the
+    model call of Codex's WebSocket transport), and the model it names."""
+    if b"response.create" not in content:
+        return False, None
+    try:
+        message = _WS_MESSAGE.decode(content)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False, None
+    if message.type != "response.create":
+        return False, None
+    return True, message.model or (message.response.model if message.response else None)
+
+
+def ws_refusal(verdict: Verdict) -> bytes:
+    """The answer to a denied `response.create` on a WebSocket: an `error` event with its status."""
+    error = {"type": "budget_exceeded", "code": "budget_exceeded", "message": verdict.message}
+    return json.dumps({"type": "error", "status": STATUS, "error": error}).encode()
 
 
 def refusal(protocol: str, provider: str, verdict: Verdict) -> tuple[int, bytes, dict[str, str]]:

@@ -27,10 +27,11 @@ from urllib.parse import urlsplit
 from mitmproxy import connection, exceptions, http, tls
 from mitmproxy.addonmanager import Loader
 from mitmproxy.log import ALERT
+from mitmproxy.websocket import WebSocketMessage
 
 from addons import mcp
 from addons.body import is_event_stream, stream_framing
-from addons.budgets import RULE_PREFIX, strictest
+from addons.budgets import RULE_PREFIX, Verdict, strictest
 from addons.guardrails import Guardrails
 from addons.handover import Outbox, RecorderProcess, RecorderThread
 from addons.messages import (
@@ -50,6 +51,7 @@ from addons.providers.sniff import sniff_route
 from addons.recorder_process import spec_of
 from addons.session import Session
 from addons.tap import RequestTap, ResponseTap
+from addons.websocket import route_for
 from capsem.ids import SESSION_ID
 from capsem.paths import main_db_path
 from capsem.settings import Settings, SettingsError, defaults, load
@@ -319,14 +321,8 @@ class Capsem:
         """Check a model call against the budgets: record a warning, or answer it in the
         provider's error shape so that nothing reaches the upstream."""
         assert state.route is not None
-        verdict = self.guard.verdict(flow, state.route)
-        if verdict.decision == "allowed":
-            return
-        if verdict.decision == "denied" or state.decision == "allowed":
-            state.matched_rule = verdict.rule
-        elif verdict.decision == state.decision:  # warned by a policy rule and a budget
-            state.matched_rule = f"{state.matched_rule}, {verdict.rule}"
-        state.decision = strictest(state.decision, verdict.decision)
+        verdict = self.guard.verdict(state.route, self.guard.model_of(flow, state.route), state.head.host)
+        _record(state, verdict)
         if verdict.decision == "denied":
             status, body, headers = self.guard.refusal(state.route, verdict)
             flow.response = http.Response.make(status, body, headers)
@@ -413,11 +409,46 @@ class Capsem:
     # -- websockets (Responses over WebSocket: Codex CLI) ----------------------------------------
 
     @guarded
-    def websocket_message(self, flow: http.HTTPFlow) -> None:
+    def websocket_message(self, flow: http.HTTPFlow) -> Any:
         if flow.id not in self.flows or flow.websocket is None:
             return
         msg = flow.websocket.messages[-1]
+        waiting = None
+        if self.guard.view is not None:
+            if not msg.from_client:
+                self.guard.ws_message(flow.id, msg.content)
+            elif self.guard.ws_turn(msg.content)[0]:
+                if self.guard.settled():
+                    self._budget_ws_turn(flow, msg)
+                else:  # the previous turn just ended: wait for its cost (mitmproxy awaits this)
+                    waiting = self._budget_ws_turn_when_settled(flow, msg)
+        if waiting is None:
+            self._put(WsMessage(flow.id, msg.from_client, msg.content, msg.is_text, msg.timestamp))
+        return waiting
+
+    async def _budget_ws_turn_when_settled(self, flow: http.HTTPFlow, msg: WebSocketMessage) -> None:
+        try:
+            await self.guard.settle()
+            self._budget_ws_turn(flow, msg)
+        except Exception as exc:  # as `guarded` does for the other hooks
+            self.hook_failures += 1
+            logger.warning("capsem: websocket_message hook failed: %r", exc, exc_info=True)
         self._put(WsMessage(flow.id, msg.from_client, msg.content, msg.is_text, msg.timestamp))
+
+    def _budget_ws_turn(self, flow: http.HTTPFlow, msg: WebSocketMessage) -> None:
+        """A `response.create` on a WebSocket is a model call: the budgets decide it like an HTTP
+        one; a denied one is dropped and answered with an `error` event (recorded as its turn)."""
+        state = self.flows.get(flow.id)
+        if state is None:
+            return
+        _, model = self.guard.ws_turn(msg.content)
+        verdict = self.guard.verdict(route_for(state.head.host), model, state.head.host)
+        _record(state, verdict)
+        if verdict.decision == "denied":
+            from mitmproxy import ctx
+
+            msg.drop()
+            ctx.master.commands.call("inject.websocket", flow, True, self.guard.ws_refusal(verdict), True)
 
     @guarded
     def websocket_end(self, flow: http.HTTPFlow) -> None:
@@ -493,6 +524,17 @@ class Capsem:
         elif state.request_body is None and flow.request.raw_content is not None:
             state.request_body = flow.request.raw_content
             state.request_size = len(state.request_body)
+
+
+def _record(state: _Flow, verdict: Verdict) -> None:
+    """A budget's verdict on the flow's decision and matched_rule (the strictest decides)."""
+    if verdict.decision == "allowed" or (state.decision == "denied" and verdict.decision != "denied"):
+        return
+    if verdict.decision == "denied" or state.decision == "allowed":
+        state.matched_rule = verdict.rule
+    elif verdict.rule not in (state.matched_rule or "").split(", "):  # warned by a policy rule and a budget
+        state.matched_rule = f"{state.matched_rule}, {verdict.rule}"
+    state.decision = strictest(state.decision, verdict.decision)
 
 
 def _response_head(resp: http.Response) -> ResponseHead:

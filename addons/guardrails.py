@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from addons.budgets import Verdict, decide, model_of, refusal
+from addons.budgets import Verdict, decide, model_of, refusal, ws_refusal, ws_request
 from addons.credentials import REFUSED, Broker, Brokered, load_secrets
 from addons.messages import Route, Substitution
-from addons.spend import SETTLE_SECONDS, SpendView
+from addons.spend import SETTLE_SECONDS, WS_TURN, SpendView
 from capsem.settings import Budget, Settings
 
 if TYPE_CHECKING:
@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     from addons.handover import RecorderProcess, RecorderThread
 
 logger = logging.getLogger(__name__)
+
+_WS_TERMINAL = (b"response.completed", b"response.incomplete", b"response.failed", b'"error"')
+"""What a server message that ends a Responses turn holds (a false positive only makes the next
+check wait for the recorder's next report)."""
 
 
 class Guardrails:
@@ -102,13 +106,21 @@ class Guardrails:
         if self.view is not None and route is not None and decision != "denied":
             self.view.ended(flow_key)
 
-    def verdict(self, flow: http.HTTPFlow, route: Route) -> Verdict:
-        """The budgets' verdict on a model call (the model from its URL, else its JSON body)."""
+    def ws_message(self, flow_key: str, content: bytes) -> None:
+        """A server WebSocket message: if it ends a turn, that turn's cost is on its way."""
+        if self.view is not None and any(mark in content for mark in _WS_TERMINAL):
+            self.view.ended(flow_key + WS_TURN)
+
+    def model_of(self, flow: http.HTTPFlow, route: Route) -> str | None:
+        """The model of a call: from its URL, else (when a budget needs it) from its JSON body."""
+        if route.model is None and self._needs_model and not flow.request.stream:
+            return model_of(flow.request.get_content(strict=False))
+        return route.model
+
+    def verdict(self, route: Route, model: str | None, host: str) -> Verdict:
+        """The budgets' verdict on a model call (logged when a budget changes state)."""
         assert self.view is not None
-        model = route.model
-        if model is None and self._needs_model and not flow.request.stream:
-            model = model_of(flow.request.get_content(strict=False))
-        verdict = decide(self.budgets, route.provider, model, flow.request.host, self.view.spent)
+        verdict = decide(self.budgets, route.provider, model, host, self.view.spent)
         if verdict.budget is not None and self._announced.get(verdict.budget.name) != verdict.decision:
             self._announced[verdict.budget.name] = verdict.decision
             logger.warning("capsem: %s", verdict.message)
@@ -118,3 +130,13 @@ class Guardrails:
     def refusal(route: Route, verdict: Verdict) -> tuple[int, bytes, dict[str, str]]:
         """The provider-shaped answer to a call the budgets deny."""
         return refusal(route.protocol, route.provider, verdict)
+
+    @staticmethod
+    def ws_turn(content: bytes) -> tuple[bool, str | None]:
+        """Whether a client WebSocket message is a model call (`response.create`), and its model."""
+        return ws_request(content)
+
+    @staticmethod
+    def ws_refusal(verdict: Verdict) -> bytes:
+        """The `error` event that answers a denied WebSocket turn."""
+        return ws_refusal(verdict)

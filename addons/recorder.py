@@ -31,7 +31,7 @@ from addons.messages import (
 )
 from addons.providers import parser_for
 from addons.rows import IdMinter, ModelCall, Row
-from addons.spend import SessionSpend
+from addons.spend import WS_TURN, SessionSpend
 from addons.traces import TraceTracker
 from addons.websocket import Turn, WebSocketTurns, route_for
 from addons.writer import SessionWriter
@@ -247,6 +247,8 @@ class Recorder:
         else:
             socket.received += len(msg.content)
         self._ws_turns(socket, socket.turns.message(msg.from_client, msg.content, msg.is_text, msg.at))
+        if self.spend is not None and not msg.from_client:
+            self.spend.counted(msg.key + WS_TURN)  # a turn this message ended is counted now
 
     def _ws_end(self, flow: FlowEnded, socket: _Socket) -> None:
         current = socket.turns.current

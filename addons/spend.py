@@ -48,6 +48,8 @@ REFRESH_SECONDS = 0.2
 """How often mitmdump re-reads the other sessions' spend from main.db."""
 SETTLE_SECONDS = 2.0
 """How long a budget check waits at most for the cost of calls that have just ended."""
+WS_TURN = "#ws"
+"""Suffix of the key that stands for the last ended turn of a WebSocket (`<flow key>#ws`)."""
 
 
 class SessionSpend:
@@ -88,7 +90,7 @@ class SessionSpend:
         if self._reported:
             return None
         self._reported = True
-        done, self._done = self._done, []
+        done, self._done = list(dict.fromkeys(self._done)), []
         totals = [[*key, round(t[0], 12), t[1]] for key, t in self.totals.items()]
         return "spend " + json.dumps({"done": done, "totals": totals}, separators=(",", ":"))
 

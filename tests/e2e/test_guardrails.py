@@ -187,3 +187,26 @@ def test_brokered_keys_reach_the_upstream_and_nothing_else(emu, capsem_home, tmp
 def test_run_broker_without_credentials_says_what_to_do(capsem_home):
     out = run("run", "--broker", "--", sys.executable, "-c", "pass", code=1)
     assert "--broker: no credentials are configured; add a credentials: section to" in out
+
+
+def test_a_budget_holds_on_the_websocket_transport_codex_uses(mitmdump, emu, capsem_home):
+    """Responses over a WebSocket: each `response.create` is checked like an HTTP call; a refused
+    one never reaches the upstream and the client gets an `error` event with status 402."""
+    from tests.e2e.test_responses_sdk import ws_conversation
+
+    capsem_home.mkdir(parents=True, exist_ok=True)
+    (capsem_home / "config.yaml").write_text("budgets:\n  run: {scope: session, limit_usd: 0.000001}\n")
+    proxy = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
+    ask = {"type": "response.create", "model": "gpt-5", "input": "hello"}
+    answered, refused = ws_conversation(proxy, [ask, {**ask, "input": "again"}], "scenario=text")
+    assert answered[-1]["type"] == "response.completed"
+    (error,) = refused
+    assert error["type"] == "error" and error["status"] == 402 and error["error"]["code"] == "budget_exceeded"
+    assert "capsem budget 'run' is spent" in error["error"]["message"]
+    assert len(model_exchanges(emu)) == 1  # the second turn never reached the upstream
+    assert proxy.stop() == 0
+    db = capsem_home / "sessions" / session_of(proxy) / "session.db"
+    calls = rows(db, "SELECT status_code, error_type FROM model_calls ORDER BY id")
+    assert [c["status_code"] for c in calls] == [200, 402] and calls[1]["error_type"]
+    (net,) = rows(db, "SELECT decision, matched_rule, status_code FROM net_events")
+    assert net == {"decision": "denied", "matched_rule": "budget:run", "status_code": 101}
