@@ -258,6 +258,14 @@ def _fields_of(key: str, raw: Any, what: str, allowed: tuple[str, ...]) -> Mappi
     return raw
 
 
+def _one_of(key: str, raw: Mapping[str, Any], first: str, second: str, problem: str) -> tuple[Any, Any]:
+    """The values of two fields of which exactly one must be given (raises _Bad with `problem`)."""
+    a, b = raw.get(first), raw.get(second)
+    if (a is None) == (b is None):
+        raise _Bad(key, f"{problem}, got {_shown(dict(raw))}")
+    return a, b
+
+
 @dataclass(frozen=True, slots=True)
 class Budget:
     """One `budgets:` entry: a limit in USD on the model calls it matches, over a scope."""
@@ -319,18 +327,14 @@ class Credential:
         host = raw.get("host")
         if not isinstance(host, str) or not host:
             raise _must(f"{key}.host", "a host glob (the only hosts the real value may go to)", host)
-        header, query = raw.get("header"), raw.get("query")
-        if (header is None) == (query is None):
-            raise _Bad(key, "must say where the key goes: header (x-api-key, authorization...) or query "
-                            f"(a query parameter), one of them, got {_shown(dict(raw))}")  # fmt: skip
+        header, query = _one_of(key, raw, "header", "query", "must say where the key goes: header (x-api-key, "
+                                "authorization...) or query (a query parameter), one of them")  # fmt: skip
         if header is not None and not (isinstance(header, str) and _HEADER_RE.fullmatch(header)):
             raise _must(f"{key}.header", "a header name", header)
         if query is not None and not (isinstance(query, str) and query):
             raise _must(f"{key}.query", "a query parameter name", query)
-        env, file = raw.get("env"), raw.get("file")
-        if (env is None) == (file is None):
-            raise _Bad(key, "must name one source of the real value: env (a variable of capsem's own "
-                            f"environment) or file (readable only by you), got {_shown(dict(raw))}")  # fmt: skip
+        env, file = _one_of(key, raw, "env", "file", "must name one source of the real value: env (a variable "
+                            "of capsem's own environment) or file (readable only by you)")  # fmt: skip
         if env is not None and not (isinstance(env, str) and _ENV_NAME_RE.fullmatch(env)):
             raise _must(f"{key}.env", "an environment variable name", env)
         if file is not None:

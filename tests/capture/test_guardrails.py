@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from mitmproxy import http
@@ -27,6 +29,18 @@ def addon_with(home, config: str) -> Capsem:
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.yaml").write_text(config)
     return Capsem(in_process=True)
+
+
+@contextmanager
+def running(home, config: str) -> Iterator[Capsem]:
+    """An addon configured by `config` (as $CAPSEM_HOME/config.yaml) with its session started."""
+    addon = addon_with(home, config)
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon)
+        addon.running()
+        yield addon
+        if addon.session is not None:
+            addon.done()
 
 
 def call(addon: Capsem, model: str = "claude-sonnet-4-5", *, answer: bool = True) -> http.HTTPFlow:
@@ -53,10 +67,7 @@ def call(addon: Capsem, model: str = "claude-sonnet-4-5", *, answer: bool = True
 
 
 def test_a_session_budget_warns_then_refuses_in_the_providers_shape(capsem_home):
-    addon = addon_with(capsem_home, "budgets:\n  run: {scope: session, limit_usd: 0.01, warn_at: 0.5}\n")
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon)
-        addon.running()
+    with running(capsem_home, "budgets:\n  run: {scope: session, limit_usd: 0.01, warn_at: 0.5}\n") as addon:
         first, second, third = call(addon), call(addon), call(addon)  # spend: 0, then 0.0054, then 0.0107
         addon.done()
     assert first.response.status_code == second.response.status_code == 200
@@ -85,10 +96,7 @@ def test_a_session_budget_warns_then_refuses_in_the_providers_shape(capsem_home)
 def test_the_next_call_waits_for_the_cost_of_the_one_that_just_ended(capsem_home):
     """A tool loop sends its next call as soon as the answer is in: the check waits (without
     blocking mitmproxy) until the recorder has counted that answer's cost."""
-    addon = addon_with(capsem_home, "budgets:\n  run: {scope: session, limit_usd: 0.005}\n")
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon)
-        addon.running()
+    with running(capsem_home, "budgets:\n  run: {scope: session, limit_usd: 0.005}\n") as addon:
         call(addon)
         flow = model_flow()
         flow.response = None
@@ -115,11 +123,9 @@ def test_a_model_glob_reads_the_model_from_the_body_and_other_models_go_through(
 
 
 def test_a_policy_warning_and_a_budget_warning_are_both_recorded(capsem_home):
-    addon = addon_with(capsem_home, "policy:\n  rules: [{name: watch, action: warn, host: api.anthropic.com}]\n"
-                                    "budgets:\n  day: {scope: session, limit_usd: 1, warn_at: 0.000001}\n")  # fmt: skip
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon)
-        addon.running()
+    config = ("policy:\n  rules: [{name: watch, action: warn, host: api.anthropic.com}]\n"
+              "budgets:\n  day: {scope: session, limit_usd: 1, warn_at: 0.000001}\n")  # fmt: skip
+    with running(capsem_home, config) as addon:
         call(addon)
         call(addon)
         addon.done()
@@ -129,10 +135,7 @@ def test_a_policy_warning_and_a_budget_warning_are_both_recorded(capsem_home):
 
 
 def test_a_streamed_request_body_is_refused_on_its_headers(capsem_home):
-    addon = addon_with(capsem_home, "budgets:\n  none: {scope: session, limit_usd: 0}\n")
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon)
-        addon.running()
+    with running(capsem_home, "budgets:\n  none: {scope: session, limit_usd: 0}\n") as addon:
         flow = model_flow()
         flow.response = None
         flow.request.stream = True  # stream_large_bodies: the body goes up as it comes
@@ -146,10 +149,7 @@ def test_a_streamed_request_body_is_refused_on_its_headers(capsem_home):
 
 
 def test_calls_that_are_not_model_calls_are_never_checked(capsem_home):
-    addon = addon_with(capsem_home, "budgets:\n  none: {scope: session, limit_usd: 0}\n")
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon)
-        addon.running()
+    with running(capsem_home, "budgets:\n  none: {scope: session, limit_usd: 0}\n") as addon:
         flow = tflow.tflow(req=tutils.treq(host="pypi.org", path=b"/simple/"), resp=False)
         addon.requestheaders(flow)
         assert addon.request(flow) is None and flow.response is None
@@ -166,13 +166,8 @@ CREDENTIALS = """credentials:
 def broker(capsem_home, monkeypatch):
     monkeypatch.setenv("TEST_ANTHROPIC_REAL", REAL_KEY)
     monkeypatch.setenv("TEST_GEMINI_REAL", "AIza-real-gemini-key/0000000000000")
-    addon = addon_with(capsem_home, CREDENTIALS)
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon)
-        addon.running()
+    with running(capsem_home, CREDENTIALS) as addon:
         yield addon
-        if addon.session is not None:
-            addon.done()
 
 
 def request(
