@@ -154,7 +154,11 @@ class Capsem:
     def configure_settings(self, settings: Settings) -> None:
         """Use `settings` (configure's job; in-process tests call it directly)."""
         self.policy = Policy.from_settings(settings)
-        self.guard = Guardrails.from_settings(settings)  # reads the credentials' sources
+        guard = Guardrails.from_settings(settings)  # reads the credentials' sources
+        if self.session is not None and self.recorder is not None:  # options changed while running
+            self.guard.stop()
+            guard.start(self.recorder, self.session.id, main_db_path())
+        self.guard = guard
         self.settings = settings
 
     def running(self) -> None:
