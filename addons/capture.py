@@ -232,7 +232,7 @@ class Capsem:
 
     @guarded
     def client_connected(self, client: connection.Client) -> None:
-        self._put(ClientConnected(client.id, _peer(client.peername), time.time()))
+        self._put(ClientConnected(client.id, _peer(client.peername), time.time(), _peer(client.sockname)))
 
     @guarded
     def tls_failed_client(self, data: tls.TlsData) -> None:

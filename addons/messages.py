@@ -94,9 +94,14 @@ class ResponseHead(msgspec.Struct, frozen=True, array_like=True):
 
 
 class ClientConnected(msgspec.Struct, frozen=True, array_like=True, tag=1):
+    """A client connected: the recorder looks up its local process at once (the hand-over sends
+    this without waiting for a batch: a short connection may close within milliseconds)."""
+
     conn: str
     peer: tuple[str, int] | None
     at: float
+    server: tuple[str, int] | None = None
+    """The proxy's end of the connection (lets the lookup match both ends)."""
 
 
 class StreamOpened(msgspec.Struct, frozen=True, array_like=True, tag=2):

@@ -244,7 +244,9 @@ def check_capture(conn: sqlite3.Connection, row: dict | None) -> list[Finding]:
     status, _, problem = capture_health(meta)
     out = []
     if row is not None and row.get("capture_status") == "failed":
-        out.append(Finding("error", "capture", f"capture failed: {row.get('capture_error') or 'the recorder died'}"))
+        out.append(
+            Finding("error", "capture", f"capture failed: {row.get('capture_error') or 'the recorder died'}")
+        )
     if status != "ok":
         out.append(Finding("error", "capture", f"capture degraded: {problem}"))
     elif problem:
@@ -443,6 +445,21 @@ def mcp_usage(conn: sqlite3.Connection) -> list[dict]:
     )]  # fmt: skip
 
 
+def input_breakdown(conn: sqlite3.Connection) -> list[dict]:
+    """Per part of the input (tool definitions, system, history…): tokens, cost and their shares
+    of the session's input (estimated split of the providers' counts; see addons/breakdown.py)."""
+    rows = [dict(r) for r in conn.execute(
+        "SELECT part, SUM(tokens) AS tokens, SUM(cache_read_tokens) AS cache_read, SUM(cost_usd) AS cost_usd "
+        "FROM input_breakdown GROUP BY part ORDER BY SUM(COALESCE(cost_usd, 0)) DESC, SUM(tokens) DESC"
+    )]  # fmt: skip
+    tokens = sum(r["tokens"] for r in rows) or 1
+    cost = sum(r["cost_usd"] or 0 for r in rows)
+    for r in rows:
+        r["token_share"] = r["tokens"] / tokens
+        r["cost_share"] = (r["cost_usd"] or 0) / cost if cost else None
+    return rows
+
+
 def last_rows(conn: sqlite3.Connection, n: int) -> dict[str, list[dict]]:
     """The last `n` rows of each seed table that has rows."""
     out = {}
@@ -464,6 +481,8 @@ class Inspection:
     findings: list[Finding]
     tools: list[dict] = field(default_factory=list)
     mcp: list[dict] = field(default_factory=list)
+    inputs: list[dict] = field(default_factory=list)
+    """Where the session's input tokens went, per part (see `input_breakdown`)."""
     previews: dict[str, list[dict]] = field(default_factory=dict)
 
     @property
@@ -502,7 +521,7 @@ def inspect_session(session_id: str, preview_rows: int = 5) -> Inspection:
         except sqlite3.Error:
             counts = {}  # unreadable
         result = Inspection(session_id, str(path), row["status"] if row else None, counts, findings)
-        for attr, fn in (("tools", tool_usage), ("mcp", mcp_usage)):
+        for attr, fn in (("tools", tool_usage), ("mcp", mcp_usage), ("inputs", input_breakdown)):
             try:
                 setattr(result, attr, fn(conn))
             except sqlite3.Error:
