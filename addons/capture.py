@@ -184,6 +184,8 @@ class Capsem:
 
         def announce() -> None:
             logger.log(ALERT, f"capsem: recording session {session.id} into {session.db_path}")
+            if guarded := self.guard.describe():
+                logger.log(ALERT, f"capsem: guarding with {guarded}")
 
         if self.in_process:
             self.recorder = RecorderThread(self.outbox, spec)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from addons.budgets import Verdict, decide, model_of, refusal, ws_refusal, ws_request
+from addons.budgets import Verdict, decide, model_of, refusal, usd, ws_refusal, ws_request
 from addons.credentials import REFUSED, Broker, Brokered, load_secrets
 from addons.messages import Route, Substitution
 from addons.spend import SETTLE_SECONDS, WS_TURN, SpendView
@@ -51,6 +51,17 @@ class Guardrails:
         return cls(settings.budgets.entries, load_secrets(settings))
 
     # -- lifecycle ------------------------------------------------------------------------------
+
+    def describe(self) -> str | None:
+        """One line on what is guarded (None when nothing is)."""
+        parts = []
+        if self.budgets:
+            parts.append(
+                "budgets " + ", ".join(f"{b.name} ({b.scope}, {usd(b.limit_usd)})" for b in self.budgets)
+            )
+        if self.broker:
+            parts.append("brokered credentials " + ", ".join(b.entry.name for b in self.broker.brokered))
+        return "; ".join(parts) or None
 
     def start(self, recorder: RecorderProcess | RecorderThread, session_id: str, main_db: Path) -> None:
         """Follow the spend of this session (from the recorder) and of the others (main.db)."""

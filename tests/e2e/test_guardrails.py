@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import ssl
 import sys
+import time
 
 import anthropic
 import httpx
@@ -71,6 +72,11 @@ def test_a_day_budget_stops_a_tool_loop_and_a_concurrent_session_shares_it(mitmd
     assert len(model_exchanges(emu)) == 1  # the emulator never saw the refused call
 
     # a second session, running at the same time: the first one's spend counts in the day budget
+    first_id = session_of(first)
+    deadline = time.monotonic() + 10  # the first session's recorder saves its spend at its next commit
+    while not rows(capsem_home / "main.db", "SELECT 1 FROM spend WHERE session_id = ?", (first_id,)):
+        assert time.monotonic() < deadline, "the running session's spend never reached main.db"
+        time.sleep(0.05)
     emu.clear()
     second = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
     http2 = Counted(second)
