@@ -27,6 +27,7 @@ from capsem.mitm import MitmdumpError
 from tests.cli.conftest import run
 from tests.conftest import rows
 from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, OPENAI_KEY, TOOLS_A, model_exchanges
+from tests.reliability.test_bombs_and_secrets import leaks_in_tables
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -186,6 +187,8 @@ def test_brokered_keys_reach_the_upstream_and_nothing_else(emu, capsem_home, tmp
         data = path.read_bytes()
         assert REAL_ANTHROPIC.encode() not in data and REAL_OPENAI.encode() not in data, path
         assert b"BROKERED-real" not in data, path
+    for path in (db, capsem_home / "main.db"):  # values in overflow pages and compressed bodies too
+        assert leaks_in_tables(path, "BROKERED-real") == []
     inspected = run("inspect-session", session["id"])
     assert "credential openai: 1 placeholder not replaced" in inspected
 
