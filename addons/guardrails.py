@@ -44,6 +44,7 @@ class Guardrails:
         self.view: SpendView | None = None
         self._needs_model = any(b.model is not None for b in self.budgets)
         self._announced: dict[str, str] = {}  # budget name -> the decision last logged
+        self._ws_received: dict[str, int] = {}  # WebSocket flow key -> server messages seen
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Guardrails:
@@ -114,13 +115,18 @@ class Guardrails:
 
     def ended(self, route: Route | None, flow_key: str, decision: str) -> None:
         """A flow ended: if it was a model call that went upstream, its cost is on its way."""
+        self._ws_received.pop(flow_key, None)
         if self.view is not None and route is not None and decision != "denied":
             self.view.ended(flow_key)
 
     def ws_message(self, flow_key: str, content: bytes) -> None:
-        """A server WebSocket message: if it ends a turn, that turn's cost is on its way."""
-        if self.view is not None and any(mark in content for mark in _WS_TERMINAL):
-            self.view.ended(flow_key + WS_TURN)
+        """A server WebSocket message: if it ends a turn, that turn's cost is on its way (counted
+        once the recorder has handled as many of the socket's server messages)."""
+        if self.view is None:
+            return
+        seq = self._ws_received[flow_key] = self._ws_received.get(flow_key, 0) + 1
+        if any(mark in content for mark in _WS_TERMINAL):
+            self.view.ended(flow_key + WS_TURN, seq)
 
     def model_of(self, flow: http.HTTPFlow, route: Route) -> str | None:
         """The model of a call: from its URL, else (when a budget needs it) from its JSON body."""

@@ -62,6 +62,7 @@ class _Socket:
     turns: WebSocketTurns = field(default_factory=WebSocketTurns)
     sent: int = 0
     received: int = 0
+    server_messages: int = 0
     trace: str | None = None
 
 
@@ -282,9 +283,10 @@ class Recorder:
             socket.sent += len(msg.content)
         else:
             socket.received += len(msg.content)
+            socket.server_messages += 1
         self._ws_turns(socket, socket.turns.message(msg.from_client, msg.content, msg.is_text, msg.at))
         if self.spend is not None and not msg.from_client:
-            self.spend.counted(msg.key + WS_TURN)  # a turn this message ended is counted now
+            self.spend.counted(msg.key + WS_TURN, socket.server_messages)  # a turn it ended is counted
 
     def _ws_end(self, flow: FlowEnded, socket: _Socket) -> None:
         current = socket.turns.current

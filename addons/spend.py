@@ -49,7 +49,8 @@ REFRESH_SECONDS = 0.2
 SETTLE_SECONDS = 2.0
 """How long a budget check waits at most for the cost of calls that have just ended."""
 WS_TURN = "#ws"
-"""Suffix of the key that stands for the last ended turn of a WebSocket (`<flow key>#ws`)."""
+"""Suffix of the key of a WebSocket's turns (`<flow key>#ws`, with the number of server messages
+the recorder has handled: a turn ended by the n-th one is counted once n is)."""
 
 
 class SessionSpend:
@@ -59,7 +60,7 @@ class SessionSpend:
         self.session_id = session_id
         self.totals: dict[Key, list[float]] = {}
         """key -> [cost, calls]."""
-        self._done: list[str] = []
+        self._done: dict[str, int] = {}
         self._reported = self._saved = True
         self._main: sqlite3.Connection | None = None
 
@@ -77,9 +78,10 @@ class SessionSpend:
         total[1] += 1
         self._reported = self._saved = False
 
-    def counted(self, flow_key: str) -> None:
-        """A flow's cost (if any) is counted: the hooks may stop waiting for it."""
-        self._done.append(flow_key)
+    def counted(self, flow_key: str, seq: int = 0) -> None:
+        """A flow's cost (if any) is counted, up to its `seq`-th server message for a WebSocket
+        (`<key>#ws`): the hooks may stop waiting for it."""
+        self._done[flow_key] = max(seq, self._done.get(flow_key, 0))
         self._reported = False
 
     def rows(self) -> list[SpendRow]:
@@ -90,7 +92,7 @@ class SessionSpend:
         if self._reported:
             return None
         self._reported = True
-        done, self._done = list(dict.fromkeys(self._done)), []
+        done, self._done = [[key, seq] for key, seq in self._done.items()], {}
         totals = [[*key, round(t[0], 12), t[1]] for key, t in self.totals.items()]
         return "spend " + json.dumps({"done": done, "totals": totals}, separators=(",", ":"))
 
@@ -149,8 +151,8 @@ class SpendView:
         self.others: dict[str, float] = {}
         """Budget name -> spend of the other sessions in its scope (day and month budgets)."""
         self.others_day = ""
-        self._pending: dict[str, float] = {}  # flow key -> when it ended (event loop only)
-        self._done: deque[str] = deque()  # flow keys reported counted (status thread -> event loop)
+        self._pending: dict[str, tuple[float, int]] = {}  # flow key -> (when it ended, seq); event loop only
+        self._done: deque[tuple[str, int]] = deque()  # reported counted (status thread -> event loop)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failed = False
@@ -201,19 +203,22 @@ class SpendView:
         """A `spend` report's JSON (any thread)."""
         data = json.loads(text)
         self.own = [(self.session_id, d, p, m, h, float(c)) for d, p, m, h, c, _ in data["totals"]]
-        self._done.extend(data["done"])
+        self._done.extend((key, seq) for key, seq in data["done"])
 
-    def ended(self, flow_key: str) -> None:
-        """A model call ended; its cost is on its way (event loop)."""
-        self._pending[flow_key] = time.monotonic()
+    def ended(self, flow_key: str, seq: int = 0) -> None:
+        """A model call ended (a WebSocket turn: with its `seq`-th server message); its cost is on
+        its way (event loop)."""
+        self._pending[flow_key] = (time.monotonic(), seq)
 
     def settled(self) -> bool:
         """Whether every ended call is counted (those that waited longer than SETTLE_SECONDS are given up)."""
         while self._done:
-            self._pending.pop(self._done.popleft(), None)
+            key, seq = self._done.popleft()
+            if key in self._pending and self._pending[key][1] <= seq:
+                del self._pending[key]
         if self._pending:
             oldest = time.monotonic() - SETTLE_SECONDS
-            for key in [k for k, at in self._pending.items() if at < oldest]:
+            for key in [k for k, (at, _) in self._pending.items() if at < oldest]:
                 del self._pending[key]
         return not self._pending
 

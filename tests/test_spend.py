@@ -38,8 +38,11 @@ def test_the_recorder_adds_up_reports_and_saves_this_sessions_spend(tmp_path):
     spend.add(call(3, None))  # unpriced: counted as a call, costs nothing
     spend.add(call(4, 1.0, model="claude-opus-4-1", timestamp="2026-01-31T23:59:59.000Z"))
     spend.counted("f1")
+    spend.counted("ws#ws", 7)
+    spend.counted("ws#ws", 9)
     report = json.loads(spend.report().removeprefix("spend "))
-    assert report == {"done": ["f1"], "totals": [
+    assert report.pop("done") == [["f1", 0], ["ws#ws", 9]]
+    assert report == {"totals": [
         [DAY, "anthropic", "claude-haiku-4-5", "api.anthropic.com", 0.75, 3],
         ["2026-01-31", "anthropic", "claude-opus-4-1", "api.anthropic.com", 1.0, 1],
     ]}  # fmt: skip
@@ -119,9 +122,16 @@ def test_a_check_waits_for_the_cost_of_calls_that_just_ended(main_db, monkeypatc
     view.ended("f1")
     view.ended("f2")
     assert not view.settled()
-    view.on_report(json.dumps({"done": ["f1"], "totals": []}))
+    view.on_report(json.dumps({"done": [["f1", 0]], "totals": []}))
     assert not view.settled()
-    view.on_report(json.dumps({"done": ["f2"], "totals": []}))
+    view.on_report(json.dumps({"done": [["f2", 0]], "totals": []}))
+    assert view.settled()
+    # a WebSocket turn ended by the socket's 5th server message: counted once the recorder has
+    # handled 5 of them (a report about earlier messages does not count)
+    view.ended("ws#ws", 5)
+    view.on_report(json.dumps({"done": [["ws#ws", 3]], "totals": []}))
+    assert not view.settled()
+    view.on_report(json.dumps({"done": [["ws#ws", 5]], "totals": []}))
     assert view.settled()
     view.ended("lost")  # its FlowEnded never reached the recorder: given up after SETTLE_SECONDS
     later = time.monotonic() + SETTLE_SECONDS + 0.1
