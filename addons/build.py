@@ -30,6 +30,7 @@ from addons.rows import (
     ModelItem,
     NetEvent,
     Row,
+    SubstitutionEvent,
     ToolCall,
     ToolResponse,
     new_event_id,
@@ -434,3 +435,28 @@ def _prompt_of(arguments: str) -> str | None:
     except (ValueError, AttributeError):
         return None
     return value if isinstance(value, str) and value.strip() else None
+
+
+def substitution_events(
+    flow: FlowEnded, *, net_event_id: int, process: ProcessInfo
+) -> list[SubstitutionEvent]:
+    """The `substitution_events` rows of a flow: each credential placeholder it carried, and what
+    capsem did with it (the values never travel this far)."""
+    req = flow.request
+    return [
+        SubstitutionEvent(
+            event_id=new_event_id(),
+            timestamp=rfc3339(req.started),
+            credential=s.credential,
+            host=req.host,
+            location=s.location,
+            outcome=s.outcome,
+            port=req.port,
+            reason=s.reason,
+            flow_id=req.key,
+            net_event_id=net_event_id,
+            process_name=process[0],
+            pid=process[1],
+        )
+        for s in flow.substitutions
+    ]

@@ -33,6 +33,7 @@ __all__ = [
     "Route",
     "Stop",
     "StreamOpened",
+    "Substitution",
     "WsMessage",
     "WsOpened",
     "decode",
@@ -142,6 +143,19 @@ class WsMessage(msgspec.Struct, frozen=True, array_like=True, tag=4):
     at: float
 
 
+class Substitution(msgspec.Struct, frozen=True, array_like=True):
+    """A credential's placeholder in a request, and what capsem did with it (never the value)."""
+
+    credential: str
+    """The `credentials:` entry whose placeholder it was."""
+    location: str
+    """Where it was: `header x-api-key`, `query key`, `path`."""
+    outcome: str
+    """`substituted` (the real value went upstream in its place) or `refused` (it did not)."""
+    reason: str | None = None
+    """Why it was refused."""
+
+
 class FlowEnded(msgspec.Struct, frozen=True, array_like=True, tag=5):
     """A flow is over (response, error, WebSocket end, or shutdown): everything about it."""
 
@@ -172,6 +186,8 @@ class FlowEnded(msgspec.Struct, frozen=True, array_like=True, tag=5):
     """The status the client got when it differs from the upstream's (mitmproxy answered 502)."""
     dropped_chunks: int = 0
     """Streamed chunks the hand-over dropped because the recorder had fallen behind."""
+    substitutions: tuple[Substitution, ...] = ()
+    """Credential placeholders the request carried (brokered credentials)."""
 
 
 class Barrier(msgspec.Struct, frozen=True, array_like=True, tag=6):

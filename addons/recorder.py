@@ -35,6 +35,7 @@ from addons.messages import (
 )
 from addons.providers import parser_for
 from addons.rows import IdMinter, McpCall, ModelCall, Row
+from addons.spend import WS_TURN, SessionSpend
 from addons.traces import TraceTracker
 from addons.websocket import Turn, WebSocketTurns, request_of, route_for
 from addons.writer import SessionWriter
@@ -61,6 +62,7 @@ class _Socket:
     turns: WebSocketTurns = field(default_factory=WebSocketTurns)
     sent: int = 0
     received: int = 0
+    server_messages: int = 0
     trace: str | None = None
 
 
@@ -68,11 +70,17 @@ class Recorder:
     """Turns messages into rows. Not thread-safe: owned by the recorder's one thread."""
 
     def __init__(
-        self, writer: SessionWriter, settings: CaptureSettings, resolver: Resolver | None = None
+        self,
+        writer: SessionWriter,
+        settings: CaptureSettings,
+        resolver: Resolver | None = None,
+        spend: SessionSpend | None = None,
     ) -> None:
         self.writer = writer
         self.settings = settings
         self.resolver = resolver
+        self.spend = spend
+        """This session's spend, for budgets (None: no budget is configured)."""
         self.failures = 0
         self.ids = IdMinter(writer.max_ids())
         self.traces = TraceTracker(settings.max_pending_calls)
@@ -100,6 +108,8 @@ class Recorder:
             self.failures += 1
             logger.warning("capsem: recording failed (%s): %r", type(message).__name__, exc,
                            exc_info=logger.isEnabledFor(logging.DEBUG))  # fmt: skip
+        if self.spend is not None and type(message) is FlowEnded and message.route is not None:
+            self.spend.counted(message.request.key)  # type: ignore[union-attr]  (even when it failed)
 
     def tick(self, now: float | None = None) -> None:
         """Periodic work: MCP rows whose answer never came are written without it."""
@@ -112,6 +122,10 @@ class Recorder:
     def _write(self, rows: list[Row] | list) -> None:
         if rows:
             self.writer.add(rows)
+            if self.spend is not None:
+                for row in rows:
+                    if type(row) is ModelCall:
+                        self.spend.add(row)
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -227,6 +241,8 @@ class Recorder:
         self._write([net, *rows])  # the net row first: its headers teach the scrubber before bodies are kept
         if rows and isinstance(rows[0], ModelCall) and state is not None:
             self._keep_bodies(rows[0], flow, request_body, state.reader.body, state.reader.body_truncated)
+        if flow.substitutions:
+            self._write(build.substitution_events(flow, net_event_id=net_id, process=process))
         if flow.mcp:
             response_body, _ = build.decode(
                 flow.response_body
@@ -267,7 +283,10 @@ class Recorder:
             socket.sent += len(msg.content)
         else:
             socket.received += len(msg.content)
+            socket.server_messages += 1
         self._ws_turns(socket, socket.turns.message(msg.from_client, msg.content, msg.is_text, msg.at))
+        if self.spend is not None and not msg.from_client:
+            self.spend.counted(msg.key + WS_TURN, socket.server_messages)  # a turn it ended is counted
 
     def _ws_end(self, flow: FlowEnded, socket: _Socket) -> None:
         current = socket.turns.current

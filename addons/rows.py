@@ -219,6 +219,23 @@ class FsEvent:
 
 
 @dataclass(slots=True)
+class SubstitutionEvent:
+    TABLE: ClassVar[str] = "substitution_events"
+    event_id: str
+    timestamp: str
+    credential: str
+    host: str
+    location: str
+    outcome: str
+    port: int | None = None
+    reason: str | None = None
+    flow_id: str | None = None
+    net_event_id: int | None = None
+    process_name: str | None = None
+    pid: int | None = None
+
+
+@dataclass(slots=True)
 class BodyChunk:
     """One piece of one or more bodies, stored once per session (see addons/bodies.py)."""
 
@@ -336,6 +353,7 @@ Row = (
     | ModelItem
     | ItemList
     | InputPart
+    | SubstitutionEvent
 )
 LINKED_TABLES = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls", "event_body_blobs")
 """Tables whose ids are minted by `IdMinter` (the others get SQLite's own)."""

@@ -77,8 +77,10 @@ def cli() -> None:
 @click.option("--mitmdump-args", default="", metavar="ARGS",
               help="Extra mitmdump arguments, e.g. '--mode upstream:http://corp-proxy:3128'.")  # fmt: skip
 @click.option("--quiet", "-q", is_flag=True, help="Do not print the session summary.")
+@click.option("--broker", is_flag=True,
+              help="Give the agent placeholders for the configured credentials; only capsem holds the keys.")  # fmt: skip
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(workspace, mitmdump_args, quiet, command) -> None:
+def run(workspace, mitmdump_args, quiet, broker, command) -> None:
     """Run an agent and record its LLM traffic.
 
     The agent gets HTTPS_PROXY and the CA variables (SSL_CERT_FILE, NODE_EXTRA_CA_CERTS,
@@ -91,14 +93,16 @@ def run(workspace, mitmdump_args, quiet, command) -> None:
         capsem run --workspace ~/src/app -- codex exec "add a README"
         capsem run -- gemini -p "summarize this repo"
         capsem run -- aider --message "rename foo to bar"
+        capsem run --broker -- claude -p "fix the failing test"
     """
     from assembler.run import run_agent
     from assembler.summary import print_session
+    from capsem.config import ConfigError
     from capsem.mitm import MitmdumpError
 
     try:
-        result = run_agent(list(command), workspace=workspace, mitmdump_args=mitmdump_args)
-    except (MitmdumpError, RuntimeError) as exc:
+        result = run_agent(list(command), workspace=workspace, mitmdump_args=mitmdump_args, broker=broker)
+    except (MitmdumpError, RuntimeError, ConfigError) as exc:
         raise click.ClickException(str(exc)) from exc
     if not quiet:
         console = Console(stderr=True)
@@ -577,6 +581,10 @@ cli.add_command(config)
 from assembler.show_call_cli import show_call  # noqa: E402
 
 cli.add_command(show_call)
+
+from assembler.budget import budget  # noqa: E402  (after `cli`, like bundle)
+
+cli.add_command(budget)
 
 
 def main() -> None:

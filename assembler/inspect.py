@@ -334,9 +334,49 @@ def check_processes(conn: sqlite3.Connection) -> list[Finding]:
     ]
 
 
+def check_budgets(conn: sqlite3.Connection) -> list[Finding]:
+    """Model calls a budget refused (warning: the agent was stopped) or let through at its warn level (info)."""
+    counts: dict[tuple[str, str], int] = {}
+    for rule, decision, n in conn.execute(
+        "SELECT matched_rule, decision, COUNT(*) FROM net_events WHERE matched_rule LIKE '%budget:%' "
+        "GROUP BY matched_rule, decision ORDER BY MIN(id)"
+    ):
+        for part in rule.split(", "):
+            if part.startswith("budget:"):
+                key = (part.removeprefix("budget:"), decision)
+                counts[key] = counts.get(key, 0) + n
+    out = []
+    for (name, decision), n in counts.items():
+        if decision == "denied":
+            out.append(Finding("warning", "budgets", f"budget {name} refused {n} model call{'s' * (n != 1)} "
+                                                     "(answered by capsem, never sent)"))  # fmt: skip
+        else:
+            out.append(Finding("info", "budgets", f"budget {name}: {n} model call{'s' * (n != 1)} went through "
+                                                  "at its warn level"))  # fmt: skip
+    return out
+
+
+def check_credentials(conn: sqlite3.Connection) -> list[Finding]:
+    """Brokered credentials: placeholders capsem refused to replace (warning), keys it put in (info)."""
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'substitution_events'").fetchone():
+        return []
+    out = []
+    for credential, outcome, n, hosts, reasons in conn.execute(
+        "SELECT credential, outcome, COUNT(*), GROUP_CONCAT(DISTINCT host), GROUP_CONCAT(DISTINCT reason) "
+        "FROM substitution_events GROUP BY credential, outcome ORDER BY MIN(id)"
+    ):
+        if outcome == "substituted":
+            out.append(Finding("info", "credentials", f"credential {credential}: the real key went to {hosts} "
+                                                      f"in {n} request{'s' * (n != 1)}"))  # fmt: skip
+        else:
+            out.append(Finding("warning", "credentials", f"credential {credential}: {n} placeholder{'s' * (n != 1)} "
+                                                         f"not replaced ({reasons})"))  # fmt: skip
+    return out
+
+
 CHECKS: list[Callable[[sqlite3.Connection], list[Finding]]] = [
     check_schema, check_integrity, check_tool_lifecycle, check_references, check_provider_traffic,
-    check_model_calls, check_usage, check_decoding, check_processes,
+    check_model_calls, check_usage, check_decoding, check_processes, check_budgets, check_credentials,
 ]  # fmt: skip
 
 

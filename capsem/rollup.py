@@ -1,6 +1,6 @@
 """main.db: the session index and its per-session rollup.
 
-A rollup recomputes a session's totals and its `ai_usage`, `tool_usage` and `mcp_usage` rows
+A rollup recomputes a session's totals and its `ai_usage`, `tool_usage`, `mcp_usage` and `spend` rows
 from its session.db and replaces what main.db held (idempotent, never incremental). It runs
 when a session stops, when a dead `running` session is found at the next start (`crashed`),
 and from the CLI.
@@ -69,6 +69,14 @@ SELECT server_name, COALESCE(tool_name, method, ''), COUNT(*),
        COALESCE(SUM(bytes_sent + bytes_received), 0), COALESCE(SUM(duration_ms), 0)
 FROM mcp_calls GROUP BY server_name, COALESCE(tool_name, method, '')
 """
+
+
+SPEND_SQL = """
+SELECT substr(timestamp, 1, 10), provider, COALESCE(model, ''), COALESCE(host, ''), COUNT(*),
+       COALESCE(SUM(estimated_cost_usd), 0)
+FROM model_calls GROUP BY 1, 2, 3, 4
+"""
+"""The spend ledger's rows of a session (main.db `spend`: budgets read it)."""
 
 
 CAPTURE_COUNTS = {
@@ -147,6 +155,7 @@ def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = Non
         ai = src.execute(AI_USAGE_SQL).fetchall()
         tools = src.execute(_TOOL_USAGE_SQL).fetchall()
         mcp = src.execute(_MCP_USAGE_SQL).fetchall()
+        spend = src.execute(SPEND_SQL).fetchall()
         meta = dict(src.execute("SELECT key, value FROM session_meta WHERE key LIKE 'capture%'").fetchall())
     finally:
         src.close()
@@ -161,7 +170,7 @@ def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = Non
                 WHERE id = :id""",
             {**totals, "now": utc_now(), "id": session_id, "lost": lost, "status": status, "problem": problem},
         )
-        for table, rows in (("ai_usage", ai), ("tool_usage", tools), ("mcp_usage", mcp)):
+        for table, rows in (("ai_usage", ai), ("tool_usage", tools), ("mcp_usage", mcp), ("spend", spend)):
             main.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
             if rows:
                 marks = ", ".join("?" * (len(rows[0]) + 1))

@@ -470,6 +470,36 @@ def _session_turns(conn: sqlite3.Connection) -> None:
 SESSION_MIGRATIONS.append(("m009_turns", _session_turns))
 
 
+def _session_substitutions(conn: sqlite3.Connection) -> None:
+    """Brokered credentials: one row each time a request carried a credential's placeholder, with
+    what capsem did (`substituted`: the real value went upstream in its place; `refused`: it did
+    not, and why). Never the value itself."""
+    _run_script(
+        conn,
+        """
+        CREATE TABLE substitution_events (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            event_id TEXT,
+            timestamp TEXT NOT NULL,
+            credential TEXT NOT NULL,
+            host TEXT NOT NULL,
+            port INTEGER,
+            location TEXT NOT NULL,
+            outcome TEXT NOT NULL,
+            reason TEXT,
+            flow_id TEXT,
+            net_event_id INTEGER,
+            process_name TEXT,
+            pid INTEGER
+        );
+        CREATE INDEX idx_substitution_events_net_event ON substitution_events(net_event_id)
+        """,
+    )
+
+
+SESSION_MIGRATIONS.append(("m010_substitution_events", _session_substitutions))
+
+
 def _main_v1(conn: sqlite3.Connection) -> None:
     _run_script(
         conn,
@@ -553,6 +583,34 @@ def _main_capture_health(conn: sqlite3.Connection) -> None:
 
 
 MAIN_MIGRATIONS.append(("m002_capture_health", _main_capture_health))
+
+
+def _main_spend(conn: sqlite3.Connection) -> None:
+    """The spend ledger budgets read: cost per session, UTC day, provider, model and host. A running
+    session's recorder keeps its rows current; the rollup recomputes them from session.db. Sessions
+    rolled up before it get one row per provider and model, on the day they started (host unknown)."""
+    _run_script(
+        conn,
+        """
+        CREATE TABLE spend (
+            session_id TEXT NOT NULL,
+            day TEXT NOT NULL,
+            provider TEXT NOT NULL,
+            model TEXT NOT NULL DEFAULT '',
+            host TEXT NOT NULL DEFAULT '',
+            call_count INTEGER NOT NULL DEFAULT 0,
+            estimated_cost REAL NOT NULL DEFAULT 0,
+            PRIMARY KEY (session_id, day, provider, model, host)
+        );
+        CREATE INDEX idx_spend_day ON spend(day);
+        INSERT INTO spend (session_id, day, provider, model, host, call_count, estimated_cost)
+            SELECT a.session_id, substr(s.created_at, 1, 10), a.provider, a.model, '', a.call_count, a.estimated_cost
+            FROM ai_usage a JOIN sessions s ON s.id = a.session_id
+        """,
+    )
+
+
+MAIN_MIGRATIONS.append(("m003_spend", _main_spend))
 
 
 def _run_script(conn: sqlite3.Connection, script: str) -> None:

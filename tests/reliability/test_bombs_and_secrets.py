@@ -286,9 +286,9 @@ def assert_no_needle_in_file(path: Path) -> None:
     )
 
 
-def leaks_in_tables(db: Path) -> list[str]:
-    """`table.column: value` for every stored value that holds a planted secret (a value longer than
-    a page is split across overflow pages, so a byte search of the file alone could miss it)."""
+def leaks_in_tables(db: Path, needle: str = NEEDLE) -> list[str]:
+    """`table.column: value` for every stored value that holds `needle` (a value longer than a page
+    is split across overflow pages, so a byte search of the file alone could miss it)."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
@@ -302,15 +302,15 @@ def leaks_in_tables(db: Path) -> list[str]:
                     if table == "body_chunks" and column == "data":  # whole bodies are stored compressed
                         value = zstandard.ZstdDecompressor().decompress(value)
                     text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-                    if isinstance(text, str) and NEEDLE in text:
-                        found.append(f"{table}.{column}: ...{_around(text, NEEDLE)}...")
+                    if isinstance(text, str) and needle in text:
+                        found.append(f"{table}.{column}: ...{_around(text, needle)}...")
         if "body_chunks" in tables:  # and every body as `capsem show-call` reads it
             assert conn.execute("SELECT COUNT(*) FROM event_body_blobs").fetchone()[0] > 0
             for row_id, direction, source in conn.execute(
                 "SELECT row_id, direction, source_table FROM event_body_blobs"
             ).fetchall():
                 body, _ = read_body(conn, row_id, direction, source)
-                if NEEDLE.encode() in body:
+                if needle.encode() in body:
                     found.append(f"{source} {row_id} {direction} body")
         return found
     finally:
