@@ -102,7 +102,11 @@ def capture_health(meta: dict[str, str]) -> tuple[str, int, str | None]:
     last = meta.get("capture_last_error")
     lost = any(n for key, n in counts.items() if key != "capture_commit_failures")
     text = "; ".join(problems) + (f" (last error: {last})" if last else "")
-    return ("degraded" if lost else "ok"), counts["capture_rows_lost"], text if lost else text + "; nothing was lost"
+    return (
+        ("degraded" if lost else "ok"),
+        counts["capture_rows_lost"],
+        text if lost else text + "; nothing was lost",
+    )
 
 
 @dataclass(frozen=True)
@@ -168,7 +172,14 @@ def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = Non
                    capture_status = CASE WHEN capture_status = 'failed' THEN 'failed' ELSE :status END,
                    capture_error = CASE WHEN capture_status = 'failed' THEN capture_error ELSE :problem END
                 WHERE id = :id""",
-            {**totals, "now": utc_now(), "id": session_id, "lost": lost, "status": status, "problem": problem},
+            {
+                **totals,
+                "now": utc_now(),
+                "id": session_id,
+                "lost": lost,
+                "status": status,
+                "problem": problem,
+            },
         )
         for table, rows in (("ai_usage", ai), ("tool_usage", tools), ("mcp_usage", mcp), ("spend", spend)):
             main.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
