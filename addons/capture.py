@@ -27,9 +27,12 @@ from urllib.parse import urlsplit
 from mitmproxy import connection, http, tls
 from mitmproxy.addonmanager import Loader
 from mitmproxy.log import ALERT
+from mitmproxy.websocket import WebSocketMessage
 
 from addons import mcp
 from addons.body import is_event_stream, stream_framing
+from addons.budgets import RULE_PREFIX, Verdict, strictest
+from addons.guardrails import Guardrails
 from addons.handover import Outbox, RecorderProcess, RecorderThread
 from addons.messages import (
     ClientConnected,
@@ -38,6 +41,7 @@ from addons.messages import (
     ResponseHead,
     Route,
     StreamOpened,
+    Substitution,
     WsMessage,
     WsOpened,
 )
@@ -47,7 +51,7 @@ from addons.providers.sniff import sniff_route
 from addons.recorder_process import spec_of
 from addons.session import Session
 from addons.tap import RequestTap, ResponseTap
-from addons.websocket import ABNORMAL_CLOSURE
+from addons.websocket import ABNORMAL_CLOSURE, route_for
 from capsem.ids import SESSION_ID
 from capsem.paths import main_db_path
 from capsem.settings import Settings, SettingsError, defaults, load
@@ -97,6 +101,7 @@ class _Flow:
     request_body: bytes | None = None
     request_size: int = 0
     request_truncated: bool = False
+    substitutions: tuple[Substitution, ...] = ()
 
 
 class Capsem:
@@ -111,6 +116,8 @@ class Capsem:
         self.recorder: RecorderProcess | RecorderThread | None = None
         self.flows: dict[str, _Flow] = {}
         self.policy = Policy()
+        self.guard = Guardrails()
+        """Brokered credentials and budgets (`addons/guardrails.py`)."""
         self.mcp_names: dict[str, str] = {}
         """MCP endpoint -> initialize name, learned on the event loop for the policy's MCP rules."""
         self.hook_failures = 0
@@ -159,6 +166,11 @@ class Capsem:
     def configure_settings(self, settings: Settings) -> None:
         """Use `settings` (configure's job; in-process tests call it directly)."""
         self.policy = Policy.from_settings(settings)
+        guard = Guardrails.from_settings(settings)  # reads the credentials' sources
+        if self.session is not None and self.recorder is not None:  # options changed while running
+            self.guard.stop()
+            guard.start(self.recorder, self.session.id, main_db_path())
+        self.guard = guard
         self.settings = settings
 
     def running(self) -> None:
@@ -178,11 +190,14 @@ class Capsem:
         """Register the session and start the recorder (called by `running`; tests call it directly)."""
         session = self.session = Session.register(session_id, mode=mode, command=command)
         spec = spec_of(self.settings.capture, session_id=session.id, db_path=str(session.db_path),
-                       main_db_path=str(main_db_path()), mode=mode)  # fmt: skip
+                       main_db_path=str(main_db_path()), mode=mode, track_spend=bool(self.guard.budgets),
+                       learn=self.guard.broker.secrets)  # fmt: skip
         self.outbox = Outbox()
 
         def announce() -> None:
             logger.log(ALERT, f"capsem: recording session {session.id} into {session.db_path}")
+            if guarded := self.guard.describe():
+                logger.log(ALERT, f"capsem: guarding with {guarded}")
 
         if self.in_process:
             self.recorder = RecorderThread(self.outbox, spec)
@@ -194,6 +209,7 @@ class Capsem:
             self.recorder = RecorderProcess(self.outbox, msgspec.json.encode(spec))
             self.recorder.on_ready = announce
             self.recorder.start()
+        self.guard.start(self.recorder, session.id, main_db_path())
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything handed over so far is committed (tests, the CLI)."""
@@ -205,6 +221,7 @@ class Capsem:
         now = time.time()
         for key in list(self.flows):
             self._end(key, None, "capture stopped before the flow finished", now)
+        self.guard.stop()
         failure = self.recorder.stop()
         stats = self.outbox.stats
         if failure is None and (stats.dropped_chunks or stats.dropped_messages):
@@ -229,7 +246,7 @@ class Capsem:
 
     @guarded
     def client_connected(self, client: connection.Client) -> None:
-        self._put(ClientConnected(client.id, _peer(client.peername), time.time()))
+        self._put(ClientConnected(client.id, _peer(client.peername), time.time(), _peer(client.sockname)))
 
     @guarded
     def tls_failed_client(self, data: tls.TlsData) -> None:
@@ -261,16 +278,20 @@ class Capsem:
             client_addr=_addr(flow.client_conn.peername),
         )  # fmt: skip
         state = self.flows[flow.id] = _Flow(head, detect(req.host, parts.path, req.method, req.port))
+        if self.guard.broker:  # the head above keeps the placeholders; the upstream gets the keys
+            state.substitutions = self.guard.substitute(flow)
         if self.policy.rules and (req.stream or not self.policy.has_mcp_rules):
             self._apply_policy(
                 flow, state, mcp.header_call(list(head.headers))
             )  # before any body byte goes up
-            if req.stream and flow.response is not None:
-                # mitmproxy cannot answer a request whose body it streams (stream_large_bodies):
-                # refuse it by closing the connection; nothing is sent upstream either way
-                flow.response = None
-                flow.kill()
-                return
+        if req.stream and flow.response is None and self.guard.checks(state.route):
+            self._apply_budget(flow, state)  # the body goes up as it comes: decide on the headers
+        if req.stream and flow.response is not None:
+            # mitmproxy cannot answer a request whose body it streams (stream_large_bodies):
+            # refuse it by closing the connection; nothing is sent upstream either way
+            flow.response = None
+            flow.kill()
+            return
         if req.stream:  # mitmproxy will stream this request body (e.g. stream_large_bodies)
             limit = (
                 self.settings.capture.max_parse_bytes if state.route else self.settings.capture.preview_bytes
@@ -299,6 +320,30 @@ class Capsem:
             body = flow.request.get_content(strict=False) or b""  # decoded (gzip...) when it can be
             calls = mcp.parse_request(body, dict(flow.request.headers)) if state.mcp else None
             self._apply_policy(flow, state, calls or [])
+        if not flow.request.stream and flow.response is None and self.guard.checks(state.route):
+            if not self.guard.settled():  # a call just ended: wait for its cost (mitmproxy awaits this)
+                return self._budget_when_settled(flow, state)
+            self._apply_budget(flow, state)
+        return None
+
+    async def _budget_when_settled(self, flow: http.HTTPFlow, state: _Flow) -> None:
+        try:
+            await self.guard.settle()
+            if flow.response is None:
+                self._apply_budget(flow, state)
+        except Exception as exc:  # as `guarded` does for the other hooks
+            self.hook_failures += 1
+            logger.warning("capsem: request hook failed: %r", exc, exc_info=True)
+
+    def _apply_budget(self, flow: http.HTTPFlow, state: _Flow) -> None:
+        """Check a model call against the budgets: record a warning, or answer it in the
+        provider's error shape so that nothing reaches the upstream."""
+        assert state.route is not None
+        verdict = self.guard.verdict(state.route, self.guard.model_of(flow, state.route), state.head.host)
+        _record(state, verdict)
+        if verdict.decision == "denied":
+            status, body, headers = self.guard.refusal(state.route, verdict)
+            flow.response = http.Response.make(status, body, headers)
 
     def _apply_policy(self, flow: http.HTTPFlow, state: _Flow, calls: list[mcp.McpRequest]) -> None:
         """Decide the flow (first matching rule; a batch is judged by its strictest tools/call):
@@ -369,18 +414,59 @@ class Capsem:
     def error(self, flow: http.HTTPFlow) -> None:
         state = self.flows.get(flow.id)
         if state is not None and state.decision == "denied" and flow.response is None:
-            self._finish(flow, f"denied by capsem policy rule {state.matched_rule!r}: connection closed")
+            rule = state.matched_rule or ""
+            what = (
+                f"budget {rule[len(RULE_PREFIX) :]!r}"
+                if rule.startswith(RULE_PREFIX)
+                else f"policy rule {rule!r}"
+            )
+            self._finish(flow, f"denied by capsem {what}: connection closed")
             return
         self._finish(flow, flow.error.msg if flow.error else "unknown error")
 
     # -- websockets (Responses over WebSocket: Codex CLI) ----------------------------------------
 
     @guarded
-    def websocket_message(self, flow: http.HTTPFlow) -> None:
+    def websocket_message(self, flow: http.HTTPFlow) -> Any:
         if flow.id not in self.flows or flow.websocket is None:
             return
         msg = flow.websocket.messages[-1]
+        waiting = None
+        if self.guard.view is not None:
+            if not msg.from_client:
+                self.guard.ws_message(flow.id, msg.content)
+            elif self.guard.ws_turn(msg.content)[0]:
+                if self.guard.settled():
+                    self._budget_ws_turn(flow, msg)
+                else:  # the previous turn just ended: wait for its cost (mitmproxy awaits this)
+                    waiting = self._budget_ws_turn_when_settled(flow, msg)
+        if waiting is None:
+            self._put(WsMessage(flow.id, msg.from_client, msg.content, msg.is_text, msg.timestamp))
+        return waiting
+
+    async def _budget_ws_turn_when_settled(self, flow: http.HTTPFlow, msg: WebSocketMessage) -> None:
+        try:
+            await self.guard.settle()
+            self._budget_ws_turn(flow, msg)
+        except Exception as exc:  # as `guarded` does for the other hooks
+            self.hook_failures += 1
+            logger.warning("capsem: websocket_message hook failed: %r", exc, exc_info=True)
         self._put(WsMessage(flow.id, msg.from_client, msg.content, msg.is_text, msg.timestamp))
+
+    def _budget_ws_turn(self, flow: http.HTTPFlow, msg: WebSocketMessage) -> None:
+        """A `response.create` on a WebSocket is a model call: the budgets decide it like an HTTP
+        one; a denied one is dropped and answered with an `error` event (recorded as its turn)."""
+        state = self.flows.get(flow.id)
+        if state is None:
+            return
+        _, model = self.guard.ws_turn(msg.content)
+        verdict = self.guard.verdict(route_for(state.head.host), model, state.head.host)
+        _record(state, verdict)
+        if verdict.decision == "denied":
+            from mitmproxy import ctx
+
+            msg.drop()
+            ctx.master.commands.call("inject.websocket", flow, True, self.guard.ws_refusal(verdict), True)
 
     @guarded
     def websocket_end(self, flow: http.HTTPFlow) -> None:
@@ -420,6 +506,8 @@ class Capsem:
         """Hand the flow over as one `FlowEnded`; the hook side forgets it."""
         state = self.flows.pop(key)
         tap = state.response_tap
+        if self.recorder is not None and self.recorder.exit_reason is None:
+            self.guard.ended(state.route, key, state.decision)
         self._put(
             FlowEnded(
                 request=state.head, ended=ended, route=state.route, request_body=state.request_body,
@@ -431,7 +519,7 @@ class Capsem:
                 error=error, decision=state.decision, matched_rule=state.matched_rule,
                 tap_failure=tap.failure if tap is not None else None, mcp=state.mcp,
                 websocket=state.response is not None and state.response.status == 101,
-                client_status=client_status, close_code=close_code,
+                client_status=client_status, substitutions=state.substitutions, close_code=close_code,
             )
         )  # fmt: skip
 
@@ -456,6 +544,17 @@ class Capsem:
         elif state.request_body is None and flow.request.raw_content is not None:
             state.request_body = flow.request.raw_content
             state.request_size = len(state.request_body)
+
+
+def _record(state: _Flow, verdict: Verdict) -> None:
+    """A budget's verdict on the flow's decision and matched_rule (the strictest decides)."""
+    if verdict.decision == "allowed" or (state.decision == "denied" and verdict.decision != "denied"):
+        return
+    if verdict.decision == "denied" or state.decision == "allowed":
+        state.matched_rule = verdict.rule
+    elif verdict.rule not in (state.matched_rule or "").split(", "):  # warned by a policy rule and a budget
+        state.matched_rule = f"{state.matched_rule}, {verdict.rule}"
+    state.decision = strictest(state.decision, verdict.decision)
 
 
 def _response_head(resp: http.Response) -> ResponseHead:

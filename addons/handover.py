@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from addons.messages import Barrier, Chunk, FlowEnded, Message, Stop, encode
+from addons.messages import Barrier, Chunk, ClientConnected, FlowEnded, Message, Stop, encode
 
 if TYPE_CHECKING:
     from addons.recorder_process import RecorderSpec
@@ -72,6 +72,8 @@ class Outbox:
         self._taken_bytes = 0  # written by the consumer only
         self._dropping: dict[str, int] = {}  # flow key -> chunks dropped so far
         self.wake = threading.Event()
+        self.prompt = False
+        """Something waiting must go now, without the batching pause (a new connection's lookup)."""
 
     @property
     def waiting(self) -> bool:
@@ -105,7 +107,10 @@ class Outbox:
         self._put_bytes += size
         items = self._items
         items.append(message)
-        if len(items) == 1 or kind in _URGENT:  # one wake-up per batch, not per chunk
+        if kind is ClientConnected:
+            self.prompt = True
+            self.wake.set()
+        elif len(items) == 1 or kind in _URGENT:  # one wake-up per batch, not per chunk
             self.wake.set()
 
     def stop_message(self, status: str) -> Stop:
@@ -134,6 +139,15 @@ class _Barriers:
     def __init__(self) -> None:
         self._acks: dict[int, threading.Event] = {}
         self._next = 0
+        self.on_spend: Callable[[str], None] | None = None
+        """Gets the JSON of each `spend` report (this session's spend; only with budgets)."""
+
+    def _spend(self, text: str) -> None:
+        if self.on_spend is not None:
+            try:
+                self.on_spend(text)
+            except Exception as exc:  # a bad report must not stop the status reader
+                logger.warning("capsem: a spend report could not be read: %r", exc)
 
     def ack(self, token: int) -> None:
         event = self._acks.pop(token, None)
@@ -185,7 +199,7 @@ class RecorderThread(_Barriers):
         self.ready.set()
         try:
             warm_up(loop)
-            stop = run(loop, self._batches, self.ack)
+            stop = run(loop, self._batches, self.ack, lambda line: self._spend(line.removeprefix("spend ")))
             finish(loop, stop, Path(self.spec.main_db_path))
         except BaseException as exc:  # the session ends without its recorder
             self.exit_reason = f"recorder failed: {exc!r}"
@@ -206,7 +220,7 @@ class RecorderProcess(_Barriers):
 
     Protocol: frames of a 4-byte big-endian length and a payload on the child's stdin: first the
     JSON spec (`RecorderSpec`: the session and settings it records), then msgpack batches.
-    The child answers on its stdout with lines: `ready`, `ack <token>`, `stopped`.
+    The child answers on its stdout with lines: `ready`, `ack <token>`, `spend <json>`, `stopped`.
     """
 
     def __init__(self, outbox: Outbox, spec: bytes, interval: float = 0.02) -> None:
@@ -247,8 +261,9 @@ class RecorderProcess(_Barriers):
             if not self.outbox.waiting:
                 self.outbox.wake.wait()
                 self.outbox.wake.clear()
-                if not self._stopped.is_set():
+                if not self._stopped.is_set() and not self.outbox.prompt:
                     time.sleep(self.interval)  # let a busy stream's chunks pile up into one batch
+            self.outbox.prompt = False
             batch = self.outbox.take()
             if not batch:
                 if self._stopped.is_set():
@@ -284,6 +299,8 @@ class RecorderProcess(_Barriers):
                     self.on_ready()
             elif line.startswith("ack "):
                 self.ack(int(line[4:]))
+            elif line.startswith("spend "):
+                self._spend(line[6:])
         code = self._child.wait()
         self.ready.set()
         if code != 0 and self.exit_reason is None:

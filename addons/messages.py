@@ -33,6 +33,7 @@ __all__ = [
     "Route",
     "Stop",
     "StreamOpened",
+    "Substitution",
     "WsMessage",
     "WsOpened",
     "decode",
@@ -93,9 +94,14 @@ class ResponseHead(msgspec.Struct, frozen=True, array_like=True):
 
 
 class ClientConnected(msgspec.Struct, frozen=True, array_like=True, tag=1):
+    """A client connected: the recorder looks up its local process at once (the hand-over sends
+    this without waiting for a batch: a short connection may close within milliseconds)."""
+
     conn: str
     peer: tuple[str, int] | None
     at: float
+    server: tuple[str, int] | None = None
+    """The proxy's end of the connection (lets the lookup match both ends)."""
 
 
 class StreamOpened(msgspec.Struct, frozen=True, array_like=True, tag=2):
@@ -137,6 +143,19 @@ class WsMessage(msgspec.Struct, frozen=True, array_like=True, tag=4):
     at: float
 
 
+class Substitution(msgspec.Struct, frozen=True, array_like=True):
+    """A credential's placeholder in a request, and what capsem did with it (never the value)."""
+
+    credential: str
+    """The `credentials:` entry whose placeholder it was."""
+    location: str
+    """Where it was: `header x-api-key`, `query key`, `path`."""
+    outcome: str
+    """`substituted` (the real value went upstream in its place) or `refused` (it did not)."""
+    reason: str | None = None
+    """Why it was refused."""
+
+
 class FlowEnded(msgspec.Struct, frozen=True, array_like=True, tag=5):
     """A flow is over (response, error, WebSocket end, or shutdown): everything about it."""
 
@@ -167,6 +186,8 @@ class FlowEnded(msgspec.Struct, frozen=True, array_like=True, tag=5):
     """The status the client got when it differs from the upstream's (mitmproxy answered 502)."""
     dropped_chunks: int = 0
     """Streamed chunks the hand-over dropped because the recorder had fallen behind."""
+    substitutions: tuple[Substitution, ...] = ()
+    """Credential placeholders the request carried (brokered credentials)."""
     close_code: int | None = None
     """A WebSocket's close code (1006: the connection ended without a close frame)."""
 

@@ -77,8 +77,10 @@ def cli() -> None:
 @click.option("--mitmdump-args", default="", metavar="ARGS",
               help="Extra mitmdump arguments, e.g. '--mode upstream:http://corp-proxy:3128'.")  # fmt: skip
 @click.option("--quiet", "-q", is_flag=True, help="Do not print the session summary.")
+@click.option("--broker", is_flag=True,
+              help="Give the agent placeholders for the configured credentials; only capsem holds the keys.")  # fmt: skip
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(workspace, mitmdump_args, quiet, command) -> None:
+def run(workspace, mitmdump_args, quiet, broker, command) -> None:
     """Run an agent and record its LLM traffic.
 
     The agent gets HTTPS_PROXY and the CA variables (SSL_CERT_FILE, NODE_EXTRA_CA_CERTS,
@@ -91,14 +93,16 @@ def run(workspace, mitmdump_args, quiet, command) -> None:
         capsem run --workspace ~/src/app -- codex exec "add a README"
         capsem run -- gemini -p "summarize this repo"
         capsem run -- aider --message "rename foo to bar"
+        capsem run --broker -- claude -p "fix the failing test"
     """
     from assembler.run import run_agent
     from assembler.summary import print_session
+    from capsem.config import ConfigError
     from capsem.mitm import MitmdumpError
 
     try:
-        result = run_agent(list(command), workspace=workspace, mitmdump_args=mitmdump_args)
-    except (MitmdumpError, RuntimeError) as exc:
+        result = run_agent(list(command), workspace=workspace, mitmdump_args=mitmdump_args, broker=broker)
+    except (MitmdumpError, RuntimeError, ConfigError) as exc:
         raise click.ClickException(str(exc)) from exc
     if not quiet:
         console = Console(stderr=True)
@@ -321,6 +325,20 @@ def _print_inspection(result: Inspection) -> None:
             table.add_row(escape(r["server_name"]), escape(r["tool_name"] or ""), escape(r["decision"]),
                           str(r["calls"]), str(r["avg_ms"]), f"{r['bytes']:,}")  # fmt: skip
         console.print(table)
+    if result.inputs:
+        top = result.inputs[0]
+        if top["cost_share"] is not None:
+            console.print(f"{top['part'].replace('_', ' ')} were {top['cost_share']:.0%} of this session's input cost "
+                          "(estimated split of the reported input tokens)")  # fmt: skip
+        table = Table(title="Input by source", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        for col in ("part", "tokens", "share", "cached", "cost", "cost share"):
+            table.add_column(col, justify="left" if col == "part" else "right")
+        for r in result.inputs:
+            cost = "–" if r["cost_usd"] is None else f"${r['cost_usd']:.4f}"
+            share = "–" if r["cost_share"] is None else f"{r['cost_share']:.0%}"
+            table.add_row(r["part"].replace("_", " "), f"{r['tokens']:,}", f"{r['token_share']:.0%}",
+                          f"{r['cache_read']:,}", cost, share)  # fmt: skip
+        console.print(table)
     if result.tools:
         table = Table(title="Tool usage", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
         for col in ("tool", "origin", "calls", "results", "errors"):
@@ -413,7 +431,7 @@ def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
 @cli.command("update-prices")
 @click.option("--from", "source", metavar="FILE|URL",
               help="A genai-prices data.json: a file, or an http(s) URL to download. "
-                   "Without it, the table bundled with the installed genai-prices is restored.")  # fmt: skip
+                   "Without it, the default table (config/genai-prices.json) is restored.")  # fmt: skip
 @dry_run_option
 @json_option
 def update_prices_cmd(source, dry_run, as_json) -> None:
@@ -427,7 +445,7 @@ def update_prices_cmd(source, dry_run, as_json) -> None:
     Examples:
         capsem update-prices --from ./data.json --dry-run
         capsem update-prices --from https://raw.githubusercontent.com/pydantic/genai-prices/main/prices/data.json
-        capsem update-prices            # back to the bundled genai-prices table
+        capsem update-prices            # back to the default table, config/genai-prices.json
     """
     from assembler.prices import update_prices
 
@@ -460,7 +478,7 @@ def update_prices_cmd(source, dry_run, as_json) -> None:
         click.echo("dry run: nothing installed")
     elif update.installed:
         click.echo(
-            f"installed: {update.target}" if source else f"removed {update.target}; using the bundled table"
+            f"installed: {update.target}" if source else f"removed {update.target}; using the default table"
         )
 
 
@@ -551,6 +569,14 @@ cli.add_command(bundle)
 from assembler.config_cli import config  # noqa: E402  (after `cli`, like bundle)
 
 cli.add_command(config)
+
+from assembler.show_call_cli import show_call  # noqa: E402
+
+cli.add_command(show_call)
+
+from assembler.budget import budget  # noqa: E402  (after `cli`, like bundle)
+
+cli.add_command(budget)
 
 from assembler.doctor_cli import doctor  # noqa: E402  (after `cli`, like bundle)
 

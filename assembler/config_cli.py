@@ -126,9 +126,11 @@ def _origin(origin: str) -> str:
 
 
 def _yaml(value: Any) -> str:
-    """A value as one line of YAML (a list of rules: one rule per line)."""
+    """A value as one line of YAML (a list of rules, named budgets or credentials: one per line)."""
     if isinstance(value, list) and value and isinstance(value[0], dict):
         return "\n".join("- " + _yaml(item) for item in value)
+    if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+        return "\n".join(f"{name}: {_yaml(item)}" for name, item in value.items())
     return (
         yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=10**9)
         .removesuffix("\n...\n")

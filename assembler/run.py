@@ -21,11 +21,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from addons.credentials import Brokered, broker_env, load_secrets
 from assembler.fswatch import WorkspaceWatcher
 from assembler.procdiag import Diagnostics, ProcessSampler, diagnostics_settings, finish, scrubber_for
+from capsem.config import ConfigError
 from capsem.ids import new_session_id
 from capsem.mitm import Mitmdump, MitmdumpError, start_mitmdump
-from capsem.paths import capsem_home, session_db_path, session_dir
+from capsem.paths import capsem_home, session_db_path, session_dir, user_config_path
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +72,17 @@ def _tidy_up() -> None:
         logger.warning("capsem: retention failed: %r", exc)
 
 
+def _brokered() -> list[Brokered]:
+    """The configured credentials with their real values (`capsem run --broker`)."""
+    from capsem.settings import load
+
+    settings = load()
+    if not settings.credentials.entries:
+        raise ConfigError("--broker: no credentials are configured; add a credentials: section to "
+                          f"{user_config_path()} (see config/default.yaml)")  # fmt: skip
+    return load_secrets(settings)
+
+
 def _wait_for_capture(proxy: Mitmdump, timeout: float = 20.0) -> None:
     """Wait until the addon has opened its session (so the agent's first request is recorded)."""
     deadline = time.monotonic() + timeout
@@ -85,9 +98,15 @@ def run_agent(
     workspace: Path | None = None,
     mitmdump_args: str = "",
     session_id: str | None = None,
+    broker: bool = False,
 ) -> RunResult:
-    """Run `command` through a fresh capsem session; return its id and the agent's exit code."""
+    """Run `command` through a fresh capsem session; return its id and the agent's exit code.
+
+    `broker`: the agent gets the placeholders of the configured credentials instead of their
+    real values (which only mitmdump holds); a source that is missing fails here, first.
+    """
     diagnostics = diagnostics_settings()  # a bad setting fails before anything starts
+    brokered = _brokered() if broker else None
     tidy = threading.Thread(target=_tidy_up, name="capsem-retention", daemon=True)
     tidy.start()
     session_id = session_id or new_session_id()
@@ -111,6 +130,10 @@ def run_agent(
         watcher = WorkspaceWatcher(workspace or Path.cwd(), session_db_path(session_id))
         watcher.start()
         env = agent_env(proxy)
+        if brokered is not None:
+            env, removed = broker_env(env, brokered)
+            for name in removed:
+                logger.warning("capsem: %s is not passed to the agent: it holds a brokered key", name)
         try:
             agent = subprocess.Popen(command, cwd=workspace, env=env)
         except OSError as exc:

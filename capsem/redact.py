@@ -112,6 +112,7 @@ def _patterns_for(text: str) -> list[re.Pattern[str]]:
     wanted = sorted({i for found in set(hits) for i in _TRIGGERED[found]})
     return [_COMPILED[i][1] for i in wanted]
 
+
 # --- secret-named keys ------------------------------------------------------------------------
 # Every secret name contains one of these words (lower-cased); `is_secret_name` decides.
 _NAME_WORDS = ("passw", "passphrase", "secret", "token", "credential", "auth", "key", "signature")

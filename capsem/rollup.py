@@ -1,6 +1,6 @@
 """main.db: the session index and its per-session rollup.
 
-A rollup recomputes a session's totals and its `ai_usage`, `tool_usage` and `mcp_usage` rows
+A rollup recomputes a session's totals and its `ai_usage`, `tool_usage`, `mcp_usage` and `spend` rows
 from its session.db and replaces what main.db held (idempotent, never incremental). It runs
 when a session stops, when a dead `running` session is found at the next start (`crashed`),
 and from the CLI.
@@ -71,6 +71,14 @@ FROM mcp_calls GROUP BY server_name, COALESCE(tool_name, method, '')
 """
 
 
+SPEND_SQL = """
+SELECT substr(timestamp, 1, 10), provider, COALESCE(model, ''), COALESCE(host, ''), COUNT(*),
+       COALESCE(SUM(estimated_cost_usd), 0)
+FROM model_calls GROUP BY 1, 2, 3, 4
+"""
+"""The spend ledger's rows of a session (main.db `spend`: budgets read it)."""
+
+
 CAPTURE_COUNTS = {
     "capture_rows_lost": "rows could not be written",
     "capture_dropped_chunks": "body chunks were not recorded (the recorder fell behind)",
@@ -94,7 +102,11 @@ def capture_health(meta: dict[str, str]) -> tuple[str, int, str | None]:
     last = meta.get("capture_last_error")
     lost = any(n for key, n in counts.items() if key != "capture_commit_failures")
     text = "; ".join(problems) + (f" (last error: {last})" if last else "")
-    return ("degraded" if lost else "ok"), counts["capture_rows_lost"], text if lost else text + "; nothing was lost"
+    return (
+        ("degraded" if lost else "ok"),
+        counts["capture_rows_lost"],
+        text if lost else text + "; nothing was lost",
+    )
 
 
 @dataclass(frozen=True)
@@ -147,6 +159,7 @@ def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = Non
         ai = src.execute(AI_USAGE_SQL).fetchall()
         tools = src.execute(_TOOL_USAGE_SQL).fetchall()
         mcp = src.execute(_MCP_USAGE_SQL).fetchall()
+        spend = src.execute(SPEND_SQL).fetchall()
         meta = dict(src.execute("SELECT key, value FROM session_meta WHERE key LIKE 'capture%'").fetchall())
     finally:
         src.close()
@@ -159,9 +172,16 @@ def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = Non
                    capture_status = CASE WHEN capture_status = 'failed' THEN 'failed' ELSE :status END,
                    capture_error = CASE WHEN capture_status = 'failed' THEN capture_error ELSE :problem END
                 WHERE id = :id""",
-            {**totals, "now": utc_now(), "id": session_id, "lost": lost, "status": status, "problem": problem},
+            {
+                **totals,
+                "now": utc_now(),
+                "id": session_id,
+                "lost": lost,
+                "status": status,
+                "problem": problem,
+            },
         )
-        for table, rows in (("ai_usage", ai), ("tool_usage", tools), ("mcp_usage", mcp)):
+        for table, rows in (("ai_usage", ai), ("tool_usage", tools), ("mcp_usage", mcp), ("spend", spend)):
             main.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
             if rows:
                 marks = ", ".join("?" * (len(rows[0]) + 1))

@@ -11,6 +11,7 @@ import pytest
 
 from capsem.mitm import ADDON_PATH, mitmdump_executable
 from capsem.paths import default_config_path
+from capsem.settings import SECTIONS
 from tests.cli.conftest import run
 
 BAD = "capture:\n  preview_bytes: lots\n"
@@ -112,15 +113,13 @@ KINDS = [
     ("capture: {preview_byte: 10}\n", "capture.preview_byte is not a setting (did you mean preview_bytes?); "
      "capture has: preview_bytes, content_max_bytes, max_parse_bytes, max_body_bytes, commit_interval_ms, "
      "max_pending_calls"),
-    ("captur: {}\n", "captur is not a section (did you mean capture?); sections are: capture, headers, "
-     "redaction, policy, diagnostics, retention"),
+    ("captur: {}\n", f"captur is not a section (did you mean capture?); sections are: {', '.join(SECTIONS)}"),
     ("diagnostics: {enabled: maybe}\n", "diagnostics.enabled must be true or false, got 'maybe'"),
     ("retention: {max_disk_gb: -1}\n",
      "retention.max_disk_gb must be a number of GiB >= 0 (0 or null: no limit), got -1"),
     ("headers: {allowlist: accept}\n", "headers.allowlist must be a list of header names, got 'accept'"),
     ("capture: [1\n", "invalid YAML at line 2, column 1: expected ',' or ']', but got '<stream end>'"),
-    ("- capture\n", "the top level must be a mapping of sections (capture, headers, redaction, policy, "
-     "diagnostics, retention), got ['capture']"),
+    ("- capture\n", f"the top level must be a mapping of sections ({', '.join(SECTIONS)}), got ['capture']"),
 ]  # fmt: skip
 
 
