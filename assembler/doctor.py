@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import os
+import re
 import shutil
 import sqlite3
 import ssl
@@ -48,8 +49,8 @@ Status = Literal["ok", "warn", "fail", "skip"]
 
 MIN_FREE_BYTES = 1 << 30
 """Below this much free disk under $CAPSEM_HOME, a warning."""
-STALE_DAYS = 90
-"""A price table older than this is a warning."""
+STALE_DAYS = 180
+"""A price table older than this is a warning (the models seen lately without a price are the sharper test)."""
 RECENT_DAYS = 30
 """The models of the sessions started this many days back are checked against the price table."""
 CA_NAME = "mitmproxy-ca-cert.pem"
@@ -236,15 +237,16 @@ def check_prices() -> Finding:
         return Finding("prices", "warn", f"{saved} cannot be used ({exc}); calls are priced by the bundled table",
                        "capsem update-prices --from FILE|URL installs a valid one; capsem update-prices goes back "
                        "to the bundled table")  # fmt: skip
-    if saved.is_file():
-        stamp, how = saved.stat().st_mtime, "saved"
+    dated = re.search(r"data of (\d{4}-\d{2}-\d{2})", table.source)  # the table shipped in config/
+    if dated and not saved.is_file():
+        when, source = datetime.fromisoformat(dated.group(1)).replace(tzinfo=UTC), table.source
     else:
         import genai_prices.data
 
-        stamp, how = Path(genai_prices.data.__file__).stat().st_mtime, "installed"
-    when = datetime.fromtimestamp(stamp, UTC)
+        stamp = (saved if saved.is_file() else Path(genai_prices.data.__file__)).stat().st_mtime
+        when = datetime.fromtimestamp(stamp, UTC)
+        source = f"{table.source}, {'saved' if saved.is_file() else 'installed'} {when:%Y-%m-%d}"
     age = (datetime.now(UTC) - when).days
-    source = f"{table.source}, {how} {when:%Y-%m-%d}"
     seen = _recent_models()
     priced = [(p, m) for p, m in seen if provider_price_id(p) is not None]
     unpriced = [f"{m} ({p})" for p, m in priced

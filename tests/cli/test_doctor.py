@@ -38,10 +38,14 @@ def marks(out: str) -> dict[str, str]:
 @pytest.mark.timeout(90)
 def test_doctor_passes_here_and_leaves_the_sessions_alone(capsem_home):
     out = run("doctor")
-    assert marks(out) == dict.fromkeys((*CHECKS, "self-test"), "✓"), out
+    found = marks(out)
+    if found["prices"] == "!":  # only when the shipped price table has grown old on this clock
+        assert "days old" in out
+        found["prices"] = "✓"
+    assert found == dict.fromkeys((*CHECKS, "self-test"), "✓"), out
     assert "read back: 1 model call (anthropic claude-sonnet-4-5, " in out
     assert "session stopped and rolled up" in out
-    assert out.splitlines()[-1] == "everything holds (6 checks passed)"
+    assert out.splitlines()[-1] in ("everything holds (6 checks passed)", "1 warning: prices")
     assert (capsem_home / "mitmproxy" / CA_NAME).is_file()  # made, as the first `capsem run` would
     assert not list((capsem_home / "sessions").iterdir()) and not (capsem_home / "main.db").exists()
 
