@@ -19,7 +19,9 @@ import json
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Optional, TypeVar
 from urllib.parse import urlsplit
@@ -35,7 +37,6 @@ from addons.budgets import RULE_PREFIX, Verdict, strictest
 from addons.guardrails import Guardrails
 from addons.handover import Outbox, RecorderProcess, RecorderThread
 from addons.messages import (
-    ClientConnected,
     FlowEnded,
     RequestHead,
     ResponseHead,
@@ -46,6 +47,7 @@ from addons.messages import (
     WsOpened,
 )
 from addons.policy import Policy, PolicyError
+from addons.process import ProcessResolver
 from addons.providers import detect, parser_for
 from addons.providers.sniff import sniff_route
 from addons.recorder_process import spec_of
@@ -57,6 +59,7 @@ from capsem.paths import main_db_path
 from capsem.settings import Settings, SettingsError, defaults, load
 
 logger = logging.getLogger(__name__)
+_MAX_CONNECTIONS = 10_000
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -113,6 +116,9 @@ class Capsem:
         self.settings: Settings = defaults()
         self.session: Session | None = None
         self.outbox: Outbox | None = None
+        self.resolver: ProcessResolver | None = None
+        self.processes: OrderedDict[str, Future[tuple[str | None, int | None]]] = OrderedDict()
+        """Client connection id -> the lookup of its local process."""
         self.recorder: RecorderProcess | RecorderThread | None = None
         self.flows: dict[str, _Flow] = {}
         self.policy = Policy()
@@ -193,6 +199,7 @@ class Capsem:
                        main_db_path=str(main_db_path()), mode=mode, track_spend=bool(self.guard.budgets),
                        learn=self.guard.broker.secrets)  # fmt: skip
         self.outbox = Outbox()
+        self.resolver = ProcessResolver()
 
         def announce() -> None:
             logger.log(ALERT, f"capsem: recording session {session.id} into {session.db_path}")
@@ -222,6 +229,9 @@ class Capsem:
         for key in list(self.flows):
             self._end(key, None, "capture stopped before the flow finished", now)
         self.guard.stop()
+        if self.resolver is not None:
+            self.resolver.close()
+            self.resolver = None
         failure = self.recorder.stop()
         stats = self.outbox.stats
         if failure is None and (stats.dropped_chunks or stats.dropped_messages):
@@ -246,7 +256,22 @@ class Capsem:
 
     @guarded
     def client_connected(self, client: connection.Client) -> None:
-        self._put(ClientConnected(client.id, _peer(client.peername), time.time(), _peer(client.sockname)))
+        """Look up the local process behind the connection now, on the resolver's thread (a short
+        connection may be gone within milliseconds); its flows carry the answer."""
+        if self.resolver is None:
+            return
+        found = self.resolver.lookup(_peer(client.peername), _peer(client.sockname))
+        if found is not None:
+            self.processes[client.id] = found
+            while len(self.processes) > _MAX_CONNECTIONS:
+                self.processes.popitem(last=False)
+
+    def _process(self, conn: str | None) -> tuple[str | None, int | None] | None:
+        """The connection's process, if its lookup has finished."""
+        found = self.processes.get(conn) if conn else None
+        if found is None or not found.done() or found.exception() is not None:
+            return None
+        return found.result()
 
     @guarded
     def tls_failed_client(self, data: tls.TlsData) -> None:
@@ -261,7 +286,7 @@ class Capsem:
             headers=(), client_addr=_addr(client.peername),
         )  # fmt: skip
         error = f"client TLS handshake failed: {data.conn.error or 'unknown error'}"
-        self._put(FlowEnded(request=head, ended=now, error=error))
+        self._put(FlowEnded(request=head, ended=now, error=error, process=self._process(client.id)))
 
     # -- flows ------------------------------------------------------------------------------
 
@@ -406,7 +431,7 @@ class Capsem:
             # a 101 upgrade: its messages follow; the flow ends at websocket_end
             self._collect_request(flow, state)
             state.response = _response_head(flow.response)
-            self._put(WsOpened(state.head, state.response))
+            self._put(WsOpened(state.head, state.response, self._process(state.head.conn)))
             return
         self._finish(flow, None)
 
@@ -520,6 +545,7 @@ class Capsem:
                 tap_failure=tap.failure if tap is not None else None, mcp=state.mcp,
                 websocket=state.response is not None and state.response.status == 101,
                 client_status=client_status, substitutions=state.substitutions, close_code=close_code,
+                process=self._process(state.head.conn),
             )
         )  # fmt: skip
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from addons.messages import Barrier, Chunk, ClientConnected, FlowEnded, Message, Stop, encode
+from addons.messages import Barrier, Chunk, FlowEnded, Message, Stop, encode
 
 if TYPE_CHECKING:
     from addons.recorder_process import RecorderSpec
@@ -72,8 +72,6 @@ class Outbox:
         self._taken_bytes = 0  # written by the consumer only
         self._dropping: dict[str, int] = {}  # flow key -> chunks dropped so far
         self.wake = threading.Event()
-        self.prompt = False
-        """Something waiting must go now, without the batching pause (a new connection's lookup)."""
 
     @property
     def waiting(self) -> bool:
@@ -107,10 +105,7 @@ class Outbox:
         self._put_bytes += size
         items = self._items
         items.append(message)
-        if kind is ClientConnected:
-            self.prompt = True
-            self.wake.set()
-        elif len(items) == 1 or kind in _URGENT:  # one wake-up per batch, not per chunk
+        if len(items) == 1 or kind in _URGENT:  # one wake-up per batch, not per chunk
             self.wake.set()
 
     def stop_message(self, status: str) -> Stop:
@@ -261,9 +256,8 @@ class RecorderProcess(_Barriers):
             if not self.outbox.waiting:
                 self.outbox.wake.wait()
                 self.outbox.wake.clear()
-                if not self._stopped.is_set() and not self.outbox.prompt:
+                if not self._stopped.is_set():
                     time.sleep(self.interval)  # let a busy stream's chunks pile up into one batch
-            self.outbox.prompt = False
             batch = self.outbox.take()
             if not batch:
                 if self._stopped.is_set():

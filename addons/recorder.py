@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +24,6 @@ from addons.items import Conversations, request_items
 from addons.mcp.ledger import MCP_PREVIEW_BYTES, McpLedger
 from addons.messages import (
     Chunk,
-    ClientConnected,
     FlowEnded,
     Message,
     RequestHead,
@@ -44,8 +42,6 @@ from capsem.settings import CaptureSettings
 logger = logging.getLogger(__name__)
 
 ProcessInfo = tuple[str | None, int | None]
-Resolver = Callable[[tuple[str, int] | None, tuple[str, int] | None], ProcessInfo]
-_MAX_CONNECTIONS = 10_000
 
 
 @dataclass(slots=True)
@@ -64,6 +60,7 @@ class _Socket:
     received: int = 0
     server_messages: int = 0
     trace: str | None = None
+    process: ProcessInfo = (None, None)
 
 
 class Recorder:
@@ -73,12 +70,10 @@ class Recorder:
         self,
         writer: SessionWriter,
         settings: CaptureSettings,
-        resolver: Resolver | None = None,
         spend: SessionSpend | None = None,
     ) -> None:
         self.writer = writer
         self.settings = settings
-        self.resolver = resolver
         self.spend = spend
         """This session's spend, for budgets (None: no budget is configured)."""
         self.failures = 0
@@ -95,7 +90,6 @@ class Recorder:
         self.conversations.stored = {r[0] for r in writer.conn.execute("SELECT hash FROM item_contents")}
         self.readers: dict[str, _Reader] = {}
         self.sockets: dict[str, _Socket] = {}
-        self.processes: OrderedDict[str, ProcessInfo] = OrderedDict()
 
     def handle(self, message: Message) -> None:
         """Handle one message; a failure is logged and counted, never raised."""
@@ -126,18 +120,6 @@ class Recorder:
                 for row in rows:
                     if type(row) is ModelCall:
                         self.spend.add(row)
-
-    # -- connections ---------------------------------------------------------------------------
-
-    def _client_connected(self, msg: ClientConnected) -> None:
-        if self.resolver is None:
-            return
-        self.processes[msg.conn] = self.resolver(msg.peer, msg.server)
-        while len(self.processes) > _MAX_CONNECTIONS:
-            self.processes.popitem(last=False)
-
-    def _process(self, conn: str | None) -> ProcessInfo:
-        return self.processes.get(conn, (None, None)) if conn else (None, None)
 
     # -- streamed bodies -----------------------------------------------------------------------
 
@@ -181,7 +163,7 @@ class Recorder:
         mcp_rows, stream_preview = self.mcp.close_stream(flow)
         self._write(mcp_rows)
         settings = self.settings
-        process = self._process(flow.request.conn)
+        process = flow.process or (None, None)
         request_body, decode_error = build.decode(
             flow.request_body, flow.request.header("content-encoding"), settings.max_parse_bytes
         )
@@ -276,7 +258,8 @@ class Recorder:
     # -- websockets ----------------------------------------------------------------------------
 
     def _ws_opened(self, msg: WsOpened) -> None:
-        self.sockets[msg.request.key] = _Socket(self.ids.next("net_events"), msg.request)
+        self.sockets[msg.request.key] = _Socket(self.ids.next("net_events"), msg.request,
+                                                process=msg.process or (None, None))  # fmt: skip
 
     def _ws_message(self, msg: WsMessage) -> None:
         socket = self.sockets.get(msg.key)
@@ -307,7 +290,7 @@ class Recorder:
                 response_size=turn.response_bytes,
                 request_preview=build.preview_of(turn.request_body, build.KEPT_PREVIEW_BYTES),
                 streamed=True, first_content=turn.first_content, error=None,
-                process=self._process(head.conn), net_event_id=socket.net_id,
+                process=socket.process, net_event_id=socket.net_id,
                 items=tuple(request_items("openai_responses", request or b"")),
                 previous_response_id=_previous_response(request), websocket=True,
             )  # fmt: skip
@@ -330,7 +313,6 @@ _HANDLERS: dict[type, Callable[[Recorder, Any], None]] = {
     StreamOpened: Recorder._stream_opened,
     WsOpened: Recorder._ws_opened,
     WsMessage: Recorder._ws_message,
-    ClientConnected: Recorder._client_connected,
 }
 
 

@@ -20,6 +20,7 @@ import os
 import select
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -48,7 +49,6 @@ class RecorderSpec(msgspec.Struct, frozen=True):
     mode: str
     capture: dict
     """`CaptureSettings` fields (frozensets as lists)."""
-    resolve_processes: bool = True
     track_spend: bool = False
     """Report this session's spend to mitmdump and keep its rows of main.db `spend` current (budgets)."""
     learn: tuple[str, ...] = ()
@@ -78,6 +78,9 @@ class Loop:
     recorder: Recorder
     writer: SessionWriter
     spec: RecorderSpec
+    price_source: str | None = None
+    """The price table the warm-up loaded (written to session_meta by the loop)."""
+    warming: threading.Thread | None = None
 
 
 def open_recorder(spec: RecorderSpec) -> Loop:
@@ -91,28 +94,31 @@ def open_recorder(spec: RecorderSpec) -> Loop:
         session_id=spec.session_id, capsem_version=__version__, started_at=utc_now(), mode=spec.mode
     )
     writer.commit()
-    resolver = None
-    if spec.resolve_processes:
-        from addons.process import ProcessResolver
-
-        resolver = ProcessResolver().resolve
     spend = None
     if spec.track_spend:
         spend = SessionSpend(spec.session_id)
         spend.load(writer.conn)
-    return Loop(Recorder(writer, settings, resolver, spend), writer, spec)
+    return Loop(Recorder(writer, settings, spend), writer, spec)
 
 
-def warm_up(loop: Loop) -> None:
-    """Prices and the tokenizer, loaded after the session is open (the first flows wait in the pipe)."""
-    try:
-        from pricing import current_table
-        from pricing.estimate import warm
+def warm_up(loop: Loop) -> threading.Thread:
+    """Load prices and the tokenizer on a thread, beside the loop: the first messages are handled
+    at once (a new connection's process is looked up while it is still open); a call that needs a
+    price meanwhile waits for the table like any first use would."""
 
-        warm()
-        loop.writer.set_meta(price_source=current_table().source)
-    except Exception as exc:  # prices or tokenizer missing: calls are recorded unpriced
-        logger.warning("capsem: warming up the recorder failed: %r", exc)
+    def load() -> None:
+        try:
+            from pricing import current_table
+            from pricing.estimate import warm
+
+            warm()
+            loop.price_source = current_table().source
+        except Exception as exc:  # prices or tokenizer missing: calls are recorded unpriced
+            logger.warning("capsem: warming up the recorder failed: %r", exc)
+
+    thread = loop.warming = threading.Thread(target=load, name="capsem-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def run(loop: Loop, batches: Callable[[], list[Message] | None], ack: Callable[[int], None],
@@ -145,6 +151,9 @@ def run(loop: Loop, batches: Callable[[], list[Message] | None], ack: Callable[[
         if now - last_tick >= 1.0:
             recorder.tick()
             last_tick = now
+        if loop.price_source is not None:  # the warm-up thread loaded the prices
+            writer.set_meta(price_source=loop.price_source)
+            loop.price_source = None
         if writer.pending and now - last_commit >= interval:
             if writer.commit() and spend is not None:
                 spend.save(main_db)
@@ -157,6 +166,10 @@ def finish(loop: Loop, stop: Stop | None, main_db: Path | None = None) -> None:
     from capsem.rollup import finish_session, open_main
 
     status = stop.status if stop is not None else "crashed"
+    if loop.warming is not None:
+        loop.warming.join(30)
+    if loop.price_source is not None:
+        loop.writer.set_meta(price_source=loop.price_source)
     loop.recorder.close()
     if loop.recorder.spend is not None:
         loop.recorder.spend.close()  # the rollup below writes the session's final spend rows

@@ -8,8 +8,8 @@ import json
 import time
 from datetime import UTC, datetime
 
-from addons.messages import Route
-from addons.recorder_process import open_recorder, spec_of, warm_up
+from addons.messages import Route, Stop
+from addons.recorder_process import finish, open_recorder, spec_of, warm_up
 from capsem.settings import defaults
 from pricing import reset_table
 from tests.conftest import rows
@@ -68,10 +68,9 @@ def test_this_years_models_are_priced_when_recorded(tmp_path):
 def test_the_recorder_names_its_price_table_in_session_meta(tmp_path):
     reset_table()
     spec = spec_of(defaults().capture, session_id="s1", db_path=str(tmp_path / "session.db"),
-                   main_db_path=str(tmp_path / "main.db"), mode="mitmdump", resolve_processes=False)  # fmt: skip
+                   main_db_path=str(tmp_path / "main.db"), mode="mitmdump")  # fmt: skip
     loop = open_recorder(spec)
-    warm_up(loop)
-    assert loop.writer.commit()
-    loop.writer.close()
+    warm_up(loop)  # on a thread, beside the loop; the session's end waits for it
+    finish(loop, Stop())
     (meta,) = rows(tmp_path / "session.db", "SELECT value FROM session_meta WHERE key = 'price_source'")
     assert meta["value"].startswith(DEFAULT_SOURCE)
