@@ -14,7 +14,7 @@ unexport PYTHONDONTWRITEBYTECODE
 RUN := $(UV) run --frozen --python $(PYTHON_VERSION)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: install system-deps demo test lint format bench soak clean
+.PHONY: install system-deps demo test lint format docs bench soak clean
 
 $(CURDIR)/.tools/bin/uv:
 	python3 -m venv $(CURDIR)/.tools
@@ -46,6 +46,10 @@ lint: install
 format: install
 	$(RUN) ruff format .
 	$(RUN) ruff check --fix .
+
+# The command reference (docs/cli.md) from every command's --help; tests/cli/test_docs.py checks it.
+docs: install
+	$(RUN) cog -r docs/cli.md
 
 bench: install
 	$(RUN) python -m benchmarks

@@ -88,8 +88,10 @@ class ResponseReader:
         status: int,
         preview_bytes: int = 65536,
         max_parse_bytes: int = 64 * 1024 * 1024,
+        keep_bytes: int = 0,
     ) -> None:
-        """`framing` names the stream framer (see `stream_framing`); None reads a whole body."""
+        """`framing` names the stream framer (see `stream_framing`); None reads a whole body.
+        `keep_bytes`: keep the decoded body whole up to that size (`body`, `body_truncated`)."""
         self.parser = parser
         self.status = status
         self.decoder = BodyDecoder(content_encoding, sniff=True, max_output=max_parse_bytes)
@@ -104,6 +106,20 @@ class ResponseReader:
         self._body = bytearray()
         self._overflow = False
         self._summary: ResponseSummary | None = None
+        self._keep = keep_bytes
+        self._kept = bytearray()
+        self.body_truncated = False
+        """More decoded bytes arrived than `keep_bytes` (or than the decoder's cap)."""
+
+    @property
+    def body(self) -> bytes:
+        """The decoded body kept (a whole body, or the decoded event stream as received), at most
+        `keep_bytes`; `body_truncated` says whether more came."""
+        if self._sse is not None:
+            return bytes(self._kept)
+        if len(self._body) > self._keep:
+            self.body_truncated = True
+        return bytes(self._body[: self._keep])
 
     @property
     def streaming(self) -> bool:
@@ -128,6 +144,12 @@ class ResponseReader:
         if not data:
             return
         self.preview.add(data)
+        if self._keep and self._sse is not None:  # a whole body is kept in `_body` anyway
+            room = self._keep - len(self._kept)
+            if len(data) > room:
+                self.body_truncated = True
+            if room > 0:
+                self._kept += data[:room]
         if self._sse is not None and self._interp is not None:
             event = self._interp.event
             for ev in self._sse.feed(data):
@@ -142,6 +164,8 @@ class ResponseReader:
         if self._summary is not None:
             return self._summary
         self._consume(self.decoder.flush())
+        if self.decoder.error and "exceeds" in self.decoder.error:
+            self.body_truncated = True
         if self._sse is not None and self._interp is not None:
             for ev in self._sse.flush():
                 self._interp.event(ev)
@@ -151,6 +175,7 @@ class ResponseReader:
                 summary.complete = False  # a dropped line is a missing part of the answer
         elif self._overflow:
             summary = ResponseSummary(parse_errors=1, error_message="body too large to parse")
+            self.body_truncated = True
         else:
             summary = self.parser.parse_response(bytes(self._body), self.status)
         self._summary = summary

@@ -9,16 +9,32 @@ tracker (which tool calls are pending) and the MCP ledger (which MCP calls ran w
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from addons import breakdown
 from addons.body import Preview
 from addons.decode import BodyDecoder
+from addons.items import SUBAGENT_TOOLS, Conversations, Item, Spawn, new_turn, output_items, surface_hash
 from addons.mcp.ledger import McpLedger
 from addons.mcp.wire import mcp_tool_name
 from addons.messages import FlowEnded, RequestHead, Route
 from addons.records import RequestInfo, ResponseSummary
-from addons.rows import IdMinter, ModelCall, NetEvent, Row, ToolCall, ToolResponse, new_event_id
+from addons.rows import (
+    IdMinter,
+    InputPart,
+    ItemContent,
+    ItemList,
+    ModelCall,
+    ModelItem,
+    NetEvent,
+    Row,
+    SubstitutionEvent,
+    ToolCall,
+    ToolResponse,
+    new_event_id,
+)
 from addons.traces import TraceTracker
 from capsem.ids import rfc3339
 from capsem.redact import Scrubber, headers_json, redact_query
@@ -26,6 +42,9 @@ from capsem.settings import CaptureSettings
 from pricing.estimate import ESTIMATOR, count_tokens
 
 ProcessInfo = tuple[str | None, int | None]
+KEPT_PREVIEW_BYTES = 256
+"""Previews of a model or MCP call whose whole bodies are kept (event_body_blobs), and of the tool
+results its request carried: a glance, not a second copy (`capsem show-call` has it all)."""
 
 
 def ms(start: float | None, end: float | None) -> int | None:
@@ -175,6 +194,11 @@ class CallInput:
     """Why the flow failed (connection error), None when it did not."""
     process: ProcessInfo
     net_event_id: int | None
+    items: tuple[Item, ...] = ()
+    """The request's input items (addons/items.py)."""
+    previous_response_id: str | None = None
+    websocket: bool = False
+    """A turn on a WebSocket (`request` is its upgrade)."""
 
 
 def estimate_missing(info: RequestInfo, summary: ResponseSummary) -> None:
@@ -191,6 +215,98 @@ def estimate_missing(info: RequestInfo, summary: ResponseSummary) -> None:
         usage.extra["estimator"] = ESTIMATOR
 
 
+def item_rows(
+    call: CallInput, row: ModelCall, summary: ResponseSummary, conversations: Conversations
+) -> list[Row]:
+    """The items of a model call: contents not stored yet, the inputs new since the previous call
+    of its conversation and the outputs (`model_items`), its whole input list (`model_item_lists`);
+    and the call's item columns set on `row`."""
+    inputs = list(call.items)
+    hashes = [i.hash for i in inputs]
+    previous = conversations.previous(hashes, call.previous_response_id)
+    seen = set(previous.hashes) if previous else set()
+    shared = 0
+    if previous is not None and call.previous_response_id is None:
+        for a, b in zip(previous.hashes, hashes, strict=False):
+            if a != b:
+                break
+            shared += 1
+    elif previous is not None:
+        shared = len(previous.hashes)  # a continuation: the earlier list, then this request's items
+    outputs = output_items(summary)
+    fresh_inputs = [i.hash not in seen for i in inputs]
+    parent = None
+    if previous is None:
+        spawn = conversations.spawned_by(inputs)
+        parent = spawn.tool_call_id if spawn else None
+        row.turn_id = spawn.turn_id if spawn else uuid.uuid4().hex[:16]
+    else:
+        parent = previous.parent
+        row.turn_id = (
+            uuid.uuid4().hex[:16] if new_turn(inputs, fresh_inputs) and parent is None else previous.turn_id
+        )
+    row.parent_tool_call_id = parent
+    rows: list[Row] = []
+    for entry in (*inputs, *outputs):
+        if entry.hash not in conversations.stored:
+            conversations.stored.add(entry.hash)
+            rows.append(ItemContent(entry.hash, entry.kind, len(entry.content.encode("utf-8", "surrogatepass")),
+                                    entry.content))  # fmt: skip
+    new = 0
+    for direction, entries in (("input", inputs), ("output", outputs)):
+        for index, entry in enumerate(entries):
+            fresh = direction == "output" or entry.hash not in seen
+            if not fresh:
+                continue
+            new += direction == "input"
+            rows.append(ModelItem(
+                event_id=new_event_id(), model_call_id=row.id, timestamp=row.timestamp, provider=row.provider,
+                model=row.model, path=row.path, trace_id=row.trace_id, turn_id=row.turn_id, kind=entry.kind,
+                direction=direction,
+                item_index=index, role=entry.role, call_id=entry.call_id, tool_name=entry.tool_name,
+                content_hash=entry.hash, new=1,
+            ))  # fmt: skip
+    continuation = call.previous_response_id is not None and previous is not None
+    own = hashes if continuation else hashes[shared:]
+    rows.append(ItemList(row.id, previous.call_id if previous and shared else None, shared if previous else 0,
+                         b"".join(bytes.fromhex(h[:32]) for h in own)))  # fmt: skip
+    system = next((i for i in inputs if i.kind == "system"), None)
+    row.system_hash, row.tools_hash = (
+        (system.hash if system else None),
+        surface_hash(inputs, "tool_definition"),
+    )
+    row.items_count, row.items_new = len(inputs), new
+    conversations.remember(row.id, hashes, summary.message_id, row.turn_id, parent)
+    rows += input_parts(row, [(i, i.hash not in seen) for i in inputs], summary, conversations)
+    return rows
+
+
+def input_parts(
+    row: ModelCall, items: list[tuple[Item, bool]], summary: ResponseSummary, conversations: Conversations
+) -> list[Row]:
+    """Where the call's input tokens went, when the provider reported them (addons/breakdown.py)."""
+    usage = summary.usage
+    if not items or not usage.input_tokens or "input_tokens" in usage.estimated:
+        return []
+
+    def count(entry: Item) -> int:
+        n = conversations.tokens.get(entry.hash)
+        if n is None:
+            n = conversations.tokens[entry.hash] = count_tokens(entry.content)
+        return n
+
+    key = (row.provider, row.model)
+    if key not in conversations.rates:
+        conversations.rates[key] = breakdown.rates(row.provider, row.model)
+    tokens = breakdown.scale(breakdown.estimate(items, count), usage.input_tokens)
+    parts = breakdown.split(tokens, usage.cache_read or 0, usage.cache_write or 0, conversations.rates[key])
+    return [
+        InputPart(new_event_id(), row.id, p.name, p.tokens, p.cache_read, p.cache_write, p.cost_usd)
+        for p in parts
+        if p.tokens
+    ]
+
+
 def model_call(
     call: CallInput,
     *,
@@ -198,9 +314,10 @@ def model_call(
     traces: TraceTracker,
     mcp: McpLedger,
     settings: CaptureSettings,
+    conversations: Conversations | None = None,
 ) -> tuple[list[Row], str]:
-    """The rows of one model call: `model_calls`, its `tool_calls` and the new `tool_responses`
-    its request carried; and its trace id."""
+    """The rows of one model call: `model_calls`, its `tool_calls`, the new `tool_responses` its
+    request carried and its conversation items; and its trace id."""
     from pricing import price_call  # genai-prices is imported lazily: ~0.7 s (loaded in the warm-up)
 
     info, summary, usage = call.info, call.summary, call.summary.usage
@@ -223,6 +340,7 @@ def model_call(
     limit = settings.content_max_bytes
     ts = rfc3339(call.started)
     call_row_id = ids.next("model_calls")
+    spawns: list[tuple[int, str]] = []
     rows: list[Row] = [
         ModelCall(
             id=call_row_id,
@@ -238,7 +356,9 @@ def model_call(
             process_name=call.process[0],
             pid=call.process[1],
             stream=int(streamed),
-            system_prompt_preview=cap_text(info.system_prompt, settings.preview_bytes),
+            system_prompt_preview=cap_text(
+                info.system_prompt, min(settings.preview_bytes, KEPT_PREVIEW_BYTES)
+            ),
             messages_count=info.messages_count,
             tools_count=info.tools_count,
             request_bytes=call.request_size,
@@ -273,7 +393,7 @@ def model_call(
                 event_id=new_event_id(),
                 model_call_id=call_row_id,
                 call_id=result.call_id,
-                content_preview=cap_text(result.content, limit),
+                content_preview=cap_text(result.content, min(limit, KEPT_PREVIEW_BYTES)),
                 is_error=int(result.is_error),
                 timestamp=ts,
                 trace_id=trace,
@@ -281,6 +401,8 @@ def model_call(
                 content_bytes=len(result.content.encode("utf-8", "surrogatepass")),
             )
         )
+    # how the response carried its tool calls, in Capsem's words (tool_calls.transport)
+    transport = "websocket" if call.websocket else "sse" if streamed else "http"
     for tool in summary.tool_calls:
         kind = origin(tool.call_id, tool.name)
         row = ToolCall(
@@ -295,11 +417,55 @@ def model_call(
             timestamp=ts,
             trace_id=trace,
             complete=int(tool.complete),
+            provider=call.route.provider,
+            transport=transport,
         )
         if kind != "server":
             mcp.model_tool_call(row, tool.arguments, call.started)
         rows.append(row)
+        if conversations is not None and tool.name in SUBAGENT_TOOLS:
+            prompt = _prompt_of(tool.arguments)
+            if prompt:
+                spawns.append((row.id, prompt))
     client_calls = [(c.call_id, c.name) for c in summary.tool_calls if origin(c.call_id) != "server"]
     if ok or client_calls:
         traces.finish_call(trace, client_calls)
+    if conversations is not None:
+        rows += item_rows(call, rows[0], summary, conversations)  # type: ignore[arg-type]
+        turn = rows[0].turn_id  # type: ignore[union-attr]
+        conversations.spawns.extend(Spawn(tool_id, prompt, turn) for tool_id, prompt in spawns)  # type: ignore[arg-type]
     return rows, trace
+
+
+def _prompt_of(arguments: str) -> str | None:
+    """The `prompt` argument of a subagent tool call (its subagent's first user message)."""
+    try:
+        value = json.loads(arguments).get("prompt")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def substitution_events(
+    flow: FlowEnded, *, net_event_id: int, process: ProcessInfo
+) -> list[SubstitutionEvent]:
+    """The `substitution_events` rows of a flow: each credential placeholder it carried, and what
+    capsem did with it (the values never travel this far)."""
+    req = flow.request
+    return [
+        SubstitutionEvent(
+            event_id=new_event_id(),
+            timestamp=rfc3339(req.started),
+            credential=s.credential,
+            host=req.host,
+            location=s.location,
+            outcome=s.outcome,
+            port=req.port,
+            reason=s.reason,
+            flow_id=req.key,
+            net_event_id=net_event_id,
+            process_name=process[0],
+            pid=process[1],
+        )
+        for s in flow.substitutions
+    ]

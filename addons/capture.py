@@ -21,41 +21,49 @@ import json
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Optional, TypeVar
 from urllib.parse import urlsplit
 
-from mitmproxy import connection, exceptions, http, tls
+from mitmproxy import connection, http, tls
 from mitmproxy.addonmanager import Loader
 from mitmproxy.log import ALERT
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
+from mitmproxy.websocket import WebSocketMessage
 
 from addons import mcp
 from addons.body import is_event_stream, stream_framing
+from addons.budgets import RULE_PREFIX, Verdict, strictest
 from addons.connections import Attempts, describe
+from addons.guardrails import Guardrails
 from addons.handover import Outbox, RecorderProcess, RecorderThread
 from addons.messages import (
-    ClientConnected,
     FlowEnded,
     RequestHead,
     ResponseHead,
     Route,
     StreamOpened,
+    Substitution,
     WsMessage,
     WsOpened,
 )
 from addons.policy import Policy, PolicyError
+from addons.process import ProcessResolver
 from addons.providers import detect, parser_for
 from addons.providers.sniff import sniff_route
 from addons.recorder_process import spec_of
 from addons.session import Session
 from addons.tap import RequestTap, ResponseTap
+from addons.websocket import ABNORMAL_CLOSURE, route_for
 from capsem.ids import SESSION_ID
 from capsem.paths import main_db_path
 from capsem.settings import Settings, SettingsError, defaults, load
 
 logger = logging.getLogger(__name__)
+_MAX_CONNECTIONS = 10_000
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -74,6 +82,17 @@ def guarded(hook: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _yaml_value(text: str) -> Any:
+    """A `--set` value read as YAML (`4096` -> 4096), as `capsem config --set` reads it; the text
+    itself when it is not YAML (the settings then refuse it, naming it)."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
 @dataclass(slots=True)
 class _Flow:
     """The hook side's state of one open flow (never handed over: messages are built from it)."""
@@ -89,6 +108,7 @@ class _Flow:
     request_body: bytes | None = None
     request_size: int = 0
     request_truncated: bool = False
+    substitutions: tuple[Substitution, ...] = ()
 
 
 class Capsem:
@@ -100,13 +120,18 @@ class Capsem:
         self.settings: Settings = defaults()
         self.session: Session | None = None
         self.outbox: Outbox | None = None
+        self.resolver: ProcessResolver | None = None
+        self.processes: OrderedDict[str, Future[tuple[str | None, int | None]]] = OrderedDict()
+        """Client connection id -> the lookup of its local process."""
         self.recorder: RecorderProcess | RecorderThread | None = None
         self.flows: dict[str, _Flow] = {}
         self.policy = Policy()
+        self.guard = Guardrails()
+        """Brokered credentials and budgets (`addons/guardrails.py`)."""
         self.mcp_names: dict[str, str] = {}
         """MCP endpoint -> initialize name, learned on the event loop for the policy's MCP rules."""
         self.hook_failures = 0
-        self.attempts = Attempts(self._put)
+        self.attempts = Attempts(self._put, self._process)
         """Upstream connections made before any flow (CONNECT tunnels): failures become rows."""
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -129,29 +154,35 @@ class Capsem:
         )
         loader.add_option(
             "capsem_preview_bytes",
-            Optional[int],  # noqa: UP045
+            Optional[str],  # noqa: UP045 (text, checked by the settings: a bad value is refused in one line)
             None,
-            "Body preview size (default from config).",
+            "Body preview size in bytes (default from config).",
         )
 
     def configure(self, updated: set[str]) -> None:
         from mitmproxy import ctx
 
+        # A bad value is logged as one line, never raised: mitmproxy prints a traceback for an
+        # exception raised while it loads a script; an ERROR at start-up makes mitmdump exit 1.
         sid = ctx.options.capsem_session_id
         if "capsem_session_id" in updated and sid and not SESSION_ID.fullmatch(sid):
-            raise exceptions.OptionsError(f"capsem_session_id {sid!r} is not YYYYMMDD-HHMMSS-xxxx")
+            logger.error("capsem: --set: capsem_session_id must be YYYYMMDD-HHMMSS-xxxx, got %r", sid)
         overrides = {}
         if ctx.options.capsem_preview_bytes is not None:
-            overrides["capture.preview_bytes"] = ctx.options.capsem_preview_bytes
+            overrides["capture.preview_bytes"] = _yaml_value(ctx.options.capsem_preview_bytes)
         try:
             self.configure_settings(load(overrides=overrides))
         except (SettingsError, PolicyError) as exc:
-            # one line, no traceback: an ERROR at start-up makes mitmdump exit with status 1
             logger.error("capsem: %s", exc)
 
     def configure_settings(self, settings: Settings) -> None:
         """Use `settings` (configure's job; in-process tests call it directly)."""
         self.policy = Policy.from_settings(settings)
+        guard = Guardrails.from_settings(settings)  # reads the credentials' sources
+        if self.session is not None and self.recorder is not None:  # options changed while running
+            self.guard.stop()
+            guard.start(self.recorder, self.session.id, main_db_path())
+        self.guard = guard
         self.settings = settings
 
     def running(self) -> None:
@@ -171,11 +202,15 @@ class Capsem:
         """Register the session and start the recorder (called by `running`; tests call it directly)."""
         session = self.session = Session.register(session_id, mode=mode, command=command)
         spec = spec_of(self.settings.capture, session_id=session.id, db_path=str(session.db_path),
-                       main_db_path=str(main_db_path()), mode=mode)  # fmt: skip
+                       main_db_path=str(main_db_path()), mode=mode, track_spend=bool(self.guard.budgets),
+                       learn=self.guard.broker.secrets)  # fmt: skip
         self.outbox = Outbox()
+        self.resolver = ProcessResolver()
 
         def announce() -> None:
             logger.log(ALERT, f"capsem: recording session {session.id} into {session.db_path}")
+            if guarded := self.guard.describe():
+                logger.log(ALERT, f"capsem: guarding with {guarded}")
 
         if self.in_process:
             self.recorder = RecorderThread(self.outbox, spec)
@@ -187,6 +222,7 @@ class Capsem:
             self.recorder = RecorderProcess(self.outbox, msgspec.json.encode(spec))
             self.recorder.on_ready = announce  # session.db is open
             self.recorder.start()
+        self.guard.start(self.recorder, session.id, main_db_path())
         # `capsem run` starts the agent on this line, ~0.2 s before the recorder has opened
         # session.db: flows wait in the outbox meanwhile
         logger.info(f"capsem: session {session.id} registered; capture started")
@@ -202,6 +238,10 @@ class Capsem:
         for key in list(self.flows):
             self._end(key, None, "capture stopped before the flow finished", now)
         self.attempts.close(now)
+        self.guard.stop()
+        if self.resolver is not None:
+            self.resolver.close()
+            self.resolver = None
         failure = self.recorder.stop()
         stats = self.outbox.stats
         if failure is None and (stats.dropped_chunks or stats.dropped_messages):
@@ -226,7 +266,22 @@ class Capsem:
 
     @guarded
     def client_connected(self, client: connection.Client) -> None:
-        self._put(ClientConnected(client.id, _peer(client.peername), time.time()))
+        """Look up the local process behind the connection now, on the resolver's thread (a short
+        connection may be gone within milliseconds); its flows carry the answer."""
+        if self.resolver is None:
+            return
+        found = self.resolver.lookup(_peer(client.peername), _peer(client.sockname))
+        if found is not None:
+            self.processes[client.id] = found
+            while len(self.processes) > _MAX_CONNECTIONS:
+                self.processes.popitem(last=False)
+
+    def _process(self, conn: str | None) -> tuple[str | None, int | None] | None:
+        """The connection's process, if its lookup has finished."""
+        found = self.processes.get(conn) if conn else None
+        if found is None or not found.done() or found.exception() is not None:
+            return None
+        return found.result()
 
     @guarded
     def client_disconnected(self, client: connection.Client) -> None:
@@ -285,7 +340,7 @@ class Capsem:
             headers=(), client_addr=_addr(client.peername),
         )  # fmt: skip
         error = f"client TLS handshake failed: {data.conn.error or 'unknown error'}"
-        self._put(FlowEnded(request=head, ended=now, error=error))
+        self._put(FlowEnded(request=head, ended=now, error=error, process=self._process(client.id)))
 
     # -- flows ------------------------------------------------------------------------------
 
@@ -303,16 +358,20 @@ class Capsem:
             client_addr=_addr(flow.client_conn.peername),
         )  # fmt: skip
         state = self.flows[flow.id] = _Flow(head, detect(req.host, parts.path, req.method, req.port))
+        if self.guard.broker:  # the head above keeps the placeholders; the upstream gets the keys
+            state.substitutions = self.guard.substitute(flow)
         if self.policy.rules and (req.stream or not self.policy.has_mcp_rules):
             self._apply_policy(
                 flow, state, mcp.header_call(list(head.headers))
             )  # before any body byte goes up
-            if req.stream and flow.response is not None:
-                # mitmproxy cannot answer a request whose body it streams (stream_large_bodies):
-                # refuse it by closing the connection; nothing is sent upstream either way
-                flow.response = None
-                flow.kill()
-                return
+        if req.stream and flow.response is None and self.guard.checks(state.route):
+            self._apply_budget(flow, state)  # the body goes up as it comes: decide on the headers
+        if req.stream and flow.response is not None:
+            # mitmproxy cannot answer a request whose body it streams (stream_large_bodies):
+            # refuse it by closing the connection; nothing is sent upstream either way
+            flow.response = None
+            flow.kill()
+            return
         if req.stream:  # mitmproxy will stream this request body (e.g. stream_large_bodies)
             limit = (
                 self.settings.capture.max_parse_bytes if state.route else self.settings.capture.preview_bytes
@@ -341,6 +400,30 @@ class Capsem:
             body = flow.request.get_content(strict=False) or b""  # decoded (gzip...) when it can be
             calls = mcp.parse_request(body, dict(flow.request.headers)) if state.mcp else None
             self._apply_policy(flow, state, calls or [])
+        if not flow.request.stream and flow.response is None and self.guard.checks(state.route):
+            if not self.guard.settled():  # a call just ended: wait for its cost (mitmproxy awaits this)
+                return self._budget_when_settled(flow, state)
+            self._apply_budget(flow, state)
+        return None
+
+    async def _budget_when_settled(self, flow: http.HTTPFlow, state: _Flow) -> None:
+        try:
+            await self.guard.settle()
+            if flow.response is None:
+                self._apply_budget(flow, state)
+        except Exception as exc:  # as `guarded` does for the other hooks
+            self.hook_failures += 1
+            logger.warning("capsem: request hook failed: %r", exc, exc_info=True)
+
+    def _apply_budget(self, flow: http.HTTPFlow, state: _Flow) -> None:
+        """Check a model call against the budgets: record a warning, or answer it in the
+        provider's error shape so that nothing reaches the upstream."""
+        assert state.route is not None
+        verdict = self.guard.verdict(state.route, self.guard.model_of(flow, state.route), state.head.host)
+        _record(state, verdict)
+        if verdict.decision == "denied":
+            status, body, headers = self.guard.refusal(state.route, verdict)
+            flow.response = http.Response.make(status, body, headers)
 
     def _apply_policy(self, flow: http.HTTPFlow, state: _Flow, calls: list[mcp.McpRequest]) -> None:
         """Decide the flow (first matching rule; a batch is judged by its strictest tools/call):
@@ -403,7 +486,7 @@ class Capsem:
             # a 101 upgrade: its messages follow; the flow ends at websocket_end
             self._collect_request(flow, state)
             state.response = _response_head(flow.response)
-            self._put(WsOpened(state.head, state.response))
+            self._put(WsOpened(state.head, state.response, self._process(state.head.conn)))
             return
         self._finish(flow, None)
 
@@ -411,7 +494,13 @@ class Capsem:
     def error(self, flow: http.HTTPFlow) -> None:
         state = self.flows.get(flow.id)
         if state is not None and state.decision == "denied" and flow.response is None:
-            self._finish(flow, f"denied by capsem policy rule {state.matched_rule!r}: connection closed")
+            rule = state.matched_rule or ""
+            what = (
+                f"budget {rule[len(RULE_PREFIX) :]!r}"
+                if rule.startswith(RULE_PREFIX)
+                else f"policy rule {rule!r}"
+            )
+            self._finish(flow, f"denied by capsem {what}: connection closed")
             return
         message = flow.error.msg if flow.error else "unknown error"
         server = flow.server_conn
@@ -427,24 +516,61 @@ class Capsem:
     # -- websockets (Responses over WebSocket: Codex CLI) ----------------------------------------
 
     @guarded
-    def websocket_message(self, flow: http.HTTPFlow) -> None:
+    def websocket_message(self, flow: http.HTTPFlow) -> Any:
         if flow.id not in self.flows or flow.websocket is None:
             return
         msg = flow.websocket.messages[-1]
+        waiting = None
+        if self.guard.view is not None:
+            if not msg.from_client:
+                self.guard.ws_message(flow.id, msg.content)
+            elif self.guard.ws_turn(msg.content)[0]:
+                if self.guard.settled():
+                    self._budget_ws_turn(flow, msg)
+                else:  # the previous turn just ended: wait for its cost (mitmproxy awaits this)
+                    waiting = self._budget_ws_turn_when_settled(flow, msg)
+        if waiting is None:
+            self._put(WsMessage(flow.id, msg.from_client, msg.content, msg.is_text, msg.timestamp))
+        return waiting
+
+    async def _budget_ws_turn_when_settled(self, flow: http.HTTPFlow, msg: WebSocketMessage) -> None:
+        try:
+            await self.guard.settle()
+            self._budget_ws_turn(flow, msg)
+        except Exception as exc:  # as `guarded` does for the other hooks
+            self.hook_failures += 1
+            logger.warning("capsem: websocket_message hook failed: %r", exc, exc_info=True)
         self._put(WsMessage(flow.id, msg.from_client, msg.content, msg.is_text, msg.timestamp))
+
+    def _budget_ws_turn(self, flow: http.HTTPFlow, msg: WebSocketMessage) -> None:
+        """A `response.create` on a WebSocket is a model call: the budgets decide it like an HTTP
+        one; a denied one is dropped and answered with an `error` event (recorded as its turn)."""
+        state = self.flows.get(flow.id)
+        if state is None:
+            return
+        _, model = self.guard.ws_turn(msg.content)
+        verdict = self.guard.verdict(route_for(state.head.host), model, state.head.host)
+        _record(state, verdict)
+        if verdict.decision == "denied":
+            from mitmproxy import ctx
+
+            msg.drop()
+            ctx.master.commands.call("inject.websocket", flow, True, self.guard.ws_refusal(verdict), True)
 
     @guarded
     def websocket_end(self, flow: http.HTTPFlow) -> None:
         ws = flow.websocket
+        code = ws.close_code if ws is not None else None
         error = flow.error.msg if flow.error else None
-        if error is None and ws is not None and ws.close_code not in (None, 1000, 1001, 1005):
-            reason = f": {ws.close_reason}" if ws.close_reason else ""
-            error = f"websocket closed with code {ws.close_code}{reason}"
-        self._finish(flow, error)
+        # 1006 (dropped without a close frame) is an error only if a turn was open: the recorder decides
+        if error is None and code not in (None, 1000, 1001, 1005, ABNORMAL_CLOSURE):
+            reason = f": {ws.close_reason}" if ws is not None and ws.close_reason else ""
+            error = f"websocket closed with code {code}{reason}"
+        self._finish(flow, error, close_code=code)
 
     # -- the end of a flow ---------------------------------------------------------------------
 
-    def _finish(self, flow: http.HTTPFlow, error: str | None) -> None:
+    def _finish(self, flow: http.HTTPFlow, error: str | None, close_code: int | None = None) -> None:
         state = self.flows.get(flow.id)
         if state is None:
             return
@@ -464,13 +590,15 @@ class Capsem:
         client_status = 502 if refused and not error.lower().startswith("client") else None
         if error is not None:
             self.attempts.flow_failed(flow.client_conn.id)
-        self._end(flow.id, body, error, ended, client_status)
+        self._end(flow.id, body, error, ended, client_status, close_code)
 
     def _end(self, key: str, body: bytes | None, error: str | None, ended: float,
-             client_status: int | None = None) -> None:  # fmt: skip
+             client_status: int | None = None, close_code: int | None = None) -> None:  # fmt: skip
         """Hand the flow over as one `FlowEnded`; the hook side forgets it."""
         state = self.flows.pop(key)
         tap = state.response_tap
+        if self.recorder is not None and self.recorder.exit_reason is None:
+            self.guard.ended(state.route, key, state.decision)
         self._put(
             FlowEnded(
                 request=state.head, ended=ended, route=state.route, request_body=state.request_body,
@@ -482,7 +610,8 @@ class Capsem:
                 error=error, decision=state.decision, matched_rule=state.matched_rule,
                 tap_failure=tap.failure if tap is not None else None, mcp=state.mcp,
                 websocket=state.response is not None and state.response.status == 101,
-                client_status=client_status,
+                client_status=client_status, substitutions=state.substitutions, close_code=close_code,
+                process=self._process(state.head.conn),
             )
         )  # fmt: skip
 
@@ -507,6 +636,17 @@ class Capsem:
         elif state.request_body is None and flow.request.raw_content is not None:
             state.request_body = flow.request.raw_content
             state.request_size = len(state.request_body)
+
+
+def _record(state: _Flow, verdict: Verdict) -> None:
+    """A budget's verdict on the flow's decision and matched_rule (the strictest decides)."""
+    if verdict.decision == "allowed" or (state.decision == "denied" and verdict.decision != "denied"):
+        return
+    if verdict.decision == "denied" or state.decision == "allowed":
+        state.matched_rule = verdict.rule
+    elif verdict.rule not in (state.matched_rule or "").split(", "):  # warned by a policy rule and a budget
+        state.matched_rule = f"{state.matched_rule}, {verdict.rule}"
+    state.decision = strictest(state.decision, verdict.decision)
 
 
 def _response_head(resp: http.Response) -> ResponseHead:

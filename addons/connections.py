@@ -63,8 +63,14 @@ class _Attempt:
 class Attempts:
     """The upstream connection attempts of client connections that have no flow (yet)."""
 
-    def __init__(self, emit: Callable[[FlowEnded], None]) -> None:
+    def __init__(
+        self,
+        emit: Callable[[FlowEnded], None],
+        process_of: Callable[[str], tuple[str | None, int | None] | None] = lambda client: None,
+    ) -> None:
         self.emit = emit
+        self.process_of = process_of
+        """The local process behind a client connection, when known (the hooks look it up)."""
         self.open: dict[str, _Attempt] = {}
         """Client connection id -> its attempt."""
 
@@ -160,4 +166,5 @@ class Attempts:
             scheme="https" if tls else "http", host=attempt.host, port=attempt.port, method="CONNECT",
             path="", query="", http_version="", headers=(), client_addr=attempt.client_addr,
         )  # fmt: skip
-        self.emit(FlowEnded(request=head, ended=max(at, attempt.started), error=attempt.error))
+        self.emit(FlowEnded(request=head, ended=max(at, attempt.started), error=attempt.error,
+                            process=self.process_of(client)))  # fmt: skip

@@ -134,6 +134,15 @@ class _Barriers:
     def __init__(self) -> None:
         self._acks: dict[int, threading.Event] = {}
         self._next = 0
+        self.on_spend: Callable[[str], None] | None = None
+        """Gets the JSON of each `spend` report (this session's spend; only with budgets)."""
+
+    def _spend(self, text: str) -> None:
+        if self.on_spend is not None:
+            try:
+                self.on_spend(text)
+            except Exception as exc:  # a bad report must not stop the status reader
+                logger.warning("capsem: a spend report could not be read: %r", exc)
 
     def ack(self, token: int) -> None:
         event = self._acks.pop(token, None)
@@ -185,7 +194,7 @@ class RecorderThread(_Barriers):
         self.ready.set()
         try:
             warm_up(loop)
-            stop = run(loop, self._batches, self.ack)
+            stop = run(loop, self._batches, self.ack, lambda line: self._spend(line.removeprefix("spend ")))
             finish(loop, stop, Path(self.spec.main_db_path))
         except BaseException as exc:  # the session ends without its recorder
             self.exit_reason = f"recorder failed: {exc!r}"
@@ -206,7 +215,7 @@ class RecorderProcess(_Barriers):
 
     Protocol: frames of a 4-byte big-endian length and a payload on the child's stdin: first the
     JSON spec (`RecorderSpec`: the session and settings it records), then msgpack batches.
-    The child answers on its stdout with lines: `ready`, `ack <token>`, `stopped`.
+    The child answers on its stdout with lines: `ready`, `ack <token>`, `spend <json>`, `stopped`.
     """
 
     def __init__(self, outbox: Outbox, spec: bytes, interval: float = 0.02) -> None:
@@ -284,6 +293,8 @@ class RecorderProcess(_Barriers):
                     self.on_ready()
             elif line.startswith("ack "):
                 self.ack(int(line[4:]))
+            elif line.startswith("spend "):
+                self._spend(line[6:])
         code = self._child.wait()
         self.ready.set()
         if code != 0 and self.exit_reason is None:

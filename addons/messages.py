@@ -9,8 +9,9 @@ decides them again.
 
 A flow produces, in order: at most one `StreamOpened` (its response body is streamed and read
 chunk by chunk) and its `Chunk`s, or a `WsOpened` (a WebSocket after a 101) and its
-`WsMessage`s; then exactly one `FlowEnded`. Connections produce `ClientConnected` (the
-recorder looks up the local process that opened it). `Barrier` and `Stop` are control messages.
+`WsMessage`s; then exactly one `FlowEnded`, which names the local process that opened the
+client connection (looked up by the hook side when the client connected). `Barrier` and `Stop`
+are control messages.
 
 They are msgspec Structs: immutable, typed, and encoded to msgpack in well under a
 microsecond each, which matters for the per-chunk messages.
@@ -25,7 +26,6 @@ import msgspec
 __all__ = [
     "Barrier",
     "Chunk",
-    "ClientConnected",
     "FlowEnded",
     "Message",
     "RequestHead",
@@ -33,6 +33,7 @@ __all__ = [
     "Route",
     "Stop",
     "StreamOpened",
+    "Substitution",
     "WsMessage",
     "WsOpened",
     "decode",
@@ -65,7 +66,7 @@ class RequestHead(msgspec.Struct, frozen=True, array_like=True):
     key: str
     """mitmproxy's flow id."""
     conn: str | None
-    """mitmproxy's client connection id (its process is looked up from `ClientConnected`)."""
+    """mitmproxy's client connection id."""
     started: float
     """Wall-clock time the request started (Unix seconds)."""
     scheme: str
@@ -90,12 +91,6 @@ class ResponseHead(msgspec.Struct, frozen=True, array_like=True):
 
     def header(self, name: str) -> str | None:
         return _find(self.headers, name)
-
-
-class ClientConnected(msgspec.Struct, frozen=True, array_like=True, tag=1):
-    conn: str
-    peer: tuple[str, int] | None
-    at: float
 
 
 class StreamOpened(msgspec.Struct, frozen=True, array_like=True, tag=2):
@@ -125,6 +120,8 @@ class WsOpened(msgspec.Struct, frozen=True, array_like=True, tag=8):
 
     request: RequestHead
     response: ResponseHead
+    process: tuple[str | None, int | None] | None = None
+    """(name, pid) of the local process that opened the connection, when known."""
 
 
 class WsMessage(msgspec.Struct, frozen=True, array_like=True, tag=4):
@@ -135,6 +132,19 @@ class WsMessage(msgspec.Struct, frozen=True, array_like=True, tag=4):
     content: bytes
     is_text: bool
     at: float
+
+
+class Substitution(msgspec.Struct, frozen=True, array_like=True):
+    """A credential's placeholder in a request, and what capsem did with it (never the value)."""
+
+    credential: str
+    """The `credentials:` entry whose placeholder it was."""
+    location: str
+    """Where it was: `header x-api-key`, `query key`, `path`."""
+    outcome: str
+    """`substituted` (the real value went upstream in its place) or `refused` (it did not)."""
+    reason: str | None = None
+    """Why it was refused."""
 
 
 class FlowEnded(msgspec.Struct, frozen=True, array_like=True, tag=5):
@@ -167,6 +177,12 @@ class FlowEnded(msgspec.Struct, frozen=True, array_like=True, tag=5):
     """The status the client got when it differs from the upstream's (mitmproxy answered 502)."""
     dropped_chunks: int = 0
     """Streamed chunks the hand-over dropped because the recorder had fallen behind."""
+    process: tuple[str | None, int | None] | None = None
+    """(name, pid) of the local process that opened the client connection, when known."""
+    substitutions: tuple[Substitution, ...] = ()
+    """Credential placeholders the request carried (brokered credentials)."""
+    close_code: int | None = None
+    """A WebSocket's close code (1006: the connection ended without a close frame)."""
 
 
 class Barrier(msgspec.Struct, frozen=True, array_like=True, tag=6):
@@ -185,7 +201,7 @@ class Stop(msgspec.Struct, frozen=True, array_like=True, tag=7):
     """Other messages it dropped."""
 
 
-Message = Union[ClientConnected, StreamOpened, Chunk, WsOpened, WsMessage, FlowEnded, Barrier, Stop]  # noqa: UP007
+Message = Union[StreamOpened, Chunk, WsOpened, WsMessage, FlowEnded, Barrier, Stop]  # noqa: UP007
 
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(list[Message])

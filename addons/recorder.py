@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from addons import build
+from addons.bodies import BodyStore, known_pieces
 from addons.body import ResponseReader
+from addons.items import Conversations, request_items
 from addons.mcp.ledger import MCP_PREVIEW_BYTES, McpLedger
 from addons.messages import (
     Chunk,
-    ClientConnected,
     FlowEnded,
     Message,
     RequestHead,
@@ -30,17 +32,16 @@ from addons.messages import (
     WsOpened,
 )
 from addons.providers import parser_for
-from addons.rows import IdMinter, Row
+from addons.rows import IdMinter, McpCall, ModelCall, Row
+from addons.spend import WS_TURN, SessionSpend
 from addons.traces import TraceTracker
-from addons.websocket import Turn, WebSocketTurns, route_for
+from addons.websocket import ABNORMAL_CLOSURE, Turn, WebSocketTurns, request_of, route_for
 from addons.writer import SessionWriter
 from capsem.settings import CaptureSettings
 
 logger = logging.getLogger(__name__)
 
 ProcessInfo = tuple[str | None, int | None]
-Resolver = Callable[[tuple[str, int] | None], ProcessInfo]
-_MAX_CONNECTIONS = 10_000
 
 
 @dataclass(slots=True)
@@ -57,18 +58,24 @@ class _Socket:
     turns: WebSocketTurns = field(default_factory=WebSocketTurns)
     sent: int = 0
     received: int = 0
+    server_messages: int = 0
     trace: str | None = None
+    process: ProcessInfo = (None, None)
 
 
 class Recorder:
     """Turns messages into rows. Not thread-safe: owned by the recorder's one thread."""
 
     def __init__(
-        self, writer: SessionWriter, settings: CaptureSettings, resolver: Resolver | None = None
+        self,
+        writer: SessionWriter,
+        settings: CaptureSettings,
+        spend: SessionSpend | None = None,
     ) -> None:
         self.writer = writer
         self.settings = settings
-        self.resolver = resolver
+        self.spend = spend
+        """This session's spend, for budgets (None: no budget is configured)."""
         self.failures = 0
         self.ids = IdMinter(writer.max_ids())
         self.traces = TraceTracker(settings.max_pending_calls)
@@ -78,9 +85,11 @@ class Recorder:
             preview_limit=settings.preview_bytes,
             cap=build.cap_text,
         )
+        self.bodies = BodyStore(writer.scrubber, self.ids, known_pieces(writer.conn))
+        self.conversations = Conversations()
+        self.conversations.stored = {r[0] for r in writer.conn.execute("SELECT hash FROM item_contents")}
         self.readers: dict[str, _Reader] = {}
         self.sockets: dict[str, _Socket] = {}
-        self.processes: OrderedDict[str, ProcessInfo] = OrderedDict()
 
     def handle(self, message: Message) -> None:
         """Handle one message; a failure is logged and counted, never raised."""
@@ -93,6 +102,8 @@ class Recorder:
             self.failures += 1
             logger.warning("capsem: recording failed (%s): %r", type(message).__name__, exc,
                            exc_info=logger.isEnabledFor(logging.DEBUG))  # fmt: skip
+        if self.spend is not None and type(message) is FlowEnded and message.route is not None:
+            self.spend.counted(message.request.key)  # type: ignore[union-attr]  (even when it failed)
 
     def tick(self, now: float | None = None) -> None:
         """Periodic work: MCP rows whose answer never came are written without it."""
@@ -105,18 +116,10 @@ class Recorder:
     def _write(self, rows: list[Row] | list) -> None:
         if rows:
             self.writer.add(rows)
-
-    # -- connections ---------------------------------------------------------------------------
-
-    def _client_connected(self, msg: ClientConnected) -> None:
-        if self.resolver is None:
-            return
-        self.processes[msg.conn] = self.resolver(msg.peer)
-        while len(self.processes) > _MAX_CONNECTIONS:
-            self.processes.popitem(last=False)
-
-    def _process(self, conn: str | None) -> ProcessInfo:
-        return self.processes.get(conn, (None, None)) if conn else (None, None)
+            if self.spend is not None:
+                for row in rows:
+                    if type(row) is ModelCall:
+                        self.spend.add(row)
 
     # -- streamed bodies -----------------------------------------------------------------------
 
@@ -136,6 +139,7 @@ class Recorder:
             status=status,
             preview_bytes=self.settings.preview_bytes,
             max_parse_bytes=self.settings.max_parse_bytes,
+            keep_bytes=self.settings.max_body_bytes,
         )
 
     def _chunk(self, msg: Chunk) -> None:
@@ -153,10 +157,13 @@ class Recorder:
         key = flow.request.key
         state = self.readers.pop(key, None)
         socket = self.sockets.pop(key, None)
+        dropped = socket is not None and flow.close_code == ABNORMAL_CLOSURE and flow.error is None
+        if dropped and socket.turns.current is not None:  # mid-turn; after the last turn it is no error
+            flow = _with_error(flow, f"websocket closed with code {ABNORMAL_CLOSURE}")
         mcp_rows, stream_preview = self.mcp.close_stream(flow)
         self._write(mcp_rows)
         settings = self.settings
-        process = self._process(flow.request.conn)
+        process = flow.process or (None, None)
         request_body, decode_error = build.decode(
             flow.request_body, flow.request.header("content-encoding"), settings.max_parse_bytes
         )
@@ -169,7 +176,9 @@ class Recorder:
                 state.reader.feed(flow.response_body or b"")
             summary = state.reader.finish()
             preview = state.reader.preview
-            response_preview = preview.text() if preview.total else None
+            response_preview = (
+                build.cap_text(preview.text(), build.KEPT_PREVIEW_BYTES) if preview.total else None
+            )
             decode_error = decode_error or state.reader.decode_error
         else:
             if stream_preview is not None and flow.stream_preview is None:
@@ -179,26 +188,33 @@ class Recorder:
         error = "; ".join(e for e in (flow.error, flow.tap_failure, _dropped(flow)) if e) or None
         if summary is not None and summary.complete and flow.error and not flow.tap_failure:
             error = None  # the answer arrived whole; the connection ending afterwards is not an error of it
-        request_preview = build.preview_of(request_body, settings.preview_bytes)
+        kept = (
+            route is not None and flow.decision != "denied"
+        ) or flow.mcp  # whole bodies go to event_body_blobs
+        request_preview = build.preview_of(
+            request_body,
+            min(settings.preview_bytes, build.KEPT_PREVIEW_BYTES) if kept else settings.preview_bytes,
+        )
         if socket is not None:
             self._ws_end(flow, socket)
         net_id = socket.net_id if socket is not None else self.ids.next("net_events")
         rows: list[Row] = []
         trace = socket.trace if socket is not None else None
         if route is not None and summary is not None and flow.decision != "denied":
+            request_obj = _json_object(request_body)
             call = build.CallInput(
                 request=flow.request, route=route,
                 info=parser_for(route.protocol).parse_request(request_body), summary=summary,
                 started=flow.request.started, ended=flow.ended,
-                status=flow.client_status or flow.response.status if flow.response else None,
+                status=flow.client_status or (flow.response.status if flow.response else None),
                 request_size=flow.request_size, response_size=flow.response_size,
                 request_preview=request_preview, streamed=bool(state and state.reader.streaming and flow.streamed),
                 first_content=state.first_content if state else None, error=error, process=process,
-                net_event_id=net_id,
+                net_event_id=net_id, items=tuple(request_items(route.protocol, request_obj or b"")),
+                previous_response_id=_previous_response(request_obj),
             )  # fmt: skip
-            rows, trace = build.model_call(
-                call, ids=self.ids, traces=self.traces, mcp=self.mcp, settings=settings
-            )
+            rows, trace = build.model_call(call, ids=self.ids, traces=self.traces, mcp=self.mcp, settings=settings,
+                                           conversations=self.conversations)  # fmt: skip
         net = build.net_event(
             flow, row_id=net_id, settings=settings, scrubber=self.writer.scrubber, process=process,
             request_preview=request_preview, response_preview=response_preview, decode_error=decode_error,
@@ -207,7 +223,11 @@ class Recorder:
             bytes_sent=socket.sent if socket is not None else None,
             bytes_received=socket.received if socket is not None else None,
         )  # fmt: skip
-        self._write([net, *rows])
+        self._write([net, *rows])  # the net row first: its headers teach the scrubber before bodies are kept
+        if rows and isinstance(rows[0], ModelCall) and state is not None:
+            self._keep_bodies(rows[0], flow, request_body, state.reader.body, state.reader.body_truncated)
+        if flow.substitutions:
+            self._write(build.substitution_events(flow, net_event_id=net_id, process=process))
         if flow.mcp:
             response_body, _ = build.decode(
                 flow.response_body
@@ -216,12 +236,30 @@ class Recorder:
                 flow.response.header("content-encoding") if flow.response else None,
                 settings.content_max_bytes,
             )
-            self._write(self.mcp.record(flow, net_id, request_body, response_body, process))
+            for row in self.mcp.record(flow, net_id, request_body, response_body, process):
+                self._write([row])
+                self._keep_bodies(row, flow, request_body, response_body, False)
+
+    def _keep_bodies(self, owner: ModelCall | McpCall, flow: FlowEnded | None, request: bytes, response: bytes,
+                     response_truncated: bool, response_type: str | None = None) -> None:  # fmt: skip
+        """The whole decoded request and response of a model or MCP call, up to `max_body_bytes`."""
+        limit = self.settings.max_body_bytes
+        request_type = flow.request.header("content-type") if flow is not None else "application/json"
+        if flow is not None and flow.response is not None:
+            response_type = flow.response.header("content-type")
+        for direction, body, cut, kind in (
+            ("request", request, flow is not None and flow.request_truncated, request_type),
+            ("response", response, response_truncated, response_type),
+        ):
+            rows = self.bodies.keep(body[:limit], owner=owner.event_id, source_table=owner.TABLE, row_id=owner.id,
+                                    direction=direction, truncated=cut or len(body) > limit, content_type=kind)  # fmt: skip
+            self._write(rows)
 
     # -- websockets ----------------------------------------------------------------------------
 
     def _ws_opened(self, msg: WsOpened) -> None:
-        self.sockets[msg.request.key] = _Socket(self.ids.next("net_events"), msg.request)
+        self.sockets[msg.request.key] = _Socket(self.ids.next("net_events"), msg.request,
+                                                process=msg.process or (None, None))  # fmt: skip
 
     def _ws_message(self, msg: WsMessage) -> None:
         socket = self.sockets.get(msg.key)
@@ -231,7 +269,10 @@ class Recorder:
             socket.sent += len(msg.content)
         else:
             socket.received += len(msg.content)
+            socket.server_messages += 1
         self._ws_turns(socket, socket.turns.message(msg.from_client, msg.content, msg.is_text, msg.at))
+        if self.spend is not None and not msg.from_client:
+            self.spend.counted(msg.key + WS_TURN, socket.server_messages)  # a turn it ended is counted
 
     def _ws_end(self, flow: FlowEnded, socket: _Socket) -> None:
         current = socket.turns.current
@@ -241,17 +282,29 @@ class Recorder:
     def _ws_turns(self, socket: _Socket, turns: list[Turn]) -> None:
         head = socket.request
         for turn in turns:
+            obj = _json_object(turn.request_body)
+            request = request_of(obj) if obj is not None else None
             call = build.CallInput(
                 request=head, route=route_for(head.host), info=turn.request, summary=turn.summary,
                 started=turn.started, ended=turn.ended, status=turn.status, request_size=turn.request_bytes,
                 response_size=turn.response_bytes,
-                request_preview=build.preview_of(turn.request_body, self.settings.preview_bytes),
+                request_preview=build.preview_of(turn.request_body, build.KEPT_PREVIEW_BYTES),
                 streamed=True, first_content=turn.first_content, error=None,
-                process=self._process(head.conn), net_event_id=socket.net_id,
+                process=socket.process, net_event_id=socket.net_id,
+                items=tuple(request_items("openai_responses", request or b"")),
+                previous_response_id=_previous_response(request), websocket=True,
             )  # fmt: skip
             rows, socket.trace = build.model_call(call, ids=self.ids, traces=self.traces, mcp=self.mcp,
-                                                  settings=self.settings)  # fmt: skip
+                                                  settings=self.settings, conversations=self.conversations)  # fmt: skip
             self._write(rows)
+            self._keep_bodies(
+                rows[0],
+                None,
+                turn.request_body,
+                turn.response_body,
+                False,  # type: ignore[arg-type]
+                "application/x-ndjson",
+            )
 
 
 _HANDLERS: dict[type, Callable[[Recorder, Any], None]] = {
@@ -260,14 +313,32 @@ _HANDLERS: dict[type, Callable[[Recorder, Any], None]] = {
     StreamOpened: Recorder._stream_opened,
     WsOpened: Recorder._ws_opened,
     WsMessage: Recorder._ws_message,
-    ClientConnected: Recorder._client_connected,
 }
 
 
+def _json_object(body: bytes) -> dict | None:
+    """A request body as a JSON object (None when it is not one)."""
+    try:
+        obj = msgspec.json.decode(body) if body else None
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _previous_response(obj: dict | None) -> str | None:
+    """The `previous_response_id` a Responses request continues, if any."""
+    value = obj.get("previous_response_id") if obj else None
+    return value if isinstance(value, str) and value else None
+
+
 def _with_preview(flow: FlowEnded, preview: bytes) -> FlowEnded:
+    return msgspec.structs.replace(flow, stream_preview=preview)
+
+
+def _with_error(flow: FlowEnded, error: str) -> FlowEnded:
     import msgspec
 
-    return msgspec.structs.replace(flow, stream_preview=preview)
+    return msgspec.structs.replace(flow, error=error)
 
 
 def _dropped(flow: FlowEnded) -> str | None:

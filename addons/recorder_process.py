@@ -7,7 +7,8 @@ at `Stop` (or when its input ends). `finish()` then writes what is still open, c
 session.db and rolls the session up into main.db with its status and capture health.
 
 In the child, stdin carries frames of a 4-byte big-endian length and a payload: first the
-JSON spec (`RecorderSpec`), then msgpack batches of messages; stdout carries `ready`, `ack <token>` and `stopped`.
+JSON spec (`RecorderSpec`), then msgpack batches of messages; stdout carries `ready`, `ack <token>`,
+`spend <json>` (this session's spend, when budgets are configured) and `stopped`.
 Input that ends without a `Stop` means mitmdump died: everything received is written and the
 session is marked `crashed`.
 """
@@ -19,6 +20,7 @@ import os
 import select
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -49,7 +51,13 @@ class RecorderSpec(msgspec.Struct, frozen=True):
     mode: str
     capture: dict
     """`CaptureSettings` fields (frozensets as lists)."""
-    resolve_processes: bool = True
+    track_spend: bool = False
+    """Report this session's spend to mitmdump and keep its rows of main.db `spend` current (budgets)."""
+    learn: tuple[str, ...] = ()
+    """Values the scrubber knows before the first row: the brokered credentials' real values."""
+
+    def __repr__(self) -> str:  # `learn` holds secrets
+        return f"RecorderSpec(session_id={self.session_id!r}, db_path={self.db_path!r})"
 
 
 def capture_settings(spec: RecorderSpec) -> CaptureSettings:
@@ -72,44 +80,61 @@ class Loop:
     recorder: Recorder
     writer: SessionWriter
     spec: RecorderSpec
+    price_source: str | None = None
+    """The price table the warm-up loaded (written to session_meta by the loop)."""
+    warming: threading.Thread | None = None
 
 
 def open_recorder(spec: RecorderSpec) -> Loop:
     """Open session.db and the recorder (raises when the database cannot be opened)."""
     from addons.recorder import Recorder
+    from addons.spend import SessionSpend
     from addons.writer import SessionWriter
     from capsem.redact import Scrubber
 
     settings = capture_settings(spec)
-    writer = SessionWriter(Path(spec.db_path), Scrubber())
+    scrubber = Scrubber()
+    for secret in spec.learn:
+        scrubber.learn(secret)
+    writer = SessionWriter(Path(spec.db_path), scrubber)
     writer.set_meta(
         session_id=spec.session_id, capsem_version=__version__, started_at=utc_now(), mode=spec.mode
     )
     writer.commit()
-    resolver = None
-    if spec.resolve_processes:
-        from addons.process import ProcessResolver
-
-        resolver = ProcessResolver().resolve
-    return Loop(Recorder(writer, settings, resolver), writer, spec)
-
-
-def warm_up(loop: Loop) -> None:
-    """Prices and the tokenizer, loaded after the session is open (the first flows wait in the pipe)."""
-    try:
-        from pricing import current_table
-        from pricing.estimate import warm
-
-        warm()
-        loop.writer.set_meta(price_source=current_table().source)
-    except Exception as exc:  # prices or tokenizer missing: calls are recorded unpriced
-        logger.warning("capsem: warming up the recorder failed: %r", exc)
+    spend = None
+    if spec.track_spend:
+        spend = SessionSpend(spec.session_id)
+        spend.load(writer.conn)
+    return Loop(Recorder(writer, settings, spend), writer, spec)
 
 
-def run(loop: Loop, batches: Callable[[], list[Message] | None], ack: Callable[[int], None]) -> Stop | None:
-    """Handle batches until a `Stop` (returned) or the end of input (None)."""
-    recorder, writer = loop.recorder, loop.writer
+def warm_up(loop: Loop) -> threading.Thread:
+    """Load prices and the tokenizer on a thread, beside the loop: the first messages are handled
+    at once (a new connection's process is looked up while it is still open); a call that needs a
+    price meanwhile waits for the table like any first use would."""
+
+    def load() -> None:
+        try:
+            from pricing import current_table
+            from pricing.estimate import warm
+
+            warm()
+            loop.price_source = current_table().source
+        except Exception as exc:  # prices or tokenizer missing: calls are recorded unpriced
+            logger.warning("capsem: warming up the recorder failed: %r", exc)
+
+    thread = loop.warming = threading.Thread(target=load, name="capsem-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+def run(loop: Loop, batches: Callable[[], list[Message] | None], ack: Callable[[int], None],
+        report: Callable[[str], None] | None = None) -> Stop | None:  # fmt: skip
+    """Handle batches until a `Stop` (returned) or the end of input (None); `report` gets the
+    `spend` status lines (budgets)."""
+    recorder, writer, spend = loop.recorder, loop.writer, loop.recorder.spend
     interval = loop.spec.capture.get("commit_interval_ms", 250) / 1000
+    main_db = Path(loop.spec.main_db_path)
     last_commit = last_tick = time.monotonic()
     while True:
         batch = batches()
@@ -118,18 +143,27 @@ def run(loop: Loop, batches: Callable[[], list[Message] | None], ack: Callable[[
         for message in batch:
             kind = type(message)
             if kind is Barrier:
-                writer.commit()
+                if writer.commit() and spend is not None:
+                    spend.save(main_db)
                 ack(message.token)  # type: ignore[union-attr]
             elif kind is Stop:
                 return message  # type: ignore[return-value]
             else:
                 recorder.handle(message)
+        if spend is not None and report is not None:
+            line = spend.report()
+            if line is not None:
+                report(line)
         now = time.monotonic()
         if now - last_tick >= 1.0:
             recorder.tick()
             last_tick = now
+        if loop.price_source is not None:  # the warm-up thread loaded the prices
+            writer.set_meta(price_source=loop.price_source)
+            loop.price_source = None
         if writer.pending and now - last_commit >= interval:
-            writer.commit()
+            if writer.commit() and spend is not None:
+                spend.save(main_db)
             last_commit = now
 
 
@@ -139,7 +173,13 @@ def finish(loop: Loop, stop: Stop | None, main_db: Path | None = None) -> None:
     from capsem.rollup import finish_session, open_main
 
     status = stop.status if stop is not None else "crashed"
+    if loop.warming is not None:
+        loop.warming.join(30)
+    if loop.price_source is not None:
+        loop.writer.set_meta(price_source=loop.price_source)
     loop.recorder.close()
+    if loop.recorder.spend is not None:
+        loop.recorder.spend.close()  # the rollup below writes the session's final spend rows
     if stop is not None and (stop.dropped_chunks or stop.dropped_messages):
         loop.writer.set_meta(capture_dropped_chunks=str(stop.dropped_chunks),
                              capture_dropped_messages=str(stop.dropped_messages))  # fmt: skip
@@ -216,7 +256,7 @@ def main() -> int:
     say("ready")
     _recover_crashed(spec)
     warm_up(loop)
-    stop = run(loop, frames.batches(0.05), lambda token: say(f"ack {token}"))
+    stop = run(loop, frames.batches(0.05), lambda token: say(f"ack {token}"), say)
     finish(loop, stop, Path(spec.main_db_path))
     say("stopped")
     return 0

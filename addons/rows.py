@@ -120,6 +120,18 @@ class ModelCall:
     price_source: str | None = None
     cost_details: str | None = None
     parse_errors: int = 0
+    system_hash: str | None = None
+    """`item_contents.hash` of the call's exact system instructions."""
+    tools_hash: str | None = None
+    """One hash of all its tool definitions (equal between calls: the same tool surface)."""
+    items_count: int | None = None
+    """Input items the request carried (system, tool definitions, messages)."""
+    items_new: int | None = None
+    """How many of them are new since the previous call of its conversation."""
+    turn_id: str | None = None
+    """The turn: one user-visible input and every call and tool result needed to answer it."""
+    parent_tool_call_id: int | None = None
+    """For a subagent's calls: the parent's tool call (Task/Agent) that started the subagent."""
 
 
 @dataclass(slots=True)
@@ -137,6 +149,15 @@ class ToolCall:
     trace_id: str | None
     complete: int = 1
     mcp_call_id: int | None = None
+    provider: str | None = None
+    transport: str = "unknown"
+    """`sse` (a streamed response), `websocket` or `http` (Capsem's words; m005 says more)."""
+    status: str = "observed"
+    """`observed`; a trigger sets `responded` or `error` when its result is recorded."""
+    decision: str = "allowed"
+    """The policy's verdict on the MCP call that ran it (`allowed`, `warned`, `denied`)."""
+    server_name: str | None = None
+    """The MCP server that ran it. (`duration_ms` is only ever set by a trigger.)"""
 
 
 @dataclass(slots=True)
@@ -197,8 +218,144 @@ class FsEvent:
     size: int | None
 
 
-Row = NetEvent | ModelCall | ToolCall | ToolResponse | McpCall | FsEvent
-LINKED_TABLES = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls")
+@dataclass(slots=True)
+class SubstitutionEvent:
+    TABLE: ClassVar[str] = "substitution_events"
+    event_id: str
+    timestamp: str
+    credential: str
+    host: str
+    location: str
+    outcome: str
+    port: int | None = None
+    reason: str | None = None
+    flow_id: str | None = None
+    net_event_id: int | None = None
+    process_name: str | None = None
+    pid: int | None = None
+
+
+@dataclass(slots=True)
+class BodyChunk:
+    """One piece of one or more bodies, stored once per session (see addons/bodies.py)."""
+
+    TABLE: ClassVar[str] = "body_chunks"
+    hash: bytes
+    """The first 16 bytes of the SHA-256 of the piece as it crossed the proxy (decoded)."""
+    size: int
+    """Bytes of the piece as stored (after scrubbing), before compression."""
+    data: bytes
+    """The stored piece, zstd-compressed."""
+
+
+@dataclass(slots=True)
+class BodyBlob:
+    """A whole decoded body of a model or MCP call: the list of its pieces."""
+
+    TABLE: ClassVar[str] = "event_body_blobs"
+    id: int
+    event_id: str
+    owner_event_id: str
+    """`event_id` of the row the body belongs to."""
+    source_table: str
+    row_id: int | None
+    """`id` of that row in `source_table`."""
+    direction: str
+    """`request` or `response`."""
+    size: int
+    """Bytes of the decoded body as it crossed the proxy (as far as it was kept)."""
+    sha256: str
+    """SHA-256 of those bytes (before scrubbing)."""
+    truncated: int
+    content_type: str | None
+    base_id: int | None
+    """An earlier body whose leading pieces this one starts with (None: the list is whole)."""
+    base_pieces: int
+    """How many leading pieces of `base_id`'s list come first."""
+    chunks: bytes
+    """The 16-byte keys of the pieces after those, in order."""
+
+
+@dataclass(slots=True)
+class ItemContent:
+    """The content of a conversation item, stored once per session (see addons/items.py)."""
+
+    TABLE: ClassVar[str] = "item_contents"
+    hash: str
+    kind: str
+    size: int
+    content: str
+
+
+@dataclass(slots=True)
+class ModelItem:
+    """An item of a model call: an input item new in it, or an output item."""
+
+    TABLE: ClassVar[str] = "model_items"
+    event_id: str
+    model_call_id: int
+    timestamp: str
+    provider: str
+    model: str | None
+    path: str
+    trace_id: str | None
+    turn_id: str | None
+    kind: str
+    direction: str
+    """`input` (what the call was given) or `output` (what it gave back)."""
+    item_index: int
+    """Position among the call's input items, or among its output items."""
+    role: str | None
+    call_id: str | None
+    tool_name: str | None
+    content_hash: str
+    new: int
+    """1: not in the previous call of the conversation (always 1 for outputs)."""
+
+
+@dataclass(slots=True)
+class ItemList:
+    """A call's whole list of input items: the first `shared` items of `base_call_id`'s list, then `hashes`."""
+
+    TABLE: ClassVar[str] = "model_item_lists"
+    model_call_id: int
+    base_call_id: int | None
+    shared: int
+    hashes: bytes
+    """16-byte item hashes, in order."""
+
+
+@dataclass(slots=True)
+class InputPart:
+    """One source of a call's input tokens (see addons/breakdown.py): estimated, scaled to the total."""
+
+    TABLE: ClassVar[str] = "input_breakdown"
+    event_id: str
+    model_call_id: int
+    part: str
+    tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    cost_usd: float | None
+    estimated: int = 1
+
+
+Row = (
+    NetEvent
+    | ModelCall
+    | ToolCall
+    | ToolResponse
+    | McpCall
+    | FsEvent
+    | BodyChunk
+    | BodyBlob
+    | ItemContent
+    | ModelItem
+    | ItemList
+    | InputPart
+    | SubstitutionEvent
+)
+LINKED_TABLES = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls", "event_body_blobs")
 """Tables whose ids are minted by `IdMinter` (the others get SQLite's own)."""
 
 

@@ -14,11 +14,12 @@ event carries (the upgrade's 101 is on the flow's `net_events` row, whose `conn_
 ``wss``/``ws``). Turns are written as soon as they end, pointing at the upgrade flow's
 `net_events` row, whose id is minted when the first message arrives and which is written
 when the socket ends (with the bytes of every message and the trace of the last turn).
+A socket dropped without a close frame (code 1006) is an error of the flow only when a turn was
+still open: Codex drops its socket that way when it exits, after its last turn completed.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,9 @@ __all__ = ["Turn", "WebSocketTurns", "request_of", "route_for"]
 
 PROTOCOL = "openai_responses"
 
+ABNORMAL_CLOSURE = 1006
+"""The close code of a WebSocket that ended without a close frame (RFC 6455 7.1.5)."""
+
 
 @dataclass
 class Turn:
@@ -40,6 +44,7 @@ class Turn:
 
     request: RequestInfo
     request_body: bytes
+    """The client's `response.create` message as it crossed the proxy."""
     summary: ResponseSummary
     started: float
     ended: float
@@ -47,6 +52,8 @@ class Turn:
     request_bytes: int = 0
     response_bytes: int = 0
     status: int = 200
+    response_body: bytes = b""
+    """The payloads of the server's messages of the turn, as they crossed the proxy, one after the other."""
 
 
 def request_of(obj: dict[str, Any]) -> dict[str, Any]:
@@ -68,6 +75,7 @@ class _Open:
     status: int = 200
     last_at: float | None = None
     request_bytes: int = 0
+    responses: list[bytes] = field(default_factory=list)
 
 
 class WebSocketTurns:
@@ -105,14 +113,14 @@ class WebSocketTurns:
             body = request_of(obj)
             request = parse_request_object(body)
             request.stream = True
-            raw = json.dumps(body, ensure_ascii=False).encode()
-            self.current = _Open(request, raw, at, request_bytes=len(content))
+            self.current = _Open(request, content, at, request_bytes=len(content))
             return [done] if done is not None else []
         turn = self.current
         if turn is None:
             self.ignored += 1
             return []
         turn.response_bytes += len(content)
+        turn.responses.append(content)
         turn.last_at = at
         text = content.decode("utf-8", "replace")
         turn.interp.event(SSEEvent(None, text))
@@ -142,6 +150,7 @@ class WebSocketTurns:
             request_bytes=turn.request_bytes,
             response_bytes=turn.response_bytes,
             status=turn.status,
+            response_body=b"".join(turn.responses),
         )
 
 

@@ -26,7 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from assembler.cli_support import console as _console
-from assembler.cli_support import user_errors
+from assembler.cli_support import counted, query_options, user_errors
 from capsem import __version__
 
 if TYPE_CHECKING:
@@ -64,24 +64,29 @@ def _stderr_progress() -> Progress:
     )  # fmt: skip
 
 
-_SUBGROUPS = {"bundle": "assembler.bundle.cli", "config": "assembler.config_cli"}
-"""Command groups defined in their own modules, imported when used (or listed): `capsem run`
-does not pay for importing the bundle package before it starts mitmdump."""
+_LAZY = {"bundle": "assembler.bundle.cli:bundle", "config": "assembler.config_cli:config",
+         "show-call": "assembler.show_call_cli:show_call", "budget": "assembler.budget:budget",
+         "doctor": "assembler.doctor_cli:doctor"}  # fmt: skip
+"""Commands defined in their own modules, imported when used (or listed): `capsem run` does not
+pay for importing them before it starts mitmdump."""
 
 
-class _Subgroups(click.Group):
+class _LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *_SUBGROUPS})
+        for name in _LAZY:
+            self.get_command(ctx, name)
+        return super().list_commands(ctx)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name in _SUBGROUPS and name not in self.commands:
+        if name in _LAZY and name not in self.commands:
             import importlib
 
-            self.add_command(getattr(importlib.import_module(_SUBGROUPS[name]), name))
+            module, attr = _LAZY[name].split(":")
+            self.add_command(getattr(importlib.import_module(module), attr), name)
         return super().get_command(ctx, name)
 
 
-@click.group(cls=_Subgroups, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="capsem")
 def cli() -> None:
     """capsem: a flight recorder for AI agents.
@@ -97,13 +102,15 @@ def cli() -> None:
 @click.option("--mitmdump-args", default="", metavar="ARGS",
               help="Extra mitmdump arguments, e.g. '--mode upstream:http://corp-proxy:3128'.")  # fmt: skip
 @click.option("--quiet", "-q", is_flag=True, help="Do not print the session summary.")
+@click.option("--broker", is_flag=True,
+              help="Give the agent placeholders for the configured credentials; only capsem holds the keys.")  # fmt: skip
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(workspace, mitmdump_args, quiet, command) -> None:
+def run(workspace, mitmdump_args, quiet, broker, command) -> None:
     """Run an agent and record its LLM traffic.
 
     The agent gets HTTPS_PROXY and the CA variables (SSL_CERT_FILE, NODE_EXTRA_CA_CERTS,
     REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE...) pointing at a fresh mitmdump with the capsem addon.
-    Its exit code is passed through.
+    Its exit code is passed through. When its calls are not recorded: capsem doctor -- AGENT.
 
     \b
     Examples:
@@ -111,17 +118,24 @@ def run(workspace, mitmdump_args, quiet, command) -> None:
         capsem run --workspace ~/src/app -- codex exec "add a README"
         capsem run -- gemini -p "summarize this repo"
         capsem run -- aider --message "rename foo to bar"
+        capsem run --broker -- claude -p "fix the failing test"
     """
     from assembler.run import AgentNotFound, run_agent
     from assembler.summary import print_session
+    from capsem.config import ConfigError
     from capsem.mitm import MitmdumpError
 
     try:
-        result = run_agent(list(command), workspace=workspace, mitmdump_args=mitmdump_args)
+        result = run_agent(list(command), workspace=workspace, mitmdump_args=mitmdump_args, broker=broker)
     except AgentNotFound as exc:  # as a shell says it, with its exit code (127, 126); nothing started
         click.echo(f"capsem run: {exc}", err=True)
         sys.exit(exc.exit_code)
-    except (MitmdumpError, RuntimeError, ValueError) as exc:  # settings, mitmdump: one line saying why
+    except (
+        MitmdumpError,
+        RuntimeError,
+        ValueError,
+        ConfigError,
+    ) as exc:  # settings, mitmdump: one line saying why
         raise click.ClickException(str(exc)) from exc
     if not quiet:
         console = Console(stderr=True)
@@ -184,7 +198,7 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
         capsem list-sessions --all --with-db --json
     """
     from assembler.sessions import SessionFilters, created, duration, list_sessions
-    from assembler.tables import Column, fit_table, plural
+    from assembler.tables import Column, fit_table
 
     filters = SessionFilters(
         limit, include_culled, with_db, with_model, with_net, with_mcp, with_tools, min_cost
@@ -221,15 +235,15 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
     console.print(fit_table(columns, [cells(r) for r in found], console.width))
     notes = ["* = session.db on disk (queryable)"]
     if listing.matched > len(found):
-        notes.append(f"showing {len(found)} of {plural(listing.matched, 'session')} (-n 0 shows all)")
+        notes.append(f"showing {len(found)} of {counted(listing.matched, 'session')} (-n 0 shows all)")
     console.print("; ".join(notes), highlight=False)
     lossy = [r for r in found if r.get("capture_status") in ("degraded", "failed")]
     if lossy:
-        console.print(f"! = capture lost data in {plural(len(lossy), 'session')}: capsem inspect-session ID says what",
+        console.print(f"! = capture lost data in {counted(len(lossy), 'session')}: capsem inspect-session ID says what",
                       style="red", highlight=False)  # fmt: skip
     gone = [r for r in found if r.get("process_gone")]
     if gone:
-        console.print(f"{plural(len(gone), 'session')} left running by a process that is gone: shown crashed",
+        console.print(f"{counted(len(gone), 'session')} left running by a process that is gone: shown crashed",
                       style="yellow", highlight=False)  # fmt: skip
 
 
@@ -247,15 +261,7 @@ def _command(command: str | None) -> str:
 @cli.command("query-session")
 @click.argument("sql")
 @session_argument
-@click.option("-p", "--param", "params", multiple=True, metavar="VALUE",
-              help="Bind a value to the next ? placeholder (repeatable).")  # fmt: skip
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True
-)
-@click.option("--max-rows", default=10000, show_default=True, type=click.IntRange(min=1),
-              help="Stop after this many rows.")  # fmt: skip
-@click.option("--timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1), metavar="SECONDS",
-              help="Stop a query that runs longer.")  # fmt: skip
+@query_options
 def query_session_cmd(sql, session_id, params, fmt, max_rows, timeout) -> None:
     """Run one read-only SQL query on a session database.
 
@@ -272,7 +278,6 @@ def query_session_cmd(sql, session_id, params, fmt, max_rows, timeout) -> None:
     """
     from assembler.query import run_query, to_csv, to_json
     from assembler.sessiondb import resolve
-    from assembler.tables import plural
 
     if session_id is not None and _looks_like_sql(session_id) and not _looks_like_sql(sql):
         sql, session_id = session_id, sql  # `query-session ID SQL`: the order is clear from the text
@@ -285,15 +290,34 @@ def query_session_cmd(sql, session_id, params, fmt, max_rows, timeout) -> None:
         click.echo(to_csv(result), nl=False)
     else:
         click.echo(f"Session: {session}", err=True)
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-        for col in result.columns:
-            table.add_column(escape(col), overflow="fold")
-        for row in result.rows:
-            table.add_row(*(escape("NULL" if v is None else str(v)) for v in row))
-        _console().print(table)
-        click.echo(f"({plural(len(result.rows), 'row')})", err=True)
+        _print_rows(result.columns, [["NULL" if v is None else str(v) for v in row] for row in result.rows])
+        click.echo(f"({counted(len(result.rows), 'row')})", err=True)
     if result.truncated:
         click.echo(f"(stopped after {max_rows} rows; use --max-rows for more)", err=True)
+
+
+def _print_rows(columns: list[str], rows: list[list[str]]) -> None:
+    """A table when every column fits whole beside the others (headers unbroken, values at least
+    12 cells wide or whole); else one `column: value` block per row, as psql's expanded display."""
+    console = _console()
+    need = sum(max(len(c), min(12, max((len(r[i]) for r in rows), default=0))) for i, c in enumerate(columns))
+    if need + 2 * (len(columns) - 1) <= console.width:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
+        for col in columns:
+            table.add_column(escape(col), overflow="fold", min_width=len(col))
+        for row in rows:
+            table.add_row(*(escape(v) for v in row))
+        console.print(table)
+        return
+    width = max(len(c) for c in columns)
+    for n, row in enumerate(rows, 1):
+        console.print(f"[bold]-- row {n}[/bold]")
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(no_wrap=True, style="dim")
+        grid.add_column(overflow="fold")
+        for col, value in zip(columns, row, strict=True):
+            grid.add_row(escape(col.ljust(width)), escape(value))
+        console.print(grid)
 
 
 def _looks_like_sql(text: str) -> bool:
@@ -379,10 +403,9 @@ def tail_cmd(session_id, last, interval) -> None:
     except KeyboardInterrupt:
         return
     from assembler.sessiondb import main_row
-    from assembler.tables import plural
 
     row = main_row(session)
-    console.print(f"{plural(n, 'event')}; session {session} is {row['status'] if row else 'not in main.db'}: "
+    console.print(f"{counted(n, 'event')}; session {session} is {row['status'] if row else 'not in main.db'}: "
                   f"capsem inspect-session {session}", style="dim", highlight=False)  # fmt: skip
 
 
@@ -457,7 +480,7 @@ def _cut(value: Any, width: int = 60) -> str:
 
 
 def _print_inspection(result: Inspection) -> None:
-    from assembler.tables import Column, fit_table, plural
+    from assembler.tables import Column, fit_table
 
     console = _console()
     width = console.width
@@ -476,7 +499,7 @@ def _print_inspection(result: Inspection) -> None:
             f"[{_SEVERITY_STYLE[f.severity]}]{f.severity:7}[/] {escape(f.check)}: {escape(f.message)}"
         )
     by = {s: sum(f.severity == s for f in result.findings) for s in _SEVERITY_STYLE}
-    console.print(f"{plural(by['error'], 'error')}, {plural(by['warning'], 'warning')}, {by['info']} info",
+    console.print(f"{counted(by['error'], 'error')}, {counted(by['warning'], 'warning')}, {by['info']} info",
                   style="bold")  # fmt: skip
     if result.mcp:
         cols = [Column("server", "left", 9), Column("tool", "left", 8), Column("decision", "left", 5),
@@ -484,6 +507,20 @@ def _print_inspection(result: Inspection) -> None:
         rows = [[r["server_name"], r["tool_name"] or "", r["decision"], str(r["calls"]), str(r["avg_ms"]),
                  f"{r['bytes']:,}"] for r in result.mcp]  # fmt: skip
         console.print(fit_table(cols, rows, width, title="MCP usage"))
+    if result.inputs:
+        top = result.inputs[0]
+        if top["cost_share"] is not None:
+            console.print(f"{top['part'].replace('_', ' ')} were {top['cost_share']:.0%} of this session's input cost "
+                          "(estimated split of the reported input tokens)")  # fmt: skip
+        table = Table(title="Input by source", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        for col in ("part", "tokens", "share", "cached", "cost", "cost share"):
+            table.add_column(col, justify="left" if col == "part" else "right")
+        for r in result.inputs:
+            cost = "–" if r["cost_usd"] is None else f"${r['cost_usd']:.4f}"
+            share = "–" if r["cost_share"] is None else f"{r['cost_share']:.0%}"
+            table.add_row(r["part"].replace("_", " "), f"{r['tokens']:,}", f"{r['token_share']:.0%}",
+                          f"{r['cache_read']:,}", cost, share)  # fmt: skip
+        console.print(table)
     if result.tools:
         cols = [Column("tool", "left", 9), Column("origin", "left", 4), Column("calls", priority=8),
                 Column("results", priority=7), Column("errors", priority=8)]  # fmt: skip
@@ -494,7 +531,7 @@ def _print_inspection(result: Inspection) -> None:
         names = [c for c in _PREVIEW_COLUMNS.get(name, ()) if c in rows[0]]
         cols = [Column(c, "left", 9 - i, wrap=c in _PREVIEW_TEXT) for i, c in enumerate(names)]
         cells = [[_cut(r[c]) for c in names] for r in rows]
-        console.print(fit_table(cols, cells, width, title=f"Last {plural(len(rows), 'row')} of {name}"))
+        console.print(fit_table(cols, cells, width, title=f"Last {counted(len(rows), 'row')} of {name}"))
 
 
 # --- cost and prices ---------------------------------------------------------------------------
@@ -541,7 +578,7 @@ def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
     """
     from assembler.costs import split_line
     from assembler.reports import cost_report, html_report
-    from assembler.tables import Column, fit_table, plural
+    from assembler.tables import Column, fit_table
 
     if since and until and since > until:
         raise click.BadParameter(f"--since {since} is after --until {until}")
@@ -562,7 +599,7 @@ def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
     rows, total = report.rows(group_by), report.totals()
     if not rows:
         click.echo(f"No model calls between {since or 'the first session'} and {until or 'now'} "
-                   f"({plural(report.sessions, 'session')})")  # fmt: skip
+                   f"({counted(report.sessions, 'session')})")  # fmt: skip
         return
     console = _console()
 
@@ -581,16 +618,18 @@ def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
     if split := split_line(total.usage):
         console.print(f"cost by token type: {split}")
     if report.unpriced_calls:
-        console.print(f"{plural(report.unpriced_calls, 'model call')} with tokens but no known price "
+        console.print(f"{counted(report.unpriced_calls, 'model call')} with tokens but no known price "
                       "(counted as $0)", style="yellow")  # fmt: skip
     if report.live:
-        console.print(f"{plural(len(report.live), 'running session')} read live from session.db", style="dim")
+        console.print(
+            f"{counted(len(report.live), 'running session')} read live from session.db", style="dim"
+        )
 
 
 @cli.command("update-prices")
 @click.option("--from", "source", metavar="FILE|URL",
               help="A genai-prices data.json: a file, or an http(s) URL to download. "
-                   "Without it, the table bundled with the installed genai-prices is restored.")  # fmt: skip
+                   "Without it, the default table (config/genai-prices.json) is restored.")  # fmt: skip
 @dry_run_option
 @json_option
 def update_prices_cmd(source, dry_run, as_json) -> None:
@@ -604,7 +643,7 @@ def update_prices_cmd(source, dry_run, as_json) -> None:
     Examples:
         capsem update-prices --from ./data.json --dry-run
         capsem update-prices --from https://raw.githubusercontent.com/pydantic/genai-prices/main/prices/data.json
-        capsem update-prices            # back to the bundled genai-prices table
+        capsem update-prices            # back to the default table, config/genai-prices.json
     """
     from assembler.prices import update_prices
 
@@ -637,7 +676,7 @@ def update_prices_cmd(source, dry_run, as_json) -> None:
         click.echo("dry run: nothing installed")
     elif update.installed:
         click.echo(
-            f"installed: {update.target}" if source else f"removed {update.target}; using the bundled table"
+            f"installed: {update.target}" if source else f"removed {update.target}; using the default table"
         )
 
 
@@ -668,7 +707,6 @@ def vacuum_cmd(dry_run, as_json) -> None:
     from dataclasses import asdict
 
     from assembler.retention import apply_retention
-    from assembler.tables import plural
 
     with user_errors(), _stderr_progress() as progress:
         task = progress.add_task("retention", total=None)
@@ -699,7 +737,7 @@ def vacuum_cmd(dry_run, as_json) -> None:
     for error in report.errors:
         click.echo(f"error: {error}", err=True)
     if report.running:
-        console.print(f"{plural(len(report.running), 'running session')} left alone", style="dim")
+        console.print(f"{counted(len(report.running), 'running session')} left alone", style="dim")
     n_v, n_c = len(report.of("vacuum")), len(report.of("cull"))
     verb = "would vacuum" if dry_run else "vacuumed"
     console.print(f"{verb} {n_v}, {'would cull' if dry_run else 'culled'} {n_c}; sessions/ "

@@ -7,11 +7,42 @@ Kept apart from `assembler.cli` so that command groups defined in their own modu
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def query_options(f: F) -> F:
+    """`-p/--param`, `--format`, `--max-rows`, `--timeout`: the flags of the commands that run one SQL query."""
+    for option in reversed([
+        click.option("-p", "--param", "params", multiple=True, metavar="VALUE",
+                     help="Bind a value to the next ? placeholder (repeatable)."),
+        click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table",
+                     show_default=True, help="Output format."),
+        click.option("--max-rows", default=10000, show_default=True, type=click.IntRange(min=1),
+                     help="Stop after this many rows."),
+        click.option("--timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
+                     metavar="SECONDS", help="Stop a query that runs longer."),
+    ]):  # fmt: skip
+        f = option(f)
+    return f
+
+
+def serve_options(port: int = 8001) -> Callable[[F], F]:
+    """`--port` and `--no-open` (alias `--no-browser`): the flags every command that serves pages shares."""
+
+    def decorate(f: F) -> F:
+        f = click.option("--no-open", "--no-browser", "no_open", is_flag=True,
+                         help="Do not open a browser.")(f)  # fmt: skip
+        return click.option("--port", default=port, show_default=True, type=click.IntRange(0, 65535),
+                            help="Port to listen on; 0 picks a free one.")(f)  # fmt: skip
+
+    return decorate
 
 
 @contextmanager
@@ -25,6 +56,12 @@ def user_errors(*extra: type[Exception]) -> Iterator[None]:
         yield
     except (FileNotFoundError, SessionNotFound, SessionDbError, QueryError, ConfigError, *extra) as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """`n` and its noun, agreeing: `1 session`, `2 sessions`, `1 model call has`... (`plural` when
+    it is not noun + s: `counted(2, "entry", "entries")`)."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 def console() -> Console:

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 import yaml
 
-from capsem.settings import Settings, load
+from capsem.settings import DEFAULT, OVERRIDE, Settings, load
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -86,8 +86,9 @@ def check_cmd(user_file, overrides) -> None:
 def show_cmd(user_file, overrides, as_json) -> None:
     """Show the effective settings and where each came from.
 
-    The origin of a value is `default` (config/default.yaml), the path of your config.yaml,
-    or `--set`. Values are shown as YAML; 0 or null limits show as null (no limit).
+    The origin of a value is `default` (config/default.yaml), your config.yaml (its path is
+    on the first line; `--json` gives it for each value), or `--set`. Values are shown as
+    YAML; 0 or null limits show as null (no limit).
 
     \b
     Examples:
@@ -108,19 +109,28 @@ def show_cmd(user_file, overrides, as_json) -> None:
                                "settings": {e.key: {"value": e.value, "origin": e.origin} for e in entries}},
                               indent=2))  # fmt: skip
         return
+    out = _console()
+    out.print("from " + ", ".join(escape(str(p)) for p in settings.files), style="dim", highlight=False)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("key", no_wrap=True)
-    table.add_column("value", overflow="fold")
+    table.add_column("value", overflow="fold", ratio=1)
     table.add_column("from", no_wrap=True)
     for entry in entries:
-        table.add_row(entry.key, escape(_yaml(entry.value)), escape(entry.origin))
-    _console().print(table)
+        table.add_row(entry.key, escape(_yaml(entry.value)), escape(_origin(entry.origin)))
+    out.print(table)
+
+
+def _origin(origin: str) -> str:
+    """`default`, `--set`, or the name of the file (its path is on the line above the table)."""
+    return origin if origin in (DEFAULT, OVERRIDE) else Path(origin).name
 
 
 def _yaml(value: Any) -> str:
-    """A value as one line of YAML (a list of rules: one rule per line)."""
+    """A value as one line of YAML (a list of rules, named budgets or credentials: one per line)."""
     if isinstance(value, list) and value and isinstance(value[0], dict):
         return "\n".join("- " + _yaml(item) for item in value)
+    if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+        return "\n".join(f"{name}: {_yaml(item)}" for name, item in value.items())
     return (
         yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=10**9)
         .removesuffix("\n...\n")

@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from assembler.cli_support import counted
 from assembler.failures import Failure, model_failures, network_failures, tool_failures
 from assembler.sessiondb import DB_NAME, db_file, main_row, open_main, open_session
-from assembler.tables import plural
 from capsem.rollup import AI_USAGE_COLUMNS, AI_USAGE_SQL, TOTALS_SQL, capture_health
 from capsem.schema import SESSION_MIGRATIONS, SESSION_TABLES, migrate
 
@@ -204,13 +204,13 @@ def check_failures(conn: sqlite3.Connection) -> list[Finding]:
     model, network, tools = model_failures(conn), network_failures(conn), tool_failures(conn)
     if model:
         out.append(
-            Finding("error", "failed calls", f"{plural(len(model), 'model call')} failed: {_listed(model)}")
+            Finding("error", "failed calls", f"{counted(len(model), 'model call')} failed: {_listed(model)}")
         )
     if network:
         out.append(Finding("error", "failed requests",
-                           f"{plural(len(network), 'request')} failed: {_listed(network)}"))  # fmt: skip
+                           f"{counted(len(network), 'request')} failed: {_listed(network)}"))  # fmt: skip
     if tools:
-        out.append(Finding("info", "tool errors", f"{plural(len(tools), 'tool result')} marked as errors: "
+        out.append(Finding("info", "tool errors", f"{counted(len(tools), 'tool result')} marked as errors: "
                                                   f"{_listed(tools)}"))  # fmt: skip
     return out
 
@@ -362,9 +362,50 @@ def check_processes(conn: sqlite3.Connection) -> list[Finding]:
     ]
 
 
+def check_budgets(conn: sqlite3.Connection) -> list[Finding]:
+    """Model calls a budget refused (warning: the agent was stopped) or let through at its warn level (info)."""
+    counts: dict[tuple[str, str], int] = {}
+    for rule, decision, n in conn.execute(
+        "SELECT matched_rule, decision, COUNT(*) FROM net_events WHERE matched_rule LIKE '%budget:%' "
+        "GROUP BY matched_rule, decision ORDER BY MIN(id)"
+    ):
+        for part in rule.split(", "):
+            if part.startswith("budget:"):
+                key = (part.removeprefix("budget:"), decision)
+                counts[key] = counts.get(key, 0) + n
+    out = []
+    for (name, decision), n in counts.items():
+        if decision == "denied":
+            out.append(Finding("warning", "budgets", f"budget {name} refused {n} model call{'s' * (n != 1)} "
+                                                     "(answered by capsem, never sent)"))  # fmt: skip
+        else:
+            out.append(Finding("info", "budgets", f"budget {name}: {n} model call{'s' * (n != 1)} went through "
+                                                  "at its warn level"))  # fmt: skip
+    return out
+
+
+def check_credentials(conn: sqlite3.Connection) -> list[Finding]:
+    """Brokered credentials: placeholders capsem refused to replace (warning), keys it put in (info)."""
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'substitution_events'").fetchone():
+        return []
+    out = []
+    for credential, outcome, n, hosts, reasons in conn.execute(
+        "SELECT credential, outcome, COUNT(*), GROUP_CONCAT(DISTINCT host), GROUP_CONCAT(DISTINCT reason) "
+        "FROM substitution_events GROUP BY credential, outcome ORDER BY MIN(id)"
+    ):
+        if outcome == "substituted":
+            out.append(Finding("info", "credentials", f"credential {credential}: the real key went to {hosts} "
+                                                      f"in {n} request{'s' * (n != 1)}"))  # fmt: skip
+        else:
+            out.append(Finding("warning", "credentials", f"credential {credential}: {n} placeholder{'s' * (n != 1)} "
+                                                         f"not replaced ({reasons})"))  # fmt: skip
+    return out
+
+
 CHECKS: list[Callable[[sqlite3.Connection], list[Finding]]] = [
     check_schema, check_integrity, check_tool_lifecycle, check_references, check_provider_traffic,
-    check_model_calls, check_failures, check_usage, check_decoding, check_processes,
+    check_model_calls, check_failures, check_usage, check_decoding, check_processes, check_budgets,
+    check_credentials,
 ]  # fmt: skip
 
 
@@ -433,6 +474,21 @@ def mcp_usage(conn: sqlite3.Connection) -> list[dict]:
     )]  # fmt: skip
 
 
+def input_breakdown(conn: sqlite3.Connection) -> list[dict]:
+    """Per part of the input (tool definitions, system, history…): tokens, cost and their shares
+    of the session's input (estimated split of the providers' counts; see addons/breakdown.py)."""
+    rows = [dict(r) for r in conn.execute(
+        "SELECT part, SUM(tokens) AS tokens, SUM(cache_read_tokens) AS cache_read, SUM(cost_usd) AS cost_usd "
+        "FROM input_breakdown GROUP BY part ORDER BY SUM(COALESCE(cost_usd, 0)) DESC, SUM(tokens) DESC"
+    )]  # fmt: skip
+    tokens = sum(r["tokens"] for r in rows) or 1
+    cost = sum(r["cost_usd"] or 0 for r in rows)
+    for r in rows:
+        r["token_share"] = r["tokens"] / tokens
+        r["cost_share"] = (r["cost_usd"] or 0) / cost if cost else None
+    return rows
+
+
 def last_rows(conn: sqlite3.Connection, n: int) -> dict[str, list[dict]]:
     """The last `n` rows of each seed table that has rows."""
     out = {}
@@ -454,6 +510,8 @@ class Inspection:
     findings: list[Finding]
     tools: list[dict] = field(default_factory=list)
     mcp: list[dict] = field(default_factory=list)
+    inputs: list[dict] = field(default_factory=list)
+    """Where the session's input tokens went, per part (see `input_breakdown`)."""
     previews: dict[str, list[dict]] = field(default_factory=dict)
 
     @property
@@ -497,7 +555,7 @@ def inspect_session(session_id: str, preview_rows: int = 5) -> Inspection:
         except sqlite3.Error:
             counts = {}  # unreadable
         result = Inspection(session_id, str(path), row["status"] if row else None, counts, findings)
-        for attr, fn in (("tools", tool_usage), ("mcp", mcp_usage)):
+        for attr, fn in (("tools", tool_usage), ("mcp", mcp_usage), ("inputs", input_breakdown)):
             try:
                 setattr(result, attr, fn(conn))
             except sqlite3.Error:

@@ -3,9 +3,9 @@
 The new file (genai-prices' `data.json` schema) is loaded through `pricing.load_table` before
 anything changes; only then is it written to `$CAPSEM_HOME/prices.json` through a temporary
 file in the same directory and `os.replace`, so a reader sees the old table or the new one,
-never half a file. Offline by default: without `--from`, the table bundled with the installed
-genai-prices package is restored (the saved override is removed). The network is used only
-for an explicit http(s) URL.
+never half a file. Offline by default: without `--from`, the default table
+`config/genai-prices.json` is restored (the saved override is removed). The network is used
+only for an explicit http(s) URL.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
-from pricing import PriceTable, load_table, reset_table, user_prices_path
+from pricing import PriceTable, default_table, load_table, reset_table, user_prices_path
 
 MAX_DOWNLOAD_BYTES = 64 * 1024 * 1024
 UPSTREAM_URL = "https://raw.githubusercontent.com/pydantic/genai-prices/main/prices/data.json"
@@ -38,7 +38,7 @@ class ProviderChanges:
 @dataclass
 class PriceUpdate:
     source: str
-    """Where the new table came from (path, URL, or the bundled package)."""
+    """Where the new table came from (path, URL, or the default table)."""
     old_source: str
     providers: dict[str, ProviderChanges] = field(default_factory=dict)
     installed: bool = False
@@ -156,8 +156,8 @@ def _write_atomically(data: bytes, target: Path) -> None:
 def update_prices(source: str | None = None, *, dry_run: bool = False) -> PriceUpdate:
     """Validate the new table, report what changes, and (unless `dry_run`) install it atomically.
 
-    `source` is a genai-prices `data.json` file or http(s) URL; None restores the table bundled
-    with the installed genai-prices (removing `$CAPSEM_HOME/prices.json`).
+    `source` is a genai-prices `data.json` file or http(s) URL; None restores the default table
+    `config/genai-prices.json` (removing `$CAPSEM_HOME/prices.json`).
 
     Raises:
         ValueError: the file is not a valid genai-prices data file (nothing is changed).
@@ -167,7 +167,7 @@ def update_prices(source: str | None = None, *, dry_run: bool = False) -> PriceU
     old, old_source = _current()
     target = user_prices_path()
     if source is None:
-        new = _bundled()
+        new = default_table()
         update = PriceUpdate(new.source, old_source, target=str(target))
         if old is not None:
             update.providers = diff_tables(old, new)
@@ -175,7 +175,7 @@ def update_prices(source: str | None = None, *, dry_run: bool = False) -> PriceU
             target.unlink()
             update.installed = True
         elif not target.is_file():
-            update.notes.append("already using the bundled table")
+            update.notes.append("already using the default table")
         update.notes.append(f"to fetch the newest prices: capsem update-prices --from {UPSTREAM_URL}")
         reset_table()
         return update
@@ -215,11 +215,3 @@ def _validated(path: Path, source: str) -> PriceTable:
         else:
             detail = str(cause or exc).splitlines()[0][:300]
         raise ValueError(f"{source} is not a genai-prices data file: {detail}") from exc
-
-
-def _bundled() -> PriceTable:
-    """The table shipped inside the installed genai-prices package."""
-    import genai_prices
-    from genai_prices.data_snapshot import _bundled_snapshot
-
-    return PriceTable(_bundled_snapshot(), f"genai-prices {genai_prices.__version__} (bundled)")

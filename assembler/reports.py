@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Literal
 
+from assembler.cli_support import counted
 from assembler.costs import PART_LABELS, Usage
 from assembler.sessiondb import SessionDbError, SessionNotFound, db_file, open_main, open_session
-from assembler.tables import plural
 from capsem.rollup import AI_USAGE_COLUMNS, AI_USAGE_SQL
 
 GroupBy = Literal["session", "provider", "model", "day", "week", "month"]
@@ -369,11 +369,11 @@ def html_report(report: CostReport, session_limit: int = 200) -> str:
     top_sessions = sorted(by_session, key=lambda r: -r.cost)[:session_limit]
     notes = []
     if report.unpriced_calls:
-        notes.append(f"{plural(report.unpriced_calls, 'model call')} with no known price count as $0 "
+        notes.append(f"{counted(report.unpriced_calls, 'model call')} with no known price count as $0 "
                      "(<code>capsem inspect-session</code> lists them).")  # fmt: skip
     if report.live:
         notes.append(
-            f"{plural(len(report.live), 'running or not yet rolled-up session')} read from session.db."
+            f"{counted(len(report.live), 'running or not yet rolled-up session')} read from session.db."
         )
     cards = "".join(
         f'<div class="card">{label}<b>{value}</b></div>'
@@ -391,7 +391,7 @@ def html_report(report: CostReport, session_limit: int = 200) -> str:
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <title>capsem cost report</title><style>{_CSS}</style></head><body>
 <h1>capsem cost report</h1>
-<p class="sub">{html.escape(span)} · {plural(report.sessions, "session")} in range · prices are estimates from
+<p class="sub">{html.escape(span)} · {counted(report.sessions, "session")} in range · prices are estimates from
 the price table in use when each call was recorded · input tokens are uncached input (as in ccusage); output
 tokens include reasoning</p>
 <div class="cards">{cards}</div>

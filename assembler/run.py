@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from addons.credentials import Brokered, broker_env, load_secrets
+from capsem.config import ConfigError
 from capsem.ids import SESSION_ID, new_session_id
 from capsem.mitm import CAPTURING, Mitmdump, spawn_mitmdump, wait_for_mitmdump
-from capsem.paths import capsem_home, session_db_path, session_dir
+from capsem.paths import capsem_home, session_db_path, session_dir, user_config_path
 from capsem.rollup import open_main, set_exit_code
 from capsem.settings import SettingsError, load
 
@@ -36,8 +38,8 @@ logger = logging.getLogger(__name__)
 
 # Where each runtime looks for a proxy and for extra trusted CAs.
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy")
-CA_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO",
-           "AWS_CA_BUNDLE", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH")  # fmt: skip
+CA_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "CODEX_CA_CERTIFICATE",
+           "GIT_SSL_CAINFO", "AWS_CA_BUNDLE", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH")  # fmt: skip
 
 
 @dataclass
@@ -49,16 +51,17 @@ class RunResult:
     """Process samples and anomalies (None when `diagnostics.enabled` is false)."""
 
 
+def agent_variables(proxy_url: str, ca_cert: Path) -> dict[str, str]:
+    """The variables `capsem run` sets for the agent: the proxy and the CA, for every runtime."""
+    env = dict.fromkeys(PROXY_VARS, proxy_url) | dict.fromkeys(CA_VARS, str(ca_cert))
+    env["NODE_USE_ENV_PROXY"] = "1"  # Node >= 24 honours HTTPS_PROXY for fetch with this
+    env["CAPSEM_PROXY"] = proxy_url
+    return env
+
+
 def agent_env(proxy: Mitmdump, base: dict[str, str] | None = None) -> dict[str, str]:
     """The agent's environment: proxy and CA variables set, everything else inherited."""
-    env = dict(os.environ if base is None else base)
-    for var in PROXY_VARS:
-        env[var] = proxy.url
-    for var in CA_VARS:
-        env[var] = str(proxy.ca_cert)
-    env["NODE_USE_ENV_PROXY"] = "1"  # Node >= 24 honours HTTPS_PROXY for fetch with this
-    env["CAPSEM_PROXY"] = proxy.url
-    return env
+    return dict(os.environ if base is None else base) | agent_variables(proxy.url, proxy.ca_cert)
 
 
 def _tidy_up() -> None:
@@ -136,14 +139,29 @@ def _wait_for_agent(agent: subprocess.Popen[bytes]) -> int:
     return 128 - code if code < 0 else code
 
 
+def _brokered() -> list[Brokered]:
+    """The configured credentials with their real values (`capsem run --broker`)."""
+    from capsem.settings import load
+
+    settings = load()
+    if not settings.credentials.entries:
+        raise ConfigError("--broker: no credentials are configured; add a credentials: section to "
+                          f"{user_config_path()} (see config/default.yaml)")  # fmt: skip
+    return load_secrets(settings)
+
+
 def run_agent(
     command: list[str],
     *,
     workspace: Path | None = None,
     mitmdump_args: str = "",
     session_id: str | None = None,
+    broker: bool = False,
 ) -> RunResult:
     """Run `command` through a fresh capsem session; return its id and the agent's exit code.
+
+    `broker`: the agent gets the placeholders of the configured credentials instead of their
+    real values (which only mitmdump holds); a source that is missing fails here, first.
 
     Raises:
         AgentNotFound: before anything starts, when the command cannot be run.
@@ -156,6 +174,7 @@ def run_agent(
         diagnostics = load().diagnostics  # a bad setting fails before anything starts
     except SettingsError as exc:
         raise RuntimeError(str(exc)) from exc
+    brokered = _brokered() if broker else None
     folder = session_dir(session_id)
     folder.mkdir(parents=True, exist_ok=True)
     log_path = folder / "mitmdump.log"
@@ -176,6 +195,10 @@ def run_agent(
         env = agent_env(proxy)
         watcher = WorkspaceWatcher(workspace or Path.cwd(), session_db_path(session_id))
         watcher.start()  # before the agent: its first file change is recorded
+        if brokered is not None:
+            env, removed = broker_env(env, brokered)
+            for name in removed:
+                logger.warning("capsem: %s is not passed to the agent: it holds a brokered key", name)
         try:
             agent = subprocess.Popen(command, cwd=workspace, env=env)
         except OSError as exc:

@@ -18,11 +18,12 @@ from rich.padding import Padding
 from rich.rule import Rule
 from rich.text import Text
 
+from assembler.cli_support import counted
 from assembler.costs import Usage, call_usage, split_line, why
 from assembler.failures import Failure, failures
 from assembler.sessiondb import main_row
 from assembler.sessions import duration
-from assembler.tables import Column, fit_table, plural
+from assembler.tables import Column, fit_table
 from capsem.paths import session_db_path
 from capsem.rollup import CALL_USAGE_SQL
 from capsem.schema import connect
@@ -149,21 +150,24 @@ def _short(text: str | None, width: int) -> str:
 
 def _headline(s: SessionSummary) -> Text:
     total = s.total
-    parts = [plural(len(s.calls), "model call"), f"{plural(s.flows, 'HTTP flow')} ({s.failed_flows} failed)"]
+    parts = [
+        counted(len(s.calls), "model call"),
+        f"{counted(s.flows, 'HTTP flow')} ({s.failed_flows} failed)",
+    ]
     if s.tools:
-        parts.append(plural(len(s.tools), "tool call"))
+        parts.append(counted(len(s.tools), "tool call"))
     if s.files:
-        parts.append(plural(len(s.files), "file") + " changed")
+        parts.append(counted(len(s.files), "file") + " changed")
     line = Text(", ".join(parts))
     if s.calls:
         line.append(", ")
         line.append(f"cost {_money(total.cost)}", style="bold")
     unpriced = sum(1 for c in s.calls if not c.priced and (c.usage.input_tokens or c.usage.output_tokens))
     if unpriced:
-        line.append(f" ({plural(unpriced, 'call')} unpriced)", style="yellow")
+        line.append(f" ({counted(unpriced, 'call')} unpriced)", style="yellow")
     if s.failures:
         line.append(" · ")
-        line.append(plural(len(s.failures), "error"), style="bold red")
+        line.append(counted(len(s.failures), "error"), style="bold red")
     return line
 
 

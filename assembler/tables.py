@@ -88,8 +88,3 @@ def fit_table(
 ) -> Table:
     """A rich table of `rows` with the columns that fit `width` (cells are plain text or Text)."""
     return _table(columns, rows, fit_columns(columns, rows, width), title, footer)
-
-
-def plural(n: int, noun: str, many: str | None = None) -> str:
-    """`1 row`, `2 rows`, `0 rows` (`many` for irregular plurals)."""
-    return f"{n:,} {noun if n == 1 else many or noun + 's'}"

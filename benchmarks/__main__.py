@@ -1,4 +1,4 @@
-"""`python -m benchmarks [--quick] [--only streaming|newconn|startup|micro]`: run, print the tables, save them.
+"""`python -m benchmarks [--quick] [--only streaming|newconn|startup|micro|bodies]`: run, print the tables, save them.
 
 A full run writes `benchmarks/results/latest.md` and `latest.json`; `--quick` (a smoke run of
 about a minute, too small to judge anything) writes `quick.md` and `quick.json` instead.
@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 
+from benchmarks.bodies import run_bodies
 from benchmarks.micro import run_micro
 from benchmarks.newconn import run_newconn, run_resolve
 from benchmarks.report import render
@@ -35,6 +36,7 @@ FULL = {
     "micro": {"corpus_mib": 10, "repeat": 3, "store_rows": 50_000, "calls": 2_000, "memory_mib": 200},
     "newconn": {"connections": 60, "resolve_repeat": 20},
     "startup_runs": 7,
+    "bodies": {"turns": 300, "read_turns": 500},
 }
 QUICK = {
     "profiles": [Profile("paced", StreamSpec(100, 200, 5)), Profile("unpaced", StreamSpec(300, 1000))],
@@ -44,6 +46,7 @@ QUICK = {
     "micro": {"corpus_mib": 1, "repeat": 1, "store_rows": 5_000, "calls": 200, "memory_mib": 20},
     "newconn": {"connections": 10, "resolve_repeat": 3},
     "startup_runs": 2,
+    "bodies": {"turns": 40, "read_turns": 60},
 }
 
 
@@ -51,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short smoke run (results/quick.md)")
     parser.add_argument(
-        "--only", choices=["streaming", "newconn", "startup", "micro"], help="run one suite only"
+        "--only", choices=["streaming", "newconn", "startup", "micro", "bodies"], help="run one suite only"
     )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
@@ -80,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "micro"):
             print("micro-benchmarks", flush=True)
             results["micro"] = run_micro(**plan["micro"], log=lambda line: print(line, flush=True))
+        if args.only in (None, "bodies"):
+            print("body storage", flush=True)
+            results["bodies"] = run_bodies(**plan["bodies"], log=lambda line: print(line, flush=True))
     results["meta"] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "mode": "quick" if args.quick else "full",

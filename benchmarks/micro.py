@@ -160,7 +160,7 @@ def bench_recorder(calls: int, workdir: Path) -> dict:
     response = (FIXTURES / "anthropic" / "message_thinking_tools.json").read_bytes()
     outbox = Outbox()
     spec = spec_of(defaults().capture, session_id="20260101-000000-beef", db_path=str(workdir / "recorder.db"),
-                   main_db_path=str(workdir / "main.db"), mode="bench", resolve_processes=False)  # fmt: skip
+                   main_db_path=str(workdir / "main.db"), mode="bench")  # fmt: skip
     worker = RecorderThread(outbox, spec)
     worker.start()
     outbox.put(_call(-1, request, response))  # warm: prices and tokenizer load on first use

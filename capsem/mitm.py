@@ -58,6 +58,17 @@ class Mitmdump:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def session_id(self) -> str:
+        """The id of the session the capsem addon recorded (from its log line).
+
+        Raises:
+            MitmdumpError: the addon did not start a session.
+        """
+        for line in self.log().splitlines():
+            if "capsem: recording session " in line:
+                return line.split("capsem: recording session ", 1)[1].split()[0]
+        raise MitmdumpError(f"the capsem addon did not start a session; mitmdump said:\n{self.log()[-3000:]}")
+
     def stop(self, timeout: float = 30.0) -> int:
         """SIGINT, wait for a clean exit (addon `done` hooks run), kill if it hangs."""
         if self.stopped:
@@ -156,8 +167,20 @@ def wait_for_mitmdump(
     if process.poll() is None:
         process.kill()
         process.wait()
+    raise MitmdumpError(_startup_failure(why, process.returncode, log_path))
+
+
+_ADDON_LINE = re.compile(r"^\[[0-9:.]+\] capsem: (.*)$", re.MULTILINE)
+
+
+def _startup_failure(why: str, code: int | None, log_path: Path) -> str:
+    """What the addon said when mitmdump exited at start (one line per problem: a bad setting), else
+    why it did not start and the lines of its log that say what went wrong."""
     log = log_path.read_text(errors="replace")
-    raise MitmdumpError(f"mitmdump did not start: {why}{reason_in_log(log)}\n(log: {log_path})")
+    said = _ADDON_LINE.findall(log)
+    if said and code:
+        return "; ".join(said) + f" (mitmdump exited {code}; its log: {log_path})"
+    return f"mitmdump did not start: {why}{reason_in_log(log)}\n(log: {log_path})"
 
 
 def reason_in_log(log: str) -> str:

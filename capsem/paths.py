@@ -32,10 +32,15 @@ def user_config_path() -> Path:
     return capsem_home() / "config.yaml"
 
 
-def default_config_path() -> Path:
-    """`config/default.yaml` of the checkout (editable install) or of the installed wheel."""
+def shipped_config_path(name: str) -> Path:
+    """`config/<name>` of the checkout (editable install) or of the installed wheel (`capsem/_config`)."""
     here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "config" / "default.yaml", here / "_config" / "default.yaml"):
+    for candidate in (here.parent / "config" / name, here / "_config" / name):
         if candidate.is_file():
             return candidate
-    raise FileNotFoundError(f"config/default.yaml not found next to {here}")
+    raise FileNotFoundError(f"config/{name} not found next to {here}")
+
+
+def default_config_path() -> Path:
+    """`config/default.yaml` of the checkout (editable install) or of the installed wheel."""
+    return shipped_config_path("default.yaml")

@@ -1,6 +1,6 @@
 """main.db: the session index and its per-session rollup.
 
-A rollup recomputes a session's totals and its `ai_usage`, `tool_usage` and `mcp_usage` rows
+A rollup recomputes a session's totals and its `ai_usage`, `tool_usage`, `mcp_usage` and `spend` rows
 from its session.db and replaces what main.db held (idempotent, never incremental). It runs
 when a session stops, when a dead `running` session is found at the next start (`crashed`),
 and from the CLI.
@@ -124,6 +124,14 @@ FROM mcp_calls GROUP BY server_name, COALESCE(tool_name, method, '')
 """
 
 
+SPEND_SQL = """
+SELECT substr(timestamp, 1, 10), provider, COALESCE(model, ''), COALESCE(host, ''), COUNT(*),
+       COALESCE(SUM(estimated_cost_usd), 0)
+FROM model_calls GROUP BY 1, 2, 3, 4
+"""
+"""The spend ledger's rows of a session (main.db `spend`: budgets read it)."""
+
+
 CAPTURE_COUNTS = {
     "capture_rows_lost": "rows could not be written",
     "capture_dropped_chunks": "body chunks were not recorded (the recorder fell behind)",
@@ -204,6 +212,7 @@ def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = Non
         ai = src.execute(AI_USAGE_SQL).fetchall()
         tools = src.execute(_TOOL_USAGE_SQL).fetchall()
         mcp = src.execute(_MCP_USAGE_SQL).fetchall()
+        spend = src.execute(SPEND_SQL).fetchall()
         meta = dict(src.execute("SELECT key, value FROM session_meta WHERE key LIKE 'capture%'").fetchall())
     finally:
         src.close()
@@ -227,7 +236,7 @@ def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = Non
         )
         ai_columns = "session_id, " + ", ".join(AI_USAGE_COLUMNS)
         for table, rows, columns in (("ai_usage", ai, ai_columns), ("tool_usage", tools, None),
-                                     ("mcp_usage", mcp, None)):  # fmt: skip
+                                     ("mcp_usage", mcp, None), ("spend", spend, None)):  # fmt: skip
             main.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
             if rows:
                 marks = ", ".join("?" * (len(rows[0]) + 1))

@@ -276,6 +276,230 @@ def _session_event_ids(conn: sqlite3.Connection) -> None:
 SESSION_MIGRATIONS.append(("m004_event_ids", _session_event_ids))
 
 
+def _session_capsem_columns(conn: sqlite3.Connection) -> None:
+    """Columns of Capsem's current `tool_calls` that mean something here, so Capsem's own tools
+    (its `scripts/check_session.py`) run on our session.db. Rows stay insert-only: a value known
+    only later is set by a trigger inside the later insert. Rows written before this migration
+    keep the defaults.
+
+    - `provider`: the provider of the model call that asked for the tool (`model_calls.provider`).
+    - `transport`: how that call's response carried the tool call, in Capsem's words: `sse` for
+      any streamed response (SSE, Bedrock's event stream, NDJSON), `websocket` for a turn on a
+      WebSocket (OpenAI Responses), `http` for a whole body.
+    - `status`: `observed` when the model asked for it; `responded` or `error` (the result's
+      `is_error`) once the agent sent its result, set by the insert of that `tool_responses` row.
+    - `decision`: the policy's verdict on the MCP `tools/call` that ran it (`allowed`, `warned`,
+      `denied`; see `policy:`); `allowed` for a tool no policy sees (the agent ran it itself).
+      Set when the tool call is built after its MCP call, else by the MCP call's insert.
+    - `duration_ms`: how long the agent took to run it: from the end of the model response that
+      asked for it to the start of the request that carried its result (the time `tool_usage`
+      sums in main.db); NULL until that result is recorded.
+    - `server_name`: the MCP server that ran it (`mcp_calls.server_name`), NULL when none did.
+    """
+    _run_script(
+        conn,
+        """
+        ALTER TABLE tool_calls ADD COLUMN provider TEXT;
+        ALTER TABLE tool_calls ADD COLUMN transport TEXT NOT NULL DEFAULT 'unknown';
+        ALTER TABLE tool_calls ADD COLUMN status TEXT NOT NULL DEFAULT 'observed';
+        ALTER TABLE tool_calls ADD COLUMN decision TEXT NOT NULL DEFAULT 'allowed';
+        ALTER TABLE tool_calls ADD COLUMN duration_ms INTEGER;
+        ALTER TABLE tool_calls ADD COLUMN server_name TEXT
+        """,
+    )
+    conn.execute(
+        """CREATE TRIGGER tool_responses_finish_tool_call AFTER INSERT ON tool_responses
+           BEGIN
+               UPDATE tool_calls SET
+                   status = CASE WHEN NEW.is_error THEN 'error' ELSE 'responded' END,
+                   duration_ms = (
+                       SELECT MAX(0, CAST(ROUND((julianday(NEW.timestamp) - julianday(m.timestamp)) * 86400000.0
+                                                - COALESCE(m.duration_ms, 0)) AS INTEGER))
+                       FROM model_calls m WHERE m.id = tool_calls.model_call_id)
+               WHERE id = (SELECT MAX(id) FROM tool_calls
+                           WHERE call_id = NEW.call_id AND model_call_id < NEW.model_call_id)
+                 AND status = 'observed';
+           END"""
+    )
+    conn.execute(
+        """CREATE TRIGGER mcp_calls_tool_call_decision AFTER INSERT ON mcp_calls
+           WHEN NEW.tool_call_id IS NOT NULL
+           BEGIN
+               UPDATE tool_calls SET server_name = NEW.server_name,
+                   decision = CASE WHEN NEW.decision IN ('warned', 'denied') THEN NEW.decision ELSE 'allowed' END
+               WHERE id = NEW.tool_call_id;
+           END"""
+    )
+
+
+SESSION_MIGRATIONS.append(("m005_capsem_columns", _session_capsem_columns))
+
+
+def _session_bodies(conn: sqlite3.Connection) -> None:
+    """The complete record: every model and MCP call's whole decoded request and response body,
+    cut into pieces stored once per session (`body_chunks`, zstd) and listed per body
+    (`event_body_blobs`, Capsem's name), so a conversation that resends its history grows
+    linearly. See addons/bodies.py."""
+    _run_script(
+        conn,
+        """
+        CREATE TABLE body_chunks (
+            hash BLOB PRIMARY KEY,
+            size INTEGER NOT NULL,
+            data BLOB NOT NULL
+        ) WITHOUT ROWID;
+        CREATE TABLE event_body_blobs (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            event_id TEXT NOT NULL,
+            owner_event_id TEXT NOT NULL,
+            source_table TEXT NOT NULL,
+            row_id INTEGER,
+            direction TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            sha256 TEXT NOT NULL,
+            truncated INTEGER NOT NULL DEFAULT 0,
+            content_type TEXT,
+            base_id INTEGER,
+            base_pieces INTEGER NOT NULL DEFAULT 0,
+            chunks BLOB NOT NULL
+        );
+        CREATE UNIQUE INDEX idx_event_body_blobs_owner ON event_body_blobs(source_table, row_id, direction);
+        CREATE INDEX idx_event_body_blobs_event_id ON event_body_blobs(owner_event_id)
+        """,
+    )
+
+
+SESSION_MIGRATIONS.append(("m006_bodies", _session_bodies))
+
+
+def _session_items(conn: sqlite3.Connection) -> None:
+    """Conversation items (Capsem's `model_items`, see addons/items.py): each item's content once per
+    session (`item_contents`), per call the items new in it and its outputs (`model_items`), its
+    whole list compactly (`model_item_lists`), and on `model_calls` the hashes of its exact system
+    prompt and tool surface with its item counts."""
+    _run_script(
+        conn,
+        """
+        CREATE TABLE item_contents (
+            hash TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            content TEXT NOT NULL
+        ) WITHOUT ROWID;
+        CREATE TABLE model_items (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            event_id TEXT NOT NULL,
+            model_call_id INTEGER NOT NULL,
+            timestamp TEXT NOT NULL,
+            provider TEXT NOT NULL,
+            model TEXT,
+            path TEXT NOT NULL,
+            trace_id TEXT,
+            turn_id TEXT,
+            kind TEXT NOT NULL,
+            direction TEXT NOT NULL,
+            item_index INTEGER NOT NULL,
+            role TEXT,
+            call_id TEXT,
+            tool_name TEXT,
+            content_hash TEXT NOT NULL,
+            new INTEGER NOT NULL DEFAULT 1
+        );
+        CREATE INDEX idx_model_items_call ON model_items(model_call_id, direction, item_index);
+        CREATE INDEX idx_model_items_trace_id ON model_items(trace_id);
+        CREATE INDEX idx_model_items_call_id ON model_items(call_id);
+        CREATE TABLE model_item_lists (
+            model_call_id INTEGER PRIMARY KEY,
+            base_call_id INTEGER,
+            shared INTEGER NOT NULL DEFAULT 0,
+            hashes BLOB NOT NULL
+        );
+        ALTER TABLE model_calls ADD COLUMN system_hash TEXT;
+        ALTER TABLE model_calls ADD COLUMN tools_hash TEXT;
+        ALTER TABLE model_calls ADD COLUMN items_count INTEGER;
+        ALTER TABLE model_calls ADD COLUMN items_new INTEGER
+        """,
+    )
+
+
+SESSION_MIGRATIONS.append(("m007_items", _session_items))
+
+
+def _session_input_breakdown(conn: sqlite3.Connection) -> None:
+    """Where each call's input tokens went (addons/breakdown.py): per part (tool definitions, MCP
+    tool definitions, system, history, tool results, new input) its tokens (tokenizer estimates
+    scaled to add up exactly to `model_calls.input_tokens`), the cached ones, and its cost."""
+    _run_script(
+        conn,
+        """
+        CREATE TABLE input_breakdown (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            event_id TEXT NOT NULL,
+            model_call_id INTEGER NOT NULL,
+            part TEXT NOT NULL,
+            tokens INTEGER NOT NULL,
+            cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+            cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+            cost_usd REAL,
+            estimated INTEGER NOT NULL DEFAULT 1
+        );
+        CREATE INDEX idx_input_breakdown_call ON input_breakdown(model_call_id)
+        """,
+    )
+
+
+SESSION_MIGRATIONS.append(("m008_input_breakdown", _session_input_breakdown))
+
+
+def _session_turns(conn: sqlite3.Connection) -> None:
+    """Capsem's identity model beside `trace_id`: `turn_id` (one user-visible input and every call
+    needed to answer it) and, for a subagent's calls, the parent's tool call that started it, so a
+    session reads as a tree."""
+    _run_script(
+        conn,
+        """
+        ALTER TABLE model_calls ADD COLUMN turn_id TEXT;
+        ALTER TABLE model_calls ADD COLUMN parent_tool_call_id INTEGER;
+        CREATE INDEX idx_model_calls_turn_id ON model_calls(turn_id);
+        CREATE INDEX idx_model_calls_parent ON model_calls(parent_tool_call_id);
+        CREATE INDEX idx_model_items_turn_id ON model_items(turn_id)
+        """,
+    )
+
+
+SESSION_MIGRATIONS.append(("m009_turns", _session_turns))
+
+
+def _session_substitutions(conn: sqlite3.Connection) -> None:
+    """Brokered credentials: one row each time a request carried a credential's placeholder, with
+    what capsem did (`substituted`: the real value went upstream in its place; `refused`: it did
+    not, and why). Never the value itself."""
+    _run_script(
+        conn,
+        """
+        CREATE TABLE substitution_events (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            event_id TEXT,
+            timestamp TEXT NOT NULL,
+            credential TEXT NOT NULL,
+            host TEXT NOT NULL,
+            port INTEGER,
+            location TEXT NOT NULL,
+            outcome TEXT NOT NULL,
+            reason TEXT,
+            flow_id TEXT,
+            net_event_id INTEGER,
+            process_name TEXT,
+            pid INTEGER
+        );
+        CREATE INDEX idx_substitution_events_net_event ON substitution_events(net_event_id)
+        """,
+    )
+
+
+SESSION_MIGRATIONS.append(("m010_substitution_events", _session_substitutions))
+
+
 def _main_v1(conn: sqlite3.Connection) -> None:
     _run_script(
         conn,
@@ -361,6 +585,34 @@ def _main_capture_health(conn: sqlite3.Connection) -> None:
 MAIN_MIGRATIONS.append(("m002_capture_health", _main_capture_health))
 
 
+def _main_spend(conn: sqlite3.Connection) -> None:
+    """The spend ledger budgets read: cost per session, UTC day, provider, model and host. A running
+    session's recorder keeps its rows current; the rollup recomputes them from session.db. Sessions
+    rolled up before it get one row per provider and model, on the day they started (host unknown)."""
+    _run_script(
+        conn,
+        """
+        CREATE TABLE spend (
+            session_id TEXT NOT NULL,
+            day TEXT NOT NULL,
+            provider TEXT NOT NULL,
+            model TEXT NOT NULL DEFAULT '',
+            host TEXT NOT NULL DEFAULT '',
+            call_count INTEGER NOT NULL DEFAULT 0,
+            estimated_cost REAL NOT NULL DEFAULT 0,
+            PRIMARY KEY (session_id, day, provider, model, host)
+        );
+        CREATE INDEX idx_spend_day ON spend(day);
+        INSERT INTO spend (session_id, day, provider, model, host, call_count, estimated_cost)
+            SELECT a.session_id, substr(s.created_at, 1, 10), a.provider, a.model, '', a.call_count, a.estimated_cost
+            FROM ai_usage a JOIN sessions s ON s.id = a.session_id
+        """,
+    )
+
+
+MAIN_MIGRATIONS.append(("m003_spend", _main_spend))
+
+
 def _main_token_breakdown(conn: sqlite3.Connection) -> None:
     """Cache reads, cache writes and reasoning beside the inclusive token totals, and the cost by
     token type per provider and model (uncached input, cache writes, cache reads, output other
@@ -383,7 +635,7 @@ def _main_token_breakdown(conn: sqlite3.Connection) -> None:
     )
 
 
-MAIN_MIGRATIONS.append(("m003_token_breakdown", _main_token_breakdown))
+MAIN_MIGRATIONS.append(("m004_token_breakdown", _main_token_breakdown))
 
 
 def _main_exit_code(conn: sqlite3.Connection) -> None:
@@ -391,7 +643,7 @@ def _main_exit_code(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE sessions ADD COLUMN exit_code INTEGER")
 
 
-MAIN_MIGRATIONS.append(("m004_exit_code", _main_exit_code))
+MAIN_MIGRATIONS.append(("m005_exit_code", _main_exit_code))
 
 
 def _run_script(conn: sqlite3.Connection, script: str) -> None:

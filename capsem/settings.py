@@ -13,6 +13,8 @@ show`). A problem is one `SettingsError` whose text is one line naming the file 
     /home/me/.capsem/config.yaml: capture.preview_bytes must be a whole number of bytes, got 'lots'
 
 Items of a list are numbered from 1: `policy.rules[2]` is the rule named `rule-2` by default.
+`budgets:` and `credentials:` are sections of named entries (`budgets.daily.limit_usd`); such a
+section, like a list, is replaced whole by a later layer.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from __future__ import annotations
 import difflib
 import functools
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, get_type_hints
@@ -40,6 +43,13 @@ Action = Literal["allow", "warn", "deny"]
 ACTIONS: tuple[Action, ...] = ("allow", "warn", "deny")
 MATCH_FIELDS = ("host", "port", "path", "method", "mcp_server", "mcp_tool")
 RULE_FIELDS = ("name", "action", *MATCH_FIELDS)
+Scope = Literal["session", "day", "month"]
+SCOPES: tuple[Scope, ...] = ("session", "day", "month")
+BUDGET_FIELDS = ("scope", "limit_usd", "warn_at", "provider", "model", "host")
+CREDENTIAL_FIELDS = ("host", "header", "query", "env", "file", "placeholder", "agent_env")
+_TOKEN_RE = re.compile(r"[A-Za-z0-9_.\-]{8,}")
+_HEADER_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class SettingsError(ConfigError):
@@ -232,6 +242,143 @@ class PolicyRule:
         return cls(name=str(label or f"rule-{n}"), action=action.lower(), port=port, **globs)  # type: ignore[arg-type]
 
 
+def _glob(key: str, value: Any) -> str | None:
+    if value is not None and not (isinstance(value, str) and value):
+        raise _must(key, "a glob (text)", value)
+    return value
+
+
+def _fields_of(key: str, raw: Any, what: str, allowed: tuple[str, ...]) -> Mapping[str, Any]:
+    """`raw` as a mapping holding only `allowed` fields (raises _Bad naming the first unknown one)."""
+    if not isinstance(raw, Mapping):
+        raise _must(key, f"a mapping of {what} fields ({', '.join(allowed)})", raw)
+    unknown = [str(k) for k in raw if k not in allowed]
+    if unknown:
+        raise _unknown(f"{key}.", unknown, f"{what} field", f"a {what} has", allowed)
+    return raw
+
+
+def _one_of(key: str, raw: Mapping[str, Any], first: str, second: str, problem: str) -> tuple[Any, Any]:
+    """The values of two fields of which exactly one must be given (raises _Bad with `problem`)."""
+    a, b = raw.get(first), raw.get(second)
+    if (a is None) == (b is None):
+        raise _Bad(key, f"{problem}, got {_shown(dict(raw))}")
+    return a, b
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """One `budgets:` entry: a limit in USD on the model calls it matches, over a scope."""
+
+    name: str
+    scope: Scope
+    """`session` (this run of mitmdump), `day` or `month` (UTC, every session on this machine)."""
+    limit_usd: float
+    warn_at: float | None = 0.8
+    """Fraction of the limit from which calls are recorded `warned`; None: never."""
+    provider: str | None = None
+    """Glob on the provider (anthropic, openai, google, bedrock...); None: any."""
+    model: str | None = None
+    """Glob on the model the request names; None: any."""
+    host: str | None = None
+    """Glob on the host the call goes to (case-insensitive); None: any."""
+
+    @classmethod
+    def parse(cls, key: str, name: str, raw: Any) -> Budget:
+        """The budget `name` at `key` (`budgets.<name>`). Raises _Bad naming the field."""
+        raw = _fields_of(key, raw, "budget", BUDGET_FIELDS)
+        scope = raw.get("scope")
+        if not isinstance(scope, str) or scope.lower() not in SCOPES:
+            raise _must(f"{key}.scope", "session, day or month", scope)
+        limit = raw.get("limit_usd")
+        if not _is_number(limit) or limit < 0:
+            raise _must(f"{key}.limit_usd", "a number of US dollars >= 0", limit)
+        warn = raw.get("warn_at", 0.8)
+        if warn is not None and (not _is_number(warn) or not 0 < warn <= 1):
+            raise _must(f"{key}.warn_at", "a fraction of the limit above 0 and at most 1 (null: never)", warn)
+        globs = {f: _glob(f"{key}.{f}", raw.get(f)) for f in ("provider", "model", "host")}
+        return cls(name=name, scope=scope.lower(), limit_usd=float(limit), warn_at=warn, **globs)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """One `credentials:` entry: a key capsem holds for the agent, and where it may go."""
+
+    name: str
+    host: str
+    """Glob (case-insensitive): the only hosts the real value is ever sent to."""
+    header: str | None
+    """The header that carries the key (lower-case: `x-api-key`, `authorization`...), or None."""
+    query: str | None
+    """The query parameter that carries it (`key`), or None."""
+    env: str | None
+    """Where capsem reads the real value: a variable of its own environment, or..."""
+    file: str | None
+    """...a file readable only by its owner (path with `~` expanded)."""
+    placeholder: str
+    """What the agent is given instead of the key (default `capsem-placeholder-<name>`)."""
+    agent_env: tuple[str, ...] = ()
+    """Variables `capsem run --broker` puts the placeholder in (default: the `env` variable)."""
+
+    @classmethod
+    def parse(cls, key: str, name: str, raw: Any) -> Credential:
+        """The entry `name` at `key` (`credentials.<name>`). Raises _Bad naming the field."""
+        raw = _fields_of(key, raw, "credential", CREDENTIAL_FIELDS)
+        host = raw.get("host")
+        if not isinstance(host, str) or not host:
+            raise _must(f"{key}.host", "a host glob (the only hosts the real value may go to)", host)
+        header, query = _one_of(key, raw, "header", "query", "must say where the key goes: header (x-api-key, "
+                                "authorization...) or query (a query parameter), one of them")  # fmt: skip
+        if header is not None and not (isinstance(header, str) and _HEADER_RE.fullmatch(header)):
+            raise _must(f"{key}.header", "a header name", header)
+        if query is not None and not (isinstance(query, str) and query):
+            raise _must(f"{key}.query", "a query parameter name", query)
+        env, file = _one_of(key, raw, "env", "file", "must name one source of the real value: env (a variable "
+                            "of capsem's own environment) or file (readable only by you)")  # fmt: skip
+        if env is not None and not (isinstance(env, str) and _ENV_NAME_RE.fullmatch(env)):
+            raise _must(f"{key}.env", "an environment variable name", env)
+        if file is not None:
+            if not isinstance(file, str) or not file:
+                raise _must(f"{key}.file", "a path", file)
+            file = str(Path(file).expanduser())
+            if not Path(file).is_absolute():
+                raise _must(f"{key}.file", "an absolute path (or one starting with ~)", raw.get("file"))
+        placeholder = raw.get("placeholder", f"capsem-placeholder-{name}")
+        if not isinstance(placeholder, str) or not _TOKEN_RE.fullmatch(placeholder):
+            raise _must(f"{key}.placeholder", "8 or more letters, digits, '_', '-' or '.'", placeholder)
+        agent_env = raw.get("agent_env", env)
+        names = [agent_env] if isinstance(agent_env, str) else agent_env
+        if names is None:
+            names = []
+        if not isinstance(names, list) or not all(
+            isinstance(n, str) and _ENV_NAME_RE.fullmatch(n) for n in names
+        ):
+            raise _must(f"{key}.agent_env", "an environment variable name or a list of them", agent_env)
+        return cls(name=name, host=host, header=header.lower() if header else None, query=query, env=env,
+                   file=file, placeholder=placeholder, agent_env=tuple(names))  # fmt: skip
+
+
+def _named(entry: Callable[[str, str, Any], Any], what: str) -> Check:
+    """A mapping of named entries (`budgets:`), each parsed by `entry(key, name, raw)`, kept in order."""
+    allowed = f"a mapping of {what} names to their fields"
+
+    def parse(key: str, value: Any) -> tuple[Any, ...]:
+        if value is None:
+            return ()
+        if not isinstance(value, Mapping):
+            raise _must(key, allowed, value)
+        out = tuple(entry(f"{key}.{name}", str(name), raw) for name, raw in value.items())
+        seen: dict[str, str] = {}
+        for item in out:  # a credential's placeholder must say which entry it stands for
+            mark = getattr(item, "placeholder", None)
+            if mark is not None and mark in seen:
+                raise _Bad(f"{key}.{item.name}.placeholder", f"is the placeholder of {key}.{seen[mark]} too")
+            seen[mark or item.name] = item.name
+        return out
+
+    return Check(allowed, parse)
+
+
 @dataclass(frozen=True)
 class CaptureSettings:
     """What the addon records and how much of it (`capture:`, `headers:`, `redaction:`)."""
@@ -283,6 +430,20 @@ class RetentionSettings:
 
 
 @dataclass(frozen=True)
+class BudgetSettings:
+    """`budgets:`: named spend limits, checked before a model call goes upstream."""
+
+    entries: tuple[Budget, ...] = _setting("budgets", _named(Budget.parse, "budget"))
+
+
+@dataclass(frozen=True)
+class CredentialSettings:
+    """`credentials:`: named keys capsem holds for the agent (it is given placeholders)."""
+
+    entries: tuple[Credential, ...] = _setting("credentials", _named(Credential.parse, "credential"))
+
+
+@dataclass(frozen=True)
 class Entry:
     """One key of `Settings.entries()`: its value as plain data (YAML/JSON) and its origin."""
 
@@ -299,6 +460,8 @@ class Settings:
     policy: PolicySettings
     diagnostics: DiagnosticsSettings
     retention: RetentionSettings
+    budgets: BudgetSettings
+    credentials: CredentialSettings
     origins: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     """Dotted key -> where its value came from: `default`, the user's config.yaml path, or `--set`."""
     files: tuple[Path, ...] = field(default=(), compare=False)
@@ -306,31 +469,41 @@ class Settings:
 
     def entries(self) -> list[Entry]:
         """Every key in declaration order, its value as plain data, and its origin."""
-        return [Entry(s.key, _plain(getattr(getattr(self, s.section), s.name)), self.origins.get(s.key, DEFAULT))
-                for s in SETTINGS]  # fmt: skip
+        return [Entry(s.key, _plain(getattr(getattr(self, s.section), s.name), named=s.key in _NAMED),
+                      self.origins.get(s.key, DEFAULT)) for s in SETTINGS]  # fmt: skip
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
         """The settings as the nested plain mapping a YAML file would hold."""
         out: dict[str, dict[str, Any]] = {}
         for entry in self.entries():
-            section, name = entry.key.split(".", 1)
-            out.setdefault(section, {})[name] = entry.value
+            section, dot, name = entry.key.partition(".")
+            if dot:
+                out.setdefault(section, {})[name] = entry.value
+            else:  # a section of named entries
+                out[section] = entry.value
         return out
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: Any, *, named: bool = False) -> Any:
     if isinstance(value, frozenset):
         return sorted(value)
-    if isinstance(value, tuple):
+    if named:  # name -> the fields that differ from their defaults
+        return {v.name: {f.name: _plain(getattr(v, f.name)) for f in fields(v) if f.name != "name"
+                         and (getattr(v, f.name) is not None if f.default is MISSING else getattr(v, f.name) != f.default)}
+                for v in value}  # fmt: skip
+    if isinstance(value, tuple) and value and not isinstance(value[0], str):
         return [
             {f.name: getattr(v, f.name) for f in fields(v) if getattr(v, f.name) is not None} for v in value
         ]
+    if isinstance(value, tuple):
+        return list(value)
     return value
 
 
 def _declared() -> tuple[tuple[Setting, ...], dict[str, type]]:
     sections = get_type_hints(Settings)
-    classes = {name: sections[name] for name in ("capture", "policy", "diagnostics", "retention")}
+    names = ("capture", "policy", "diagnostics", "retention", "budgets", "credentials")
+    classes = {name: sections[name] for name in names}
     declared = []
     for section, cls in classes.items():
         for f in fields(cls):
@@ -343,7 +516,9 @@ SETTINGS, _CLASSES = _declared()
 """Every declared key, in order."""
 _BY_KEY = {s.key: s for s in SETTINGS}
 SECTIONS = tuple(dict.fromkeys(s.key.split(".", 1)[0] for s in SETTINGS))
-"""The YAML sections: capture, headers, redaction, policy, diagnostics, retention."""
+"""The YAML sections: capture, headers, redaction, policy, diagnostics, retention, budgets, credentials."""
+_NAMED = frozenset(s.key for s in SETTINGS if "." not in s.key)
+"""Sections of named entries: the whole section is one value."""
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -381,6 +556,9 @@ def _keys(where: str, data: Any) -> dict[str, Any]:
             raise _unknown("", unknown, "section", "sections are", SECTIONS)
         for section, body in data.items():
             if body is None:
+                continue
+            if section in _NAMED:
+                out[section] = body
                 continue
             if not isinstance(body, Mapping):
                 raise _must(section, "a mapping of settings", body)

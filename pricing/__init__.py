@@ -5,14 +5,18 @@ output, cache reads and writes). It never guesses: an unknown provider or model 
 (stored as NULL). Which price table answered is part of the result, so every row says where
 its number came from.
 
-The table is genai-prices' bundled snapshot, or `$CAPSEM_HOME/prices.json` when
-`capsem update-prices` has saved one (same JSON schema as genai-prices' `data.json`). No
+The table is `$CAPSEM_HOME/prices.json` when `capsem update-prices` has saved one, else the
+default `config/genai-prices.json` (genai-prices' own price data, newer than the table bundled
+with the genai-prices package, dated in `config/genai-prices.md`), else, if that file is
+missing or broken, the package's bundled table. All are genai-prices' `data.json` schema. No
 network is ever used here.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import re
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,9 +28,26 @@ from genai_prices import Usage as _GPUsage
 from genai_prices.data_snapshot import DataSnapshot, _bundled_snapshot
 from genai_prices.types import calc_mtok_price, providers_schema
 
-from capsem.paths import capsem_home
+from capsem.paths import capsem_home, shipped_config_path
 
-__all__ = ["PARTS", "PriceTable", "Priced", "load_table", "price_call", "provider_price_id"]
+__all__ = [
+    "PARTS",
+    "PriceTable",
+    "Priced",
+    "bundled_table",
+    "current_table",
+    "default_table",
+    "load_table",
+    "price_call",
+    "provider_price_id",
+    "reset_table",
+    "user_prices_path",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TABLE = "genai-prices.json"
+"""The default table's name under `config/` (its note, with the table's date, is `genai-prices.md`)."""
 
 PARTS = ("input", "cache_write", "cache_read", "output", "reasoning")
 """Token types a cost is split into: uncached input, cache writes (1-hour ones included), cache
@@ -64,7 +85,8 @@ class PriceTable:
 
     snapshot: DataSnapshot
     source: str
-    """e.g. ``genai-prices 0.0.61 (bundled)`` or ``/home/u/.capsem/prices.json (sha256 1a2b3c4d5e6f)``."""
+    """e.g. ``config/genai-prices.json (genai-prices data of 2026-08-21, sha256 1a2b3c4d5e6f)``,
+    ``/home/u/.capsem/prices.json (sha256 1a2b3c4d5e6f)`` or ``genai-prices 0.0.61 (bundled)``."""
 
 
 @dataclass(frozen=True)
@@ -89,22 +111,69 @@ def user_prices_path() -> Path:
     return capsem_home() / "prices.json"
 
 
-def load_table(path: Path | None = None) -> PriceTable:
-    """Load a price table: `path`, else `$CAPSEM_HOME/prices.json` if present, else bundled.
+def default_prices_path() -> Path:
+    """`config/genai-prices.json` of the checkout or of the installed wheel (FileNotFoundError if absent)."""
+    return shipped_config_path(DEFAULT_TABLE)
+
+
+def _table_date(path: Path) -> str | None:
+    """The date in the title of the note next to a shipped table (`genai-prices.md`), if any."""
+    try:
+        with path.with_suffix(".md").open(encoding="utf-8") as note:
+            title = note.readline()
+    except OSError:
+        return None
+    found = re.search(r"\d{4}-\d{2}-\d{2}", title)
+    return found.group(0) if found else None
+
+
+def _parse(path: Path) -> tuple[DataSnapshot, str]:
+    """A genai-prices `data.json` file's snapshot and the first 12 hex of its sha256.
 
     Raises:
-        ValueError: when an explicitly given file is not a valid genai-prices data file.
+        OSError: the file cannot be read.
+        ValueError: the file is not a valid genai-prices data file.
     """
-    path = path or (user_prices_path() if user_prices_path().is_file() else None)
-    if path is None:
-        return PriceTable(_bundled_snapshot(), f"genai-prices {genai_prices.__version__} (bundled)")
     raw = path.read_bytes()
     try:
         providers = providers_schema.validate_json(raw)
     except Exception as exc:
         raise ValueError(f"{path} is not a genai-prices data file: {exc}") from exc
-    digest = hashlib.sha256(raw).hexdigest()[:12]
-    return PriceTable(DataSnapshot(providers=providers, from_auto_update=True), f"{path} (sha256 {digest})")
+    return DataSnapshot(providers=providers, from_auto_update=True), hashlib.sha256(raw).hexdigest()[:12]
+
+
+def bundled_table() -> PriceTable:
+    """The table bundled inside the installed genai-prices package (older than the default)."""
+    return PriceTable(_bundled_snapshot(), f"genai-prices {genai_prices.__version__} (bundled)")
+
+
+def default_table() -> PriceTable:
+    """`config/genai-prices.json`, or the bundled table when that file is missing or broken."""
+    try:
+        path = default_prices_path()
+        snapshot, digest = _parse(path)
+    except (OSError, ValueError) as exc:
+        logger.warning(
+            "capsem: the default price table is unusable (%s); using genai-prices' bundled table", exc
+        )
+        return bundled_table()
+    date = _table_date(path)
+    of = f" of {date}" if date else ""
+    return PriceTable(snapshot, f"config/{DEFAULT_TABLE} (genai-prices data{of}, sha256 {digest})")
+
+
+def load_table(path: Path | None = None) -> PriceTable:
+    """Load a price table: `path`, else `$CAPSEM_HOME/prices.json` if present, else the default.
+
+    Raises:
+        OSError: `path` or the saved table cannot be read.
+        ValueError: `path` or the saved table is not a valid genai-prices data file.
+    """
+    path = path or (user_prices_path() if user_prices_path().is_file() else None)
+    if path is None:
+        return default_table()
+    snapshot, digest = _parse(path)
+    return PriceTable(snapshot, f"{path} (sha256 {digest})")
 
 
 def current_table() -> PriceTable:
@@ -114,9 +183,12 @@ def current_table() -> PriceTable:
         if _table is None:
             try:
                 _table = load_table()
-            except (OSError, ValueError):
-                # A broken saved table must not stop capture: fall back to the bundled data.
-                _table = PriceTable(_bundled_snapshot(), f"genai-prices {genai_prices.__version__} (bundled)")
+            except (OSError, ValueError) as exc:
+                # A broken saved table must not stop capture: fall back to the default table.
+                logger.warning(
+                    "capsem: %s is unusable (%s); using the default price table", user_prices_path(), exc
+                )
+                _table = default_table()
         return _table
 
 

@@ -294,7 +294,9 @@ class McpLedger:
         match = self._best(side, [m for m in self.mcp_calls if m.at >= at - 1.0])
         if match is not None:
             self.mcp_calls.remove(match)
-            row.mcp_call_id, row.origin = match.row.id, "mcp"
+            mcp: McpCall = match.row  # type: ignore[assignment]
+            row.mcp_call_id, row.origin, row.server_name = mcp.id, "mcp", mcp.server_name
+            row.decision = mcp.decision if mcp.decision in ("warned", "denied") else "allowed"
         else:
             self.model_calls.append(side)
 

@@ -17,9 +17,8 @@ from rich.table import Table
 from assembler.bundle.api import DebugBundle
 from assembler.bundle.errors import BundleError
 from assembler.bundle.sources import Limits
-from assembler.cli_support import console, user_errors
+from assembler.cli_support import console, counted, query_options, serve_options, user_errors
 from assembler.query import QueryResult, to_csv, to_json
-from assembler.tables import plural
 
 _FILE = click.Path(exists=True, path_type=Path)
 _BUNDLE = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -37,7 +36,7 @@ def _print_result(result: QueryResult) -> None:
     for row in result.rows:
         table.add_row(*(escape("NULL" if v is None else str(v)) for v in row))
     console().print(table)
-    click.echo(f"({plural(len(result.rows), 'row')}{', truncated' if result.truncated else ''})", err=True)
+    click.echo(f"({counted(len(result.rows), 'row')}{', truncated' if result.truncated else ''})", err=True)
 
 
 @click.group("bundle")
@@ -141,28 +140,25 @@ def create_cmd(paths, output, capsem_ids, capture, snapshots, logs, diag, archiv
         return
     for s in report.sources:
         note = f", {s.errors} skipped" if s.errors else ""
-        click.echo(f"  {s.kind:15} {s.records:7,} records{note}  {s.path}")
+        click.echo(f"  {s.kind:15} {counted(s.records, 'record'):>15}{note}  {s.path}")
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
-    click.echo(f"wrote {target} ({stats.size_bytes:,} bytes): {plural(stats.session_count, 'session')}, "
-               f"{plural(stats.model_call_count, 'model call')}, {plural(stats.log_count, 'log')}, "
-               f"{plural(stats.file_count, 'file')}")  # fmt: skip
+    click.echo(f"wrote {target} ({counted(stats.size_bytes, 'byte')}): {counted(stats.session_count, 'session')}, "
+               f"{counted(stats.model_call_count, 'model call')}, {counted(stats.log_count, 'log')}, "
+               f"{counted(stats.file_count, 'file')}")  # fmt: skip
 
 
 @bundle.command("serve")
 @click.argument("path", type=_BUNDLE)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Loopback address to bind.")
-@click.option(
-    "--port", default=8001, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port."
-)
-@click.option("--no-browser", is_flag=True, help="Do not open a browser.")
-def serve_cmd(path, host, port, no_browser) -> None:
+@serve_options()
+def serve_cmd(path, host, port, no_open) -> None:
     """Explore a bundle in Datasette (loopback only; Ctrl-C or SIGTERM stops it).
 
     \b
     Examples:
         capsem bundle serve ./bundle.db
-        capsem bundle serve ./bundle.db --port 0 --no-browser
+        capsem bundle serve ./bundle.db --port 0 --no-open
     """
     from assembler.bundle.serve import open_in_browser, stop_on_signals
 
@@ -172,7 +168,7 @@ def serve_cmd(path, host, port, no_browser) -> None:
         with server:
             url = f"{server.url}/{server.database}"
             click.echo(f"Serving {path} at {url} (Ctrl-C to stop)")
-            if not no_browser:
+            if not no_open:
                 open_in_browser(url)
             server.wait_until_interrupted()
 
@@ -214,9 +210,9 @@ def info_cmd(path, as_json) -> None:
         if s["correlated"]:
             notes.append(f"ran in {s['correlated']} ({s['correlation']})")
         click.echo(f"  - {s['session_id']} ({', '.join(notes)})")
-    click.echo(f"\nSources: {stats.source_count} ({stats.skipped_records} records skipped)")
+    click.echo(f"\nSources: {stats.source_count} ({counted(stats.skipped_records, 'record')} skipped)")
     for s in sources:
-        click.echo(f"  - {s['kind']:15} {s['records']:6} records  {s['path']}")
+        click.echo(f"  - {s['kind']:15} {counted(s['records'], 'record'):>14}  {s['path']}")
     click.echo("\nStatistics:")
     for label, value in (("Model calls", stats.model_call_count), ("Network events", stats.net_event_count),
                          ("Tool calls (captured)", stats.tool_call_count), ("Log records", stats.log_count),
@@ -231,12 +227,7 @@ def info_cmd(path, as_json) -> None:
 @bundle.command("query")
 @click.argument("path", type=_BUNDLE)
 @click.argument("sql")
-@click.option("-p", "--param", "params", multiple=True, metavar="VALUE", help="Bind the next ? placeholder.")
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True
-)
-@click.option("--max-rows", default=10000, show_default=True, type=click.IntRange(min=1))
-@click.option("--timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1), metavar="SECONDS")
+@query_options
 def query_cmd(path, sql, params, fmt, max_rows, timeout) -> None:
     """Run one read-only SQL query on a bundle.
 
@@ -259,9 +250,8 @@ def query_cmd(path, sql, params, fmt, max_rows, timeout) -> None:
 @click.argument("path", type=_BUNDLE)
 @click.argument("table", required=False)
 @click.option("--query", "sql", metavar="SQL", help="Export the rows of this query instead of a table.")
-@click.option(
-    "--format", "fmt", type=click.Choice(["csv", "json", "jsonl"]), default="csv", show_default=True
-)
+@click.option("--format", "fmt", type=click.Choice(["csv", "json", "jsonl"]), default="csv", show_default=True,
+              help="Output format.")  # fmt: skip
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="File (default: stdout)."
 )
@@ -289,4 +279,4 @@ def export_cmd(path, table, sql, fmt, output) -> None:
         return
     with bundle_errors():
         output.write_text(text, encoding="utf-8", newline="")
-    click.echo(f"wrote {plural(len(result.rows), 'row')} to {output}", err=True)
+    click.echo(f"wrote {counted(len(result.rows), 'row')} to {output}", err=True)

@@ -25,7 +25,11 @@ from capsem.schema import SESSION_MIGRATIONS, migrate
 SCHEMA_VERSION = 1
 
 # Tables capsem itself keeps in session.db that are not data (never copied into a bundle).
-CAPTURE_INTERNAL = frozenset({"_capsem_migrations", "session_meta", "sqlite_sequence"})
+CAPTURE_INTERNAL = frozenset(
+    {"_capsem_migrations", "session_meta", "sqlite_sequence", "body_chunks", "event_body_blobs"}
+)
+"""Tables of a session.db that a bundle does not copy: bookkeeping, and the whole bodies (compressed pieces;
+`capsem show-call` reads them from the session)."""
 # Extra columns every capture table carries in a bundle.
 CAPTURE_EXTRA = (("source_id", "INTEGER"), ("correlation", "TEXT"), ("raw", "TEXT"))
 

@@ -27,9 +27,9 @@ from typing import Any
 import psutil
 
 from addons.writer import SessionWriter
+from assembler.cli_support import counted
 from assembler.procdiag.detect import Anomaly, detect_process
 from assembler.procdiag.sample import ProcessReader
-from assembler.tables import plural
 from capsem.ids import utc_now
 from capsem.redact import Scrubber, is_credential_header
 from capsem.settings import DiagnosticsSettings, Settings, SettingsError, load
@@ -245,9 +245,9 @@ class Diagnostics:
         if self.error:
             return f"process diagnostics: failed ({self.error})"
         kinds = sorted({a.kind for a in self.anomalies})
-        found = plural(len(self.anomalies), "anomaly", "anomalies")
-        processes = plural(self.processes, "process", "processes")
-        return (f"process diagnostics: {plural(self.samples, 'sample')} of {processes}, {found}"
+        found = counted(len(self.anomalies), "anomaly", "anomalies")
+        processes = counted(self.processes, "process", "processes")
+        return (f"process diagnostics: {counted(self.samples, 'sample')} of {processes}, {found}"
                 + (f" ({', '.join(kinds)})" if kinds else ""))  # fmt: skip
 
 

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from assembler.bundle import DebugBundle
+from assembler.bundle.schema import CAPTURE_INTERNAL
 from capsem.ids import rfc3339
 from capsem.schema import SESSION_TABLES
 from tests.bundle.conftest import chromium, chromium_path
@@ -172,6 +173,13 @@ def check_capture_tables(q, db: Path, sid: str) -> None:
                for r in q(f"SELECT * FROM {table} WHERE session_id = ? ORDER BY id", sid)]  # fmt: skip
         assert got == want, table
         copied += len(want)
+    others = [t["name"] for t in rows(db, "SELECT name FROM sqlite_master WHERE type = 'table'")
+              if t["name"] not in (*SESSION_TABLES, "proc_samples", "proc_anomalies", *CAPTURE_INTERNAL)
+              and not t["name"].startswith("sqlite_")]  # fmt: skip
+    assert {"model_items", "item_contents", "input_breakdown"} <= set(
+        others
+    )  # the complete record's tables too
+    copied += sum(rows(db, f"SELECT COUNT(*) AS n FROM {t}")[0]["n"] for t in others)
     assert q("SELECT records FROM sources WHERE kind = 'capsem_session'")[0]["records"] == copied
     assert len(q("SELECT * FROM model_calls WHERE session_id = ?", sid)) == 4
     assert {r["correlation"] for r in q("SELECT correlation FROM net_events")} == {"explicit"}

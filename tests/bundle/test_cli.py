@@ -107,7 +107,7 @@ def test_serve_refuses_other_hosts(made):
 def _serving(made: Path, log: Path) -> subprocess.Popen:
     with log.open("wb") as f:
         return subprocess.Popen([sys.executable, "-m", "assembler", "bundle", "serve", str(made), "--port", "0",
-                                 "--no-browser"], stdout=f, stderr=subprocess.STDOUT)  # fmt: skip
+                                 "--no-open"], stdout=f, stderr=subprocess.STDOUT)  # fmt: skip
 
 
 def _served_url(proc: subprocess.Popen, log: Path) -> str:

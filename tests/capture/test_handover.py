@@ -9,7 +9,6 @@ from addons.handover import Outbox
 from addons.messages import (
     Barrier,
     Chunk,
-    ClientConnected,
     FlowEnded,
     Message,
     ResponseHead,
@@ -28,10 +27,9 @@ def test_every_message_survives_the_wire():
     req = head("f1", started=1.5, headers=[("x-a", "1"), ("x-a", "2")])
     resp = ResponseHead(200, (("content-type", "text/event-stream"),), 1.6)
     batch: list[Message] = [
-        ClientConnected("c1", ("127.0.0.1", 5000), 1.0),
         StreamOpened(req, resp, Route("anthropic", "anthropic", None), "sse"),
         Chunk("f1", 1.7, b"\x00\xffdata: x\n\n"),
-        WsOpened(req, resp),
+        WsOpened(req, resp, ("python", 4242)),
         WsMessage("f1", True, b"{}", True, 1.8),
         FlowEnded(
             request=req, ended=2.0, route=Route("openai", "openai_chat"), request_body=b"{}", dropped_chunks=3

@@ -181,6 +181,39 @@ def test_websocket_turns_point_at_their_upgrade_and_count_every_byte(capsem, cap
     assert call["trace_id"] == net["trace_id"]
 
 
+@pytest.mark.parametrize("completed", [True, False], ids=["after-the-last-turn", "mid-turn"])
+def test_a_websocket_dropped_at_exit_is_an_error_only_mid_turn(capsem, capsem_home, completed):
+    """Codex drops its socket without a close frame (1006) when it exits: no error once its last turn
+    completed; a turn still open is lost, and that is an error of the flow and of the call."""
+    flow = tflow.twebsocketflow(messages=False)
+    flow.request.host, flow.request.port, flow.request.scheme = "api.openai.com", 443, "https"
+    flow.request.path = "/v1/responses"
+    for hook in (capsem.requestheaders, capsem.request, capsem.responseheaders, capsem.response):
+        hook(flow)
+    turn = [
+        _ws(True, {"type": "response.create", "model": "gpt-5", "input": "hi"}, 946681204),
+        _ws(False, {"type": "response.created", "response": {"id": "resp_1", "model": "gpt-5"}}, 946681205),
+        _ws(False, {"type": "response.completed", "response": {"id": "resp_1", "status": "completed",
+                                                               "usage": {"input_tokens": 9, "output_tokens": 3}}},
+            946681206),
+    ]  # fmt: skip
+    for message in turn if completed else turn[:2]:
+        flow.websocket.messages.append(message)
+        capsem.websocket_message(flow)
+    flow.websocket.close_code = 1006  # what mitmproxy sets when the connection ends without a close frame
+    flow.websocket.timestamp_end = 946681208
+    capsem.websocket_end(flow)
+    db = finish(capsem, capsem_home)
+    (net,) = rows(db, "SELECT decision, error FROM net_events")
+    (call,) = rows(db, "SELECT complete, error_message FROM model_calls")
+    if completed:
+        assert net == {"decision": "allowed", "error": None}
+        assert call == {"complete": 1, "error_message": None}
+    else:
+        assert net["error"] == "websocket closed with code 1006"
+        assert call == {"complete": 0, "error_message": "websocket closed with code 1006"}
+
+
 def test_a_tls_handshake_the_client_refused_is_recorded(capsem, capsem_home):
     from mitmproxy import connection, tls
     from mitmproxy.proxy import context

@@ -11,6 +11,7 @@ import pytest
 
 from capsem.mitm import ADDON_PATH, mitmdump_executable
 from capsem.paths import default_config_path
+from capsem.settings import SECTIONS
 from tests.cli.conftest import run
 
 BAD = "capture:\n  preview_bytes: lots\n"
@@ -69,10 +70,11 @@ def test_show_gives_each_value_and_where_it_came_from(config):
     assert list(values)[:2] == ["capture.preview_bytes", "capture.content_max_bytes"]  # declaration order
 
     table = run("config", "show")
+    assert table.splitlines()[0] == f"from {default_config_path()}, {config}"
     row = next(line for line in table.splitlines() if "capture.preview_bytes" in line)
-    assert row.split() == ["capture.preview_bytes", "4096", str(config)]
+    assert row.split() == ["capture.preview_bytes", "4096", "config.yaml"]
     row = next(line for line in table.splitlines() if "policy.rules" in line)
-    assert row.split()[:4] == ["policy.rules", "-", "{name:", "rule-1,"] and row.split()[-1] == str(config)
+    assert row.split()[:4] == ["policy.rules", "-", "{name:", "rule-1,"] and row.split()[-1] == "config.yaml"
     row = next(line for line in table.splitlines() if "retention.retention_days" in line)
     assert row.split() == ["retention.retention_days", "30", "default"]
 
@@ -98,15 +100,94 @@ def test_run_stops_before_starting_anything_on_any_bad_setting(config):
     assert not (config.parent / "sessions").exists()
 
 
-@pytest.mark.timeout(90)
-def test_mitmdump_with_a_bad_setting_exits_with_the_line_and_no_traceback(config, tmp_path):
-    config.write_text(BAD)
+# Every kind of bad value: (config.yaml text, the line after "<file>: ")
+KINDS = [
+    (BAD, "capture.preview_bytes must be a whole number of bytes, got 'lots'"),
+    ("policy:\n  rules: [{action: block, host: '*.example'}]\n",
+     "policy.rules[1].action must be allow, warn or deny, got 'block'"),
+    ("policy:\n  rules: [{action: deny}]\n",
+     "policy.rules[1] must name something to match (host, port, path, method, mcp_server, mcp_tool), "
+     "got {'action': 'deny'}"),
+    ("policy:\n  rules: [{action: deny, port: 99999}]\n",
+     "policy.rules[1].port must be a port number (1-65535), got 99999"),
+    ("capture: {preview_byte: 10}\n", "capture.preview_byte is not a setting (did you mean preview_bytes?); "
+     "capture has: preview_bytes, content_max_bytes, max_parse_bytes, max_body_bytes, commit_interval_ms, "
+     "max_pending_calls"),
+    ("captur: {}\n", f"captur is not a section (did you mean capture?); sections are: {', '.join(SECTIONS)}"),
+    ("diagnostics: {enabled: maybe}\n", "diagnostics.enabled must be true or false, got 'maybe'"),
+    ("retention: {max_disk_gb: -1}\n",
+     "retention.max_disk_gb must be a number of GiB >= 0 (0 or null: no limit), got -1"),
+    ("headers: {allowlist: accept}\n", "headers.allowlist must be a list of header names, got 'accept'"),
+    ("capture: [1\n", "invalid YAML at line 2, column 1: expected ',' or ']', but got '<stream end>'"),
+    ("- capture\n", f"the top level must be a mapping of sections ({', '.join(SECTIONS)}), got ['capture']"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "line"), KINDS, ids=[line.split(" ")[0] for _, line in KINDS])
+def test_run_refuses_each_kind_of_bad_value_in_one_line(config, text, line):
+    config.write_text(text)
+    out = run("run", "--", sys.executable, "-c", "pass", code=1)
+    assert out == f"Error: {config}: {line}\n"
+
+
+def test_a_file_that_is_not_utf8_is_one_line_too(config):
+    config.write_bytes(b"capture:\n  preview_bytes: \xff\n")
+    out = run("run", "--", sys.executable, "-c", "pass", code=1)
+    assert out == f"Error: {config}: not UTF-8 text (invalid start byte at byte 26)\n"
+
+
+def _mitmdump(tmp_path: Path, *args: str) -> tuple[int, str]:
     done = subprocess.run(
         [mitmdump_executable(), "--listen-host", "127.0.0.1", "-p", "0", "--set", f"confdir={tmp_path / 'conf'}",
-         "-s", str(ADDON_PATH)],
+         "-s", str(ADDON_PATH), *args],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
     )  # fmt: skip
-    out = done.stdout + done.stderr
-    assert done.returncode != 0, out
-    assert f"{config}: capture.preview_bytes must be a whole number of bytes, got 'lots'" in out
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("text", "args", "line"),
+    [
+        (BAD, [], "{config}: capture.preview_bytes must be a whole number of bytes, got 'lots'"),
+        (KINDS[1][0], [], "{config}: policy.rules[1].action must be allow, warn or deny, got 'block'"),
+        # mitmdump's own --set options: the same line, not mitmproxy's traceback or a silent plain proxy
+        (None, ["--set", "capsem_preview_bytes=lots"],
+         "--set: capture.preview_bytes must be a whole number of bytes, got 'lots'"),
+        (None, ["--set", "capsem_session_id=bad"], "--set: capsem_session_id must be YYYYMMDD-HHMMSS-xxxx, got 'bad'"),
+    ],
+    ids=["file-number", "file-policy", "set-number", "set-session-id"],
+)  # fmt: skip
+def test_mitmdump_with_a_bad_setting_exits_with_the_line_and_no_traceback(config, tmp_path, text, args, line):
+    if text is not None:
+        config.write_text(text)
+    code, out = _mitmdump(tmp_path, *args)
+    assert code != 0, out
+    assert f"capsem: {line.format(config=config)}\n" in out
     assert "Traceback" not in out, out
+
+
+@pytest.mark.timeout(90)
+def test_run_with_a_bad_mitmdump_option_says_the_line(config):
+    out = run("run", "--mitmdump-args", "--set capsem_preview_bytes=lots", "--", sys.executable, "-c", "pass",
+              code=1)  # fmt: skip
+    assert out.startswith("Error: --set: capture.preview_bytes must be a whole number of bytes, got 'lots' "
+                          "(mitmdump exited 1; its log: ")  # fmt: skip
+    assert out.count("\n") == 1 and "Traceback" not in out
+
+
+def test_mitmdump_preview_bytes_option_still_sets_the_preview(mitmdump, emu, capsem_home):
+    """`--set capsem_preview_bytes=N` is text now; N still becomes the preview size."""
+    import ssl
+
+    import httpx
+
+    from tests.conftest import only_session, rows
+
+    proxy = mitmdump(upstream=emu.proxy_url, ca=str(emu.ca_path), args=["--set", "capsem_preview_bytes=10"])
+    with httpx.Client(proxy=proxy.url, verify=ssl.create_default_context(cafile=proxy.ca_cert)) as client:
+        body = {"model": "gpt-4.1", "messages": [{"role": "user", "content": "hi there, long enough"}]}
+        client.post("https://api.openai.com/v1/chat/completions", json=body)
+    proxy.stop()
+    (net,) = rows(only_session(capsem_home), "SELECT request_body_preview FROM net_events")
+    assert net["request_body_preview"].startswith('{"model":"\n[… ')  # 10 bytes, then what was cut

@@ -10,11 +10,9 @@ import threading
 from decimal import Decimal
 
 import pytest
-from genai_prices.data_snapshot import _bundled_snapshot
-from genai_prices.types import providers_schema
 
 from assembler.reports import CostRow, group, svg_timeline
-from pricing import price_call, reset_table, user_prices_path
+from pricing import default_prices_path, price_call, reset_table, user_prices_path
 from tests.cli.conftest import clone_session, days_ago, execute, recorded_id, run
 
 # --- cost-report ---------------------------------------------------------------------------------
@@ -118,25 +116,9 @@ def test_relative_days():
 # --- update-prices -------------------------------------------------------------------------------
 
 
-def _fix_aliases(value):
-    """genai-prices dumps `or_`/`and_` but reads `or`/`and`."""
-    if isinstance(value, dict):
-        return {k.rstrip("_") if k in ("or_", "and_") else k: _fix_aliases(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_fix_aliases(v) for v in value]
-    return value
-
-
-@functools.cache
-def bundled_data() -> str:
-    """genai-prices' bundled snapshot as a data.json document."""
-    dumped = providers_schema.dump_json(_bundled_snapshot().providers, warnings=False)
-    return json.dumps(_fix_aliases(json.loads(dumped)))
-
-
-def edited_data(input_mtok: str = "4", drop: str = "groq") -> str:
-    """The bundled table with claude-sonnet-4-5's input price changed and one provider removed."""
-    data = [p for p in json.loads(bundled_data()) if p["id"] != drop]
+def edited_data(input_mtok: float = 4, drop: str = "groq") -> str:
+    """The default table with claude-sonnet-4-5's input price changed and one provider removed."""
+    data = [p for p in json.loads(default_prices_path().read_text()) if p["id"] != drop]
     (anthropic,) = [p for p in data if p["id"] == "anthropic"]
     (model,) = [m for m in anthropic["models"] if m["id"] == "claude-sonnet-4-5"]
     model["prices"]["input_mtok"]["base"] = input_mtok
@@ -170,7 +152,7 @@ def test_update_prices_validates_then_swaps(capsem_home, tmp_path):
     assert len(out) < 2000  # a short message, not thousands of pydantic errors
 
     good = tmp_path / "data.json"
-    good.write_text(edited_data("4"))
+    good.write_text(edited_data(4))
     out = run("update-prices", "--from", str(good), "--dry-run")
     assert "anthropic: 0 added, 0 removed, 1 changed" in out
     assert "~ claude-sonnet-4-5: input $3 ($6 from 200,000 tokens) -> $4 ($6 from 200,000 tokens)" in out
@@ -192,24 +174,27 @@ def test_update_prices_validates_then_swaps(capsem_home, tmp_path):
     reset_table()
     assert _sonnet_input_price() == 4
 
-    # without --from: back to the bundled table (offline)
+    # without --from: back to the default table, config/genai-prices.json (offline)
     out = run("update-prices")
-    assert re.search(r"groq: [1-9]\d* added, 0 removed, 0 changed", out) and "using the bundled table" in out
+    assert re.search(r"groq: [1-9]\d* added, 0 removed, 0 changed", out) and "using the default table" in out
+    assert "new:     config/genai-prices.json (genai-prices data of 2026-08-21, sha256 " in out
     assert not user_prices_path().exists() and _sonnet_input_price() == 3
+    assert price_call(provider="anthropic", model="claude-sonnet-5", input_tokens=1, output_tokens=1)
+    assert "already using the default table" in run("update-prices")
 
 
 def test_update_prices_replaces_an_unreadable_table(capsem_home, tmp_path):
     capsem_home.mkdir(parents=True, exist_ok=True)
     user_prices_path().write_text("garbage")
     good = tmp_path / "data.json"
-    good.write_text(edited_data("5"))
+    good.write_text(edited_data(5))
     out = run("update-prices", "--from", str(good))
     assert "unreadable" in out and "replaced as a whole" in out
     assert _sonnet_input_price() == 5
 
 
 def test_update_prices_from_a_url(capsem_home, tmp_path):
-    (tmp_path / "data.json").write_text(edited_data("7"))
+    (tmp_path / "data.json").write_text(edited_data(7))
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -41,7 +41,7 @@ def test_vacuum_compresses_culls_by_age_and_keeps_readers_working(home):
     assert main_rows(home) == before and files(home, sid) >= {"session.db"} and files(home, old)
 
     out = run("vacuum")
-    assert "vacuumed 2, culled 1" in out and "1 running session(s) left alone" in out
+    assert "vacuumed 2, culled 1" in out and "1 running session left alone" in out
     rows = main_rows(home)
     assert rows[old]["status"] == "terminated" and not (home / "sessions" / old).exists()
     for s in (sid, crashed):

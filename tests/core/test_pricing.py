@@ -1,9 +1,36 @@
+import json
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
 
-from pricing import load_table, price_call
+import pricing
+from pricing import current_table, default_table, load_table, price_call, reset_table, user_prices_path
 from pricing.estimate import count_tokens
+
+DEFAULT_SOURCE = "config/genai-prices.json (genai-prices data of 2026-08-21, sha256 "
+
+
+@pytest.fixture(autouse=True)
+def _fresh_price_table():
+    reset_table()
+    yield
+    reset_table()
+
+
+def data_prices(provider_id: str, model_id: str, at: datetime) -> dict[str, Decimal]:
+    """A model's per-Mtok prices at `at`, read from config/genai-prices.json itself (plain JSON):
+    for dated prices, the last entry whose start_date has come (genai-prices' rule)."""
+    data = json.loads(pricing.default_prices_path().read_text())
+    (provider,) = [p for p in data if p["id"] == provider_id]
+    (model,) = [m for m in provider["models"] if m["id"] == model_id]
+    entries = model["prices"] if isinstance(model["prices"], list) else [{"prices": model["prices"]}]
+    due = [e for e in entries if e.get("constraint", {}).get("start_date", "") <= at.date().isoformat()]
+    prices = due[-1]["prices"]
+    assert all(isinstance(v, int | float) for v in prices.values()), (
+        "tiered prices: not what this test derives"
+    )
+    return {k: Decimal(str(v)) for k, v in prices.items()}
 
 
 def test_anthropic_cache_reads_writes_and_one_hour_writes():
@@ -23,7 +50,32 @@ def test_anthropic_cache_reads_writes_and_one_hour_writes():
         "0.0015"
     ) + Decimal("0.00225")
     assert priced.model_id == "claude-sonnet-4-5"
-    assert priced.source.startswith("genai-prices ") and priced.source.endswith("(bundled)")
+    assert priced.source.startswith(DEFAULT_SOURCE) and priced.source.endswith(")")
+
+
+@pytest.mark.parametrize("at", [datetime(2026, 8, 25, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC)])
+def test_this_years_anthropic_model_from_the_default_table(at):
+    """claude-sonnet-5 (unknown to genai-prices 0.0.61's own table), with its dated prices."""
+    priced = price_call(provider="anthropic", model="claude-sonnet-5-20260801", input_tokens=10_000,
+                        output_tokens=500, cache_read=2_000, cache_write=3_000, at=at)  # fmt: skip
+    p = data_prices("anthropic", "claude-sonnet-5", at)
+    want = (5_000 * p["input_mtok"] + 2_000 * p["cache_read_mtok"] + 3_000 * p["cache_write_mtok"]
+            + 500 * p["output_mtok"]) / 1_000_000  # fmt: skip
+    assert priced is not None and priced.model_id == "claude-sonnet-5"
+    assert priced.total_usd == want > 0
+    assert priced.source.startswith(DEFAULT_SOURCE)
+    assert price_call(provider="anthropic", model="claude-sonnet-5", input_tokens=1, output_tokens=1,
+                      table=pricing.bundled_table()) is None  # fmt: skip
+
+
+def test_this_years_gemini_model_from_the_default_table():
+    at = datetime(2026, 11, 1, tzinfo=UTC)
+    priced = price_call(provider="google", model="gemini-3.6-flash", input_tokens=4_000, output_tokens=1_000,
+                        cache_read=1_000, at=at)  # fmt: skip
+    p = data_prices("google", "gemini-3.6-flash", at)
+    want = (3_000 * p["input_mtok"] + 1_000 * p["cache_read_mtok"] + 1_000 * p["output_mtok"]) / 1_000_000
+    assert priced is not None and priced.model_id == "gemini-3.6-flash" and priced.total_usd == want > 0
+    assert priced.source.startswith(DEFAULT_SOURCE)
 
 
 def test_openai_inclusive_input_and_reasoning_in_output():
@@ -43,6 +95,29 @@ def test_never_guesses(provider, model):
 
 def test_no_tokens_no_price():
     assert price_call(provider="openai", model="gpt-4o", input_tokens=None, output_tokens=None) is None
+
+
+def test_a_saved_table_wins_and_a_broken_one_falls_back_to_the_default(capsem_home):
+    user_prices_path().parent.mkdir(parents=True, exist_ok=True)
+    user_prices_path().write_bytes(pricing.default_prices_path().read_bytes())
+    assert current_table().source.startswith(f"{user_prices_path()} (sha256 ")
+    reset_table()
+    user_prices_path().write_text("[{")
+    with pytest.raises(ValueError, match="not a genai-prices data file"):
+        load_table()
+    assert current_table().source.startswith(DEFAULT_SOURCE)
+
+
+def test_without_the_default_table_the_bundled_one_prices(monkeypatch):
+    def missing():
+        raise FileNotFoundError("config/genai-prices.json not found")
+
+    monkeypatch.setattr(pricing, "default_prices_path", missing)
+    table = default_table()
+    assert table.source.startswith("genai-prices 0.0.") and table.source.endswith("(bundled)")
+    assert price_call(
+        provider="anthropic", model="claude-sonnet-4-5", input_tokens=1, output_tokens=1, table=table
+    )
 
 
 def test_saved_table_is_validated(tmp_path):

@@ -15,7 +15,9 @@ from capsem.settings import (
     OVERRIDE,
     SECTIONS,
     SETTINGS,
+    Budget,
     CaptureSettings,
+    Credential,
     PolicyRule,
     SettingsError,
     defaults,
@@ -26,7 +28,9 @@ from capsem.settings import (
 CAPTURE_KEYS = (
     "preview_bytes, content_max_bytes, max_parse_bytes, max_body_bytes, commit_interval_ms, max_pending_calls"
 )
-ALL_SECTIONS = "capture, headers, redaction, policy, diagnostics, retention"
+ALL_SECTIONS = "capture, headers, redaction, policy, diagnostics, retention, budgets, credentials"
+BUDGET_FIELDS = "scope, limit_usd, warn_at, provider, model, host"
+CREDENTIAL_FIELDS = "host, header, query, env, file, placeholder, agent_env"
 RULE_FIELDS = "name, action, host, port, path, method, mcp_server, mcp_tool"
 
 
@@ -73,7 +77,7 @@ def refusal(config: Path, text: str | bytes) -> str:
          f"capture.preview_byte is not a setting (did you mean preview_bytes?); capture has: {CAPTURE_KEYS}"),
         ("capture: {a: 1, b: 2}", f"capture.a, capture.b are not settings; capture has: {CAPTURE_KEYS}"),
         ("captur: {preview_bytes: 10}", f"captur is not a section (did you mean capture?); sections are: {ALL_SECTIONS}"),
-        ("budgets: {daily_usd: 5}\nexport: {}", f"budgets, export are not sections; sections are: {ALL_SECTIONS}"),
+        ("exports: {}\nbudget: {}", f"exports, budget are not sections; sections are: {ALL_SECTIONS}"),
         ("policy: [1]", "policy must be a mapping of settings, got [1]"),
         # policy rules
         ("policy: {rules: [{action: block, host: x}]}", "policy.rules[1].action must be allow, warn or deny, got 'block'"),
@@ -91,6 +95,48 @@ def refusal(config: Path, text: str | bytes) -> str:
         ("policy: {rules: [{action: deny, host: [a, b]}]}", "policy.rules[1].host must be a glob (text), got ['a', 'b']"),
         ("policy: {rules: {a: 1}}", "policy.rules must be a list of rules, got {'a': 1}"),
         ("policy: {rules: [deny]}", f"policy.rules[1] must be a mapping of rule fields ({RULE_FIELDS}), got 'deny'"),
+        # budgets
+        ("budgets: {daily_usd: 5}", f"budgets.daily_usd must be a mapping of budget fields ({BUDGET_FIELDS}), got 5"),
+        ("budgets: [{scope: day}]", "budgets must be a mapping of budget names to their fields, got [{'scope': 'day'}]"),
+        ("budgets: {daily: {scope: week, limit_usd: 5}}", "budgets.daily.scope must be session, day or month, got 'week'"),
+        ("budgets: {daily: {limit_usd: 5}}", "budgets.daily.scope must be session, day or month, got None"),
+        ("budgets: {daily: {scope: day, limit_usd: -5}}",
+         "budgets.daily.limit_usd must be a number of US dollars >= 0, got -5"),
+        ("budgets: {daily: {scope: day}}", "budgets.daily.limit_usd must be a number of US dollars >= 0, got None"),
+        ("budgets: {daily: {scope: day, limit_usd: '5$'}}",
+         "budgets.daily.limit_usd must be a number of US dollars >= 0, got '5$'"),
+        ("budgets: {daily: {scope: day, limit_usd: 5, warn_at: 80}}",
+         "budgets.daily.warn_at must be a fraction of the limit above 0 and at most 1 (null: never), got 80"),
+        ("budgets: {daily: {scope: day, limit_usd: 5, models: 'x*'}}",
+         f"budgets.daily.models is not a budget field (did you mean model?); a budget has: {BUDGET_FIELDS}"),
+        ("budgets: {daily: {scope: day, limit_usd: 5, host: 443}}", "budgets.daily.host must be a glob (text), got 443"),
+        # credentials
+        ("credentials: {anthropic: {host: api.anthropic.com, header: x-api-key}}",
+         "credentials.anthropic must name one source of the real value: env (a variable of capsem's own "
+         "environment) or file (readable only by you), got {'host': 'api.anthropic.com', 'header': 'x-api-key'}"),
+        ("credentials: {a: {host: h, header: x-api-key, env: K, file: /k}}",
+         "credentials.a must name one source of the real value: env (a variable of capsem's own "
+         "environment) or file (readable only by you), got {'host': 'h', 'header': 'x-api-key', 'env': 'K', 'file': '/k'}"),
+        ("credentials: {a: {host: h, env: K}}",
+         "credentials.a must say where the key goes: header (x-api-key, authorization...) or query "
+         "(a query parameter), one of them, got {'host': 'h', 'env': 'K'}"),
+        ("credentials: {a: {header: x-api-key, env: K}}",
+         "credentials.a.host must be a host glob (the only hosts the real value may go to), got None"),
+        ("credentials: {a: {host: h, header: 'x api key', env: K}}",
+         "credentials.a.header must be a header name, got 'x api key'"),
+        ("credentials: {a: {host: h, header: x-api-key, env: 'MY-KEY'}}",
+         "credentials.a.env must be an environment variable name, got 'MY-KEY'"),
+        ("credentials: {a: {host: h, header: x-api-key, file: keys/a.key}}",
+         "credentials.a.file must be an absolute path (or one starting with ~), got 'keys/a.key'"),
+        ("credentials: {a: {host: h, header: x-api-key, env: K, placeholder: short}}",
+         "credentials.a.placeholder must be 8 or more letters, digits, '_', '-' or '.', got 'short'"),
+        ("credentials: {a: {host: h, header: x-api-key, env: K, agent_env: [OK, 'not ok']}}",
+         "credentials.a.agent_env must be an environment variable name or a list of them, got ['OK', 'not ok']"),
+        ("credentials: {a: {host: h, header: x-api-key, env: K, placeholder: same-mark},"
+         " b: {host: h, header: x-api-key, env: K, placeholder: same-mark}}",
+         "credentials.b.placeholder is the placeholder of credentials.a too"),
+        ("credentials: {a: {host: h, header: x-api-key, env: K, secret: v}}",
+         f"credentials.a.secret is not a credential field; a credential has: {CREDENTIAL_FIELDS}"),
         # diagnostics
         ("diagnostics: {sample_interval_ms: 5}",
          "diagnostics.sample_interval_ms must be a whole number of milliseconds >= 10, got 5"),
@@ -136,7 +182,7 @@ def test_defaults_are_default_yaml_typed():
     assert (cap.commit_interval_ms, cap.max_pending_calls) == (250, 10000)
     assert {"content-type", "anthropic-version", "x-capsem-policy"} <= cap.header_allowlist
     assert "authorization" not in cap.header_allowlist and {"key", "api_key"} <= cap.query_params
-    assert settings.policy.rules == ()
+    assert settings.policy.rules == () and settings.budgets.entries == () == settings.credentials.entries
     assert (settings.diagnostics.enabled, settings.diagnostics.sample_interval_ms) == (True, 1000)
     r = settings.retention
     assert (r.auto, r.vacuum_after_hours, r.retention_days, r.max_sessions, r.max_disk_gb, r.min_content_keep) == (
@@ -150,7 +196,16 @@ def test_capture_settings_carry_every_field_the_recorder_reads():
 
 
 def test_every_declared_key_has_its_default_in_default_yaml(tmp_path, monkeypatch):
-    assert SECTIONS == ("capture", "headers", "redaction", "policy", "diagnostics", "retention")
+    assert SECTIONS == (
+        "capture",
+        "headers",
+        "redaction",
+        "policy",
+        "diagnostics",
+        "retention",
+        "budgets",
+        "credentials",
+    )
     short = tmp_path / "default.yaml"
     short.write_text(default_config_path().read_text().replace("  max_body_bytes: 67108864\n", ""))
     monkeypatch.setattr(settings_module, "default_config_path", lambda: short)
@@ -230,3 +285,33 @@ def test_as_dict_round_trips(config):
         ConfigError, match=r"capture\.preview_bytes must be a whole number of bytes, got 'lots'"
     ):
         load()
+
+
+def test_budgets_and_credentials_are_named_entries_replaced_whole(config, tmp_path):
+    config.write_text(
+        "budgets:\n"
+        "  daily: {scope: Day, limit_usd: 20}\n"
+        "  opus-month: {scope: month, limit_usd: 200.5, model: 'claude-opus-*', warn_at: 0.5, host: '*.anthropic.com'}\n"
+        "  one-run: {scope: session, limit_usd: 0, provider: openai, warn_at: null}\n"
+        "credentials:\n"
+        "  anthropic: {host: api.anthropic.com, header: X-Api-Key, env: ANTHROPIC_API_KEY}\n"
+        "  gemini: {host: '*.googleapis.com', query: key, file: ~/gemini.key, placeholder: capsem-gemini-x,"
+        " agent_env: [GEMINI_API_KEY, GOOGLE_API_KEY]}\n"
+    )
+    settings = load()
+    assert settings.budgets.entries == (
+        Budget("daily", "day", 20.0),
+        Budget("opus-month", "month", 200.5, 0.5, model="claude-opus-*", host="*.anthropic.com"),
+        Budget("one-run", "session", 0.0, None, provider="openai"),
+    )
+    anthropic, gemini = settings.credentials.entries
+    assert anthropic == Credential("anthropic", "api.anthropic.com", "x-api-key", None, "ANTHROPIC_API_KEY", None,
+                                   "capsem-placeholder-anthropic", ("ANTHROPIC_API_KEY",))  # fmt: skip
+    assert (gemini.query, gemini.file, gemini.placeholder, gemini.agent_env) == (
+        "key", str(Path("~/gemini.key").expanduser()), "capsem-gemini-x", ("GEMINI_API_KEY", "GOOGLE_API_KEY"))  # fmt: skip
+    assert settings.origins["budgets"] == settings.origins["credentials"] == str(config)
+    assert parse(settings.as_dict()) == settings  # `capsem config show` prints what reads back the same
+    assert settings.as_dict()["budgets"]["one-run"] == {"scope": "session", "limit_usd": 0.0, "warn_at": None,
+                                                        "provider": "openai"}  # fmt: skip
+    assert load(overrides={"budgets": {"x": {"scope": "day", "limit_usd": 1}}}).budgets.entries == (
+        Budget("x", "day", 1.0),)  # fmt: skip

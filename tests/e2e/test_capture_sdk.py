@@ -154,7 +154,9 @@ def test_anthropic_streamed_tool_loop(proxy, emu, capsem_home):
         assert_tool_calls(db, call["id"], ex)
     assert [c["messages_count"] for c in calls] == [1, 3]
     assert calls[0]["trace_id"] == calls[1]["trace_id"]
-    assert calls[0]["estimated_cost_usd"] > 0 and calls[0]["price_source"].startswith("genai-prices")
+    assert calls[0]["estimated_cost_usd"] > 0 and calls[0]["price_source"].startswith(
+        "config/genai-prices.json (genai-prices data of 2026-08-21"
+    )
     responses = rows(db, "SELECT model_call_id, call_id, content_preview, is_error, tool_name, trace_id "
                          "FROM tool_responses ORDER BY id")  # fmt: skip
     assert responses == [

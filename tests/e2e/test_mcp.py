@@ -387,8 +387,13 @@ def test_a_model_tool_call_links_to_the_mcp_call_that_ran_it(mitmdump, emu, caps
     assert proxy.stop() == 0
     db = db_of(capsem_home)
     calls = {r["tool_name"]: r for r in rows(db, "SELECT * FROM tool_calls")}
-    (mcp_row,) = rows(db, "SELECT id, tool_name FROM mcp_calls WHERE method = 'tools/call'")
+    (mcp_row,) = rows(db, "SELECT id, tool_name, server_name FROM mcp_calls WHERE method = 'tools/call'")
     assert calls["mcp__files__read_note"]["origin"] == "mcp"
     assert calls["mcp__files__read_note"]["mcp_call_id"] == mcp_row["id"]
+    mcp_tool = calls["mcp__files__read_note"]
+    assert mcp_tool["server_name"] == mcp_row["server_name"]  # set by the MCP call's insert
+    assert {(c["decision"], c["transport"], c["status"]) for c in calls.values()} == {
+        ("allowed", "http", "observed")
+    }
     assert (calls["Bash"]["origin"], calls["Bash"]["mcp_call_id"]) == ("native", None)
     assert len(model_exchanges(emu)) == 1

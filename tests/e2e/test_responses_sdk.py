@@ -6,12 +6,15 @@ compared with what the emulator logged that it sent.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import ssl
 
 import openai
 import pytest
+from click.testing import CliRunner
 
+from assembler.cli import cli
 from tests.conftest import only_session, rows
 from tests.e2e.test_capture_sdk import (
     assert_call_matches,
@@ -237,12 +240,25 @@ def test_websocket_two_turns(proxy, emu, capsem_home):
         assert call["system_prompt_preview"] == "Be terse." and call["tools_count"] == 2
         assert call["ttft_ms"] is not None and call["net_event_id"] is not None
         assert_tool_calls(db, call["id"], ex)
+        for direction, logged in (
+            ("request", "request_body_decoded_b64"),
+            ("response", "response_body_decoded_b64"),
+        ):
+            shown = CliRunner().invoke(cli, ["show-call", str(call["id"]), f"--{direction}", "--raw"])
+            assert shown.stdout_bytes == base64.b64decode(ex[logged]), (
+                direction
+            )  # the messages as they crossed
     assert calls[0]["trace_id"] == calls[1]["trace_id"]
+    assert (calls[0]["items_count"], calls[1]["items_new"]) == (1 + 2 + 1, len(done["output"]) + len(fcs))
     responses = rows(
         db, "SELECT model_call_id, call_id, content_preview, tool_name FROM tool_responses ORDER BY id"
     )
     assert responses == [{"model_call_id": calls[1]["id"], "call_id": c["call_id"], "content_preview": f"out {i}",
                           "tool_name": c["name"]} for i, c in enumerate(fcs)]  # fmt: skip
+    first_tools = rows(db, "SELECT transport, status, duration_ms FROM tool_calls WHERE model_call_id = ?",
+                       (calls[0]["id"],))  # fmt: skip
+    assert len(first_tools) == len(fcs) and all(t["transport"] == "websocket" and t["status"] == "responded"
+                                                and t["duration_ms"] >= 0 for t in first_tools)  # fmt: skip
     net = rows(db, "SELECT id, conn_type, status_code, path, method FROM net_events ORDER BY id")
     assert [(n["conn_type"], n["status_code"], n["path"], n["method"]) for n in net] == [
         ("wss", 101, "/v1/responses", "GET")] * 2  # fmt: skip

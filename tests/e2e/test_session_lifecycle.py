@@ -8,7 +8,9 @@ import sqlite3
 import time
 
 import zstandard
+from click.testing import CliRunner
 
+from assembler.cli import cli
 from tests.conftest import only_session, rows
 from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, assert_clean_log, http_client, model_exchanges
 
@@ -92,6 +94,11 @@ def test_compressed_request_bodies_are_parsed(mitmdump, emu, capsem_home):
     proxy.stop()
     calls = rows(only_session(capsem_home), "SELECT model, system_prompt_preview, messages_count, request_bytes, "
                                             "request_body_preview FROM model_calls")  # fmt: skip
+    for call_id in (1, 2):  # the whole request, decoded from zstd and gzip, exactly
+        shown = CliRunner().invoke(
+            cli, ["show-call", str(call_id), "--request", "--raw"], catch_exceptions=False
+        )
+        assert shown.stdout_bytes == raw
     assert len(calls) == 2
     for call in calls:
         assert (call["model"], call["system_prompt_preview"], call["messages_count"]) == (

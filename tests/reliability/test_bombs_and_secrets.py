@@ -19,7 +19,9 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+import zstandard
 
+from addons.bodies import read_body
 from tests.cli.conftest import run
 from tests.conftest import rows
 from tests.e2e.test_capture_sdk import finish
@@ -250,9 +252,15 @@ def assert_plants_arrived_redacted(db: Path, main_db: Path) -> None:
             elif name == "path":
                 assert value.startswith("path ünï"), value
         assert any("BEGIN OPENSSH PRIVATE KEY" in name for name in arguments)
-    results = rows(db, "SELECT content_preview FROM tool_responses")
-    assert results and all("aws_secret_access_key = [redacted" in r["content_preview"] for r in results)
-    assert all("postgres://app:[redacted hash:" in r["content_preview"] for r in results)
+    # tool_responses keeps a short preview; the whole results are conversation items
+    assert rows(db, "SELECT content_preview FROM tool_responses")
+    results = [
+        json.loads(r["content"])
+        for r in rows(db, "SELECT content FROM item_contents WHERE kind = 'tool_result'")
+    ]
+    texts = [json.dumps(r, ensure_ascii=False) for r in results]
+    assert texts and all("aws_secret_access_key = [redacted" in t for t in texts), texts
+    assert all("postgres://app:[redacted hash:" in t for t in texts)
     (mcp,) = rows(db, "SELECT request_preview FROM mcp_calls")
     arguments = json.loads(mcp["request_preview"])["arguments"]
     assert all(REDACTED.fullmatch(v) for v in arguments.values()), arguments
@@ -278,9 +286,9 @@ def assert_no_needle_in_file(path: Path) -> None:
     )
 
 
-def leaks_in_tables(db: Path) -> list[str]:
-    """`table.column: value` for every stored value that holds a planted secret (a value longer than
-    a page is split across overflow pages, so a byte search of the file alone could miss it)."""
+def leaks_in_tables(db: Path, needle: str = NEEDLE) -> list[str]:
+    """`table.column: value` for every stored value that holds `needle` (a value longer than a page
+    is split across overflow pages, so a byte search of the file alone could miss it)."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
@@ -291,9 +299,19 @@ def leaks_in_tables(db: Path) -> list[str]:
             columns = [d[0] for d in cursor.description]
             for row in cursor:
                 for column, value in zip(columns, row, strict=True):
+                    if table == "body_chunks" and column == "data":  # whole bodies are stored compressed
+                        value = zstandard.ZstdDecompressor().decompress(value)
                     text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-                    if isinstance(text, str) and NEEDLE in text:
-                        found.append(f"{table}.{column}: ...{_around(text, NEEDLE)}...")
+                    if isinstance(text, str) and needle in text:
+                        found.append(f"{table}.{column}: ...{_around(text, needle)}...")
+        if "body_chunks" in tables:  # and every body as `capsem show-call` reads it
+            assert conn.execute("SELECT COUNT(*) FROM event_body_blobs").fetchone()[0] > 0
+            for row_id, direction, source in conn.execute(
+                "SELECT row_id, direction, source_table FROM event_body_blobs"
+            ).fetchall():
+                body, _ = read_body(conn, row_id, direction, source)
+                if needle.encode() in body:
+                    found.append(f"{source} {row_id} {direction} body")
         return found
     finally:
         conn.close()

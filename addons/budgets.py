@@ -1,0 +1,187 @@
+"""Spend budgets: which budgets a model call falls under, how much of each is spent, what to do,
+and the answer capsem gives when a budget is exhausted. Pure: no I/O, no mitmproxy.
+
+Spend is kept as rows `(session_id, day, provider, model, host, cost)`: the ledger in main.db
+(`spend`, one row per session, UTC day, provider, model and host) and this session's own rows
+as the recorder reports them (`addons/spend.py`). A budget's spend is the cost of the rows it
+matches within its scope: this session (`session`), today (`day`) or this month (`month`).
+
+A call is `denied` when a budget it matches is spent (spend >= limit), `warned` when one is at
+its warn fraction, else `allowed`; the strictest budget decides, the first declared among equals.
+A denied call is answered by capsem in the provider's own error shape, status 402 (Payment
+Required: the SDKs raise it at once and never retry it, unlike 429 and 5xx), with
+`x-should-retry: false` for the SDKs that read it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from fnmatch import fnmatchcase
+
+import msgspec
+
+from capsem.settings import Budget
+
+SpendRow = tuple[str, str, str, str, str, float]
+"""(session_id, day `YYYY-MM-DD` UTC, provider, model ('' unknown), host, estimated cost in USD)."""
+
+STATUS = 402
+RULE_PREFIX = "budget:"
+"""`matched_rule` of a call a budget warned or denied: `budget:<name>`."""
+_ORDER = ("denied", "warned", "allowed")
+
+
+def today(now: float | None = None) -> str:
+    """The UTC day `YYYY-MM-DD` (budgets' days and months are UTC, like provider billing)."""
+    moment = datetime.now(UTC) if now is None else datetime.fromtimestamp(now, UTC)
+    return moment.strftime("%Y-%m-%d")
+
+
+def usd(amount: float) -> str:
+    """`$5.00`, `$0.0123`, `$0.000002`: cents from a dollar on, more decimals below."""
+    if amount >= 1 or amount == 0:
+        return f"${amount:,.2f}"
+    return f"${amount:.4f}" if amount >= 0.0001 else f"${amount:.8f}".rstrip("0")
+
+
+def matches(budget: Budget, provider: str, model: str | None, host: str) -> bool:
+    """Whether a call to `host` for `model` of `provider` counts against `budget`."""
+    if budget.provider is not None and not fnmatchcase(provider.lower(), budget.provider.lower()):
+        return False
+    if budget.model is not None and (not model or not fnmatchcase(model, budget.model)):
+        return False
+    return budget.host is None or fnmatchcase(host.lower(), budget.host.lower())
+
+
+def in_scope(budget: Budget, row: SpendRow, *, day: str, session_id: str | None) -> bool:
+    """Whether a spend row falls in the budget's scope: this session, `day`, or the month of `day`."""
+    if budget.scope == "session":
+        return row[0] == session_id
+    return row[1] == day if budget.scope == "day" else row[1][:7] == day[:7]
+
+
+def spent(budget: Budget, rows: Iterable[SpendRow], *, day: str, session_id: str | None) -> float:
+    """The cost of the rows that `budget` matches within its scope."""
+    return sum(
+        r[5]
+        for r in rows
+        if in_scope(budget, r, day=day, session_id=session_id) and matches(budget, r[2], r[3] or None, r[4])
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    decision: str
+    """allowed | warned | denied"""
+    budget: Budget | None = None
+    spent: float = 0.0
+
+    @property
+    def rule(self) -> str | None:
+        return RULE_PREFIX + self.budget.name if self.budget is not None else None
+
+    @property
+    def message(self) -> str:
+        """What the agent (and its user) reads: the budget, its limit and the spend."""
+        if self.budget is None:
+            return ""
+        b = self.budget
+        when = {"session": "in this session", "day": "today (UTC)", "month": "this month (UTC)"}[b.scope]
+        used = f"{usd(self.spent)} used {when} of its {usd(b.limit_usd)} limit per {b.scope}"
+        if self.decision == "warned":
+            share = self.spent / b.limit_usd if b.limit_usd else 1.0
+            return f"capsem budget {b.name!r} is at {share:.0%}: {used}"
+        renew = {"session": "start a new session", "day": "wait for the next day (UTC)",
+                 "month": "wait for the next month (UTC)"}[b.scope]  # fmt: skip
+        return (f"capsem budget {b.name!r} is spent: {used}; this call was not sent to the provider. "
+                f"Raise budgets.{b.name}.limit_usd in the capsem config, or {renew}")  # fmt: skip
+
+
+ALLOWED = Verdict("allowed")
+
+
+def decide(budgets: Iterable[Budget], provider: str, model: str | None, host: str,
+           spent_of: Callable[[Budget], float]) -> Verdict:  # fmt: skip
+    """The strictest verdict of the budgets the call matches (`spent_of(budget)`: its spend so far)."""
+    verdict = ALLOWED
+    for budget in budgets:
+        if not matches(budget, provider, model, host):
+            continue
+        amount = spent_of(budget)
+        if amount >= budget.limit_usd:
+            return Verdict("denied", budget, amount)
+        if budget.warn_at is not None and amount >= budget.warn_at * budget.limit_usd and verdict is ALLOWED:
+            verdict = Verdict("warned", budget, amount)
+    return verdict
+
+
+def strictest(first: str, second: str) -> str:
+    """Of two decisions, the stricter (denied > warned > allowed)."""
+    return min(first, second, key=_ORDER.index)
+
+
+class _Model(msgspec.Struct):
+    model: str | None = None
+
+
+class _WsMessage(msgspec.Struct):
+    type: str | None = None
+    model: str | None = None
+    response: _Model | None = None
+
+
+_MODEL = msgspec.json.Decoder(_Model)
+_WS_MESSAGE = msgspec.json.Decoder(_WsMessage)
+
+
+def model_of(body: bytes | None) -> str | None:
+    """The top-level `model` of a JSON request body (msgspec skips the rest at C speed), or None."""
+    if not body:
+        return None
+    try:
+        return _MODEL.decode(body).model
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def ws_request(content: bytes) -> tuple[bool, str | None]:
+    """Whether a client WebSocket message asks for a response (Responses `response.create`, the
+    model call of Codex's WebSocket transport), and the model it names."""
+    if b"response.create" not in content:
+        return False, None
+    try:
+        message = _WS_MESSAGE.decode(content)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False, None
+    if message.type != "response.create":
+        return False, None
+    return True, message.model or (message.response.model if message.response else None)
+
+
+def ws_refusal(verdict: Verdict) -> bytes:
+    """The answer to a denied `response.create` on a WebSocket: an `error` event with its status."""
+    error = {"type": "budget_exceeded", "code": "budget_exceeded", "message": verdict.message}
+    return json.dumps({"type": "error", "status": STATUS, "error": error}).encode()
+
+
+def refusal(protocol: str, provider: str, verdict: Verdict) -> tuple[int, bytes, dict[str, str]]:
+    """The answer to a denied call, in the error shape of its API: (status, JSON body, headers)."""
+    message = verdict.message
+    body: object
+    if provider == "bedrock":
+        body = {"message": message}
+    elif protocol == "anthropic":
+        body = {"type": "error", "error": {"type": "billing_error", "message": message}}
+    elif protocol == "gemini":
+        body = {"error": {"code": STATUS, "message": message, "status": "FAILED_PRECONDITION"}}
+    elif protocol == "ollama":
+        body = {"error": message}
+    else:  # OpenAI Chat Completions and Responses, and everything OpenAI-compatible
+        body = {"error": {"message": message, "type": "budget_exceeded", "param": None,
+                          "code": "budget_exceeded"}}  # fmt: skip
+    headers = {"content-type": "application/json", "x-should-retry": "false",
+               "x-capsem-policy": verdict.rule or ""}  # fmt: skip
+    return STATUS, json.dumps(body).encode(), headers

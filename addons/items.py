@@ -1,0 +1,368 @@
+"""Conversation items: what a model call was given and what it gave back, item by item.
+
+A request is split into its items in order: the system instructions, each tool definition, each
+message (a plain message, a tool call the model made earlier, a tool result). An answer gives
+output items: its thinking, its text, each tool call. Every item's content (normalized JSON,
+Anthropic's moving `cache_control` markers left out) is stored once per session
+(`item_contents`, by hash); a call records which of its items are new since the previous call
+of its conversation (`model_items` rows: new input items and the outputs), and its whole list
+compactly (`model_item_lists`: the leading items of an earlier call plus the rest, as bodies
+are). `model_calls.system_hash` and `tools_hash` name the exact system prompt and tool surface
+of each call.
+
+The previous call of a conversation is the recent call whose item list shares the longest
+prefix with this one (every call of a conversation resends its history), or, for a Responses
+request that names `previous_response_id`, the call that answered with that id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from addons.records import ResponseSummary
+
+_ENCODE = msgspec.json.Encoder(order="sorted")
+_RECENT = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    kind: str
+    """system | tool_definition | message | tool_call | tool_result (inputs); thinking | text | tool_call (outputs)."""
+    content: str
+    """Normalized JSON of the item (keys sorted, `cache_control` left out)."""
+    hash: str
+    role: str | None = None
+    call_id: str | None = None
+    tool_name: str | None = None
+
+
+def _strip(value: Any) -> Any:
+    """`value` without `cache_control` keys (Claude Code moves them every turn; they are no content)."""
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def item(kind: str, value: Any, *, role: str | None = None, call_id: str | None = None,
+         tool_name: str | None = None) -> Item:  # fmt: skip
+    content = _ENCODE.encode(_strip(value)).decode("utf-8", "replace")
+    digest = hashlib.sha256(f"{kind}\0{content}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return Item(kind, content, digest, role, call_id, tool_name)
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _anthropic(obj: dict) -> list[Item]:
+    out = []
+    if obj.get("system"):
+        out.append(item("system", obj["system"], role="system"))
+    for tool in obj.get("tools") or []:
+        out.append(
+            item(
+                "tool_definition", tool, tool_name=_str(tool.get("name")) if isinstance(tool, dict) else None
+            )
+        )
+    for msg in obj.get("messages") or []:
+        if not isinstance(msg, dict):
+            continue
+        blocks = msg.get("content") if isinstance(msg.get("content"), list) else []
+        kinds = {b.get("type") for b in blocks if isinstance(b, dict)}
+        role = _str(msg.get("role"))
+        if blocks and kinds == {"tool_result"}:
+            first = blocks[0]
+            out.append(item("tool_result", msg, role=role, call_id=_str(first.get("tool_use_id"))))
+        elif kinds & {"tool_use", "server_tool_use", "mcp_tool_use"}:
+            use = next(b for b in blocks if isinstance(b, dict) and b.get("type") in ("tool_use", "server_tool_use",
+                                                                                        "mcp_tool_use"))  # fmt: skip
+            out.append(
+                item(
+                    "tool_call", msg, role=role, call_id=_str(use.get("id")), tool_name=_str(use.get("name"))
+                )
+            )
+        else:
+            out.append(item("message", msg, role=role))
+    return out
+
+
+def _chat_messages(messages: list, out: list[Item]) -> None:
+    for msg in messages:
+        if not isinstance(msg, dict):
+            continue
+        role = _str(msg.get("role"))
+        if role in ("system", "developer"):
+            out.append(item("system", msg, role=role))
+        elif role == "tool":
+            out.append(item("tool_result", msg, role=role, call_id=_str(msg.get("tool_call_id")),
+                            tool_name=_str(msg.get("tool_name")) or _str(msg.get("name"))))  # fmt: skip
+        elif isinstance(msg.get("tool_calls"), list) and msg["tool_calls"]:
+            first = msg["tool_calls"][0] if isinstance(msg["tool_calls"][0], dict) else {}
+            fn = first.get("function") if isinstance(first.get("function"), dict) else {}
+            out.append(
+                item(
+                    "tool_call", msg, role=role, call_id=_str(first.get("id")), tool_name=_str(fn.get("name"))
+                )
+            )
+        else:
+            out.append(item("message", msg, role=role))
+
+
+def _tool_name(tool: Any) -> str | None:
+    if not isinstance(tool, dict):
+        return None
+    fn = tool.get("function")
+    return _str(fn.get("name")) if isinstance(fn, dict) else _str(tool.get("name"))
+
+
+def _chat(obj: dict) -> list[Item]:
+    out: list[Item] = []
+    if obj.get("system"):  # Ollama's /api/generate and /api/chat accept a top-level system
+        out.append(item("system", obj["system"], role="system"))
+    tools = obj.get("tools") if isinstance(obj.get("tools"), list) else obj.get("functions") or []
+    out += [item("tool_definition", t, tool_name=_tool_name(t)) for t in tools]
+    _chat_messages(obj.get("messages") if isinstance(obj.get("messages"), list) else [], out)
+    if isinstance(obj.get("prompt"), str):  # Ollama /api/generate
+        out.append(item("message", obj["prompt"], role="user"))
+    return out
+
+
+def _responses(obj: dict) -> list[Item]:
+    out = []
+    if obj.get("instructions"):
+        out.append(item("system", obj["instructions"], role="system"))
+    out += [item("tool_definition", t, tool_name=_tool_name(t)) for t in obj.get("tools") or []]
+    raw = obj.get("input")
+    entries = (
+        [{"role": "user", "content": raw}] if isinstance(raw, str) else raw if isinstance(raw, list) else []
+    )
+    for entry in entries:
+        if not isinstance(entry, dict):
+            out.append(item("message", entry))
+            continue
+        kind = entry.get("type")
+        role = _str(entry.get("role"))
+        if kind in ("function_call", "custom_tool_call"):
+            out.append(
+                item(
+                    "tool_call", entry, call_id=_str(entry.get("call_id")), tool_name=_str(entry.get("name"))
+                )
+            )
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            out.append(item("tool_result", entry, call_id=_str(entry.get("call_id"))))
+        elif kind == "reasoning":
+            out.append(item("thinking", entry))
+        elif role in ("system", "developer"):
+            out.append(item("system", entry, role=role))
+        else:
+            out.append(item("message", entry, role=role))
+    return out
+
+
+def _gemini(obj: dict) -> list[Item]:
+    if isinstance(obj.get("request"), dict):  # Code Assist envelope
+        obj = obj["request"]
+    out = []
+    system = obj.get("systemInstruction") or obj.get("system_instruction")
+    if system:
+        out.append(item("system", system, role="system"))
+    for tool in obj.get("tools") or []:
+        declarations = (
+            (tool.get("functionDeclarations") or tool.get("function_declarations"))
+            if isinstance(tool, dict)
+            else None
+        )
+        for decl in declarations if isinstance(declarations, list) else [tool]:
+            out.append(
+                item(
+                    "tool_definition",
+                    decl,
+                    tool_name=_str(decl.get("name")) if isinstance(decl, dict) else None,
+                )
+            )
+    for content in obj.get("contents") or []:
+        parts = (
+            content.get("parts")
+            if isinstance(content, dict) and isinstance(content.get("parts"), list)
+            else []
+        )
+        role = _str(content.get("role")) if isinstance(content, dict) else None
+        call = next(
+            (
+                p["functionCall"]
+                for p in parts
+                if isinstance(p, dict) and isinstance(p.get("functionCall"), dict)
+            ),
+            None,
+        )
+        answer = next((p["functionResponse"] for p in parts
+                       if isinstance(p, dict) and isinstance(p.get("functionResponse"), dict)), None)  # fmt: skip
+        if answer is not None:
+            out.append(
+                item(
+                    "tool_result",
+                    content,
+                    role=role,
+                    call_id=_str(answer.get("id")),
+                    tool_name=_str(answer.get("name")),
+                )
+            )
+        elif call is not None:
+            out.append(
+                item(
+                    "tool_call",
+                    content,
+                    role=role,
+                    call_id=_str(call.get("id")),
+                    tool_name=_str(call.get("name")),
+                )
+            )
+        else:
+            out.append(item("message", content, role=role))
+    return out
+
+
+_BY_PROTOCOL = {"anthropic": _anthropic, "openai_chat": _chat, "ollama": _chat, "openai_responses": _responses,
+                "gemini": _gemini}  # fmt: skip
+
+
+def request_items(protocol: str, body: bytes | dict) -> list[Item]:
+    """The input items of a request body (decoded), in order; [] when it is not a JSON object."""
+    if isinstance(body, dict):
+        obj: Any = body
+    else:
+        try:
+            obj = msgspec.json.decode(body)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            return []
+    extract = _BY_PROTOCOL.get(protocol)
+    if extract is None or not isinstance(obj, dict):
+        return []
+    try:
+        return extract(obj)
+    except Exception:  # a shape no parser expected: no items, never an error of the call
+        return []
+
+
+def output_items(summary: ResponseSummary) -> list[Item]:
+    """The items of an answer: its thinking, its text, each tool call (in that order)."""
+    out = []
+    if summary.thinking:
+        out.append(item("thinking", summary.thinking, role="assistant"))
+    if summary.text:
+        out.append(item("text", summary.text, role="assistant"))
+    for call in summary.tool_calls:
+        out.append(item("tool_call", {"name": call.name, "arguments": call.arguments}, role="assistant",
+                        call_id=call.call_id, tool_name=call.name))  # fmt: skip
+    return out
+
+
+def surface_hash(items: list[Item], kind: str) -> str | None:
+    """One hash for all the items of `kind` (the tool surface: every tool definition), None if none."""
+    chosen = [i.hash for i in items if i.kind == kind]
+    return hashlib.sha256("\n".join(chosen).encode()).hexdigest()[:32] if chosen else None
+
+
+class _Previous:
+    __slots__ = ("call_id", "hashes", "parent", "turn_id")
+
+    def __init__(self, call_id: int, hashes: list[str], turn_id: str, parent: int | None) -> None:
+        self.call_id, self.hashes, self.turn_id, self.parent = call_id, hashes, turn_id, parent
+
+
+SUBAGENT_TOOLS = ("Task", "Agent")
+"""Tools that start a subagent (Claude Code): its first user message is the tool's `prompt`."""
+
+
+@dataclass(slots=True)
+class Spawn:
+    """A subagent tool call waiting for its subagent's first request."""
+
+    tool_call_id: int
+    prompt: str
+    turn_id: str
+
+
+def new_turn(items: list[Item], new: list[bool]) -> bool:
+    """A request starts a turn when its newest new item is a user's message (not a tool result)."""
+    for entry, fresh in zip(reversed(items), reversed(new), strict=True):
+        if not fresh:
+            return False
+        if entry.kind in ("message", "tool_result"):
+            return entry.kind == "message" and entry.role in ("user", None)
+    return False
+
+
+def first_user_text(items: list[Item]) -> str:
+    """The text of the first user message (where a subagent's task is written)."""
+    entry = next((i for i in items if i.kind == "message" and i.role in ("user", None)), None)
+    return entry.content if entry is not None else ""
+
+
+class Conversations:
+    """Which earlier call a request continues, to tell the items new in it (recorder state)."""
+
+    def __init__(self) -> None:
+        self._recent: deque[_Previous] = deque(maxlen=_RECENT)
+        self._by_response: dict[str, _Previous] = {}
+        self.stored: set[str] = set()
+        """Hashes of the item contents already stored in this session."""
+        self.tokens: dict[str, int] = {}
+        """Tokenizer count of each item content seen (items repeat every turn: counted once)."""
+        self.rates: dict[tuple[str, str | None], tuple[float, float, float] | None] = {}
+        """Input token rates per (provider, model)."""
+        self.spawns: deque[Spawn] = deque(maxlen=64)
+        """Subagent tool calls whose subagent has not made its first request yet."""
+
+    def previous(self, hashes: list[str], previous_response_id: str | None = None) -> _Previous | None:
+        if previous_response_id and previous_response_id in self._by_response:
+            return self._by_response[previous_response_id]
+        best, shared = None, 0
+        for candidate in self._recent:
+            n = 0
+            for a, b in zip(candidate.hashes, hashes, strict=False):
+                if a != b:
+                    break
+                n += 1
+            if n > shared:
+                best, shared = candidate, n
+        return best
+
+    def spawned_by(self, items: list[Item]) -> Spawn | None:
+        """The subagent tool call whose prompt opens this new conversation, if any (taken once)."""
+        text = first_user_text(items)
+        for spawn in reversed(self.spawns):
+            escaped = _ENCODE.encode(spawn.prompt).decode("utf-8", "replace")[1:-1]  # as it sits in item JSON
+            if spawn.prompt and (spawn.prompt in text or escaped in text):
+                self.spawns.remove(spawn)
+                return spawn
+        return None
+
+    def remember(self, call_id: int, hashes: list[str], message_id: str | None, turn_id: str,
+                 parent: int | None = None) -> None:  # fmt: skip
+        entry = _Previous(call_id, hashes, turn_id, parent)
+        self._recent.append(entry)
+        if message_id:
+            self._by_response[message_id] = entry
+            if len(self._by_response) > 4 * _RECENT:
+                self._by_response.pop(next(iter(self._by_response)))
+
+
+def call_items(conn: Any, call_id: int) -> list[str]:
+    """The hashes of a call's input items in order, from `model_item_lists` (links followed)."""
+    found = conn.execute(
+        "SELECT base_call_id, shared, hashes FROM model_item_lists WHERE model_call_id = ?", (call_id,)
+    ).fetchone()
+    if found is None:
+        return []
+    base, shared, own = found[0], found[1], bytes(found[2])
+    mine = [own[i : i + 16].hex() for i in range(0, len(own), 16)]
+    return (call_items(conn, base)[:shared] if base is not None else []) + mine

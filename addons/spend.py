@@ -1,0 +1,233 @@
+"""Spend so far, where budgets can read it without blocking: the ledger in main.db and this
+session's own spend, reported by the recorder.
+
+Two halves, one per process:
+
+- `SessionSpend` lives in the recorder process. It adds up the cost of every `model_calls` row
+  the recorder builds, by UTC day, provider, model and host. After each handled batch it has a
+  report for mitmdump (a `spend {...}` line on the recorder's status pipe: this session's rows
+  and the flows whose cost is now counted); after each commit it replaces this session's rows of
+  the `spend` table in main.db, so that every other capsem on the machine counts a running
+  session in its day and month budgets. (The rollup recomputes the same rows from session.db
+  when the session ends: both write whole rows, never increments.)
+- `SpendView` lives in mitmdump. It keeps this session's rows from the reports, and the other
+  sessions' spend per budget, refreshed from main.db by a background thread every `interval`
+  seconds (never on the event loop). It also knows which model calls have ended but are not
+  counted yet (`ended`), so that a budget check can wait the few milliseconds it takes for their
+  cost to come back (`settled`) and a tool loop's next call sees the call before it.
+
+So a budget can be overshot by the calls in flight when it is crossed (they finish), plus, for
+day and month budgets, the calls other sessions make in the last `interval` + their commit
+interval.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+
+from addons.budgets import SpendRow, spent
+from addons.budgets import today as utc_today
+from addons.rows import ModelCall
+from capsem.rollup import SPEND_SQL
+from capsem.schema import connect
+from capsem.settings import Budget
+
+logger = logging.getLogger(__name__)
+
+Key = tuple[str, str, str, str]
+"""(day, provider, model, host)."""
+
+REFRESH_SECONDS = 0.2
+"""How often mitmdump re-reads the other sessions' spend from main.db."""
+SETTLE_SECONDS = 2.0
+"""How long a budget check waits at most for the cost of calls that have just ended."""
+WS_TURN = "#ws"
+"""Suffix of the key of a WebSocket's turns (`<flow key>#ws`, with the number of server messages
+the recorder has handled: a turn ended by the n-th one is counted once n is)."""
+
+
+class SessionSpend:
+    """This session's spend as the recorder builds its rows (recorder process, one thread)."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.totals: dict[Key, list[float]] = {}
+        """key -> [cost, calls]."""
+        self._done: dict[str, int] = {}
+        self._reported = self._saved = True
+        self._main: sqlite3.Connection | None = None
+
+    def load(self, conn: sqlite3.Connection) -> None:
+        """Start from the calls session.db already holds (a session id used again)."""
+        for day, provider, model, host, calls, cost in conn.execute(SPEND_SQL):
+            self.totals[(day, provider, model, host)] = [cost, calls]
+        self._saved = not self.totals
+
+    def add(self, row: ModelCall) -> None:
+        """Count a model call (its day is the UTC day it started, as in `model_calls.timestamp`)."""
+        key = (row.timestamp[:10], row.provider, row.model or "", row.host or "")
+        total = self.totals.setdefault(key, [0.0, 0])
+        total[0] += row.estimated_cost_usd or 0.0
+        total[1] += 1
+        self._reported = self._saved = False
+
+    def counted(self, flow_key: str, seq: int = 0) -> None:
+        """A flow's cost (if any) is counted, up to its `seq`-th server message for a WebSocket
+        (`<key>#ws`): the hooks may stop waiting for it."""
+        self._done[flow_key] = max(seq, self._done.get(flow_key, 0))
+        self._reported = False
+
+    def rows(self) -> list[SpendRow]:
+        return [(self.session_id, *key, total[0]) for key, total in self.totals.items()]
+
+    def report(self) -> str | None:
+        """The `spend` status line when something changed since the last one, else None."""
+        if self._reported:
+            return None
+        self._reported = True
+        done, self._done = [[key, seq] for key, seq in self._done.items()], {}
+        totals = [[*key, round(t[0], 12), t[1]] for key, t in self.totals.items()]
+        return "spend " + json.dumps({"done": done, "totals": totals}, separators=(",", ":"))
+
+    def save(self, main_db: Path) -> None:
+        """Replace this session's rows of main.db `spend` (when they changed); a failure is logged
+        and retried at the next commit."""
+        if self._saved:
+            return
+        try:
+            if self._main is None:
+                self._main = connect(main_db)
+            replace_rows(self._main, self.session_id, [(*k, t[1], t[0]) for k, t in self.totals.items()])
+            self._saved = True
+        except sqlite3.Error as exc:
+            self.close()
+            logger.warning("capsem: updating the spend ledger in %s failed (%s); retried at the next commit",
+                           main_db, exc)  # fmt: skip
+
+    def close(self) -> None:
+        if self._main is not None:
+            self._main.close()
+            self._main = None
+
+
+def replace_rows(main: sqlite3.Connection, session_id: str, rows: Sequence[tuple]) -> None:
+    """A session's `spend` rows, `(day, provider, model, host, calls, cost)`, replaced in one transaction."""
+    with main:
+        main.execute("BEGIN IMMEDIATE")
+        main.execute("DELETE FROM spend WHERE session_id = ?", (session_id,))
+        main.executemany("INSERT INTO spend VALUES (?, ?, ?, ?, ?, ?, ?)", [(session_id, *r) for r in rows])
+
+
+def ledger_rows(main: sqlite3.Connection, *, since: str, exclude: str | None = None) -> list[SpendRow]:
+    """The spend rows of every session from day `since` on (but session `exclude`)."""
+    return [
+        (r[0], r[1], r[2], r[3], r[4], r[5])
+        for r in main.execute(
+            "SELECT session_id, day, provider, model, host, estimated_cost FROM spend "
+            "WHERE day >= ? AND session_id != ?",
+            (since, exclude or ""),
+        )
+    ]
+
+
+class SpendView:
+    """mitmdump's view of the spend: this session's from the recorder, the others' from main.db."""
+
+    def __init__(self, budgets: Sequence[Budget], session_id: str, main_db: Path,
+                 interval: float = REFRESH_SECONDS) -> None:  # fmt: skip
+        self.budgets = tuple(budgets)
+        self.session_id = session_id
+        self.main_db = main_db
+        self.interval = interval
+        self.own: list[SpendRow] = []
+        """This session's rows, as last reported (replaced whole: safe to read from the event loop)."""
+        self.others: dict[str, float] = {}
+        """Budget name -> spend of the other sessions in its scope (day and month budgets)."""
+        self.others_day = ""
+        self._pending: dict[str, tuple[float, int]] = {}  # flow key -> (when it ended, seq); event loop only
+        self._done: deque[tuple[str, int]] = deque()  # reported counted (status thread -> event loop)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failed = False
+
+    # -- the other sessions (background thread) ------------------------------------------------
+
+    def start(self) -> None:
+        """Read main.db once now (so the first call sees it), then keep refreshing in the background."""
+        self.refresh()
+        if any(b.scope != "session" for b in self.budgets):
+            self._thread = threading.Thread(target=self._run, name="capsem-spend", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Recompute the other sessions' spend of each day and month budget from main.db."""
+        shared = [b for b in self.budgets if b.scope != "session"]
+        if not shared:
+            return
+        day = utc_today()
+        try:
+            main = connect(self.main_db, readonly=True)
+            try:
+                rows = ledger_rows(main, since=day[:7] + "-01", exclude=self.session_id)
+            finally:
+                main.close()
+        except sqlite3.Error as exc:
+            if not self._failed:
+                logger.warning("capsem: reading the spend ledger %s failed (%s); day and month budgets count "
+                               "this session only until it works", self.main_db, exc)  # fmt: skip
+            self._failed = True
+            return
+        self._failed = False
+        self.others = {b.name: spent(b, rows, day=day, session_id=None) for b in shared}
+        self.others_day = day
+
+    # -- this session (reports from the recorder) ----------------------------------------------
+
+    def on_report(self, text: str) -> None:
+        """A `spend` report's JSON (any thread)."""
+        data = json.loads(text)
+        self.own = [(self.session_id, d, p, m, h, float(c)) for d, p, m, h, c, _ in data["totals"]]
+        self._done.extend((key, seq) for key, seq in data["done"])
+
+    def ended(self, flow_key: str, seq: int = 0) -> None:
+        """A model call ended (a WebSocket turn: with its `seq`-th server message); its cost is on
+        its way (event loop)."""
+        self._pending[flow_key] = (time.monotonic(), seq)
+
+    def settled(self) -> bool:
+        """Whether every ended call is counted (those that waited longer than SETTLE_SECONDS are given up)."""
+        while self._done:
+            key, seq = self._done.popleft()
+            if key in self._pending and self._pending[key][1] <= seq:
+                del self._pending[key]
+        if self._pending:
+            oldest = time.monotonic() - SETTLE_SECONDS
+            for key in [k for k, (at, _) in self._pending.items() if at < oldest]:
+                del self._pending[key]
+        return not self._pending
+
+    def spent(self, budget: Budget) -> float:
+        """The budget's spend so far: this session's, plus the other sessions' for day and month."""
+        day = utc_today()
+        own = spent(budget, self.own, day=day, session_id=self.session_id)
+        if budget.scope == "session" or (budget.scope == "day" and self.others_day != day):
+            return own  # a new day began since the last refresh: the others have spent nothing yet
+        if budget.scope == "month" and self.others_day[:7] != day[:7]:
+            return own
+        return own + self.others.get(budget.name, 0.0)

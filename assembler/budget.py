@@ -1,0 +1,141 @@
+"""`capsem budget`: each configured budget's spend, limit and state, from main.db's spend ledger.
+
+The spend is what the addon checks before each model call: the estimated cost of the calls a
+budget matches, in its scope (a session; today or this month in UTC, across every session on
+this machine, running ones included).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import click
+
+from addons.budgets import SpendRow, spent, today, usd
+from assembler.cli_support import user_errors
+from assembler.sessiondb import MainDbMissing, open_main
+from capsem.paths import user_config_path
+from capsem.settings import Budget, load
+
+STATES = {"ok": "ok", "warned": "warn", "denied": "spent"}
+
+
+@dataclass(frozen=True)
+class BudgetState:
+    name: str
+    scope: str
+    period: str
+    """The day, month or session the spend is counted over."""
+    matches: str
+    """What the budget counts (`all` model calls, `model claude-opus-*`...)."""
+    spent_usd: float
+    limit_usd: float
+    warn_at: float | None
+    state: str
+    """`ok`, `warned` (at its warn fraction) or `denied` (spent: matching calls are refused)."""
+
+
+def _matches(budget: Budget) -> str:
+    parts = [f"{f} {getattr(budget, f)}" for f in ("provider", "model", "host") if getattr(budget, f)]
+    return ", ".join(parts) or "all"
+
+
+def _ledger(session_id: str | None, day: str) -> tuple[list[SpendRow], str | None]:
+    """This month's spend rows, and the session a session budget counts (given, else the newest)."""
+    try:
+        with open_main() as main:
+            if session_id is None:
+                row = main.execute("SELECT id FROM sessions ORDER BY status = 'running' DESC, created_at DESC "
+                                   "LIMIT 1").fetchone()  # fmt: skip
+                session_id = row[0] if row else None
+            rows = main.execute(
+                "SELECT session_id, day, provider, model, host, estimated_cost FROM spend "
+                "WHERE day >= ? OR session_id = ?",
+                (day[:7] + "-01", session_id or ""),
+            ).fetchall()
+    except MainDbMissing:
+        return [], session_id
+    except sqlite3.OperationalError as exc:
+        if "no such table" not in str(exc):
+            raise
+        return [], session_id  # a main.db no capsem with budgets has opened yet
+    return [tuple(r) for r in rows], session_id  # type: ignore[misc]
+
+
+def budget_states(
+    budgets: tuple[Budget, ...], *, session_id: str | None = None, now: float | None = None
+) -> list[BudgetState]:
+    """The state of each budget now (session budgets: in `session_id`, default the newest session)."""
+    day = today(now)
+    rows, session = _ledger(session_id, day)
+    out = []
+    for b in budgets:
+        amount = spent(b, rows, day=day, session_id=session)
+        state = "ok"
+        if amount >= b.limit_usd:
+            state = "denied"
+        elif b.warn_at is not None and amount >= b.warn_at * b.limit_usd:
+            state = "warned"
+        period = {"day": day, "month": day[:7], "session": session or "(no session)"}[b.scope]
+        out.append(BudgetState(b.name, b.scope, period, _matches(b), amount, b.limit_usd, b.warn_at, state))
+    return out
+
+
+@click.command("budget")
+@click.option("--session", "session_id", metavar="SESSION_ID",
+              help="The session whose spend session budgets show (default: the newest).")  # fmt: skip
+@click.option("--file", "user_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Your settings file (default: $CAPSEM_HOME/config.yaml).")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def budget(session_id, user_file, as_json) -> None:
+    """Show each budget's spend, limit and state.
+
+    Budgets are the `budgets:` of your config.yaml. Day and month budgets count every session on
+    this machine (UTC days); session budgets count one session. The spend is the estimated cost of
+    the calls a budget matches (unpriced models count nothing).
+
+    \b
+    Examples:
+        capsem budget
+        capsem budget --session 20261123-034856-4ea7
+        capsem budget --json
+    """
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    from assembler.cli_support import console
+
+    with user_errors():
+        settings = load(user_file)
+        states = budget_states(settings.budgets.entries, session_id=session_id)
+    if as_json:
+        click.echo(json.dumps([asdict(s) for s in states], indent=2))
+        return
+    if not states:
+        click.echo(f"no budgets configured (add a budgets: section to {user_file or user_config_path()}; "
+                   "see config/default.yaml)")  # fmt: skip
+        return
+    periods = {s.scope: s.period for s in states}
+    when = [f"{name} {periods[scope]}" for scope, name in (("day", "today"), ("month", "month"),
+                                                            ("session", "session")) if scope in periods]  # fmt: skip
+    out = console()
+    out.print(f"Spend so far ({', '.join(when)}; days and months in UTC):", highlight=False)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name, justify, wrap in (("budget", "left", True), ("scope", "left", False), ("counts", "left", True),
+                                ("spent", "right", False), ("limit", "right", False), ("used", "right", False),
+                                ("state", "left", False)):  # fmt: skip
+        table.add_column(name, justify=justify, overflow="fold", no_wrap=not wrap)  # type: ignore[arg-type]
+    for s in states:
+        share = s.spent_usd / s.limit_usd if s.limit_usd else float("inf")
+        style = {"denied": "bold red", "warned": "yellow"}.get(s.state, "")
+        state = STATES[s.state]
+        table.add_row(escape(s.name), s.scope, escape(s.matches), usd(s.spent_usd), usd(s.limit_usd),
+                      f"{share:.0%}" if share < 10 else ">999%", f"[{style}]{state}[/]" if style else state)  # fmt: skip
+    out.print(table)
+    if any(s.state != "ok" for s in states):
+        out.print("warn: calls go through and are recorded `warned`; spent: matching calls are refused (402)",
+                  highlight=False)  # fmt: skip

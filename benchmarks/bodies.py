@@ -1,0 +1,185 @@
+"""Storage of whole request bodies over a long conversation: linear, not quadratic.
+
+A scripted Claude Code-sized conversation (a ~30 KB system prompt, ~60 KB of tool definitions,
+~3 KB of new messages per turn, the whole history resent every turn with `cache_control` moved
+to the newest message, as Claude Code does) goes through the real recorder and writer
+(`Recorder` + `SessionWriter`, messages in). After every turn the session.db bytes that hold
+bodies are measured; beside them, the same bodies stored each as is (zstd-compressed whole):
+the quadratic line (compressed even). Then the time to read a call's body back (`addons.bodies.read_body`) in a
+session of `read_turns` turns, the last call (the longest) and one in the middle.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import zstandard
+
+from addons.bodies import read_body
+from addons.messages import FlowEnded, RequestHead, ResponseHead, Route
+from addons.recorder import Recorder
+from addons.writer import SessionWriter
+from capsem.redact import Scrubber
+from capsem.settings import defaults
+
+WORDS = [
+    "the",
+    "agent",
+    "reads",
+    "file",
+    "path",
+    "line",
+    "value",
+    "function",
+    "returns",
+    "error",
+    "test",
+    "module",
+    "import",
+    "class",
+    "config",
+    "option",
+    "request",
+    "response",
+    "token",
+    "cache",
+    "model",
+    "tool",
+    "call",
+    "result",
+    "patch",
+    "diff",
+    "branch",
+    "commit",
+    "review",
+    "docstring",
+    "parameter",
+    "argument",
+    "default",
+    "list",
+    "dict",
+    "string",
+    "integer",
+]
+
+
+def _text(rng: random.Random, size: int) -> str:
+    out: list[str] = []
+    length = 0
+    while length < size:
+        word = rng.choice(WORDS)
+        out.append(word)
+        length += len(word) + 1
+    return " ".join(out)[:size]
+
+
+def conversation(turns: int, *, seed: int = 7) -> list[bytes]:
+    """Request bodies of a Claude Code-like conversation, one per turn (whole history resent)."""
+    rng = random.Random(seed)
+    system = [{"type": "text", "text": _text(rng, 30_000)}]
+    schema = {"type": "object", "properties": {"path": {"type": "string"}}}
+    tools = [
+        {"name": f"tool_{i}", "description": _text(rng, 1500), "input_schema": schema} for i in range(40)
+    ]
+    messages: list[dict] = []
+    bodies = []
+    for turn in range(turns):
+        if turn:
+            call = {
+                "type": "tool_use",
+                "id": f"toolu_{turn:04d}",
+                "name": "tool_1",
+                "input": {"path": f"f{turn}.py"},
+            }
+            messages.append(
+                {"role": "assistant", "content": [{"type": "text", "text": _text(rng, 500)}, call]}
+            )
+            messages.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": f"toolu_{turn:04d}", "content": _text(rng, 2000)}]})  # fmt: skip
+        else:
+            messages.append({"role": "user", "content": [{"type": "text", "text": _text(rng, 2500)}]})
+        for message in messages:  # cache_control on the newest block only, as Claude Code does
+            for block in message["content"]:
+                block.pop("cache_control", None)
+        messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
+        body = {"model": "claude-sonnet-4-5", "max_tokens": 32000, "system": system, "tools": tools,
+                "messages": messages, "stream": False}  # fmt: skip
+        bodies.append(json.dumps(body).encode())
+    return bodies
+
+
+ANSWER = json.dumps({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                     "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+                     "usage": {"input_tokens": 10, "output_tokens": 2}}).encode()  # fmt: skip
+
+
+def _flow(n: int, body: bytes) -> FlowEnded:
+    now = time.time()
+    head = RequestHead(key=f"f{n}", conn=None, started=now, scheme="https", host="api.anthropic.com", port=443,
+                       method="POST", path="/v1/messages", query="", http_version="HTTP/1.1",
+                       headers=(("content-type", "application/json"),))  # fmt: skip
+    return FlowEnded(request=head, ended=now, route=Route("anthropic", "anthropic"), request_body=body,
+                     request_size=len(body), response=ResponseHead(200, (("content-type", "application/json"),), now),
+                     response_body=ANSWER, response_size=len(ANSWER))  # fmt: skip
+
+
+def _db_bytes(conn: sqlite3.Connection) -> int:
+    """The session.db's size in pages (WAL frames included: what the file holds once checkpointed)."""
+    return conn.execute("PRAGMA page_count").fetchone()[0] * conn.execute("PRAGMA page_size").fetchone()[0]
+
+
+def run_bodies(turns: int, read_turns: int, log: Callable[[str], None] = print) -> dict:
+    """Per-turn storage of `turns` turns, and read times in a session of `read_turns` turns."""
+    bodies = conversation(max(turns, read_turns))
+    zstd = zstandard.ZstdCompressor(level=3)
+    with tempfile.TemporaryDirectory(prefix="capsem-bench-bodies-") as tmp:
+        writer = SessionWriter(Path(tmp) / "session.db", Scrubber())
+        recorder = Recorder(writer, defaults().capture)
+        stored, naive, growth = [], [], []
+        naive_total = 0
+        started = time.perf_counter()
+        for n, body in enumerate(bodies[:read_turns]):
+            recorder.handle(_flow(n, body))
+            writer.commit()
+            if n < turns:
+                total = _db_bytes(writer.conn)
+                growth.append(total - (stored[-1] if stored else 0))
+                stored.append(total)
+                naive_total += len(zstd.compress(body))
+                naive.append(naive_total)
+        seconds = time.perf_counter() - started
+        distinct = sum(len(p) for p in _distinct(bodies[:turns]))
+        conn = writer.conn
+        last = conn.execute("SELECT MAX(id) FROM model_calls").fetchone()[0]
+        reads = {}
+        for label, call in (("last", last), ("middle", last // 2)):
+            times = []
+            for _ in range(5):
+                t = time.perf_counter()
+                data, _blob = read_body(conn, call)  # type: ignore[misc]
+                times.append(time.perf_counter() - t)
+            reads[label] = {"call": call, "ms": statistics.median(times) * 1000, "bytes": len(data)}
+        writer.close()
+        file_bytes = (Path(tmp) / "session.db").stat().st_size
+    result = {
+        "turns": turns, "read_turns": read_turns, "stored": stored, "naive": naive, "growth": growth,
+        "first_body": len(bodies[0]), "last_body": len(bodies[turns - 1]), "distinct_raw": distinct,
+        "reads": reads, "file_bytes": file_bytes, "seconds": seconds,
+    }  # fmt: skip
+    log(f"  bodies: {turns} turns: session.db {stored[-1] / 2**20:.2f} MiB, {stored[-1] / distinct:.2f}x the "
+        f"distinct content (bodies as is: {naive[-1] / 2**20:.1f} MiB); read last call {reads['last']['ms']:.1f} ms "
+        f"of {read_turns}")  # fmt: skip
+    return result
+
+
+def _distinct(bodies: list[bytes]) -> set[bytes]:
+    from addons.bodies import pieces
+
+    return {p for body in bodies for p in pieces(body)}

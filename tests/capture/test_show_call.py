@@ -1,0 +1,49 @@
+"""`capsem show-call` and inspect-session's input summary on a session recorded by the addon in-process."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+from mitmproxy import http
+from mitmproxy.test import taddons, tflow, tutils
+
+from addons.capture import Capsem
+from assembler.cli import cli
+from tests.capture.test_breakdown import SYSTEM, TOOLS, answer
+
+REQUEST = {"model": "claude-sonnet-4-5", "max_tokens": 100, "system": SYSTEM, "tools": TOOLS,
+           "messages": [{"role": "user", "content": "fix the parser"}]}  # fmt: skip
+
+
+def record_one_call(reply: bytes) -> None:
+    addon = Capsem(in_process=True)
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon)
+        addon.running()
+        headers = http.Headers(content_type="application/json")
+        req = tutils.treq(host="api.anthropic.com", port=443, scheme="https", method=b"POST", path=b"/v1/messages",
+                          content=json.dumps(REQUEST).encode(), headers=headers)  # fmt: skip
+        resp = tutils.tresp(headers=http.Headers(content_type="application/json"), content=reply)
+        flow = tflow.tflow(req=req, resp=resp)
+        for hook in (addon.requestheaders, addon.request, addon.responseheaders, addon.response):
+            hook(flow)
+        addon.done()
+
+
+def test_show_call_readable_raw_and_errors(capsem_home):
+    reply = answer(900, 400, tool=False)
+    record_one_call(reply)
+    runner = CliRunner()
+    raw = runner.invoke(cli, ["show-call", "1", "--response", "--raw"], catch_exceptions=False)
+    assert raw.exit_code == 0 and raw.stdout_bytes == reply
+    shown = runner.invoke(cli, ["show-call", "1"], catch_exceptions=False, env={"COLUMNS": "80"})
+    assert shown.exit_code == 0
+    assert "input tokens by source (estimated, scaled to the reported 900)" in shown.output
+    assert "tool definitions" in shown.output and '"max_tokens": 100' in shown.output
+    assert "── response" in shown.output and max(len(line) for line in shown.output.splitlines()[:8]) <= 80
+    missing = runner.invoke(cli, ["show-call", "99"])
+    assert missing.exit_code == 1 and "has no model call 99" in missing.output
+    assert runner.invoke(cli, ["show-call", "1", "--raw"]).exit_code == 2  # --raw needs one body
+    inspected = runner.invoke(cli, ["inspect-session"], catch_exceptions=False, env={"COLUMNS": "200"})
+    assert "of this session's input cost" in inspected.output and "Input by source" in inspected.output
