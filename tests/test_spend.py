@@ -171,7 +171,7 @@ def test_the_migration_fills_the_ledger_from_sessions_rolled_up_before_it(tmp_pa
     migrate(conn, MAIN_MIGRATIONS[:2])
     conn.execute("INSERT INTO sessions (id, created_at) VALUES ('old', '2026-11-02T10:00:00.000Z')")
     conn.execute("INSERT INTO ai_usage VALUES ('old', 'anthropic', 'claude-opus-4-1', 3, 10, 20, 1.25, 900)")
-    assert migrate(conn, MAIN_MIGRATIONS)[0] == "m003_spend"
+    assert migrate(conn, MAIN_MIGRATIONS)[0] == "m003_spend"  # and the ones added after it
     assert conn.execute("SELECT * FROM spend").fetchall() == [
         ("old", "2026-11-02", "anthropic", "claude-opus-4-1", "", 3, 1.25)
     ]
