@@ -206,8 +206,9 @@ class DatasetteServer:
         except KeyboardInterrupt:
             pass
 
-    def stop(self, timeout: float = 15.0) -> None:
-        """Stop Datasette (SIGTERM, then kill if it hangs)."""
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop Datasette (SIGTERM, then kill if it hangs: it keeps nothing to save, and uvicorn's
+        graceful shutdown may wait on a client's open connection)."""
         if self.process.poll() is None:
             self.process.terminate()
             try:
