@@ -274,15 +274,16 @@ def start_datasette(
 
 @contextmanager
 def stop_on_signals() -> Iterator[None]:
-    """Inside the block, SIGTERM and SIGHUP interrupt the main thread as Ctrl-C does
-    (KeyboardInterrupt), so the servers it started are stopped on the way out."""
+    """Inside the block, SIGINT, SIGTERM and SIGHUP interrupt the main thread as Ctrl-C does
+    (KeyboardInterrupt), so the servers it started are stopped on the way out. (SIGINT too: a
+    process started in the background by a shell without job control inherits it ignored.)"""
 
     def interrupt(signum: int, _frame: object) -> None:
         for sig in previous:  # once: a second signal must not cut the clean-up short
             signal.signal(sig, signal.SIG_IGN)
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
