@@ -6,9 +6,10 @@ immutable mode, since a bundle is a finished artifact, and its output goes to a 
 an unread pipe. `--port 0` lets the OS pick a port; the real one is read from uvicorn's
 "Uvicorn running on" line.
 
-Whoever starts Datasette stops it: `start_datasette` kills it if interrupted while waiting for
+Whoever starts Datasette stops it: `start_datasette` stops it if interrupted while waiting for
 it, `DatasetteServer` is a context manager, and under `stop_on_signals` a SIGTERM or SIGHUP
-interrupts like Ctrl-C, so stopping `capsem bundle serve` by its pid stops Datasette too.
+interrupts like Ctrl-C and every Datasette started inside is stopped on the way out, so stopping
+`capsem bundle serve` by its pid stops Datasette too, at any moment.
 """
 
 from __future__ import annotations
@@ -209,13 +210,7 @@ class DatasetteServer:
     def stop(self, timeout: float = 5.0) -> None:
         """Stop Datasette (SIGTERM, then kill if it hangs: it keeps nothing to save, and uvicorn's
         graceful shutdown may wait on a client's open connection)."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        _stop(self.process, timeout)
         self._cleanup()
 
     def _cleanup(self) -> None:
@@ -250,11 +245,14 @@ def start_datasette(
     log_path = Path(workdir.name) / "datasette.log"
     cmd = [sys.executable, "-m", "datasette", "serve", "-i", str(bundle), "--host", host, "--port", str(port),
            "--metadata", str(meta_path), "--setting", "sql_time_limit_ms", "5000"]  # fmt: skip
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
-    deadline = time.monotonic() + timeout
+    process: subprocess.Popen[bytes] | None = None
     try:
+        with log_path.open("wb") as log, _signals_held():  # a stop signal inside Popen would orphan the child
+            process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+            if _started is not None:
+                _started.append(process)
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             match = _RUNNING.search(log_path.read_text(errors="replace"))
             if match:
@@ -265,30 +263,68 @@ def start_datasette(
         text = log_path.read_text(errors="replace")[-3000:]
         raise BundleError(f"Datasette did not start on {host}:{port} (exit {process.poll()}):\n{text}")
     except BaseException:  # did not start, or interrupted while starting: leave nothing behind
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        if process is not None:
+            _stop(process, timeout=0)
         workdir.cleanup()
         raise
+
+
+def _stop(process: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM, then SIGKILL after `timeout` seconds (Datasette keeps nothing to save)."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+_held: list[int] | None = None  # signals `stop_on_signals` received inside `_signals_held`
+_started: list[subprocess.Popen[bytes]] | None = None  # Datasettes started under `stop_on_signals`
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Inside, a signal under `stop_on_signals` is held, and raised when the block ends."""
+    global _held
+    outer, _held = _held, []
+    try:
+        yield
+    finally:
+        held, _held = _held, outer
+    if held:
+        raise KeyboardInterrupt(signal.Signals(held[0]).name)
 
 
 @contextmanager
 def stop_on_signals() -> Iterator[None]:
     """Inside the block, SIGINT, SIGTERM and SIGHUP interrupt the main thread as Ctrl-C does
-    (KeyboardInterrupt), so the servers it started are stopped on the way out. (SIGINT too: a
-    process started in the background by a shell without job control inherits it ignored.)"""
+    (KeyboardInterrupt), and every Datasette started inside is stopped on the way out, wherever
+    the signal landed. (SIGINT too: a process started in the background by a shell without job
+    control inherits it ignored.)"""
+    global _started
 
     def interrupt(signum: int, _frame: object) -> None:
+        if _held is not None:
+            _held.append(signum)
+            return
         for sig in previous:  # once: a second signal must not cut the clean-up short
             signal.signal(sig, signal.SIG_IGN)
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
+    outer, _started = _started, []
     previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        try:
+            for process in _started:
+                _stop(process, timeout=5.0)
+        finally:
+            _started = outer
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def open_in_browser(url: str) -> None:
