@@ -37,6 +37,7 @@ from addons.rows import (
 )
 from addons.traces import TraceTracker
 from capsem.ids import rfc3339
+from capsem.packed import Packed
 from capsem.redact import Scrubber, headers_json, redact_query
 from capsem.settings import CaptureSettings
 from pricing.estimate import ESTIMATOR, count_tokens
@@ -251,7 +252,7 @@ def item_rows(
         if entry.hash not in conversations.stored:
             conversations.stored.add(entry.hash)
             rows.append(ItemContent(entry.hash, entry.kind, len(entry.content.encode("utf-8", "surrogatepass")),
-                                    entry.content))  # fmt: skip
+                                    Packed(entry.content)))  # fmt: skip
     new = 0
     for direction, entries in (("input", inputs), ("output", outputs)):
         for index, entry in enumerate(entries):

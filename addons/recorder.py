@@ -87,7 +87,7 @@ class Recorder:
         )
         self.bodies = BodyStore(writer.scrubber, self.ids, known_pieces(writer.conn))
         self.conversations = Conversations()
-        self.conversations.stored = {r[0] for r in writer.conn.execute("SELECT hash FROM item_contents")}
+        self.conversations.stored = {r[0] for r in writer.conn.execute("SELECT hash FROM item_data")}
         self.readers: dict[str, _Reader] = {}
         self.sockets: dict[str, _Socket] = {}
 

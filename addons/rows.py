@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
+from capsem.packed import Packed
+
 
 def new_event_id() -> str:
     """12 lowercase hex characters (48 random bits), Capsem's `event_id` format."""
@@ -280,11 +282,12 @@ class BodyBlob:
 class ItemContent:
     """The content of a conversation item, stored once per session (see addons/items.py)."""
 
-    TABLE: ClassVar[str] = "item_contents"
+    TABLE: ClassVar[str] = "item_data"
     hash: str
     kind: str
     size: int
-    content: str
+    data: Packed
+    """The normalized JSON, stored zstd-compressed (read it as text from the `item_contents` view)."""
 
 
 @dataclass(slots=True)

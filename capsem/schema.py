@@ -15,6 +15,8 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+from capsem.packed import register as register_packed
+
 Migration = Callable[[sqlite3.Connection], None]
 
 SESSION_TABLES = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls", "fs_events")
@@ -500,6 +502,36 @@ def _session_substitutions(conn: sqlite3.Connection) -> None:
 SESSION_MIGRATIONS.append(("m010_substitution_events", _session_substitutions))
 
 
+def _session_item_data(conn: sqlite3.Connection) -> None:
+    """Item contents zstd-compressed (`item_data`), read as text through the `item_contents` view
+    (`unzstd(data)`, see capsem/packed.py): plain JSON items were the largest part of a session."""
+    from capsem.packed import pack
+
+    _run_script(
+        conn,
+        """
+        CREATE TABLE item_data (
+            hash TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            data BLOB NOT NULL
+        )
+        """,
+    )
+    rows = conn.execute("SELECT hash, kind, size, content FROM item_contents")
+    conn.executemany("INSERT INTO item_data VALUES (?, ?, ?, ?)", ((h, k, n, pack(c)) for h, k, n, c in rows))
+    _run_script(
+        conn,
+        """
+        DROP TABLE item_contents;
+        CREATE VIEW item_contents AS SELECT hash, kind, size, unzstd(data) AS content FROM item_data
+        """,
+    )
+
+
+SESSION_MIGRATIONS.append(("m011_item_data", _session_item_data))
+
+
 def _main_v1(conn: sqlite3.Connection) -> None:
     _run_script(
         conn,
@@ -693,6 +725,7 @@ def connect(path: Path, *, readonly: bool = False, timeout: float = 5.0) -> sqli
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+    register_packed(conn)
     conn.row_factory = sqlite3.Row
     return conn
 
