@@ -17,8 +17,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from capsem.packed import Packed
-
 
 def new_event_id() -> str:
     """12 lowercase hex characters (48 random bits), Capsem's `event_id` format."""
@@ -245,9 +243,22 @@ class BodyChunk:
     hash: bytes
     """The first 16 bytes of the SHA-256 of the piece as it crossed the proxy (decoded)."""
     size: int
-    """Bytes of the piece as stored (after scrubbing), before compression."""
+    """Bytes of the piece as stored (after scrubbing)."""
+    frame: int
+    """The `content_frames` row that holds it."""
+    start: int
+    """Where it starts in its frame (decompressed)."""
+
+
+@dataclass(slots=True)
+class ContentFrame:
+    """What one call added to the session (new items, new body pieces), zstd-compressed together."""
+
+    TABLE: ClassVar[str] = "content_frames"
+    id: int
+    size: int
+    """Bytes before compression."""
     data: bytes
-    """The stored piece, zstd-compressed."""
 
 
 @dataclass(slots=True)
@@ -286,8 +297,9 @@ class ItemContent:
     hash: str
     kind: str
     size: int
-    data: Packed
-    """The normalized JSON, stored zstd-compressed (read it as text from the `item_contents` view)."""
+    """Bytes of the normalized JSON as stored (after scrubbing); read it from the `item_contents` view."""
+    frame: int
+    start: int
 
 
 @dataclass(slots=True)
@@ -351,6 +363,7 @@ Row = (
     | McpCall
     | FsEvent
     | BodyChunk
+    | ContentFrame
     | BodyBlob
     | ItemContent
     | ModelItem
@@ -358,7 +371,15 @@ Row = (
     | InputPart
     | SubstitutionEvent
 )
-LINKED_TABLES = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls", "event_body_blobs")
+LINKED_TABLES = (
+    "net_events",
+    "model_calls",
+    "tool_calls",
+    "tool_responses",
+    "mcp_calls",
+    "event_body_blobs",
+    "content_frames",
+)
 """Tables whose ids are minted by `IdMinter` (the others get SQLite's own)."""
 
 

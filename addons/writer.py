@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from addons.rows import LINKED_TABLES, Row, new_event_id
-from capsem.packed import Packed, pack
 from capsem.redact import Scrubber
 from capsem.schema import open_session_db
 
@@ -33,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 # Insert order inside one commit: a trigger on mcp_calls points tool_calls at it, so tool calls go first.
 _ORDER = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls", "fs_events",
-          "proc_samples", "proc_anomalies", "body_chunks", "event_body_blobs", "item_data", "model_items",
+          "proc_samples", "proc_anomalies", "content_frames", "body_chunks", "event_body_blobs", "item_data", "model_items",
           "model_item_lists", "input_breakdown", "substitution_events")  # fmt: skip
 
 
@@ -170,16 +169,12 @@ class SessionWriter:
         try:
             self.conn.execute("BEGIN IMMEDIATE")
             scrub = self._scrub  # at commit, not when queued: secrets learned meanwhile count too
-
-            def _stored(value: Any) -> Any:
-                kind = type(value)
-                if kind is str:
-                    return scrub(value)
-                return pack(scrub(value)) if kind is Packed else value
-
             for table in tables:
                 if table.rows:
-                    self.conn.executemany(table.sql, [tuple(map(_stored, row)) for row in table.rows])
+                    self.conn.executemany(
+                        table.sql,
+                        [tuple(scrub(v) if type(v) is str else v for v in row) for row in table.rows],
+                    )
             if self._meta:
                 scrub = self.scrubber.scrub
                 self.conn.executemany(

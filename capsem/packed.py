@@ -1,39 +1,35 @@
-"""Text kept zstd-compressed in SQLite and read back in SQL as text: `unzstd(data)`.
+"""zstd-compressed content read back in SQL: `unzstd(data)` and `unzstd(data, start, size)`.
 
-The writer stores a `Packed` value scrubbed, then compressed, at commit (like every other text it
-writes). Every connection capsem opens (`capsem.schema.connect`) has the `unzstd` SQL function,
-so views such as `item_contents` read as plain text in `capsem query-session`, the bundle and the
-view; a bare `sqlite3` shell shows the compressed `item_data` table and says `no such function:
-unzstd` for the view.
+Every connection capsem opens (`capsem.schema.connect`) has the `unzstd` SQL function, so views
+such as `item_contents` (a slice of a compressed `content_frames` row, see addons/bodies.py) read
+as plain text in `capsem query-session`, the bundle and the view. A bare `sqlite3` shell shows the
+tables and says `no such function: unzstd` for the views.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from functools import lru_cache
 
 import zstandard
 
-LEVEL = 3
+
+@lru_cache(maxsize=16)
+def _decompressed(data: bytes) -> bytes:
+    """A frame decompressed (the last few kept: the items of one call share a frame)."""
+    return zstandard.ZstdDecompressor().decompress(data)
 
 
-class Packed(str):
-    """A text column value that the writer stores zstd-compressed (scrubbed first)."""
-
-    __slots__ = ()
-
-
-def pack(text: str) -> bytes:
-    """`text` as UTF-8, zstd-compressed (lone surrogates kept, as the body store keeps them)."""
-    return zstandard.compress(text.encode("utf-8", "surrogatepass"), LEVEL)
-
-
-def unpack(data: bytes | None) -> str | None:
-    """The text `pack` stored (the `unzstd` SQL function): NULL stays NULL, undecodable bytes are replaced."""
+def unzstd(data: bytes | None, start: int | None = None, size: int | None = None) -> str | None:
+    """The text of a zstd frame, or of `size` bytes of it from `start`; NULL stays NULL."""
     if data is None:
         return None
-    return zstandard.decompress(data).decode("utf-8", "replace")
+    whole = _decompressed(bytes(data))
+    part = whole if start is None else whole[start : start + (size if size is not None else len(whole))]
+    return part.decode("utf-8", "replace")
 
 
 def register(conn: sqlite3.Connection) -> None:
-    """Give `conn` the `unzstd(data)` SQL function."""
-    conn.create_function("unzstd", 1, unpack, deterministic=True)
+    """Give `conn` the `unzstd` SQL function (one and three arguments)."""
+    conn.create_function("unzstd", 1, unzstd, deterministic=True)
+    conn.create_function("unzstd", 3, unzstd, deterministic=True)

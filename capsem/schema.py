@@ -502,34 +502,62 @@ def _session_substitutions(conn: sqlite3.Connection) -> None:
 SESSION_MIGRATIONS.append(("m010_substitution_events", _session_substitutions))
 
 
-def _session_item_data(conn: sqlite3.Connection) -> None:
-    """Item contents zstd-compressed (`item_data`), read as text through the `item_contents` view
-    (`unzstd(data)`, see capsem/packed.py): plain JSON items were the largest part of a session."""
-    from capsem.packed import pack
+def _session_content_frames(conn: sqlite3.Connection) -> None:
+    """What a call adds (new item contents, new body pieces) compressed together as one zstd frame
+    (`content_frames`); pieces (`body_chunks`) and items (`item_data`) name their frame, start and
+    size; `item_contents` becomes a view reading items as text (`unzstd`, see capsem/packed.py).
+    Existing pieces and items become one frame each. See addons/bodies.py."""
+    import zstandard
 
     _run_script(
         conn,
         """
+        CREATE TABLE content_frames (
+            id INTEGER PRIMARY KEY,
+            size INTEGER NOT NULL,
+            data BLOB NOT NULL
+        );
+        ALTER TABLE body_chunks RENAME TO _m011_body_chunks;
+        CREATE TABLE body_chunks (
+            hash BLOB PRIMARY KEY,
+            size INTEGER NOT NULL,
+            frame INTEGER NOT NULL,
+            start INTEGER NOT NULL DEFAULT 0
+        ) WITHOUT ROWID;
         CREATE TABLE item_data (
             hash TEXT PRIMARY KEY,
             kind TEXT NOT NULL,
             size INTEGER NOT NULL,
-            data BLOB NOT NULL
-        )
+            frame INTEGER NOT NULL,
+            start INTEGER NOT NULL DEFAULT 0
+        ) WITHOUT ROWID
         """,
     )
-    rows = conn.execute("SELECT hash, kind, size, content FROM item_contents")
-    conn.executemany("INSERT INTO item_data VALUES (?, ?, ?, ?)", ((h, k, n, pack(c)) for h, k, n, c in rows))
+    frame = 0
+    for key, size, data in conn.execute("SELECT hash, size, data FROM _m011_body_chunks").fetchall():
+        frame += 1
+        conn.execute("INSERT INTO content_frames VALUES (?, ?, ?)", (frame, size, data))
+        conn.execute("INSERT INTO body_chunks VALUES (?, ?, ?, 0)", (key, size, frame))
+    for key, kind, content in conn.execute("SELECT hash, kind, content FROM item_contents").fetchall():
+        frame += 1
+        data = content.encode("utf-8", "surrogatepass")
+        conn.execute(
+            "INSERT INTO content_frames VALUES (?, ?, ?)", (frame, len(data), zstandard.compress(data, 3))
+        )
+        conn.execute("INSERT INTO item_data VALUES (?, ?, ?, ?, 0)", (key, kind, len(data), frame))
     _run_script(
         conn,
         """
+        DROP TABLE _m011_body_chunks;
         DROP TABLE item_contents;
-        CREATE VIEW item_contents AS SELECT hash, kind, size, unzstd(data) AS content FROM item_data
+        CREATE VIEW item_contents AS
+            SELECT d.hash, d.kind, d.size, unzstd(f.data, d.start, d.size) AS content
+            FROM item_data d JOIN content_frames f ON f.id = d.frame
         """,
     )
 
 
-SESSION_MIGRATIONS.append(("m011_item_data", _session_item_data))
+SESSION_MIGRATIONS.append(("m011_content_frames", _session_content_frames))
 
 
 def _main_v1(conn: sqlite3.Connection) -> None:
