@@ -20,6 +20,9 @@ def capsem_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("NO_PROXY", "")
+    # wide enough that temporary paths (longer under pytest-xdist) do not wrap the lines tests look
+    # for; the tests of narrow terminals set their own width
+    monkeypatch.setenv("COLUMNS", "160")
     return home
 
 
