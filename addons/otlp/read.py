@@ -81,7 +81,7 @@ def step(conn: sqlite3.Connection, session_id: str, mark: Mark, *, finished: boo
                               "ORDER BY timestamp DESC LIMIT 1", (call["timestamp"],)).fetchone()  # fmt: skip
         call["has_turn"] = before is not None
         call["turn_key"] = (
-            turn_key(dict(zip(("turn_id", "trace_id", "event_id"), before))) if before else None
+            turn_key(dict(zip(("turn_id", "trace_id", "event_id"), before, strict=True))) if before else None
         )
     wanted = {c["parent_tool_call_id"] for c in rows.calls if c.get("parent_tool_call_id")}
     wanted |= {t["asked_parent"] for t in rows.tools if t.get("asked_parent")}

@@ -32,7 +32,7 @@ class Target:
 
     endpoint: str
     headers: Mapping[str, str] = field(default_factory=dict)
-    options: Options = Options()
+    options: Options = field(default_factory=Options)
 
     def __repr__(self) -> str:  # headers may hold credentials
         return f"Target(endpoint={self.endpoint!r}, options={self.options!r})"
