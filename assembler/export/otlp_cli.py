@@ -34,8 +34,10 @@ class Outcome:
     type=click.Choice(["latest", "compat"]),
     help="Attribute names (default: export.otlp.profile).",
 )
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True, metavar="SECONDS",
+              help="How long one request may take, retries of a refused connection included.")  # fmt: skip
 def otlp(session_id: str | None, since: str | None, endpoint: str | None, content: bool | None,
-         profile: str | None) -> None:  # fmt: skip
+         profile: str | None, timeout: float) -> None:  # fmt: skip
     """Send sessions to an OpenTelemetry backend as GenAI spans (OTLP/HTTP).
 
     Without SESSION_ID, every finished session (of --since on) is sent from its watermark in
@@ -66,7 +68,7 @@ def otlp(session_id: str | None, since: str | None, endpoint: str | None, conten
             settings.otlp_content if content is None else content, profile or settings.otlp_profile
         )
         target = Target(url, dict(settings.otlp_headers), options)
-        outcomes = backfill(target, session_id, since)
+        outcomes = backfill(target, session_id, since, timeout)
     for o in outcomes:
         click.echo(f"{o.session_id}  {o.state}" + (f"  {counted(o.spans, 'span')}" if o.spans else ""))
     sent = sum(o.spans for o in outcomes)
@@ -78,7 +80,7 @@ def otlp(session_id: str | None, since: str | None, endpoint: str | None, conten
         )
 
 
-def backfill(target, session_id: str | None, since: str | None) -> list[Outcome]:
+def backfill(target, session_id: str | None, since: str | None, timeout: float = 10.0) -> list[Outcome]:
     """Send each chosen session from its watermark; the first failure of the endpoint stops."""
     from addons.otlp.send import export_session, exporter
     from assembler.sessiondb import db_file, open_main, open_session, resolve
@@ -96,7 +98,7 @@ def backfill(target, session_id: str | None, since: str | None) -> list[Outcome]
                 "SELECT id, status FROM sessions WHERE created_at >= ? ORDER BY created_at", (since or "",)
             ).fetchall()
     outcomes: list[Outcome] = []
-    send = exporter(target, 10.0)
+    send = exporter(target, timeout)
     writer = open_main_db(main_db_path())
     try:
         with _stderr_progress() as progress:
