@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
-import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
@@ -22,13 +19,12 @@ import httpx
 import pytest
 import yaml
 
+from tests import backends
 from tests.cli.conftest import run
 from tests.conftest import only_session, rows
 from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, TOOLS_A, http_client
 from tests.e2e.test_mcp import free_port, serve, session_calls
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-PHOENIX = ROOT / ".tools" / "phoenix" / "bin" / "phoenix"
 NEEDLE = "OTLPSECRET"
 SECRET = f"sk-ant-api03-{NEEDLE}planted00000000000000"
 TASK = {"name": "Task", "description": "Start a subagent",
@@ -41,42 +37,12 @@ MCP_TOOL = {"name": "mcp__files__read_note", "description": "Read a note (MCP)",
 
 
 @pytest.fixture(scope="module")
-def phoenix(tmp_path_factory) -> Iterator[str]:
-    """Phoenix on a loopback port, its data in a temporary SQLite, telemetry and external
-    resources off, any outbound HTTP sent to a closed local port."""
-    if not PHOENIX.exists():
-        pytest.fail(f"Arize Phoenix is not installed at {PHOENIX.parent.parent}: run `make test-backends`",
+def phoenix() -> str:
+    """The run's Phoenix server (started early by tests/conftest.py)."""
+    if not backends.PHOENIX.exists():
+        pytest.fail(f"Arize Phoenix is not installed at {backends.PHOENIX.parent.parent}: run `make test-backends`",
                     pytrace=False)  # fmt: skip
-    work = tmp_path_factory.mktemp("phoenix")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PHOENIX_", "OTEL_"))}
-    env.update(PHOENIX_WORKING_DIR=str(work), PHOENIX_PORT=str(port), PHOENIX_HOST="127.0.0.1",
-               PHOENIX_GRPC_PORT=str(free_port()), PHOENIX_TELEMETRY_ENABLED="false",
-               PHOENIX_ALLOW_EXTERNAL_RESOURCES="false", HTTP_PROXY="http://127.0.0.1:9",
-               HTTPS_PROXY="http://127.0.0.1:9", NO_PROXY="127.0.0.1,localhost")  # fmt: skip
-    with (work / "phoenix.log").open("wb") as log:
-        process = subprocess.Popen([str(PHOENIX), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, (work / "phoenix.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "Phoenix did not start in 120 s"
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    return backends.phoenix().wait()
 
 
 class Gate:
@@ -116,7 +82,11 @@ class Gate:
                 client, _ = server.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(("127.0.0.1", self.target))
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                client.close()
+                continue
             self.open += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
