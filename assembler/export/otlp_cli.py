@@ -76,7 +76,8 @@ def otlp(session_id: str | None, since: str | None, endpoint: str | None, conten
     click.echo(f"{counted(sent, 'span')} sent to {url} from {counted(len(outcomes), 'session')}")
     if failed:
         raise click.ClickException(
-            f"{counted(len(failed), 'session')} could not be sent (is {url} up?); run this again to send the rest"
+            f"{counted(len(failed), 'session')} could not be sent: {url} refused the spans or could not be "
+            "reached; run this again to send the rest"
         )
 
 
