@@ -79,7 +79,10 @@ def phoenix() -> Phoenix:
 
 
 def start_early(nodeids: list[str]) -> None:
-    """Start Phoenix in the background when a selected test uses it (and it is installed)."""
+    """Start Phoenix in the background when a selected test uses it (and it is installed). Not in an
+    xdist worker: every worker collects every test, and the one that runs it starts Phoenix on use."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     if PHOENIX.exists() and any(n.startswith(USES_PHOENIX) for n in nodeids):
         phoenix()
 
