@@ -62,7 +62,7 @@ class Backend:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
     def down(self) -> None:
         if self.server is not None:

@@ -54,7 +54,7 @@ class Receiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
     @property
     def spans(self) -> list[dict]:
@@ -151,7 +151,7 @@ def test_watermark_sends_each_span_once_across_failures(session, receiver, tmp_p
     main = open_main_db(tmp_path / "main.db")
     conn = connect(session, readonly=True)
     target = Target(receiver.url, {"authorization": "Bearer t0ken"})
-    send = exporter(target, 2.0)
+    send = exporter(target, 0.5)
     receiver.status = 503  # the backend refuses: nothing moves
     with caplog.at_level(logging.ERROR):
         sent = export_session(conn, main, SID, target, send, finished=False)
@@ -191,7 +191,7 @@ def test_live_export_sends_on_wake_and_leaves_the_rest_when_the_backend_is_down(
     for _ in range(100):  # wake-ups never block nor pile up
         again.wake()
     assert again.wakes.qsize() <= 1
-    again.close(timeout=1)
+    again.close(timeout=0.3)
     assert not again.done and again.sent == 0
 
 
