@@ -119,9 +119,9 @@ def test_spans_form_a_tree_per_turn_with_the_subagent_under_its_task(session):
         chats[4].parent.span_id != first_turn.context.span_id
         and chats[4].context.trace_id != task.context.trace_id
     )
-    assert (
-        task.start_time == chats[0].end_time and task.end_time == chats[3].start_time
-    )  # inferred from the calls
+    # inferred from the calls: from the end of the one that asked to the start of the one that answered
+    # (the harness's calls are 20 ms long and may overlap: an end before the start is clamped)
+    assert task.start_time == chats[0].end_time and task.end_time == max(task.start_time, chats[3].start_time)
     assert all(s.attributes["gen_ai.conversation.id"] == SID for s in spans)
 
 
