@@ -83,8 +83,8 @@ def otlp(session_id: str | None, since: str | None, endpoint: str | None, conten
 
 def backfill(target, session_id: str | None, since: str | None, timeout: float = 10.0) -> list[Outcome]:
     """Send each chosen session from its watermark; the first failure of the endpoint stops."""
-    from addons.otlp.send import export_session, exporter
-    from assembler.sessiondb import db_file, open_main, open_session, resolve
+    from addons.otlp.send import exporter
+    from assembler.sessiondb import open_main, resolve
     from capsem.paths import main_db_path
     from capsem.schema import open_main_db
 
@@ -104,21 +104,34 @@ def backfill(target, session_id: str | None, since: str | None, timeout: float =
     try:
         with _stderr_progress() as progress:
             task = progress.add_task("sending spans", total=len(chosen))
+            total = 0
+
+            def spans_sent(n: int) -> None:  # a long session moves the line too, not only the bar
+                nonlocal total
+                total += n
+                progress.update(task, description=f"sending spans ({total:,} sent)")
+
             for sid, status in chosen:
+                outcome = _one(sid, status, target, send, writer, spans_sent)
+                outcomes.append(outcome)
                 progress.advance(task)
-                if status == "running":
-                    outcomes.append(Outcome(sid, 0, "skipped (running: its live export sends it)"))
-                    continue
-                if db_file(sid) is None:
-                    outcomes.append(Outcome(sid, 0, "skipped (no session.db)"))
-                    continue
-                with open_session(sid) as session:
-                    sent = export_session(session, writer, sid, target, send, finished=True)
-                state = "failed" if sent.failed else "sent" if sent.spans else "up to date"
-                outcomes.append(Outcome(sid, sent.spans, state))
-                if sent.failed:
+                if outcome.state == "failed":
                     break
     finally:
         send.shutdown()
         writer.close()
     return outcomes
+
+
+def _one(sid: str, status: str, target, send, writer, progress) -> Outcome:
+    """Send one session from its watermark (a running one is its recorder's)."""
+    from addons.otlp.send import export_session
+    from assembler.sessiondb import db_file, open_session
+
+    if status == "running":
+        return Outcome(sid, 0, "skipped (running: its live export sends it)")
+    if db_file(sid) is None:
+        return Outcome(sid, 0, "skipped (no session.db)")
+    with open_session(sid) as session:
+        sent = export_session(session, writer, sid, target, send, finished=True, progress=progress)
+    return Outcome(sid, sent.spans, "failed" if sent.failed else "sent" if sent.spans else "up to date")
