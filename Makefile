@@ -14,7 +14,7 @@ unexport PYTHONDONTWRITEBYTECODE
 RUN := $(UV) run --frozen --python $(PYTHON_VERSION)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: install system-deps demo test lint format docs bench soak clean
+.PHONY: install system-deps test-backends demo test lint format docs bench soak clean
 
 $(CURDIR)/.tools/bin/uv:
 	python3 -m venv $(CURDIR)/.tools
@@ -33,10 +33,21 @@ system-deps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends \
 	    chromium fonts-dejavu-core; }
 
+# Arize Phoenix, the real OpenTelemetry backend the OTLP export tests start (offline, SQLite), in an
+# environment of its own (never the project's .venv): installed from PyPI once, when missing.
+PHOENIX_VERSION := 20.26.1
+PHOENIX := $(CURDIR)/.tools/phoenix
+test-backends: $(PHOENIX)/.installed
+
+$(PHOENIX)/.installed: | $(UV)
+	$(UV) venv -q --python $(PYTHON_VERSION) $(PHOENIX)
+	$(UV) pip install -q --compile-bytecode --python $(PHOENIX)/bin/python "arize-phoenix==$(PHOENIX_VERSION)"
+	@touch $@
+
 demo: install
 	$(RUN) capsem demo
 
-test: install system-deps
+test: install system-deps test-backends
 	$(RUN) pytest -q
 
 lint: install

@@ -54,7 +54,7 @@ from addons.policy import Policy, PolicyError
 from addons.process import ProcessResolver
 from addons.providers import detect, parser_for
 from addons.providers.sniff import sniff_route
-from addons.recorder_process import spec_of
+from addons.recorder_process import otlp_of, spec_of
 from addons.session import Session
 from addons.tap import RequestTap, ResponseTap
 from addons.websocket import ABNORMAL_CLOSURE, route_for
@@ -203,7 +203,7 @@ class Capsem:
         session = self.session = Session.register(session_id, mode=mode, command=command)
         spec = spec_of(self.settings.capture, session_id=session.id, db_path=str(session.db_path),
                        main_db_path=str(main_db_path()), mode=mode, track_spend=bool(self.guard.budgets),
-                       learn=self.guard.broker.secrets)  # fmt: skip
+                       learn=self.guard.broker.secrets, otlp=otlp_of(self.settings.export))  # fmt: skip
         self.outbox = Outbox()
         self.resolver = ProcessResolver()
 

@@ -32,10 +32,11 @@ import msgspec
 from addons.messages import Barrier, Message, Stop, decode
 from capsem import __version__
 from capsem.ids import utc_now
-from capsem.settings import CaptureSettings
+from capsem.settings import CaptureSettings, ExportSettings
 
 if TYPE_CHECKING:  # imported where used: mitmdump imports this module for `spec_of` only, and the
     # recorder's parsers and price table (~0.2 s) must not slow its start
+    from addons.otlp.live import LiveExport
     from addons.recorder import Recorder
     from addons.writer import SessionWriter
 
@@ -55,8 +56,10 @@ class RecorderSpec(msgspec.Struct, frozen=True):
     """Report this session's spend to mitmdump and keep its rows of main.db `spend` current (budgets)."""
     learn: tuple[str, ...] = ()
     """Values the scrubber knows before the first row: the brokered credentials' real values."""
+    otlp: dict | None = None
+    """`export.otlp` (endpoint, headers, content, profile) when live export is on."""
 
-    def __repr__(self) -> str:  # `learn` holds secrets
+    def __repr__(self) -> str:  # `learn` (and the OTLP headers) hold secrets
         return f"RecorderSpec(session_id={self.session_id!r}, db_path={self.db_path!r})"
 
 
@@ -83,6 +86,8 @@ class Loop:
     price_source: str | None = None
     """The price table the warm-up loaded (written to session_meta by the loop)."""
     warming: threading.Thread | None = None
+    live: LiveExport | None = None
+    """OTLP export of what is committed (`export.otlp.endpoint`), on its own thread."""
 
 
 def open_recorder(spec: RecorderSpec) -> Loop:
@@ -105,7 +110,29 @@ def open_recorder(spec: RecorderSpec) -> Loop:
     if spec.track_spend:
         spend = SessionSpend(spec.session_id)
         spend.load(writer.conn)
-    return Loop(Recorder(writer, settings, spend), writer, spec)
+    return Loop(Recorder(writer, settings, spend), writer, spec, live=live_export(spec))
+
+
+def live_export(spec: RecorderSpec) -> LiveExport | None:
+    """The live OTLP export of this session, started, when `export.otlp.endpoint` is set."""
+    if not spec.otlp or not spec.otlp.get("endpoint"):
+        return None
+    from addons.otlp.live import LiveExport
+    from addons.otlp.send import Target
+    from addons.otlp.spans import Options
+
+    otlp = spec.otlp
+    target = Target(otlp["endpoint"], otlp.get("headers") or {},
+                    Options(bool(otlp.get("content")), otlp.get("profile") or "latest"))  # fmt: skip
+    return LiveExport(target, spec.session_id, Path(spec.db_path), Path(spec.main_db_path)).start()
+
+
+def otlp_of(settings: ExportSettings) -> dict | None:
+    """The `RecorderSpec.otlp` of the export settings (None: no live export)."""
+    if settings.otlp_endpoint is None:
+        return None
+    return {"endpoint": settings.otlp_endpoint, "headers": dict(settings.otlp_headers),
+            "content": settings.otlp_content, "profile": settings.otlp_profile}  # fmt: skip
 
 
 def warm_up(loop: Loop) -> threading.Thread:
@@ -134,7 +161,6 @@ def run(loop: Loop, batches: Callable[[], list[Message] | None], ack: Callable[[
     `spend` status lines (budgets)."""
     recorder, writer, spend = loop.recorder, loop.writer, loop.recorder.spend
     interval = loop.spec.capture.get("commit_interval_ms", 250) / 1000
-    main_db = Path(loop.spec.main_db_path)
     last_commit = last_tick = time.monotonic()
     while True:
         batch = batches()
@@ -143,8 +169,8 @@ def run(loop: Loop, batches: Callable[[], list[Message] | None], ack: Callable[[
         for message in batch:
             kind = type(message)
             if kind is Barrier:
-                if writer.commit() and spend is not None:
-                    spend.save(main_db)
+                if writer.commit():
+                    committed(loop)
                 ack(message.token)  # type: ignore[union-attr]
             elif kind is Stop:
                 return message  # type: ignore[return-value]
@@ -162,9 +188,17 @@ def run(loop: Loop, batches: Callable[[], list[Message] | None], ack: Callable[[
             writer.set_meta(price_source=loop.price_source)
             loop.price_source = None
         if writer.pending and now - last_commit >= interval:
-            if writer.commit() and spend is not None:
-                spend.save(main_db)
+            if writer.commit():
+                committed(loop)
             last_commit = now
+
+
+def committed(loop: Loop) -> None:
+    """After a commit: this session's spend to main.db (budgets), a wake-up to the OTLP export."""
+    if loop.recorder.spend is not None:
+        loop.recorder.spend.save(Path(loop.spec.main_db_path))
+    if loop.live is not None:
+        loop.live.wake()
 
 
 def finish(loop: Loop, stop: Stop | None, main_db: Path | None = None) -> None:
@@ -186,6 +220,8 @@ def finish(loop: Loop, stop: Stop | None, main_db: Path | None = None) -> None:
     if loop.recorder.failures:
         loop.writer.set_meta(capture_failed_messages=str(loop.recorder.failures))
     loop.writer.close()
+    if loop.live is not None:  # before the rollup: a backfill leaves a running session to it
+        loop.live.close()
     main = open_main(main_db)
     try:
         finish_session(main, loop.spec.session_id, status)

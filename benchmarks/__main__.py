@@ -1,4 +1,4 @@
-"""`python -m benchmarks [--quick] [--only streaming|newconn|startup|micro|bodies]`: run, print the tables, save them.
+"""`python -m benchmarks [--quick] [--only streaming|newconn|startup|micro|bodies|otlp]`: run, print the tables, save them.
 
 A full run writes `benchmarks/results/latest.md` and `latest.json`; `--quick` (a smoke run of
 about a minute, too small to judge anything) writes `quick.md` and `quick.json` instead.
@@ -21,6 +21,7 @@ from pathlib import Path
 from benchmarks.bodies import run_bodies
 from benchmarks.micro import run_micro
 from benchmarks.newconn import run_newconn, run_resolve
+from benchmarks.otlp_export import run_otlp
 from benchmarks.report import render
 from benchmarks.startup import run_startup
 from benchmarks.streaming import Profile, run_suite
@@ -37,6 +38,7 @@ FULL = {
     "newconn": {"connections": 60, "resolve_repeat": 20},
     "startup_runs": 7,
     "bodies": {"turns": 300, "read_turns": 500},
+    "otlp": {"calls": 150, "spec": StreamSpec(50, 200, 2)},
 }
 QUICK = {
     "profiles": [Profile("paced", StreamSpec(100, 200, 5)), Profile("unpaced", StreamSpec(300, 1000))],
@@ -47,6 +49,7 @@ QUICK = {
     "newconn": {"connections": 10, "resolve_repeat": 3},
     "startup_runs": 2,
     "bodies": {"turns": 40, "read_turns": 60},
+    "otlp": {"calls": 30, "spec": StreamSpec(50, 200, 2)},
 }
 
 
@@ -54,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short smoke run (results/quick.md)")
     parser.add_argument(
-        "--only", choices=["streaming", "newconn", "startup", "micro", "bodies"], help="run one suite only"
+        "--only",
+        choices=["streaming", "newconn", "startup", "micro", "bodies", "otlp"],
+        help="run one suite only",
     )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
@@ -86,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "bodies"):
             print("body storage", flush=True)
             results["bodies"] = run_bodies(**plan["bodies"], log=lambda line: print(line, flush=True))
+        if args.only in (None, "otlp"):
+            print("live OTLP export", flush=True)
+            results["otlp"] = run_otlp(**plan["otlp"], workdir=Path(tmp) / "otlp",
+                                       log=lambda line: print(line, flush=True))  # fmt: skip
     results["meta"] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "mode": "quick" if args.quick else "full",

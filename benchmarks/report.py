@@ -13,6 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from benchmarks import newconn
+from benchmarks.otlp_export import otlp_section
 from benchmarks.proxies import BASELINE, SCENARIOS
 from benchmarks.startup import startup_table
 
@@ -311,6 +312,8 @@ def render(results: dict) -> str:
                   micro_table(results["micro"]), ""]  # fmt: skip
     if results.get("bodies"):
         parts += bodies_section(results["bodies"])
+    if results.get("otlp"):
+        parts += otlp_section(results["otlp"])
     return "\n".join(parts)
 
 

@@ -706,6 +706,31 @@ def _main_exit_code(conn: sqlite3.Connection) -> None:
 MAIN_MIGRATIONS.append(("m005_exit_code", _main_exit_code))
 
 
+def _main_otlp_exports(conn: sqlite3.Connection) -> None:
+    """The OTLP export watermark, per session and endpoint: every span of the model calls up to
+    `model_call_id` and of the MCP calls up to `mcp_call_id` was accepted by the endpoint, and with
+    `done` the session's closing spans (its turns) too. Live export and `capsem export otlp` both
+    start after it, so nothing is sent twice."""
+    _run_script(
+        conn,
+        """
+        CREATE TABLE otlp_exports (
+            session_id TEXT NOT NULL,
+            endpoint TEXT NOT NULL,
+            model_call_id INTEGER NOT NULL DEFAULT 0,
+            mcp_call_id INTEGER NOT NULL DEFAULT 0,
+            done INTEGER NOT NULL DEFAULT 0,
+            spans INTEGER NOT NULL DEFAULT 0,
+            updated_at TEXT,
+            PRIMARY KEY (session_id, endpoint)
+        )
+        """,
+    )
+
+
+MAIN_MIGRATIONS.append(("m006_otlp_exports", _main_otlp_exports))
+
+
 def _run_script(conn: sqlite3.Connection, script: str) -> None:
     """Run `;`-separated DDL inside the caller's transaction (executescript would commit)."""
     for statement in script.split(";"):

@@ -163,6 +163,50 @@ def _names(item: str) -> Check:
     return Check(allowed, parse)
 
 
+def _choice(*allowed_values: str) -> Check:
+    allowed = "one of " + ", ".join(allowed_values)
+
+    def parse(key: str, value: Any) -> str:
+        if value not in allowed_values:
+            raise _must(key, allowed, value)
+        return value
+
+    return Check(allowed, parse)
+
+
+def _url(*, off: bool = False) -> Check:
+    """An http(s) URL; with `off`, null or "" means none (None)."""
+    allowed = "an http:// or https:// URL" + (" (null: off)" if off else "")
+
+    def parse(key: str, value: Any) -> str | None:
+        if off and value in (None, ""):
+            return None
+        if not isinstance(value, str) or not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+            raise _must(key, allowed, value)
+        return value
+
+    return Check(allowed, parse)
+
+
+def _header_map() -> Check:
+    """A mapping of header names to text values, names kept lower-cased."""
+    allowed = "a mapping of header names to values"
+
+    def parse(key: str, value: Any) -> Mapping[str, str]:
+        if value is None:
+            return MappingProxyType({})
+        if not isinstance(value, Mapping):
+            raise _must(key, allowed, value)
+        for name, text in value.items():
+            if not isinstance(name, str) or not _HEADER_RE.fullmatch(name):
+                raise _must(f"{key}.{name}", "a header name", name)
+            if not isinstance(text, str):
+                raise _must(f"{key}.{name}", "text", text)
+        return MappingProxyType({str(name).lower(): text for name, text in value.items()})
+
+    return Check(allowed, parse)
+
+
 def _rules() -> Check:
     def parse(key: str, value: Any) -> tuple[PolicyRule, ...]:
         if value is None:
@@ -444,6 +488,20 @@ class CredentialSettings:
 
 
 @dataclass(frozen=True)
+class ExportSettings:
+    """`export:`: OpenTelemetry export of each finished call, live from the recorder process."""
+
+    otlp_endpoint: str | None = _setting("export.otlp.endpoint", _url(off=True))
+    """OTLP/HTTP endpoint (`http://collector:4318`; `/v1/traces` is added when the path lacks it)."""
+    otlp_headers: Mapping[str, str] = _setting("export.otlp.headers", _header_map())
+    """Headers sent with every export request (an `authorization` for a hosted backend)."""
+    otlp_content: bool = _setting("export.otlp.content", _flag())
+    """Put message content on the spans (system instructions, messages, tool arguments and results)."""
+    otlp_profile: str = _setting("export.otlp.profile", _choice("latest", "compat"))
+    """`latest`: the current GenAI names only; `compat`: also the older names backends still read."""
+
+
+@dataclass(frozen=True)
 class Entry:
     """One key of `Settings.entries()`: its value as plain data (YAML/JSON) and its origin."""
 
@@ -462,6 +520,7 @@ class Settings:
     retention: RetentionSettings
     budgets: BudgetSettings
     credentials: CredentialSettings
+    export: ExportSettings
     origins: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     """Dotted key -> where its value came from: `default`, the user's config.yaml path, or `--set`."""
     files: tuple[Path, ...] = field(default=(), compare=False)
@@ -476,17 +535,22 @@ class Settings:
         """The settings as the nested plain mapping a YAML file would hold."""
         out: dict[str, dict[str, Any]] = {}
         for entry in self.entries():
-            section, dot, name = entry.key.partition(".")
-            if dot:
-                out.setdefault(section, {})[name] = entry.value
+            *path, name = entry.key.split(".")
+            if path:  # `export.otlp.endpoint` -> {"export": {"otlp": {"endpoint": ...}}}
+                node = out
+                for part in path:
+                    node = node.setdefault(part, {})
+                node[name] = entry.value
             else:  # a section of named entries
-                out[section] = entry.value
+                out[entry.key] = entry.value
         return out
 
 
 def _plain(value: Any, *, named: bool = False) -> Any:
     if isinstance(value, frozenset):
         return sorted(value)
+    if isinstance(value, Mapping):
+        return dict(value)
     if named:  # name -> the fields that differ from their defaults
         return {v.name: {f.name: _plain(getattr(v, f.name)) for f in fields(v) if f.name != "name"
                          and (getattr(v, f.name) is not None if f.default is MISSING else getattr(v, f.name) != f.default)}
@@ -502,7 +566,7 @@ def _plain(value: Any, *, named: bool = False) -> Any:
 
 def _declared() -> tuple[tuple[Setting, ...], dict[str, type]]:
     sections = get_type_hints(Settings)
-    names = ("capture", "policy", "diagnostics", "retention", "budgets", "credentials")
+    names = ("capture", "policy", "diagnostics", "retention", "budgets", "credentials", "export")
     classes = {name: sections[name] for name in names}
     declared = []
     for section, cls in classes.items():
@@ -516,7 +580,7 @@ SETTINGS, _CLASSES = _declared()
 """Every declared key, in order."""
 _BY_KEY = {s.key: s for s in SETTINGS}
 SECTIONS = tuple(dict.fromkeys(s.key.split(".", 1)[0] for s in SETTINGS))
-"""The YAML sections: capture, headers, redaction, policy, diagnostics, retention, budgets, credentials."""
+"""The YAML sections: capture, headers, redaction, policy, diagnostics, retention, budgets, credentials, export."""
 _NAMED = frozenset(s.key for s in SETTINGS if "." not in s.key)
 """Sections of named entries: the whole section is one value."""
 
@@ -563,12 +627,32 @@ def _keys(where: str, data: Any) -> dict[str, Any]:
             if not isinstance(body, Mapping):
                 raise _must(section, "a mapping of settings", body)
             names = [s.key.split(".", 1)[1] for s in SETTINGS if s.key.startswith(section + ".")]
+            body = _flat(section, body, names)
             unknown = [str(k) for k in body if k not in names]
             if unknown:
                 raise _unknown(f"{section}.", unknown, "setting", f"{section} has", names)
             out.update({f"{section}.{name}": value for name, value in body.items()})
     except _Bad as bad:
         raise SettingsError(where, bad.key, bad.problem) from None
+    return out
+
+
+def _flat(section: str, body: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
+    """`{otlp: {endpoint: x}}` -> `{"otlp.endpoint": x}` where the section declares `otlp.*` keys."""
+    out: dict[str, Any] = {}
+    for key, value in body.items():
+        group = [n.split(".", 1)[1] for n in names if n.startswith(f"{key}.")]
+        if not group:
+            out[key] = value
+            continue
+        if value is None:
+            continue
+        if not isinstance(value, Mapping):
+            raise _must(f"{section}.{key}", "a mapping of settings", value)
+        unknown = [str(k) for k in value if k not in group]
+        if unknown:
+            raise _unknown(f"{section}.{key}.", unknown, "setting", f"{section}.{key} has", group)
+        out.update({f"{key}.{name}": v for name, v in value.items()})
     return out
 
 

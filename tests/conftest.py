@@ -13,6 +13,18 @@ from capsem.schema import connect
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    from tests import backends
+
+    backends.start_early([item.nodeid for item in session.items])  # Phoenix boots while other tests run
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    from tests import backends
+
+    backends.stop()
+
+
 @pytest.fixture(autouse=True)
 def capsem_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "capsem-home"

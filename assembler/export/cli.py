@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import click
 
+from assembler.export.otlp_cli import otlp
+
 
 @click.group("export")
 def export() -> None:
     """Export sessions: OTLP traces, HAR, JSONL, Parquet."""
+
+
+export.add_command(otlp)

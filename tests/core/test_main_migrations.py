@@ -16,7 +16,7 @@ def test_token_breakdown_and_exit_code_on_an_older_main_db(tmp_path):
     conn.execute("INSERT INTO sessions (id, created_at) VALUES ('old', '2026-11-02T10:00:00.000Z')")
     conn.execute("INSERT INTO ai_usage (session_id, provider, model, call_count, estimated_cost) "
                  "VALUES ('old', 'anthropic', 'claude', 2, 0.5)")  # fmt: skip
-    assert migrate(conn, MAIN_MIGRATIONS) == ["m004_token_breakdown", "m005_exit_code"]
+    assert migrate(conn, MAIN_MIGRATIONS) == ["m004_token_breakdown", "m005_exit_code", "m006_otlp_exports"]
     row = conn.execute(
         "SELECT total_cache_read_tokens, total_cache_write_tokens, exit_code FROM sessions"
     ).fetchone()

@@ -28,7 +28,7 @@ from capsem.settings import (
 CAPTURE_KEYS = (
     "preview_bytes, content_max_bytes, max_parse_bytes, max_body_bytes, commit_interval_ms, max_pending_calls"
 )
-ALL_SECTIONS = "capture, headers, redaction, policy, diagnostics, retention, budgets, credentials"
+ALL_SECTIONS = "capture, headers, redaction, policy, diagnostics, retention, budgets, credentials, export"
 BUDGET_FIELDS = "scope, limit_usd, warn_at, provider, model, host"
 CREDENTIAL_FIELDS = "host, header, query, env, file, placeholder, agent_env"
 RULE_FIELDS = "name, action, host, port, path, method, mcp_server, mcp_tool"
@@ -205,6 +205,7 @@ def test_every_declared_key_has_its_default_in_default_yaml(tmp_path, monkeypatc
         "retention",
         "budgets",
         "credentials",
+        "export",
     )
     short = tmp_path / "default.yaml"
     short.write_text(default_config_path().read_text().replace("  max_body_bytes: 67108864\n", ""))
