@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
+from assembler.export.files_cli import har, jsonl, parquet
+
 
 @click.group("export")
 def export() -> None:
     """Export sessions: OTLP traces, HAR, JSONL, Parquet."""
+
+
+for _command in (har, jsonl, parquet):
+    export.add_command(_command)
