@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import sys
 from collections.abc import Iterator
@@ -24,6 +25,9 @@ def _errors(session_id: str | None = None) -> Iterator[None]:
         except sqlite3.DatabaseError as exc:
             where = f"session {session_id}" if session_id else "a session database"
             raise click.ClickException(f"cannot read {where}: {exc} (the database is damaged?)") from exc
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the reader left (`| head`)
+            raise SystemExit(0) from None
         except OSError as exc:
             raise click.ClickException(f"cannot write: {exc}") from exc
 
@@ -65,23 +69,21 @@ def har(session_id: str | None, output: str) -> None:
         capsem export har -o run.har
         capsem export har 20261123-101500-4f2a -o run.har
     """
-    from assembler.export.har import session_har
+    from assembler.export.har import session_entries, write
     from assembler.export.select import named_sessions
     from assembler.sessiondb import open_session
 
     with _errors(session_id):
         (sid,) = named_sessions([session_id] if session_id else [])
-        with _errors(sid), stderr_progress() as progress, open_session(sid) as conn:
-            task = progress.add_task(f"HAR of {sid}", total=None)
-            doc = session_har(
-                conn, sid, lambda done, total: progress.update(task, completed=done, total=total)
-            )
-        with _errors(sid), _output(output) as out:
-            json.dump(doc, out, ensure_ascii=False, indent=1)
-            out.write("\n")
+    with _errors(sid), stderr_progress() as progress, open_session(sid) as conn, _output(output) as out:
+        task = progress.add_task(f"HAR of {sid}", total=None)
+        n = write(
+            out,
+            sid,
+            session_entries(conn, lambda done, total: progress.update(task, completed=done, total=total)),
+        )
     if output != "-":
-        click.echo(f"wrote {output}: {counted(len(doc['log']['entries']), 'entry', 'entries')} of session {sid}",
-                   err=True)  # fmt: skip
+        click.echo(f"wrote {output}: {counted(n, 'entry', 'entries')} of session {sid}", err=True)
 
 
 @click.command("jsonl")

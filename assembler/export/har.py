@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import IO, Any
 from urllib.parse import parse_qsl
 
 from addons.bodies import read_body
 from assembler.export.select import has_table
 from capsem import __version__
 
+_SPACE = re.compile(r"\s*")
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 
 
@@ -126,10 +128,16 @@ def entry(flow: Flow) -> dict[str, Any]:
     return out
 
 
-def document(entries: list[dict[str, Any]], session_id: str) -> dict[str, Any]:
-    """The HAR file around `entries`."""
-    return {"log": {"version": "1.2", "creator": {"name": "capsem", "version": __version__},
-                    "comment": f"capsem session {session_id}", "entries": entries}}  # fmt: skip
+def write(out: IO[str], session_id: str, entries: Iterable[dict[str, Any]]) -> int:
+    """The HAR document of `entries` written to `out` one entry at a time; how many were written."""
+    head = {"version": "1.2", "creator": {"name": "capsem", "version": __version__},
+            "comment": f"capsem session {session_id}"}  # fmt: skip
+    out.write('{"log": ' + json.dumps(head, ensure_ascii=False)[:-1] + ', "entries": [')
+    n = 0
+    for n, one in enumerate(entries, 1):
+        out.write(("," if n > 1 else "") + "\n" + json.dumps(one, ensure_ascii=False))
+    out.write("\n]}}\n")
+    return n
 
 
 def _epoch(timestamp: str) -> float:
@@ -138,7 +146,7 @@ def _epoch(timestamp: str) -> float:
 
 def ws_messages(turns: list[tuple[dict[str, Any], Body | None, Body | None]]) -> tuple[dict[str, Any], ...]:
     """Chrome's `_webSocketMessages` of a socket's turns (each a model call with its two bodies):
-    the client's message, then one received message per line of the answer's event stream. Only
+    the client's message, then the server's messages that answered it. Only
     each turn's start and end are recorded: received messages carry the turn's end time."""
     out: list[dict[str, Any]] = []
     for call, sent, received in turns:
@@ -146,12 +154,24 @@ def ws_messages(turns: list[tuple[dict[str, Any], Body | None, Body | None]]) ->
         end = start + (call.get("duration_ms") or 0) / 1000
         request = sent.data if sent else (call.get("request_body_preview") or "").encode()
         out.append({"type": "send", "time": start, "opcode": 1, "data": request.decode("utf-8", "replace")})
-        for line in (received.data if received else b"").splitlines():
-            if line.strip():
-                out.append(
-                    {"type": "receive", "time": end, "opcode": 1, "data": line.decode("utf-8", "replace")}
-                )
+        for message in split_messages(received.data if received else b""):
+            out.append({"type": "receive", "time": end, "opcode": 1, "data": message})
     return tuple(out)
+
+
+def split_messages(data: bytes) -> list[str]:
+    """A turn's answer (the server's JSON messages as stored, one after the other) back into its
+    messages; what does not parse is one last message."""
+    text, decoder, at, out = data.decode("utf-8", "replace"), json.JSONDecoder(), 0, []
+    while (at := _SPACE.match(text, at).end()) < len(text):  # type: ignore[union-attr]
+        try:
+            _, end = decoder.raw_decode(text, at)
+        except ValueError:
+            out.append(text[at:])
+            break
+        out.append(text[at:end])
+        at = end
+    return out
 
 
 # -- reading a session ------------------------------------------------------------------------------
@@ -213,14 +233,12 @@ def flows(conn: sqlite3.Connection) -> Iterator[Flow]:
         yield Flow(net, request, response)
 
 
-def session_har(
-    conn: sqlite3.Connection, session_id: str, on_entry: Callable[[int, int], None] | None = None
-) -> dict:
-    """The session's HAR document; `on_entry(done, total)` is called as entries are built."""
+def session_entries(
+    conn: sqlite3.Connection, on_entry: Callable[[int, int], None] | None = None
+) -> Iterator[dict]:
+    """The session's HAR entries; `on_entry(done, total)` is called as they are built."""
     total = conn.execute("SELECT COUNT(*) FROM net_events").fetchone()[0]
-    entries = []
-    for flow in flows(conn):
-        entries.append(entry(flow))
+    for done, flow in enumerate(flows(conn), 1):
+        yield entry(flow)
         if on_entry:
-            on_entry(len(entries), total)
-    return document(entries, session_id)
+            on_entry(done, total)
