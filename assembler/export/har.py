@@ -177,24 +177,31 @@ def split_messages(data: bytes) -> list[str]:
 # -- reading a session ------------------------------------------------------------------------------
 
 
-def _stored(conn: sqlite3.Connection, table: str, row_id: int, direction: str) -> Body | None:
+_NOT_KEPT = "whole bodies are kept for model and MCP calls only"
+
+
+def _stored(conn: sqlite3.Connection, table: str, row_id: int, direction: str) -> tuple[Body | None, str]:
+    """A call's kept body, or None and why a preview stands in for it."""
     if not has_table(conn, "event_body_blobs"):
-        return None
-    found = read_body(conn, row_id, direction, table)
+        return None, "recorded before whole bodies were kept"
+    try:
+        found = read_body(conn, row_id, direction, table)
+    except ValueError as exc:
+        return None, f"the whole body cannot be read: {exc}"
     if found is None:
-        return None
+        return None, _NOT_KEPT
     data, blob = found
     note = "whole decoded body as recorded (secrets replaced)"
     if blob["truncated"]:
         note = f"decoded body, cut at {len(data):,} bytes (capture.max_body_bytes; secrets replaced)"
-    return Body(data, note, blob["content_type"])
+    return Body(data, note, blob["content_type"]), ""
 
 
-def _preview(text: str | None, size: int | None, what: str) -> Body | None:
+def _preview(text: str | None, size: int | None, why: str) -> Body | None:
     if text is None:
         return None
     data = text.encode("utf-8", "surrogateescape")
-    return Body(data, f"{what} preview ({len(data):,} of {size or 0:,} bytes; secrets replaced)")
+    return Body(data, f"preview: the first {len(data):,} of {size or 0:,} bytes ({why}; secrets replaced)")
 
 
 def flows(conn: sqlite3.Connection) -> Iterator[Flow]:
@@ -212,24 +219,22 @@ def flows(conn: sqlite3.Connection) -> Iterator[Flow]:
             for table, row_id in owned:
                 if table == "model_calls":
                     call = dict(conn.execute("SELECT * FROM model_calls WHERE id = ?", (row_id,)).fetchone())
-                    turns.append(
-                        (
-                            call,
-                            _stored(conn, table, row_id, "request"),
-                            _stored(conn, table, row_id, "response"),
-                        )
-                    )
+                    sent, received = (_stored(conn, table, row_id, d)[0] for d in ("request", "response"))
+                    turns.append((call, sent, received))
             yield Flow(net, None, None, ws_messages(turns))
             continue
-        request = response = None
+        (request, why_request), (response, why_response) = (None, _NOT_KEPT), (None, _NOT_KEPT)
         if owned:
             table, row_id = owned[0]
-            request = _stored(conn, table, row_id, "request")
+            request, why_request = _stored(conn, table, row_id, "request")
             if len(owned) == 1:
-                response = _stored(conn, table, row_id, "response")
-        preview = "the first bytes of the body: whole bodies are kept for model and MCP calls only;"
-        request = request or _preview(net.get("request_body_preview"), net.get("bytes_sent"), preview)
-        response = response or _preview(net.get("response_body_preview"), net.get("bytes_received"), preview)
+                response, why_response = _stored(conn, table, row_id, "response")
+            else:
+                why_response = f"the flow carried {len(owned)} calls"
+        request = request or _preview(net.get("request_body_preview"), net.get("bytes_sent"), why_request)
+        response = response or _preview(
+            net.get("response_body_preview"), net.get("bytes_received"), why_response
+        )
         yield Flow(net, request, response)
 
 

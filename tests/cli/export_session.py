@@ -23,7 +23,9 @@ ANTHROPIC = Route("anthropic", "anthropic")
 
 
 def _call(rec: RecorderHarness, key: str, at: float, request: dict, answer: dict) -> None:
-    req = head(key, started=at, headers=[("content-type", "application/json"), ("x-api-key", SECRETS["header"])])
+    req = head(
+        key, started=at, headers=[("content-type", "application/json"), ("x-api-key", SECRETS["header"])]
+    )
     body = json.dumps(answer).encode()
     rec.close(ended(req, resp=response(200, started=at + 0.05), body=body, request_body=json.dumps(request).encode(),
                     at=at + 0.1, route=ANTHROPIC))  # fmt: skip
@@ -42,8 +44,13 @@ def build_session(home: Path, session_id: str = "20261123-120000-e0e0", *, t0: f
     _call(rec, "a1", t0, {"model": "claude-sonnet-4-5", "system": "You are terse.", "tools": tools,
                           "messages": first, "max_tokens": 100},
           {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-           "content": [{"type": "text", "text": "Reading it."}, use], "stop_reason": "tool_use", "usage": usage})  # fmt: skip
-    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": f"GITHUB_TOKEN={SECRETS['tool_result']}"}
+           "content": [{"type": "text", "text": "Reading it."}, use], "stop_reason": "tool_use",
+           "usage": usage})  # fmt: skip
+    result = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_1",
+        "content": f"GITHUB_TOKEN={SECRETS['tool_result']}",
+    }
     second = [*first, {"role": "assistant", "content": [{"type": "text", "text": "Reading it."}, use]},
               {"role": "user", "content": [result]}]  # fmt: skip
     _call(rec, "a2", t0 + 1, {"model": "claude-sonnet-4-5", "system": "You are terse.", "tools": tools,
@@ -52,7 +59,12 @@ def build_session(home: Path, session_id: str = "20261123-120000-e0e0", *, t0: f
            "content": [{"type": "text", "text": "Done."}], "stop_reason": "end_turn",
            "usage": {"input_tokens": 180, "output_tokens": 5}})  # fmt: skip
     # an MCP tool call (JSON-RPC over HTTP, answered inline)
-    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "read_note", "arguments": {"n": 1}}}
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "read_note", "arguments": {"n": 1}},
+    }
     answer = {"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": "note one"}]}}
     req = head("m1", started=t0 + 2, scheme="http", host="127.0.0.1", port=8000, path="/mcp",
                headers=[("content-type", "application/json")])  # fmt: skip
@@ -71,7 +83,9 @@ def build_session(home: Path, session_id: str = "20261123-120000-e0e0", *, t0: f
     rec.feed(WsMessage("w1", True, json.dumps(create).encode(), True, t0 + 3.1))
     for i, e in enumerate(events):
         rec.feed(WsMessage("w1", False, json.dumps(e).encode(), True, t0 + 3.2 + i / 10))
-    rec.close(ended(ws, resp=response(101, None, started=t0 + 3.01), at=t0 + 4, websocket=True, close_code=1000))
+    rec.close(
+        ended(ws, resp=response(101, None, started=t0 + 3.01), at=t0 + 4, websocket=True, close_code=1000)
+    )
     rec.writer.commit()
     rec.shutdown()
     main = open_main_db(home / "main.db")
