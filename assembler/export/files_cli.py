@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import sys
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,11 +42,15 @@ def _output(path: str) -> Iterator[IO[str]]:
         sys.stdout.flush()
         return
     target = Path(path)
-    if target.is_dir():
-        raise OSError(f"{target} is a directory")
     tmp = target.with_name(f".{target.name}.capsem-tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as out:
+        if target.is_dir():
+            raise IsADirectoryError(21, "is a directory")
+        out = open(tmp, "w", encoding="utf-8")  # noqa: SIM115 (closed below, before the rename)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {target}: {exc.strerror or exc}") from exc
+    try:
+        with out:
             yield out
         tmp.replace(target)
     except BaseException:
@@ -142,7 +148,7 @@ def parquet(since: str | None, out_dir: Path) -> None:
     Examples:
         capsem export parquet -o warehouse/
         capsem export parquet --since 2026-11-01 -o warehouse/
-        duckdb -c "SELECT model, sum(estimated_cost_usd) FROM 'warehouse/model_calls.parquet' GROUP BY 1"
+        duckdb -c "SELECT count(*) FROM 'warehouse/net_events.parquet'"
     """
     from assembler.export.parquet import export_parquet
     from assembler.export.select import all_sessions, parse_since
@@ -151,6 +157,10 @@ def parquet(since: str | None, out_dir: Path) -> None:
         chosen = all_sessions(parse_since(since))
         if not chosen:
             raise click.ClickException(f"no session with a database{f' since {since}' if since else ''}")
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {out_dir}: {exc.strerror or exc}") from exc
         with stderr_progress() as progress:
             task = progress.add_task("sessions", total=len(chosen))
             result = export_parquet(
@@ -158,8 +168,13 @@ def parquet(since: str | None, out_dir: Path) -> None:
                 out_dir,
                 lambda done, _total, sid: progress.update(task, completed=done, description=sid),
             )
-    click.echo(f"wrote {counted(len(result.files), 'file')} to {out_dir} from {counted(result.sessions, 'session')}: "
-               + ", ".join(f"{t} {n:,}" for t, n in sorted(result.rows.items()) if n), err=True)  # fmt: skip
+    rows = sum(result.rows.values())
+    click.echo(f"wrote {counted(len(result.files), 'Parquet file')} to {out_dir} from "
+               f"{counted(result.sessions, 'session')} ({counted(rows, 'row')})", err=True)  # fmt: skip
+    width = shutil.get_terminal_size().columns
+    rows_text = ", ".join(f"{table}\xa0{n:,}" for table, n in sorted(result.rows.items()))  # no break inside
+    filled = textwrap.fill(rows_text, width=max(40, width - 1), initial_indent="  ", subsequent_indent="  ")
+    click.echo(filled.replace("\xa0", " "), err=True)
     for sid, why in result.failed.items():
         click.echo(f"skipped session {sid}: {why}", err=True)
     if result.failed:
