@@ -1,7 +1,9 @@
 """`capsem export parquet`: one Parquet file per table across sessions, for DuckDB, ClickHouse or Spark.
 
 Every table (and view) of every chosen session.db, gzipped or not, goes to `DIR/<table>.parquet`
-with a `session_id` column first; main.db's rows of those sessions go to `sessions.parquet`.
+with a `session_id` column first; main.db's rows of those sessions go to `sessions.parquet`, and
+every kept model and MCP call body, decoded whole, to `bodies.parquet` (`body_chunks` and
+`event_body_blobs` are how session.db stores them compactly; they are exported too).
 Column types follow the declared SQLite types (INTEGER → int64, REAL → double, TEXT → string,
 BLOB → binary); a column whose values do not fit its declared type (SQLite allows it) is written
 as strings rather than lose a value. Sessions written by older capsem versions lack newer
@@ -26,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from addons.bodies import read_body
 from assembler.sessiondb import MainDbMissing, open_main, open_session
 
 BATCH_ROWS = 20_000
@@ -155,6 +158,41 @@ def join_parts(parts: list[Path], target: Path) -> int:
     return total
 
 
+BODY_COLUMNS = ("id", "event_id", "owner_event_id", "source_table", "row_id", "direction", "size", "sha256",
+                "truncated", "content_type")  # fmt: skip
+_BODY_TYPES = [pa.int64(), pa.string(), pa.string(), pa.string(), pa.int64(), pa.string(), pa.int64(), pa.string(),
+               pa.int64(), pa.string(), pa.string(), pa.bool_(), pa.string()]  # fmt: skip
+_BODY_BATCH_BYTES = 32 << 20
+
+
+def body_batches(conn: sqlite3.Connection, session_id: str) -> Iterator[pa.RecordBatch]:
+    """The session's kept bodies decoded whole (`bodies.parquet`): the `event_body_blobs` columns
+    that describe a body, then `body` (its text; invalid UTF-8 replaced, `utf8` false then) and
+    `error` (why a body could not be read back). A few bodies in memory at a time."""
+    names = [*BODY_COLUMNS, "body", "utf8", "error"]
+    rows: list[tuple] = []
+    held = 0
+    sql = f"SELECT {', '.join(BODY_COLUMNS)} FROM event_body_blobs ORDER BY id"
+    for blob in conn.execute(sql).fetchall():
+        text, utf8, error = None, None, None
+        try:
+            found = read_body(conn, blob["row_id"], blob["direction"], blob["source_table"])
+        except ValueError as exc:
+            found, error = None, str(exc)
+        if found is not None:
+            try:
+                text, utf8 = found[0].decode("utf-8"), True
+            except UnicodeDecodeError:
+                text, utf8 = found[0].decode("utf-8", "replace"), False
+        rows.append((*blob, text, utf8, error))
+        held += len(text or "")
+        if held >= _BODY_BATCH_BYTES:
+            yield batch(names, _BODY_TYPES, rows, session_id)
+            rows, held = [], 0
+    if rows or not held:  # an empty batch for a session without bodies: the file still has its columns
+        yield batch(names, _BODY_TYPES, rows, session_id)
+
+
 def _main_rows(session_ids: list[str]) -> Iterator[pa.RecordBatch]:
     try:
         with open_main() as conn:
@@ -190,6 +228,10 @@ def export_parquet(session_ids: list[str], out_dir: Path,
                     for table in tables(conn):
                         written[table] = _write_parts(
                             work / f"{table}.{n:06d}", table_batches(conn, session_id, table)
+                        )
+                    if "event_body_blobs" in written:
+                        written["bodies"] = _write_parts(
+                            work / f"bodies.{n:06d}", body_batches(conn, session_id)
                         )
             except (sqlite3.Error, RuntimeError, LookupError, ValueError) as exc:
                 result.failed[session_id] = str(exc)
