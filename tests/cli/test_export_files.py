@@ -16,7 +16,7 @@ import duckdb
 import jsonschema
 import pyarrow.parquet as pq
 import zstandard
-from haralyzer import HarParser
+from haralyzer import HarEntry, HarParser
 
 from addons.bodies import read_body
 from assembler.sessiondb import db_file
@@ -55,21 +55,24 @@ def test_har_validates_reads_back_with_whole_bodies_and_websocket_messages(capse
     assert f"wrote {out}: 4 entries of session {SID}" in said
     doc = json.loads(out.read_text())
     jsonschema.validate(doc, SCHEMA)
-    pages = HarParser(doc)  # a HAR library reads it back
-    entries = [e for page in [pages] for e in page.har_data["entries"]]
-    assert [e["request"]["url"] for e in entries] == [
+    har = HarParser.from_file(out)  # a HAR library reads it back, bodies and times included
+    assert (har.version, har.creator["name"]) == ("1.2", "capsem")
+    read = [HarEntry(e) for e in har.har_data["entries"]]
+    assert [e.url for e in read] == [
         "https://api.anthropic.com/v1/messages", "https://api.anthropic.com/v1/messages",
         "http://127.0.0.1:8000/mcp", "wss://api.openai.com/v1/responses"]  # fmt: skip
+    assert [e.status for e in read] == [200, 200, 200, 101] and read[0].startTime.tzinfo is not None
     conn = sqlite3.connect(db)
     try:
-        for entry, (table, row_id) in zip(entries[:3], [("model_calls", 1), ("model_calls", 2), ("mcp_calls", 1)],
-                                          strict=True):  # fmt: skip
-            for side, direction in (("request", "request"), ("response", "response")):
-                body = entry[side]["postData"] if side == "request" else entry[side]["content"]
-                assert body["text"].encode() == read_body(conn, row_id, direction, table)[0]
-                assert body["comment"].startswith("whole decoded body")
+        for e, (table, row_id) in zip(read[:3], [("model_calls", 1), ("model_calls", 2), ("mcp_calls", 1)],
+                                      strict=True):  # fmt: skip
+            assert e.request.text.encode() == read_body(conn, row_id, "request", table)[0]
+            assert e.response.text.encode() == read_body(conn, row_id, "response", table)[0]
     finally:
         conn.close()
+    entries = doc["log"]["entries"]
+    assert all(e["request"]["postData"]["comment"].startswith("whole decoded body") for e in entries[:3])
+    assert all(e["response"]["content"]["comment"].startswith("whole decoded body") for e in entries[:3])
     first = entries[0]
     assert {"name": "x-api-key", "value": first["request"]["headers"][1]["value"]} in first["request"][
         "headers"
