@@ -1,6 +1,7 @@
 """A session built in-process with the recorder for the export tests: an Anthropic tool loop
-(secrets planted in a header, the request body and the tool result), an MCP tool call and a
-Codex-style WebSocket turn, registered in main.db like a recorded one."""
+(secrets planted in a header, the request body and the tool result) that starts a subagent (a
+Task tool call), an MCP tool call and a Codex-style WebSocket turn, registered in main.db like a
+recorded one."""
 
 from __future__ import annotations
 
@@ -53,11 +54,23 @@ def build_session(home: Path, session_id: str = "20261123-120000-e0e0", *, t0: f
     }
     second = [*first, {"role": "assistant", "content": [{"type": "text", "text": "Reading it."}, use]},
               {"role": "user", "content": [result]}]  # fmt: skip
+    task = {
+        "type": "tool_use",
+        "id": "toolu_2",
+        "name": "Task",
+        "input": {"prompt": "Count the files in src"},
+    }
     _call(rec, "a2", t0 + 1, {"model": "claude-sonnet-4-5", "system": "You are terse.", "tools": tools,
                               "messages": second, "max_tokens": 100},
           {"id": "msg_2", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-           "content": [{"type": "text", "text": "Done."}], "stop_reason": "end_turn",
+           "content": [{"type": "text", "text": "Done."}, task], "stop_reason": "tool_use",
            "usage": {"input_tokens": 180, "output_tokens": 5}})  # fmt: skip
+    # the subagent the Task tool started: a new conversation whose first message is the prompt
+    _call(rec, "a3", t0 + 1.5, {"model": "claude-haiku-4-5", "system": "You are a file counter.",
+                                "messages": [{"role": "user", "content": "Count the files in src"}], "max_tokens": 50},
+          {"id": "msg_3", "type": "message", "role": "assistant", "model": "claude-haiku-4-5",
+           "content": [{"type": "text", "text": "42 files."}], "stop_reason": "end_turn",
+           "usage": {"input_tokens": 20, "output_tokens": 4}})  # fmt: skip
     # an MCP tool call (JSON-RPC over HTTP, answered inline)
     call = {
         "jsonrpc": "2.0",

@@ -52,34 +52,34 @@ def test_har_validates_reads_back_with_whole_bodies_and_websocket_messages(capse
     db = build_session(capsem_home, SID)
     out = tmp_path / "run.har"
     said = run("export", "har", SID, "-o", str(out))
-    assert f"wrote {out}: 4 entries of session {SID}" in said
+    assert f"wrote {out}: 5 entries of session {SID}" in said
     doc = json.loads(out.read_text())
     jsonschema.validate(doc, SCHEMA)
     har = HarParser.from_file(out)  # a HAR library reads it back, bodies and times included
     assert (har.version, har.creator["name"]) == ("1.2", "capsem")
     read = [HarEntry(e) for e in har.har_data["entries"]]
-    assert [e.url for e in read] == [
-        "https://api.anthropic.com/v1/messages", "https://api.anthropic.com/v1/messages",
+    assert [e.url for e in read] == ["https://api.anthropic.com/v1/messages"] * 3 + [
         "http://127.0.0.1:8000/mcp", "wss://api.openai.com/v1/responses"]  # fmt: skip
-    assert [e.status for e in read] == [200, 200, 200, 101] and read[0].startTime.tzinfo is not None
+    assert [e.status for e in read] == [200, 200, 200, 200, 101] and read[0].startTime.tzinfo is not None
     conn = sqlite3.connect(db)
     try:
-        for e, (table, row_id) in zip(read[:3], [("model_calls", 1), ("model_calls", 2), ("mcp_calls", 1)],
+        for e, (table, row_id) in zip(read[:4], [("model_calls", 1), ("model_calls", 2), ("model_calls", 3),
+                                                 ("mcp_calls", 1)],
                                       strict=True):  # fmt: skip
             assert e.request.text.encode() == read_body(conn, row_id, "request", table)[0]
             assert e.response.text.encode() == read_body(conn, row_id, "response", table)[0]
     finally:
         conn.close()
     entries = doc["log"]["entries"]
-    assert all(e["request"]["postData"]["comment"].startswith("whole decoded body") for e in entries[:3])
-    assert all(e["response"]["content"]["comment"].startswith("whole decoded body") for e in entries[:3])
+    assert all(e["request"]["postData"]["comment"].startswith("whole decoded body") for e in entries[:4])
+    assert all(e["response"]["content"]["comment"].startswith("whole decoded body") for e in entries[:4])
     first = entries[0]
     assert {"name": "x-api-key", "value": first["request"]["headers"][1]["value"]} in first["request"][
         "headers"
     ]
     assert first["request"]["headers"][1]["value"].startswith("hash:")
     assert first["timings"]["send"] + first["timings"]["wait"] + first["timings"]["receive"] == first["time"]
-    ws = entries[3]
+    ws = entries[4]
     assert ws["_resourceType"] == "websocket"
     kinds = [(m["type"], json.loads(m["data"])["type"]) for m in ws["_webSocketMessages"]]
     assert kinds == [("send", "response.create"), ("receive", "response.created"),
@@ -120,8 +120,8 @@ def test_jsonl_one_record_per_call_with_its_items_and_tool_results(capsem_home, 
     text = run("export", "jsonl", SID, "20261120-090000-a1a1", "-o", "-")
     records = [json.loads(line) for line in text.splitlines()]
     assert [(r["session_id"], r["model_call_id"]) for r in records] == [
-        (SID, 1), (SID, 2), (SID, 3), ("20261120-090000-a1a1", 1), ("20261120-090000-a1a1", 2),
-        ("20261120-090000-a1a1", 3)]  # fmt: skip
+        (SID, 1), (SID, 2), (SID, 3), (SID, 4), ("20261120-090000-a1a1", 1), ("20261120-090000-a1a1", 2),
+        ("20261120-090000-a1a1", 3), ("20261120-090000-a1a1", 4)]  # fmt: skip
     second = records[1]
     assert second["event_id"] and second["trace_id"] == records[0]["trace_id"]
     assert second["turn_id"] == records[0]["turn_id"] and second["parent"] is None
@@ -132,15 +132,22 @@ def test_jsonl_one_record_per_call_with_its_items_and_tool_results(capsem_home, 
         ("tool_call", "assistant", True), ("tool_result", "user", True)]  # fmt: skip
     assert second["input"][3]["content"]["content"][0] == {"text": "Reading it.", "type": "text"}
     assert second["input"][0]["content"] == "You are terse."
-    assert [o["content"] for o in second["output"]] == ["Done."]
+    assert [o["kind"] for o in second["output"]] == ["text", "tool_call"] and second["output"][0][
+        "content"
+    ] == "Done."
+    sub = records[2]  # the subagent: in the turn of the call that started it, its parent the Task call
+    assert sub["model"] == "claude-haiku-4-5" and sub["turn_id"] == second["turn_id"]
+    assert sub["parent"] == {"tool_call_id": 2, "tool_call_event_id": second["tool_calls"][0]["event_id"],
+                             "model_call_id": 2, "tool_name": "Task"}  # fmt: skip
+    assert [i["content"] for i in sub["input"]][-1] == {"content": "Count the files in src", "role": "user"}
     (tool,) = records[0]["tool_calls"]
     assert tool["tool_name"] == "read_env" and tool["arguments"] == {"path": ".env"}
     assert tool["result"]["whole"] and "GITHUB_TOKEN=[redacted" in json.dumps(tool["result"]["content"])
     assert records[0]["output"][1]["kind"] == "tool_call"
     out = tmp_path / "calls.jsonl"
     said = run("export", "jsonl", "--since", "2026-11-21", "-o", str(out))
-    assert "wrote" in said and "3 model calls from 1 session" in said
-    assert len(out.read_text().splitlines()) == 3
+    assert "wrote" in said and "4 model calls from 1 session" in said
+    assert len(out.read_text().splitlines()) == 4
 
 
 # --- Parquet --------------------------------------------------------------------------------------
@@ -206,7 +213,7 @@ def test_parquet_keeps_values_that_do_not_fit_their_column_and_older_schemas(cap
     ports = pq.read_table(out / "net_events.parquet", columns=["session_id", "port"]).to_pylist()
     assert {"session_id": SID, "port": "not-a-port"} in ports and {"session_id": SID, "port": "443"} in ports
     turns = pq.read_table(out / "model_calls.parquet", columns=["session_id", "turn_id"]).to_pylist()
-    assert [t["turn_id"] is None for t in turns] == [True] * 3 + [False] * 3
+    assert [t["turn_id"] is None for t in turns] == [True] * 4 + [False] * 4
 
 
 # --- secrets --------------------------------------------------------------------------------------
@@ -275,7 +282,7 @@ def test_errors_are_one_line_and_lose_nothing(capsem_home, tmp_path):
     wh = tmp_path / "wh"
     said = run("export", "parquet", "-o", str(wh), code=1)
     assert "skipped session 20261122-080000-bad0:" in said and "from 1 session (" in said
-    assert duckdb.connect().execute(f"SELECT COUNT(*) FROM '{wh}/model_calls.parquet'").fetchone()[0] == 3
+    assert duckdb.connect().execute(f"SELECT COUNT(*) FROM '{wh}/model_calls.parquet'").fetchone()[0] == 4
     gz = gzip_db(broken)
     gz.write_bytes(gz.read_bytes()[:100])  # a damaged archive
     said = run("export", "jsonl", "20261122-080000-bad0", code=1)
