@@ -119,6 +119,8 @@ def jsonl(session_ids: tuple[str, ...], since: str | None, output: str) -> None:
     written = 0
     with _errors():
         chosen = all_sessions(parse_since(since)) if since else named_sessions(session_ids)
+        if not chosen:
+            raise click.ClickException(f"no session with a database since {since}")
         with _output(output) as out, stderr_progress() as progress:
             task = progress.add_task("model calls", total=None)
             for sid in chosen:

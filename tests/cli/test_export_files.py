@@ -260,6 +260,10 @@ def test_errors_are_one_line_and_lose_nothing(capsem_home, tmp_path):
     assert said == f"Error: cannot write {tmp_path / 'missing' / 'x.har'}: No such file or directory\n"
     said = run("export", "har", SID, "-o", str(tmp_path), code=1)
     assert "is a directory" in said
+    assert (
+        run("export", "jsonl", "--since", "2099-01-01", code=1)
+        == "Error: no session with a database since 2099-01-01\n"
+    )
     said = run("export", "parquet", "--since", "yesterday", "-o", str(tmp_path / "wh"), code=1)
     assert "--since 'yesterday' is not a date" in said
     blocker = tmp_path / "file"
