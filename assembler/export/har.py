@@ -122,8 +122,10 @@ def entry(flow: Flow) -> dict[str, Any]:
     }  # fmt: skip
     if net.get("error"):
         out["comment"] = f"error: {net['error']}"
+    out["_resourceType"] = (
+        "websocket" if flow.ws_messages or net.get("conn_type") in ("ws", "wss") else "fetch"
+    )
     if flow.ws_messages:
-        out["_resourceType"] = "websocket"
         out["_webSocketMessages"] = list(flow.ws_messages)
     return out
 

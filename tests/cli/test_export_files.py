@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import sqlite3
+import subprocess
+import urllib.request
 from pathlib import Path
 
 import duckdb
@@ -17,9 +20,11 @@ import jsonschema
 import pyarrow.parquet as pq
 import zstandard
 from haralyzer import HarEntry, HarParser
+from websockets.sync.client import connect
 
 from addons.bodies import read_body
 from assembler.sessiondb import db_file
+from tests.bundle.conftest import CHROMIUM_FLAGS, chromium_path
 from tests.cli.conftest import recorded_id, run, session_db
 from tests.cli.export_session import NEEDLE, SECRETS, build_session
 
@@ -84,6 +89,71 @@ def test_har_validates_reads_back_with_whole_bodies_and_websocket_messages(capse
     kinds = [(m["type"], json.loads(m["data"])["type"]) for m in ws["_webSocketMessages"]]
     assert kinds == [("send", "response.create"), ("receive", "response.created"),
                      ("receive", "response.output_text.delta"), ("receive", "response.completed")]  # fmt: skip
+
+
+IMPORT_IN_DEVTOOLS = """(async () => {
+  const HAR = await import('./models/har/har.js');
+  const requests = HAR.Importer.Importer.requestsFromHARLog(new HAR.HARFormat.HARLog(JSON.parse(%s).log));
+  const out = [];
+  for (const r of requests) {
+    const content = await r.requestContentData();
+    out.push({url: r.url(), status: r.statusCode, type: r.resourceType().name(),
+              sent: (await r.requestFormData()) || null, received: content.text ?? null, frames: r.frames().length});
+  }
+  return JSON.stringify(out);
+})()"""
+
+
+def devtools_import(har: str, profile: Path) -> list[dict]:
+    """`har` read by Chromium's own DevTools HAR importer (the code behind Network → Import HAR)."""
+    proc = subprocess.Popen([chromium_path(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
+                             "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            if found := re.search(r"DevTools listening on ws://([\d.:]+)/", line):
+                break
+        else:
+            raise AssertionError("Chromium did not start its DevTools endpoint")
+        pages = json.load(urllib.request.urlopen(f"http://{found[1]}/json/list", timeout=10))
+        page = next(p for p in pages if p["type"] == "page")
+        with connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=10) as ws:
+            ids, events = iter(range(1, 1000)), []
+
+            def call(method: str, **params) -> dict:
+                n = next(ids)
+                ws.send(json.dumps({"id": n, "method": method, "params": params}))
+                while (message := json.loads(ws.recv(timeout=60))).get("id") != n:
+                    events.append(message.get("method"))
+                return message
+
+            call("Page.enable")
+            call("Page.navigate", url="devtools://devtools/bundled/devtools_app.html")
+            while "Page.loadEventFired" not in events:
+                events.append(json.loads(ws.recv(timeout=60)).get("method"))
+            got = call("Runtime.evaluate", expression=IMPORT_IN_DEVTOOLS % json.dumps(har), awaitPromise=True,
+                       returnByValue=True)  # fmt: skip
+        assert "exceptionDetails" not in got["result"], got
+        return json.loads(got["result"]["result"]["value"])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_har_opens_in_chromium_devtools(capsem_home, tmp_path):
+    build_session(capsem_home, SID)
+    out = tmp_path / "run.har"
+    run("export", "har", "-o", str(out))
+    doc = json.loads(out.read_text())
+    requests = devtools_import(out.read_text(), tmp_path / "profile")
+    assert [(r["url"], r["status"], r["type"]) for r in requests] == [
+        (e["request"]["url"], e["response"]["status"], e["_resourceType"]) for e in doc["log"]["entries"]
+    ]
+    for r, e in zip(requests[:4], doc["log"]["entries"], strict=False):
+        assert (r["sent"], r["received"]) == (
+            e["request"]["postData"]["text"],
+            e["response"]["content"]["text"],
+        )
+    assert requests[4]["type"] == "websocket" and requests[4]["frames"] == 4
 
 
 def test_har_of_a_real_recording_and_previews(home, tmp_path):
