@@ -21,7 +21,9 @@ from assembler.cli_support import counted, stderr_progress, user_errors
 @contextmanager
 def _errors(session_id: str | None = None) -> Iterator[None]:
     """Expected failures as one-line errors: unknown session, damaged database, unwritable output."""
-    with user_errors(ValueError):
+    from assembler.export.select import BadDate
+
+    with user_errors(BadDate):
         try:
             yield
         except sqlite3.DatabaseError as exc:
@@ -180,4 +182,4 @@ def parquet(since: str | None, out_dir: Path) -> None:
     for sid, why in result.failed.items():
         click.echo(f"skipped session {sid}: {why}", err=True)
     if result.failed:
-        sys.exit(1)
+        raise SystemExit(1)

@@ -34,6 +34,8 @@ class Body:
     data: bytes
     comment: str
     mime: str | None = None
+    whole: bool = False
+    """The whole decoded body (its length is the content's size), not a preview."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,8 @@ def entry(flow: Flow) -> dict[str, Any]:
     }
     if flow.response is not None:
         content |= _text(flow.response)
-        content["size"] = len(flow.response.data)
+        if flow.response.whole:
+            content["size"] = len(flow.response.data)
     out: dict[str, Any] = {
         "startedDateTime": net["timestamp"], "time": max(0, net.get("duration_ms") or 0), "request": request,
         "response": {
@@ -196,7 +199,7 @@ def _stored(conn: sqlite3.Connection, table: str, row_id: int, direction: str) -
     note = "whole decoded body as recorded (secrets replaced)"
     if blob["truncated"]:
         note = f"decoded body, cut at {len(data):,} bytes (capture.max_body_bytes; secrets replaced)"
-    return Body(data, note, blob["content_type"]), ""
+    return Body(data, note, blob["content_type"], whole=True), ""
 
 
 def _preview(text: str | None, size: int | None, why: str) -> Body | None:

@@ -10,18 +10,22 @@ from assembler.sessiondb import MainDbMissing, db_file, open_main, resolve
 from capsem.paths import sessions_dir
 
 
+class BadDate(ValueError):
+    """A `--since` that is not a date."""
+
+
 def parse_since(value: str | None) -> str | None:
     """`--since` as an ISO day (`2026-11-01`), checked.
 
     Raises:
-        ValueError: when it is not a date.
+        BadDate: when it is not a date.
     """
     if value is None:
         return None
     try:
         return date.fromisoformat(value[:10]).isoformat()
     except ValueError:
-        raise ValueError(f"--since {value!r} is not a date (YYYY-MM-DD)") from None
+        raise BadDate(f"--since {value!r} is not a date (YYYY-MM-DD)") from None
 
 
 def _day(session_id: str, created_at: str | None) -> str:
