@@ -71,6 +71,11 @@ def build_session(home: Path, session_id: str = "20261123-120000-e0e0", *, t0: f
           {"id": "msg_3", "type": "message", "role": "assistant", "model": "claude-haiku-4-5",
            "content": [{"type": "text", "text": "42 files."}], "stop_reason": "end_turn",
            "usage": {"input_tokens": 20, "output_tokens": 4}})  # fmt: skip
+    # a request that never got an answer (the upstream refused the connection)
+    lost = head(
+        "e1", started=t0 + 1.8, host="pypi.org", method="GET", path="/simple/requests/", query="a=1&b="
+    )
+    rec.close(ended(lost, at=t0 + 1.9, error="connection refused", decision="error"))
     # an MCP tool call (JSON-RPC over HTTP, answered inline)
     call = {
         "jsonrpc": "2.0",

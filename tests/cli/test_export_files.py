@@ -57,34 +57,39 @@ def test_har_validates_reads_back_with_whole_bodies_and_websocket_messages(capse
     db = build_session(capsem_home, SID)
     out = tmp_path / "run.har"
     said = run("export", "har", SID, "-o", str(out))
-    assert f"wrote {out}: 5 entries of session {SID}" in said
+    assert f"wrote {out}: 6 entries of session {SID}" in said
     doc = json.loads(out.read_text())
     jsonschema.validate(doc, SCHEMA)
     har = HarParser.from_file(out)  # a HAR library reads it back, bodies and times included
     assert (har.version, har.creator["name"]) == ("1.2", "capsem")
     read = [HarEntry(e) for e in har.har_data["entries"]]
     assert [e.url for e in read] == ["https://api.anthropic.com/v1/messages"] * 3 + [
-        "http://127.0.0.1:8000/mcp", "wss://api.openai.com/v1/responses"]  # fmt: skip
-    assert [e.status for e in read] == [200, 200, 200, 200, 101] and read[0].startTime.tzinfo is not None
+        "https://pypi.org/simple/requests/?a=1&b=", "http://127.0.0.1:8000/mcp",
+        "wss://api.openai.com/v1/responses"]  # fmt: skip
+    assert [e.status for e in read] == [200, 200, 200, 0, 200, 101] and read[0].startTime.tzinfo is not None
     conn = sqlite3.connect(db)
     try:
-        for e, (table, row_id) in zip(read[:4], [("model_calls", 1), ("model_calls", 2), ("model_calls", 3),
-                                                 ("mcp_calls", 1)],
+        for e, (table, row_id) in zip(read[:3] + read[4:5], [("model_calls", 1), ("model_calls", 2),
+                                                              ("model_calls", 3), ("mcp_calls", 1)],
                                       strict=True):  # fmt: skip
             assert e.request.text.encode() == read_body(conn, row_id, "request", table)[0]
             assert e.response.text.encode() == read_body(conn, row_id, "response", table)[0]
     finally:
         conn.close()
     entries = doc["log"]["entries"]
-    assert all(e["request"]["postData"]["comment"].startswith("whole decoded body") for e in entries[:4])
-    assert all(e["response"]["content"]["comment"].startswith("whole decoded body") for e in entries[:4])
+    kept = entries[:3] + entries[4:5]
+    assert all(e["request"]["postData"]["comment"].startswith("whole decoded body") for e in kept)
+    assert all(e["response"]["content"]["comment"].startswith("whole decoded body") for e in kept)
+    lost = entries[3]  # a failed request: no answer, its error said
+    assert lost["comment"] == "error: connection refused" and lost["_capsem"]["decision"] == "error"
+    assert lost["request"]["queryString"] == [{"name": "a", "value": "1"}, {"name": "b", "value": ""}]
     first = entries[0]
     assert {"name": "x-api-key", "value": first["request"]["headers"][1]["value"]} in first["request"][
         "headers"
     ]
     assert first["request"]["headers"][1]["value"].startswith("hash:")
     assert first["timings"]["send"] + first["timings"]["wait"] + first["timings"]["receive"] == first["time"]
-    ws = entries[4]
+    ws = entries[5]
     assert ws["_resourceType"] == "websocket"
     kinds = [(m["type"], json.loads(m["data"])["type"]) for m in ws["_webSocketMessages"]]
     assert kinds == [("send", "response.create"), ("receive", "response.created"),
@@ -148,12 +153,12 @@ def test_har_opens_in_chromium_devtools(capsem_home, tmp_path):
     assert [(r["url"], r["status"], r["type"]) for r in requests] == [
         (e["request"]["url"], e["response"]["status"], e["_resourceType"]) for e in doc["log"]["entries"]
     ]
-    for r, e in zip(requests[:4], doc["log"]["entries"], strict=False):
+    for r, e in zip(requests[:3], doc["log"]["entries"], strict=False):
         assert (r["sent"], r["received"]) == (
             e["request"]["postData"]["text"],
             e["response"]["content"]["text"],
         )
-    assert requests[4]["type"] == "websocket" and requests[4]["frames"] == 4
+    assert requests[5]["type"] == "websocket" and requests[5]["frames"] == 4
 
 
 def test_har_of_a_real_recording_and_previews(home, tmp_path):
