@@ -97,14 +97,20 @@ def har(session_id: str | None, output: str) -> None:
 @click.command("jsonl")
 @click.argument("session_ids", metavar="[SESSION]...", nargs=-1)
 @click.option("--since", metavar="DATE", help="Every session started on or after DATE (YYYY-MM-DD).")
+@click.option(
+    "--only-new",
+    is_flag=True,
+    help="An input item's content only in the record of the call that first sent it (linear size).",
+)
 @click.option("-o", "--output", default="-", show_default=True, metavar="FILE",
               help="Where to write the records (- for stdout).")  # fmt: skip
-def jsonl(session_ids: tuple[str, ...], since: str | None, output: str) -> None:
+def jsonl(session_ids: tuple[str, ...], since: str | None, only_new: bool, output: str) -> None:
     """One JSON record per model call, with its items (the newest session by default).
 
     A record: identity (event_id, session_id, trace_id, turn_id, parent tool call), model, usage,
     cost, the whole ordered input (kind, role, content; `new` when first sent in that call), the
-    output items, and the tool calls with the results the agent sent back.
+    output items, and the tool calls with the results the agent sent back. Each record repeats
+    the conversation so far, as the call sent it; --only-new keeps the file linear in its length.
 
     \b
     Examples:
@@ -128,7 +134,7 @@ def jsonl(session_ids: tuple[str, ...], since: str | None, output: str) -> None:
             for sid in chosen:
                 with _errors(sid), open_session(sid) as conn:
                     progress.update(task, description=sid, total=(progress.tasks[0].total or 0) + count(conn))
-                    for record in records(conn, sid):
+                    for record in records(conn, sid, only_new):
                         out.write(json.dumps(record, ensure_ascii=False) + "\n")
                         written += 1
                         progress.advance(task)

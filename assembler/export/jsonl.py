@@ -39,7 +39,7 @@ class Items:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        self._content: dict[str, tuple[str, Any]] = {}
+        self._content: dict[str, Any] = {}
         self._attrs: dict[str, dict[str, Any]] = {}
         self.present = has_table(conn, "model_items")
         """False for a session recorded before conversation items were: its calls have no items."""
@@ -49,21 +49,23 @@ class Items:
                 row[0], {"kind": row[1], "role": row[2], "call_id": row[3], "tool_name": row[4]}
             )
 
-    def content(self, digest: str) -> tuple[str | None, Any]:
-        """(kind, content) of one item; (None, None) when its content is missing."""
+    def content(self, digest: str) -> Any:
+        """One item's content (parsed JSON; None when it is missing)."""
         if digest not in self._content:
             found = self.conn.execute(
-                "SELECT kind, content FROM item_contents WHERE hash = ?", (digest,)
+                "SELECT content FROM item_contents WHERE hash = ?", (digest,)
             ).fetchone()
-            self._content[digest] = (found[0], _json(found[1])) if found else (None, None)
+            self._content[digest] = _json(found[0]) if found else None
         return self._content[digest]
 
-    def item(self, digest: str, index: int, **extra: Any) -> dict[str, Any]:
-        kind, content = self.content(digest)
+    def item(self, digest: str, index: int, *, with_content: bool = True, **extra: Any) -> dict[str, Any]:
+        """One item as exported: where it is, what it is, and (unless left out) its content."""
         attrs = self._attrs.get(digest, {})
-        return {"index": index, "kind": kind or attrs.get("kind"), "role": attrs.get("role"),
-                "call_id": attrs.get("call_id"), "tool_name": attrs.get("tool_name"), **extra, "hash": digest,
-                "content": content}  # fmt: skip
+        out = {"index": index, "kind": attrs.get("kind"), "role": attrs.get("role"), "call_id": attrs.get("call_id"),
+               "tool_name": attrs.get("tool_name"), **extra, "hash": digest}  # fmt: skip
+        if with_content:
+            out["content"] = self.content(digest)
+        return out
 
 
 def call_record(session_id: str, call: dict[str, Any], inputs: list[dict], outputs: list[dict], tools: list[dict],
@@ -100,19 +102,24 @@ def _tool_call(
     return out
 
 
-def _items(conn: sqlite3.Connection, items: Items, call_id: int) -> tuple[list[dict], list[dict]]:
-    """A call's whole ordered input (each marked `new` when it first appeared here) and its output."""
+def _items(
+    conn: sqlite3.Connection, items: Items, call_id: int, only_new: bool
+) -> tuple[list[dict], list[dict]]:
+    """A call's whole ordered input (each marked `new` when it first appeared here; with `only_new`,
+    the others without their content) and its output."""
     fresh = {row[0] for row in conn.execute(
         "SELECT item_index FROM model_items WHERE model_call_id = ? AND direction = 'input'", (call_id,))}  # fmt: skip
-    inputs = [items.item(h, i, new=i in fresh) for i, h in enumerate(call_items(conn, call_id))]
+    inputs = [items.item(h, i, new=i in fresh, with_content=not only_new or i in fresh)
+              for i, h in enumerate(call_items(conn, call_id))]  # fmt: skip
     outputs = [items.item(row[1], row[0]) for row in conn.execute(
         "SELECT item_index, content_hash FROM model_items WHERE model_call_id = ? AND direction = 'output' "
         "ORDER BY item_index", (call_id,))]  # fmt: skip
     return inputs, outputs
 
 
-def records(conn: sqlite3.Connection, session_id: str) -> Iterator[dict[str, Any]]:
-    """The session's model calls as records, in order."""
+def records(conn: sqlite3.Connection, session_id: str, only_new: bool = False) -> Iterator[dict[str, Any]]:
+    """The session's model calls as records, in order (`only_new`: an input item's content only in
+    the record of the call that first sent it; later records name it by index, kind and hash)."""
     items = Items(conn)
     if not items.present:
         result_items: dict[str, str] = {}
@@ -127,7 +134,7 @@ def records(conn: sqlite3.Connection, session_id: str) -> Iterator[dict[str, Any
         by_id[r["id"]] = dict(r)
     for r in conn.execute(CALL_USAGE_SQL + " ORDER BY id"):
         call = dict(r)
-        inputs, outputs = _items(conn, items, call["id"]) if items.present else ([], [])
+        inputs, outputs = _items(conn, items, call["id"], only_new) if items.present else ([], [])
         tools = []
         for row in tool_rows.get(call["id"], []):
             digest = result_items.get(row["call_id"])

@@ -219,6 +219,9 @@ def test_jsonl_one_record_per_call_with_its_items_and_tool_results(capsem_home, 
     assert tool["tool_name"] == "read_env" and tool["arguments"] == {"path": ".env"}
     assert tool["result"]["whole"] and "GITHUB_TOKEN=[redacted" in json.dumps(tool["result"]["content"])
     assert records[0]["output"][1]["kind"] == "tool_call"
+    lean = [json.loads(line) for line in run("export", "jsonl", "--only-new", SID).splitlines()]
+    assert [("content" in i, i["new"]) for i in lean[1]["input"]] == [(False, False)] * 3 + [(True, True)] * 2
+    assert lean[1]["input"][3] == second["input"][3] and lean[0] == records[0]
     out = tmp_path / "calls.jsonl"
     said = run("export", "jsonl", "--since", "2026-11-21", "-o", str(out))
     assert "wrote" in said and "4 model calls from 1 session" in said
