@@ -9,9 +9,9 @@ BLOB → binary); a column whose values do not fit its declared type (SQLite all
 as strings rather than lose a value. Sessions written by older capsem versions lack newer
 columns: those are null in their rows.
 
-Each session's tables are first written to parts in a temporary directory next to `DIR` (one
-session in memory at a time, in batches), then each table's parts are joined into one file under
-a temporary name and renamed into place, so an existing export is replaced only by a complete one.
+Each session's tables are first streamed (in batches of rows) to part files in a temporary
+directory inside `DIR`, then each table's parts are joined into one file under a temporary name
+and renamed into place, so an existing export is replaced only by a complete one.
 """
 
 from __future__ import annotations
@@ -70,9 +70,9 @@ def column(values: list[Any], declared: pa.DataType | None) -> pa.Array:
 
 def batch(names: list[str], types: list[pa.DataType | None], rows: list[tuple],
           session_id: str | None = None) -> pa.RecordBatch:  # fmt: skip
-    """Rows of one table as a record batch (with `session_id` first when given)."""
+    """Rows of one table as a record batch (with `session_id` first when given and the table has none)."""
     arrays = [column([r[i] for r in rows], types[i]) for i in range(len(names))]
-    if session_id is None:
+    if session_id is None or "session_id" in names:
         return pa.RecordBatch.from_arrays(arrays, names=names)
     return pa.RecordBatch.from_arrays([pa.array([session_id] * len(rows), type=pa.string()), *arrays],
                                       names=["session_id", *names])  # fmt: skip
