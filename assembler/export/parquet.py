@@ -150,8 +150,9 @@ def join_parts(parts: list[Path], target: Path) -> int:
     total = 0
     with pq.ParquetWriter(tmp, schema) as writer:
         for part in parts:
-            for b in pq.ParquetFile(part).iter_batches(BATCH_ROWS):
-                table = _conform(pa.Table.from_batches([b]), schema)
+            source = pq.ParquetFile(part)
+            for group in range(source.num_row_groups):  # one written batch at a time
+                table = _conform(source.read_row_group(group), schema)
                 writer.write_table(table)
                 total += table.num_rows
     os.replace(tmp, target)
@@ -162,7 +163,7 @@ BODY_COLUMNS = ("id", "event_id", "owner_event_id", "source_table", "row_id", "d
                 "truncated", "content_type")  # fmt: skip
 _BODY_TYPES = [pa.int64(), pa.string(), pa.string(), pa.string(), pa.int64(), pa.string(), pa.int64(), pa.string(),
                pa.int64(), pa.string(), pa.string(), pa.bool_(), pa.string()]  # fmt: skip
-_BODY_BATCH_BYTES = 32 << 20
+_BODY_BATCH_BYTES = 8 << 20
 
 
 def body_batches(conn: sqlite3.Connection, session_id: str) -> Iterator[pa.RecordBatch]:
