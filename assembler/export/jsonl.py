@@ -125,7 +125,9 @@ def records(conn: sqlite3.Connection, session_id: str, only_new: bool = False) -
         result_items: dict[str, str] = {}
     else:
         sql = "SELECT call_id, content_hash FROM model_items WHERE kind = 'tool_result' ORDER BY id DESC"
-        result_items = {r[0]: r[1] for r in conn.execute(sql) if r[0] is not None}
+        result_items = {
+            r[0]: r[1] for r in conn.execute(sql) if r[0] is not None
+        }  # newest first: the first wins
     results = {r["call_id"]: dict(r) for r in conn.execute("SELECT * FROM tool_responses ORDER BY id DESC")}
     tool_rows: dict[int, list[dict]] = {}
     by_id: dict[int, dict] = {}
