@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from capsem.mitm import Mitmdump, start_mitmdump
+from capsem.schema import connect
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
@@ -79,8 +79,7 @@ def mitmdump(tmp_path: Path, capsem_home: Path) -> Iterator[ProxyFactory]:
 
 
 def rows(db: Path, sql: str, params: tuple = ()) -> list[dict]:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    conn.row_factory = sqlite3.Row
+    conn = connect(db, readonly=True)  # capsem's connection: its SQL functions (`unzstd`) too
     try:
         return [dict(r) for r in conn.execute(sql, params)]
     finally:
