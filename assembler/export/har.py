@@ -191,7 +191,7 @@ def _stored(conn: sqlite3.Connection, table: str, row_id: int, direction: str) -
         return None, "recorded before whole bodies were kept"
     try:
         found = read_body(conn, row_id, direction, table)
-    except ValueError as exc:
+    except (ValueError, sqlite3.OperationalError) as exc:  # pieces missing; bodies stored by another version
         return None, f"the whole body cannot be read: {exc}"
     if found is None:
         return None, _NOT_KEPT

@@ -178,7 +178,7 @@ def body_batches(conn: sqlite3.Connection, session_id: str) -> Iterator[pa.Recor
         text, utf8, error = None, None, None
         try:
             found = read_body(conn, blob["row_id"], blob["direction"], blob["source_table"])
-        except ValueError as exc:
+        except (ValueError, sqlite3.OperationalError) as exc:  # pieces missing; stored by another version
             found, error = None, str(exc)
         if found is not None:
             try:

@@ -186,6 +186,28 @@ def test_har_of_a_real_recording_and_previews(home, tmp_path):
     assert all(e["response"]["content"].get("text") for e in doc["log"]["entries"])
 
 
+def test_bodies_another_capsem_stored_differently_fall_back_to_previews(capsem_home, tmp_path):
+    db = build_session(capsem_home, SID)
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "ALTER TABLE body_chunks RENAME COLUMN frame TO frame_elsewhere"
+    )  # a layout this reader lacks
+    conn.commit()
+    conn.close()
+    out = tmp_path / "run.har"
+    run("export", "har", "-o", str(out))
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, SCHEMA)
+    comment = doc["log"]["entries"][0]["request"]["postData"]["comment"]
+    assert (
+        comment.startswith("preview: the first ")
+        and "the whole body cannot be read: no such column" in comment
+    )
+    run("export", "parquet", "-o", str(tmp_path / "wh"))
+    bodies = pq.read_table(tmp_path / "wh" / "bodies.parquet", columns=["body", "error"]).to_pylist()
+    assert bodies and all(b["body"] is None and "no such column" in b["error"] for b in bodies)
+
+
 # --- JSONL ----------------------------------------------------------------------------------------
 
 
