@@ -14,19 +14,12 @@ import click
 from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.table import Table
 from rich.text import Text
 
 from assembler.cli_support import console as _console
 from assembler.cli_support import counted, query_options, user_errors
+from assembler.cli_support import stderr_progress as _stderr_progress
 from capsem import __version__
 
 if TYPE_CHECKING:
@@ -53,15 +46,6 @@ def dry_run_option(f: F) -> F:
 def session_argument(f: F) -> F:
     """Optional SESSION_ID; the newest session with a database when left out."""
     return click.argument("session_id", required=False, metavar="[SESSION_ID]")(f)
-
-
-def _stderr_progress() -> Progress:
-    """A transient progress bar on stderr (only when stderr is a terminal)."""
-    return Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=Console(stderr=True), transient=True,
-        disable=not sys.stderr.isatty(),
-    )  # fmt: skip
 
 
 _LAZY = {"bundle": "assembler.bundle.cli:bundle", "config": "assembler.config_cli:config",

@@ -7,12 +7,21 @@ Kept apart from `assembler.cli` so that command groups defined in their own modu
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -62,6 +71,15 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     """`n` and its noun, agreeing: `1 session`, `2 sessions`, `1 model call has`... (`plural` when
     it is not noun + s: `counted(2, "entry", "entries")`)."""
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def stderr_progress() -> Progress:
+    """A transient progress bar on stderr (only when stderr is a terminal)."""
+    return Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+        disable=not sys.stderr.isatty(),
+    )  # fmt: skip
 
 
 def console() -> Console:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from assembler.export.files_cli import har, jsonl, parquet
 from assembler.export.otlp_cli import otlp
 
 
@@ -12,4 +13,5 @@ def export() -> None:
     """Export sessions: OTLP traces, HAR, JSONL, Parquet."""
 
 
-export.add_command(otlp)
+for _command in (otlp, har, jsonl, parquet):
+    export.add_command(_command)
