@@ -233,6 +233,8 @@ def read_body(conn: sqlite3.Connection, row_id: int, direction: str = "request",
         return None
     keys = _keys(conn, blob)
     unique = list(dict.fromkeys(keys))
+    if "data" in {r[1] for r in conn.execute("PRAGMA table_info(body_chunks)")}:
+        return _read_unframed(conn, keys, unique, f"{direction} body of {source_table} {row_id}"), blob
     where: dict[bytes, tuple[int, int, int]] = {}
     for batch in _batches(unique):
         sql = (
@@ -252,6 +254,20 @@ def read_body(conn: sqlite3.Connection, row_id: int, direction: str = "request",
             f"{len(missing)} pieces of the {direction} body of {source_table} {row_id} are missing"
         )
     return b"".join(frames[f][start : start + size] for f, start, size in map(where.__getitem__, keys)), blob
+
+
+def _read_unframed(conn: sqlite3.Connection, keys: list[bytes], unique: list[bytes], what: str) -> bytes:
+    """A body of a session.db written before content frames (m011: each piece compressed on its
+    own), read as it is: readers open sessions read-only and never migrate them."""
+    decompress = zstandard.ZstdDecompressor().decompress
+    data: dict[bytes, bytes] = {}
+    for batch in _batches(unique):
+        sql = f"SELECT hash, data FROM body_chunks WHERE hash IN ({', '.join('?' * len(batch))})"
+        data.update((bytes(key), decompress(stored)) for key, stored in conn.execute(sql, batch))
+    missing = [k for k in unique if k not in data]
+    if missing:
+        raise ValueError(f"{len(missing)} pieces of the {what} are missing")
+    return b"".join(map(data.__getitem__, keys))
 
 
 def _batches(values: list, size: int = 500) -> list[list]:

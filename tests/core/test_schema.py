@@ -2,7 +2,14 @@ import sqlite3
 
 import pytest
 
-from capsem.schema import MAIN_MIGRATIONS, SESSION_MIGRATIONS, SESSION_TABLES, migrate, open_session_db
+from capsem.schema import (
+    MAIN_MIGRATIONS,
+    SESSION_MIGRATIONS,
+    SESSION_TABLES,
+    connect,
+    migrate,
+    open_session_db,
+)
 
 # Every column of the Capsem seed tables (000_bdf6624b76e0b077.txt), with its declared type.
 SEED_COLUMNS = {
@@ -83,6 +90,8 @@ def test_pieces_and_items_stored_before_content_frames_read_back_after_the_migra
     )
     conn.execute("INSERT INTO item_contents VALUES ('h1', 'message', 5, '\"h\u00e9\"')")
     conn.close()
+    with connect(path, readonly=True) as old:  # readers never migrate: they read the old layout as it is
+        assert read_body(old, 7)[0] == piece
     conn = open_session_db(path)
     assert read_body(conn, 7)[0] == piece
     assert [tuple(r) for r in conn.execute("SELECT hash, kind, content FROM item_contents")] == [
