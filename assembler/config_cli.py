@@ -106,7 +106,8 @@ def show_cmd(user_file, overrides, as_json) -> None:
     entries = settings.entries()
     if as_json:
         click.echo(json.dumps({"files": [str(p) for p in settings.files],
-                               "settings": {e.key: {"value": e.value, "origin": e.origin} for e in entries}},
+                               "settings": {e.key: {"value": _shown(e.key, e.value), "origin": e.origin}
+                                            for e in entries}},
                               indent=2))  # fmt: skip
         return
     out = _console()
@@ -116,8 +117,19 @@ def show_cmd(user_file, overrides, as_json) -> None:
     table.add_column("value", overflow="fold", ratio=1)
     table.add_column("from", no_wrap=True)
     for entry in entries:
-        table.add_row(entry.key, escape(_yaml(entry.value)), escape(_origin(entry.origin)))
+        table.add_row(entry.key, escape(_yaml(_shown(entry.key, entry.value))), escape(_origin(entry.origin)))
     out.print(table)
+
+
+SECRET_VALUES = ("export.otlp.headers",)
+"""Settings whose values are credentials (an Authorization header): shown by name only."""
+
+
+def _shown(key: str, value: object) -> object:
+    """`value` as `config show` prints it: the values of credential settings hidden."""
+    if key in SECRET_VALUES and isinstance(value, dict):
+        return {name: "(hidden)" for name in value}
+    return value
 
 
 def _origin(origin: str) -> str:

@@ -79,6 +79,15 @@ def test_show_gives_each_value_and_where_it_came_from(config):
     assert row.split() == ["retention.retention_days", "30", "default"]
 
 
+def test_show_hides_export_header_values(config):
+    token = "Bearer otlp-" + "T" * 24
+    config.write_text(f"export:\n  otlp:\n    headers: {{authorization: '{token}'}}\n")
+    shown = json.loads(run("config", "show", "--json"))["settings"]["export.otlp.headers"]
+    assert shown == {"value": {"authorization": "(hidden)"}, "origin": str(config)}
+    table = run("config", "show")
+    assert "authorization" in table and "(hidden)" in table and "TTTT" not in table
+
+
 def test_show_refuses_a_bad_file_like_check(config):
     config.write_text("capture: {preview_byte: 10}\n")
     out = run("config", "show", code=1)
