@@ -66,7 +66,8 @@ def _stderr_progress() -> Progress:
 
 _LAZY = {"bundle": "assembler.bundle.cli:bundle", "config": "assembler.config_cli:config",
          "show-call": "assembler.show_call_cli:show_call", "budget": "assembler.budget:budget",
-         "doctor": "assembler.doctor_cli:doctor", "export": "assembler.export.cli:export"}  # fmt: skip
+         "doctor": "assembler.doctor_cli:doctor", "export": "assembler.export.cli:export",
+         "view": "assembler.view.cli:view", "search": "assembler.view.cli:search"}  # fmt: skip
 """Commands defined in their own modules, imported when used (or listed): `capsem run` does not
 pay for importing them before it starts mitmdump."""
 
