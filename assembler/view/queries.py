@@ -353,7 +353,7 @@ def _thin(points: list[tuple[float, float, int]], most: int = 400) -> list[tuple
 
 
 def session_view(conn: sqlite3.Connection, session_id: str, main: dict[str, Any] | None, page: int = 1,
-                 page_size: int = PAGE_SIZE) -> SessionView:  # fmt: skip
+                 page_size: int | None = None) -> SessionView:  # fmt: skip
     """The session page: page `page` (1-based, `PAGE_SIZE` calls) of its calls as a tree of turns
     → model calls → tool calls (with results, MCP calls and subagents), plus session-wide totals,
     events (file changes, anomalies, MCP calls no tool call ran, errors) and chart data."""
@@ -363,7 +363,7 @@ def session_view(conn: sqlite3.Connection, session_id: str, main: dict[str, Any]
         "SELECT COUNT(*), COALESCE(SUM(estimated_cost_usd), 0), COALESCE(SUM(input_tokens), 0), "
         "COALESCE(SUM(output_tokens), 0) FROM model_calls").fetchone()  # fmt: skip
     calls_total = totals[0]
-    page_size = max(page_size, 1)
+    page_size = max(page_size or PAGE_SIZE, 1)
     pages = max(1, -(-calls_total // page_size))
     page = min(max(1, page), pages)
     # cumulative figures over every call (cheap columns only), the page's calls in full
