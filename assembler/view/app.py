@@ -160,7 +160,9 @@ def problem_for(exc: BaseException) -> Problem:
                        f"SQLite says: {exc}. It may be damaged or cut short (a crash while it was written); "
                        "`capsem doctor` and `capsem vacuum` can help.")  # fmt: skip
     if isinstance(exc, HTTPException):
-        return Problem(exc.status_code, "Not found" if exc.status_code == 404 else "Bad request", str(exc.detail))
+        return Problem(
+            exc.status_code, "Not found" if exc.status_code == 404 else "Bad request", str(exc.detail)
+        )
     return Problem(500, "Something went wrong", f"{type(exc).__name__}: {exc}")
 
 
@@ -183,17 +185,22 @@ class View:
         with open_main() as conn:
             models = queries.models_by_session(conn)
         rows = queries.summaries(listing.sessions, models)
-        everything = queries.summaries(list_sessions(SessionFilters(**{**filters, "limit": 0})).sessions, models)
+        everything = queries.summaries(
+            list_sessions(SessionFilters(**{**filters, "limit": 0})).sessions, models
+        )
         days = queries.cost_by_day(everything)
+        total = sum(s.cost for s in everything)
         return self.render("sessions.html", urls, sessions=rows, matched=listing.matched, filters=filters,
-                           chart=charts.cost_by_day(days), total=sum(s.cost for s in everything), title="Sessions")  # fmt: skip
+                           chart=charts.cost_by_day(days), total=total, title="Sessions")  # fmt: skip
 
     def session_page(self, urls: Urls, session_id: str, page: int = 1) -> str:
         main = main_row(session_id)
         with self.files.open(session_id) as conn:
             view = queries.session_view(conn, session_id, main, page)
-        return self.render("session.html", urls, s=view, live=view.status in LIVE_STATUSES and not urls.exported,
-                           live_url=urls.state(session_id), chart=charts.cumulative(view.cumulative, view.span_s), title=f"Session {session_id}")  # fmt: skip
+        live = view.status in LIVE_STATUSES and not urls.exported
+        chart = charts.cumulative(view.cumulative, view.span_s)
+        return self.render("session.html", urls, s=view, live=live, live_url=urls.state(session_id), chart=chart,
+                           title=f"Session {session_id}")  # fmt: skip
 
     def call_page(self, urls: Urls, session_id: str, call_id: int) -> str:
         with self.files.open(session_id) as conn:
@@ -224,8 +231,20 @@ class View:
                            inline_js=(STATIC / "view.js").read_text(encoding="utf-8"),
                            exported_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))  # fmt: skip
 
-    def error_page(self, urls: Urls, problem: Problem) -> str:
-        return self.render("error.html", urls, p=problem, title=problem.title)
+    def error_page(self, urls: Urls, problem: Problem, reload: bool = False) -> str:
+        return self.render("error.html", urls, p=problem, title=problem.title, reload=reload)
+
+
+def starting(session_id: str, within_s: float = 300.0) -> bool:
+    """A session id minted in the last few minutes (`capsem run --view` opens its page first)."""
+    from datetime import UTC, datetime
+
+    from capsem.ids import is_session_id
+
+    if not is_session_id(session_id):
+        return False
+    minted = datetime.strptime(session_id[:15], "%Y%m%d-%H%M%S").replace(tzinfo=UTC)
+    return 0 <= (datetime.now(UTC) - minted).total_seconds() < within_s
 
 
 def _filters(params: dict[str, str]) -> dict[str, Any]:
@@ -253,8 +272,13 @@ def create_app(view: View | None = None) -> Starlette:
     def html(request: Request, make) -> HTMLResponse:
         try:
             return HTMLResponse(make())
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a page that says what is wrong
+        except Exception as exc:
             problem = problem_for(exc)
+            sid = request.path_params.get("sid", "")
+            if isinstance(exc, SessionNotFound) and starting(sid):
+                problem = Problem(404, "Waiting for the session to start",
+                                  f"Session {sid} has not written its database yet; this page reloads itself.")  # fmt: skip
+                return HTMLResponse(view.error_page(urls, problem, reload=True), status_code=404)
             return HTMLResponse(view.error_page(urls, problem), status_code=problem.status)
 
     def sid_of(request: Request) -> str:
@@ -283,13 +307,17 @@ def create_app(view: View | None = None) -> Starlette:
             sid = sid_of(request)
             with view.files.open(sid) as conn:
                 found = read_body(conn, int(request.path_params["cid"]), direction)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             problem = problem_for(exc)
             return HTMLResponse(view.error_page(urls, problem), status_code=problem.status)
         if found is None:
-            problem = Problem(404, "No stored body", f"call {request.path_params['cid']} has no stored {direction} body")
+            problem = Problem(
+                404, "No stored body", f"call {request.path_params['cid']} has no stored {direction} body"
+            )
             return HTMLResponse(view.error_page(urls, problem), status_code=404)
-        name = f"{sid}-call{request.path_params['cid']}-{direction}.{_extension(found[1].get('content_type'))}"
+        name = (
+            f"{sid}-call{request.path_params['cid']}-{direction}.{_extension(found[1].get('content_type'))}"
+        )
         return Response(found[0], media_type="application/octet-stream",
                         headers={"content-disposition": f'attachment; filename="{name}"'})  # fmt: skip
 
@@ -299,7 +327,7 @@ def create_app(view: View | None = None) -> Starlette:
             with view.files.open(sid) as conn:
                 found = queries.live_state(conn)
             found["status"] = (main_row(sid) or {}).get("status")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return JSONResponse({"error": problem_for(exc).detail}, status_code=problem_for(exc).status)
         return JSONResponse(found, headers={"cache-control": "no-store"})
 
@@ -323,6 +351,7 @@ def create_app(view: View | None = None) -> Starlette:
         Route("/s/{sid}/call/{cid:int}/{direction:str}", raw),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
+
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         yield

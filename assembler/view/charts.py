@@ -46,14 +46,16 @@ def cost_by_day(days: list[tuple[str, float]], width: int = 720, height: int = 1
     if not days:
         return ""
     top = _nice(max(c for _, c in days))
-    left, bottom = 56, 20
+    left, bottom = 70, 20
     plot_w, plot_h = width - left - 8, height - bottom - 8
     bar = plot_w / len(days)
     out = [f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-label="cost per day">']
     for frac in (0, 0.5, 1):
         y = 8 + plot_h * (1 - frac)
         out.append(f'<line class="grid" x1="{left}" x2="{width - 8}" y1="{y:.1f}" y2="{y:.1f}"/>')
-        out.append(f'<text class="axis" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{money(top * frac)}</text>')
+        out.append(
+            f'<text class="axis" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{money(top * frac)}</text>'
+        )
     label_every = max(1, len(days) // 8)
     for i, (day, cost) in enumerate(days):
         h = plot_h * cost / top
@@ -62,18 +64,22 @@ def cost_by_day(days: list[tuple[str, float]], width: int = 720, height: int = 1
         out.append(f'<rect class="bar" x="{x + (bar - w) / 2:.1f}" y="{8 + plot_h - h:.1f}" width="{w:.1f}" '
                    f'height="{h:.1f}"><title>{day}: {money(cost)}</title></rect>')  # fmt: skip
         if i % label_every == 0:
-            out.append(f'<text class="axis" x="{x + bar / 2:.1f}" y="{height - 4}" text-anchor="middle">{day[5:]}</text>')
+            out.append(
+                f'<text class="axis" x="{x + bar / 2:.1f}" y="{height - 4}" text-anchor="middle">{day[5:]}</text>'
+            )
     out.append("</svg>")
     return "".join(out)
 
 
-def cumulative(points: list[tuple[float, float, int]], span_s: float, width: int = 720, height: int = 150) -> str:
+def cumulative(
+    points: list[tuple[float, float, int]], span_s: float, width: int = 720, height: int = 150
+) -> str:
     """Cumulative cost (line, left axis) and tokens (dashed, right axis) over the session's time."""
     if not points:
         return ""
     top_cost = _nice(points[-1][1]) if points[-1][1] > 0 else 1.0
     top_tok = max(points[-1][2], 1)
-    left, right, bottom = 56, 64, 20
+    left, right, bottom = 70, 70, 20
     plot_w, plot_h = width - left - right, height - bottom - 8
     span = max(span_s, points[-1][0], 0.001)
 
@@ -82,16 +88,24 @@ def cumulative(points: list[tuple[float, float, int]], span_s: float, width: int
 
     cost_line = " ".join([xy(0, 0, top_cost)] + [xy(t, c, top_cost) for t, c, _ in points])
     tok_line = " ".join([xy(0, 0, top_tok)] + [xy(t, k, top_tok) for t, _, k in points])
-    out = [f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-label="cumulative cost and tokens">']
+    out = [
+        f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-label="cumulative cost and tokens">'
+    ]
     for frac in (0, 0.5, 1):
         y = 8 + plot_h * (1 - frac)
         out.append(f'<line class="grid" x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}"/>')
-        out.append(f'<text class="axis" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{money(top_cost * frac)}</text>')
-        out.append(f'<text class="axis tok" x="{width - right + 6}" y="{y + 4:.1f}">{int(top_tok * frac):,}</text>')
+        out.append(
+            f'<text class="axis" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{money(top_cost * frac)}</text>'
+        )
+        out.append(
+            f'<text class="axis tok" x="{width - right + 6}" y="{y + 4:.1f}">{int(top_tok * frac):,}</text>'
+        )
     out.append(f'<polyline class="line cost" points="{cost_line}"/>')
     out.append(f'<polyline class="line tokens" points="{tok_line}"/>')
     out.append(f'<text class="axis" x="{left}" y="{height - 4}">0s</text>')
-    out.append(f'<text class="axis" x="{width - right}" y="{height - 4}" text-anchor="end">{span:.1f}s</text>')
+    out.append(
+        f'<text class="axis" x="{width - right}" y="{height - 4}" text-anchor="end">{span:.1f}s</text>'
+    )
     out.append("</svg>")
     return "".join(out)
 

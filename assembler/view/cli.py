@@ -25,7 +25,8 @@ def bind(host: str, port: int) -> socket.socket:
     try:
         check_host(host)
     except BundleError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(f"refusing to serve on {host!r}: sessions are served on loopback only "
+                                   "(127.0.0.1, ::1, localhost)") from exc  # fmt: skip
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -51,12 +52,19 @@ def url_of(sock: socket.socket, path: str = "/") -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}{path}"
 
 
-def start_in_background(session_id: str | None = None, port: int = 0) -> str:
-    """Serve the view from a daemon thread (for `capsem run --view`); returns the page's URL."""
-    sock = bind("127.0.0.1", port)
+def open_live_view() -> str:
+    """For `capsem run --view`: serve the view from a daemon thread of this process (it ends with
+    the run), open the page of the session about to start, and return that session's id."""
+    from capsem.ids import new_session_id
+
+    session_id = new_session_id()
+    sock = bind("127.0.0.1", 0)
     srv = server(sock)
     threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, name="capsem-view", daemon=True).start()
-    return url_of(sock, f"/s/{session_id}" if session_id else "/")
+    url = url_of(sock, f"/s/{session_id}")
+    click.echo(f"capsem view: {url}", err=True)
+    threading.Timer(1.0, webbrowser.open, args=(url,)).start()
+    return session_id
 
 
 @click.command()
@@ -90,7 +98,9 @@ def view(session_id, no_open, port, host, html_out) -> None:
 
             page = View().export(sid)
             html_out.write_text(page, encoding="utf-8")
-            console().print(f"wrote {html_out} ({len(page.encode()):,} bytes): session {sid}; open it in any browser")
+            console().print(
+                f"wrote {html_out} ({len(page.encode()):,} bytes): session {sid}; open it in any browser"
+            )
             return
     path = f"/s/{sid}" if sid else "/"
     sock = bind(host, port)
@@ -105,7 +115,9 @@ def view(session_id, no_open, port, host, html_out) -> None:
 
 @click.command("search")
 @click.argument("text", nargs=-1, required=True)
-@click.option("-n", "limit", default=20, show_default=True, type=click.IntRange(min=1), help="Most hits to show.")
+@click.option(
+    "-n", "limit", default=20, show_default=True, type=click.IntRange(min=1), help="Most hits to show."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def search(text, limit, as_json) -> None:
     """Full-text search across every session: messages, thinking, tool arguments and results,
@@ -149,4 +161,3 @@ def search(text, limit, as_json) -> None:
         table.add_row(h.session_id, f"#{h.call_id}" if h.call_id else "—", where, snippet)
     out.print(table)
     out.print(f"{len(hits)} hit{'' if len(hits) == 1 else 's'}; open one: capsem view SESSION", style="dim")
-

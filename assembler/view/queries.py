@@ -54,7 +54,9 @@ def check_session_db(conn: sqlite3.Connection) -> set[str]:
     """
     found = tables(conn)
     if "model_calls" not in found:
-        raise IncompleteDatabase("this session.db has no model_calls table: it was cut short or is not capsem's")
+        raise IncompleteDatabase(
+            "this session.db has no model_calls table: it was cut short or is not capsem's"
+        )
     return found
 
 
@@ -106,7 +108,9 @@ def summaries(rows: list[dict[str, Any]], models: dict[str, list[str]]) -> list[
 def models_by_session(conn: sqlite3.Connection) -> dict[str, list[str]]:
     """main.db's `ai_usage`: each session's models, most expensive first."""
     out: dict[str, list[str]] = {}
-    for r in conn.execute("SELECT session_id, model FROM ai_usage ORDER BY estimated_cost DESC, call_count DESC"):
+    for r in conn.execute(
+        "SELECT session_id, model FROM ai_usage ORDER BY estimated_cost DESC, call_count DESC"
+    ):
         if r["model"]:
             out.setdefault(r["session_id"], []).append(r["model"])
     return out
@@ -200,7 +204,9 @@ class Turn:
 
     @property
     def cost(self) -> float:
-        return sum(c.cost for c in self.calls) + sum(s.cost for c in self.calls for t in c.tools for s in t.subagent)
+        return sum(c.cost for c in self.calls) + sum(
+            s.cost for c in self.calls for t in c.tools for s in t.subagent
+        )
 
 
 @dataclass(frozen=True)
@@ -311,8 +317,8 @@ def _tools_for(conn: sqlite3.Connection, found: set[str], call_ids: list[int]) -
         return {}
     marks = ", ".join("?" * len(call_ids))
     has_status = "status" in columns(conn, "tool_calls")
-    rows = [dict(r) for r in conn.execute(
-        f"SELECT * FROM tool_calls WHERE model_call_id IN ({marks}) ORDER BY model_call_id, call_index", call_ids)]  # fmt: skip
+    sql = f"SELECT * FROM tool_calls WHERE model_call_id IN ({marks}) ORDER BY model_call_id, call_index"
+    rows = [dict(r) for r in conn.execute(sql, call_ids)]
     out: dict[int, list[ToolCall]] = {}
     for r in rows:
         tool = ToolCall(
@@ -333,7 +339,9 @@ def _tools_for(conn: sqlite3.Connection, found: set[str], call_ids: list[int]) -
     return out
 
 
-def _breakdowns(conn: sqlite3.Connection, found: set[str], call_ids: list[int]) -> dict[int, list[tuple[str, int]]]:
+def _breakdowns(
+    conn: sqlite3.Connection, found: set[str], call_ids: list[int]
+) -> dict[int, list[tuple[str, int]]]:
     if not call_ids or "input_breakdown" not in found:
         return {}
     marks = ", ".join("?" * len(call_ids))
@@ -410,14 +418,17 @@ def session_view(conn: sqlite3.Connection, session_id: str, main: dict[str, Any]
             before -= 1
         for t in turns:
             t.number += before
-    failed = conn.execute("SELECT COUNT(*) FROM tool_responses WHERE is_error").fetchone()[0] if "tool_responses" in found else 0  # fmt: skip
-    n_tools = conn.execute("SELECT COUNT(*) FROM tool_calls").fetchone()[0] if "tool_calls" in found else 0
+    failed, n_tools = 0, 0
+    if "tool_responses" in found:
+        failed = conn.execute("SELECT COUNT(*) FROM tool_responses WHERE is_error").fetchone()[0]
+    if "tool_calls" in found:
+        n_tools = conn.execute("SELECT COUNT(*) FROM tool_calls").fetchone()[0]
     main = main or {}
     status = main.get("status") or "unknown"
     breakdown_total: list[tuple[str, int, float]] = []
     if "input_breakdown" in found:
-        breakdown_total = [(r[0], r[1], r[2] or 0.0) for r in conn.execute(
-            "SELECT part, SUM(tokens), SUM(cost_usd) FROM input_breakdown GROUP BY part ORDER BY SUM(tokens) DESC")]  # fmt: skip
+        sql = "SELECT part, SUM(tokens), SUM(cost_usd) FROM input_breakdown GROUP BY part ORDER BY SUM(tokens) DESC"
+        breakdown_total = [(r[0], r[1], r[2] or 0.0) for r in conn.execute(sql)]
     return SessionView(
         id=session_id, main=main, status=status, started=start.isoformat() if start else "", span_s=span,
         calls_total=calls_total, cost=totals[1], input_tokens=totals[2], output_tokens=totals[3],
@@ -428,15 +439,21 @@ def session_view(conn: sqlite3.Connection, session_id: str, main: dict[str, Any]
     )  # fmt: skip
 
 
-def _events(conn: sqlite3.Connection, found: set[str], start: datetime | None, most: int = 500) -> list[Event]:
+def _events(
+    conn: sqlite3.Connection, found: set[str], start: datetime | None, most: int = 500
+) -> list[Event]:
     """File changes, process anomalies, MCP calls that no model tool call ran, failed requests."""
     events: list[Event] = []
     if "fs_events" in found:
-        for r in conn.execute("SELECT timestamp, action, path, size FROM fs_events ORDER BY id LIMIT ?", (most,)):
+        for r in conn.execute(
+            "SELECT timestamp, action, path, size FROM fs_events ORDER BY id LIMIT ?", (most,)
+        ):
             size = f" ({r[3]:,} bytes)" if r[3] is not None else ""
             events.append(Event("file", r[0], _offset(r[0], start), f"{r[1]} {r[2]}{size}"))
     if "proc_anomalies" in found:
-        for r in conn.execute("SELECT first_ts, kind, severity, name, pid, detail FROM proc_anomalies ORDER BY id"):
+        for r in conn.execute(
+            "SELECT first_ts, kind, severity, name, pid, detail FROM proc_anomalies ORDER BY id"
+        ):
             text = f"{r[1]}: {r[3] or '?'} (pid {r[4]})" + (f" — {r[5]}" if r[5] else "")
             events.append(Event("anomaly", r[0] or "", _offset(r[0], start), text, r[2] or "warning"))
     if "mcp_calls" in found:
@@ -451,7 +468,11 @@ def _events(conn: sqlite3.Connection, found: set[str], start: datetime | None, m
     if "net_events" in found:
         for r in conn.execute("SELECT timestamp, method, domain, path, status_code, error FROM net_events WHERE "
                               "(status_code >= 400 OR error IS NOT NULL) ORDER BY id LIMIT ?", (most,)):  # fmt: skip
-            text = f"{r[1]} {r[2]}{r[3] or ''} → " + (str(r[4]) if r[4] else "no response") + (f": {r[5]}" if r[5] else "")
+            text = (
+                f"{r[1]} {r[2]}{r[3] or ''} → "
+                + (str(r[4]) if r[4] else "no response")
+                + (f": {r[5]}" if r[5] else "")
+            )
             events.append(Event("error", r[0], _offset(r[0], start), text, "error"))
     return sorted(events, key=lambda e: e.timestamp)
 
@@ -548,7 +569,9 @@ def item_content(conn: sqlite3.Connection, content_hash: str) -> str:
     return found[0] if found else ""
 
 
-def _items(conn: sqlite3.Connection, found: set[str], call_id: int) -> tuple[list[Item], list[Item], list[str]]:
+def _items(
+    conn: sqlite3.Connection, found: set[str], call_id: int
+) -> tuple[list[Item], list[Item], list[str]]:
     """A call's input items (all of them, in order, the new ones marked) and output items."""
     if "model_items" not in found:
         return [], [], []
@@ -612,7 +635,9 @@ def call_view(conn: sqlite3.Connection, session_id: str, call_id: int) -> CallVi
     outputs = [_link_output(it, tools) for it in outputs]
     base = None
     if "model_item_lists" in found:
-        got = conn.execute("SELECT base_call_id FROM model_item_lists WHERE model_call_id = ?", (call_id,)).fetchone()
+        got = conn.execute(
+            "SELECT base_call_id FROM model_item_lists WHERE model_call_id = ?", (call_id,)
+        ).fetchone()
         base = got[0] if got else None
     diff = _diff(conn, found, base, inputs, hashes) if base is not None else []
     headers = ({}, {})
@@ -621,8 +646,10 @@ def call_view(conn: sqlite3.Connection, session_id: str, call_id: int) -> CallVi
                            (call["net_event_id"],)).fetchone()  # fmt: skip
         if net is not None:
             headers = (_headers(net[0]), _headers(net[1]))
-    bodies = {r[0] for r in conn.execute("SELECT direction FROM event_body_blobs WHERE source_table = 'model_calls' "
-                                         "AND row_id = ?", (call_id,))} if "event_body_blobs" in found else set()  # fmt: skip
+    bodies: set[str] = set()
+    if "event_body_blobs" in found:
+        sql = "SELECT direction FROM event_body_blobs WHERE source_table = 'model_calls' AND row_id = ?"
+        bodies = {r[0] for r in conn.execute(sql, (call_id,))}
     prev = conn.execute("SELECT MAX(id) FROM model_calls WHERE id < ?", (call_id,)).fetchone()[0]
     nxt = conn.execute("SELECT MIN(id) FROM model_calls WHERE id > ?", (call_id,)).fetchone()[0]
     breakdown = []
@@ -632,7 +659,9 @@ def call_view(conn: sqlite3.Connection, session_id: str, call_id: int) -> CallVi
             "WHERE model_call_id = ? ORDER BY id", (call_id,))]  # fmt: skip
     parent = None
     if call.get("parent_tool_call_id"):
-        got = conn.execute("SELECT model_call_id FROM tool_calls WHERE id = ?", (call["parent_tool_call_id"],)).fetchone()
+        got = conn.execute(
+            "SELECT model_call_id FROM tool_calls WHERE id = ?", (call["parent_tool_call_id"],)
+        ).fetchone()
         parent = got[0] if got else None
     return CallView(session_id, call, node, inputs, outputs, tools, headers[0], headers[1], prev, nxt, diff, base,
                     "request" in bodies, "response" in bodies, breakdown, parent)  # fmt: skip
@@ -655,7 +684,9 @@ def _link_output(item: Item, tools: list[ToolCall]) -> Item:
     return item
 
 
-def _diff(conn: sqlite3.Connection, found: set[str], base: int, inputs: list[Item], hashes: list[str]) -> list[DiffLine]:
+def _diff(
+    conn: sqlite3.Connection, found: set[str], base: int, inputs: list[Item], hashes: list[str]
+) -> list[DiffLine]:
     """This call's input items against those of the previous call of its conversation."""
     before = call_items(conn, base)
     matcher = difflib.SequenceMatcher(a=before, b=hashes, autojunk=False)
@@ -663,7 +694,9 @@ def _diff(conn: sqlite3.Connection, found: set[str], base: int, inputs: list[Ite
     for op, a0, a1, b0, b1 in matcher.get_opcodes():
         if op == "equal":
             if a1 - a0:
-                out.append(DiffLine("same", Item(b0, "…", None, None, None, f"{a1 - a0} items unchanged", False)))
+                out.append(
+                    DiffLine("same", Item(b0, "…", None, None, None, f"{a1 - a0} items unchanged", False))
+                )
             continue
         for i in range(a0, a1):
             kind = conn.execute("SELECT kind FROM item_contents WHERE hash = ?", (before[i],)).fetchone()

@@ -91,7 +91,11 @@ def _documents(conn: sqlite3.Connection) -> Iterator[tuple[int | None, str, str,
             for r in conn.execute("SELECT model_call_id, tool_name, content_preview FROM tool_responses"):
                 yield r[0], "tool result", r[1] or "", r[2] or ""
     if "mcp_calls" in found:
-        link = "(SELECT model_call_id FROM tool_calls t WHERE t.mcp_call_id = m.id)" if "tool_calls" in found else "NULL"
+        link = (
+            "(SELECT model_call_id FROM tool_calls t WHERE t.mcp_call_id = m.id)"
+            if "tool_calls" in found
+            else "NULL"
+        )
         for r in conn.execute(f"SELECT {link}, server_name, method, tool_name, request_preview, response_preview "
                               "FROM mcp_calls m"):  # fmt: skip
             label = f"{r[1]} {r[2]}" + (f" {r[3]}" if r[3] else "")
@@ -109,7 +113,7 @@ def _session_ids() -> list[str]:
 
         with open_main() as conn:
             ids |= {r[0] for r in conn.execute("SELECT id FROM sessions")}
-    except Exception:  # noqa: BLE001 - no or unreadable main.db: the directories are enough
+    except Exception:
         pass
     return sorted(ids)
 
@@ -118,7 +122,9 @@ def update_index(index: sqlite3.Connection) -> list[str]:
     """Index the sessions whose database changed since last time; drop those whose database is
     gone. Returns the sessions that could not be read (one line each)."""
     problems: list[str] = []
-    known = {r[0]: (r[1], r[2], r[3]) for r in index.execute("SELECT session_id, file, size, mtime FROM indexed")}
+    known = {
+        r[0]: (r[1], r[2], r[3]) for r in index.execute("SELECT session_id, file, size, mtime FROM indexed")
+    }
     present: set[str] = set()
     for sid in _session_ids():
         path = db_file(sid)

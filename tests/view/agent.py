@@ -51,7 +51,10 @@ for use in [b for b in first.content if b.type == "tool_use"]:
                         "content": "permission denied: VIEWFAILED secrets.txt"})  # fmt: skip
     elif use.name == "Task":
         sub = client("scenario=text").messages.create(
-            model="claude-haiku-4-5", max_tokens=256, messages=[{"role": "user", "content": use.input["prompt"]}])
+            model="claude-haiku-4-5",
+            max_tokens=256,
+            messages=[{"role": "user", "content": use.input["prompt"]}],
+        )
         results.append({"type": "tool_result", "tool_use_id": use.id, "content": sub.content[0].text})
     else:
         note = asyncio.run(read_note(use.input))

@@ -26,7 +26,9 @@ from tests.conftest import ARTIFACTS, rows
 AGENT = Path(__file__).with_name("agent.py")
 SHOTS = ARTIFACTS / "view"
 OFFLINE = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
-EXTERNAL = re.compile(r"""(?:src|href|action)\s*=\s*["']?\s*(?:https?:)?//|url\(\s*["']?(?:https?:)?//|@import""", re.I)
+EXTERNAL = re.compile(
+    r"""(?:src|href|action)\s*=\s*["']?\s*(?:https?:)?//|url\(\s*["']?(?:https?:)?//|@import""", re.I
+)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,17 @@ def recorded(emulator, tmp_path_factory) -> dict:
     emulator.clear()
     try:
         with serve(json_response=True) as (mcp_url, _recording):
-            run("run", "-q", "--workspace", str(work), "--", sys.executable, str(AGENT), mcp_url, emulator.http_url)
+            run(
+                "run",
+                "-q",
+                "--workspace",
+                str(work),
+                "--",
+                sys.executable,
+                str(AGENT),
+                mcp_url,
+                emulator.http_url,
+            )
     finally:
         if old is None:
             os.environ.pop("CAPSEM_HOME", None)
@@ -70,7 +82,9 @@ def dom(url: str, profile: Path, *extra: str, shot: str = "") -> str:
         return chromium([OFFLINE, *extra, "--dump-dom", url], profile)
     SHOTS.mkdir(parents=True, exist_ok=True)
     desktop, phone = SHOTS / f"{shot}-desktop.png", SHOTS / f"{shot}-phone.png"
-    out = chromium([OFFLINE, *extra, "--window-size=1280,900", f"--screenshot={desktop}", "--dump-dom", url], profile)
+    out = chromium(
+        [OFFLINE, *extra, "--window-size=1280,900", f"--screenshot={desktop}", "--dump-dom", url], profile
+    )
     chromium([OFFLINE, "--window-size=390,844", f"--screenshot={phone}", url], profile)
     assert desktop.stat().st_size > 10_000 and phone.stat().st_size > 10_000
     return out
@@ -112,7 +126,9 @@ def test_every_page_in_chromium_shows_the_recorded_session(recorded, tmp_path):
 
     # session page: the tree (subagent under its Task tool call), each result beside its tool call
     page = dom(f"{base}/s/{sid}", tmp_path / "p", shot="session")
-    assert re.search(r'id="session-cost">\s*' + re.escape(money(sum(c["estimated_cost_usd"] for c in calls))), page)
+    assert re.search(
+        r'id="session-cost">\s*' + re.escape(money(sum(c["estimated_cost_usd"] for c in calls))), page
+    )
     for call in calls:
         row = fragment(page, f"c{call['id']}")
         assert money(call["estimated_cost_usd"]) in row, call["id"]
@@ -164,7 +180,9 @@ def test_the_html_export_opens_offline_with_the_same_content(recorded, tmp_path,
     html = out.read_text(encoding="utf-8")
     assert not EXTERNAL.search(html) and "/static/" not in html
     calls = rows(db, "SELECT id, estimated_cost_usd FROM model_calls ORDER BY id")
-    shown = dom(f"{out.as_uri()}#call-{calls[2]['id']}", tmp_path / "p", "--host-resolver-rules=MAP * ~NOTFOUND")
+    shown = dom(
+        f"{out.as_uri()}#call-{calls[2]['id']}", tmp_path / "p", "--host-resolver-rules=MAP * ~NOTFOUND"
+    )
     third = re.search(rf'<section class="page" id="call-{calls[2]["id"]}"( hidden)?>', shown)
     assert third and not third.group(1), "the script shows the call the link points at"
     assert re.search(r'<section class="page" id="session" hidden', shown)
