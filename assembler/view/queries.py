@@ -545,7 +545,9 @@ def _text_of(value: Any) -> str | None:
     if kind in ("text", "input_text", "output_text") and isinstance(value.get("text"), str):
         return value["text"]
     if kind == "thinking" and isinstance(value.get("thinking"), str):
-        return value["thinking"]
+        return "(thinking) " + value["thinking"]
+    if kind == "redacted_thinking":
+        return "(redacted thinking)"
     if kind == "tool_use":
         return f"{value.get('name')}({json.dumps(value.get('input'), ensure_ascii=False)})"
     if kind == "tool_result" or "tool_call_id" in value:
@@ -587,7 +589,7 @@ def _items(
     ]  # fmt: skip
     outputs = [
         Item(r["item_index"], r["kind"], r.get("role"), r.get("tool_name"), r.get("call_id"),
-             readable(r["kind"], item_content(conn, r["content_hash"])), True)
+             readable(r["kind"], item_content(conn, r["content_hash"])), False)
         for r in rows if r["direction"] == "output"
     ]  # fmt: skip
     return inputs, outputs, hashes

@@ -117,6 +117,11 @@ def test_every_page_in_chromium_shows_the_recorded_session(recorded, tmp_path):
     calls = rows(db, "SELECT * FROM model_calls ORDER BY id")
     tools = {t["tool_name"]: t for t in rows(db, "SELECT * FROM tool_calls")}
     assert len(calls) == 4 and set(tools) == {"read_file", "mcp__files-server__read_note", "Task"}
+    for call in calls:  # the input breakdown the pages show is priced as the call was
+        parts = rows(
+            db, "SELECT SUM(cost_usd) AS usd FROM input_breakdown WHERE model_call_id = ?", (call["id"],)
+        )
+        assert parts[0]["usd"] == pytest.approx(float(json.loads(call["cost_details"])["parts"]["input"]))
     netlog = tmp_path / "netlog.json"
 
     # sessions list: cost equal to session.db's, a link to the session
