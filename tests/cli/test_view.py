@@ -166,3 +166,23 @@ def test_search_finds_a_word_in_a_tool_result_of_an_older_gzipped_session(home, 
 def test_view_command_refuses_bad_input(home):
     assert "served on loopback only" in run("view", "--host", "0.0.0.0", "--no-open", code=1)
     assert "no session.db" in run("view", "20991231-000000-dead", "--no-open", code=1)
+
+
+def test_run_view_serves_the_page_of_the_session_about_to_start(home, monkeypatch):
+    import re
+    import webbrowser
+
+    from assembler.view.cli import open_live_view
+
+    opened: list[str] = []
+    monkeypatch.setattr(webbrowser, "open", opened.append)
+    sid = open_live_view()
+    deadline = time.monotonic() + 10
+    while not opened and time.monotonic() < deadline:  # the browser opens once the server listens
+        time.sleep(0.05)
+    (url,) = opened
+    assert re.fullmatch(rf"http://127\.0\.0\.1:\d+/s/{sid}", url)
+    import httpx
+
+    waiting = httpx.get(url, timeout=10)
+    assert waiting.status_code == 404 and "Waiting for the session" in waiting.text

@@ -5,7 +5,6 @@ tool) and a file change, then a second turn. It knows capsem only through its en
 import asyncio
 import os
 import pathlib
-import sys
 
 import anthropic
 import httpx
@@ -21,7 +20,7 @@ TOOLS = [
     {"name": "Task", "description": "Start a subagent",
      "input_schema": {"type": "object", "properties": {"prompt": {"type": "string"}}, "required": ["prompt"]}},
 ]  # fmt: skip
-MCP_URL, PROVIDER_URL = sys.argv[1], sys.argv[2]
+MCP_URL, PROVIDER_URL = os.environ["VIEW_MCP_URL"], os.environ["VIEW_PROVIDER_URL"]
 
 
 def client(control: str) -> anthropic.Anthropic:

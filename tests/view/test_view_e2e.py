@@ -38,27 +38,20 @@ def recorded(emulator, tmp_path_factory) -> dict:
 
     home = tmp_path_factory.mktemp("view-home")
     work = tmp_path_factory.mktemp("view-work")
-    old = os.environ.get("CAPSEM_HOME")
-    os.environ["CAPSEM_HOME"] = str(home)
+    saved = {k: os.environ.get(k) for k in ("CAPSEM_HOME", "VIEW_MCP_URL", "VIEW_PROVIDER_URL")}
     emulator.clear()
     try:
         with serve(json_response=True) as (mcp_url, _recording):
-            run(
-                "run",
-                "-q",
-                "--workspace",
-                str(work),
-                "--",
-                sys.executable,
-                str(AGENT),
-                mcp_url,
-                emulator.http_url,
+            os.environ.update(
+                CAPSEM_HOME=str(home), VIEW_MCP_URL=mcp_url, VIEW_PROVIDER_URL=emulator.http_url
             )
+            run("run", "-q", "--workspace", str(work), "--", sys.executable, str(AGENT))
     finally:
-        if old is None:
-            os.environ.pop("CAPSEM_HOME", None)
-        else:
-            os.environ["CAPSEM_HOME"] = old
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     (db,) = home.glob("sessions/*/session.db")
     server = subprocess.Popen([sys.executable, "-m", "assembler", "view", "--no-open", "--port", "0"],
                               env={**os.environ, "CAPSEM_HOME": str(home)}, stdout=subprocess.PIPE,
