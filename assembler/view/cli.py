@@ -134,6 +134,7 @@ def search(text, limit, as_json) -> None:
 
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     from assembler.view.search import search as run_search
 
@@ -147,17 +148,15 @@ def search(text, limit, as_json) -> None:
         out.print(f"no match for {' '.join(text)!r}")
         return
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, expand=True)
-    table.add_column("session", no_wrap=True, style="cyan")
-    table.add_column("call", justify="right", no_wrap=True)
-    table.add_column("where", no_wrap=True, max_width=18, overflow="ellipsis")
+    table.add_column("session · call · where", no_wrap=True, max_width=28, overflow="ellipsis")
     table.add_column("text", ratio=1, overflow="fold")
-    from rich.text import Text
-
     for h in hits:
         snippet = Text()
         for i, part in enumerate(re.split(r"[«»]", h.snippet.replace("\n", " "))):
             snippet.append(part, style="bold yellow" if i % 2 else "")
-        where = h.kind + (f" {h.label}" if h.label else "")
-        table.add_row(h.session_id, f"#{h.call_id}" if h.call_id else "—", where, snippet)
+        where = Text(h.session_id, style="cyan")
+        where.append(f"\n#{h.call_id}" if h.call_id else "\n—")
+        where.append(f" {h.kind}" + (f" {h.label}" if h.label else ""), style="dim")
+        table.add_row(where, snippet)
     out.print(table)
     out.print(f"{len(hits)} hit{'' if len(hits) == 1 else 's'}; open one: capsem view SESSION", style="dim")
