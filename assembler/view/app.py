@@ -33,10 +33,10 @@ from assembler.sessiondb import (
     db_file,
     decompress,
     main_row,
+    open_path,
     resolve,
 )
 from assembler.view import charts, queries
-from capsem.schema import connect
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
@@ -124,15 +124,8 @@ class SessionFiles:
 
     @contextmanager
     def open(self, session_id: str) -> Iterator[sqlite3.Connection]:
-        path = self.path(session_id)
-        try:
-            conn = connect(path, readonly=True)
-        except sqlite3.Error as exc:
-            raise SessionDbError(f"cannot open {path}: {exc}") from exc
-        try:
+        with open_path(self.path(session_id)) as conn:
             yield conn
-        finally:
-            conn.close()
 
     def close(self) -> None:
         shutil.rmtree(self._tmp, ignore_errors=True)

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from addons.items import call_items
+from assembler.sessions import parse_time as parse_ts
 
 PAGE_SIZE = 200
 """Model calls per session page: a 5,000-call session is read and drawn a page at a time."""
@@ -26,15 +27,6 @@ PARTS = ("system", "tool_definitions", "mcp_tool_definitions", "history", "tool_
 
 class IncompleteDatabase(RuntimeError):
     """A session.db without the tables the pages read (cut short, or not a capsem session)."""
-
-
-def parse_ts(ts: str | None) -> datetime | None:
-    if not ts:
-        return None
-    try:
-        return datetime.fromisoformat(ts.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def tables(conn: sqlite3.Connection) -> set[str]:
