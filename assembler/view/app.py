@@ -21,6 +21,8 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -177,7 +179,8 @@ class View:
         listing = list_sessions(SessionFilters(**filters))
         with open_main() as conn:
             models = queries.models_by_session(conn)
-        rows = queries.summaries(listing.sessions, models)
+        anomalies = queries.anomaly_counts({r["id"]: r.get("db_file") for r in listing.sessions})
+        rows = queries.summaries(listing.sessions, models, anomalies)
         everything = queries.summaries(
             list_sessions(SessionFilters(**{**filters, "limit": 0})).sessions, models
         )
@@ -350,8 +353,11 @@ def create_app(view: View | None = None) -> Starlette:
         yield
         view.files.close()
 
+    # only requests addressed to loopback by name: a web page whose host name an attacker points at
+    # 127.0.0.1 (DNS rebinding) must not read the sessions
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]", "::1"])]
     return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found, Exception: not_found},
-                     lifespan=lifespan)  # fmt: skip
+                     lifespan=lifespan, middleware=middleware)  # fmt: skip
 
 
 def _extension(content_type: str | None) -> str:

@@ -75,10 +75,14 @@ class SessionSummary:
     models: list[str]
     has_db: bool
     capture_status: str | None
+    anomalies: int | None = None
+    """Process anomalies in its session.db (None: gzipped or unreadable, not opened for the list)."""
 
 
-def summaries(rows: list[dict[str, Any]], models: dict[str, list[str]]) -> list[SessionSummary]:
+def summaries(rows: list[dict[str, Any]], models: dict[str, list[str]],
+              anomalies: dict[str, int | None] | None = None) -> list[SessionSummary]:  # fmt: skip
     """`list_sessions` rows (main.db) as the sessions page shows them."""
+    anomalies = anomalies or {}
     from assembler.sessions import duration
 
     return [
@@ -91,10 +95,34 @@ def summaries(rows: list[dict[str, Any]], models: dict[str, list[str]]) -> list[
             model_calls=r.get("total_model_calls") or 0, tool_calls=r.get("total_tool_calls") or 0,
             mcp_calls=r.get("total_mcp_calls") or 0, file_events=r.get("total_file_events") or 0,
             errors=r.get("error_requests") or 0, models=models.get(r["id"], []), has_db=bool(r.get("has_db")),
-            capture_status=r.get("capture_status"),
+            capture_status=r.get("capture_status"), anomalies=anomalies.get(r["id"]),
         )
         for r in rows
     ]  # fmt: skip
+
+
+def anomaly_counts(paths: dict[str, str | None]) -> dict[str, int | None]:
+    """`proc_anomalies` rows per session, from each plain session.db (a gzipped one is not
+    decompressed for a list: None)."""
+    from pathlib import Path
+
+    from capsem.schema import connect
+
+    out: dict[str, int | None] = {}
+    for sid, path in paths.items():
+        out[sid] = None
+        if not path or path.endswith(".gz"):
+            continue
+        try:
+            conn = connect(Path(path), readonly=True, timeout=0.5)
+            try:
+                if "proc_anomalies" in tables(conn):
+                    out[sid] = conn.execute("SELECT COUNT(*) FROM proc_anomalies").fetchone()[0]
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            continue
+    return out
 
 
 def models_by_session(conn: sqlite3.Connection) -> dict[str, list[str]]:

@@ -28,7 +28,7 @@ PLANTED = "zebracorn"
 
 @pytest.fixture
 def client(home):
-    with TestClient(create_app()) as c:
+    with TestClient(create_app(), base_url="http://127.0.0.1") as c:
         yield c
 
 
@@ -61,6 +61,7 @@ def test_pages_of_a_recorded_session(home, client):
     assert_clear(client.get("/s/../etc"), 404)
     assert_clear(client.get("/nowhere"), 404)
     assert client.get(f"/s/{sid}?page=abc").status_code == 200
+    assert client.get("/", headers={"host": "attacker.example"}).status_code == 400  # DNS rebinding
 
 
 def test_bad_databases_get_a_clear_page(home, client):
