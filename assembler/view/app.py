@@ -43,6 +43,8 @@ from assembler.view import charts, queries
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
 LIVE_STATUSES = ("running",)
+MAX_EXPORTED_CALLS = 200
+"""`--html` includes the pages of the last this many calls (the session page lists them all)."""
 
 
 class Urls:
@@ -208,20 +210,21 @@ class View:
                            live_url=urls.state(session_id),
                            title=f"Call {call_id} · {session_id}")  # fmt: skip
 
-    def export(self, session_id: str) -> str:
-        """The session page and every call page in one HTML file (CSS and script inlined)."""
+    def export(self, session_id: str, max_calls: int = MAX_EXPORTED_CALLS) -> str:
+        """The session page (every call) and the page of each call, up to the last `max_calls`,
+        in one HTML file (CSS and script inlined)."""
         from datetime import UTC, datetime
 
         urls = ExportUrls()
         main = main_row(session_id)
         with self.files.open(session_id) as conn:
-            view = queries.session_view(conn, session_id, main, page=1)
             ids = [r[0] for r in conn.execute("SELECT id FROM model_calls ORDER BY id")]
-            calls = [c for c in (queries.call_view(conn, session_id, i) for i in ids) if c is not None]
-            if view.pages > 1:
-                view.turns = queries.session_view(conn, session_id, main, page=1, page_size=len(ids)).turns
-                view.pages = 1
+            view = queries.session_view(conn, session_id, main, page=1, page_size=len(ids))
+            kept = ids[-max_calls:] if max_calls else []
+            calls = [c for c in (queries.call_view(conn, session_id, i) for i in kept) if c is not None]
+        left_out = len(ids) - len(calls)
         return self.render("export.html", urls, s=view, calls=calls, live=False, title=f"Session {session_id}",
+                           left_out=left_out,
                            chart=charts.cumulative(view.cumulative, view.span_s),
                            inline_css=(STATIC / "view.css").read_text(encoding="utf-8"),
                            inline_js=(STATIC / "view.js").read_text(encoding="utf-8"),

@@ -618,16 +618,24 @@ def _items(
 def _item_meta(conn: sqlite3.Connection, hashes: list[str], new_at: dict[int, dict]) -> list[dict]:
     """Kind, role, tool name of each input item: from this call's own row when it is new, else from
     the row of the call that first sent it."""
+    wanted = {h for i, h in enumerate(hashes) if i not in new_at}
+    first: dict[str, dict] = {}
+    if (
+        wanted
+    ):  # one pass (model_items has no index on content_hash; a lookup per item would scan it each time)
+        for r in conn.execute("SELECT content_hash, kind, role, tool_name, call_id FROM model_items "
+                              "WHERE direction = 'input' ORDER BY id"):  # fmt: skip
+            if r[0] in wanted and r[0] not in first:
+                first[r[0]] = {"kind": r[1], "role": r[2], "tool_name": r[3], "call_id": r[4]}
     out = []
     for i, h in enumerate(hashes):
         if i in new_at:
             out.append(new_at[i])
-            continue
-        row = conn.execute("SELECT kind, role, tool_name, call_id FROM model_items WHERE content_hash = ? AND "
-                           "direction = 'input' ORDER BY id LIMIT 1", (h,)).fetchone()  # fmt: skip
-        if row is None:
+        elif h in first:
+            out.append(first[h])
+        else:
             row = conn.execute("SELECT kind FROM item_contents WHERE hash = ?", (h,)).fetchone()
-        out.append(dict(row) if row else {"kind": "?"})
+            out.append({"kind": row[0] if row else "?"})
     return out
 
 
