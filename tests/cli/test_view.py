@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import time
 
@@ -187,3 +188,13 @@ def test_run_view_serves_the_page_of_the_session_about_to_start(home, monkeypatc
 
     waiting = httpx.get(url, timeout=10)
     assert waiting.status_code == 404 and "Waiting for the session" in waiting.text
+
+
+def test_html_export_of_a_long_session_keeps_the_last_calls_and_says_so(home):
+    from assembler.view.app import View
+
+    sid = recorded_id(home)
+    ids = [r["id"] for r in rows(session_db(home), "SELECT id FROM model_calls ORDER BY id")]
+    page = View().export(sid, max_calls=1)
+    assert re.findall(r'<section class="page" id="call-(\d+)"', page) == [str(ids[-1])]
+    assert f"the last 1 of {len(ids)} calls" in page and f'id="c{ids[0]}"' in page  # the tree lists them all
