@@ -171,7 +171,6 @@ def test_view_command_refuses_bad_input(home):
 
 
 def test_run_view_serves_the_page_of_the_session_about_to_start(home, monkeypatch):
-    import re
     import webbrowser
 
     from assembler.view.cli import open_live_view
