@@ -192,7 +192,7 @@ class View:
                            chart=charts.cost_by_day(days), total=total, title="Sessions")  # fmt: skip
 
     def session_page(self, urls: Urls, session_id: str, page: int = 1) -> str:
-        main = main_row(session_id)
+        main = session_row(session_id)
         with self.files.open(session_id) as conn:
             view = queries.session_view(conn, session_id, main, page)
         live = view.status in LIVE_STATUSES and not urls.exported
@@ -205,7 +205,7 @@ class View:
             call = queries.call_view(conn, session_id, call_id)
         if call is None:
             raise HTTPException(404, f"session {session_id} has no model call {call_id}")
-        main = main_row(session_id) or {}
+        main = session_row(session_id) or {}
         return self.render("call.html", urls, c=call, live=main.get("status") in LIVE_STATUSES and not urls.exported,
                            live_url=urls.state(session_id),
                            title=f"Call {call_id} · {session_id}")  # fmt: skip
@@ -216,7 +216,7 @@ class View:
         from datetime import UTC, datetime
 
         urls = ExportUrls()
-        main = main_row(session_id)
+        main = session_row(session_id)
         with self.files.open(session_id) as conn:
             ids = [r[0] for r in conn.execute("SELECT id FROM model_calls ORDER BY id")]
             view = queries.session_view(conn, session_id, main, page=1, page_size=len(ids))
@@ -232,6 +232,23 @@ class View:
 
     def error_page(self, urls: Urls, problem: Problem, reload: bool = False) -> str:
         return self.render("error.html", urls, p=problem, title=problem.title, reload=reload)
+
+
+def session_row(session_id: str) -> dict[str, Any] | None:
+    """The session's main.db row; a `running` one whose process is gone is `crashed` (as
+    `list-sessions` shows it), so its pages do not poll forever."""
+    from capsem.rollup import process_alive
+
+    row = main_row(session_id)
+    pid = row.get("pid") if row else None
+    if (
+        row
+        and row["status"] == "running"
+        and pid is not None
+        and not process_alive(pid, row.get("pid_started_at"))
+    ):
+        row["status"] = "crashed"
+    return row
 
 
 def starting(session_id: str, within_s: float = 300.0) -> bool:
@@ -325,7 +342,7 @@ def create_app(view: View | None = None) -> Starlette:
             sid = sid_of(request)
             with view.files.open(sid) as conn:
                 found = queries.live_state(conn)
-            found["status"] = (main_row(sid) or {}).get("status")
+            found["status"] = (session_row(sid) or {}).get("status")
         except Exception as exc:
             return JSONResponse({"error": problem_for(exc).detail}, status_code=problem_for(exc).status)
         return JSONResponse(found, headers={"cache-control": "no-store"})

@@ -9,6 +9,8 @@ import gzip
 import json
 import re
 import shutil
+import subprocess
+import sys
 import time
 
 import pytest
@@ -94,6 +96,12 @@ def test_a_running_session_is_live(home, client):
     after = client.get(f"/s/{sid}/state.json").json()
     assert after != before and after["fs_events"] == before["fs_events"] + 1
     assert "data-live" in client.get(f"/s/{sid}/call/1").text
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    execute(home / "main.db", f"UPDATE sessions SET pid = {int(gone.stdout)} WHERE id = '{sid}'")
+    page = client.get(f"/s/{sid}").text  # its process is gone: crashed, not live
+    assert "st-crashed" in page and "data-live" not in page
 
 
 def test_a_session_being_started_reloads_until_it_exists(home, client):
