@@ -1,22 +1,29 @@
-"""Exact bodies, stored once: every model and MCP call's whole request and response, linear in
-the conversation, not quadratic.
+"""Exact bodies and conversation items, stored once: every model and MCP call's whole request and
+response, linear in the conversation, not quadratic.
 
 An agent resends its whole history every turn, so a naive store grows with the square of the
 number of turns. Here a body is cut into pieces at the start of every JSON object that names a
 role, a type or a name (`{"role"`, `{"type"`, `{"name"`…: a message, a content block, a tool
 definition; these bytes cannot occur inside a JSON string, where `"` is escaped) and at most
 `MAX_PIECE` bytes apart. Each piece is stored once per session (`body_chunks`, keyed by the
-SHA-256 of its bytes, zstd-compressed); a body is the list of its pieces' keys
-(`event_body_blobs.chunks`). The list itself grows with the history, so it is stored as the
-leading pieces of an earlier body (`base_id`, `base_pieces`: the one of the last few bodies that
-shares the longest prefix) plus the keys of the rest, with a full list every `MAX_DEPTH` links.
+SHA-256 of its bytes); a body is the list of its pieces' keys (`event_body_blobs.chunks`). The
+list itself grows with the history, so it is stored as the leading pieces of an earlier body
+(`base_id`, `base_pieces`: the one of the last few bodies that shares the longest prefix) plus the
+keys of the rest, with a full list every `MAX_DEPTH` links.
+
+What one call adds (its new conversation items, the new pieces of its request, its response) is
+compressed together as one zstd frame (`content_frames`, at most `FRAME_BYTES` before
+compression): the items and the pieces are mostly the same text, so together they cost about
+what one of them would. A piece (`body_chunks`) and an item (`item_data`) name their frame, where
+they start in it and their size; the `item_contents` view reads items as text with `unzstd`.
 A turn therefore costs about what is new in it, and reading any body back follows at most
-`MAX_DEPTH` lists and one query for its pieces, however long the session.
+`MAX_DEPTH` lists, one query for its pieces and one for their frames, however long the session.
 
 Concatenating the pieces gives the decoded body exactly, except the spans the scrubber replaced
-(a request's piece is scrubbed before it is stored: a secret, always inside a JSON string, never
-spans two; a response is scrubbed whole before it is cut). Bodies are kept up to
-`capture.max_body_bytes`; beyond, `truncated = 1`.
+(every part is scrubbed before it is stored, after the flow's headers taught the scrubber: a
+request piece on its own, since a secret, always inside a JSON string, never spans two; a
+response whole, before it is cut). Bodies are kept up to `capture.max_body_bytes`; beyond,
+`truncated = 1`.
 """
 
 from __future__ import annotations
@@ -25,13 +32,23 @@ import hashlib
 import re
 import sqlite3
 from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import zstandard
 
-from addons.rows import BodyBlob, BodyChunk, IdMinter, new_event_id
+from addons.items import Item
+from addons.rows import BodyBlob, BodyChunk, ContentFrame, IdMinter, ItemContent, Row, new_event_id
 from capsem.redact import Scrubber
 
 MAX_PIECE = 64 * 1024
+FRAME_BYTES = 1024 * 1024
+"""Bytes (before compression) after which a call's content goes on in a new frame: reading one
+piece decompresses its whole frame."""
+SMALL_FRAME = 256 * 1024
+SMALL_LEVEL, LARGE_LEVEL = 12, 3
+"""zstd levels for frames up to `SMALL_FRAME` bytes (a turn's new content: ~0.4 ms, about 10 % smaller
+than level 3 on conversation JSON) and for larger ones (a long answer: level 3 keeps up with a stream)."""
 _CUT = re.compile(rb'(?=\{\s*"(?:role|type|name|parts|text|functionCall|functionResponse|call_id)"\s*:)')
 _DIGEST = 16
 """Bytes of SHA-256 kept per piece key (128 bits)."""
@@ -39,6 +56,16 @@ MAX_DEPTH = 64
 """Links a body's list of pieces may follow to earlier bodies before one is stored whole."""
 _RECENT = 8
 """Earlier bodies (per direction) a new one may take its leading pieces from."""
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    """A decoded body to keep: its direction (`request` or `response`) and bytes."""
+
+    direction: str
+    data: bytes
+    truncated: bool = False
+    content_type: str | None = None
 
 
 def pieces(body: bytes) -> list[bytes]:
@@ -74,43 +101,90 @@ def _common(a: list[bytes], b: list[bytes]) -> int:
     return n
 
 
-class BodyStore:
-    """Turns bodies into rows: new pieces (scrubbed, compressed) and the body's list of pieces."""
+class _Frames:
+    """The frames one call's new content goes into: parts appended, compressed when full or done."""
 
-    def __init__(self, scrubber: Scrubber, ids: IdMinter, known: set[bytes] | None = None, *,
-                 level: int = 3) -> None:  # fmt: skip
+    def __init__(
+        self, ids: IdMinter, small: zstandard.ZstdCompressor, large: zstandard.ZstdCompressor
+    ) -> None:
+        self.ids, self._small, self._large = ids, small, large
+        self.rows: list[ContentFrame] = []
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._id = 0
+
+    def add(self, data: bytes) -> tuple[int, int]:
+        """Append `data`; return its frame's id and where it starts in it."""
+        if not self._id or (self._size and self._size + len(data) > FRAME_BYTES):
+            self.close()
+            self._id = self.ids.next("content_frames")
+        start = self._size
+        self._parts.append(data)
+        self._size += len(data)
+        return self._id, start
+
+    def close(self) -> None:
+        if self._parts:
+            data = b"".join(self._parts)
+            zstd = self._small if len(data) <= SMALL_FRAME else self._large
+            self.rows.append(ContentFrame(self._id, len(data), zstd.compress(data)))
+            self._parts, self._size = [], 0
+
+
+class BodyStore:
+    """Turns a call's bodies and new items into rows: one or more compressed frames of what is new,
+    the pieces and items in them, and each body's list of pieces."""
+
+    def __init__(self, scrubber: Scrubber, ids: IdMinter, known: set[bytes] | None = None) -> None:
         self.scrubber = scrubber
         self.ids = ids
         self.known: set[bytes] = known if known is not None else set()
         """Keys of the pieces already stored in this session."""
-        self._zstd = zstandard.ZstdCompressor(level=level)
+        self._small = zstandard.ZstdCompressor(level=SMALL_LEVEL)
+        self._large = zstandard.ZstdCompressor(level=LARGE_LEVEL)
         self._recent: dict[str, deque[_Recent]] = {}
 
-    def keep(self, body: bytes, *, owner: str, source_table: str, row_id: int | None, direction: str,
-             truncated: bool = False, content_type: str | None = None) -> list[BodyChunk | BodyBlob]:  # fmt: skip
-        """The rows that store `body` (decoded) as belonging to row `owner` (its event_id).
+    def _scrubbed(self, data: bytes) -> bytes:
+        text = self.scrubber.scrub(data.decode("utf-8", "surrogateescape")) or ""
+        return text.encode("utf-8", "surrogateescape")
+
+    def keep(self, *, owner: str, source_table: str, row_id: int | None, bodies: Sequence[Body] = (),
+             items: Sequence[Item] = ()) -> list[Row]:  # fmt: skip
+        """The rows that store a call's `bodies` (decoded) and its `items` new to the session, as
+        belonging to row `owner` (its event_id).
 
         Requests are cut where JSON objects start and stored piece by piece (history repeats);
         responses are new every time: scrubbed whole, then cut every `MAX_PIECE` bytes.
         """
-        rows: list[BodyChunk | BodyBlob] = []
+        frames = _Frames(self.ids, self._small, self._large)
+        rows: list[Row] = []
+        for entry in items:
+            stored = (self.scrubber.scrub(entry.content) or "").encode("utf-8", "surrogatepass")
+            frame, start = frames.add(stored)
+            rows.append(ItemContent(entry.hash, entry.kind, len(stored), frame, start))
+        for body in bodies:
+            rows += self._body(body, frames, owner=owner, source_table=source_table, row_id=row_id)
+        frames.close()
+        return [*frames.rows, *rows]
+
+    def _body(self, body: Body, frames: _Frames, *, owner: str, source_table: str,
+              row_id: int | None) -> list[Row]:  # fmt: skip
+        rows: list[Row] = []
         keys: list[bytes] = []
-        if direction == "request":
-            cut = [(p, None) for p in pieces(body)]
+        if body.direction == "request":
+            cut = [(p, None) for p in pieces(body.data)]
         else:
-            text = self.scrubber.scrub(body.decode("utf-8", "surrogateescape")) or ""
-            scrubbed = text.encode("utf-8", "surrogateescape")
+            scrubbed = self._scrubbed(body.data)
             cut = [(p, p) for p in (scrubbed[i : i + MAX_PIECE] for i in range(0, len(scrubbed), MAX_PIECE))]
         for piece, stored in cut:
             key = hashlib.sha256(piece).digest()[:_DIGEST]
             keys.append(key)
             if key not in self.known:
-                if stored is None:
-                    text = piece.decode("utf-8", "surrogateescape")
-                    stored = (self.scrubber.scrub(text) or "").encode("utf-8", "surrogateescape")
-                rows.append(BodyChunk(key, len(stored), self._zstd.compress(stored)))
+                stored = self._scrubbed(piece) if stored is None else stored
+                frame, start = frames.add(stored)
+                rows.append(BodyChunk(key, len(stored), frame, start))
                 self.known.add(key)
-        recent = self._recent.setdefault(f"{source_table}/{direction}", deque(maxlen=_RECENT))
+        recent = self._recent.setdefault(f"{source_table}/{body.direction}", deque(maxlen=_RECENT))
         base, shared = max(((r, _common(r.keys, keys)) for r in recent if r.depth < MAX_DEPTH),
                            key=lambda pair: pair[1], default=(None, 0))  # fmt: skip
         if base is None or shared == 0:
@@ -119,9 +193,9 @@ class BodyStore:
         rows.append(
             BodyBlob(
                 id=blob_id, event_id=new_event_id(), owner_event_id=owner, source_table=source_table, row_id=row_id,
-                direction=direction, size=len(body), sha256=hashlib.sha256(body).hexdigest(), truncated=int(truncated),
-                content_type=content_type, base_id=base.id if base else None, base_pieces=shared,
-                chunks=b"".join(keys[shared:]),
+                direction=body.direction, size=len(body.data), sha256=hashlib.sha256(body.data).hexdigest(),
+                truncated=int(body.truncated), content_type=body.content_type, base_id=base.id if base else None,
+                base_pieces=shared, chunks=b"".join(keys[shared:]),
             )
         )  # fmt: skip
         recent.append(_Recent(blob_id, keys, base.depth + 1 if base else 0))
@@ -166,17 +240,27 @@ def read_body(conn: sqlite3.Connection, row_id: int, direction: str = "request",
     if blob is None:
         return None
     keys = _keys(conn, blob)
-    data: dict[bytes, bytes] = {}
     unique = list(dict.fromkeys(keys))
+    where: dict[bytes, tuple[int, int, int]] = {}
+    for batch in _batches(unique):
+        sql = (
+            f"SELECT hash, frame, start, size FROM body_chunks WHERE hash IN ({', '.join('?' * len(batch))})"
+        )
+        for key, frame, start, size in conn.execute(sql, batch):
+            where[bytes(key)] = (frame, start, size)
+    missing = [k for k in unique if k not in where]
+    frames: dict[int, bytes] = {}
     decompress = zstandard.ZstdDecompressor().decompress
-    for start in range(0, len(unique), 500):
-        batch = unique[start : start + 500]
-        marks = ", ".join("?" * len(batch))
-        for key, stored in conn.execute(f"SELECT hash, data FROM body_chunks WHERE hash IN ({marks})", batch):
-            data[bytes(key)] = decompress(stored)
-    missing = [k for k in unique if k not in data]
+    for batch in _batches(list({f for f, _, _ in where.values()})):
+        sql = f"SELECT id, data FROM content_frames WHERE id IN ({', '.join('?' * len(batch))})"
+        frames.update((frame, decompress(data)) for frame, data in conn.execute(sql, batch))
+    missing += [k for k, (frame, _, _) in where.items() if frame not in frames]
     if missing:
         raise ValueError(
             f"{len(missing)} pieces of the {direction} body of {source_table} {row_id} are missing"
         )
-    return b"".join(data[k] for k in keys), blob
+    return b"".join(frames[f][start : start + size] for f, start, size in map(where.__getitem__, keys)), blob
+
+
+def _batches(values: list, size: int = 500) -> list[list]:
+    return [values[i : i + size] for i in range(0, len(values), size)]

@@ -12,6 +12,7 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from addons import breakdown
 from addons.body import Preview
@@ -24,7 +25,6 @@ from addons.records import RequestInfo, ResponseSummary
 from addons.rows import (
     IdMinter,
     InputPart,
-    ItemContent,
     ItemList,
     ModelCall,
     ModelItem,
@@ -217,10 +217,11 @@ def estimate_missing(info: RequestInfo, summary: ResponseSummary) -> None:
 
 def item_rows(
     call: CallInput, row: ModelCall, summary: ResponseSummary, conversations: Conversations
-) -> list[Row]:
-    """The items of a model call: contents not stored yet, the inputs new since the previous call
-    of its conversation and the outputs (`model_items`), its whole input list (`model_item_lists`);
-    and the call's item columns set on `row`."""
+) -> tuple[list[Row], list[Item]]:
+    """The items of a model call: the inputs new since the previous call of its conversation and
+    the outputs (`model_items`), its whole input list (`model_item_lists`), the call's item columns
+    set on `row`; and the items whose content the session has not stored yet (they go into the
+    call's content frame with its bodies, addons/bodies.py)."""
     inputs = list(call.items)
     hashes = [i.hash for i in inputs]
     previous = conversations.previous(hashes, call.previous_response_id)
@@ -247,11 +248,11 @@ def item_rows(
         )
     row.parent_tool_call_id = parent
     rows: list[Row] = []
+    fresh_items = []
     for entry in (*inputs, *outputs):
         if entry.hash not in conversations.stored:
             conversations.stored.add(entry.hash)
-            rows.append(ItemContent(entry.hash, entry.kind, len(entry.content.encode("utf-8", "surrogatepass")),
-                                    entry.content))  # fmt: skip
+            fresh_items.append(entry)
     new = 0
     for direction, entries in (("input", inputs), ("output", outputs)):
         for index, entry in enumerate(entries):
@@ -278,7 +279,7 @@ def item_rows(
     row.items_count, row.items_new = len(inputs), new
     conversations.remember(row.id, hashes, summary.message_id, row.turn_id, parent)
     rows += input_parts(row, [(i, i.hash not in seen) for i in inputs], summary, conversations)
-    return rows
+    return rows, fresh_items
 
 
 def input_parts(
@@ -307,6 +308,14 @@ def input_parts(
     ]
 
 
+class CallRows(NamedTuple):
+    """A model call's rows, its trace id, and the items whose content the session has not stored yet."""
+
+    rows: list[Row]
+    trace: str
+    fresh_items: list[Item]
+
+
 def model_call(
     call: CallInput,
     *,
@@ -315,9 +324,9 @@ def model_call(
     mcp: McpLedger,
     settings: CaptureSettings,
     conversations: Conversations | None = None,
-) -> tuple[list[Row], str]:
+) -> CallRows:
     """The rows of one model call: `model_calls`, its `tool_calls`, the new `tool_responses` its
-    request carried and its conversation items; and its trace id."""
+    request carried and its conversation items; its trace id; its items new to the session."""
     from pricing import price_call  # genai-prices is imported lazily: ~0.7 s (loaded in the warm-up)
 
     info, summary, usage = call.info, call.summary, call.summary.usage
@@ -430,11 +439,13 @@ def model_call(
     client_calls = [(c.call_id, c.name) for c in summary.tool_calls if origin(c.call_id) != "server"]
     if ok or client_calls:
         traces.finish_call(trace, client_calls)
+    fresh: list[Item] = []
     if conversations is not None:
-        rows += item_rows(call, rows[0], summary, conversations)  # type: ignore[arg-type]
+        more, fresh = item_rows(call, rows[0], summary, conversations)  # type: ignore[arg-type]
+        rows += more
         turn = rows[0].turn_id  # type: ignore[union-attr]
         conversations.spawns.extend(Spawn(tool_id, prompt, turn) for tool_id, prompt in spawns)  # type: ignore[arg-type]
-    return rows, trace
+    return CallRows(rows, trace, fresh)
 
 
 def _prompt_of(arguments: str) -> str | None:

@@ -18,9 +18,9 @@ from typing import Any
 import msgspec
 
 from addons import build
-from addons.bodies import BodyStore, known_pieces
+from addons.bodies import Body, BodyStore, known_pieces
 from addons.body import ResponseReader
-from addons.items import Conversations, request_items
+from addons.items import Conversations, Item, request_items
 from addons.mcp.ledger import MCP_PREVIEW_BYTES, McpLedger
 from addons.messages import (
     Chunk,
@@ -87,7 +87,7 @@ class Recorder:
         )
         self.bodies = BodyStore(writer.scrubber, self.ids, known_pieces(writer.conn))
         self.conversations = Conversations()
-        self.conversations.stored = {r[0] for r in writer.conn.execute("SELECT hash FROM item_contents")}
+        self.conversations.stored = {r[0] for r in writer.conn.execute("SELECT hash FROM item_data")}
         self.readers: dict[str, _Reader] = {}
         self.sockets: dict[str, _Socket] = {}
 
@@ -213,8 +213,8 @@ class Recorder:
                 net_event_id=net_id, items=tuple(request_items(route.protocol, request_obj or b"")),
                 previous_response_id=_previous_response(request_obj),
             )  # fmt: skip
-            rows, trace = build.model_call(call, ids=self.ids, traces=self.traces, mcp=self.mcp, settings=settings,
-                                           conversations=self.conversations)  # fmt: skip
+            rows, trace, fresh = build.model_call(call, ids=self.ids, traces=self.traces, mcp=self.mcp,
+                                                  settings=settings, conversations=self.conversations)  # fmt: skip
         net = build.net_event(
             flow, row_id=net_id, settings=settings, scrubber=self.writer.scrubber, process=process,
             request_preview=request_preview, response_preview=response_preview, decode_error=decode_error,
@@ -225,7 +225,9 @@ class Recorder:
         )  # fmt: skip
         self._write([net, *rows])  # the net row first: its headers teach the scrubber before bodies are kept
         if rows and isinstance(rows[0], ModelCall) and state is not None:
-            self._keep_bodies(rows[0], flow, request_body, state.reader.body, state.reader.body_truncated)
+            self._keep_bodies(
+                rows[0], flow, request_body, state.reader.body, state.reader.body_truncated, fresh
+            )
         if flow.substitutions:
             self._write(build.substitution_events(flow, net_event_id=net_id, process=process))
         if flow.mcp:
@@ -241,19 +243,21 @@ class Recorder:
                 self._keep_bodies(row, flow, request_body, response_body, False)
 
     def _keep_bodies(self, owner: ModelCall | McpCall, flow: FlowEnded | None, request: bytes, response: bytes,
-                     response_truncated: bool, response_type: str | None = None) -> None:  # fmt: skip
-        """The whole decoded request and response of a model or MCP call, up to `max_body_bytes`."""
+                     response_truncated: bool, items: list[Item] | None = None,
+                     response_type: str | None = None) -> None:  # fmt: skip
+        """The whole decoded request and response of a model or MCP call (up to `max_body_bytes`)
+        and its items new to the session, in one content frame."""
         limit = self.settings.max_body_bytes
         request_type = flow.request.header("content-type") if flow is not None else "application/json"
         if flow is not None and flow.response is not None:
             response_type = flow.response.header("content-type")
-        for direction, body, cut, kind in (
-            ("request", request, flow is not None and flow.request_truncated, request_type),
-            ("response", response, response_truncated, response_type),
-        ):
-            rows = self.bodies.keep(body[:limit], owner=owner.event_id, source_table=owner.TABLE, row_id=owner.id,
-                                    direction=direction, truncated=cut or len(body) > limit, content_type=kind)  # fmt: skip
-            self._write(rows)
+        request_cut = flow is not None and flow.request_truncated
+        bodies = (
+            Body("request", request[:limit], request_cut or len(request) > limit, request_type),
+            Body("response", response[:limit], response_truncated or len(response) > limit, response_type),
+        )
+        self._write(self.bodies.keep(owner=owner.event_id, source_table=owner.TABLE, row_id=owner.id, bodies=bodies,
+                                     items=items or ()))  # fmt: skip
 
     # -- websockets ----------------------------------------------------------------------------
 
@@ -294,17 +298,13 @@ class Recorder:
                 items=tuple(request_items("openai_responses", request or b"")),
                 previous_response_id=_previous_response(request), websocket=True,
             )  # fmt: skip
-            rows, socket.trace = build.model_call(call, ids=self.ids, traces=self.traces, mcp=self.mcp,
-                                                  settings=self.settings, conversations=self.conversations)  # fmt: skip
+            rows, socket.trace, fresh = build.model_call(
+                call, ids=self.ids, traces=self.traces, mcp=self.mcp, settings=self.settings,
+                conversations=self.conversations,
+            )  # fmt: skip
             self._write(rows)
-            self._keep_bodies(
-                rows[0],
-                None,
-                turn.request_body,
-                turn.response_body,
-                False,  # type: ignore[arg-type]
-                "application/x-ndjson",
-            )
+            self._keep_bodies(rows[0], None, turn.request_body, turn.response_body, False, fresh,  # type: ignore[arg-type]
+                              response_type="application/x-ndjson")  # fmt: skip
 
 
 _HANDLERS: dict[type, Callable[[Recorder, Any], None]] = {

@@ -243,9 +243,22 @@ class BodyChunk:
     hash: bytes
     """The first 16 bytes of the SHA-256 of the piece as it crossed the proxy (decoded)."""
     size: int
-    """Bytes of the piece as stored (after scrubbing), before compression."""
+    """Bytes of the piece as stored (after scrubbing)."""
+    frame: int
+    """The `content_frames` row that holds it."""
+    start: int
+    """Where it starts in its frame (decompressed)."""
+
+
+@dataclass(slots=True)
+class ContentFrame:
+    """What one call added to the session (new items, new body pieces), zstd-compressed together."""
+
+    TABLE: ClassVar[str] = "content_frames"
+    id: int
+    size: int
+    """Bytes before compression."""
     data: bytes
-    """The stored piece, zstd-compressed."""
 
 
 @dataclass(slots=True)
@@ -280,11 +293,13 @@ class BodyBlob:
 class ItemContent:
     """The content of a conversation item, stored once per session (see addons/items.py)."""
 
-    TABLE: ClassVar[str] = "item_contents"
+    TABLE: ClassVar[str] = "item_data"
     hash: str
     kind: str
     size: int
-    content: str
+    """Bytes of the normalized JSON as stored (after scrubbing); read it from the `item_contents` view."""
+    frame: int
+    start: int
 
 
 @dataclass(slots=True)
@@ -348,6 +363,7 @@ Row = (
     | McpCall
     | FsEvent
     | BodyChunk
+    | ContentFrame
     | BodyBlob
     | ItemContent
     | ModelItem
@@ -355,7 +371,15 @@ Row = (
     | InputPart
     | SubstitutionEvent
 )
-LINKED_TABLES = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls", "event_body_blobs")
+LINKED_TABLES = (
+    "net_events",
+    "model_calls",
+    "tool_calls",
+    "tool_responses",
+    "mcp_calls",
+    "event_body_blobs",
+    "content_frames",
+)
 """Tables whose ids are minted by `IdMinter` (the others get SQLite's own)."""
 
 

@@ -15,6 +15,8 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+from capsem.packed import register as register_packed
+
 Migration = Callable[[sqlite3.Connection], None]
 
 SESSION_TABLES = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls", "fs_events")
@@ -500,6 +502,64 @@ def _session_substitutions(conn: sqlite3.Connection) -> None:
 SESSION_MIGRATIONS.append(("m010_substitution_events", _session_substitutions))
 
 
+def _session_content_frames(conn: sqlite3.Connection) -> None:
+    """What a call adds (new item contents, new body pieces) compressed together as one zstd frame
+    (`content_frames`); pieces (`body_chunks`) and items (`item_data`) name their frame, start and
+    size; `item_contents` becomes a view reading items as text (`unzstd`, see capsem/packed.py).
+    Existing pieces and items become one frame each. See addons/bodies.py."""
+    import zstandard
+
+    _run_script(
+        conn,
+        """
+        CREATE TABLE content_frames (
+            id INTEGER PRIMARY KEY,
+            size INTEGER NOT NULL,
+            data BLOB NOT NULL
+        );
+        ALTER TABLE body_chunks RENAME TO _m011_body_chunks;
+        CREATE TABLE body_chunks (
+            hash BLOB PRIMARY KEY,
+            size INTEGER NOT NULL,
+            frame INTEGER NOT NULL,
+            start INTEGER NOT NULL DEFAULT 0
+        ) WITHOUT ROWID;
+        CREATE TABLE item_data (
+            hash TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            frame INTEGER NOT NULL,
+            start INTEGER NOT NULL DEFAULT 0
+        ) WITHOUT ROWID
+        """,
+    )
+    frame = 0
+    for key, size, data in conn.execute("SELECT hash, size, data FROM _m011_body_chunks").fetchall():
+        frame += 1
+        conn.execute("INSERT INTO content_frames VALUES (?, ?, ?)", (frame, size, data))
+        conn.execute("INSERT INTO body_chunks VALUES (?, ?, ?, 0)", (key, size, frame))
+    for key, kind, content in conn.execute("SELECT hash, kind, content FROM item_contents").fetchall():
+        frame += 1
+        data = content.encode("utf-8", "surrogatepass")
+        conn.execute(
+            "INSERT INTO content_frames VALUES (?, ?, ?)", (frame, len(data), zstandard.compress(data, 3))
+        )
+        conn.execute("INSERT INTO item_data VALUES (?, ?, ?, ?, 0)", (key, kind, len(data), frame))
+    _run_script(
+        conn,
+        """
+        DROP TABLE _m011_body_chunks;
+        DROP TABLE item_contents;
+        CREATE VIEW item_contents AS
+            SELECT d.hash, d.kind, d.size, unzstd(f.data, d.start, d.size) AS content
+            FROM item_data d JOIN content_frames f ON f.id = d.frame
+        """,
+    )
+
+
+SESSION_MIGRATIONS.append(("m011_content_frames", _session_content_frames))
+
+
 def _main_v1(conn: sqlite3.Connection) -> None:
     _run_script(
         conn,
@@ -693,6 +753,7 @@ def connect(path: Path, *, readonly: bool = False, timeout: float = 5.0) -> sqli
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+    register_packed(conn)
     conn.row_factory = sqlite3.Row
     return conn
 

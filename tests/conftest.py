@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from capsem.mitm import Mitmdump, start_mitmdump
+from capsem.schema import connect
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
@@ -20,6 +20,9 @@ def capsem_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("NO_PROXY", "")
+    # wide enough that temporary paths (longer under pytest-xdist) do not wrap the lines tests look
+    # for; the tests of narrow terminals set their own width
+    monkeypatch.setenv("COLUMNS", "160")
     return home
 
 
@@ -79,8 +82,7 @@ def mitmdump(tmp_path: Path, capsem_home: Path) -> Iterator[ProxyFactory]:
 
 
 def rows(db: Path, sql: str, params: tuple = ()) -> list[dict]:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    conn.row_factory = sqlite3.Row
+    conn = connect(db, readonly=True)  # capsem's connection: its SQL functions (`unzstd`) too
     try:
         return [dict(r) for r in conn.execute(sql, params)]
     finally:

@@ -20,16 +20,20 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
+from capsem.packed import register as register_packed
 from capsem.schema import SESSION_MIGRATIONS, migrate
 
 SCHEMA_VERSION = 1
 
 # Tables capsem itself keeps in session.db that are not data (never copied into a bundle).
 CAPTURE_INTERNAL = frozenset(
-    {"_capsem_migrations", "session_meta", "sqlite_sequence", "body_chunks", "event_body_blobs"}
+    {"_capsem_migrations", "session_meta", "sqlite_sequence", "body_chunks", "event_body_blobs", "item_data"}
 )
-"""Tables of a session.db that a bundle does not copy: bookkeeping, and the whole bodies (compressed pieces;
-`capsem show-call` reads them from the session)."""
+"""Tables of a session.db that a bundle does not copy: bookkeeping, the whole bodies (compressed pieces;
+`capsem show-call` reads them from the session), and compressed item contents (copied as text from their
+view, `CAPTURE_VIEWS`)."""
+CAPTURE_VIEWS = ("item_contents",)
+"""Views of a session.db that a bundle copies as tables (Datasette has no `unzstd`)."""
 # Extra columns every capture table carries in a bundle.
 CAPTURE_EXTRA = (("source_id", "INTEGER"), ("correlation", "TEXT"), ("raw", "TEXT"))
 
@@ -209,12 +213,17 @@ CREATE TABLE documents (
 def _capsem_columns() -> dict[str, list[tuple[str, str]]]:
     """Columns (name, declared type) of every data table of a current capsem session.db."""
     conn = sqlite3.connect(":memory:", isolation_level=None)
+    register_packed(conn)
     try:
         migrate(conn, SESSION_MIGRATIONS)
         names = [
             r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY rowid")
         ]
-        return {name: table_columns(conn, name) for name in names if name not in CAPTURE_INTERNAL}
+        return {
+            name: table_columns(conn, name)
+            for name in [*names, *CAPTURE_VIEWS]
+            if name not in CAPTURE_INTERNAL
+        }
     finally:
         conn.close()
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from assembler.bundle import DebugBundle
-from assembler.bundle.schema import CAPTURE_INTERNAL
+from assembler.bundle.schema import CAPTURE_INTERNAL, CAPTURE_VIEWS
 from capsem.ids import rfc3339
 from capsem.schema import SESSION_TABLES
 from tests.bundle.conftest import chromium, chromium_path
@@ -173,7 +173,8 @@ def check_capture_tables(q, db: Path, sid: str) -> None:
                for r in q(f"SELECT * FROM {table} WHERE session_id = ? ORDER BY id", sid)]  # fmt: skip
         assert got == want, table
         copied += len(want)
-    others = [t["name"] for t in rows(db, "SELECT name FROM sqlite_master WHERE type = 'table'")
+    others = [t["name"] for t in rows(db, "SELECT name FROM sqlite_master WHERE type = 'table' OR name IN "
+                                          f"({', '.join(map(repr, CAPTURE_VIEWS))})")
               if t["name"] not in (*SESSION_TABLES, "proc_samples", "proc_anomalies", *CAPTURE_INTERNAL)
               and not t["name"].startswith("sqlite_")]  # fmt: skip
     assert {"model_items", "item_contents", "input_breakdown"} <= set(

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import time
 
+import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addons.bodies import MAX_DEPTH, MAX_PIECE, BodyStore, _blob, _keys, pieces, read_body
+from addons.bodies import FRAME_BYTES, MAX_DEPTH, MAX_PIECE, Body, BodyStore, _blob, _keys, pieces, read_body
+from addons.items import item
 from addons.messages import Route
-from addons.rows import IdMinter
+from addons.rows import BodyChunk, ContentFrame, IdMinter, ItemContent
 from benchmarks.bodies import conversation
 from capsem.redact import Scrubber
 from tests.recording import RecorderHarness, ended, head, response
@@ -46,19 +49,19 @@ ANSWER = json.dumps({"id": "m", "type": "message", "role": "assistant", "model":
                      "usage": {"input_tokens": 5, "output_tokens": 1}}).encode()  # fmt: skip
 
 
+def stored_bytes(rec: RecorderHarness) -> int:
+    return rec.writer.conn.execute("SELECT COALESCE(SUM(LENGTH(data)), 0) FROM content_frames").fetchone()[0]
+
+
 def test_every_body_of_a_long_conversation_reads_back_exactly_and_costs_what_is_new(tmp_path):
     rec = RecorderHarness(tmp_path)
     bodies = conversation(80)
     growth = []
     for n, body in enumerate(bodies):
-        before = rec.writer.conn.execute("SELECT COALESCE(SUM(LENGTH(data)), 0) FROM body_chunks").fetchone()[
-            0
-        ]
+        before = stored_bytes(rec)
         call(rec, n, body, ANSWER, time.time())
         rec.writer.commit()
-        after = rec.writer.conn.execute("SELECT COALESCE(SUM(LENGTH(data)), 0) FROM body_chunks").fetchone()[
-            0
-        ]
+        after = stored_bytes(rec)
         growth.append(after - before)
     for n, body in enumerate(bodies, start=1):
         request, blob = read_body(rec.writer.conn, n)
@@ -80,8 +83,8 @@ def test_a_secret_in_a_body_is_stored_redacted(tmp_path):
     rec.writer.commit()
     stored, _ = read_body(rec.writer.conn, 1)
     assert secret.encode() not in stored and b"[redacted hash:" in stored
-    raw = b"".join(r[0] for r in rec.writer.conn.execute("SELECT data FROM body_chunks"))
-    assert b"QQQQQQQQQQ" not in raw  # compressed data hides nothing either: checked on the stored text above
+    frames = [zstandard.decompress(r[0]) for r in rec.writer.conn.execute("SELECT data FROM content_frames")]
+    assert frames and not any(b"QQQQQQQQQQ" in f for f in frames)  # nor in the items stored beside the body
     rec.shutdown()
 
 
@@ -124,7 +127,22 @@ def test_an_mcp_call_keeps_its_request_and_answer(tmp_path):
 def test_the_store_keys_pieces_by_their_bytes_once(tmp_path):
     store = BodyStore(Scrubber(), IdMinter())
     body = json.dumps({"messages": [{"role": "user", "content": "same"}] * 3}).encode()
-    first = store.keep(body, owner="a", source_table="model_calls", row_id=1, direction="request")
-    second = store.keep(body, owner="b", source_table="model_calls", row_id=2, direction="request")
+    first = store.keep(owner="a", source_table="model_calls", row_id=1, bodies=[Body("request", body)])
+    second = store.keep(owner="b", source_table="model_calls", row_id=2, bodies=[Body("request", body)])
     assert sum(type(r).__name__ == "BodyChunk" for r in first) == len(set(pieces(body)))
-    assert [type(r).__name__ for r in second] == ["BodyBlob"]  # nothing new to store
+    assert [type(r).__name__ for r in second] == ["BodyBlob"]  # nothing new to store, no frame
+
+
+def test_a_calls_new_items_and_pieces_share_frames_no_larger_than_the_bound():
+    store = BodyStore(Scrubber(), IdMinter())
+    text = random.Random(3).randbytes(350_000).hex()  # no piece repeats another
+    items = [item("message", {"role": "user", "content": text}), item("system", "be brief")]
+    body = json.dumps({"system": "be brief", "messages": [{"role": "user", "content": text[::-1]}]}).encode()
+    rows = store.keep(owner="a", source_table="model_calls", row_id=1, items=items,
+                      bodies=[Body("request", body), Body("response", b"ok")])  # fmt: skip
+    frames = {r.id: zstandard.decompress(r.data) for r in rows if isinstance(r, ContentFrame)}
+    assert len(frames) == 2 and all(len(f) <= FRAME_BYTES for f in frames.values())
+    stored = {r.hash: frames[r.frame][r.start : r.start + r.size] for r in rows if isinstance(r, ItemContent)}
+    assert stored == {i.hash: i.content.encode() for i in items}
+    keys = [r for r in rows if isinstance(r, BodyChunk)]
+    assert b"".join(frames[r.frame][r.start : r.start + r.size] for r in keys) == body + b"ok"

@@ -59,3 +59,33 @@ def test_refuses_a_database_from_a_newer_capsem(tmp_path):
     conn.execute("INSERT INTO _capsem_migrations VALUES ('m999_future', 'x')")
     with pytest.raises(RuntimeError, match="newer"):
         migrate(conn, MAIN_MIGRATIONS)
+
+
+def test_pieces_and_items_stored_before_content_frames_read_back_after_the_migration(tmp_path):
+    """A session.db written before m011 (pieces and items each on their own) keeps every body and item."""
+    import hashlib
+
+    import zstandard
+
+    from addons.bodies import read_body
+
+    path = tmp_path / "session.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    names = [name for name, _ in SESSION_MIGRATIONS]
+    migrate(conn, SESSION_MIGRATIONS[: names.index("m011_content_frames")])
+    piece = b'{"role": "user", "content": "hello"}'
+    key = hashlib.sha256(piece).digest()[:16]
+    conn.execute("INSERT INTO body_chunks VALUES (?, ?, ?)", (key, len(piece), zstandard.compress(piece)))
+    conn.execute(
+        "INSERT INTO event_body_blobs (event_id, owner_event_id, source_table, row_id, direction, size, sha256, "
+        "chunks) VALUES ('e1', 'o1', 'model_calls', 7, 'request', ?, ?, ?)",
+        (len(piece), hashlib.sha256(piece).hexdigest(), key),
+    )
+    conn.execute("INSERT INTO item_contents VALUES ('h1', 'message', 5, '\"h\u00e9\"')")
+    conn.close()
+    conn = open_session_db(path)
+    assert read_body(conn, 7)[0] == piece
+    assert [tuple(r) for r in conn.execute("SELECT hash, kind, content FROM item_contents")] == [
+        ("h1", "message", '"h\u00e9"')
+    ]
+    conn.close()

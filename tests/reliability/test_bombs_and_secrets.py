@@ -288,6 +288,9 @@ def assert_no_needle_in_file(path: Path) -> None:
     )
 
 
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
 def leaks_in_tables(db: Path, needle: str = NEEDLE) -> list[str]:
     """`table.column: value` for every stored value that holds `needle` (a value longer than a page
     is split across overflow pages, so a byte search of the file alone could miss it)."""
@@ -301,7 +304,7 @@ def leaks_in_tables(db: Path, needle: str = NEEDLE) -> list[str]:
             columns = [d[0] for d in cursor.description]
             for row in cursor:
                 for column, value in zip(columns, row, strict=True):
-                    if table == "body_chunks" and column == "data":  # whole bodies are stored compressed
+                    if isinstance(value, bytes) and value[:4] == ZSTD_MAGIC:  # bodies, item contents
                         value = zstandard.ZstdDecompressor().decompress(value)
                     text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
                     if isinstance(text, str) and needle in text:

@@ -18,6 +18,7 @@ from typing import IO, Any
 from assembler.bundle.schema import (
     CAPTURE_INTERNAL,
     CAPTURE_TABLES,
+    CAPTURE_VIEWS,
     ensure_capture_table,
     quote,
     table_columns,
@@ -96,6 +97,8 @@ def _copy_session(ctx: SourceContext, src: sqlite3.Connection) -> None:
         r[0] for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY rowid")
         if r[0] not in CAPTURE_INTERNAL and not r[0].startswith("sqlite_")
     ]  # fmt: skip
+    views = {r[0] for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'view'")}
+    tables += [v for v in CAPTURE_VIEWS if v in views]
     bundle_tables = {r[0] for r in ctx.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     for table in tables:
         target = table if table in CAPTURE_TABLES or table not in bundle_tables else f"capture_{table}"
