@@ -16,9 +16,9 @@ DEPTH = 3000
 
 def test_a_chain_deeper_than_the_recursion_limit_reads_back(tmp_path):
     conn = open_session_db(tmp_path / "session.db")
-    piece = zstandard.ZstdCompressor().compress(b"x")
     key = hashlib.sha256(b"x").digest()[:16]
-    conn.execute("INSERT INTO body_chunks VALUES (?, 1, ?)", (key, piece))
+    conn.execute("INSERT INTO content_frames (id, size, data) VALUES (1, 1, ?)", (zstandard.compress(b"x"),))
+    conn.execute("INSERT INTO body_chunks (hash, size, frame, start) VALUES (?, 1, 1, 0)", (key,))
     for n in range(1, DEPTH + 1):
         own = hashlib.md5(str(n).encode()).digest()
         conn.execute(
