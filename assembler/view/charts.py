@@ -24,9 +24,12 @@ PART_LABELS = {
 
 
 def money(value: float | None) -> str:
-    """`$0.0123` below a dollar, `$12.34` above; `—` when unknown."""
+    """`$0.0123` below a dollar, `$12.34` above, `<$0.0001` for a cost that rounds to nothing; `—`
+    when unknown."""
     if value is None:
         return "—"
+    if 0 < value < 0.00005:
+        return "<$0.0001"
     return f"${value:,.4f}" if abs(value) < 1 else f"${value:,.2f}"
 
 
