@@ -214,15 +214,23 @@ def _blob(conn: sqlite3.Connection, where: str, params: tuple) -> dict | None:
 
 
 def _keys(conn: sqlite3.Connection, blob: dict) -> list[bytes]:
-    """A body's whole list of piece keys, following its links to earlier bodies."""
-    own = bytes(blob["chunks"])
-    keys = [own[i : i + _DIGEST] for i in range(0, len(own), _DIGEST)]
-    if blob["base_id"] is None:
-        return keys
-    base = _blob(conn, "id = ?", (blob["base_id"],))
-    if base is None:
-        raise ValueError(f"body {blob['id']} is built on body {blob['base_id']}, which is missing")
-    return _keys(conn, base)[: blob["base_pieces"]] + keys
+    """A body's whole list of piece keys, following its links to earlier bodies (in a loop, so a
+    chain of thousands of bodies does not exhaust the stack)."""
+    chain = [blob]
+    while chain[-1]["base_id"] is not None:
+        base = _blob(conn, "id = ?", (chain[-1]["base_id"],))
+        if base is None:
+            raise ValueError(
+                f"body {chain[-1]['id']} is built on body {chain[-1]['base_id']}, which is missing"
+            )
+        chain.append(base)
+    keys: list[bytes] = []
+    for link in reversed(chain):
+        own = bytes(link["chunks"])
+        keys = (keys[: link["base_pieces"]] if link["base_id"] is not None else []) + [
+            own[i : i + _DIGEST] for i in range(0, len(own), _DIGEST)
+        ]
+    return keys
 
 
 def read_body(conn: sqlite3.Connection, row_id: int, direction: str = "request",

@@ -83,17 +83,18 @@ def rates(provider: str, model: str | None, at: object = None) -> tuple[float, f
     """USD per input token of `model`: uncached, read from the cache, written to the cache (None: unpriced)."""
     from pricing import price_call  # genai-prices loads lazily (the recorder warms it up)
 
-    million = 1_000_000
+    # a small probe: a million input tokens is priced at a long-context tier (Sonnet 4.5: twice the rate)
+    probe = 1_000
 
     def per_token(**usage: int) -> float | None:
         priced = price_call(
-            provider=provider, model=model, input_tokens=million, output_tokens=0, at=at, **usage
+            provider=provider, model=model, input_tokens=probe, output_tokens=0, at=at, **usage
         )  # type: ignore[arg-type]
-        return float(priced.total_usd) / million if priced else None
+        return float(priced.total_usd) / probe if priced else None
 
     base = per_token()
     if base is None:
         return None
-    read = per_token(cache_read=million)
-    write = per_token(cache_write=million)
+    read = per_token(cache_read=probe)
+    write = per_token(cache_write=probe)
     return base, base if read is None else read, base if write is None else write

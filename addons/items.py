@@ -357,12 +357,19 @@ class Conversations:
 
 
 def call_items(conn: Any, call_id: int) -> list[str]:
-    """The hashes of a call's input items in order, from `model_item_lists` (links followed)."""
-    found = conn.execute(
-        "SELECT base_call_id, shared, hashes FROM model_item_lists WHERE model_call_id = ?", (call_id,)
-    ).fetchone()
-    if found is None:
-        return []
-    base, shared, own = found[0], found[1], bytes(found[2])
-    mine = [own[i : i + 16].hex() for i in range(0, len(own), 16)]
-    return (call_items(conn, base)[:shared] if base is not None else []) + mine
+    """The hashes of a call's input items in order, from `model_item_lists` (links followed; in a
+    loop, so a chain of thousands of calls does not exhaust the stack)."""
+    chain: list[tuple[int, bytes]] = []  # (items kept from the base, own hashes), newest first
+    current: int | None = call_id
+    while current is not None:
+        found = conn.execute(
+            "SELECT base_call_id, shared, hashes FROM model_item_lists WHERE model_call_id = ?", (current,)
+        ).fetchone()
+        if found is None:
+            break
+        chain.append((found[1], bytes(found[2])))
+        current = found[0]
+    hashes: list[str] = []
+    for shared, own in reversed(chain):
+        hashes = hashes[:shared] + [own[i : i + 16].hex() for i in range(0, len(own), 16)]
+    return hashes

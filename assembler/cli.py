@@ -50,7 +50,8 @@ def session_argument(f: F) -> F:
 
 _LAZY = {"bundle": "assembler.bundle.cli:bundle", "config": "assembler.config_cli:config",
          "show-call": "assembler.show_call_cli:show_call", "budget": "assembler.budget:budget",
-         "doctor": "assembler.doctor_cli:doctor", "export": "assembler.export.cli:export"}  # fmt: skip
+         "doctor": "assembler.doctor_cli:doctor", "export": "assembler.export.cli:export",
+         "view": "assembler.view.cli:view", "search": "assembler.view.cli:search"}  # fmt: skip
 """Commands defined in their own modules, imported when used (or listed): `capsem run` does not
 pay for importing them before it starts mitmdump."""
 
@@ -88,8 +89,10 @@ def cli() -> None:
 @click.option("--quiet", "-q", is_flag=True, help="Do not print the session summary.")
 @click.option("--broker", is_flag=True,
               help="Give the agent placeholders for the configured credentials; only capsem holds the keys.")  # fmt: skip
+@click.option("--view", "view", is_flag=True,
+              help="Open the session's live page in the browser (capsem view) while the agent runs.")  # fmt: skip
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(workspace, mitmdump_args, quiet, broker, command) -> None:
+def run(workspace, mitmdump_args, quiet, broker, view, command) -> None:
     """Run an agent and record its LLM traffic.
 
     The agent gets HTTPS_PROXY and the CA variables (SSL_CERT_FILE, NODE_EXTRA_CA_CERTS,
@@ -109,8 +112,14 @@ def run(workspace, mitmdump_args, quiet, broker, command) -> None:
     from capsem.config import ConfigError
     from capsem.mitm import MitmdumpError
 
+    session_id = None
+    if view:
+        from assembler.view.cli import open_live_view
+
+        session_id = open_live_view()
     try:
-        result = run_agent(list(command), workspace=workspace, mitmdump_args=mitmdump_args, broker=broker)
+        result = run_agent(list(command), workspace=workspace, mitmdump_args=mitmdump_args, broker=broker,
+                           session_id=session_id)  # fmt: skip
     except AgentNotFound as exc:  # as a shell says it, with its exit code (127, 126); nothing started
         click.echo(f"capsem run: {exc}", err=True)
         sys.exit(exc.exit_code)

@@ -86,7 +86,8 @@ def list_sessions(filters: SessionFilters) -> Listing:
     return Listing(out, matched)
 
 
-def _parse(ts: str | None) -> datetime | None:
+def parse_time(ts: str | None) -> datetime | None:
+    """An RFC 3339 timestamp as stored (`...Z`), or None when missing or unreadable."""
     if not ts:
         return None
     try:
@@ -111,7 +112,7 @@ def duration(row: dict[str, Any]) -> str:
         return "running"
     if row.get("process_gone"):
         return "?"
-    start, stop = _parse(row.get("created_at")), _parse(row.get("stopped_at"))
+    start, stop = parse_time(row.get("created_at")), parse_time(row.get("stopped_at"))
     if start is None or stop is None:
         return "?"
     return format_duration((stop - start).total_seconds())
@@ -119,5 +120,5 @@ def duration(row: dict[str, Any]) -> str:
 
 def created(row: dict[str, Any]) -> str:
     """`MM-DD HH:MM:SS` in UTC (the clock of session ids)."""
-    moment = _parse(row.get("created_at"))
+    moment = parse_time(row.get("created_at"))
     return moment.strftime("%m-%d %H:%M:%S") if moment else "?"
