@@ -26,12 +26,13 @@ $(CURDIR)/.tools/bin/uv:
 
 install: .venv/.synced
 
-# Headless Chromium for the browser tests (bundle and pages), from Debian's packages.
+# Headless Chromium for the browser tests (bundle and pages), from Debian's packages, with fonts
+# for the screenshots they keep (emoji in prompts and tool results included).
 system-deps:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  $(SUDO) apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends \
-	    chromium fonts-dejavu-core; }
+	    chromium fonts-dejavu-core fonts-noto-color-emoji; }
 
 # Arize Phoenix, the real OpenTelemetry backend the OTLP export tests start (offline, SQLite), in an
 # environment of its own (never the project's .venv): installed from PyPI once, when missing.
