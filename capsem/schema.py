@@ -20,6 +20,9 @@ from capsem.packed import register as register_packed
 Migration = Callable[[sqlite3.Connection], None]
 
 SESSION_TABLES = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls", "fs_events")
+STORAGE_TABLES = ("body_chunks", "content_frames", "item_data")
+"""Compressed storage of whole bodies and item contents: read through `addons.bodies.read_body` and
+the `item_contents` view; copies and exports take those, not these."""
 
 
 def _session_v1(conn: sqlite3.Connection) -> None:

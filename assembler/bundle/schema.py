@@ -21,13 +21,13 @@ import sqlite3
 from collections.abc import Iterable
 
 from capsem.packed import register as register_packed
-from capsem.schema import SESSION_MIGRATIONS, migrate
+from capsem.schema import SESSION_MIGRATIONS, STORAGE_TABLES, migrate
 
 SCHEMA_VERSION = 1
 
 # Tables capsem itself keeps in session.db that are not data (never copied into a bundle).
 CAPTURE_INTERNAL = frozenset(
-    {"_capsem_migrations", "session_meta", "sqlite_sequence", "body_chunks", "event_body_blobs", "item_data"}
+    {"_capsem_migrations", "session_meta", "sqlite_sequence", "event_body_blobs", *STORAGE_TABLES}
 )
 """Tables of a session.db that a bundle does not copy: bookkeeping, the whole bodies (compressed pieces;
 `capsem show-call` reads them from the session), and compressed item contents (copied as text from their

@@ -30,9 +30,14 @@ import pyarrow.parquet as pq
 
 from addons.bodies import read_body
 from assembler.sessiondb import MainDbMissing, open_main, open_session
+from capsem.schema import STORAGE_TABLES
 
 BATCH_ROWS = 20_000
-_SKIPPED = ("sqlite_sequence", "_capsem_migrations")
+_SKIPPED = (
+    "sqlite_sequence",
+    "_capsem_migrations",
+    *STORAGE_TABLES,
+)  # bodies.parquet and item_contents hold them
 
 
 @dataclass

@@ -24,6 +24,8 @@ from websockets.sync.client import connect
 
 from addons.bodies import read_body
 from assembler.sessiondb import db_file
+from capsem.schema import STORAGE_TABLES
+from capsem.schema import connect as connect_db
 from tests.bundle.conftest import CHROMIUM_FLAGS, chromium_path
 from tests.cli.conftest import recorded_id, run, session_db
 from tests.cli.export_session import NEEDLE, SECRETS, build_session
@@ -41,10 +43,12 @@ def gzip_db(db: Path) -> Path:
 
 
 def counts(db: Path) -> dict[str, int]:
-    conn = sqlite3.connect(db)
+    """Rows per table and view, but the compressed storage (exported decoded: bodies, item_contents)."""
+    conn = connect_db(db, readonly=True)
     try:
-        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
-                                            "AND name NOT IN ('sqlite_sequence', '_capsem_migrations')")]  # fmt: skip
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+                                            "AND name NOT IN ('sqlite_sequence', '_capsem_migrations')")
+                 if r[0] not in STORAGE_TABLES]  # fmt: skip
         return {n: conn.execute(f'SELECT COUNT(*) FROM "{n}"').fetchone()[0] for n in names}
     finally:
         conn.close()
