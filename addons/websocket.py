@@ -150,7 +150,7 @@ class WebSocketTurns:
             request_bytes=turn.request_bytes,
             response_bytes=turn.response_bytes,
             status=turn.status,
-            response_body=b"".join(turn.responses),
+            response_body=b"\n".join(turn.responses),  # NDJSON: one server message a line
         )
 
 

@@ -165,7 +165,7 @@ def ws_messages(turns: list[tuple[dict[str, Any], Body | None, Body | None]]) ->
 
 
 def split_messages(data: bytes) -> list[str]:
-    """A turn's answer (the server's JSON messages as stored, one after the other) back into its
+    """A turn's answer (the server's JSON messages as stored, one a line) back into its
     messages; what does not parse is one last message."""
     text, decoder, at, out = data.decode("utf-8", "replace"), json.JSONDecoder(), 0, []
     while (at := _SPACE.match(text, at).end()) < len(text):  # type: ignore[union-attr]

@@ -102,9 +102,10 @@ async def _answer(server, conn, writer, scheme, host, path, query, headers, whol
     reply = Reply(200, [], None, messages, turn.expected, turn.complete)
     received = whole.encode() if isinstance(whole, str) else whole
     # logged before sending: the client may act on the last frame before this coroutine resumes
-    # (request: the message as received; response: the frames as sent, and their payloads)
+    # (request: the message as received; response: the frames as sent, and their payloads one a
+    # line, NDJSON)
     server._log(scheme, host, "WS", path, query, headers, received, received, reply, b"".join(frames),
-                turn.complete, sent_decoded=b"".join(messages))  # fmt: skip
+                turn.complete, sent_decoded=b"\n".join(messages))  # fmt: skip
     for frame in frames:
         writer.write(frame)
         await writer.drain()
