@@ -1,8 +1,10 @@
 """Conversation items: what a model call was given and what it gave back, item by item.
 
 A request is split into its items in order: the system instructions, each tool definition, each
-message (a plain message, a tool call the model made earlier, a tool result). An answer gives
-output items: its thinking, its text, each tool call. Every item's content (normalized JSON,
+message, and each tool call the model made earlier and each tool result, one item apiece even when
+one message carries several (parallel calls pair with their results by call id; the message's
+other blocks stay one `message` item). An answer gives output items: its thinking, its text,
+each tool call. Every item's content (normalized JSON,
 Anthropic's moving `cache_control` markers left out) is stored once per session
 (`item_contents`, by hash); a call records which of its items are new since the previous call
 of its conversation (`model_items` rows: new input items and the outputs), and its whole list
@@ -75,22 +77,49 @@ def _anthropic(obj: dict) -> list[Item]:
     for msg in obj.get("messages") or []:
         if not isinstance(msg, dict):
             continue
-        blocks = msg.get("content") if isinstance(msg.get("content"), list) else []
-        kinds = {b.get("type") for b in blocks if isinstance(b, dict)}
         role = _str(msg.get("role"))
-        if blocks and kinds == {"tool_result"}:
-            first = blocks[0]
-            out.append(item("tool_result", msg, role=role, call_id=_str(first.get("tool_use_id"))))
-        elif kinds & {"tool_use", "server_tool_use", "mcp_tool_use"}:
-            use = next(b for b in blocks if isinstance(b, dict) and b.get("type") in ("tool_use", "server_tool_use",
-                                                                                        "mcp_tool_use"))  # fmt: skip
-            out.append(
-                item(
-                    "tool_call", msg, role=role, call_id=_str(use.get("id")), tool_name=_str(use.get("name"))
-                )
-            )
-        else:
+        blocks = msg.get("content")
+        if not isinstance(blocks, list) or not any(_anthropic_tool(b) for b in blocks):
             out.append(item("message", msg, role=role))
+            continue
+        out += _split(blocks, role, _anthropic_tool, lambda run, role=role: {"role": role, "content": run})
+    return out
+
+
+_CALL_BLOCKS = ("tool_use", "server_tool_use", "mcp_tool_use")
+_RESULT_BLOCKS = ("tool_result", "mcp_tool_result", "web_search_tool_result", "web_fetch_tool_result",
+                  "code_execution_tool_result", "bash_code_execution_tool_result")  # fmt: skip
+
+
+def _anthropic_tool(block: Any) -> tuple[str, str | None, str | None] | None:
+    """`(kind, call id, tool name)` of a tool-use or tool-result content block; None for others."""
+    if not isinstance(block, dict):
+        return None
+    if block.get("type") in _CALL_BLOCKS:
+        return "tool_call", _str(block.get("id")), _str(block.get("name"))
+    if block.get("type") in _RESULT_BLOCKS:
+        return "tool_result", _str(block.get("tool_use_id")), None
+    return None
+
+
+def _split(blocks: list, role: str | None, tool_of: Any, message: Any) -> list[Item]:
+    """A message's blocks (parts) in order: each tool call and tool result an item of its own (with
+    its call id, so parallel calls and their results pair up), each run of other blocks between them
+    one `message` item (`message(run)` gives its content)."""
+    out: list[Item] = []
+    run: list = []
+    for block in blocks:
+        tool = tool_of(block)
+        if tool is None:
+            run.append(block)
+            continue
+        if run:
+            out.append(item("message", message(run), role=role))
+            run = []
+        kind, call_id, name = tool
+        out.append(item(kind, block, role=role, call_id=call_id, tool_name=name))
+    if run:
+        out.append(item("message", message(run), role=role))
     return out
 
 
@@ -105,13 +134,19 @@ def _chat_messages(messages: list, out: list[Item]) -> None:
             out.append(item("tool_result", msg, role=role, call_id=_str(msg.get("tool_call_id")),
                             tool_name=_str(msg.get("tool_name")) or _str(msg.get("name"))))  # fmt: skip
         elif isinstance(msg.get("tool_calls"), list) and msg["tool_calls"]:
-            first = msg["tool_calls"][0] if isinstance(msg["tool_calls"][0], dict) else {}
-            fn = first.get("function") if isinstance(first.get("function"), dict) else {}
-            out.append(
-                item(
-                    "tool_call", msg, role=role, call_id=_str(first.get("id")), tool_name=_str(fn.get("name"))
+            rest = {k: v for k, v in msg.items() if k != "tool_calls"}
+            if rest.get("content"):  # text beside the calls
+                out.append(item("message", rest, role=role))
+            for call in msg["tool_calls"]:
+                fn = (
+                    call.get("function")
+                    if isinstance(call, dict) and isinstance(call.get("function"), dict)
+                    else {}
                 )
-            )
+                call_id = _str(call.get("id")) if isinstance(call, dict) else None
+                out.append(
+                    item("tool_call", call, role=role, call_id=call_id, tool_name=_str(fn.get("name")))
+                )
         else:
             out.append(item("message", msg, role=role))
 
@@ -189,45 +224,24 @@ def _gemini(obj: dict) -> list[Item]:
                 )
             )
     for content in obj.get("contents") or []:
-        parts = (
-            content.get("parts")
-            if isinstance(content, dict) and isinstance(content.get("parts"), list)
-            else []
-        )
+        parts = content.get("parts") if isinstance(content, dict) else None
         role = _str(content.get("role")) if isinstance(content, dict) else None
-        call = next(
-            (
-                p["functionCall"]
-                for p in parts
-                if isinstance(p, dict) and isinstance(p.get("functionCall"), dict)
-            ),
-            None,
-        )
-        answer = next((p["functionResponse"] for p in parts
-                       if isinstance(p, dict) and isinstance(p.get("functionResponse"), dict)), None)  # fmt: skip
-        if answer is not None:
-            out.append(
-                item(
-                    "tool_result",
-                    content,
-                    role=role,
-                    call_id=_str(answer.get("id")),
-                    tool_name=_str(answer.get("name")),
-                )
-            )
-        elif call is not None:
-            out.append(
-                item(
-                    "tool_call",
-                    content,
-                    role=role,
-                    call_id=_str(call.get("id")),
-                    tool_name=_str(call.get("name")),
-                )
-            )
-        else:
+        if not isinstance(parts, list) or not any(_gemini_tool(p) for p in parts):
             out.append(item("message", content, role=role))
+            continue
+        out += _split(parts, role, _gemini_tool, lambda run, role=role: {"role": role, "parts": run})
     return out
+
+
+def _gemini_tool(part: Any) -> tuple[str, str | None, str | None] | None:
+    """`(kind, call id, tool name)` of a functionCall or functionResponse part; None for others."""
+    if not isinstance(part, dict):
+        return None
+    for key, kind in (("functionCall", "tool_call"), ("functionResponse", "tool_result")):
+        value = part.get(key)
+        if isinstance(value, dict):
+            return kind, _str(value.get("id")), _str(value.get("name"))
+    return None
 
 
 _BY_PROTOCOL = {"anthropic": _anthropic, "openai_chat": _chat, "ollama": _chat, "openai_responses": _responses,

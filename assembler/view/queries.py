@@ -570,6 +570,8 @@ def _text_of(value: Any) -> str | None:
         return "(redacted thinking)"
     if kind == "tool_use":
         return f"{value.get('name')}({json.dumps(value.get('input'), ensure_ascii=False)})"
+    if kind == "function" and isinstance(value.get("function"), dict):  # a Chat Completions tool call
+        return f"{value['function'].get('name')}({value['function'].get('arguments')})"
     if kind == "tool_result" or "tool_call_id" in value:
         inner = _text_of(value.get("content")) if value.get("content") is not None else ""
         return inner if inner is not None else json.dumps(value.get("content"), ensure_ascii=False)

@@ -23,8 +23,9 @@ def test_a_long_conversation_stores_each_item_once_and_marks_what_is_new(tmp_pat
     )
     first, second, last = calls[0], calls[1], calls[-1]
     assert first["items_new"] == first["items_count"] == 1 + 40 + 1  # system, 40 tools, one message
-    # each later turn adds an assistant message and a tool result; the moved cache_control changes nothing
-    assert [c["items_new"] for c in calls[1:]] == [2] * 11
+    # each later turn adds the assistant's text, its tool call and the tool result (each block its own
+    # item, so parallel calls pair with their results); the moved cache_control changes nothing
+    assert [c["items_new"] for c in calls[1:]] == [3] * 11
     assert len({c["system_hash"] for c in calls}) == 1 and len({c["tools_hash"] for c in calls}) == 1
     for (row_id,), body in zip(
         conn.conn.execute("SELECT id FROM model_calls ORDER BY id"), bodies, strict=True
@@ -38,12 +39,13 @@ def test_a_long_conversation_stores_each_item_once_and_marks_what_is_new(tmp_pat
     new = rec.rows("SELECT kind, role, call_id FROM model_items WHERE model_call_id = ? AND direction = 'input' "
                    "ORDER BY item_index", (second["id"],))  # fmt: skip
     assert [(r["kind"], r["role"], r["call_id"]) for r in new] == [
-        ("tool_call", "assistant", "toolu_0001"), ("tool_result", "user", "toolu_0001")]  # fmt: skip
+        ("message", "assistant", None), ("tool_call", "assistant", "toolu_0001"),
+        ("tool_result", "user", "toolu_0001")]  # fmt: skip
     (text,) = rec.rows("SELECT i.content FROM model_items m JOIN item_contents i ON i.hash = m.content_hash "
                        "WHERE m.model_call_id = ? AND m.direction = 'output'", (second["id"],))  # fmt: skip
     assert json.loads(text["content"]) == "ok"
-    # every content stored once: 1 system + 40 tools + 1 first message + 2 per later turn + 1 answer text
-    assert rec.rows("SELECT COUNT(*) AS n FROM item_contents")[0]["n"] == 1 + 40 + 1 + 2 * 11 + 1
+    # every content stored once: 1 system + 40 tools + 1 first message + 3 per later turn + 1 answer text
+    assert rec.rows("SELECT COUNT(*) AS n FROM item_contents")[0]["n"] == 1 + 40 + 1 + 3 * 11 + 1
     rec.shutdown()
 
 
@@ -80,3 +82,37 @@ def test_items_of_every_api_shape():
         ("system", None), ("tool_definition", "f"), ("tool_definition", "g"), ("message", None),
         ("tool_call", "f"), ("tool_result", "f")]  # fmt: skip
     assert request_items("anthropic", b"not json") == [] and request_items("unknown", {"x": 1}) == []
+
+
+def test_parallel_tool_calls_and_their_results_are_items_of_their_own():
+    anthropic = {"messages": [
+        {"role": "user", "content": "read both"},
+        {"role": "assistant", "content": [{"type": "text", "text": "reading"},
+                                          {"type": "tool_use", "id": "t1", "name": "read", "input": {"p": "a"}},
+                                          {"type": "tool_use", "id": "t2", "name": "read", "input": {"p": "b"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "A"},
+                                     {"type": "tool_result", "tool_use_id": "t2", "content": "B"},
+                                     {"type": "text", "text": "<system-reminder>"}]}]}  # fmt: skip
+    items = request_items("anthropic", anthropic)
+    assert [(i.kind, i.role, i.call_id, i.tool_name) for i in items] == [
+        ("message", "user", None, None), ("message", "assistant", None, None),
+        ("tool_call", "assistant", "t1", "read"), ("tool_call", "assistant", "t2", "read"),
+        ("tool_result", "user", "t1", None), ("tool_result", "user", "t2", None),
+        ("message", "user", None, None)]  # fmt: skip
+    assert json.loads(items[5].content) == {"type": "tool_result", "tool_use_id": "t2", "content": "B"}
+    assert json.loads(items[1].content) == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "reading"}],
+    }
+    chat = {"messages": [{"role": "assistant", "content": "both", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+        {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{}"}}]}]}  # fmt: skip
+    assert [(i.kind, i.call_id, i.tool_name) for i in request_items("openai_chat", chat)] == [
+        ("message", None, None), ("tool_call", "c1", "f"), ("tool_call", "c2", "g")]  # fmt: skip
+    calls = [
+        {"functionCall": {"id": "g1", "name": "f", "args": {}}},
+        {"functionCall": {"id": "g2", "name": "g"}},
+    ]
+    gemini = {"contents": [{"role": "model", "parts": calls}]}
+    assert [(i.kind, i.call_id, i.tool_name) for i in request_items("gemini", gemini)] == [
+        ("tool_call", "g1", "f"), ("tool_call", "g2", "g")]  # fmt: skip

@@ -230,8 +230,9 @@ def test_jsonl_one_record_per_call_with_its_items_and_tool_results(capsem_home, 
     assert second["cost"]["usd"] > 0
     assert [(i["kind"], i["role"], i["new"]) for i in second["input"]] == [
         ("system", "system", False), ("tool_definition", None, False), ("message", "user", False),
-        ("tool_call", "assistant", True), ("tool_result", "user", True)]  # fmt: skip
+        ("message", "assistant", True), ("tool_call", "assistant", True), ("tool_result", "user", True)]  # fmt: skip
     assert second["input"][3]["content"]["content"][0] == {"text": "Reading it.", "type": "text"}
+    assert second["input"][4]["content"]["type"] == "tool_use"  # each tool call and result an item of its own
     assert second["input"][0]["content"] == "You are terse."
     assert [o["kind"] for o in second["output"]] == ["text", "tool_call"] and second["output"][0][
         "content"
@@ -246,7 +247,7 @@ def test_jsonl_one_record_per_call_with_its_items_and_tool_results(capsem_home, 
     assert tool["result"]["whole"] and "GITHUB_TOKEN=[redacted" in json.dumps(tool["result"]["content"])
     assert records[0]["output"][1]["kind"] == "tool_call"
     lean = [json.loads(line) for line in run("export", "jsonl", "--only-new", SID).splitlines()]
-    assert [("content" in i, i["new"]) for i in lean[1]["input"]] == [(False, False)] * 3 + [(True, True)] * 2
+    assert [("content" in i, i["new"]) for i in lean[1]["input"]] == [(False, False)] * 3 + [(True, True)] * 3
     assert lean[1]["input"][3] == second["input"][3] and lean[0] == records[0]
     out = tmp_path / "calls.jsonl"
     said = run("export", "jsonl", "--since", "2026-11-21", "-o", str(out))

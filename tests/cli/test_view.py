@@ -205,3 +205,14 @@ def test_html_export_of_a_long_session_keeps_the_last_calls_and_says_so(home):
     page = View().export(sid, max_calls=1)
     assert re.findall(r'<section class="page" id="call-(\d+)"', page) == [str(ids[-1])]
     assert f"the last 1 of {len(ids)} calls" in page and f'id="c{ids[0]}"' in page  # the tree lists them all
+
+
+def test_items_read_as_text_whatever_api_they_came_from():
+    from assembler.view.queries import readable
+
+    chat_call = {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": '{"q": "x"}'}}
+    assert readable("tool_call", json.dumps(chat_call)) == 'grep({"q": "x"})'
+    block = {"type": "tool_use", "id": "t1", "name": "read", "input": {"p": "a"}}
+    assert readable("tool_call", json.dumps(block)) == 'read({"p": "a"})'
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "A"}]}
+    assert readable("tool_result", json.dumps(result)) == "A"
