@@ -563,6 +563,15 @@ def _session_content_frames(conn: sqlite3.Connection) -> None:
 SESSION_MIGRATIONS.append(("m011_content_frames", _session_content_frames))
 
 
+def _session_item_indexes(conn: sqlite3.Connection) -> None:
+    """No query looks up items by trace or turn (those go through `model_calls`, which has both
+    indexes and joins on `model_call_id`): the two indexes were ~3 % of a long session's file."""
+    _run_script(conn, "DROP INDEX idx_model_items_trace_id; DROP INDEX idx_model_items_turn_id")
+
+
+SESSION_MIGRATIONS.append(("m012_item_indexes", _session_item_indexes))
+
+
 def _main_v1(conn: sqlite3.Connection) -> None:
     _run_script(
         conn,
