@@ -142,7 +142,7 @@ def test_websocket_turn_bytes(emu):
     ex = last(emu)
     assert ex["method"] == "WS" and ex["complete"]
     assert b64(ex, "request_body_b64") == b64(ex, "request_body_decoded_b64") == message.encode()
-    assert b64(ex, "response_body_decoded_b64") == "".join(got).encode()
+    assert b64(ex, "response_body_decoded_b64") == "\n".join(got).encode()  # one message a line (NDJSON)
     frames = b64(ex, "response_body_b64")
     assert all(text.encode() in frames for text in got)  # unmasked server frames carry the text
 
