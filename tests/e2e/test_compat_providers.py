@@ -34,27 +34,30 @@ def proxy(mitmdump, emu):
         ("https://api.x.ai/v1", "xai", "grok-private-fork-9", False),
     ],
 )
-@pytest.mark.parametrize("stream", [False, True])
-def test_compatible_hosts(proxy, emu, capsem_home, base_url, provider, model, priced, stream):
+def test_compatible_hosts(proxy, emu, capsem_home, base_url, provider, model, priced):
+    """Each host answers once as JSON and once streamed, through one proxy run."""
     client = openai.OpenAI(api_key=KEY, base_url=base_url, http_client=http_client(proxy), max_retries=0)
-    kwargs = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
-    result = client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": "hi"}], **kwargs
-    )
-    if stream:
-        list(result)
+    for stream in (False, True):
+        kwargs = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
+        result = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "hi"}], **kwargs
+        )
+        if stream:
+            list(result)
     db = finish(proxy, capsem_home)
-    (call,) = rows(db, "SELECT * FROM model_calls")
-    (ex,) = model_exchanges(emu)
-    assert (call["provider"], call["protocol"], call["model"]) == (provider, "openai_chat", model)
-    assert (
-        call["input_tokens"] == ex["expected"]["input_tokens"]
-        and call["text_content"] == ex["expected"]["text"]
-    )
-    assert (call["estimated_cost_usd"] is not None) == priced
-    details = json.loads(call["usage_details"])
-    if provider == "openrouter":
-        assert details["provider_cost"] == ex["expected"]["usage_raw"]["cost"] > 0
+    calls = rows(db, "SELECT * FROM model_calls ORDER BY id")
+    exchanges = model_exchanges(emu)
+    assert [c["stream"] for c in calls] == [0, 1] and len(exchanges) == 2
+    for call, ex in zip(calls, exchanges, strict=True):
+        assert (call["provider"], call["protocol"], call["model"]) == (provider, "openai_chat", model)
+        assert (
+            call["input_tokens"] == ex["expected"]["input_tokens"]
+            and call["text_content"] == ex["expected"]["text"]
+        )
+        assert (call["estimated_cost_usd"] is not None) == priced
+        details = json.loads(call["usage_details"])
+        if provider == "openrouter":
+            assert details["provider_cost"] == ex["expected"]["usage_raw"]["cost"] > 0
 
 
 def test_azure_deployment_path(proxy, emu, capsem_home):
