@@ -41,59 +41,91 @@ def assert_complete_net_row(row: dict) -> None:
         assert row[column] not in (None, ""), column
 
 
-@pytest.mark.parametrize(
-    ("url", "control"),
-    [
-        (MESSAGES, "scenario=malformed; kind=bad_json"),
-        (MESSAGES, "scenario=malformed; kind=garbage"),
-        (MESSAGES, "scenario=malformed; kind=bad_sse"),
-        (CHAT, "scenario=malformed; kind=bad_json"),
-        (CHAT, "scenario=malformed; kind=garbage"),
-        (MESSAGES, "lie_encoding=gzip"),
-        (CHAT, "lie_encoding=gzip"),
-        (MESSAGES, "truncate=300"),
-        (CHAT, "truncate=300"),
-        (MESSAGES, "encoding=gzip; truncate=200"),
-    ],
-)
-def test_bad_streams_are_recorded_not_raised(proxy, emu, capsem_home, url, control):
-    received = post_stream(proxy, url, control)
-    db = finish(proxy, capsem_home)
-    (ex,) = model_exchanges(emu)
-    if "truncate" not in control:
-        assert received == base64.b64decode(ex["response_body_b64"])
-    (net,) = rows(db, "SELECT * FROM net_events")
-    assert_complete_net_row(net)
-    (call,) = rows(db, "SELECT * FROM model_calls")
-    assert call["net_event_id"] == net["id"]
-    if "truncate" in control:
-        assert call["complete"] == 0
-        assert net["decision"] in ("error", "allowed")
-    if "malformed" in control:
-        assert call["parse_errors"] >= 1
-    if "lie_encoding" in control:
-        assert "identity" in (net["decode_error"] or "")
-        assert call["text_content"] == ex["expected"]["text"]
+BAD_STREAMS = [
+    (MESSAGES, "scenario=malformed; kind=bad_json"),
+    (MESSAGES, "scenario=malformed; kind=garbage"),
+    (MESSAGES, "scenario=malformed; kind=bad_sse"),
+    (CHAT, "scenario=malformed; kind=bad_json"),
+    (CHAT, "scenario=malformed; kind=garbage"),
+    (MESSAGES, "lie_encoding=gzip"),
+    (CHAT, "lie_encoding=gzip"),
+    (MESSAGES, "truncate=300"),
+    (CHAT, "truncate=300"),
+    (MESSAGES, "encoding=gzip; truncate=200"),
+]
 
 
-@pytest.mark.parametrize(("url", "status", "etype"), [
-    (MESSAGES, 429, "rate_limit_error"), (MESSAGES, 529, "overloaded_error"), (MESSAGES, 400, "invalid_request_error"),
-    (CHAT, 429, None), (CHAT, 400, "invalid_request_error"),
-])  # fmt: skip
-def test_http_errors_are_model_calls_with_error_type(proxy, emu, capsem_home, url, status, etype):
-    post_stream(proxy, url, f"scenario=error; status={status}")
+def post_cases(proxy, cases: list[tuple[str, str]]) -> list[bytes]:
+    """Each case's streamed request in turn through one proxy run, its user message naming the case."""
+    out = []
+    for n, (url, control) in enumerate(cases):
+        body = {"model": "claude-haiku-4-5" if "anthropic" in url else "gpt-4.1", "max_tokens": 64,
+                "stream": True, "messages": [{"role": "user", "content": f"hi case-{n:02d}"}]}  # fmt: skip
+        out.append(post_stream(proxy, url, control, body))
+    return out
+
+
+def by_case(db, emu, count: int) -> list[tuple[dict, dict, dict]]:
+    """`(net_events row, model_calls row, emulator exchange)` of each case, found by its marker."""
+    nets = {row["id"]: row for row in rows(db, "SELECT * FROM net_events")}
+    calls = rows(db, "SELECT * FROM model_calls")
+    exchanges = model_exchanges(emu)
+    assert len(nets) == len(calls) == len(exchanges) == count
+    out = []
+    for n in range(count):
+        marker = f"case-{n:02d}"
+        (call,) = [c for c in calls if marker in (nets[c["net_event_id"]]["request_body_preview"] or "")]
+        (ex,) = [e for e in exchanges if marker.encode() in base64.b64decode(e["request_body_decoded_b64"])]
+        out.append((nets[call["net_event_id"]], call, ex))
+    return out
+
+
+def test_bad_streams_are_recorded_not_raised(proxy, emu, capsem_home):
+    """Malformed, mislabelled and cut streams, one after another through one proxy run."""
+    received = post_cases(proxy, BAD_STREAMS)
     db = finish(proxy, capsem_home)
-    (ex,) = model_exchanges(emu)
-    (call,) = rows(db, "SELECT * FROM model_calls")
-    assert call["status_code"] == status
-    assert call["error_type"] == ex["expected"]["error_type"]
-    if etype:
-        assert call["error_type"] == etype
-    assert (
-        call["input_tokens"] is None and call["output_tokens"] is None and call["estimated_cost_usd"] is None
-    )
-    (net,) = rows(db, "SELECT response_body_preview FROM net_events")
-    assert "error" in net["response_body_preview"]
+    for (url, control), got, (net, call, ex) in zip(BAD_STREAMS, received, by_case(db, emu, len(BAD_STREAMS)),
+                                                    strict=True):  # fmt: skip
+        case = f"{url} {control}"
+        if "truncate" not in control:
+            assert got == base64.b64decode(ex["response_body_b64"]), case
+        assert_complete_net_row(net)
+        if "truncate" in control:
+            assert call["complete"] == 0, case
+            assert net["decision"] in ("error", "allowed"), case
+        if "malformed" in control:
+            assert call["parse_errors"] >= 1, case
+        if "lie_encoding" in control:
+            assert "identity" in (net["decode_error"] or ""), case
+            assert call["text_content"] == ex["expected"]["text"], case
+
+
+HTTP_ERRORS = [
+    (MESSAGES, 429, "rate_limit_error"),
+    (MESSAGES, 529, "overloaded_error"),
+    (MESSAGES, 400, "invalid_request_error"),
+    (CHAT, 429, None),
+    (CHAT, 400, "invalid_request_error"),
+]
+
+
+def test_http_errors_are_model_calls_with_error_type(proxy, emu, capsem_home):
+    post_cases(proxy, [(url, f"scenario=error; status={status}") for url, status, _ in HTTP_ERRORS])
+    db = finish(proxy, capsem_home)
+    for (url, status, etype), (net, call, ex) in zip(
+        HTTP_ERRORS, by_case(db, emu, len(HTTP_ERRORS)), strict=True
+    ):
+        case = f"{url} {status}"
+        assert call["status_code"] == status, case
+        assert call["error_type"] == ex["expected"]["error_type"], case
+        if etype:
+            assert call["error_type"] == etype, case
+        assert (
+            call["input_tokens"] is None
+            and call["output_tokens"] is None
+            and call["estimated_cost_usd"] is None
+        ), case
+        assert "error" in net["response_body_preview"], case
 
 
 @pytest.mark.parametrize("url", [MESSAGES, CHAT])
