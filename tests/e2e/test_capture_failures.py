@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.conftest import rows
-from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, finish, http_client, model_exchanges
+from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, by_marker, finish, http_client, model_exchanges
 
 MESSAGES = "https://api.anthropic.com/v1/messages"
 CHAT = "https://api.openai.com/v1/chat/completions"
@@ -55,6 +55,10 @@ BAD_STREAMS = [
 ]
 
 
+def _markers(cases: list) -> list[str]:
+    return [f"case-{n:02d}" for n in range(len(cases))]
+
+
 def post_cases(proxy, cases: list[tuple[str, str]]) -> list[bytes]:
     """Each case's streamed request in turn through one proxy run, its user message naming the case."""
     out = []
@@ -65,26 +69,11 @@ def post_cases(proxy, cases: list[tuple[str, str]]) -> list[bytes]:
     return out
 
 
-def by_case(db, emu, count: int) -> list[tuple[dict, dict, dict]]:
-    """`(net_events row, model_calls row, emulator exchange)` of each case, found by its marker."""
-    nets = {row["id"]: row for row in rows(db, "SELECT * FROM net_events")}
-    calls = rows(db, "SELECT * FROM model_calls")
-    exchanges = model_exchanges(emu)
-    assert len(nets) == len(calls) == len(exchanges) == count
-    out = []
-    for n in range(count):
-        marker = f"case-{n:02d}"
-        (call,) = [c for c in calls if marker in (nets[c["net_event_id"]]["request_body_preview"] or "")]
-        (ex,) = [e for e in exchanges if marker.encode() in base64.b64decode(e["request_body_decoded_b64"])]
-        out.append((nets[call["net_event_id"]], call, ex))
-    return out
-
-
 def test_bad_streams_are_recorded_not_raised(proxy, emu, capsem_home):
     """Malformed, mislabelled and cut streams, one after another through one proxy run."""
     received = post_cases(proxy, BAD_STREAMS)
     db = finish(proxy, capsem_home)
-    for (url, control), got, (net, call, ex) in zip(BAD_STREAMS, received, by_case(db, emu, len(BAD_STREAMS)),
+    for (url, control), got, (net, call, ex) in zip(BAD_STREAMS, received, by_marker(db, emu, _markers(BAD_STREAMS)),
                                                     strict=True):  # fmt: skip
         case = f"{url} {control}"
         if "truncate" not in control:
@@ -113,7 +102,7 @@ def test_http_errors_are_model_calls_with_error_type(proxy, emu, capsem_home):
     post_cases(proxy, [(url, f"scenario=error; status={status}") for url, status, _ in HTTP_ERRORS])
     db = finish(proxy, capsem_home)
     for (url, status, etype), (net, call, ex) in zip(
-        HTTP_ERRORS, by_case(db, emu, len(HTTP_ERRORS)), strict=True
+        HTTP_ERRORS, by_marker(db, emu, _markers(HTTP_ERRORS)), strict=True
     ):
         case = f"{url} {status}"
         assert call["status_code"] == status, case

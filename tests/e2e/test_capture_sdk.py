@@ -7,6 +7,7 @@ compares a session.db column with what the emulator logged that it sent.
 
 from __future__ import annotations
 
+import base64
 import json
 import sqlite3
 import ssl
@@ -78,6 +79,23 @@ def assert_clean_log(log: str) -> None:
 def model_exchanges(emu) -> list[dict]:
     """The emulator's exchanges that were model calls (they carry an `expected` record)."""
     return [e for e in emu.exchanges() if e["expected"].get("protocol")]
+
+
+def by_marker(db, emu, markers: list[str]) -> list[tuple[dict, dict, dict]]:
+    """`(net_events row, model_calls row, emulator exchange)` of each request of one proxy run,
+    found by the marker its body carries (so flows that end out of order still pair up)."""
+    nets = {row["id"]: row for row in rows(db, "SELECT * FROM net_events")}
+    calls = rows(db, "SELECT * FROM model_calls")
+    exchanges = model_exchanges(emu)
+    assert len(nets) == len(calls) == len(exchanges) == len(markers)
+    out = []
+    for marker in markers:
+        (ex,) = [e for e in exchanges if marker.encode() in base64.b64decode(e["request_body_decoded_b64"])]
+        # the marker in the request's preview, or (a body longer than the preview) the answer's id
+        (call,) = [c for c in calls if marker in (nets[c["net_event_id"]]["request_body_preview"] or "")] or [
+            c for c in calls if c["message_id"] == ex["expected"].get("message_id")]  # fmt: skip
+        out.append((nets[call["net_event_id"]], call, ex))
+    return out
 
 
 def assert_call_matches(call: dict, ex: dict) -> None:
@@ -265,35 +283,35 @@ def test_openai_stream_without_include_usage_is_estimated(proxy, emu, capsem_hom
 ENCODINGS = ["gzip-multi", "deflate-raw", "zstd-frames", "gzip,br"]
 
 
-@pytest.mark.parametrize("encoding", ENCODINGS)
 @pytest.mark.parametrize("api", ["anthropic", "openai"])
-def test_every_encoding_streamed_bytes_unchanged(proxy, emu, capsem_home, encoding, api):
-    """The client receives exactly the wire bytes the emulator sent; capture decodes its copy."""
-    if api == "anthropic":
-        url, body = "https://api.anthropic.com/v1/messages", {
-            "model": "claude-haiku-4-5", "max_tokens": 100, "stream": True, "tools": TOOLS_A,
-            "messages": [{"role": "user", "content": "go"}]}  # fmt: skip
-    else:
-        url, body = "https://api.openai.com/v1/chat/completions", {
-            "model": "gpt-4.1", "stream": True, "stream_options": {"include_usage": True}, "tools": TOOLS_O,
-            "messages": [{"role": "user", "content": "go"}]}  # fmt: skip
-    with (
-        http_client(proxy) as client,
-        client.stream(
-            "POST", url, json=body, headers={"x-emulator": f"encoding={encoding}; chunk=7; tools=2"}
-        ) as resp,
-    ):
-        received = b"".join(resp.iter_raw())
+def test_every_encoding_streamed_bytes_unchanged(proxy, emu, capsem_home, api):
+    """The client receives exactly the wire bytes the emulator sent; capture decodes its copy (every
+    encoding in turn through one proxy run)."""
+    received = []
+    for encoding in ENCODINGS:
+        message = [{"role": "user", "content": f"go {encoding}"}]
+        if api == "anthropic":
+            url, body = "https://api.anthropic.com/v1/messages", {
+                "model": "claude-haiku-4-5", "max_tokens": 100, "stream": True, "tools": TOOLS_A,
+                "messages": message}  # fmt: skip
+        else:
+            url, body = "https://api.openai.com/v1/chat/completions", {
+                "model": "gpt-4.1", "stream": True, "stream_options": {"include_usage": True}, "tools": TOOLS_O,
+                "messages": message}  # fmt: skip
+        with (
+            http_client(proxy) as client,
+            client.stream(
+                "POST", url, json=body, headers={"x-emulator": f"encoding={encoding}; chunk=7; tools=2"}
+            ) as resp,
+        ):
+            received.append(b"".join(resp.iter_raw()))
     db = finish(proxy, capsem_home)
-    (ex,) = model_exchanges(emu)
-    assert received == __import__("base64").b64decode(ex["response_body_b64"])
-    (call,) = rows(db, "SELECT * FROM model_calls")
-    assert_call_matches(call, ex)
-    assert_tool_calls(db, call["id"], ex)
-    (net,) = rows(
-        db, "SELECT decode_error, response_content_encoding FROM net_events WHERE path LIKE '%/v1/%'"
-    )
-    assert net["decode_error"] is None
+    cases = by_marker(db, emu, [f"go {encoding}" for encoding in ENCODINGS])
+    for encoding, got, (net, call, ex) in zip(ENCODINGS, received, cases, strict=True):
+        assert got == base64.b64decode(ex["response_body_b64"]), encoding
+        assert_call_matches(call, ex)
+        assert_tool_calls(db, call["id"], ex)
+        assert net["decode_error"] is None, encoding
 
 
 @pytest.mark.parametrize("encoding", ["gzip", "br", "zstd"])
