@@ -314,16 +314,20 @@ def test_every_encoding_streamed_bytes_unchanged(proxy, emu, capsem_home, api):
         assert net["decode_error"] is None, encoding
 
 
-@pytest.mark.parametrize("encoding", ["gzip", "br", "zstd"])
-def test_non_streamed_compressed(proxy, emu, capsem_home, encoding):
-    msg = claude(proxy, f"encoding={encoding}; scenario=thinking").messages.create(
-        model="claude-opus-4-1", max_tokens=2000, messages=[{"role": "user", "content": "think"}],
-        thinking={"type": "enabled", "budget_tokens": 1024})  # fmt: skip
+def test_non_streamed_compressed(proxy, emu, capsem_home):
+    """A thinking answer as JSON in each content encoding, one after another through one proxy run."""
+    encodings = ["gzip", "br", "zstd"]
+    ids = []
+    for encoding in encodings:
+        msg = claude(proxy, f"encoding={encoding}; scenario=thinking").messages.create(
+            model="claude-opus-4-1", max_tokens=2000, messages=[{"role": "user", "content": f"think {encoding}"}],
+            thinking={"type": "enabled", "budget_tokens": 1024})  # fmt: skip
+        ids.append(msg.id)
     db = finish(proxy, capsem_home)
-    (ex,) = model_exchanges(emu)
-    (call,) = rows(db, "SELECT * FROM model_calls")
-    assert_call_matches(call, ex)
-    assert call["message_id"] == msg.id and call["thinking_content"]
+    cases = by_marker(db, emu, [f"think {encoding}" for encoding in encodings])
+    for encoding, message_id, (_net, call, ex) in zip(encodings, ids, cases, strict=True):
+        assert_call_matches(call, ex)
+        assert call["message_id"] == message_id and call["thinking_content"], encoding
 
 
 def test_plain_http_and_direct_base_url(mitmdump, emu, capsem_home):

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from tests.conftest import rows
-from tests.e2e.test_capture_sdk import assert_tool_calls, finish, http_client, model_exchanges
+from tests.e2e.test_capture_sdk import assert_tool_calls, by_marker, finish, http_client, model_exchanges
 
 KEY = "sk-compat-e2eSECRET000000000000000000"
 
@@ -154,34 +154,35 @@ def test_bedrock_http_error_and_non_anthropic_models(proxy, emu, capsem_home):
     assert len(rows(db, "SELECT id FROM net_events")) == 2
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_anthropic_vertex_sdk(proxy, emu, capsem_home, stream):
+def test_anthropic_vertex_sdk(proxy, emu, capsem_home):
+    """Claude on Vertex, as JSON (rawPredict) and streamed (streamRawPredict), through one proxy run."""
     client = anthropic.AnthropicVertex(region="us-east5", project_id="proj-1", access_token="ya29.SECRETtoken",
                                        http_client=http_client(proxy), max_retries=0)  # fmt: skip
-    kwargs = {
-        "model": "claude-sonnet-4-5@20250929",
-        "max_tokens": 100,
-        "messages": [{"role": "user", "content": "hi"}],
-    }
-    if stream:
-        with client.messages.stream(**kwargs) as s:
-            s.get_final_message()
-    else:
-        client.messages.create(**kwargs)
+    for stream in (False, True):
+        kwargs = {
+            "model": "claude-sonnet-4-5@20250929",
+            "max_tokens": 100,
+            "messages": [{"role": "user", "content": f"hi stream={stream}"}],
+        }
+        if stream:
+            with client.messages.stream(**kwargs) as s:
+                s.get_final_message()
+        else:
+            client.messages.create(**kwargs)
     db = finish(proxy, capsem_home)
-    (call,) = rows(db, "SELECT * FROM model_calls")
-    (ex,) = model_exchanges(emu)
-    assert (call["provider"], call["protocol"], call["model"], call["stream"]) == (
-        "vertex", "anthropic", "claude-sonnet-4-5@20250929", int(stream))  # fmt: skip
-    assert call["path"].endswith(
-        "/publishers/anthropic/models/claude-sonnet-4-5@20250929:"
-        + ("streamRawPredict" if stream else "rawPredict")
-    )
-    assert (call["text_content"], call["input_tokens"]) == (
-        ex["expected"]["text"],
-        ex["expected"]["input_tokens"],
-    )
-    assert call["estimated_cost_usd"] is not None  # genai-prices' google table has Claude on Vertex
+    for stream, (_net, call, ex) in zip((False, True), by_marker(db, emu, ["stream=False", "stream=True"]),
+                                        strict=True):  # fmt: skip
+        assert (call["provider"], call["protocol"], call["model"], call["stream"]) == (
+            "vertex", "anthropic", "claude-sonnet-4-5@20250929", int(stream))  # fmt: skip
+        assert call["path"].endswith(
+            "/publishers/anthropic/models/claude-sonnet-4-5@20250929:"
+            + ("streamRawPredict" if stream else "rawPredict")
+        )
+        assert (call["text_content"], call["input_tokens"]) == (
+            ex["expected"]["text"],
+            ex["expected"]["input_tokens"],
+        )
+        assert call["estimated_cost_usd"] is not None  # genai-prices' google table has Claude on Vertex
 
 
 def test_bedrock_mantle_sdk(proxy, emu, capsem_home):
@@ -197,19 +198,19 @@ def test_bedrock_mantle_sdk(proxy, emu, capsem_home):
     assert call["text_content"] == ex["expected"]["text"] and call["estimated_cost_usd"] > 0
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_ollama_openai_compatible(proxy, emu, capsem_home, stream):
+def test_ollama_openai_compatible(proxy, emu, capsem_home):
     client = openai.OpenAI(api_key="ollama", base_url="http://localhost:11434/v1", http_client=http_client(proxy),
                            max_retries=0)  # fmt: skip
-    result = client.chat.completions.create(model="qwen3:8b", messages=[{"role": "user", "content": "hi"}],
-                                            stream=stream)  # fmt: skip
-    if stream:
-        list(result)
+    for stream in (False, True):
+        result = client.chat.completions.create(
+            model="qwen3:8b", messages=[{"role": "user", "content": f"hi stream={stream}"}], stream=stream
+        )
+        if stream:
+            list(result)
     db = finish(proxy, capsem_home)
-    (call,) = rows(db, "SELECT * FROM model_calls")
-    (ex,) = model_exchanges(emu)
-    assert (call["provider"], call["protocol"], call["model"]) == ("ollama", "openai_chat", "qwen3:8b")
-    assert call["text_content"] == ex["expected"]["text"] and call["estimated_cost_usd"] is None
+    for _net, call, ex in by_marker(db, emu, ["stream=False", "stream=True"]):
+        assert (call["provider"], call["protocol"], call["model"]) == ("ollama", "openai_chat", "qwen3:8b")
+        assert call["text_content"] == ex["expected"]["text"] and call["estimated_cost_usd"] is None
 
 
 FN_TOOLS = [{"type": "function", "function": {"name": "grep", "description": "search", "parameters": {
