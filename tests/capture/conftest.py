@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -11,15 +13,21 @@ from addons.capture import Capsem
 from tests.conftest import only_session
 
 
-@pytest.fixture
-def capsem(capsem_home):
-    addon = Capsem(in_process=True)
+@contextmanager
+def started(addon: Capsem) -> Iterator[Capsem]:
+    """`addon` configured in mitmproxy's test context with its session started; done on the way out."""
     with taddons.context(addon) as tctx:
         tctx.configure(addon)
         addon.running()
         yield addon
         if addon.session is not None:
             addon.done()
+
+
+@pytest.fixture
+def capsem(capsem_home):
+    with started(Capsem(in_process=True)) as addon:
+        yield addon
 
 
 def finish(addon: Capsem, home: Path) -> Path:

@@ -17,6 +17,7 @@ from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
 from addons.capture import Capsem
+from tests.capture.conftest import started
 from tests.capture.test_hooks import FIXTURES, model_flow
 from tests.conftest import only_session, rows
 
@@ -34,13 +35,8 @@ def addon_with(home, config: str) -> Capsem:
 @contextmanager
 def running(home, config: str) -> Iterator[Capsem]:
     """An addon configured by `config` (as $CAPSEM_HOME/config.yaml) with its session started."""
-    addon = addon_with(home, config)
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon)
-        addon.running()
+    with started(addon_with(home, config)) as addon:
         yield addon
-        if addon.session is not None:
-            addon.done()
 
 
 def call(addon: Capsem, model: str = "claude-sonnet-4-5", *, answer: bool = True) -> http.HTTPFlow:
