@@ -25,21 +25,38 @@ when a literal that every one of its matches contains occurs in the text.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import re
 import shlex
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 from urllib.parse import parse_qsl, quote
 
 import ahocorasick
+
+from capsem.literal_scan import LiteralSet, RegexPrefilter
+from capsem.markers import keyed_hex
+from capsem.secret_rules import (
+    DEFAULT_DISABLED,
+    RuleSet,
+    allowed,
+    load_rules,
+    secret_span,
+    shannon_entropy,
+)
 
 HASH_PREFIX = "hash:"
 
 # (literals one of which every match contains, pattern): the literals are checked with `in` first,
 # so a text without any of them costs one fast substring scan per literal, not a regex pass. A
 # pattern with a group named `s` has only that group redacted (the rest says what it was).
+_ARGS = r"[^\n|;&]{0,400}?"
+"""The rest of one command, up to the flag (not past a newline, a pipe or the next command)."""
+_QUOTE = r"""(?:\\*['"])?"""
+_VALUE = r"""(?!\[redacted )(?P<s>[^\s'"\\]+)"""
+"""A command-line value: up to a blank, a quote or a backslash (JSON's escaped quote)."""
+_HTFLAGS = r"(?:[ \t]+-(?:C[ \t]+[0-9]+|[A-Za-z]+))"
 _PATTERNS: list[tuple[tuple[str, ...], str]] = [
     (("sk-ant-",), r"sk-ant-[A-Za-z0-9_\-]{8,}"),
     (("sk-",), r"\bsk-(?:proj-|svcacct-|admin-|or-v1-)?[A-Za-z0-9_\-]{16,}"),
@@ -56,8 +73,9 @@ _PATTERNS: list[tuple[tuple[str, ...], str]] = [
     (("pypi-AgE",), r"\bpypi-AgE[A-Za-z0-9_\-]{40,}"),
     (("hf_",), r"\bhf_[A-Za-z0-9]{30,}"),  # Hugging Face
     (("_live_",), r"\b[sr]k_live_[A-Za-z0-9]{16,}"),  # Stripe
-    # the password of a URL (`postgres://app:PASSWORD@db/app`, `https://x-access-token:TOKEN@github.com`)
-    (("://",), r"://[^\s/:@\"'\\]*:(?!\[redacted )(?P<s>[^\s/@\"'\\]+)@"),
+    # the password of a URL (`postgres://app:PASSWORD@db/app`, `https://x-access-token:TOKEN@github.com`),
+    # also with JSON's escaped slashes (PHP's `postgres:\/\/app:PASSWORD@db`)
+    (("://", ":\\/\\/"), r":(?:\\?/){2}[^\s/:@\"'\\]*:(?!\[redacted )(?P<s>[^\s/@\"'\\]+)@"),
     # the body of a private key, up to its END line or, cut off by a preview limit, its last base64
     (
         ("PRIVATE KEY",),
@@ -72,22 +90,41 @@ _PATTERNS: list[tuple[tuple[str, ...], str]] = [
     (("/api/webhooks/",), r"/api/webhooks/(?P<s>[0-9]{6,}/[\w\-]{16,})"),  # Discord and look-alikes
     (("/webhookb2/",), r"/webhookb2/(?P<s>[\w@/\-]+)"),  # Microsoft Teams
     (("/hooks/catch/",), r"/hooks/catch/(?P<s>[0-9]+/[A-Za-z0-9]+)"),  # Zapier
-    (("sig=",), r"(?<=[?&;])sig=(?!\[redacted )(?P<s>[^&\s\"'\\#<>]+)"),  # an Azure SAS signature
+    # an Azure SAS signature, also after Go's JSON escape of `&` (`\u0026sig=`)
+    (("sig=",), r"(?:(?<=[?&;])|(?<=\\u0026))sig=(?!\[redacted )(?P<s>[^&\s\"'\\#<>]+)"),
+    (("/bot",), r"/bot(?P<s>[0-9]{6,12}:[A-Za-z0-9_\-]{30,})"),  # a Telegram bot token in a request path
+    # passwords on command lines (an agent's Bash calls) that no secret-named flag announces
+    (("curl",), rf"\bcurl\b{_ARGS}\s(?:-u|--user|--proxy-user|-U)(?:[ \t]+|=){_QUOTE}[^\s:'\"\\]*:{_VALUE}"),
+    (("mysql", "mariadb"), rf"\b(?:mysql\w*|mariadb[\w\-]*)\b{_ARGS}\s-p{_VALUE}"),  # -pPASSWORD
+    (("sshpass",), rf"\bsshpass\b{_ARGS}\s-p[ \t]*{_VALUE}"),
+    (
+        ("login",),
+        rf"\b(?:docker|podman|nerdctl|buildah|skopeo|helm(?:[ \t]+registry)?|oras|crane)[ \t]+login\b"
+        rf"{_ARGS}\s(?:-p|--password)(?:[ \t]+|=){_QUOTE}{_VALUE}",
+    ),
+    (
+        ("pass:",),
+        rf"-(?:pass(?:in|out)?|passwd|password)[ \t]+pass:{_VALUE}",
+    ),  # openssl -passin pass:PASSWORD
+    (("openssl",), rf"\bopenssl\b{_ARGS}\s-k[ \t]+{_QUOTE}{_VALUE}"),  # openssl enc -k PASSWORD
+    # htpasswd -b [-c…] FILE USER PASSWORD, and -nb USER PASSWORD (no file)
+    (
+        ("htpasswd",),
+        rf"\bhtpasswd(?={_HTFLAGS}*[ \t]+-[A-Za-z]*b)(?!{_HTFLAGS}*[ \t]+-[A-Za-z]*n){_HTFLAGS}+"
+        rf"[ \t]+[^\s\-]\S*[ \t]+\S+[ \t]+{_QUOTE}{_VALUE}",
+    ),
+    (
+        ("htpasswd",),
+        rf"\bhtpasswd(?={_HTFLAGS}*[ \t]+-[A-Za-z]*b)(?={_HTFLAGS}*[ \t]+-[A-Za-z]*n){_HTFLAGS}+"
+        rf"[ \t]+[^\s\-]\S*[ \t]+{_QUOTE}{_VALUE}",
+    ),
 ]
 _COMPILED = [(literals, re.compile(pattern)) for literals, pattern in _PATTERNS]
-_LITERALS = sorted({lit for literals, _ in _PATTERNS for lit in literals}, key=len, reverse=True)
-_LITERALS_RE = re.compile("|".join(re.escape(lit) for lit in _LITERALS))
-"""Every pattern's literals in one scan: a text without any costs one C-level search, not 30."""
-_TRIGGERED: dict[str, tuple[int, ...]] = {
-    found: tuple(i for i, (literals, _) in enumerate(_COMPILED) if any(lit in found for lit in literals))
-    for found in _LITERALS
-}
-"""Literal found -> the patterns to run (also those whose literal is part of it: `sk-` in `sk-ant-`)."""
 
 
 _SHORT_TEXT = 2048
-"""Below this length one regex scan for all literals is cheapest; above it, an Aho-Corasick
-automaton is (Python's `re` tries every alternative at every position)."""
+"""Below this length one regex scan finds the name words cheapest; above it, an Aho-Corasick
+automaton does (Python's `re` tries every alternative at every position)."""
 
 
 def _automaton(words: Iterable[str]) -> ahocorasick.Automaton:
@@ -96,21 +133,6 @@ def _automaton(words: Iterable[str]) -> ahocorasick.Automaton:
         automaton.add_word(word, word)
     automaton.make_automaton()
     return automaton
-
-
-_LITERALS_AC = _automaton(_LITERALS)
-
-
-def _patterns_for(text: str) -> list[re.Pattern[str]]:
-    """The patterns whose literals occur in `text`, in their list order."""
-    if len(text) > _SHORT_TEXT:
-        hits: Iterable[str] = {found for _, found in _LITERALS_AC.iter(text)}
-    else:
-        hits = _LITERALS_RE.findall(text)
-    if not hits:
-        return []
-    wanted = sorted({i for found in set(hits) for i in _TRIGGERED[found]})
-    return [_COMPILED[i][1] for i in wanted]
 
 
 # --- secret-named keys ------------------------------------------------------------------------
@@ -161,7 +183,6 @@ _SECRET_ARG_RE = re.compile(r"-{0,2}[A-Za-z_][\w.\-]*")
 _CREDENTIAL_HEADER_RE = re.compile(r"(?i)auth|token|secret|key|cookie|session|credential|password")
 # query parameters hashed whatever the configuration says (cloud request signatures)
 _ALWAYS_HASHED_QUERY = frozenset({"sig", "x-amz-signature", "x-goog-signature"})
-_MAX_LEARNED = 512
 
 
 @functools.lru_cache(maxsize=4096)
@@ -187,9 +208,10 @@ def is_secret_name(name: str) -> bool:
 
 
 def hash_value(value: str | bytes) -> str:
-    """`hash:` + the first 12 hex chars of the SHA-256 of `value`."""
+    """`hash:` + 12 hex chars of the keyed hash of `value` (`capsem.markers`: the same value gives
+    the same marker in this installation, and a wordlist cannot give it back)."""
     data = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
-    return HASH_PREFIX + hashlib.sha256(data).hexdigest()[:12]
+    return HASH_PREFIX + keyed_hex(data, 12)
 
 
 def _redacted(secret: str) -> str:
@@ -350,14 +372,191 @@ def _join_argv(argv: Sequence[str]) -> str:
     )
 
 
+class _Learned:
+    """The literal credential values of this session, found however many there are (a rotating
+    cookie adds one per call): one Hyperscan pass says which occur, `str.find` says where. A small
+    set is recompiled when a value is learned and merged into the large one when it reaches an
+    eighth of it, so learning stays cheap. Nothing is ever dropped: a full table would let a
+    later credential through."""
+
+    def __init__(self) -> None:
+        self.values: set[str] = set()
+        self._large: list[str] = []
+        self._small: list[str] = []
+        self._sets: tuple[tuple[list[str], LiteralSet], ...] = ()
+
+    def add(self, value: str) -> bool:
+        if value in self.values:
+            return False
+        self.values.add(value)
+        self._small.append(value)
+        if len(self._small) >= max(64, len(self._large) // 8):
+            self._large += self._small
+            self._small = []
+        self._sets = tuple(
+            (words, LiteralSet([(w, False) for w in words])) for words in (self._large, self._small) if words
+        )
+        return True
+
+    def spans(self, text: str, data: bytes) -> list[tuple[int, int]]:
+        """Where learned values occur in `text` (`data`: its UTF-8)."""
+        spans = []
+        for words, literals in self._sets:
+            for i in literals.found(data):
+                word = words[i]
+                at = text.find(word)
+                while at >= 0:
+                    spans.append((at, at + len(word)))
+                    at = text.find(word, at + len(word))
+        return spans
+
+
+def _disjoint(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """`spans` sorted, overlapping ones merged into one."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if out and start < out[-1][1]:
+            out[-1] = (out[-1][0], max(end, out[-1][1]))
+        else:
+            out.append((start, end))
+    return out
+
+
+def _redact_spans(text: str, spans: list[tuple[int, int]]) -> str:
+    out, done = [], 0
+    for start, end in _disjoint(spans):
+        out += [text[done:start], _redacted(text[start:end])]
+        done = end
+    return "".join(out) + text[done:] if out else text
+
+
+# --- cookies: `Cookie:` / `Set-Cookie:` lines in tool results, curl's `-b`/`--cookie` -----------
+_COOKIE_RE = re.compile(
+    r"(?:(?<![\w-])(?:set-)?cookie(?:\\*[\"'])?[ \t]*:[ \t]*(?:\\*[\"'])?"
+    r"|\bcurl\b[^\n|;&]{0,400}?\s(?:-b|--cookie)(?:[ \t]+|=)(?:\\*[\"'])?)"
+    r"(?P<v>[^\r\n\"'\\]+)",
+    re.IGNORECASE,
+)
+_COOKIE_PAIR_RE = re.compile(r"(?:^|;)[ \t]*(?P<name>[^=;\s]+)[ \t]*=[ \t]*(?P<value>[^;]*)")
+_COOKIE_ATTRIBUTES = frozenset({"path", "domain", "expires", "max-age", "samesite", "secure", "httponly",
+                                "priority", "partitioned", "version", "comment"})  # fmt: skip
+
+
+def _cookie_spans(text: str) -> list[tuple[int, int]]:
+    """The values of the cookies in `Cookie:` / `Set-Cookie:` lines and curl's `-b` (attributes kept)."""
+    spans = []
+    for line in _COOKIE_RE.finditer(text):
+        base = line.start("v")
+        for pair in _COOKIE_PAIR_RE.finditer(line.group("v")):
+            value = pair.group("value").rstrip()
+            if (
+                value
+                and pair.group("name").lower() not in _COOKIE_ATTRIBUTES
+                and not _DONE_RE.fullmatch(value)
+            ):
+                spans.append((base + pair.start("value"), base + pair.start("value") + len(value)))
+    return spans
+
+
+def _rule_spans(text: str, rules: RuleSet, wanted: Iterable[int]) -> list[tuple[int, int]]:
+    """Where the secrets of the `wanted` rules of `rules` are in `text` (`capsem.secret_rules`)."""
+    done = [m.span() for m in _MARKER_RE.finditer(text)]
+    spans = []
+    for i in wanted:
+        rule = rules.rules[i]
+        for m in rule.regex.finditer(text):
+            span = secret_span(rule, m)
+            if span is None or any(s < span[1] and span[0] < e for s, e in done):
+                continue
+            secret = text[span[0] : span[1]]
+            if rule.entropy and shannon_entropy(secret) < rule.entropy:
+                continue
+            line_start = text.rfind("\n", 0, m.start()) + 1
+            line_end = text.find("\n", m.end())
+            line = text[line_start : line_end if line_end >= 0 else len(text)]
+            allows = (*rule.allows, rules.allow) if rules.allow else rule.allows
+            if any(allowed(a, secret, m.group(0), line) for a in allows):
+                continue
+            spans.append(span)
+    return spans
+
+
+class _Prefilter:
+    """Which passes a text calls for, from one `LiteralSet` scan: the capsem patterns whose
+    literals occur, the rules whose keywords occur (lower-cased), cookies, secret names."""
+
+    def __init__(self, rules: RuleSet) -> None:
+        literals: list[tuple[str, bool]] = []
+        self._actions: list[tuple[str, tuple[int, ...]]] = []
+        for lit in sorted({lit for literals_, _ in _PATTERNS for lit in literals_}):
+            literals.append((lit, False))
+            self._actions.append(
+                ("pattern", tuple(i for i, (lits, _) in enumerate(_PATTERNS) if lit in lits))
+            )
+        by_word: dict[str, list[int]] = {}
+        for i, rule in enumerate(rules.rules):
+            for word in rule.keywords:
+                by_word.setdefault(word, []).append(i)
+        for word, ids in by_word.items():
+            literals.append((word, True))
+            self._actions.append(("rule", tuple(ids)))
+        for word in ("cookie", *_NAME_WORDS):
+            literals.append((word, True))
+            self._actions.append((word if word == "cookie" else "name", ()))
+        self.always = tuple(i for i, r in enumerate(rules.rules) if not r.keywords)
+        self._set = LiteralSet(literals)
+        self.regexes = tuple(RegexPrefilter(rule.regex.pattern) for rule in rules.rules)
+        """Per rule: could its regex match at all (asked only of rules whose keywords occur)."""
+
+    def passes(self, data: bytes) -> tuple[list[int], list[int], bool, bool]:
+        """(capsem patterns to run, rules to run, cookies?, secret names?) for a text (UTF-8)."""
+        patterns: set[int] = set()
+        rules: set[int] = set(self.always)
+        cookie = named = False
+        for i in self._set.found(data):
+            kind, ids = self._actions[i]
+            if kind == "pattern":
+                patterns.update(ids)
+            elif kind == "rule":
+                rules.update(ids)
+            elif kind == "cookie":
+                cookie = True
+            else:
+                named = True
+        return sorted(patterns), sorted(rules), cookie, named
+
+
+@functools.lru_cache(maxsize=8)
+def _prefilter(rules: RuleSet) -> _Prefilter:
+    return _Prefilter(rules)
+
+
+def default_rules() -> RuleSet:
+    """The shipped rule set: gitleaks' rules (less `DEFAULT_DISABLED`) and capsem's own."""
+    return rules_for((), DEFAULT_DISABLED)
+
+
+@functools.lru_cache(maxsize=8)
+def _rules_cached(extra: tuple[tuple[tuple[str, Any], ...], ...], disabled: frozenset[str]) -> RuleSet:
+    return load_rules([dict(rule) for rule in extra], disabled)
+
+
+def rules_for(extra: Sequence[Mapping[str, Any]], disabled: Iterable[str]) -> RuleSet:
+    """The shipped rules without `disabled`, plus `extra` (`redaction.rules`); built once per set."""
+    frozen = tuple(
+        tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in r.items())) for r in extra
+    )
+    return _rules_cached(frozen, frozenset(disabled))
+
+
 class Scrubber:
     """Replaces secrets in text; learns the literal values of this session's credentials."""
 
-    def __init__(self) -> None:
-        self._learned: set[str] = set()
-        self._learned_re: re.Pattern[str] | None = None
-        self._learned_list: tuple[str, ...] = ()
+    def __init__(self, rules: RuleSet | None = None) -> None:
+        self._learned = _Learned()
         self._lock = threading.Lock()
+        self.rules = default_rules() if rules is None else rules
+        self._prefilter = _prefilter(self.rules)
         self.generation = 0
         """Bumped whenever a new secret is learned (a cache of scrubbed texts is stale then)."""
 
@@ -366,27 +565,28 @@ class Scrubber:
         secret = secret.strip()
         if secret.lower().startswith(("bearer ", "basic ")):
             secret = secret.split(None, 1)[1] if " " in secret else ""
-        if len(secret) < 8 or secret in self._learned:
+        if len(secret) < 8 or secret in self._learned.values:
             return
         with self._lock:
-            if len(self._learned) >= _MAX_LEARNED:
-                return
-            self._learned.add(secret)
-            ordered = sorted(self._learned, key=len, reverse=True)
-            self._learned_re = re.compile("|".join(re.escape(s) for s in ordered))
-            self._learned_list = tuple(ordered)
-            self.generation += 1
+            if self._learned.add(secret):
+                self.generation += 1
 
     def scrub(self, text: str | None) -> str | None:
         """`text` with every known secret replaced by `[redacted hash:…]` (idempotent)."""
         if not text:
             return text
-        text = scrub_named_values(text, text.lower())  # first, so that a value is redacted whole
-        learned = self._learned_re
-        if learned is not None and any(s in text for s in self._learned_list):
-            text = learned.sub(lambda m: _redacted(m.group(0)), text)
-        for pattern in _patterns_for(text):
-            text = pattern.sub(_redact_match, text)
+        data = text.encode("utf-8", "surrogatepass")
+        patterns, rules, cookie, named = self._prefilter.passes(data)
+        rules = [i for i in rules if self._prefilter.regexes[i].maybe(data)]
+        if named:
+            text = scrub_named_values(text)  # first, so that a value is redacted whole
+        text = _redact_spans(text, self._learned.spans(text, data))
+        for i in patterns:
+            text = _COMPILED[i][1].sub(_redact_match, text)
+        if cookie:
+            text = _redact_spans(text, _cookie_spans(text))
+        if rules:
+            text = _redact_spans(text, _rule_spans(text, self.rules, rules))
         return text
 
     def scrub_command(self, command: str | Sequence[str] | None) -> str | None:

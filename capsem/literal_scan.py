@@ -1,0 +1,97 @@
+"""Skipping the scrubber's passes that cannot match, at gigabytes a second (Hyperscan).
+
+The scrubber runs on every string capsem stores, and most of its passes can be skipped: a
+pattern runs only when a literal that each of its matches contains is in the text, a gitleaks
+rule only when one of its keywords is. Asking that of several hundred literals one by one, or
+with a Python-driven automaton, costs more than the patterns themselves on a 2 MiB body; one
+Hyperscan scan of the UTF-8 bytes answers for all of them (`LiteralSet`).
+
+A keyword can be common (`s.` for Vault tokens, `ext_` for Authress keys: every Anthropic stream
+holds `text_delta`), so a rule whose keyword occurs is asked once more before Python's `re` runs it
+over the whole text: the same regex compiled by Hyperscan in prefilter mode, which may answer yes
+when the regex would not match but never no when it would (`RegexPrefilter`, compiled on first use:
+~16 ms a rule, and only the rules the traffic calls for).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+
+import hyperscan
+
+logger = logging.getLogger(__name__)
+
+
+class _Scanner:
+    """A compiled Hyperscan database and one scratch space per thread (a scan must not share it)."""
+
+    def __init__(self) -> None:
+        self._db: hyperscan.Database | None = None
+        self._local = threading.local()
+
+    def _hits(self, data: bytes) -> set[int]:
+        if self._db is None:
+            return set()
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = hyperscan.Scratch(self._db)
+        hits: set[int] = set()
+        self._db.scan(data, match_event_handler=lambda i, _s, _e, _f, _c: hits.add(i), scratch=scratch)
+        return hits
+
+
+class LiteralSet(_Scanner):
+    """A fixed set of literals, each case-sensitive or not; `found(data)` says which occur."""
+
+    def __init__(self, literals: Sequence[tuple[str, bool]]) -> None:
+        """`literals`: (literal, caseless) pairs; `found` answers with their indexes."""
+        super().__init__()
+        self.literals = tuple(literals)
+        if self.literals:
+            single = hyperscan.HS_FLAG_SINGLEMATCH
+            self._db = hyperscan.Database()
+            self._db.compile(
+                expressions=[lit.encode("utf-8", "surrogatepass") for lit, _ in self.literals],
+                ids=list(range(len(self.literals))),
+                elements=len(self.literals),
+                flags=[
+                    single | (hyperscan.HS_FLAG_CASELESS if caseless else 0) for _, caseless in self.literals
+                ],
+                literal=True,
+            )
+
+    def found(self, data: bytes) -> set[int]:
+        """The indexes of the literals that occur in `data` (UTF-8)."""
+        return self._hits(data) if data else set()
+
+
+class RegexPrefilter(_Scanner):
+    """Whether a regex could match: Hyperscan's prefilter mode (a superset of the matches)."""
+
+    _FLAGS = hyperscan.HS_FLAG_PREFILTER | hyperscan.HS_FLAG_SINGLEMATCH | hyperscan.HS_FLAG_ALLOWEMPTY
+
+    def __init__(self, pattern: str) -> None:
+        super().__init__()
+        self.pattern = pattern
+        self._ready = False
+        self._lock = threading.Lock()
+
+    def _compile(self) -> None:
+        with self._lock:
+            if self._ready:
+                return
+            try:
+                db = hyperscan.Database()
+                db.compile(expressions=[self.pattern.encode()], ids=[0], elements=1, flags=[self._FLAGS])
+                self._db = db
+            except hyperscan.error as exc:  # no prefilter: Python's regex answers alone
+                logger.debug("no Hyperscan prefilter for %r: %s", self.pattern, exc)
+            self._ready = True
+
+    def maybe(self, data: bytes) -> bool:
+        """False only when the regex cannot match `data` (UTF-8)."""
+        if not self._ready:
+            self._compile()
+        return self._db is None or bool(self._hits(data))

@@ -1,0 +1,77 @@
+"""The keyed hash behind every `hash:…` and `[redacted hash:…]` capsem writes.
+
+A marker must let a reader see that two places held the same secret (the same key in a header
+and in a prompt) without giving the secret back. A plain SHA-256 gives it back for anything a
+wordlist holds (`Summer2024!`), in every export that leaves the machine too. So every marker and
+every content hash that could stand for a short secret is a keyed BLAKE2b digest, keyed by 32
+random bytes kept in `$CAPSEM_HOME/hash.key` (created once, mode 0600): the same secret gives the
+same marker within one installation, and nothing outside it can test a guess.
+
+When the key cannot be kept (a read-only `$CAPSEM_HOME`), a random key for this process is used
+and a warning logged: markers then correlate only within the process, and are still not
+reversible.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import secrets
+from pathlib import Path
+
+from capsem.paths import capsem_home
+
+logger = logging.getLogger(__name__)
+
+KEY_FILE = "hash.key"
+KEY_BYTES = 32
+
+
+def key_path(home: Path | None = None) -> Path:
+    return (home or capsem_home()) / KEY_FILE
+
+
+@functools.lru_cache(maxsize=8)
+def _key_for(path: str) -> bytes:
+    file = Path(path)
+    try:
+        return _read(file)
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as exc:
+        logger.warning(
+            "capsem: cannot read the hash key %s (%s); markers hold for this process only", file, exc
+        )
+        return secrets.token_bytes(KEY_BYTES)
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process made it first
+        return _read(file)
+    except OSError as exc:
+        logger.warning("capsem: cannot create the hash key %s (%s); markers hold for this process only",
+                       file, exc.strerror or exc)  # fmt: skip
+        return secrets.token_bytes(KEY_BYTES)
+    key = secrets.token_bytes(KEY_BYTES)
+    with os.fdopen(fd, "w") as out:
+        out.write(key.hex() + "\n")
+    return key
+
+
+def _read(file: Path) -> bytes:
+    key = bytes.fromhex(file.read_text().strip())
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"{file} holds {len(key)} bytes, not {KEY_BYTES}")
+    return key
+
+
+def installation_key() -> bytes:
+    """This installation's key (`$CAPSEM_HOME/hash.key`, made on first use)."""
+    return _key_for(str(key_path()))
+
+
+def keyed_hex(data: bytes, chars: int) -> str:
+    """The first `chars` hex digits of the keyed BLAKE2b digest of `data`."""
+    return hashlib.blake2b(data, key=installation_key(), digest_size=32).hexdigest()[:chars]
