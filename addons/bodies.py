@@ -39,7 +39,8 @@ import zstandard
 
 from addons.items import Item
 from addons.rows import BodyBlob, BodyChunk, ContentFrame, IdMinter, ItemContent, Row, new_event_id
-from capsem.redact import Scrubber
+from capsem.markers import keyed_hex
+from capsem.redact import Scrubber, is_stream_type
 
 MAX_PIECE = 64 * 1024
 FRAME_BYTES = 1024 * 1024
@@ -56,6 +57,8 @@ MAX_DEPTH = 64
 """Links a body's list of pieces may follow to earlier bodies before one is stored whole."""
 _RECENT = 8
 """Earlier bodies (per direction) a new one may take its leading pieces from."""
+_SEGMENTS_KEPT = 200_000
+"""Request segments remembered (~100 bytes each) before the memory starts over."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,19 +71,22 @@ class Body:
     content_type: str | None = None
 
 
-def pieces(body: bytes) -> list[bytes]:
-    """`body` cut where a JSON object names a role, a type or a name, and every `MAX_PIECE` bytes."""
+def segments(body: bytes) -> list[bytes]:
+    """`body` cut where a JSON object names a role, a type or a name (outside every JSON string:
+    no secret spans two segments)."""
     cuts = [m.start() for m in _CUT.finditer(body)]
-    out: list[bytes] = []
-    start = 0
-    for end in [*cuts, len(body)]:
-        while end - start > MAX_PIECE:
-            out.append(body[start : start + MAX_PIECE])
-            start += MAX_PIECE
-        if end > start:
-            out.append(body[start:end])
-            start = end
-    return out
+    return [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True) if b > a]
+
+
+def cut(data: bytes) -> list[bytes]:
+    """`data` cut every `MAX_PIECE` bytes."""
+    return [data[i : i + MAX_PIECE] for i in range(0, len(data), MAX_PIECE)]
+
+
+def pieces(body: bytes) -> list[bytes]:
+    """The pieces a request holding no secret is stored as: its segments, each cut every `MAX_PIECE`
+    bytes (a request holding one is cut the same way after each segment is scrubbed)."""
+    return [piece for segment in segments(body) for piece in cut(segment)]
 
 
 class _Recent:
@@ -143,10 +149,45 @@ class BodyStore:
         self._small = zstandard.ZstdCompressor(level=SMALL_LEVEL)
         self._large = zstandard.ZstdCompressor(level=LARGE_LEVEL)
         self._recent: dict[str, deque[_Recent]] = {}
+        self._segments: dict[bytes, tuple[int, tuple[bytes, ...]]] = {}
+        """Request segments seen lately (SHA-256 of the raw bytes) -> (scrubber generation, piece keys)."""
+        self._frames = _Frames(ids, self._small, self._large)
+        self._rows: list[Row] = []
 
-    def _scrubbed(self, data: bytes) -> bytes:
-        text = self.scrubber.scrub(data.decode("utf-8", "surrogateescape")) or ""
-        return text.encode("utf-8", "surrogateescape")
+    def _scrubbed(self, data: bytes, content_type: str | None = None) -> bytes:
+        text = data.decode("utf-8", "surrogateescape")
+        scrub = self.scrubber.scrub_stream if is_stream_type(content_type) else self.scrubber.scrub
+        return (scrub(text) or "").encode("utf-8", "surrogateescape")
+
+    def _segment(self, segment: bytes) -> tuple[bytes, ...]:
+        """The keys of a request segment's pieces: scrubbed whole, then cut every `MAX_PIECE` bytes
+        (so no cut falls inside a secret); new pieces are stored. A segment seen before is not
+        scrubbed again unless a credential learned since occurs in it."""
+        raw = hashlib.sha256(segment).digest()[:_DIGEST]
+        seen = self._segments.get(raw)
+        generation = self.scrubber.generation
+        if seen is not None and seen[0] != generation:
+            fresh = self.scrubber.learned_since(seen[0])
+            text = segment.decode("utf-8", "surrogateescape")
+            seen = None if any(value in text for value in fresh) else (generation, seen[1])
+        if seen is None:
+            scrubbed = self._scrubbed(segment)
+            keys = tuple(map(self._piece, cut(scrubbed)))
+            seen = (generation, keys)
+        if len(self._segments) >= _SEGMENTS_KEPT:
+            self._segments.clear()
+        self._segments[raw] = seen
+        return seen[1]
+
+    def _piece(self, stored: bytes) -> bytes:
+        """The key of a scrubbed piece (the SHA-256 of what is stored: no secret is hashed raw),
+        put in the current frame when the session does not hold it yet."""
+        key = hashlib.sha256(stored).digest()[:_DIGEST]
+        if key not in self.known:
+            frame, start = self._frames.add(stored)
+            self._rows.append(BodyChunk(key, len(stored), frame, start))
+            self.known.add(key)
+        return key
 
     def keep(self, *, owner: str, source_table: str, row_id: int | None, bodies: Sequence[Body] = (),
              items: Sequence[Item] = ()) -> list[Row]:  # fmt: skip
@@ -156,50 +197,38 @@ class BodyStore:
         Requests are cut where JSON objects start and stored piece by piece (history repeats);
         responses are new every time: scrubbed whole, then cut every `MAX_PIECE` bytes.
         """
-        frames = _Frames(self.ids, self._small, self._large)
-        rows: list[Row] = []
+        self._frames = _Frames(self.ids, self._small, self._large)
+        self._rows = []
         for entry in items:
             stored = (self.scrubber.scrub(entry.content) or "").encode("utf-8", "surrogatepass")
-            frame, start = frames.add(stored)
-            rows.append(ItemContent(entry.hash, entry.kind, len(stored), frame, start))
+            frame, start = self._frames.add(stored)
+            self._rows.append(ItemContent(entry.hash, entry.kind, len(stored), frame, start))
         for body in bodies:
-            rows += self._body(body, frames, owner=owner, source_table=source_table, row_id=row_id)
-        frames.close()
-        return [*frames.rows, *rows]
+            self._body(body, owner=owner, source_table=source_table, row_id=row_id)
+        self._frames.close()
+        return [*self._frames.rows, *self._rows]
 
-    def _body(self, body: Body, frames: _Frames, *, owner: str, source_table: str,
-              row_id: int | None) -> list[Row]:  # fmt: skip
-        rows: list[Row] = []
-        keys: list[bytes] = []
+    def _body(self, body: Body, *, owner: str, source_table: str, row_id: int | None) -> None:
         if body.direction == "request":
-            cut = [(p, None) for p in pieces(body.data)]
+            keys = [key for segment in segments(body.data) for key in self._segment(segment)]
         else:
-            scrubbed = self._scrubbed(body.data)
-            cut = [(p, p) for p in (scrubbed[i : i + MAX_PIECE] for i in range(0, len(scrubbed), MAX_PIECE))]
-        for piece, stored in cut:
-            key = hashlib.sha256(piece).digest()[:_DIGEST]
-            keys.append(key)
-            if key not in self.known:
-                stored = self._scrubbed(piece) if stored is None else stored
-                frame, start = frames.add(stored)
-                rows.append(BodyChunk(key, len(stored), frame, start))
-                self.known.add(key)
+            scrubbed = self._scrubbed(body.data, body.content_type)
+            keys = list(map(self._piece, cut(scrubbed)))
         recent = self._recent.setdefault(f"{source_table}/{body.direction}", deque(maxlen=_RECENT))
         base, shared = max(((r, _common(r.keys, keys)) for r in recent if r.depth < MAX_DEPTH),
                            key=lambda pair: pair[1], default=(None, 0))  # fmt: skip
         if base is None or shared == 0:
             base, shared = None, 0
         blob_id = self.ids.next("event_body_blobs")
-        rows.append(
+        self._rows.append(
             BodyBlob(
                 id=blob_id, event_id=new_event_id(), owner_event_id=owner, source_table=source_table, row_id=row_id,
-                direction=body.direction, size=len(body.data), sha256=hashlib.sha256(body.data).hexdigest(),
+                direction=body.direction, size=len(body.data), sha256=keyed_hex(body.data, 64),
                 truncated=int(body.truncated), content_type=body.content_type, base_id=base.id if base else None,
                 base_pieces=shared, chunks=b"".join(keys[shared:]),
             )
         )  # fmt: skip
         recent.append(_Recent(blob_id, keys, base.depth + 1 if base else 0))
-        return rows
 
 
 def known_pieces(conn: sqlite3.Connection) -> set[bytes]:

@@ -37,6 +37,7 @@ from addons.spend import WS_TURN, SessionSpend
 from addons.traces import TraceTracker
 from addons.websocket import ABNORMAL_CLOSURE, Turn, WebSocketTurns, request_of, route_for
 from addons.writer import SessionWriter
+from capsem.redact import is_stream_type
 from capsem.settings import CaptureSettings
 
 logger = logging.getLogger(__name__)
@@ -176,14 +177,14 @@ class Recorder:
                 state.reader.feed(flow.response_body or b"")
             summary = state.reader.finish()
             preview = state.reader.preview
-            response_preview = (
-                build.cap_text(preview.text(), build.KEPT_PREVIEW_BYTES) if preview.total else None
-            )
+            text = self._stream_scrubbed(flow, preview.text()) if preview.total else None
+            response_preview = build.cap_text(text, build.KEPT_PREVIEW_BYTES) if text else None
             decode_error = decode_error or state.reader.decode_error
         else:
             if stream_preview is not None and flow.stream_preview is None:
                 flow = _with_preview(flow, stream_preview)
             response_preview, response_error = build.plain_preview(flow, settings.preview_bytes)
+            response_preview = self._stream_scrubbed(flow, response_preview)
             decode_error = decode_error or response_error
         error = "; ".join(e for e in (flow.error, flow.tap_failure, _dropped(flow)) if e) or None
         if summary is not None and summary.complete and flow.error and not flow.tap_failure:
@@ -241,6 +242,12 @@ class Recorder:
             for row in self.mcp.record(flow, net_id, request_body, response_body, process):
                 self._write([row])
                 self._keep_bodies(row, flow, request_body, response_body, False)
+
+    def _stream_scrubbed(self, flow: FlowEnded, preview: str | None) -> str | None:
+        """A streamed response's preview with the secrets its deltas spell only together cut out
+        (before it is cut short: a delta holding half a key would otherwise be kept)."""
+        kind = flow.response.header("content-type") if flow.response is not None else None
+        return self.writer.scrubber.scrub_stream(preview) if preview and is_stream_type(kind) else preview
 
     def _keep_bodies(self, owner: ModelCall | McpCall, flow: FlowEnded | None, request: bytes, response: bytes,
                      response_truncated: bool, items: list[Item] | None = None,

@@ -32,7 +32,7 @@ import msgspec
 from addons.messages import Barrier, Message, Stop, decode
 from capsem import __version__
 from capsem.ids import utc_now
-from capsem.settings import CaptureSettings, ExportSettings
+from capsem.settings import CaptureSettings, ExportSettings, SecretRule
 
 if TYPE_CHECKING:  # imported where used: mitmdump imports this module for `spec_of` only, and the
     # recorder's parsers and price table (~0.2 s) must not slow its start
@@ -65,8 +65,12 @@ class RecorderSpec(msgspec.Struct, frozen=True):
 
 def capture_settings(spec: RecorderSpec) -> CaptureSettings:
     values = dict(spec.capture)
-    for name in ("header_allowlist", "query_params"):
+    for name in ("header_allowlist", "query_params", "disabled_rules"):
         values[name] = frozenset(values.get(name, ()))
+    values["secret_rules"] = tuple(
+        SecretRule(**{**rule, "keywords": tuple(rule.get("keywords", ()))})
+        for rule in values.get("secret_rules", ())
+    )
     return CaptureSettings(**values)
 
 
@@ -95,10 +99,10 @@ def open_recorder(spec: RecorderSpec) -> Loop:
     from addons.recorder import Recorder
     from addons.spend import SessionSpend
     from addons.writer import SessionWriter
-    from capsem.redact import Scrubber
+    from capsem.redact import scrubber_for
 
     settings = capture_settings(spec)
-    scrubber = Scrubber()
+    scrubber = scrubber_for(settings)
     for secret in spec.learn:
         scrubber.learn(secret)
     writer = SessionWriter(Path(spec.db_path), scrubber)

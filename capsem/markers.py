@@ -18,6 +18,7 @@ import functools
 import hashlib
 import logging
 import os
+import re
 import secrets
 from pathlib import Path
 
@@ -27,6 +28,9 @@ logger = logging.getLogger(__name__)
 
 KEY_FILE = "hash.key"
 KEY_BYTES = 32
+HASH_PREFIX = "hash:"
+MARKER_RE = re.compile(r"\[redacted hash:[0-9a-f]{12}\]")
+MARKER_SPLIT_RE = re.compile(r"(\[redacted hash:[0-9a-f]{12}\])")
 
 
 def key_path(home: Path | None = None) -> Path:
@@ -75,3 +79,15 @@ def installation_key() -> bytes:
 def keyed_hex(data: bytes, chars: int) -> str:
     """The first `chars` hex digits of the keyed BLAKE2b digest of `data`."""
     return hashlib.blake2b(data, key=installation_key(), digest_size=32).hexdigest()[:chars]
+
+
+def hash_value(value: str | bytes) -> str:
+    """`hash:` + 12 hex chars of the keyed hash of `value`: what a hashed header or query value is
+    stored as, and what a redaction marker names."""
+    data = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
+    return HASH_PREFIX + keyed_hex(data, 12)
+
+
+def redacted(secret: str) -> str:
+    """The marker that takes a secret's place in stored text."""
+    return f"[redacted {hash_value(secret)}]"

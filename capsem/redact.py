@@ -1,25 +1,34 @@
 """Keeping secrets off disk: header hashing, query redaction and secret scrubbing.
 
 Rules (DESIGN.md contract): a short allowlist of harmless headers is stored verbatim; every
-other header value becomes `hash:` + 12 hex chars of its SHA-256. Sensitive query parameters
-(the configured ones, secret-named ones, cloud signatures) are hashed the same way. Every text
-that reaches a disk goes through `Scrubber.scrub` (command lines through `Scrubber.scrub_command`),
-which replaces with `[redacted hash:…]`:
+other header value becomes `hash:` + 12 hex chars of its keyed hash (`capsem.markers`: the same
+value gives the same marker in this installation, a wordlist cannot give it back). Sensitive query
+parameters (the configured ones, secret-named ones, cloud signatures) are hashed the same way.
+Every text that reaches a disk goes through `Scrubber.scrub` (command lines through
+`Scrubber.scrub_command`, streamed bodies through `Scrubber.scrub_stream`), which replaces with
+`[redacted hash:…]`, in this order:
 
-- the values of secret-named keys (`is_secret_name`: `*password*`, `*secret*`, `*token*`,
-  `passphrase`, `*_key`, `auth`, `authorization`, `credential(s)`, cloud signature parameters) in
-  every form: JSON string values at any escaping depth (`"k": "v"`, `\\"k\\": \\"v\\"`, …) whole,
-  escaped quotes included; `k=v` / `k: v` (env, ini, YAML, queries in URLs); `--k v` and `--k=v`;
-- well-known credential shapes (`sk-ant-…`, `sk-…`, `AIza…`, GitHub, GitLab, Slack, AWS, npm,
-  PyPI, Hugging Face and Stripe keys, JWTs, bearer tokens), private-key PEM blocks (also with
-  escaped newlines, or cut off), webhook URLs (also as a bare path), URL passwords
-  (`postgres://u:PASSWORD@h`) and Azure SAS signatures;
-- any secret value seen in a credential header or query parameter of this session (learned).
+1. the values of secret-named keys (`is_secret_name`: `*password*`, `*secret*`, `*token*`,
+   `passphrase`, `*_key`, `auth`, `authorization`, `credential(s)`, cloud signature parameters) in
+   every form: JSON string values at any escaping depth (`"k": "v"`, `\\"k\\": \\"v\\"`, …) whole,
+   escaped quotes included; `k=v` / `k: v` (env, ini, YAML, queries in URLs); `--k v` and `--k=v`;
+2. any credential value seen in this session's credential headers or query parameters (learned);
+3. capsem's own patterns: well-known key shapes (`sk-ant-…`, `sk-…`, `AIza…`, GitHub, GitLab,
+   Slack, AWS, npm, PyPI, Hugging Face and Stripe keys, JWTs, bearer tokens), private-key PEM
+   blocks (also with escaped newlines, or cut off), webhook URLs (also as a bare path), URL
+   passwords (`postgres://u:PASSWORD@h`, also JSON-escaped `:\\/\\/`), Azure SAS signatures (also
+   after `\\u0026`), Telegram bot tokens in paths, and passwords on command lines that no secret
+   name announces (`curl -u user:PASSWORD`, `mysql -pPASSWORD`, `sshpass -p`, `docker login -p`,
+   `openssl … pass:PASSWORD`, `htpasswd -b`);
+4. cookie values in `Cookie:` / `Set-Cookie:` lines and curl's `-b`;
+5. the credential shapes of the public gitleaks rule set and capsem's own rule file, plus the
+   configured ones (`capsem.secret_rules`).
 
 Only string values of JSON keys are redacted, never numbers, so usage counts (`"input_tokens": 12`)
 survive, and names that only look alike are left alone (`max_tokens`, `token_count`, `cache_key`,
-`token_type`, `password_file`). The scrubber runs on every stored string: each pass runs only
-when a literal that every one of its matches contains occurs in the text.
+`token_type`, `password_file`). The scrubber runs on every stored string, so each pass runs only
+when the text holds a literal or keyword that every one of its matches contains: one Hyperscan
+pass over the text decides (`capsem.literal_scan`).
 """
 
 from __future__ import annotations
@@ -30,13 +39,14 @@ import re
 import shlex
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote
 
 import ahocorasick
 
 from capsem.literal_scan import LiteralSet, RegexPrefilter
-from capsem.markers import keyed_hex
+from capsem.markers import MARKER_RE, MARKER_SPLIT_RE, hash_value
+from capsem.markers import redacted as _redacted
 from capsem.secret_rules import (
     DEFAULT_DISABLED,
     RuleSet,
@@ -45,12 +55,14 @@ from capsem.secret_rules import (
     secret_span,
     shannon_entropy,
 )
+from capsem.stream_scrub import scrub_deltas
 
-HASH_PREFIX = "hash:"
+if TYPE_CHECKING:
+    from capsem.settings import CaptureSettings
 
-# (literals one of which every match contains, pattern): the literals are checked with `in` first,
-# so a text without any of them costs one fast substring scan per literal, not a regex pass. A
-# pattern with a group named `s` has only that group redacted (the rest says what it was).
+# (literals one of which every match contains, pattern): a pattern runs only on a text holding one
+# of its literals (one Hyperscan pass looks for all of them, `_Prefilter`). A pattern with a group
+# named `s` has only that group redacted (the rest says what it was).
 _ARGS = r"[^\n|;&]{0,400}?"
 """The rest of one command, up to the flag (not past a newline, a pipe or the next command)."""
 _QUOTE = r"""(?:\\*['"])?"""
@@ -152,9 +164,7 @@ _OPEN_QUOTE_RE = re.compile(r"(\\*)([\"'])")
 _QUOTE_RUN_RE = re.compile(r"(\\*)\"")
 _SCHEME_RE = re.compile(r"(?:bearer|basic|token|digest)[ \t]+(?=\S)", re.IGNORECASE | re.ASCII)
 _BARE_VALUE_RE = re.compile(r"[^\s\"'\\,;&<>()\[\]{}]+")
-_MARKER_RE = re.compile(r"\[redacted hash:[0-9a-f]{12}\]")
 _DONE_RE = re.compile(r"\[redacted hash:[0-9a-f]{12}\]|hash:[0-9a-f]{12}")  # what this module already hid
-_MARKER_SPLIT_RE = re.compile(r"(\[redacted hash:[0-9a-f]{12}\])")
 _ENV_REFERENCE_RE = re.compile(r"\$[A-Z_][A-Z0-9_]*")
 _CODE_WORDS = frozenset({"str", "string", "int", "bool", "bytes", "none", "null", "true", "false",
                          "undefined", "any", "number", "object", "optional"})  # fmt: skip
@@ -205,17 +215,6 @@ def is_secret_name(name: str) -> bool:
     if last == "key":
         return len(parts) > 1
     return last == "signature" and ("amz" in parts or "goog" in parts)
-
-
-def hash_value(value: str | bytes) -> str:
-    """`hash:` + 12 hex chars of the keyed hash of `value` (`capsem.markers`: the same value gives
-    the same marker in this installation, and a wordlist cannot give it back)."""
-    data = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
-    return HASH_PREFIX + keyed_hex(data, 12)
-
-
-def _redacted(secret: str) -> str:
-    return f"[redacted {hash_value(secret)}]"
 
 
 def _redact_match(m: re.Match[str]) -> str:
@@ -362,8 +361,8 @@ def _join_argv(argv: Sequence[str]) -> str:
     """`shlex.join`, except that `[redacted hash:…]` markers stay unquoted (as `scrub` leaves them)."""
     return " ".join(
         "".join(
-            part if _MARKER_RE.fullmatch(part) else shlex.quote(part)
-            for part in _MARKER_SPLIT_RE.split(arg)
+            part if MARKER_RE.fullmatch(part) else shlex.quote(part)
+            for part in MARKER_SPLIT_RE.split(arg)
             if part
         )
         if "[redacted " in arg
@@ -381,6 +380,7 @@ class _Learned:
 
     def __init__(self) -> None:
         self.values: set[str] = set()
+        self.order: list[str] = []
         self._large: list[str] = []
         self._small: list[str] = []
         self._sets: tuple[tuple[list[str], LiteralSet], ...] = ()
@@ -389,6 +389,7 @@ class _Learned:
         if value in self.values:
             return False
         self.values.add(value)
+        self.order.append(value)
         self._small.append(value)
         if len(self._small) >= max(64, len(self._large) // 8):
             self._large += self._small
@@ -460,7 +461,7 @@ def _cookie_spans(text: str) -> list[tuple[int, int]]:
 
 def _rule_spans(text: str, rules: RuleSet, wanted: Iterable[int]) -> list[tuple[int, int]]:
     """Where the secrets of the `wanted` rules of `rules` are in `text` (`capsem.secret_rules`)."""
-    done = [m.span() for m in _MARKER_RE.finditer(text)]
+    done = [m.span() for m in MARKER_RE.finditer(text)]
     spans = []
     for i in wanted:
         rule = rules.rules[i]
@@ -549,6 +550,14 @@ def rules_for(extra: Sequence[Mapping[str, Any]], disabled: Iterable[str]) -> Ru
     return _rules_cached(frozen, frozenset(disabled))
 
 
+_MAX_ROUNDS = 4
+
+
+def scrubber_for(capture: CaptureSettings) -> Scrubber:
+    """A scrubber with the configured rules (`redaction.rules`, `redaction.disabled_rules`)."""
+    return Scrubber(rules_for([r.as_gitleaks() for r in capture.secret_rules], capture.disabled_rules))
+
+
 class Scrubber:
     """Replaces secrets in text; learns the literal values of this session's credentials."""
 
@@ -572,12 +581,21 @@ class Scrubber:
                 self.generation += 1
 
     def scrub(self, text: str | None) -> str | None:
-        """`text` with every known secret replaced by `[redacted hash:…]` (idempotent)."""
-        if not text:
-            return text
+        """`text` with every known secret replaced by `[redacted hash:…]` (idempotent: a marker can
+        end a word that hid a key before, `AKIA…` glued to a token, so the passes run again on a
+        changed text until it holds)."""
+        for _ in range(_MAX_ROUNDS):
+            if not text:
+                return text
+            scrubbed = self._scrub_once(text)
+            if scrubbed == text:
+                break
+            text = scrubbed
+        return text
+
+    def _scrub_once(self, text: str) -> str:
         data = text.encode("utf-8", "surrogatepass")
         patterns, rules, cookie, named = self._prefilter.passes(data)
-        rules = [i for i in rules if self._prefilter.regexes[i].maybe(data)]
         if named:
             text = scrub_named_values(text)  # first, so that a value is redacted whole
         text = _redact_spans(text, self._learned.spans(text, data))
@@ -585,9 +603,18 @@ class Scrubber:
             text = _COMPILED[i][1].sub(_redact_match, text)
         if cookie:
             text = _redact_spans(text, _cookie_spans(text))
-        if rules:
-            text = _redact_spans(text, _rule_spans(text, self.rules, rules))
-        return text
+        wanted = [i for i in rules if self._prefilter.regexes[i].maybe(data)]
+        return _redact_spans(text, _rule_spans(text, self.rules, wanted)) if wanted else text
+
+    def scrub_stream(self, text: str | None) -> str | None:
+        """A streamed body (SSE, NDJSON): scrubbed whole, then cut free of the secrets that its
+        deltas spell only together (`capsem.stream_scrub`)."""
+        scrubbed = self.scrub(text)
+        return scrub_deltas(scrubbed, self.scrub) if scrubbed else scrubbed
+
+    def learned_since(self, generation: int) -> list[str]:
+        """The values learned after `generation` (oldest first)."""
+        return self._learned.order[generation:]
 
     def scrub_command(self, command: str | Sequence[str] | None) -> str | None:
         """A command line (argv, or one string in shell syntax) as text to store: secret flag
@@ -604,8 +631,27 @@ class Scrubber:
         return self.scrub(_join_argv(mask_secret_args(command)))
 
 
-def is_credential_header(name: str) -> bool:
+def is_credential_name(name: str) -> bool:
+    """Whether an environment variable's name suggests it holds a credential (broad: its value
+    is only learned when it looks like one, see `assembler.procdiag.sampler`)."""
     return bool(_CREDENTIAL_HEADER_RE.search(name))
+
+
+_STREAM_TYPES = ("event-stream", "ndjson", "jsonl", "json-seq")
+
+
+def is_stream_type(content_type: str | None) -> bool:
+    """Whether a body of this content type is a stream of deltas (SSE, NDJSON…)."""
+    lowered = (content_type or "").lower()
+    return any(kind in lowered for kind in _STREAM_TYPES)
+
+
+def carries_credential(header: str) -> bool:
+    """Whether a header's value is a credential the scrubber should learn: `Authorization`,
+    cookies, sessions and secret-named headers (`x-api-key`, `x-auth-token`), never a header that
+    only mentions tokens (`anthropic-ratelimit-tokens-reset`: a timestamp that changes every answer)."""
+    name = header.lower()
+    return "cookie" in name or "session" in name or is_secret_name(name)
 
 
 def headers_json(headers: Iterable[tuple[str, str]], allowlist: frozenset[str], scrubber: Scrubber) -> str:
@@ -620,10 +666,10 @@ def headers_json(headers: Iterable[tuple[str, str]], allowlist: frozenset[str], 
         if name in allowlist:
             stored = scrubber.scrub(value) or ""
         else:
-            if is_credential_header(name):
+            if carries_credential(name):
                 scrubber.learn(value)
-                if name == "cookie":
-                    for part in value.split(";"):
+                if name in ("cookie", "set-cookie"):  # each cookie's value (Set-Cookie: the first pair)
+                    for part in value.split(";")[: None if name == "cookie" else 1]:
                         scrubber.learn(part.partition("=")[2])
             stored = hash_value(value)
         previous = out.get(name)

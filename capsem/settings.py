@@ -286,6 +286,65 @@ class PolicyRule:
         return cls(name=str(label or f"rule-{n}"), action=action.lower(), port=port, **globs)  # type: ignore[arg-type]
 
 
+SECRET_RULE_FIELDS = ("id", "regex", "keywords", "secret_group", "entropy", "description")
+
+
+@dataclass(frozen=True, slots=True)
+class SecretRule:
+    """One `redaction.rules` entry: a credential shape, in gitleaks' rule form (`capsem.secret_rules`)."""
+
+    id: str
+    regex: str
+    """Its first group (or `secret_group`) is the secret; the whole match when it has none."""
+    keywords: tuple[str, ...] = ()
+    """The rule runs only on text holding one of these (compared lower-cased); none: on every text."""
+    secret_group: int = 0
+    entropy: float = 0.0
+    """Shannon entropy below which a found secret is kept (a placeholder, not a key)."""
+    description: str | None = None
+
+    def as_gitleaks(self) -> dict[str, Any]:
+        return {"id": self.id, "regex": self.regex, "keywords": list(self.keywords),
+                "secretGroup": self.secret_group, "entropy": self.entropy}  # fmt: skip
+
+    @classmethod
+    def parse(cls, key: str, n: int, raw: Any) -> SecretRule:
+        """Rule `n` (from 1) at `key` (`redaction.rules[n]`); its regex must compile."""
+        from capsem.secret_rules import RuleError, rule_from
+
+        fields_ = _fields_of(key, raw, "secret rule", SECRET_RULE_FIELDS)
+        rule_id, regex = fields_.get("id"), fields_.get("regex")
+        if not isinstance(rule_id, str) or not rule_id:
+            raise _must(f"{key}.id", "a rule id (text)", rule_id)
+        if not isinstance(regex, str) or not regex:
+            raise _must(f"{key}.regex", "a regular expression (text)", regex)
+        keywords = fields_.get("keywords") or []
+        if not isinstance(keywords, list) or not all(isinstance(k, str) and k for k in keywords):
+            raise _must(f"{key}.keywords", "a list of words", keywords)
+        group, entropy = fields_.get("secret_group", 0), fields_.get("entropy", 0)
+        if isinstance(group, bool) or not isinstance(group, int) or group < 0:
+            raise _must(f"{key}.secret_group", "a group number >= 0", group)
+        if not _is_number(entropy) or entropy < 0:
+            raise _must(f"{key}.entropy", "a number >= 0", entropy)
+        rule = cls(rule_id, regex, tuple(keywords), group, float(entropy), fields_.get("description"))
+        try:
+            rule_from(rule.as_gitleaks())
+        except RuleError as exc:
+            raise _Bad(f"{key}.regex", f"does not compile: {str(exc).rsplit(': ', 1)[-1]}") from exc
+        return rule
+
+
+def _secret_rules() -> Check:
+    def parse(key: str, value: Any) -> tuple[SecretRule, ...]:
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            raise _must(key, "a list of secret rules", value)
+        return tuple(SecretRule.parse(f"{key}[{n}]", n, raw) for n, raw in enumerate(value, 1))
+
+    return Check("a list of secret rules", parse)
+
+
 def _glob(key: str, value: Any) -> str | None:
     if value is not None and not (isinstance(value, str) and value):
         raise _must(key, "a glob (text)", value)
@@ -443,6 +502,10 @@ class CaptureSettings:
     """Header names (lower-case) whose values are kept verbatim; the others are hashed."""
     query_params: frozenset[str] = _setting("redaction.query_params", _names("query parameter name"))
     """Query parameter names (lower-case) whose values are hashed."""
+    secret_rules: tuple[SecretRule, ...] = _setting("redaction.rules", _secret_rules())
+    """Credential shapes added to the shipped ones (gitleaks' rule form)."""
+    disabled_rules: frozenset[str] = _setting("redaction.disabled_rules", _names("rule id"))
+    """Ids of shipped rules switched off (`generic-api-key` by default)."""
 
 
 @dataclass(frozen=True)

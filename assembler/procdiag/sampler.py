@@ -31,7 +31,7 @@ from assembler.cli_support import counted
 from assembler.procdiag.detect import Anomaly, detect_process
 from assembler.procdiag.sample import ProcessReader
 from capsem.ids import utc_now
-from capsem.redact import Scrubber, is_credential_header
+from capsem.redact import Scrubber, is_credential_name
 from capsem.settings import DiagnosticsSettings, Settings, SettingsError, load
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def scrubber_for(env: Mapping[str, str]) -> Scrubber:
     """A scrubber that knows the credential values in the agent's environment (they may show up in argv)."""
     scrubber = Scrubber()
     for name, value in env.items():
-        if (is_credential_header(name) and not name.upper().endswith(_NOT_SECRET_SUFFIXES)
+        if (is_credential_name(name) and not name.upper().endswith(_NOT_SECRET_SUFFIXES)
                 and not value.startswith(("/", "~")) and not any(c.isspace() for c in value)):  # fmt: skip
             scrubber.learn(value)
     return scrubber

@@ -6,10 +6,13 @@ from __future__ import annotations
 from dataclasses import fields
 from pathlib import Path
 
+import msgspec
 import pytest
 
+from addons.recorder_process import RecorderSpec
 from capsem import settings as settings_module
 from capsem.config import ConfigError
+from capsem.markers import hash_value
 from capsem.paths import default_config_path
 from capsem.settings import (
     OVERRIDE,
@@ -192,7 +195,8 @@ def test_defaults_are_default_yaml_typed():
 def test_capture_settings_carry_every_field_the_recorder_reads():
     names = {f.name for f in fields(CaptureSettings)}
     assert names == {"preview_bytes", "content_max_bytes", "max_parse_bytes", "max_body_bytes", "commit_interval_ms",
-                     "max_pending_calls", "header_allowlist", "query_params"}  # fmt: skip
+                     "max_pending_calls", "header_allowlist", "query_params", "secret_rules",
+                     "disabled_rules"}  # fmt: skip
 
 
 def test_every_declared_key_has_its_default_in_default_yaml(tmp_path, monkeypatch):
@@ -316,3 +320,27 @@ def test_budgets_and_credentials_are_named_entries_replaced_whole(config, tmp_pa
                                                         "provider": "openai"}  # fmt: skip
     assert load(overrides={"budgets": {"x": {"scope": "day", "limit_usd": 1}}}).budgets.entries == (
         Budget("x", "day", 1.0),)  # fmt: skip
+
+
+def test_secret_rules_are_checked_and_carried_to_the_recorder(tmp_path):
+    from addons.recorder_process import capture_settings, spec_of
+    from capsem.redact import scrubber_for
+
+    config = tmp_path / "config.yaml"
+    config.write_text("redaction: {rules: [{id: acme, regex: 'acme_([a-z]+', keywords: [acme_]}]}")
+    with pytest.raises(SettingsError) as bad:
+        load(config)
+    assert str(bad.value).startswith(f"{config}: redaction.rules[1].regex does not compile: missing )")
+    config.write_text("redaction: {rules: [{id: acme, regex: '\\b(acme_[a-z0-9]{16})', keywords: [acme_]}],"
+                      " disabled_rules: [generic-api-key, slack-app-token]}")  # fmt: skip
+    capture = load(config).capture
+    spec = msgspec.msgpack.decode(msgspec.msgpack.encode(spec_of(capture, session_id="s", db_path="d",
+                                  main_db_path="m", mode="run")), type=RecorderSpec)  # fmt: skip
+    assert capture_settings(spec) == capture  # what the recorder process gets
+    scrub = scrubber_for(capture_settings(spec)).scrub
+    assert (
+        scrub("key acme_0123456789abcdef here")
+        == f"key [redacted {hash_value('acme_0123456789abcdef')}] here"
+    )
+    slack = "xapp-1-A0123ABC-1234567890-" + "a1b2c3d4e5f6" * 3
+    assert scrub(slack) == slack  # switched off

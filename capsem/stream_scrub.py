@@ -1,0 +1,125 @@
+"""Secrets split across the deltas of a streamed answer, removed from every delta that carries part.
+
+A streamed answer arrives in pieces of a few characters (`"text_delta","text":"sk-ant-ap"`, then
+`"03-…"`): the assembled text is scrubbed like any other (`text_content`), but the stored body keeps
+the deltas, where no pattern sees the whole key, and joining them gives it back. So the string
+values of a stream's delta fields are joined per field name, in order (a channel: Anthropic's
+`text`, `thinking` and `partial_json`, OpenAI's `content`, `arguments` and `delta`, Gemini's
+`text`, Ollama's `response`…), the joined text is scrubbed, and each secret found is cut out of
+every delta it spans: the first keeps the marker in its place, the others lose their part. Deltas
+of other fields are untouched, as are the stream's framing and every other byte.
+
+Where a redaction lies is read back from the scrubbed text: every marker holds the keyed hash of
+what it replaced, so each one is placed exactly (`marker_spans`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+
+from capsem.markers import MARKER_SPLIT_RE, hash_value
+
+_DELTA_RE = re.compile(
+    r'"(?P<key>text|thinking|partial_json|delta|content|arguments|reasoning_content|reasoning|refusal|response)"'
+    r'[ \t]*:[ \t]*"(?P<value>(?:[^"\\]|\\.)*)"'
+)
+_MAX_CANDIDATES = 4096
+"""Places tried for the end of one redacted span before giving up on placing it."""
+
+
+def marker_spans(original: str, scrubbed: str) -> list[tuple[int, int]] | None:
+    """The spans of `original` that `scrubbed` replaced by markers, or None when they cannot be
+    placed (then the caller treats the whole text as a secret's)."""
+    parts = MARKER_SPLIT_RE.split(scrubbed)  # text, marker, text, marker, …, text
+    if not original.startswith(parts[0]):
+        return None
+    pos, spans = len(parts[0]), []
+    for marker, after in zip(parts[1::2], parts[2::2], strict=True):
+        if original.startswith(marker, pos):  # a marker that was there before
+            pos += len(marker)
+        else:
+            want = marker[len("[redacted ") : -1]
+            end = _end_of(original, pos, after, want)
+            if end is None:
+                return None
+            spans.append((pos, end))
+            pos = end
+        if not original.startswith(after, pos):
+            return None
+        pos += len(after)
+    return spans if pos == len(original) else None
+
+
+def _end_of(original: str, start: int, after: str, want: str) -> int | None:
+    """Where the secret that starts at `start` ends: the text after it follows, and its keyed hash
+    is the marker's."""
+    end = original.find(after, start + 1) if after else start + 1
+    for _ in range(_MAX_CANDIDATES):
+        if end < 0 or end > len(original):
+            return None
+        if hash_value(original[start:end]) == want:
+            return end
+        end = original.find(after, end + 1) if after else end + 1
+    return None
+
+
+def _decoded(raw: str) -> str | None:
+    if "\\" not in raw:
+        return raw
+    try:
+        return json.loads(f'"{raw}"')
+    except ValueError:
+        return None
+
+
+def scrub_deltas(text: str, scrub: Callable[[str], str | None]) -> str:
+    """`text` (a streamed body, already scrubbed whole) with the secrets that its deltas spell only
+    together cut out of each delta."""
+    channels: dict[str, list[tuple[re.Match[str], str]]] = {}
+    for m in _DELTA_RE.finditer(text):
+        value = _decoded(m.group("value"))
+        if value:
+            channels.setdefault(m.group("key"), []).append((m, value))
+    edits: list[tuple[int, int, str]] = []
+    for deltas in channels.values():
+        if len(deltas) > 1:
+            edits += _channel_edits(deltas, scrub)
+    if not edits:
+        return text
+    out, done = [], 0
+    for start, end, replacement in sorted(edits):
+        out += [text[done:start], replacement]
+        done = end
+    return "".join(out) + text[done:]
+
+
+def _channel_edits(
+    deltas: list[tuple[re.Match[str], str]], scrub: Callable[[str], str | None]
+) -> list[tuple[int, int, str]]:
+    joined = "".join(value for _, value in deltas)
+    scrubbed = scrub(joined) or joined
+    if scrubbed == joined:
+        return []
+    spans = marker_spans(joined, scrubbed)
+    if spans is None:  # cannot place the redactions: every delta of the channel goes
+        spans = [(0, len(joined))]
+    edits = []
+    offset = 0
+    for m, value in deltas:
+        start, end = offset, offset + len(value)
+        offset = end
+        kept, cut = [], start
+        for s, e in spans:
+            if e <= start or s >= end:
+                continue
+            kept.append(value[cut - start : max(s, start) - start])
+            if start <= s:  # the secret starts in this delta: its marker goes here
+                kept.append(f"[redacted {hash_value(joined[s:e])}]")
+            cut = min(e, end)
+        if cut != start or kept:
+            kept.append(value[cut - start :])
+            encoded = json.dumps("".join(kept), ensure_ascii=False)[1:-1]
+            edits.append((m.start("value"), m.end("value"), encoded))
+    return edits
