@@ -433,7 +433,7 @@ def _redact_spans(text: str, spans: list[tuple[int, int]]) -> str:
 
 # --- cookies: `Cookie:` / `Set-Cookie:` lines in tool results, curl's `-b`/`--cookie` -----------
 _COOKIE_RE = re.compile(
-    r"(?:(?<![\w-])(?:set-)?cookie(?:\\*[\"'])?[ \t]*:[ \t]*(?:\\*[\"'])?"
+    r"(?:(?:(?<![\w-])|(?<=\\[nrt]))(?:set-)?cookie(?:\\*[\"'])?[ \t]*:[ \t]*(?:\\*[\"'])?"
     r"|\bcurl\b[^\n|;&]{0,400}?\s(?:-b|--cookie)(?:[ \t]+|=)(?:\\*[\"'])?)"
     r"(?P<v>[^\r\n\"'\\]+)",
     re.IGNORECASE,

@@ -104,8 +104,8 @@ def plan(
         scenario in ("auto", "thinking") and declared and not has_results
     )
     p = Plan(kind="tool_call" if want_tools and declared else "text")
-    if "text" in controls:
-        p.text = controls["text"]
+    if "text" in controls:  # `repeat=N`: the text N times (a long answer without a long header)
+        p.text = controls["text"] * max(1, int(controls.get("repeat", "1") or 1))
     elif p.kind == "text":
         chosen = [rng.choice(SENTENCES) for _ in range(rng.randint(1, 3))]
         chosen.insert(rng.randint(0, len(chosen)), ANCHOR)

@@ -121,7 +121,9 @@ def test_prefiltered_scrub_equals_the_plain_regex_passes(text, padding):
     for _ in range(4):  # the passes, until the text holds
         before = reference
         reference = plain_named_pass(reference)
-        reference = re.sub(re.escape("learned-credential-42"), lambda m: redact._redacted(m.group(0)), reference)
+        reference = re.sub(
+            re.escape("learned-credential-42"), lambda m: redact._redacted(m.group(0)), reference
+        )
         for _, pattern in redact._PATTERNS:
             reference = re.sub(pattern, redact._redact_match, reference)
         reference = redact._redact_spans(reference, redact._cookie_spans(reference))
