@@ -35,7 +35,9 @@ from addons.providers import parser_for
 from addons.recorder_process import spec_of
 from addons.rows import NetEvent, new_event_id
 from addons.writer import SessionWriter
-from capsem.redact import Scrubber
+from benchmarks.bodies import conversation
+from capsem.redact import Scrubber, default_rules
+from capsem.secret_rules import RuleSet
 from capsem.settings import defaults
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,12 +192,47 @@ def bench_memory(mib: int, workdir: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+SCRUB_CORPORA = ("claude_code_request", "anthropic", "openai_chat")
+
+
+def scrub_corpus(name: str, size: int) -> str:
+    """About `size` bytes of text the recorder scrubs: a Claude Code-sized request (history, tool
+    definitions, tool results) or a streamed answer."""
+    if name == "claude_code_request":
+        turns = conversation(400)
+        body = next((b for b in turns if len(b) >= size), turns[-1])
+        return body.decode()
+    return corpus(name, size).decode()
+
+
+def bench_scrubber(size: int, repeat: int) -> dict:
+    """`Scrubber.scrub` (and `scrub_stream` for streams) in MiB/s: capsem's own passes alone
+    (no rule set), then with the shipped rule set (gitleaks' and capsem's), on each corpus."""
+    out: dict = {}
+    for name in SCRUB_CORPORA:
+        text = scrub_corpus(name, size)
+        mib = len(text.encode()) / 2**20
+        row = out[name] = {"mib": round(mib, 2)}
+        for label, rules in (("own_passes", RuleSet(())), ("with_rules", default_rules())):
+            scrubber = Scrubber(rules)
+            scrub = scrubber.scrub if name == "claude_code_request" else scrubber.scrub_stream
+            scrub(text)  # warm: rules' prefilters are compiled on first use
+            row[label] = round(mib / best_time(lambda scrub=scrub, text=text: scrub(text), repeat), 1)
+        row["rules"] = len(default_rules().rules)
+    return out
+
+
 def run_micro(*, corpus_mib: int, repeat: int, store_rows: int, calls: int, memory_mib: int,
               log: Callable[[str], None] = print) -> dict:  # fmt: skip
     size = corpus_mib * 2**20
     results: dict = {"corpus_mib": corpus_mib, "piece": PIECE}
     results["framing"] = bench_framing(size, repeat)
     log(f"  framing: {results['framing']['mib_s']:.1f} MiB/s")
+    results["scrubber"] = bench_scrubber(min(size, 2 * 2**20), repeat)
+    for name, res in results["scrubber"].items():
+        log(
+            f"  scrub {name}: {res['own_passes']:.1f} MiB/s own passes, {res['with_rules']:.1f} with the rule set"
+        )
     results["parsers"] = {}
     for protocol in CORPORA:
         res = results["parsers"][protocol] = bench_parser(protocol, size, repeat)

@@ -173,6 +173,16 @@ def micro_table(micro: dict) -> str:
             f"| `{protocol}` `ResponseReader` (raw bytes in: frame + parse; goal ≥ {PARSER_GOALS['reader']:g}) "
             f"| {read} MiB/s |"
         )
+    for name, res in micro.get("scrubber", {}).items():
+        what = (
+            "a Claude Code request, `scrub`"
+            if name == "claude_code_request"
+            else f"a `{name}` stream, `scrub_stream`"
+        )
+        lines.append(
+            f"| scrubber on {what} ({res['mib']:.1f} MiB): capsem's own passes / with the {res['rules']} shipped rules "
+            f"| {res['own_passes']:.1f} / {res['with_rules']:.1f} MiB/s |"
+        )
     writer = _mark(store["rows_s"], WRITER_GOAL, ",.0f", at_least=True)
     lines.append(
         f"| `SessionWriter` (typed net_events rows, scrubbed, batched; goal ≥ {WRITER_GOAL:,}) | {writer} rows/s |"

@@ -383,6 +383,7 @@ class _Learned:
         self.order: list[str] = []
         self._large: list[str] = []
         self._small: list[str] = []
+        self._large_set = LiteralSet([])
         self._sets: tuple[tuple[list[str], LiteralSet], ...] = ()
 
     def add(self, value: str) -> bool:
@@ -394,9 +395,10 @@ class _Learned:
         if len(self._small) >= max(64, len(self._large) // 8):
             self._large += self._small
             self._small = []
-        self._sets = tuple(
-            (words, LiteralSet([(w, False) for w in words])) for words in (self._large, self._small) if words
-        )
+            self._large_set = LiteralSet([(w, False) for w in self._large])
+        small = LiteralSet([(w, False) for w in self._small])
+        self._sets = tuple((words, found) for words, found in ((self._large, self._large_set), (self._small, small))
+                           if words)  # fmt: skip
         return True
 
     def spans(self, text: str, data: bytes) -> list[tuple[int, int]]:

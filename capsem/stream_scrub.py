@@ -77,22 +77,29 @@ def _decoded(raw: str) -> str | None:
 def scrub_deltas(text: str, scrub: Callable[[str], str | None]) -> str:
     """`text` (a streamed body, already scrubbed whole) with the secrets that its deltas spell only
     together cut out of each delta."""
+    joined: dict[str, list[str]] = {}
+    for key, raw in _DELTA_RE.findall(text):  # first the channels' texts alone: most hold no secret
+        value = _decoded(raw)
+        if value:
+            joined.setdefault(key, []).append(value)
+    dirty = {key for key, values in joined.items() if len(values) > 1 and _changes(scrub, "".join(values))}
+    if not dirty:
+        return text
     channels: dict[str, list[tuple[re.Match[str], str]]] = {}
     for m in _DELTA_RE.finditer(text):
-        value = _decoded(m.group("value"))
+        value = _decoded(m.group("value")) if m.group("key") in dirty else None
         if value:
             channels.setdefault(m.group("key"), []).append((m, value))
-    edits: list[tuple[int, int, str]] = []
-    for deltas in channels.values():
-        if len(deltas) > 1:
-            edits += _channel_edits(deltas, scrub)
-    if not edits:
-        return text
+    edits = [edit for deltas in channels.values() for edit in _channel_edits(deltas, scrub)]
     out, done = [], 0
     for start, end, replacement in sorted(edits):
         out += [text[done:start], replacement]
         done = end
     return "".join(out) + text[done:]
+
+
+def _changes(scrub: Callable[[str], str | None], text: str) -> bool:
+    return (scrub(text) or text) != text
 
 
 def _channel_edits(

@@ -1,0 +1,102 @@
+"""A secret split across a stream's deltas is cut from every delta that carries part of it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from capsem.markers import hash_value
+from capsem.redact import Scrubber
+from capsem.stream_scrub import marker_spans
+
+KEY = "sk-ant-api03-Zq8vB2nR4tY6uI0oP3aS5dF7gH9jK1lX"
+
+
+def pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def anthropic_sse(parts: list[str], field: str = "text", kind: str = "text_delta") -> str:
+    events = ['event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1"}}\n\n']
+    for p in parts:
+        delta = {"type": "content_block_delta", "index": 0, "delta": {"type": kind, field: p}}
+        events.append(f"event: content_block_delta\ndata: {json.dumps(delta)}\n\n")
+    return "".join(events) + 'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+
+
+def openai_chat_sse(parts: list[str]) -> str:
+    chunks = [{"choices": [{"index": 0, "delta": {"content": p}}]} for p in parts]
+    return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+
+
+def responses_sse(parts: list[str]) -> str:
+    return "".join(
+        f"data: {json.dumps({'type': 'response.output_text.delta', 'delta': p})}\n\n" for p in parts
+    )
+
+
+def gemini_sse(parts: list[str]) -> str:
+    chunks = [{"candidates": [{"content": {"parts": [{"text": p}], "role": "model"}}]} for p in parts]
+    return "".join(f"data: {json.dumps(c)}\r\n\r\n" for c in chunks)
+
+
+def ollama_ndjson(parts: list[str]) -> str:
+    return "".join(json.dumps({"model": "llama3", "response": p, "done": False}) + "\n" for p in parts)
+
+
+def deltas_of(body: str, field: str) -> str:
+    """The stream's text as a client assembles it."""
+    out = []
+    for line in body.splitlines():
+        line = line.removeprefix("data: ")
+        if line.startswith("{"):
+            obj = json.loads(line)
+            stack = [obj]
+            while stack:
+                node = stack.pop(0)
+                if isinstance(node, dict):
+                    out += [v for k, v in node.items() if k == field and isinstance(v, str)]
+                    stack += [v for v in node.values() if isinstance(v, dict | list)]
+                elif isinstance(node, list):
+                    stack += node
+    return "".join(out)
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [(anthropic_sse, "text"), (openai_chat_sse, "content"), (responses_sse, "delta"), (gemini_sse, "text"),
+     (ollama_ndjson, "response")],
+)  # fmt: skip
+@pytest.mark.parametrize("size", [1, 3, 8])
+def test_a_key_in_pieces_of_any_size_is_gone_from_every_delta(build, field, size):
+    said = f'Use "{KEY}" — café — then restart.'
+    body = build(pieces(said, size))
+    stored = Scrubber().scrub_stream(body)
+    assert "Zq8vB2nR4tY6uI0oP3aS5dF7gH9jK1lX"[:6] not in stored.replace("\\", "")
+    assert KEY[13:21] not in stored
+    assembled = deltas_of(stored, field)
+    assert assembled == f'Use "[redacted {hash_value(KEY)}]" — café — then restart.'
+    assert stored.count("[redacted ") == 1  # the marker once, where the key began
+
+
+def test_tool_arguments_split_across_partial_json_deltas():
+    arguments = json.dumps({"command": f"export ANTHROPIC_API_KEY={KEY}", "timeout": 5})
+    body = anthropic_sse(pieces(arguments, 5), field="partial_json", kind="input_json_delta")
+    stored = Scrubber().scrub_stream(body)
+    assert json.loads(deltas_of(stored, "partial_json"))["command"].startswith(
+        "export ANTHROPIC_API_KEY=[redacted"
+    )
+
+
+def test_a_stream_without_secrets_is_left_byte_for_byte():
+    body = anthropic_sse(pieces("Nothing to hide here, just tokens: 12 input, 40 output.", 4))
+    assert Scrubber().scrub_stream(body) == body
+
+
+def test_marker_spans_place_each_redaction_exactly():
+    scrub = Scrubber().scrub
+    text = f"a {KEY} b postgres://app:hunter2hunter2@db/x [redacted hash:0123456789ab] {KEY}"
+    spans = marker_spans(text, scrub(text))
+    assert [text[s:e] for s, e in spans] == [KEY, "hunter2hunter2", KEY]
+    assert marker_spans("abc", "xyz") is None
