@@ -7,6 +7,7 @@ import json
 import random
 import time
 
+import pytest
 import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -86,6 +87,35 @@ def test_a_secret_in_a_body_is_stored_redacted(tmp_path):
     frames = [zstandard.decompress(r[0]) for r in rec.writer.conn.execute("SELECT data FROM content_frames")]
     assert frames and not any(b"QQQQQQQQQQ" in f for f in frames)  # nor in the items stored beside the body
     rec.shutdown()
+
+
+@pytest.mark.parametrize("direction", ["request", "response"])
+def test_a_key_or_private_key_across_a_64_kib_cut_is_redacted_whole(direction):
+    """One JSON string longer than a piece: the store cuts it every 64 KiB, after it is scrubbed."""
+    key = "sk-ant-api03-Zq8vB2nR4tY6uI0oP3aS5dF7gH9jK1lX"
+    pem = (
+        "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIPEMbodyAcrossTheCut0000000000000000000000TailOfThePEM\n"
+        "-----END EC PRIVATE KEY-----"
+    )
+    for secret, needle in ((key, key[-12:]), (pem, "TailOfThePEM")):  # what lies past the cut
+        prefix = "x" * (MAX_PIECE - len('{"messages": [{"content": "') - len(secret) // 2)
+        body = json.dumps({"messages": [{"content": prefix + secret + " end"}]}).encode()
+        assert body.index(secret.encode()[:10]) < MAX_PIECE < body.index(secret.encode()[:10]) + len(secret)
+        store = BodyStore(Scrubber(), IdMinter())
+        written = store.keep(owner="a", source_table="model_calls", row_id=1, bodies=[Body(direction, body)])
+        frames = b"".join(zstandard.decompress(r.data) for r in written if isinstance(r, ContentFrame))
+        assert needle.encode() not in frames and b"[redacted hash:" in frames
+
+
+def test_a_segment_stored_before_a_credential_was_learned_is_scrubbed_again():
+    scrubber = Scrubber()
+    store = BodyStore(scrubber, IdMinter())
+    body = json.dumps({"messages": [{"role": "user", "content": "use internal-credential-77"}]}).encode()
+    store.keep(owner="a", source_table="model_calls", row_id=1, bodies=[Body("request", body)])
+    scrubber.learn("internal-credential-77")  # a later flow's header shows it is a credential
+    written = store.keep(owner="b", source_table="model_calls", row_id=2, bodies=[Body("request", body)])
+    frames = b"".join(zstandard.decompress(r.data) for r in written if isinstance(r, ContentFrame))
+    assert b"use [redacted hash:" in frames and b"internal-credential-77" not in frames
 
 
 def test_lists_follow_at_most_max_depth_links(tmp_path):

@@ -278,6 +278,12 @@ def session_db(home: Path, n: int) -> Path:
     return db
 
 
+def hash_value_in(home: Path, secret: str) -> str:
+    """The marker name `secret` gets in that installation."""
+    with home_of(home):
+        return hash_value(secret)
+
+
 def texts(home: Path, sql: str) -> str:
     return "\n".join(json.dumps(r, ensure_ascii=False) for r in rows(session_db(home, 0), sql))
 
@@ -330,6 +336,9 @@ def test_4_a_key_split_across_stream_deltas_is_cut_from_every_delta(recorded):
         )
         raw = run("show-call", str(calls[-1]["id"]), "--response", "--raw", sid)
     assert "content_block_delta" in raw and raw.count("[redacted hash:") == 1
+    events = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]
+    joined = "".join(e["delta"].get("text", "") for e in events if e["type"] == "content_block_delta")
+    assert joined == f"I found [redacted {hash_value_in(home, STREAMED['anthropic'])}] in the config."
 
 
 def test_5_bot_tokens_in_paths_and_json_escaped_secrets_in_raw_bodies(recorded):
@@ -346,8 +355,7 @@ def test_6_markers_are_keyed_per_installation_and_not_reversible(recorded):
     assert_nowhere(corpus, [WEAK])
     plain = hashlib.sha256(WEAK.encode()).hexdigest()[:12]  # what a wordlist would compute
     assert found_in(corpus, plain) == []
-    with home_of(home):
-        marker = hash_value(SHARED_KEY)  # this installation's marker for the key
+    marker = hash_value_in(home, SHARED_KEY)  # this installation's marker for the key
     assert marker != "hash:" + hashlib.sha256(SHARED_KEY.encode()).hexdigest()[:12]
     headers = texts(home, "SELECT request_headers FROM net_events WHERE domain = 'api.anthropic.com'")
     prompts = texts(home, "SELECT content FROM item_contents")
