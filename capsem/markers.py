@@ -73,6 +73,12 @@ def _read(file: Path) -> bytes:
 
 def installation_key() -> bytes:
     """This installation's key (`$CAPSEM_HOME/hash.key`, made on first use)."""
+    return _key_of_home(os.environ.get("CAPSEM_HOME", ""))
+
+
+@functools.lru_cache(maxsize=8)
+def _key_of_home(_home: str) -> bytes:
+    """The key, looked up once per value of CAPSEM_HOME (hashing is on the recorder's hot path)."""
     return _key_for(str(key_path()))
 
 

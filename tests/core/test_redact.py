@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from assembler.procdiag.sample import ProcessReader
-from capsem import redact
+from capsem import redact, secret_names
 from capsem.redact import Scrubber, hash_value, headers_json, redact_query
 from capsem.rollup import register_session
 from capsem.schema import open_main_db
@@ -97,10 +97,10 @@ _TEXTS = st.lists(st.one_of(st.sampled_from(_PIECES), st.text(max_size=12)), max
 def plain_named_pass(text: str) -> str:
     """The secret-named values pass as one plain scan of `_NAMED_RE` over the whole text."""
     out, done = [], 0
-    for m in redact._NAMED_RE.finditer(text):
+    for m in secret_names._NAMED_RE.finditer(text):
         if m.start() < done or not redact.is_secret_name(m.group("name")):
             continue
-        span = redact._secret_span(text, m)
+        span = secret_names._secret_span(text, m)
         if span is not None:
             out += [text[done : span[0]], redact._redacted(text[span[0] : span[1]])]
             done = span[1]
