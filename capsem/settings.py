@@ -207,15 +207,17 @@ def _header_map() -> Check:
     return Check(allowed, parse)
 
 
-def _rules() -> Check:
-    def parse(key: str, value: Any) -> tuple[PolicyRule, ...]:
+def _listed(entry: Callable[[str, int, Any], Any], allowed: str) -> Check:
+    """A list of entries, each parsed by `entry(key, n, raw)` at `key[n]` (n from 1)."""
+
+    def parse(key: str, value: Any) -> tuple[Any, ...]:
         if value is None:
             return ()
         if not isinstance(value, list):
-            raise _must(key, "a list of rules", value)
-        return tuple(PolicyRule.parse(f"{key}[{n}]", n, raw) for n, raw in enumerate(value, 1))
+            raise _must(key, allowed, value)
+        return tuple(entry(f"{key}[{n}]", n, raw) for n, raw in enumerate(value, 1))
 
-    return Check("a list of rules", parse)
+    return Check(allowed, parse)
 
 
 # --- the typed tree ---------------------------------------------------------------------------
@@ -332,17 +334,6 @@ class SecretRule:
         except RuleError as exc:
             raise _Bad(f"{key}.regex", f"does not compile: {str(exc).rsplit(': ', 1)[-1]}") from exc
         return rule
-
-
-def _secret_rules() -> Check:
-    def parse(key: str, value: Any) -> tuple[SecretRule, ...]:
-        if value is None:
-            return ()
-        if not isinstance(value, list):
-            raise _must(key, "a list of secret rules", value)
-        return tuple(SecretRule.parse(f"{key}[{n}]", n, raw) for n, raw in enumerate(value, 1))
-
-    return Check("a list of secret rules", parse)
 
 
 def _glob(key: str, value: Any) -> str | None:
@@ -502,7 +493,9 @@ class CaptureSettings:
     """Header names (lower-case) whose values are kept verbatim; the others are hashed."""
     query_params: frozenset[str] = _setting("redaction.query_params", _names("query parameter name"))
     """Query parameter names (lower-case) whose values are hashed."""
-    secret_rules: tuple[SecretRule, ...] = _setting("redaction.rules", _secret_rules())
+    secret_rules: tuple[SecretRule, ...] = _setting(
+        "redaction.rules", _listed(SecretRule.parse, "a list of secret rules")
+    )
     """Credential shapes added to the shipped ones (gitleaks' rule form)."""
     disabled_rules: frozenset[str] = _setting("redaction.disabled_rules", _names("rule id"))
     """Ids of shipped rules switched off (`generic-api-key` by default)."""
@@ -512,7 +505,7 @@ class CaptureSettings:
 class PolicySettings:
     """`policy:`: the ordered rules; the first whose fields all match decides."""
 
-    rules: tuple[PolicyRule, ...] = _setting("policy.rules", _rules())
+    rules: tuple[PolicyRule, ...] = _setting("policy.rules", _listed(PolicyRule.parse, "a list of rules"))
 
 
 @dataclass(frozen=True)
