@@ -98,6 +98,7 @@ def run(workspace, mitmdump_args, quiet, broker, view, command) -> None:
     The agent gets HTTPS_PROXY and the CA variables (SSL_CERT_FILE, NODE_EXTRA_CA_CERTS,
     REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE...) pointing at a fresh mitmdump with the capsem addon.
     Its exit code is passed through. When its calls are not recorded: capsem doctor -- AGENT.
+    Ctrl-C reaches the agent, and the session records until it exits (Ctrl-C again kills it).
 
     \b
     Examples:
@@ -136,6 +137,8 @@ def run(workspace, mitmdump_args, quiet, broker, view, command) -> None:
         print_session(result.session_id, console)
         if result.diagnostics is not None:
             console.print(result.diagnostics.summary(), style="dim")
+    if result.signals is not None:
+        result.signals.__exit__()
     sys.exit(result.exit_code)
 
 
