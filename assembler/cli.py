@@ -193,7 +193,7 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
         capsem list-sessions -n 0 --with-model --min-cost 0.01
         capsem list-sessions --all --with-db --json
     """
-    from assembler.sessions import SessionFilters, created, duration, list_sessions
+    from assembler.sessions import LOSSY, SessionFilters, created, duration, list_sessions
     from assembler.tables import Column, fit_table
 
     filters = SessionFilters(
@@ -220,7 +220,7 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
             r.get("total_cache_read_tokens") or 0,
         )
         uncached = max(0, r["total_input_tokens"] - cache_write - cache_read)
-        lossy = r.get("capture_status") in ("degraded", "failed")
+        lossy = r.get("capture_status") in LOSSY
         return [r["id"] + ("*" if r["has_db"] else " "), created(r), duration(r), r["status"] + ("!" if lossy else ""),
                 "" if r.get("exit_code") is None else str(r["exit_code"]), f"${r['total_estimated_cost']:.4f}",
                 f"{uncached:,}", f"{cache_write:,}", f"{cache_read:,}", f"{r['total_output_tokens']:,}",
@@ -233,7 +233,7 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
     if listing.matched > len(found):
         notes.append(f"showing {len(found)} of {counted(listing.matched, 'session')} (-n 0 shows all)")
     console.print("; ".join(notes), highlight=False)
-    lossy = [r for r in found if r.get("capture_status") in ("degraded", "failed")]
+    lossy = [r for r in found if r.get("capture_status") in LOSSY]
     if lossy:
         console.print(f"! = capture lost data in {counted(len(lossy), 'session')}: capsem inspect-session ID says what",
                       style="red", highlight=False)  # fmt: skip

@@ -17,7 +17,15 @@ from typing import Any, Literal
 from assembler.cli_support import counted
 from assembler.failures import Failure, model_failures, network_failures, tool_failures
 from assembler.sessiondb import DB_NAME, db_file, main_row, open_main, open_session
-from capsem.rollup import AI_USAGE_COLUMNS, AI_USAGE_SQL, TOTALS_SQL, capture_health
+from assembler.sessions import as_shown
+from capsem.rollup import (
+    AI_USAGE_COLUMNS,
+    AI_USAGE_SQL,
+    NOT_RECORDED_END,
+    TOTALS_SQL,
+    capture_health,
+    capture_meta,
+)
 from capsem.schema import SESSION_MIGRATIONS, SESSION_TABLES, migrate
 
 Severity = Literal["error", "warning", "info"]
@@ -264,15 +272,20 @@ def check_decoding(conn: sqlite3.Connection) -> list[Finding]:
     return []
 
 
-def check_capture(conn: sqlite3.Connection, row: dict | None) -> list[Finding]:
-    """Whether recording itself worked: rows or chunks lost, failed commits (session.db), a recorder
-    that died (main.db). Each is an error: the record is incomplete."""
-    meta = dict(conn.execute("SELECT key, value FROM session_meta WHERE key LIKE 'capture%'").fetchall())
-    status, _, problem = capture_health(meta)
+def check_capture(conn: sqlite3.Connection, row: dict | None, folder: Path | None = None) -> list[Finding]:
+    """Whether recording itself worked: rows or chunks lost, failed commits, flows missed while the
+    recorder restarted (session.db, and the health file in `folder` for when the disk was full), a
+    recorder that died or a session whose end was not recorded (main.db). Each is an error: the
+    record is incomplete."""
+    status, _, problem = capture_health(capture_meta(conn, folder))
     out = []
     if row is not None and row.get("capture_status") == "failed":
         out.append(
             Finding("error", "capture", f"capture failed: {row.get('capture_error') or 'the recorder died'}")
+        )
+    elif row is not None and row.get("capture_status") == "unknown":
+        out.append(
+            Finding("error", "capture", f"capture incomplete: {row.get('capture_error') or NOT_RECORDED_END}")
         )
     if status != "ok":
         out.append(Finding("error", "capture", f"capture degraded: {problem}"))
@@ -289,6 +302,9 @@ def check_rollup(
         return [Finding("warning", "rollup", "session has no row in main.db")]
     if row["status"] == "running":
         return [Finding("info", "rollup", "session is still running; totals are rolled up when it stops")]
+    if row.get("process_gone"):
+        return [Finding("info", "rollup", "its process is gone and main.db still says running: the next capsem "
+                                          "start or capsem vacuum marks it crashed and rolls it up")]  # fmt: skip
     actual = dict(conn.execute(TOTALS_SQL).fetchone())
     diffs = [
         f"{k} {_shown(row[k])} != {_shown(v)}" for k, v in actual.items() if k in row and _differs(row[k], v)
@@ -428,7 +444,7 @@ def run_checks(conn: sqlite3.Connection, row: dict | None, ai_usage: list[dict] 
     """Every check, in order; checks that cannot run become one error finding per cause."""
     named = [(c.__name__.removeprefix("check_").replace("_", " "), c) for c in CHECKS]
     named.append(("rollup", lambda c: check_rollup(c, row, ai_usage)))
-    named.append(("capture", lambda c: check_capture(c, row)))
+    named.append(("capture", lambda c: check_capture(c, row, path.parent if path is not None else None)))
     findings: list[Finding] = []
     failed: dict[str, list[str]] = {}
     for name, check in named:
@@ -542,6 +558,8 @@ def inspect_session(session_id: str, preview_rows: int = 5) -> Inspection:
     """
     path = db_file(session_id)
     row = main_row(session_id)
+    if row is not None:
+        row = as_shown(row)  # as list-sessions shows it
     ai_usage = None
     if row is not None:
         with open_main() as main:

@@ -294,8 +294,8 @@ def _alive(row: SessionRow) -> bool:
 
 def recover_crashed(main: sqlite3.Connection, *, exclude: str | None = None) -> list[str]:
     """Mark `running` sessions whose process is gone as `crashed` and roll them up. Nobody
-    recorded their end, so their capture is never `ok`: `unknown` unless the rollup found a loss
-    (`degraded`) or it was already `failed`."""
+    recorded their end, so their capture is never `ok`: `failed` when the rollup found a loss
+    (session_meta or the health file), else `unknown`."""
     rows = [
         SessionRow(r["id"], r["status"], r["pid"], r["pid_started_at"])
         for r in main.execute("SELECT id, status, pid, pid_started_at FROM sessions WHERE status = 'running'")
@@ -304,9 +304,9 @@ def recover_crashed(main: sqlite3.Connection, *, exclude: str | None = None) -> 
     for session_id in crashed:
         finish_session(main, session_id, status="crashed")
         main.execute(
-            """UPDATE sessions SET capture_status = 'unknown',
-                      capture_error = COALESCE(capture_error || '; ', '') || ? WHERE id = ?
-                      AND COALESCE(capture_status, 'ok') = 'ok'""",
+            """UPDATE sessions SET capture_status = CASE WHEN capture_status IN ('degraded', 'failed')
+                                                         THEN 'failed' ELSE 'unknown' END,
+                      capture_error = COALESCE(capture_error || '; ', '') || ? WHERE id = ?""",
             (NOT_RECORDED_END, session_id),
         )
     return crashed
