@@ -234,6 +234,8 @@ class _Child:
     """Of those, how many it reported committed (`committed <n>` lines)."""
     barriers: set[int] = field(default_factory=set)
     stop_sent: bool = False
+    ready: bool = False
+    """It opened session.db (one that dies before would only be followed by one failing alike)."""
 
 
 class RecorderProcess(_Barriers):
@@ -249,8 +251,9 @@ class RecorderProcess(_Barriers):
     ids, counted up from what session.db holds, cannot collide with anything it wrote. The flows
     the dead one had been handed but not committed are counted (`missed_flows`, stored in
     `session_meta` by the new one); the batch being written when it died, and everything still in
-    the outbox, go to the new one. After `max_restarts` it stays dead: later messages are dropped
-    and counted, and the session is marked `crashed` at `stop`.
+    the outbox, go to the new one. After `max_restarts`, or when a child dies before it could open
+    session.db, it stays dead: later messages are dropped and counted, and the session is marked
+    `crashed` at `stop`, with those counts.
     """
 
     def __init__(self, outbox: Outbox, spec: bytes, interval: float = 0.02,
@@ -386,6 +389,7 @@ class RecorderProcess(_Barriers):
         self._ended(child, child.process.wait())
 
     def _child_ready(self, child: _Child) -> None:
+        child.ready = True
         if child.number == 0:
             self.ready.set()
             if self.on_ready is not None:
@@ -418,12 +422,12 @@ class RecorderProcess(_Barriers):
         with self._cond:
             self.missed_flows += missed
             self._child = None
-            final = stopping or self.restarts >= self.max_restarts
+            final = stopping or not child.ready or self.restarts >= self.max_restarts
         if self.on_down is not None:
             self.on_down()
         lost = f"{missed} flows it had not committed are not recorded"
         if final:
-            more = "" if stopping else f" (restarted {self.restarts} times already)"
+            more = "" if stopping or not child.ready else f" (restarted {self.restarts} times already)"
             self._died(f"{reason}{more}; {lost}")
             self._finish()
             return

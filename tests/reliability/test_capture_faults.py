@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -48,6 +49,10 @@ def test_an_unwritable_wal_index_kills_only_the_recorder(mitmdump, emu, capsem_h
     try:
         with ThreadPoolExecutor(max_workers=4) as pool:  # the recorder faults while these stream
             assert list(pool.map(lambda n: ask(proxy, n), range(3, 23))) == [200] * 20
+        deadline = time.monotonic() + 10  # its successor cannot open session.db either: capture ends
+        while "capture stopped, traffic is not affected" not in proxy.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [ask(proxy, n) for n in range(23, 26)] == [200] * 3  # handed to no recorder: dropped
         assert proxy.stop() == 0
     finally:
         subprocess.run(["chattr", "-i", str(shm)], check=False)
@@ -58,6 +63,10 @@ def test_an_unwritable_wal_index_kills_only_the_recorder(mitmdump, emu, capsem_h
         assert "SIGBUS" in log or "SIGSEGV" in log, log[-3000:]
         assert (session["status"], session["capture_status"]) == ("crashed", "failed")
         assert "died" in session["capture_error"]
+        # what the hand-over dropped after the end of capture is saved and logged
+        dropped = re.search(r"(\d+) messages dropped by the hand-over", session["capture_error"])
+        assert dropped and int(dropped.group(1)) >= 3, session["capture_error"]
+        assert dropped.group(0) in log
 
 
 @pytest.fixture
