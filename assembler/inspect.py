@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -163,8 +165,10 @@ def check_references(conn: sqlite3.Connection) -> list[Finding]:
 
 def check_provider_traffic(conn: sqlite3.Connection) -> list[Finding]:
     """Flows recognised as model calls (net_events.provider set) that produced no model_calls row."""
+    # NOT IN over the whole column (one temporary index), not a NOT EXISTS per row: model_calls has
+    # no index on net_event_id, and a correlated subquery took quadratic time (minutes on 560 MB)
     n = _count(conn, "SELECT COUNT(*) FROM net_events n WHERE n.provider IS NOT NULL AND n.decision != 'denied' "
-                     "AND NOT EXISTS (SELECT 1 FROM model_calls m WHERE m.net_event_id = n.id)")  # fmt: skip
+                     "AND n.id NOT IN (SELECT net_event_id FROM model_calls WHERE net_event_id IS NOT NULL)")  # fmt: skip
     if n:
         total = _count(conn, "SELECT COUNT(*) FROM net_events WHERE provider IS NOT NULL")
         return [Finding("error", "provider traffic",
@@ -425,6 +429,41 @@ CHECKS: list[Callable[[sqlite3.Connection], list[Finding]]] = [
 ]  # fmt: skip
 
 
+CHECK_SECONDS = 20.0
+"""At most this long for one check, and TOTAL_SECONDS for all (a huge or damaged session): a check
+cut short is reported as skipped, never waited for."""
+TOTAL_SECONDS = 90.0
+
+
+class Clock:
+    """The time `inspect-session` may spend, enforced inside SQLite (a progress handler interrupts
+    the statement, Python-side iteration over its rows included)."""
+
+    def __init__(self, per_check: float = CHECK_SECONDS, total: float = TOTAL_SECONDS) -> None:
+        self.per_check = per_check
+        self.end = time.monotonic() + total
+
+    @property
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+    @contextmanager
+    def bounded(self, conn: sqlite3.Connection, seconds: float | None = None) -> Iterator[float]:
+        """Within the block, a statement on `conn` past the limit raises `sqlite3.OperationalError`
+        ('interrupted'); yields the limit."""
+        limit = max(0.0, min(self.per_check if seconds is None else seconds, self.left))
+        deadline = time.monotonic() + limit
+        conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+        try:
+            yield limit
+        finally:
+            conn.set_progress_handler(None, 0)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and "interrupted" in str(exc)
+
+
 class _CouldNotRun(Exception):
     def __init__(self, name: str, error: str) -> None:
         self.name, self.error = name, error
@@ -440,22 +479,35 @@ def _safe(
 
 
 def run_checks(conn: sqlite3.Connection, row: dict | None, ai_usage: list[dict] | None,
-               path: Path | None) -> list[Finding]:  # fmt: skip
-    """Every check, in order; checks that cannot run become one error finding per cause."""
+               path: Path | None, clock: Clock | None = None) -> list[Finding]:  # fmt: skip
+    """Every check, in order; checks that cannot run become one error finding per cause, checks
+    cut short by the `clock` one warning naming them."""
+    clock = clock or Clock()
     named = [(c.__name__.removeprefix("check_").replace("_", " "), c) for c in CHECKS]
     named.append(("rollup", lambda c: check_rollup(c, row, ai_usage)))
     named.append(("capture", lambda c: check_capture(c, row, path.parent if path is not None else None)))
     findings: list[Finding] = []
     failed: dict[str, list[str]] = {}
+    skipped: list[str] = []
     for name, check in named:
-        try:
-            findings += _safe(name, check, conn)
-        except _CouldNotRun as exc:
-            failed.setdefault(exc.error, []).append(exc.name)
+        with clock.bounded(conn) as limit:
+            try:
+                if limit <= 0:
+                    raise _CouldNotRun(name, "interrupted")
+                findings += _safe(name, check, conn)
+            except _CouldNotRun as exc:
+                if exc.error == "interrupted":
+                    skipped.append(name)
+                else:
+                    failed.setdefault(exc.error, []).append(exc.name)
     for error, names in failed.items():
         findings.append(
             Finding("error", "checks", f"{len(names)} checks could not run ({', '.join(names)}): {error}")
         )
+    if skipped:
+        findings.append(Finding("warning", "checks", f"{counted(len(skipped), 'check')} skipped ({', '.join(skipped)}): "
+                                f"not done within {clock.per_check:g} s each, {TOTAL_SECONDS:g} s in all, on this "
+                                "session; their findings are missing"))  # fmt: skip
     findings += check_files(path, row)
     order = {s: i for i, s in enumerate(SEVERITIES)}
     return sorted(findings, key=lambda f: order[f.severity])
@@ -550,8 +602,9 @@ def _jsonable(value: Any) -> Any:
     return f"<blob {len(value)} bytes>" if isinstance(value, bytes) else value
 
 
-def inspect_session(session_id: str, preview_rows: int = 5) -> Inspection:
-    """Open a session (gzipped or not, read-only) and run every check on it.
+def inspect_session(session_id: str, preview_rows: int = 5, clock: Clock | None = None) -> Inspection:
+    """Open a session (gzipped or not, read-only) and run every check on it, within the `clock`'s
+    time (a check or summary cut short is reported as skipped).
 
     Raises:
         SessionNotFound, SessionDbError: the database is missing or cannot be opened.
@@ -566,20 +619,25 @@ def inspect_session(session_id: str, preview_rows: int = 5) -> Inspection:
             ai_usage = [
                 dict(r) for r in main.execute("SELECT * FROM ai_usage WHERE session_id = ?", (session_id,))
             ]
+    clock = clock or Clock()
     with open_session(session_id) as conn:
-        findings = run_checks(conn, row, ai_usage, path)
-        try:
-            counts = table_counts(conn)
-        except sqlite3.Error:
-            counts = {}  # unreadable
-        result = Inspection(session_id, str(path), row["status"] if row else None, counts, findings)
-        for attr, fn in (("tools", tool_usage), ("mcp", mcp_usage), ("inputs", input_breakdown)):
+        findings = run_checks(conn, row, ai_usage, path, clock)
+        with clock.bounded(conn):
             try:
-                setattr(result, attr, fn(conn))
+                counts = table_counts(conn)
             except sqlite3.Error:
-                pass
-        try:
-            result.previews = last_rows(conn, preview_rows)
-        except sqlite3.Error:
-            pass
+                counts = {}  # unreadable
+        result = Inspection(session_id, str(path), row["status"] if row else None, counts, findings)
+        skipped = []
+        for attr, fn in (("tools", tool_usage), ("mcp", mcp_usage), ("inputs", input_breakdown),
+                         ("previews", lambda c: last_rows(c, preview_rows))):  # fmt: skip
+            with clock.bounded(conn):
+                try:
+                    setattr(result, attr, fn(conn))
+                except sqlite3.Error as exc:
+                    if _interrupted(exc):
+                        skipped.append(attr)
+        if skipped:
+            result.findings.append(Finding("info", "checks", f"summaries left out for lack of time: "
+                                                             f"{', '.join(skipped)}"))  # fmt: skip
     return result
