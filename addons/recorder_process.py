@@ -101,7 +101,7 @@ class Loop:
         values = self.writer.health.meta()
         if self.spec.restart:
             values.update(capture_recorder_restarts=str(self.spec.restart),
-                          capture_missed_flows=str(self.spec.missed_flows))  # fmt: skip
+                          capture_missed_flows=str(self.recorder.restart_missed or self.spec.missed_flows))  # fmt: skip
         if self.recorder.failures:
             values["capture_failed_messages"] = str(self.recorder.failures)
         if stop is not None and (stop.dropped_chunks or stop.dropped_messages):
@@ -138,7 +138,10 @@ def open_recorder(spec: RecorderSpec) -> Loop:
     if spec.track_spend:
         spend = SessionSpend(spec.session_id)
         spend.load(writer.conn)
-    return Loop(Recorder(writer, settings, spend), writer, spec, live=live_export(spec))
+    recorder = Recorder(writer, settings, spend)
+    if spec.restart:
+        recorder.restart_missed = spec.missed_flows
+    return Loop(recorder, writer, spec, live=live_export(spec))
 
 
 def live_export(spec: RecorderSpec) -> LiveExport | None:

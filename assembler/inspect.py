@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from addons.budgets import RULE_PREFIX, UNCONFIRMED
 from assembler.cli_support import counted
 from assembler.failures import Failure, model_failures, network_failures, tool_failures
 from assembler.sessiondb import DB_NAME, db_file, main_row, open_main, open_session
@@ -383,24 +384,35 @@ def check_processes(conn: sqlite3.Connection) -> list[Finding]:
 
 
 def check_budgets(conn: sqlite3.Connection) -> list[Finding]:
-    """Model calls a budget refused (warning: the agent was stopped) or let through at its warn level (info)."""
-    counts: dict[tuple[str, str], int] = {}
+    """Model calls a budget refused (warning: the agent was stopped) or let through at its warn level
+    (info); calls decided while the budget's spend could not be confirmed (warning: refused for
+    that, or let through unchecked by `on_unconfirmed: allow`)."""
+    counts: dict[tuple[str, str, bool], int] = {}
     for rule, decision, n in conn.execute(
         "SELECT matched_rule, decision, COUNT(*) FROM net_events WHERE matched_rule LIKE '%budget:%' "
         "GROUP BY matched_rule, decision ORDER BY MIN(id)"
     ):
         for part in rule.split(", "):
-            if part.startswith("budget:"):
-                key = (part.removeprefix("budget:"), decision)
+            if part.startswith(RULE_PREFIX):
+                name = part.removeprefix(RULE_PREFIX)
+                key = (name.removesuffix(UNCONFIRMED), decision, name.endswith(UNCONFIRMED))
                 counts[key] = counts.get(key, 0) + n
     out = []
-    for (name, decision), n in counts.items():
-        if decision == "denied":
-            out.append(Finding("warning", "budgets", f"budget {name} refused {n} model call{'s' * (n != 1)} "
-                                                     "(answered by capsem, never sent)"))  # fmt: skip
+    for (name, decision, unconfirmed), n in counts.items():
+        calls = f"{n} model call{'s' * (n != 1)}"
+        if unconfirmed:
+            what = (f"refused {calls} because its spend could not be confirmed (its recorder was not answering)"
+                    if decision == "denied" else
+                    f"let {calls} through unchecked: its spend could not be confirmed (on_unconfirmed: allow)")  # fmt: skip
+            out.append(Finding("warning", "budgets", f"budget {name} {what}"))
+        elif decision == "denied":
+            out.append(
+                Finding(
+                    "warning", "budgets", f"budget {name} refused {calls} (answered by capsem, never sent)"
+                )
+            )
         else:
-            out.append(Finding("info", "budgets", f"budget {name}: {n} model call{'s' * (n != 1)} went through "
-                                                  "at its warn level"))  # fmt: skip
+            out.append(Finding("info", "budgets", f"budget {name}: {calls} went through at its warn level"))
     return out
 
 

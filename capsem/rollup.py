@@ -138,7 +138,7 @@ CAPTURE_COUNTS = {
     "capture_dropped_messages": "flow messages were not recorded (the recorder fell behind)",
     "capture_commit_failures": "commits failed",
     "capture_failed_messages": "flows could not be recorded",
-    "capture_missed_flows": "flows were not recorded (their recorder process died before writing them)",
+    "capture_missed_flows": "flows were not recorded, or not whole (their recorder process died)",
     "capture_recorder_restarts": "recorder restarts (its process died and was started again)",
 }
 """session_meta counters of capture problems (written by the recorder), and what each means."""

@@ -13,7 +13,9 @@ import os
 import signal
 import struct
 import termios
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 
@@ -32,6 +34,19 @@ def call(proxy, model: str = "claude-haiku-4-5") -> tuple[int, str]:
     with http_client(proxy) as client:
         resp = client.post(MESSAGES, json=body, headers={"x-api-key": ANTHROPIC_KEY})
         return resp.status_code, resp.text
+
+
+def slow_stream(proxy, started: threading.Event) -> bytes:
+    """A streamed call whose events come 80 ms apart; `started` is set at its first bytes."""
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 64, "stream": True,
+            "messages": [{"role": "user", "content": "streamed across the restart"}]}  # fmt: skip
+    received = b""
+    headers = {"x-api-key": ANTHROPIC_KEY, "x-emulator": "delay_ms=80"}
+    with http_client(proxy) as client, client.stream("POST", MESSAGES, json=body, headers=headers) as resp:
+        for chunk in resp.iter_raw():
+            received += chunk
+            started.set()
+    return received
 
 
 def recorder_of(proxy, other_than: int | None = None, timeout: float = 10.0) -> psutil.Process:
@@ -96,12 +111,17 @@ def test_a_stopped_or_killed_recorder_never_lets_a_budget_fail_open(mitmdump, em
         {"decision": "warned", "matched_rule": "budget:lenient (unconfirmed)"},
     ]
 
-    # kill -9 with one call handed to a stopped recorder and never committed
-    first.send_signal(signal.SIGSTOP)
-    assert call(proxy)[0] == 200
-    wait_for_input(first)  # its end is in the recorder's pipe, unread
-    os.kill(first.pid, signal.SIGKILL)
-    second = recorder_of(proxy, other_than=first.pid)  # restarted on the same session.db
+    # kill -9 with one call handed to a stopped recorder and never committed, and a stream in flight
+    started = threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        streaming = pool.submit(slow_stream, proxy, started)
+        assert started.wait(10)
+        first.send_signal(signal.SIGSTOP)
+        assert call(proxy)[0] == 200
+        wait_for_input(first)  # its end is in the recorder's pipe, unread
+        os.kill(first.pid, signal.SIGKILL)
+        second = recorder_of(proxy, other_than=first.pid)  # restarted on the same session.db
+        assert b"message_stop" in streaming.result(30)  # the agent got the whole stream
     allowed_after = 0
     while (answer := call(proxy))[0] == 200:  # the recovered spend holds: no fresh start at $0
         allowed_after += 1
@@ -115,12 +135,16 @@ def test_a_stopped_or_killed_recorder_never_lets_a_budget_fail_open(mitmdump, em
     assert sum(haiku) >= LIMIT > sum(haiku) - max(haiku)
     assert allowed_after == math.ceil(LIMIT / max(haiku)) - (len(haiku) - allowed_after)
     meta = dict((r["key"], r["value"]) for r in rows(db, "SELECT key, value FROM session_meta"))
-    assert (meta["capture_missed_flows"], meta["capture_recorder_restarts"]) == ("1", "1")
+    assert (meta["capture_missed_flows"], meta["capture_recorder_restarts"]) == ("2", "1")
+    (streamed,) = rows(
+        db, "SELECT error FROM net_events WHERE request_body_preview LIKE '%across the restart%'"
+    )
+    assert "died while this response streamed" in streamed["error"]
     assert rows(db, "PRAGMA integrity_check") == [{"integrity_check": "ok"}]
     (session,) = rows(capsem_home / "main.db", "SELECT * FROM sessions")
     assert (session["status"], session["capture_status"]) == ("stopped", "degraded")
     errors = [f.message for f in inspect_session(db.parent.name).findings if f.severity == "error"]
-    assert any("1 flows were not recorded" in e for e in errors), errors
+    assert any("2 flows were not recorded, or not whole" in e for e in errors), errors
     log = proxy.log()
     assert "the recorder process died (SIGKILL); 1 flows it had not committed are not recorded" in log
     assert "the recorder process was restarted" in log
