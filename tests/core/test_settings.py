@@ -29,7 +29,7 @@ CAPTURE_KEYS = (
     "preview_bytes, content_max_bytes, max_parse_bytes, max_body_bytes, commit_interval_ms, max_pending_calls"
 )
 ALL_SECTIONS = "capture, headers, redaction, policy, diagnostics, retention, budgets, credentials, export"
-BUDGET_FIELDS = "scope, limit_usd, warn_at, provider, model, host"
+BUDGET_FIELDS = "scope, limit_usd, warn_at, provider, model, host, on_unconfirmed"
 CREDENTIAL_FIELDS = "host, header, query, env, file, placeholder, agent_env"
 RULE_FIELDS = "name, action, host, port, path, method, mcp_server, mcp_tool"
 
