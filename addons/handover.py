@@ -274,6 +274,7 @@ class RecorderProcess(_Barriers):
         self._stopped = threading.Event()
         self._finished = threading.Event()  # no recorder runs, and none will
         self._cond = threading.Condition()
+        self._writing = threading.Lock()
         self._child: _Child | None = None
         self._failed_barriers: set[int] = set()
         self._sender = threading.Thread(target=self._send, name="capsem-handover", daemon=True)
@@ -353,14 +354,18 @@ class RecorderProcess(_Barriers):
             if child is None:
                 return False
             assert child.process.stdin is not None
-            child.flows_sent += flows  # before the write: it may die right after reading it
-            child.barriers |= barriers
-            try:
-                child.process.stdin.write(len(frame).to_bytes(4, "big") + frame)
-                child.process.stdin.flush()
-            except (OSError, ValueError):  # it died: wait for its successor and write it again
-                child.flows_sent -= flows
-                child.barriers -= barriers
+            with self._writing:  # `_ended` counts what it lost only once this write is settled
+                child.flows_sent += flows  # before the write: it may die right after reading it
+                child.barriers |= barriers
+                try:
+                    child.process.stdin.write(len(frame).to_bytes(4, "big") + frame)
+                    child.process.stdin.flush()
+                    written = True
+                except (OSError, ValueError):  # it died: its successor gets the batch
+                    child.flows_sent -= flows
+                    child.barriers -= barriers
+                    written = False
+            if not written:
                 with self._cond:
                     while self._child is child and not self._finished.is_set():
                         self._cond.wait(0.5)
@@ -415,7 +420,8 @@ class RecorderProcess(_Barriers):
         if code == 0 and stopping:
             self._finish()
             return
-        missed = max(0, child.flows_sent - child.flows_committed)
+        with self._writing:  # a write to it under way has failed by now (nobody reads the pipe)
+            missed = max(0, child.flows_sent - child.flows_committed)
         reason = _exit_text(code)
         for token in list(child.barriers):
             self._fail_barrier(token)
