@@ -315,6 +315,6 @@ def test_budgets_and_credentials_are_named_entries_replaced_whole(config, tmp_pa
     assert settings.origins["budgets"] == settings.origins["credentials"] == str(config)
     assert parse(settings.as_dict()) == settings  # `capsem config show` prints what reads back the same
     assert settings.as_dict()["budgets"]["one-run"] == {"scope": "session", "limit_usd": 0.0, "warn_at": None,
-                                                        "provider": "openai"}  # fmt: skip
+                                                        "provider": "openai", "on_unconfirmed": "allow"}  # fmt: skip
     assert load(overrides={"budgets": {"x": {"scope": "day", "limit_usd": 1}}}).budgets.entries == (
         Budget("x", "day", 1.0),)  # fmt: skip
