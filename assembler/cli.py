@@ -108,7 +108,7 @@ def run(workspace, mitmdump_args, quiet, broker, view, command) -> None:
         capsem run -- aider --message "rename foo to bar"
         capsem run --broker -- claude -p "fix the failing test"
     """
-    from assembler.run import AgentNotFound, run_agent
+    from assembler.run import AgentNotFound, AgentSignals, run_agent
     from assembler.summary import print_session
     from capsem.config import ConfigError
     from capsem.mitm import MitmdumpError
@@ -118,27 +118,26 @@ def run(workspace, mitmdump_args, quiet, broker, view, command) -> None:
         from assembler.view.cli import open_live_view
 
         session_id = open_live_view()
-    try:
-        result = run_agent(list(command), workspace=workspace, mitmdump_args=mitmdump_args, broker=broker,
-                           session_id=session_id)  # fmt: skip
-    except AgentNotFound as exc:  # as a shell says it, with its exit code (127, 126); nothing started
-        click.echo(f"capsem run: {exc}", err=True)
-        sys.exit(exc.exit_code)
-    except (
-        MitmdumpError,
-        RuntimeError,
-        ValueError,
-        ConfigError,
-    ) as exc:  # settings, mitmdump: one line saying why
-        raise click.ClickException(str(exc)) from exc
-    if not quiet:
-        console = Console(stderr=True)
-        console.print()
-        print_session(result.session_id, console)
-        if result.diagnostics is not None:
-            console.print(result.diagnostics.summary(), style="dim")
-    if result.signals is not None:
-        result.signals.__exit__()
+    with AgentSignals() as signals:  # until the summary is printed
+        try:
+            result = run_agent(list(command), workspace=workspace, mitmdump_args=mitmdump_args, broker=broker,
+                               session_id=session_id, signals=signals)  # fmt: skip
+        except AgentNotFound as exc:  # as a shell says it, with its exit code (127, 126); nothing started
+            click.echo(f"capsem run: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except (
+            MitmdumpError,
+            RuntimeError,
+            ValueError,
+            ConfigError,
+        ) as exc:  # settings, mitmdump: one line saying why
+            raise click.ClickException(str(exc)) from exc
+        if not quiet:
+            console = Console(stderr=True)
+            console.print()
+            print_session(result.session_id, console)
+            if result.diagnostics is not None:
+                console.print(result.diagnostics.summary(), style="dim")
     sys.exit(result.exit_code)
 
 

@@ -57,8 +57,6 @@ class RunResult:
     log_path: Path
     diagnostics: Diagnostics | None = None
     """Process samples and anomalies (None when `diagnostics.enabled` is false)."""
-    signals: AgentSignals | None = None
-    """Still installed (a late Ctrl-C must not cut the summary short): the caller leaves them."""
 
 
 def agent_variables(proxy_url: str, ca_cert: Path) -> dict[str, str]:
@@ -270,11 +268,14 @@ def run_agent(
     mitmdump_args: str = "",
     session_id: str | None = None,
     broker: bool = False,
+    signals: AgentSignals | None = None,
 ) -> RunResult:
     """Run `command` through a fresh capsem session; return its id and the agent's exit code.
 
     `broker`: the agent gets the placeholders of the configured credentials instead of their
     real values (which only mitmdump holds); a source that is missing fails here, first.
+    `signals`: installed by the caller, who leaves them in place until its summary is printed (a
+    late Ctrl-C must not cut it short); by default they are installed for this call only.
 
     Raises:
         AgentNotFound: before anything starts, when the command cannot be run.
@@ -292,7 +293,9 @@ def run_agent(
     folder.mkdir(parents=True, exist_ok=True)
     log_path = folder / "mitmdump.log"
     confdir = capsem_home() / "mitmproxy"
-    signals = AgentSignals().__enter__()  # until the summary is printed: see the module's docstring
+    own = signals is None
+    if signals is None:  # see the module's docstring
+        signals = AgentSignals().__enter__()
     # first: it takes the longest; in a session of its own, so a terminal's Ctrl-C never reaches it
     process = spawn_mitmdump(confdir=confdir, log_path=log_path, args=args, new_session=True)
     watcher: WorkspaceWatcher | None = None
@@ -339,9 +342,9 @@ def run_agent(
             _store_exit_code(session_id, code)
         if tidy.is_alive():
             tidy.join(60)
-        if code is None:
+        if own:
             signals.__exit__()
-    return RunResult(session_id, code, log_path, report, signals)
+    return RunResult(session_id, code, log_path, report)
 
 
 def _store_exit_code(session_id: str, code: int) -> None:
