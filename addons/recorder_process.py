@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from addons.messages import Barrier, FlowEnded, Message, Stop, decode
-from capsem import __version__
+from capsem import __version__, health
 from capsem.ids import utc_now
 from capsem.settings import CaptureSettings, ExportSettings
 
@@ -117,7 +117,6 @@ def open_recorder(spec: RecorderSpec) -> Loop:
     from addons.recorder import Recorder
     from addons.spend import SessionSpend
     from addons.writer import SessionWriter
-    from capsem import health
     from capsem.redact import Scrubber
 
     settings = capture_settings(spec)
@@ -257,8 +256,6 @@ class _Status:
 def keep_health(loop: Loop, report: Callable[[str], None] | None, stop: Stop | None = None) -> None:
     """The session's capture counts where they survive a full disk: the health file beside
     session.db (`capsem/health.py`) and mitmdump's memory (a `health` line)."""
-    from capsem import health
-
     values = loop.health(stop)
     health.write(Path(loop.spec.db_path).parent, values)
     if report is not None:
