@@ -97,8 +97,9 @@ class Loop:
     """`FlowEnded` messages handled (mitmdump counts those a dead recorder had not committed)."""
 
     def health(self, stop: Stop | None = None) -> dict[str, str]:
-        """Every `capture_*` count of the session so far (session_meta's keys)."""
-        values = self.writer.health.meta()
+        """Every `capture_*` count of the session so far (session_meta's keys), its predecessors'
+        included."""
+        values = health.merged(self.writer.health.meta(), Path(self.spec.db_path).parent)
         if self.spec.restart:
             values.update(capture_recorder_restarts=str(self.spec.restart),
                           capture_missed_flows=str(self.recorder.restart_missed or self.spec.missed_flows))  # fmt: skip
