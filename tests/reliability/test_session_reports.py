@@ -7,7 +7,7 @@ import signal
 
 from assembler.inspect import Clock, inspect_session
 from assembler.sessions import SessionFilters, list_sessions
-from capsem.rollup import NOT_RECORDED_END
+from capsem.rollup import NOT_RECORDED_END, open_main, recover_crashed
 from capsem.schema import open_session_db
 from tests.conftest import only_session, rows
 from tests.reliability.test_crash_and_faults import ask
@@ -35,7 +35,11 @@ def test_a_session_whose_processes_died_reads_the_same_everywhere_and_never_comp
         f"capture incomplete: {NOT_RECORDED_END}"
     ]
 
-    mitmdump(upstream=emu.proxy_url, ca=emu.ca_path).stop()  # the next start recovers it
+    main = open_main()
+    try:
+        assert recover_crashed(main) == [sid]  # what the next start does
+    finally:
+        main.close()
     (row,) = rows(capsem_home / "main.db", "SELECT * FROM sessions WHERE id = ?", (sid,))
     assert (row["status"], row["capture_status"], row["capture_error"]) == (
         "crashed",
