@@ -234,7 +234,8 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
     console.print("; ".join(notes), highlight=False)
     lossy = [r for r in found if r.get("capture_status") in LOSSY]
     if lossy:
-        console.print(f"! = capture lost data in {counted(len(lossy), 'session')}: capsem inspect-session ID says what",
+        console.print(f"! = capture lost data (or its end was not recorded) in {counted(len(lossy), 'session')}: "
+                      "capsem inspect-session ID says what",
                       style="red", highlight=False)  # fmt: skip
     gone = [r for r in found if r.get("process_gone")]
     if gone:

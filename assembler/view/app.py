@@ -235,20 +235,12 @@ class View:
 
 
 def session_row(session_id: str) -> dict[str, Any] | None:
-    """The session's main.db row; a `running` one whose process is gone is `crashed` (as
-    `list-sessions` shows it), so its pages do not poll forever."""
-    from capsem.rollup import process_alive
+    """The session's main.db row; a `running` one whose process is gone is `crashed`, its capture
+    `unknown` (as `list-sessions` shows it), so its pages do not poll forever."""
+    from assembler.sessions import as_shown
 
     row = main_row(session_id)
-    pid = row.get("pid") if row else None
-    if (
-        row
-        and row["status"] == "running"
-        and pid is not None
-        and not process_alive(pid, row.get("pid_started_at"))
-    ):
-        row["status"] = "crashed"
-    return row
+    return as_shown(row) if row else None
 
 
 def starting(session_id: str, within_s: float = 300.0) -> bool:
