@@ -8,6 +8,10 @@ matches within its scope: this session (`session`), today (`day`) or this month 
 
 A call is `denied` when a budget it matches is spent (spend >= limit), `warned` when one is at
 its warn fraction, else `allowed`; the strictest budget decides, the first declared among equals.
+While this session's spend cannot be confirmed (its recorder is not answering), a matched budget
+that is not already spent decides by its `on_unconfirmed`: `deny` (the default: refused, saying
+why) or `allow` (let through unchecked, recorded `warned` with matched_rule
+`budget:<name> (unconfirmed)`).
 A denied call is answered by capsem in the provider's own error shape, status 402 (Payment
 Required: the SDKs raise it at once and never retry it, unlike 429 and 5xx), with
 `x-should-retry: false` for the SDKs that read it.
@@ -31,6 +35,9 @@ SpendRow = tuple[str, str, str, str, str, float]
 STATUS = 402
 RULE_PREFIX = "budget:"
 """`matched_rule` of a call a budget warned or denied: `budget:<name>`."""
+UNCONFIRMED = " (unconfirmed)"
+"""Suffix of the `matched_rule` of a call decided while the budget's spend could not be confirmed."""
+CANNOT_CONFIRM = "capsem cannot confirm this budget's spend: its recorder is not answering"
 _ORDER = ("denied", "warned", "allowed")
 
 
@@ -78,10 +85,14 @@ class Verdict:
     """allowed | warned | denied"""
     budget: Budget | None = None
     spent: float = 0.0
+    unconfirmed: bool = False
+    """Decided while this session's spend could not be confirmed (by the budget's `on_unconfirmed`)."""
 
     @property
     def rule(self) -> str | None:
-        return RULE_PREFIX + self.budget.name if self.budget is not None else None
+        if self.budget is None:
+            return None
+        return RULE_PREFIX + self.budget.name + (UNCONFIRMED if self.unconfirmed else "")
 
     @property
     def message(self) -> str:
@@ -89,6 +100,14 @@ class Verdict:
         if self.budget is None:
             return ""
         b = self.budget
+        if self.unconfirmed:
+            known = f"{usd(self.spent)} of its {usd(b.limit_usd)} limit per {b.scope} is counted so far"
+            if self.decision == "denied":
+                return (f"{CANNOT_CONFIRM} (capsem budget {b.name!r}; {known}); this call was not sent to "
+                        f"the provider. Retry in a moment, or set budgets.{b.name}.on_unconfirmed: allow in "
+                        "the capsem config to let calls through unchecked")  # fmt: skip
+            return (f"{CANNOT_CONFIRM} (capsem budget {b.name!r}; {known}); the call goes through "
+                    f"unchecked (budgets.{b.name}.on_unconfirmed: allow)")  # fmt: skip
         when = {"session": "in this session", "day": "today (UTC)", "month": "this month (UTC)"}[b.scope]
         used = f"{usd(self.spent)} used {when} of its {usd(b.limit_usd)} limit per {b.scope}"
         if self.decision == "warned":
@@ -104,8 +123,9 @@ ALLOWED = Verdict("allowed")
 
 
 def decide(budgets: Iterable[Budget], provider: str, model: str | None, host: str,
-           spent_of: Callable[[Budget], float]) -> Verdict:  # fmt: skip
-    """The strictest verdict of the budgets the call matches (`spent_of(budget)`: its spend so far)."""
+           spent_of: Callable[[Budget], float], *, confirmed: bool = True) -> Verdict:  # fmt: skip
+    """The strictest verdict of the budgets the call matches (`spent_of(budget)`: its spend so far;
+    `confirmed`: whether this session's spend is known to be whole)."""
     verdict = ALLOWED
     for budget in budgets:
         if not matches(budget, provider, model, host):
@@ -113,6 +133,12 @@ def decide(budgets: Iterable[Budget], provider: str, model: str | None, host: st
         amount = spent_of(budget)
         if amount >= budget.limit_usd:
             return Verdict("denied", budget, amount)
+        if not confirmed:
+            if budget.on_unconfirmed == "deny":
+                return Verdict("denied", budget, amount, unconfirmed=True)
+            if verdict is ALLOWED or not verdict.unconfirmed:
+                verdict = Verdict("warned", budget, amount, unconfirmed=True)
+            continue
         if budget.warn_at is not None and amount >= budget.warn_at * budget.limit_usd and verdict is ALLOWED:
             verdict = Verdict("warned", budget, amount)
     return verdict

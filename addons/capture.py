@@ -248,15 +248,31 @@ class Capsem:
             logger.warning("capsem: the recorder fell behind: %d chunks and %d messages not recorded",
                            stats.dropped_chunks, stats.dropped_messages)  # fmt: skip
         if failure is not None:
-            try:
-                self.session.mark_failed(failure)
-            except Exception as exc:
-                logger.warning("capsem: marking session %s crashed failed: %r", self.session.id, exc)
-            logger.log(ALERT, f"capsem: session {self.session.id} crashed: {failure}")
+            self._mark_failed(failure)
         else:
             logger.log(ALERT, f"capsem: session {self.session.id} stopped; database {self.session.db_path}")
         self.session = None
         self.recorder = None
+
+    def _mark_failed(self, failure: str) -> None:
+        """The recorder did not end the session: say what was lost, in main.db when it can be
+        written, in the log (and `capsem run`'s summary) in any case."""
+        assert self.session is not None and self.outbox is not None
+        health = getattr(self.recorder, "health", {})
+        rows_lost = int(health.get("capture_rows_lost") or 0)
+        stats = self.outbox.stats
+        lost = [f"{n} {what}" for n, what in (
+            (stats.dropped_messages, "messages dropped by the hand-over (no recorder to take them)"),
+            (stats.dropped_chunks, "body chunks dropped"), (rows_lost, "rows could not be written"),
+            (getattr(self.recorder, "missed_flows", 0), "flows missed by recorders that died"),
+        ) if n]  # fmt: skip
+        reason = failure + (f"; not recorded: {', '.join(lost)}" if lost else "")
+        try:
+            self.session.mark_failed(reason, rows_lost)
+        except Exception as exc:
+            logger.log(ALERT, f"capsem: the end of session {self.session.id} could not be recorded in main.db "
+                              f"({exc!r}); its record is incomplete")  # fmt: skip
+        logger.log(ALERT, f"capsem: session {self.session.id} crashed: {reason}")
 
     def _put(self, message: Any) -> None:
         if self.outbox is not None:
@@ -419,7 +435,9 @@ class Capsem:
         """Check a model call against the budgets: record a warning, or answer it in the
         provider's error shape so that nothing reaches the upstream."""
         assert state.route is not None
-        verdict = self.guard.verdict(state.route, self.guard.model_of(flow, state.route), state.head.host)
+        head = state.head
+        verdict = self.guard.verdict(state.route, self.guard.model_of(flow, state.route), head.host,
+                                     f"{head.method} {head.host}{head.path} ({flow.id})")  # fmt: skip
         _record(state, verdict)
         if verdict.decision == "denied":
             status, body, headers = self.guard.refusal(state.route, verdict)
@@ -549,7 +567,8 @@ class Capsem:
         if state is None:
             return
         _, model = self.guard.ws_turn(msg.content)
-        verdict = self.guard.verdict(route_for(state.head.host), model, state.head.host)
+        verdict = self.guard.verdict(route_for(state.head.host), model, state.head.host,
+                                     f"WebSocket turn on {state.head.host}{state.head.path} ({flow.id})")  # fmt: skip
         _record(state, verdict)
         if verdict.decision == "denied":
             from mitmproxy import ctx

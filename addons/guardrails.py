@@ -70,6 +70,9 @@ class Guardrails:
             return
         self.view = SpendView(self.budgets, session_id, main_db)
         recorder.on_spend = self.view.on_report
+        recorder.on_down = self.view.recorder_down
+        if recorder.exit_reason is not None:  # it died for good: nothing will confirm the spend
+            self.view.recorder_down()
         self.view.start()
 
     def stop(self) -> None:
@@ -134,13 +137,23 @@ class Guardrails:
             return model_of(flow.request.get_content(strict=False))
         return route.model
 
-    def verdict(self, route: Route, model: str | None, host: str) -> Verdict:
-        """The budgets' verdict on a model call (logged when a budget changes state)."""
+    def verdict(self, route: Route, model: str | None, host: str, what: str = "") -> Verdict:
+        """The budgets' verdict on a model call (logged when a budget changes state, and every call
+        let through unchecked); `what` names the call in that log line."""
         assert self.view is not None
-        verdict = decide(self.budgets, route.provider, model, host, self.view.spent)
-        if verdict.budget is not None and self._announced.get(verdict.budget.name) != verdict.decision:
-            self._announced[verdict.budget.name] = verdict.decision
-            logger.warning("capsem: %s", verdict.message)
+        confirmed = self.view.confirmed()
+        verdict = decide(self.budgets, route.provider, model, host, self.view.spent, confirmed=confirmed)
+        if verdict.unconfirmed and verdict.decision != "denied":
+            logger.warning("capsem: %s: %s", what or host, verdict.message)
+        elif verdict.budget is not None:
+            state = verdict.decision + (" unconfirmed" if verdict.unconfirmed else "")
+            if self._announced.get(verdict.budget.name) != state:
+                self._announced[verdict.budget.name] = state
+                logger.warning("capsem: %s", verdict.message)
+        elif confirmed and self._announced:
+            for name in [n for n, state in self._announced.items() if state.endswith("unconfirmed")]:
+                del self._announced[name]
+                logger.warning("capsem: budget %r: this session's spend is confirmed again", name)
         return verdict
 
     @staticmethod

@@ -91,6 +91,9 @@ class Recorder:
         self.conversations.stored = {r[0] for r in writer.conn.execute("SELECT hash FROM item_data")}
         self.readers: dict[str, _Reader] = {}
         self.sockets: dict[str, _Socket] = {}
+        self.restart_missed: int | None = None
+        """In a recorder restarted after its predecessor died: the flows not recorded whole so far
+        (`capture_missed_flows`); None in a session's first recorder."""
 
     def handle(self, message: Message) -> None:
         """Handle one message; a failure is logged and counted, never raised."""
@@ -171,6 +174,8 @@ class Recorder:
         summary = None
         route = flow.route
         if route is not None and flow.response is not None and not flow.websocket:
+            if state is None and flow.streamed and self.restart_missed is not None:
+                flow = self._lost_stream(flow)
             if state is None:
                 state = _Reader(self._reader(route, None, flow.response.header("content-encoding"),
                                              flow.response.status))  # fmt: skip
@@ -267,6 +272,16 @@ class Recorder:
                                      items=items or ()))  # fmt: skip
 
     # -- websockets ----------------------------------------------------------------------------
+
+    def _lost_stream(self, flow: FlowEnded) -> FlowEnded:
+        """A streamed response whose start went to the recorder that died: its row says so, and it
+        counts as missed."""
+        assert self.restart_missed is not None
+        self.restart_missed += 1
+        self.writer.set_meta(capture_missed_flows=str(self.restart_missed))
+        return _with_error(
+            flow, "the recorder process died while this response streamed: its body was not recorded"
+        )
 
     def _ws_opened(self, msg: WsOpened) -> None:
         self.sockets[msg.request.key] = _Socket(self.ids.next("net_events"), msg.request,

@@ -15,6 +15,7 @@ session is marked `crashed`.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import select
@@ -29,8 +30,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from addons.messages import Barrier, Message, Stop, decode
-from capsem import __version__
+from addons.messages import Barrier, FlowEnded, Message, Stop, decode
+from capsem import __version__, health
 from capsem.ids import utc_now
 from capsem.settings import CaptureSettings, ExportSettings, SecretRule
 
@@ -58,6 +59,10 @@ class RecorderSpec(msgspec.Struct, frozen=True):
     """Values the scrubber knows before the first row: the brokered credentials' real values."""
     otlp: dict | None = None
     """`export.otlp` (endpoint, headers, content, profile) when live export is on."""
+    restart: int = 0
+    """0 for the session's first recorder; n for the n-th restarted after its predecessor died."""
+    missed_flows: int = 0
+    """Flows the dead predecessors were handed but never committed (stored in `session_meta`)."""
 
     def __repr__(self) -> str:  # `learn` (and the OTLP headers) hold secrets
         return f"RecorderSpec(session_id={self.session_id!r}, db_path={self.db_path!r})"
@@ -92,6 +97,24 @@ class Loop:
     warming: threading.Thread | None = None
     live: LiveExport | None = None
     """OTLP export of what is committed (`export.otlp.endpoint`), on its own thread."""
+    flows: int = 0
+    """`FlowEnded` messages handled (mitmdump counts those a dead recorder had not committed)."""
+
+    def health(self, stop: Stop | None = None) -> dict[str, str]:
+        """Every `capture_*` count of the session so far (session_meta's keys), its predecessors'
+        included."""
+        values = health.merged(self.writer.health.meta(), Path(self.spec.db_path).parent)
+        if self.spec.restart:
+            values.update(capture_recorder_restarts=str(self.spec.restart),
+                          capture_missed_flows=str(self.recorder.restart_missed or self.spec.missed_flows))  # fmt: skip
+        if self.recorder.failures:
+            values["capture_failed_messages"] = str(self.recorder.failures)
+        if stop is not None and (stop.dropped_chunks or stop.dropped_messages):
+            values.update(capture_dropped_chunks=str(stop.dropped_chunks),
+                          capture_dropped_messages=str(stop.dropped_messages))  # fmt: skip
+        if "capture_last_error" in values:
+            values["capture_last_error"] = self.writer.scrubber.scrub(values["capture_last_error"]) or ""
+        return values
 
 
 def open_recorder(spec: RecorderSpec) -> Loop:
@@ -106,15 +129,23 @@ def open_recorder(spec: RecorderSpec) -> Loop:
     for secret in spec.learn:
         scrubber.learn(secret)
     writer = SessionWriter(Path(spec.db_path), scrubber)
-    writer.set_meta(
-        session_id=spec.session_id, capsem_version=__version__, started_at=utc_now(), mode=spec.mode
-    )
+    health.reserve(Path(spec.db_path).parent)  # now, while there is room
+    if spec.restart:  # the session goes on: its start stays, its loss is counted
+        writer.set_meta(capture_recorder_restarts=str(spec.restart),
+                        capture_missed_flows=str(spec.missed_flows))  # fmt: skip
+    else:
+        writer.set_meta(
+            session_id=spec.session_id, capsem_version=__version__, started_at=utc_now(), mode=spec.mode
+        )
     writer.commit()
     spend = None
     if spec.track_spend:
         spend = SessionSpend(spec.session_id)
         spend.load(writer.conn)
-    return Loop(Recorder(writer, settings, spend), writer, spec, live=live_export(spec))
+    recorder = Recorder(writer, settings, spend)
+    if spec.restart:
+        recorder.restart_missed = spec.missed_flows
+    return Loop(recorder, writer, spec, live=live_export(spec))
 
 
 def live_export(spec: RecorderSpec) -> LiveExport | None:
@@ -162,10 +193,12 @@ def warm_up(loop: Loop) -> threading.Thread:
 def run(loop: Loop, batches: Callable[[], list[Message] | None], ack: Callable[[int], None],
         report: Callable[[str], None] | None = None) -> Stop | None:  # fmt: skip
     """Handle batches until a `Stop` (returned) or the end of input (None); `report` gets the
-    `spend` status lines (budgets)."""
+    status lines: `committed <flows>` (how many `FlowEnded` are committed), `health <json>` (when
+    the writer's health changes) and `spend <json>` (budgets)."""
     recorder, writer, spend = loop.recorder, loop.writer, loop.recorder.spend
     interval = loop.spec.capture.get("commit_interval_ms", 250) / 1000
     last_commit = last_tick = time.monotonic()
+    status = _Status(report, loop)
     while True:
         batch = batches()
         if batch is None:
@@ -175,11 +208,15 @@ def run(loop: Loop, batches: Callable[[], list[Message] | None], ack: Callable[[
             if kind is Barrier:
                 if writer.commit():
                     committed(loop)
+                    status.committed(loop.flows)
                 ack(message.token)  # type: ignore[union-attr]
             elif kind is Stop:
                 return message  # type: ignore[return-value]
             else:
+                if kind is FlowEnded:
+                    loop.flows += 1
                 recorder.handle(message)
+        status.health()
         if spend is not None and report is not None:
             line = spend.report()
             if line is not None:
@@ -194,7 +231,40 @@ def run(loop: Loop, batches: Callable[[], list[Message] | None], ack: Callable[[
         if writer.pending and now - last_commit >= interval:
             if writer.commit():
                 committed(loop)
+                status.committed(loop.flows)
             last_commit = now
+
+
+class _Status:
+    """The `committed` and `health` lines of the loop, each sent when its value changed."""
+
+    def __init__(self, report: Callable[[str], None] | None, loop: Loop) -> None:
+        self.report = report
+        self.loop = loop
+        self.flows = 0
+        self.last: tuple[int, int, int, str | None] = (0, 0, 0, None)
+
+    def committed(self, flows: int) -> None:
+        if self.report is not None and flows != self.flows:
+            self.flows = flows
+            self.report(f"committed {flows}")
+
+    def health(self) -> None:
+        """A change of the writer's health goes to mitmdump and to the health file."""
+        health = self.loop.writer.health
+        now = (health.commit_failures, health.rows_lost, self.loop.recorder.failures, health.last_error)
+        if now != self.last:
+            self.last = now
+            keep_health(self.loop, self.report)
+
+
+def keep_health(loop: Loop, report: Callable[[str], None] | None, stop: Stop | None = None) -> None:
+    """The session's capture counts where they survive a full disk: the health file beside
+    session.db (`capsem/health.py`) and mitmdump's memory (a `health` line)."""
+    values = loop.health(stop)
+    health.write(Path(loop.spec.db_path).parent, values)
+    if report is not None:
+        report("health " + json.dumps(values, separators=(",", ":")))
 
 
 def committed(loop: Loop) -> None:
@@ -205,9 +275,12 @@ def committed(loop: Loop) -> None:
         loop.live.wake()
 
 
-def finish(loop: Loop, stop: Stop | None, main_db: Path | None = None) -> None:
+def finish(loop: Loop, stop: Stop | None, main_db: Path | None = None,
+           report: Callable[[str], None] | None = None) -> None:  # fmt: skip
     """Write what is open, close session.db, roll the session up into main.db and mark it with the
-    stop's status (`crashed` when the input ended without one: mitmdump died)."""
+    stop's status (`crashed` when the input ended without one: mitmdump died). The capture counts
+    are kept (`keep_health`) before main.db is opened: when that fails (a full disk) they are
+    what tells the session was not recorded whole."""
     from capsem.rollup import finish_session, open_main
 
     status = stop.status if stop is not None else "crashed"
@@ -224,6 +297,7 @@ def finish(loop: Loop, stop: Stop | None, main_db: Path | None = None) -> None:
     if loop.recorder.failures:
         loop.writer.set_meta(capture_failed_messages=str(loop.recorder.failures))
     loop.writer.close()
+    keep_health(loop, report, stop)
     if loop.live is not None:  # before the rollup: a backfill leaves a running session to it
         loop.live.close()
     main = open_main(main_db)
@@ -294,10 +368,16 @@ def main() -> int:
         logger.error("capsem: cannot open %s: %r", spec.db_path, exc)
         return 3
     say("ready")
-    _recover_crashed(spec)
+    if not spec.restart:
+        _recover_crashed(spec)
     warm_up(loop)
     stop = run(loop, frames.batches(0.05), lambda token: say(f"ack {token}"), say)
-    finish(loop, stop, Path(spec.main_db_path))
+    try:
+        finish(loop, stop, Path(spec.main_db_path), say)
+    except Exception as exc:  # main.db cannot be written (a full disk): mitmdump reports it
+        logger.error("capsem: the end of session %s could not be recorded in %s: %r",
+                     spec.session_id, spec.main_db_path, exc)  # fmt: skip
+        return 4
     say("stopped")
     return 0
 

@@ -41,14 +41,19 @@ class Session:
             main.close()
         return session
 
-    def mark_failed(self, reason: str) -> None:
-        """The recorder died: the session is `crashed`, its capture `failed` (session.db is not read)."""
+    def mark_failed(self, reason: str, rows_lost: int = 0) -> None:
+        """The recorder died: the session is `crashed`, its capture `failed` (session.db is not read).
+
+        Raises:
+            sqlite3.Error: main.db cannot be written (a full disk): the caller logs what it knows.
+        """
         main = open_main(main_db_path())
         try:
             main.execute(
                 """UPDATE sessions SET status = 'crashed', stopped_at = COALESCE(stopped_at, ?),
-                                       capture_status = 'failed', capture_error = ? WHERE id = ?""",
-                (utc_now(), reason, self.id),
+                                       capture_status = 'failed', capture_error = ?,
+                                       capture_rows_lost = MAX(capture_rows_lost, ?) WHERE id = ?""",
+                (utc_now(), reason, rows_lost, self.id),
             )
         finally:
             main.close()

@@ -14,7 +14,10 @@ Two halves, one per process:
   sessions' spend per budget, refreshed from main.db by a background thread every `interval`
   seconds (never on the event loop). It also knows which model calls have ended but are not
   counted yet (`ended`), so that a budget check can wait the few milliseconds it takes for their
-  cost to come back (`settled`) and a tool loop's next call sees the call before it.
+  cost to come back (`settled`) and a tool loop's next call sees the call before it. When that
+  does not happen within SETTLE_SECONDS (the recorder is stopped or slow) or the recorder died,
+  the spend is not `confirmed` until a recorder reports again: the budgets then decide by their
+  `on_unconfirmed` instead of assuming the missing cost is zero.
 
 So a budget can be overshot by the calls in flight when it is crossed (they finish), plus, for
 day and month budgets, the calls other sessions make in the last `interval` + their commit
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sqlite3
 import threading
 import time
@@ -65,10 +69,12 @@ class SessionSpend:
         self._main: sqlite3.Connection | None = None
 
     def load(self, conn: sqlite3.Connection) -> None:
-        """Start from the calls session.db already holds (a session id used again)."""
+        """Start from the calls session.db already holds (a session id used again, or a recorder
+        restarted after its predecessor died); the first report says so at once."""
         for day, provider, model, host, calls, cost in conn.execute(SPEND_SQL):
             self.totals[(day, provider, model, host)] = [cost, calls]
         self._saved = not self.totals
+        self._reported = False
 
     def add(self, row: ModelCall) -> None:
         """Count a model call (its day is the UTC day it started, as in `model_calls.timestamp`)."""
@@ -156,6 +162,8 @@ class SpendView:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failed = False
+        self._down_at: float | None = None  # when the recorder died (None: one is answering)
+        self._restarted: float | None = None  # the death a restarted recorder has since reported after
 
     # -- the other sessions (background thread) ------------------------------------------------
 
@@ -200,27 +208,58 @@ class SpendView:
     # -- this session (reports from the recorder) ----------------------------------------------
 
     def on_report(self, text: str) -> None:
-        """A `spend` report's JSON (any thread)."""
+        """A `spend` report's JSON (any thread). The first one after `recorder_down` comes from the
+        restarted recorder: the calls that ended before the death are in its totals (read from
+        session.db) or were lost with the dead recorder (counted as missed), never reported: they
+        are not waited for."""
         data = json.loads(text)
         self.own = [(self.session_id, d, p, m, h, float(c)) for d, p, m, h, c, _ in data["totals"]]
         self._done.extend((key, seq) for key, seq in data["done"])
+        if self._down_at is not None:
+            self._restarted = self._down_at  # the event loop forgets what ended before (`_drain`)
+            self._down_at = None
 
     def ended(self, flow_key: str, seq: int = 0) -> None:
         """A model call ended (a WebSocket turn: with its `seq`-th server message); its cost is on
         its way (event loop)."""
         self._pending[flow_key] = (time.monotonic(), seq)
 
-    def settled(self) -> bool:
-        """Whether every ended call is counted (those that waited longer than SETTLE_SECONDS are given up)."""
+    def recorder_down(self) -> None:
+        """The recorder died (any thread): this session's spend is unconfirmed until a recorder
+        reports again (the restarted one starts from what session.db holds)."""
+        self._down_at = time.monotonic()
+
+    def _drain(self) -> None:
+        restarted, self._restarted = self._restarted, None
+        if restarted is not None:
+            for key in [k for k, (at, _) in self._pending.items() if at <= restarted]:
+                del self._pending[key]
         while self._done:
             key, seq = self._done.popleft()
             if key in self._pending and self._pending[key][1] <= seq:
                 del self._pending[key]
-        if self._pending:
-            oldest = time.monotonic() - SETTLE_SECONDS
-            for key in [k for k, (at, _) in self._pending.items() if at < oldest]:
-                del self._pending[key]
-        return not self._pending
+
+    def confirmed(self) -> bool:
+        """Whether this session's spend is known whole: a recorder is answering and the cost of
+        every call that has ended is counted (event loop)."""
+        self._drain()
+        return self._down_at is None and not self._pending
+
+    def settled(self) -> bool:
+        """Whether a budget check can decide now: the spend is confirmed, or has stayed unconfirmed
+        longer than SETTLE_SECONDS (waiting longer would not help; the check then decides by the
+        budgets' `on_unconfirmed`)."""
+        if self.confirmed():
+            return True
+        since = min([at for at, _ in self._pending.values()] + [self._down_at or math.inf])
+        return time.monotonic() - since >= SETTLE_SECONDS
+
+    def unconfirmed_for(self) -> float:
+        """Seconds since the spend became unconfirmed (0 when it is confirmed)."""
+        if self.confirmed():
+            return 0.0
+        since = min([at for at, _ in self._pending.values()] + [self._down_at or math.inf])
+        return time.monotonic() - since
 
     def spent(self, budget: Budget) -> float:
         """The budget's spend so far: this session's, plus the other sessions' for day and month."""

@@ -98,6 +98,7 @@ def run(workspace, mitmdump_args, quiet, broker, view, command) -> None:
     The agent gets HTTPS_PROXY and the CA variables (SSL_CERT_FILE, NODE_EXTRA_CA_CERTS,
     REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE...) pointing at a fresh mitmdump with the capsem addon.
     Its exit code is passed through. When its calls are not recorded: capsem doctor -- AGENT.
+    Ctrl-C reaches the agent, and the session records until it exits (Ctrl-C again kills it).
 
     \b
     Examples:
@@ -107,7 +108,7 @@ def run(workspace, mitmdump_args, quiet, broker, view, command) -> None:
         capsem run -- aider --message "rename foo to bar"
         capsem run --broker -- claude -p "fix the failing test"
     """
-    from assembler.run import AgentNotFound, run_agent
+    from assembler.run import AgentNotFound, AgentSignals, run_agent
     from assembler.summary import print_session
     from capsem.config import ConfigError
     from capsem.mitm import MitmdumpError
@@ -117,25 +118,26 @@ def run(workspace, mitmdump_args, quiet, broker, view, command) -> None:
         from assembler.view.cli import open_live_view
 
         session_id = open_live_view()
-    try:
-        result = run_agent(list(command), workspace=workspace, mitmdump_args=mitmdump_args, broker=broker,
-                           session_id=session_id)  # fmt: skip
-    except AgentNotFound as exc:  # as a shell says it, with its exit code (127, 126); nothing started
-        click.echo(f"capsem run: {exc}", err=True)
-        sys.exit(exc.exit_code)
-    except (
-        MitmdumpError,
-        RuntimeError,
-        ValueError,
-        ConfigError,
-    ) as exc:  # settings, mitmdump: one line saying why
-        raise click.ClickException(str(exc)) from exc
-    if not quiet:
-        console = Console(stderr=True)
-        console.print()
-        print_session(result.session_id, console)
-        if result.diagnostics is not None:
-            console.print(result.diagnostics.summary(), style="dim")
+    with AgentSignals() as signals:  # until the summary is printed
+        try:
+            result = run_agent(list(command), workspace=workspace, mitmdump_args=mitmdump_args, broker=broker,
+                               session_id=session_id, signals=signals)  # fmt: skip
+        except AgentNotFound as exc:  # as a shell says it, with its exit code (127, 126); nothing started
+            click.echo(f"capsem run: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except (
+            MitmdumpError,
+            RuntimeError,
+            ValueError,
+            ConfigError,
+        ) as exc:  # settings, mitmdump: one line saying why
+            raise click.ClickException(str(exc)) from exc
+        if not quiet:
+            console = Console(stderr=True)
+            console.print()
+            print_session(result.session_id, console)
+            if result.diagnostics is not None:
+                console.print(result.diagnostics.summary(), style="dim")
     sys.exit(result.exit_code)
 
 
@@ -190,7 +192,7 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
         capsem list-sessions -n 0 --with-model --min-cost 0.01
         capsem list-sessions --all --with-db --json
     """
-    from assembler.sessions import SessionFilters, created, duration, list_sessions
+    from assembler.sessions import LOSSY, SessionFilters, created, duration, list_sessions
     from assembler.tables import Column, fit_table
 
     filters = SessionFilters(
@@ -217,7 +219,7 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
             r.get("total_cache_read_tokens") or 0,
         )
         uncached = max(0, r["total_input_tokens"] - cache_write - cache_read)
-        lossy = r.get("capture_status") in ("degraded", "failed")
+        lossy = r.get("capture_status") in LOSSY
         return [r["id"] + ("*" if r["has_db"] else " "), created(r), duration(r), r["status"] + ("!" if lossy else ""),
                 "" if r.get("exit_code") is None else str(r["exit_code"]), f"${r['total_estimated_cost']:.4f}",
                 f"{uncached:,}", f"{cache_write:,}", f"{cache_read:,}", f"{r['total_output_tokens']:,}",
@@ -230,9 +232,10 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
     if listing.matched > len(found):
         notes.append(f"showing {len(found)} of {counted(listing.matched, 'session')} (-n 0 shows all)")
     console.print("; ".join(notes), highlight=False)
-    lossy = [r for r in found if r.get("capture_status") in ("degraded", "failed")]
+    lossy = [r for r in found if r.get("capture_status") in LOSSY]
     if lossy:
-        console.print(f"! = capture lost data in {counted(len(lossy), 'session')}: capsem inspect-session ID says what",
+        console.print(f"! = capture lost data (or its end was not recorded) in {counted(len(lossy), 'session')}: "
+                      "capsem inspect-session ID says what",
                       style="red", highlight=False)  # fmt: skip
     gone = [r for r in found if r.get("process_gone")]
     if gone:

@@ -9,15 +9,26 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from addons.budgets import RULE_PREFIX, UNCONFIRMED
 from assembler.cli_support import counted
 from assembler.failures import Failure, model_failures, network_failures, tool_failures
 from assembler.sessiondb import DB_NAME, db_file, main_row, open_main, open_session
-from capsem.rollup import AI_USAGE_COLUMNS, AI_USAGE_SQL, TOTALS_SQL, capture_health
+from assembler.sessions import as_shown
+from capsem.rollup import (
+    AI_USAGE_COLUMNS,
+    AI_USAGE_SQL,
+    NOT_RECORDED_END,
+    TOTALS_SQL,
+    capture_health,
+    capture_meta,
+)
 from capsem.schema import SESSION_MIGRATIONS, SESSION_TABLES, migrate
 
 Severity = Literal["error", "warning", "info"]
@@ -155,8 +166,10 @@ def check_references(conn: sqlite3.Connection) -> list[Finding]:
 
 def check_provider_traffic(conn: sqlite3.Connection) -> list[Finding]:
     """Flows recognised as model calls (net_events.provider set) that produced no model_calls row."""
+    # NOT IN over the whole column (one temporary index), not a NOT EXISTS per row: model_calls has
+    # no index on net_event_id, and a correlated subquery took quadratic time (minutes on 560 MB)
     n = _count(conn, "SELECT COUNT(*) FROM net_events n WHERE n.provider IS NOT NULL AND n.decision != 'denied' "
-                     "AND NOT EXISTS (SELECT 1 FROM model_calls m WHERE m.net_event_id = n.id)")  # fmt: skip
+                     "AND n.id NOT IN (SELECT net_event_id FROM model_calls WHERE net_event_id IS NOT NULL)")  # fmt: skip
     if n:
         total = _count(conn, "SELECT COUNT(*) FROM net_events WHERE provider IS NOT NULL")
         return [Finding("error", "provider traffic",
@@ -264,15 +277,20 @@ def check_decoding(conn: sqlite3.Connection) -> list[Finding]:
     return []
 
 
-def check_capture(conn: sqlite3.Connection, row: dict | None) -> list[Finding]:
-    """Whether recording itself worked: rows or chunks lost, failed commits (session.db), a recorder
-    that died (main.db). Each is an error: the record is incomplete."""
-    meta = dict(conn.execute("SELECT key, value FROM session_meta WHERE key LIKE 'capture%'").fetchall())
-    status, _, problem = capture_health(meta)
+def check_capture(conn: sqlite3.Connection, row: dict | None, folder: Path | None = None) -> list[Finding]:
+    """Whether recording itself worked: rows or chunks lost, failed commits, flows missed while the
+    recorder restarted (session.db, and the health file in `folder` for when the disk was full), a
+    recorder that died or a session whose end was not recorded (main.db). Each is an error: the
+    record is incomplete."""
+    status, _, problem = capture_health(capture_meta(conn, folder))
     out = []
     if row is not None and row.get("capture_status") == "failed":
         out.append(
             Finding("error", "capture", f"capture failed: {row.get('capture_error') or 'the recorder died'}")
+        )
+    elif row is not None and row.get("capture_status") == "unknown":
+        out.append(
+            Finding("error", "capture", f"capture incomplete: {row.get('capture_error') or NOT_RECORDED_END}")
         )
     if status != "ok":
         out.append(Finding("error", "capture", f"capture degraded: {problem}"))
@@ -289,6 +307,9 @@ def check_rollup(
         return [Finding("warning", "rollup", "session has no row in main.db")]
     if row["status"] == "running":
         return [Finding("info", "rollup", "session is still running; totals are rolled up when it stops")]
+    if row.get("process_gone"):
+        return [Finding("info", "rollup", "its process is gone and main.db still says running: the next capsem "
+                                          "start or capsem vacuum marks it crashed and rolls it up")]  # fmt: skip
     actual = dict(conn.execute(TOTALS_SQL).fetchone())
     diffs = [
         f"{k} {_shown(row[k])} != {_shown(v)}" for k, v in actual.items() if k in row and _differs(row[k], v)
@@ -363,24 +384,35 @@ def check_processes(conn: sqlite3.Connection) -> list[Finding]:
 
 
 def check_budgets(conn: sqlite3.Connection) -> list[Finding]:
-    """Model calls a budget refused (warning: the agent was stopped) or let through at its warn level (info)."""
-    counts: dict[tuple[str, str], int] = {}
+    """Model calls a budget refused (warning: the agent was stopped) or let through at its warn level
+    (info); calls decided while the budget's spend could not be confirmed (warning: refused for
+    that, or let through unchecked by `on_unconfirmed: allow`)."""
+    counts: dict[tuple[str, str, bool], int] = {}
     for rule, decision, n in conn.execute(
         "SELECT matched_rule, decision, COUNT(*) FROM net_events WHERE matched_rule LIKE '%budget:%' "
         "GROUP BY matched_rule, decision ORDER BY MIN(id)"
     ):
         for part in rule.split(", "):
-            if part.startswith("budget:"):
-                key = (part.removeprefix("budget:"), decision)
+            if part.startswith(RULE_PREFIX):
+                name = part.removeprefix(RULE_PREFIX)
+                key = (name.removesuffix(UNCONFIRMED), decision, name.endswith(UNCONFIRMED))
                 counts[key] = counts.get(key, 0) + n
     out = []
-    for (name, decision), n in counts.items():
-        if decision == "denied":
-            out.append(Finding("warning", "budgets", f"budget {name} refused {n} model call{'s' * (n != 1)} "
-                                                     "(answered by capsem, never sent)"))  # fmt: skip
+    for (name, decision, unconfirmed), n in counts.items():
+        calls = f"{n} model call{'s' * (n != 1)}"
+        if unconfirmed:
+            what = (f"refused {calls} because its spend could not be confirmed (its recorder was not answering)"
+                    if decision == "denied" else
+                    f"let {calls} through unchecked: its spend could not be confirmed (on_unconfirmed: allow)")  # fmt: skip
+            out.append(Finding("warning", "budgets", f"budget {name} {what}"))
+        elif decision == "denied":
+            out.append(
+                Finding(
+                    "warning", "budgets", f"budget {name} refused {calls} (answered by capsem, never sent)"
+                )
+            )
         else:
-            out.append(Finding("info", "budgets", f"budget {name}: {n} model call{'s' * (n != 1)} went through "
-                                                  "at its warn level"))  # fmt: skip
+            out.append(Finding("info", "budgets", f"budget {name}: {calls} went through at its warn level"))
     return out
 
 
@@ -409,6 +441,41 @@ CHECKS: list[Callable[[sqlite3.Connection], list[Finding]]] = [
 ]  # fmt: skip
 
 
+CHECK_SECONDS = 20.0
+"""At most this long for one check, and TOTAL_SECONDS for all (a huge or damaged session): a check
+cut short is reported as skipped, never waited for."""
+TOTAL_SECONDS = 90.0
+
+
+class Clock:
+    """The time `inspect-session` may spend, enforced inside SQLite (a progress handler interrupts
+    the statement, Python-side iteration over its rows included)."""
+
+    def __init__(self, per_check: float = CHECK_SECONDS, total: float = TOTAL_SECONDS) -> None:
+        self.per_check = per_check
+        self.end = time.monotonic() + total
+
+    @property
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+    @contextmanager
+    def bounded(self, conn: sqlite3.Connection, seconds: float | None = None) -> Iterator[float]:
+        """Within the block, a statement on `conn` past the limit raises `sqlite3.OperationalError`
+        ('interrupted'); yields the limit."""
+        limit = max(0.0, min(self.per_check if seconds is None else seconds, self.left))
+        deadline = time.monotonic() + limit
+        conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+        try:
+            yield limit
+        finally:
+            conn.set_progress_handler(None, 0)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and "interrupted" in str(exc)
+
+
 class _CouldNotRun(Exception):
     def __init__(self, name: str, error: str) -> None:
         self.name, self.error = name, error
@@ -424,22 +491,35 @@ def _safe(
 
 
 def run_checks(conn: sqlite3.Connection, row: dict | None, ai_usage: list[dict] | None,
-               path: Path | None) -> list[Finding]:  # fmt: skip
-    """Every check, in order; checks that cannot run become one error finding per cause."""
+               path: Path | None, clock: Clock | None = None) -> list[Finding]:  # fmt: skip
+    """Every check, in order; checks that cannot run become one error finding per cause, checks
+    cut short by the `clock` one warning naming them."""
+    clock = clock or Clock()
     named = [(c.__name__.removeprefix("check_").replace("_", " "), c) for c in CHECKS]
     named.append(("rollup", lambda c: check_rollup(c, row, ai_usage)))
-    named.append(("capture", lambda c: check_capture(c, row)))
+    named.append(("capture", lambda c: check_capture(c, row, path.parent if path is not None else None)))
     findings: list[Finding] = []
     failed: dict[str, list[str]] = {}
+    skipped: list[str] = []
     for name, check in named:
-        try:
-            findings += _safe(name, check, conn)
-        except _CouldNotRun as exc:
-            failed.setdefault(exc.error, []).append(exc.name)
+        with clock.bounded(conn) as limit:
+            try:
+                if limit <= 0:
+                    raise _CouldNotRun(name, "interrupted")
+                findings += _safe(name, check, conn)
+            except _CouldNotRun as exc:
+                if exc.error == "interrupted":
+                    skipped.append(name)
+                else:
+                    failed.setdefault(exc.error, []).append(exc.name)
     for error, names in failed.items():
         findings.append(
             Finding("error", "checks", f"{len(names)} checks could not run ({', '.join(names)}): {error}")
         )
+    if skipped:
+        findings.append(Finding("warning", "checks", f"{counted(len(skipped), 'check')} skipped ({', '.join(skipped)}): "
+                                f"not done within {clock.per_check:g} s each, {TOTAL_SECONDS:g} s in all, on this "
+                                "session; their findings are missing"))  # fmt: skip
     findings += check_files(path, row)
     order = {s: i for i, s in enumerate(SEVERITIES)}
     return sorted(findings, key=lambda f: order[f.severity])
@@ -534,34 +614,42 @@ def _jsonable(value: Any) -> Any:
     return f"<blob {len(value)} bytes>" if isinstance(value, bytes) else value
 
 
-def inspect_session(session_id: str, preview_rows: int = 5) -> Inspection:
-    """Open a session (gzipped or not, read-only) and run every check on it.
+def inspect_session(session_id: str, preview_rows: int = 5, clock: Clock | None = None) -> Inspection:
+    """Open a session (gzipped or not, read-only) and run every check on it, within the `clock`'s
+    time (a check or summary cut short is reported as skipped).
 
     Raises:
         SessionNotFound, SessionDbError: the database is missing or cannot be opened.
     """
     path = db_file(session_id)
     row = main_row(session_id)
+    if row is not None:
+        row = as_shown(row)  # as list-sessions shows it
     ai_usage = None
     if row is not None:
         with open_main() as main:
             ai_usage = [
                 dict(r) for r in main.execute("SELECT * FROM ai_usage WHERE session_id = ?", (session_id,))
             ]
+    clock = clock or Clock()
     with open_session(session_id) as conn:
-        findings = run_checks(conn, row, ai_usage, path)
-        try:
-            counts = table_counts(conn)
-        except sqlite3.Error:
-            counts = {}  # unreadable
-        result = Inspection(session_id, str(path), row["status"] if row else None, counts, findings)
-        for attr, fn in (("tools", tool_usage), ("mcp", mcp_usage), ("inputs", input_breakdown)):
+        findings = run_checks(conn, row, ai_usage, path, clock)
+        with clock.bounded(conn):
             try:
-                setattr(result, attr, fn(conn))
+                counts = table_counts(conn)
             except sqlite3.Error:
-                pass
-        try:
-            result.previews = last_rows(conn, preview_rows)
-        except sqlite3.Error:
-            pass
+                counts = {}  # unreadable
+        result = Inspection(session_id, str(path), row["status"] if row else None, counts, findings)
+        skipped = []
+        for attr, fn in (("tools", tool_usage), ("mcp", mcp_usage), ("inputs", input_breakdown),
+                         ("previews", lambda c: last_rows(c, preview_rows))):  # fmt: skip
+            with clock.bounded(conn):
+                try:
+                    setattr(result, attr, fn(conn))
+                except sqlite3.Error as exc:
+                    if _interrupted(exc):
+                        skipped.append(attr)
+        if skipped:
+            result.findings.append(Finding("info", "checks", f"summaries left out for lack of time: "
+                                                             f"{', '.join(skipped)}"))  # fmt: skip
     return result

@@ -32,6 +32,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from assembler.sessiondb import DB_NAME, GZ_NAME, MainDbMissing, disk_usage
+from capsem import health
 from capsem.ids import rfc3339, utc_now
 from capsem.paths import main_db_path, session_dir
 from capsem.rollup import open_main, rollup
@@ -170,6 +171,7 @@ def vacuum_session(main: sqlite3.Connection, row: dict[str, Any]) -> Action:
             rollup(main, session_id, db)
         conn = sqlite3.connect(db, isolation_level=None, timeout=5)
         try:
+            health.fold(conn, folder)  # the counts kept for a full disk go into the archive
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             conn.execute("PRAGMA journal_mode = DELETE")
             conn.execute("VACUUM")
@@ -187,7 +189,7 @@ def vacuum_session(main: sqlite3.Connection, row: dict[str, Any]) -> Action:
         "WHERE id = ? AND status IN ('stopped', 'crashed')",
         (size, utc_now(), session_id),
     )
-    for name in (DB_NAME, DB_NAME + "-wal", DB_NAME + "-shm", DB_NAME + "-journal"):
+    for name in (DB_NAME, DB_NAME + "-wal", DB_NAME + "-shm", DB_NAME + "-journal", health.FILE_NAME):
         (folder / name).unlink(missing_ok=True)
     after = disk_usage(folder) if folder.is_dir() else 0
     reason = "compressed" if size else "no database on disk; marked vacuumed"

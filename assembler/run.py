@@ -4,9 +4,16 @@ Starts mitmdump with the capsem addon on a free loopback port, runs the agent wi
 and mitmproxy's CA set in its environment (the variables Python, Node, curl, git and the
 coding-agent CLIs read), records workspace file changes (`fs_events`) and the agent's process
 tree (`proc_samples`, anomalies in `proc_anomalies`: assembler/procdiag), passes the agent's
-exit code through, and ends the session cleanly
-when the agent exits or the user presses Ctrl-C. mitmproxy's CA is kept in
+exit code through, and ends the session cleanly when the agent exits. mitmproxy's CA is kept in
 `$CAPSEM_HOME/mitmproxy`, so it is created once and stays the same between runs.
+
+Signals, as any wrapper (`time`, `uv run`) handles them: the agent runs in capsem's process group
+with the default dispositions, so a terminal's Ctrl-C reaches it directly; mitmdump runs in a
+session of its own, so the same Ctrl-C never reaches it and it records until the agent has
+exited. A second Ctrl-C kills the agent's process group (its process tree when it shares
+capsem's group). SIGTERM or SIGHUP to `capsem run` is passed to the agent (killed after
+`TERM_GRACE` seconds). Either way the session ends `stopped`, the summary is printed and `capsem
+run` exits with the agent's status (130 after a Ctrl-C).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,6 +141,109 @@ def mitmdump_options(session_id: str, command: list[str], extra: str) -> tuple[s
     return session_id, options + args
 
 
+TERM_GRACE = 5.0
+"""Seconds an agent has to exit after the SIGTERM or SIGHUP `capsem run` passed on, before it is killed."""
+
+
+class AgentSignals:
+    """What `capsem run` does with SIGINT, SIGTERM and SIGHUP (installed for the whole run)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.agent: subprocess.Popen[bytes] | None = None
+        self.interrupts = 0
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> AgentSignals:
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)  # type: ignore[arg-type]
+
+    def _handle(self, signum: int, frame: object) -> None:
+        agent = self.agent
+        if agent is None:  # before the agent started: give up the start
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise SystemExit(128 + signum)
+        if agent.poll() is not None:
+            return  # the agent has exited: the session is being finished, let it
+        if signum == signal.SIGINT:
+            self.interrupts += 1
+            if self.interrupts > 1:
+                _say("capsem: second Ctrl-C: killing the agent's process group")
+                kill_agent(agent)
+            else:
+                if not _terminal_sent_it():  # `kill -INT`: pass it on as the terminal would have
+                    _signal(agent.pid, signal.SIGINT)
+                _say("capsem: Ctrl-C: the session records until the agent exits (Ctrl-C again kills it)")
+            return
+        name = signal.Signals(signum).name
+        _say(f"capsem: {name}: passed on to the agent; recording until it exits")
+        _signal(agent.pid, signum)
+        timer = threading.Timer(TERM_GRACE, lambda: agent.poll() is None and kill_agent(agent))
+        timer.daemon = True
+        timer.start()
+
+
+def kill_agent(agent: subprocess.Popen[bytes]) -> None:
+    """SIGKILL to the agent's process group, or to its process tree when it shares ours."""
+    try:
+        group = os.getpgid(agent.pid)
+    except OSError:
+        return
+    if group != os.getpgrp():
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:
+            pass
+        return
+    import psutil
+
+    try:
+        tree = [psutil.Process(agent.pid), *psutil.Process(agent.pid).children(recursive=True)]
+    except psutil.Error:
+        tree = []
+    for proc in tree:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+
+
+def _terminal_sent_it() -> bool:
+    """Whether our process group is the foreground group of our terminal (a Ctrl-C there reached
+    the agent too)."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:
+        return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except OSError:
+        pass
+
+
+def _say(text: str) -> None:
+    try:
+        sys.stderr.write(f"\n{text}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
 def _wait_for_agent(agent: subprocess.Popen[bytes]) -> int:
     """The agent's exit code as a shell reports it (128 + N when killed by signal N)."""
     code = agent.wait()
@@ -157,11 +268,14 @@ def run_agent(
     mitmdump_args: str = "",
     session_id: str | None = None,
     broker: bool = False,
+    signals: AgentSignals | None = None,
 ) -> RunResult:
     """Run `command` through a fresh capsem session; return its id and the agent's exit code.
 
     `broker`: the agent gets the placeholders of the configured credentials instead of their
     real values (which only mitmdump holds); a source that is missing fails here, first.
+    `signals`: installed by the caller, who leaves them in place until its summary is printed (a
+    late Ctrl-C must not cut it short); by default they are installed for this call only.
 
     Raises:
         AgentNotFound: before anything starts, when the command cannot be run.
@@ -179,13 +293,16 @@ def run_agent(
     folder.mkdir(parents=True, exist_ok=True)
     log_path = folder / "mitmdump.log"
     confdir = capsem_home() / "mitmproxy"
-    process = spawn_mitmdump(confdir=confdir, log_path=log_path, args=args)  # first: it takes the longest
+    own = signals is None
+    if signals is None:  # see the module's docstring
+        signals = AgentSignals().__enter__()
+    # first: it takes the longest; in a session of its own, so a terminal's Ctrl-C never reaches it
+    process = spawn_mitmdump(confdir=confdir, log_path=log_path, args=args, new_session=True)
     watcher: WorkspaceWatcher | None = None
     sampler: ProcessSampler | None = None
     report: Diagnostics | None = None
     proxy: Mitmdump | None = None
     tidy = threading.Thread(target=_tidy_up, name="capsem-retention", daemon=True)
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the agent; we clean up after
     code: int | None = None
     try:
         from assembler.fswatch import WorkspaceWatcher
@@ -200,7 +317,7 @@ def run_agent(
             for name in removed:
                 logger.warning("capsem: %s is not passed to the agent: it holds a brokered key", name)
         try:
-            agent = subprocess.Popen(command, cwd=workspace, env=env)
+            agent = signals.agent = subprocess.Popen(command, cwd=workspace, env=env)
         except OSError as exc:
             raise AgentNotFound(f"{command[0]}: {exc.strerror or exc}", 126) from exc
         tidy.start()  # after the agent started: housekeeping never delays it
@@ -210,7 +327,6 @@ def run_agent(
             sampler.start()
         code = _wait_for_agent(agent)
     finally:
-        signal.signal(signal.SIGINT, previous)
         if sampler is not None:
             report = finish(sampler, warn=False)  # stops sampling, stores the anomalies
         if watcher is not None:
@@ -226,6 +342,8 @@ def run_agent(
             _store_exit_code(session_id, code)
         if tidy.is_alive():
             tidy.join(60)
+        if own:
+            signals.__exit__()
     return RunResult(session_id, code, log_path, report)
 
 

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from assembler.sessiondb import db_file, open_main
-from capsem.rollup import process_alive
+from capsem.rollup import NOT_RECORDED_END, process_alive
 
 
 @dataclass(frozen=True)
@@ -78,12 +78,26 @@ def list_sessions(filters: SessionFilters) -> Listing:
                 continue
             row["has_db"] = path is not None
             row["db_file"] = str(path) if path else None
-            row["process_gone"] = (row["status"] == "running" and row.get("pid") is not None
-                                   and not process_alive(row["pid"], row.get("pid_started_at")))  # fmt: skip
-            if row["process_gone"]:
-                row["status"] = "crashed"
-            out.append(row)
+            out.append(as_shown(row))
     return Listing(out, matched)
+
+
+LOSSY = ("degraded", "failed", "unknown")
+"""`capture_status` values of a session whose record is not known to be whole."""
+
+
+def as_shown(row: dict[str, Any]) -> dict[str, Any]:
+    """A main.db `sessions` row as every command shows it: a `running` session whose process is
+    gone is `crashed` (`process_gone` set; main.db says so after the next start or `capsem
+    vacuum`), its capture `unknown` (nobody recorded its end)."""
+    row["process_gone"] = (row["status"] == "running" and row.get("pid") is not None
+                           and not process_alive(row["pid"], row.get("pid_started_at")))  # fmt: skip
+    if row["process_gone"]:
+        row["status"] = "crashed"
+        if row.get("capture_status") in (None, "ok"):
+            row["capture_status"] = "unknown"
+            row["capture_error"] = NOT_RECORDED_END
+    return row
 
 
 def parse_time(ts: str | None) -> datetime | None:

@@ -22,10 +22,10 @@ from assembler.cli_support import counted
 from assembler.costs import Usage, call_usage, split_line, why
 from assembler.failures import Failure, failures
 from assembler.sessiondb import main_row
-from assembler.sessions import duration
+from assembler.sessions import as_shown, duration
 from assembler.tables import Column, fit_table
 from capsem.paths import session_db_path
-from capsem.rollup import CALL_USAGE_SQL
+from capsem.rollup import CALL_USAGE_SQL, NOT_RECORDED_END, capture_health, capture_meta
 from capsem.schema import connect
 
 MAX_ERRORS = 10
@@ -67,6 +67,8 @@ class SessionSummary:
     """(action, path) of each file the workspace ended up with changed, in first-change order."""
     answer: tuple[Call, str] | None = None
     """The last successful model call with text, and that text: the agent's final answer."""
+    capture: str | None = None
+    """Why the record is not whole (rows lost, a recorder that died, an end not recorded), or None."""
 
     @property
     def total(self) -> Usage:
@@ -106,11 +108,18 @@ def session_summary(session_id: str, db_path: Path | None = None) -> SessionSumm
     """Everything the summary shows, read from the session's database (read-only) and main.db."""
     db_path = db_path or session_db_path(session_id)
     out = SessionSummary(session_id, db_path)
-    row = main_row(session_id)
+    try:
+        row = main_row(session_id)
+    except sqlite3.Error as exc:  # a full disk: the summary still says what it can
+        row, unreadable = None, f"main.db cannot be read ({exc})"
+    else:
+        unreadable = "main.db has no row for this session"
     if row is not None:
+        row = as_shown(row)
         out.status, out.exit_code, out.duration = row["status"], row.get("exit_code"), duration(row)
     conn = connect(db_path, readonly=True)
     try:
+        out.capture = capture_problem(row, capture_meta(conn, db_path.parent), unreadable)
         answer: tuple[int, str] | None = None
         for r in conn.execute(CALL_USAGE_SQL + " ORDER BY id"):
             estimated = '"estimated"' in (r["usage_details"] or "")
@@ -137,6 +146,22 @@ def session_summary(session_id: str, db_path: Path | None = None) -> SessionSumm
 
 
 # --- rendering ----------------------------------------------------------------------------------
+
+
+def capture_problem(row: dict | None, meta: dict[str, str], no_row: str = "") -> str | None:
+    """What the record lacks, from the session's main.db row (as shown; `no_row` says why there is
+    none) and its capture counts."""
+    _, _, problem = capture_health(meta)
+    status = row.get("capture_status") if row is not None else None
+    if status in ("failed", "unknown"):
+        error = row.get("capture_error") if row is not None else None
+        found = f"capture {'failed' if status == 'failed' else 'incomplete'}: {error or NOT_RECORDED_END}"
+        return found if problem is None or problem in found else f"{found}; {problem}"
+    if row is None:
+        return f"capture incomplete: {no_row}" + (f"; {problem}" if problem else "")
+    if problem is not None and (status == "degraded" or "nothing was lost" not in problem):
+        return f"capture degraded: {problem}"
+    return None
 
 
 def _money(value: float) -> str:
@@ -225,6 +250,8 @@ def render_session(summary: SessionSummary, width: int = 80) -> Group:
     s = summary
     total = s.total
     parts: list[RenderableType] = [_headline(s)]
+    if s.capture:
+        parts.append(Text(f"{s.capture} (capsem inspect-session {s.session_id})", style="bold red"))
     if s.calls:
         parts.append(_tokens_line(total))
         if split := split_line(total):

@@ -101,6 +101,7 @@ def spawn_mitmdump(
     args: list[str] | None = None,
     addon: bool = True,
     env: dict[str, str] | None = None,
+    new_session: bool = False,
 ) -> subprocess.Popen[bytes]:
     """Start mitmdump on 127.0.0.1 and a free port, without waiting (`wait_for_mitmdump` waits).
 
@@ -110,6 +111,8 @@ def spawn_mitmdump(
         args: extra mitmdump arguments (e.g. ``["--mode", "upstream:http://127.0.0.1:9000"]``).
         addon: load `addons/capsem_addon.py` (False gives a plain mitmdump for comparisons).
         env: environment for the process (default: ours).
+        new_session: in a session (and process group) of its own: signals sent to ours (a
+            terminal's Ctrl-C) do not reach it (`capsem run`).
     """
     confdir.mkdir(parents=True, exist_ok=True)
     cmd = [
@@ -124,9 +127,8 @@ def spawn_mitmdump(
         cmd += ["-s", str(ADDON_PATH)]
     cmd += args or []
     with log_path.open("wb") as log:
-        return subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env or dict(os.environ)
-        )
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env or dict(os.environ), start_new_session=new_session)  # fmt: skip
 
 
 def wait_for_mitmdump(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 
-from capsem import __version__
+from capsem import __version__, health
 from capsem.ids import utc_now
 from capsem.paths import main_db_path, session_db_path
 from capsem.redact import Scrubber
@@ -138,8 +138,17 @@ CAPTURE_COUNTS = {
     "capture_dropped_messages": "flow messages were not recorded (the recorder fell behind)",
     "capture_commit_failures": "commits failed",
     "capture_failed_messages": "flows could not be recorded",
+    "capture_missed_flows": "flows were not recorded, or not whole (their recorder process died)",
+    "capture_recorder_restarts": "recorder restarts (its process died and was started again)",
 }
 """session_meta counters of capture problems (written by the recorder), and what each means."""
+_NOT_LOST = ("capture_commit_failures", "capture_recorder_restarts")
+"""Counters of trouble that loses nothing by itself (what it lost is counted by the others)."""
+NOT_RECORDED_END = (
+    "the session's end was not recorded (its processes died or the disk was full): rows of its last "
+    "moments may be missing"
+)
+"""`capture_error` of a session found `running` after its processes had gone (`capture_status` unknown)."""
 
 
 def capture_health(meta: dict[str, str]) -> tuple[str, int, str | None]:
@@ -153,13 +162,20 @@ def capture_health(meta: dict[str, str]) -> tuple[str, int, str | None]:
     if not problems:
         return "ok", 0, None
     last = meta.get("capture_last_error")
-    lost = any(n for key, n in counts.items() if key != "capture_commit_failures")
+    lost = any(n for key, n in counts.items() if key not in _NOT_LOST)
     text = "; ".join(problems) + (f" (last error: {last})" if last else "")
     return (
         ("degraded" if lost else "ok"),
         counts["capture_rows_lost"],
         text if lost else text + "; nothing was lost",
     )
+
+
+def capture_meta(conn: sqlite3.Connection, folder: Path | None) -> dict[str, str]:
+    """A session's `capture_*` values: session_meta's, merged with the health file the recorder
+    keeps beside session.db for when the disk is full (`capsem/health.py`)."""
+    meta = dict(conn.execute("SELECT key, value FROM session_meta WHERE key LIKE 'capture%'").fetchall())
+    return health.merged(meta, folder)
 
 
 @dataclass(frozen=True)
@@ -213,7 +229,7 @@ def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = Non
         tools = src.execute(_TOOL_USAGE_SQL).fetchall()
         mcp = src.execute(_MCP_USAGE_SQL).fetchall()
         spend = src.execute(SPEND_SQL).fetchall()
-        meta = dict(src.execute("SELECT key, value FROM session_meta WHERE key LIKE 'capture%'").fetchall())
+        meta = capture_meta(src, db_path.parent)
     finally:
         src.close()
     status, lost, problem = capture_health(meta)
@@ -277,7 +293,9 @@ def _alive(row: SessionRow) -> bool:
 
 
 def recover_crashed(main: sqlite3.Connection, *, exclude: str | None = None) -> list[str]:
-    """Mark `running` sessions whose process is gone as `crashed` and roll them up."""
+    """Mark `running` sessions whose process is gone as `crashed` and roll them up. Nobody
+    recorded their end, so their capture is never `ok`: `failed` when the rollup found a loss
+    (session_meta or the health file), else `unknown`."""
     rows = [
         SessionRow(r["id"], r["status"], r["pid"], r["pid_started_at"])
         for r in main.execute("SELECT id, status, pid, pid_started_at FROM sessions WHERE status = 'running'")
@@ -285,4 +303,10 @@ def recover_crashed(main: sqlite3.Connection, *, exclude: str | None = None) -> 
     crashed = [r.id for r in rows if r.id != exclude and not _alive(r)]
     for session_id in crashed:
         finish_session(main, session_id, status="crashed")
+        main.execute(
+            """UPDATE sessions SET capture_status = CASE WHEN capture_status IN ('degraded', 'failed')
+                                                         THEN 'failed' ELSE 'unknown' END,
+                      capture_error = COALESCE(capture_error || '; ', '') || ? WHERE id = ?""",
+            (NOT_RECORDED_END, session_id),
+        )
     return crashed

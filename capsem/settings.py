@@ -45,7 +45,7 @@ MATCH_FIELDS = ("host", "port", "path", "method", "mcp_server", "mcp_tool")
 RULE_FIELDS = ("name", "action", *MATCH_FIELDS)
 Scope = Literal["session", "day", "month"]
 SCOPES: tuple[Scope, ...] = ("session", "day", "month")
-BUDGET_FIELDS = ("scope", "limit_usd", "warn_at", "provider", "model", "host")
+BUDGET_FIELDS = ("scope", "limit_usd", "warn_at", "provider", "model", "host", "on_unconfirmed")
 CREDENTIAL_FIELDS = ("host", "header", "query", "env", "file", "placeholder", "agent_env")
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_.\-]{8,}")
 _HEADER_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -376,6 +376,10 @@ class Budget:
     """Glob on the model the request names; None: any."""
     host: str | None = None
     """Glob on the host the call goes to (case-insensitive); None: any."""
+    on_unconfirmed: Literal["deny", "allow"] = "deny"
+    """What a matched call gets while this session's spend cannot be confirmed (its recorder is not
+    answering): `deny` (refused with the budget's 402) or `allow` (let through unchecked, logged and
+    recorded as such)."""
 
     @classmethod
     def parse(cls, key: str, name: str, raw: Any) -> Budget:
@@ -391,7 +395,11 @@ class Budget:
         if warn is not None and (not _is_number(warn) or not 0 < warn <= 1):
             raise _must(f"{key}.warn_at", "a fraction of the limit above 0 and at most 1 (null: never)", warn)
         globs = {f: _glob(f"{key}.{f}", raw.get(f)) for f in ("provider", "model", "host")}
-        return cls(name=name, scope=scope.lower(), limit_usd=float(limit), warn_at=warn, **globs)  # type: ignore[arg-type]
+        unconfirmed = raw.get("on_unconfirmed", "deny")
+        if unconfirmed not in ("deny", "allow"):
+            raise _must(f"{key}.on_unconfirmed", "deny or allow", unconfirmed)
+        return cls(name=name, scope=scope.lower(), limit_usd=float(limit), warn_at=warn,  # type: ignore[arg-type]
+                   on_unconfirmed=unconfirmed, **globs)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,6 +69,36 @@ def test_the_strictest_budget_decides_and_the_first_declared_among_equals():
     assert decide(budgets[:1], "anthropic", "m", "h", lambda b: spend[b.name]) is ALLOWED
 
 
+def test_an_unconfirmed_spend_is_never_assumed_zero():
+    strict, lenient = (
+        budget(name="strict", limit=1.0),
+        budget(name="lenient", limit=1.0, on_unconfirmed="allow"),
+    )
+    spent = {"strict": 0.5, "lenient": 0.5}.__getitem__
+
+    def verdict(budgets, **spend):
+        return decide(
+            budgets, "anthropic", "m", "h", lambda b: spend.get(b.name, spent(b.name)), confirmed=False
+        )
+
+    denied = verdict([lenient, strict])
+    assert (denied.decision, denied.budget.name, denied.rule) == (
+        "denied",
+        "strict",
+        "budget:strict (unconfirmed)",
+    )
+    assert denied.message.startswith(
+        "capsem cannot confirm this budget's spend: its recorder is not answering"
+    )
+    assert "$0.5000 of its $1.00 limit per day is counted so far" in denied.message
+    let_through = verdict([lenient])
+    assert (let_through.decision, let_through.rule) == ("warned", "budget:lenient (unconfirmed)")
+    assert "goes through unchecked (budgets.lenient.on_unconfirmed: allow)" in let_through.message
+    spent_already = verdict([lenient], lenient=1.0)  # over the limit: spent, confirmed or not
+    assert (spent_already.decision, spent_already.unconfirmed) == ("denied", False)
+    assert decide([strict], "anthropic", "m", "h", lambda b: 0.5).decision == "allowed"  # confirmed
+
+
 @pytest.mark.parametrize(
     ("spend", "warn_at", "decision"),
     [(7.99, 0.8, "allowed"), (8.0, 0.8, "warned"), (9.99, 0.8, "warned"), (10.0, 0.8, "denied"),

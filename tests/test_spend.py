@@ -133,10 +133,29 @@ def test_a_check_waits_for_the_cost_of_calls_that_just_ended(main_db, monkeypatc
     assert not view.settled()
     view.on_report(json.dumps({"done": [["ws#ws", 5]], "totals": []}))
     assert view.settled()
-    view.ended("lost")  # its FlowEnded never reached the recorder: given up after SETTLE_SECONDS
-    later = time.monotonic() + SETTLE_SECONDS + 0.1
+    assert view.confirmed()
+    view.ended("lost")  # its cost never comes back (a stopped recorder): no use waiting past
+    later = time.monotonic() + SETTLE_SECONDS + 0.1  # SETTLE_SECONDS, but never confirmed
     monkeypatch.setattr("addons.spend.time.monotonic", lambda: later)
-    assert view.settled()
+    assert view.settled() and not view.confirmed()
+    view.on_report(json.dumps({"done": [["lost", 0]], "totals": []}))  # the recorder answers again
+    assert view.confirmed()
+
+
+def test_the_spend_is_unconfirmed_from_a_recorder_death_to_the_restarted_ones_first_report(main_db):
+    view = SpendView([Budget("s", "session", 1.0)], "mine", main_db)
+    view.on_report(json.dumps({"done": [], "totals": [[DAY, "anthropic", "m", "h", 0.25, 1]]}))
+    view.ended("handed-to-the-dead-one")
+    view.recorder_down()
+    assert not view.settled() and not view.confirmed()
+    view.ended("after-the-death")  # its end goes to the restarted recorder, which reports it
+    # the restarted recorder's first report: what session.db holds; the earlier flow is not waited for
+    view.on_report(json.dumps({"done": [], "totals": [[DAY, "anthropic", "m", "h", 0.5, 2]]}))
+    assert not view.confirmed()
+    view.on_report(
+        json.dumps({"done": [["after-the-death", 0]], "totals": [[DAY, "anthropic", "m", "h", 0.5, 2]]})
+    )
+    assert view.confirmed() and view.spent(view.budgets[0]) == 0.5
 
 
 def test_ledger_rows_are_this_month_without_the_excluded_session(main_db):

@@ -235,20 +235,12 @@ class View:
 
 
 def session_row(session_id: str) -> dict[str, Any] | None:
-    """The session's main.db row; a `running` one whose process is gone is `crashed` (as
-    `list-sessions` shows it), so its pages do not poll forever."""
-    from capsem.rollup import process_alive
+    """The session's main.db row; a `running` one whose process is gone is `crashed`, its capture
+    `unknown` (as `list-sessions` shows it), so its pages do not poll forever."""
+    from assembler.sessions import as_shown
 
     row = main_row(session_id)
-    pid = row.get("pid") if row else None
-    if (
-        row
-        and row["status"] == "running"
-        and pid is not None
-        and not process_alive(pid, row.get("pid_started_at"))
-    ):
-        row["status"] = "crashed"
-    return row
+    return as_shown(row) if row else None
 
 
 def starting(session_id: str, within_s: float = 300.0) -> bool:
@@ -280,8 +272,25 @@ def _filters(params: dict[str, str]) -> dict[str, Any]:
             "min_cost": min_cost}  # fmt: skip
 
 
-def create_app(view: View | None = None) -> Starlette:
-    """The ASGI app serving every session under `$CAPSEM_HOME`."""
+def call_id(request: Request) -> int:
+    """The call id in the path (`{cid:int}` takes any number of digits; SQLite's integers end at
+    2**63 - 1, and no call has a larger id).
+
+    Raises:
+        HTTPException: 404 for an id past that.
+    """
+    cid = int(request.path_params["cid"])
+    if cid > MAX_ROW_ID:
+        raise HTTPException(404, f"no model call {request.path_params['cid']}")
+    return cid
+
+
+MAX_ROW_ID = 2**63 - 1
+
+
+def create_app(view: View | None = None, hosts: tuple[str, ...] = ()) -> Starlette:
+    """The ASGI app serving every session under `$CAPSEM_HOME`; `hosts`: the loopback addresses it
+    listens on, besides 127.0.0.1, ::1 and localhost (`view --host 127.0.0.2`)."""
     view = view or View()
     urls = Urls()
 
@@ -311,7 +320,7 @@ def create_app(view: View | None = None) -> Starlette:
         return html(request, lambda: view.session_page(urls, sid_of(request), page))
 
     async def call(request: Request) -> Response:
-        return html(request, lambda: view.call_page(urls, sid_of(request), int(request.path_params["cid"])))
+        return html(request, lambda: view.call_page(urls, sid_of(request), call_id(request)))
 
     async def raw(request: Request) -> Response:
         from addons.bodies import read_body
@@ -322,7 +331,7 @@ def create_app(view: View | None = None) -> Starlette:
         try:
             sid = sid_of(request)
             with view.files.open(sid) as conn:
-                found = read_body(conn, int(request.path_params["cid"]), direction)
+                found = read_body(conn, call_id(request), direction)
         except Exception as exc:
             problem = problem_for(exc)
             return HTMLResponse(view.error_page(urls, problem), status_code=problem.status)
@@ -375,7 +384,8 @@ def create_app(view: View | None = None) -> Starlette:
 
     # only requests addressed to loopback by name: a web page whose host name an attacker points at
     # 127.0.0.1 (DNS rebinding) must not read the sessions
-    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]", "::1"])]
+    allowed = ["127.0.0.1", "localhost", "[::1]", "::1"] + [h for host in hosts for h in (host, f"[{host}]")]
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed)]
     return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found, Exception: not_found},
                      lifespan=lifespan, middleware=middleware)  # fmt: skip
 

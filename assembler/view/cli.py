@@ -44,7 +44,9 @@ def server(sock: socket.socket):
 
     from assembler.view.app import create_app
 
-    return uvicorn.Server(uvicorn.Config(create_app(), log_level="warning", access_log=False, lifespan="on"))
+    host = str(sock.getsockname()[0])  # a loopback address (`bind` refuses any other)
+    app = create_app(hosts=(host,))
+    return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
 
 
 def url_of(sock: socket.socket, path: str = "/") -> str:

@@ -74,3 +74,19 @@ def test_a_flow_with_dropped_chunks_is_recorded_as_incomplete_with_the_reason(tm
     assert call["complete"] == 0
     assert net["decision"] == "error" and "9 body chunks not recorded" in net["error"]
     rec.shutdown()
+
+
+def test_the_recorders_health_reports_are_kept_in_memory_and_each_new_loss_is_logged(caplog):
+    """A full disk: the counts live in mitmdump (and its log) even when nothing could be written."""
+    from addons.handover import RecorderProcess
+
+    recorder = RecorderProcess(Outbox(), b"{}")
+    lost = '{"capture_commit_failures":"6","capture_rows_lost":"%d","capture_last_error":"database or disk is full"}'
+    with caplog.at_level("WARNING", logger="addons.handover"):
+        recorder._health(lost % 0)
+        recorder._health(lost % 525)
+        recorder._health(lost % 525)
+    assert recorder.health["capture_rows_lost"] == "525"
+    assert [r.getMessage() for r in caplog.records] == [
+        "capsem: 525 rows could not be written to session.db (database or disk is full); the record is incomplete"
+    ]

@@ -216,3 +216,24 @@ def test_items_read_as_text_whatever_api_they_came_from():
     assert readable("tool_call", json.dumps(block)) == 'read({"p": "a"})'
     result = {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "A"}]}
     assert readable("tool_result", json.dumps(result)) == "A"
+
+
+def test_view_on_another_loopback_address_serves_and_a_huge_call_id_is_not_found(home):
+    """`capsem view --host 127.0.0.2` as a real process: its pages answer (they were 400 to their own
+    host name), and a call id past SQLite's 64-bit integers is a clear 404 (it was a 500)."""
+    import httpx
+
+    sid = recorded_id(home)
+    proc = subprocess.Popen([sys.executable, "-m", "assembler", "view", sid, "--host", "127.0.0.2", "--no-open"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.2:\d+", line)
+        assert url, line
+        assert httpx.get(f"{url.group(0)}/s/{sid}", timeout=10).status_code == 200
+        huge = httpx.get(f"{url.group(0)}/s/{sid}/call/{2**64 + 1}", timeout=10)
+        assert_clear(huge, 404, f"no model call {2**64 + 1}")
+        assert httpx.get(f"{url.group(0)}/s/{sid}/call/{2**64}/request", timeout=10).status_code == 404
+    finally:
+        proc.terminate()
+        proc.wait(10)
