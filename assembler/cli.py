@@ -136,6 +136,12 @@ def run(workspace, mitmdump_args, quiet, broker, view, command) -> None:
         print_session(result.session_id, console)
         if result.diagnostics is not None:
             console.print(result.diagnostics.summary(), style="dim")
+    if result.retention is not None:
+        from assembler.retention import summary_line
+
+        if line := summary_line(result.retention):  # even with --quiet: deleting data is never silent
+            Console(stderr=True).print(line, style="yellow" if result.retention.of("cull") else "dim",
+                                       highlight=False)  # fmt: skip
     sys.exit(result.exit_code)
 
 
@@ -685,7 +691,9 @@ def vacuum_cmd(dry_run, as_json) -> None:
     Finished (stopped/crashed) sessions are checkpointed, VACUUMed and gzipped to
     session.db.gz (every command still reads them). Sessions beyond retention_days,
     max_sessions (empty ones first, min_content_keep protected) or max_disk_gb are deleted
-    and marked terminated; their main.db rollup stays. Running sessions are never touched.
+    and marked culled, with the rule that culled them; their main.db rollup stays. Running
+    sessions, sessions less than a day old and sessions marked with `capsem keep ID` are
+    never culled.
     Settings: the `retention:` section of config/default.yaml, overridden by
     $CAPSEM_HOME/config.yaml. Every `capsem run` applies the same rules beside the agent,
     compressing only sessions finished more than `vacuum_after_hours` ago (`auto: false`
@@ -709,7 +717,7 @@ def vacuum_cmd(dry_run, as_json) -> None:
     if as_json:
         click.echo(json.dumps({"dry_run": dry_run, "policy": asdict(report.policy),
                                "actions": [asdict(a) for a in report.actions], "errors": report.errors,
-                               "running": report.running, "disk_before": report.disk_before,
+                               "running": report.running, "spared": report.spared, "disk_before": report.disk_before,
                                "disk_after": report.disk_after}, indent=2))  # fmt: skip
         sys.exit(1 if report.errors else 0)
     console = _console()
@@ -723,7 +731,7 @@ def vacuum_cmd(dry_run, as_json) -> None:
         for a in report.actions:
             verb = ("would " if dry_run else "") + ("vacuum" if a.kind == "vacuum" else "cull")
             table.add_row(a.session_id, verb, escape(a.reason), _size(a.bytes_before),
-                          "?" if dry_run and a.kind == "vacuum" else _size(a.bytes_after))  # fmt: skip
+                          ("~" if dry_run and a.kind == "vacuum" else "") + _size(a.bytes_after))  # fmt: skip
         console.print(table)
     else:
         console.print("nothing to do")
@@ -731,12 +739,40 @@ def vacuum_cmd(dry_run, as_json) -> None:
         click.echo(f"error: {error}", err=True)
     if report.running:
         console.print(f"{counted(len(report.running), 'running session')} left alone", style="dim")
+    if report.spared:
+        why: dict[str, int] = {}
+        for _, reason in report.spared:
+            why[reason] = why.get(reason, 0) + 1
+        console.print("never culled: " + ", ".join(f"{n} {reason}" for reason, n in why.items()), style="dim")
     n_v, n_c = len(report.of("vacuum")), len(report.of("cull"))
     verb = "would vacuum" if dry_run else "vacuumed"
     console.print(f"{verb} {n_v}, {'would cull' if dry_run else 'culled'} {n_c}; sessions/ "
                   f"{_size(report.disk_before)} -> {'~' if dry_run else ''}{_size(report.disk_after)}")  # fmt: skip
     if report.errors:
         sys.exit(1)
+
+
+@cli.command("keep")
+@click.argument("session_id", metavar="SESSION_ID")
+@click.option("--undo", is_flag=True, help="Let retention cull the session again.")
+def keep_cmd(session_id, undo) -> None:
+    """Never let retention cull a session.
+
+    SESSION_ID may be any unique start of an id. A kept session is still compressed (vacuumed)
+    when finished, never deleted; list-sessions marks it `kept`.
+
+    \b
+    Examples:
+        capsem keep 20260327-154418-f907
+        capsem keep 20260327-1544 --undo
+    """
+    from assembler.retention import keep_session
+
+    with user_errors(LookupError):
+        full = keep_session(session_id, keep=not undo)
+    click.echo(
+        f"session {full}: " + ("retention may cull it again" if undo else "kept (retention never culls it)")
+    )
 
 
 def _opt(value: float | None) -> str:

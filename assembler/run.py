@@ -33,6 +33,7 @@ from capsem.settings import SettingsError, load
 if TYPE_CHECKING:  # imported in run_agent while mitmdump starts (the agent's start delay)
     from assembler.fswatch import WorkspaceWatcher
     from assembler.procdiag import Diagnostics, ProcessSampler
+    from assembler.retention import RetentionReport
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,8 @@ class RunResult:
     log_path: Path
     diagnostics: Diagnostics | None = None
     """Process samples and anomalies (None when `diagnostics.enabled` is false)."""
+    retention: RetentionReport | None = None
+    """What the start-up retention did (None: switched off, skipped, or failed)."""
 
 
 def agent_variables(proxy_url: str, ca_cert: Path) -> dict[str, str]:
@@ -64,15 +67,18 @@ def agent_env(proxy: Mitmdump, base: dict[str, str] | None = None) -> dict[str, 
     return dict(os.environ if base is None else base) | agent_variables(proxy.url, proxy.ca_cert)
 
 
-def _tidy_up() -> None:
+def _tidy_up(out: list[RetentionReport]) -> None:
     """Retention as Capsem applies it at start-up (compress sessions finished over a day ago, cull
-    by the configured rules); a failure is only a warning. Runs beside the agent, never in mitmdump."""
+    by the configured rules), its report appended to `out`; a failure is only a warning. Runs beside
+    the agent, never in mitmdump."""
     try:
         from assembler.retention import auto_retention
 
         report = auto_retention()
         for error in report.errors if report else []:
             logger.warning("capsem: retention: %s", error)
+        if report is not None:
+            out.append(report)
     except Exception as exc:  # housekeeping must not disturb the run
         logger.warning("capsem: retention failed: %r", exc)
 
@@ -184,7 +190,8 @@ def run_agent(
     sampler: ProcessSampler | None = None
     report: Diagnostics | None = None
     proxy: Mitmdump | None = None
-    tidy = threading.Thread(target=_tidy_up, name="capsem-retention", daemon=True)
+    tidied: list[RetentionReport] = []
+    tidy = threading.Thread(target=_tidy_up, args=(tidied,), name="capsem-retention", daemon=True)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the agent; we clean up after
     code: int | None = None
     try:
@@ -226,7 +233,7 @@ def run_agent(
             _store_exit_code(session_id, code)
         if tidy.is_alive():
             tidy.join(60)
-    return RunResult(session_id, code, log_path, report)
+    return RunResult(session_id, code, log_path, report, tidied[0] if tidied else None)
 
 
 def _store_exit_code(session_id: str, code: int) -> None:

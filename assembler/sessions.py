@@ -38,7 +38,7 @@ class Listing:
 def list_sessions(filters: SessionFilters) -> Listing:
     """Newest first; each row is the main.db `sessions` row plus `has_db` and `db_file`.
 
-    Culled (`terminated`) sessions, whose database is gone, are left out unless
+    Culled sessions (status `culled`, or `terminated` as Capsem calls it), whose database is gone, are left out unless
     `include_culled`; vacuumed ones are listed (their gzipped database is queryable). A
     `running` session whose process is gone is shown `crashed`, with `process_gone` set (main.db
     says so after the next start or `capsem vacuum`). `min_cost` is a bind parameter.
@@ -49,7 +49,7 @@ def list_sessions(filters: SessionFilters) -> Listing:
     where: list[str] = []
     params: list[Any] = []
     if not filters.include_culled:
-        where.append("status != 'terminated'")
+        where.append("status NOT IN ('culled', 'terminated')")
     if filters.with_model:
         where.append("total_input_tokens + total_output_tokens > 0")
     if filters.with_net:
