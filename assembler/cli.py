@@ -215,7 +215,9 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
                Column("Status", "left", 9), Column("exit", "right", 7), Column("Cost", "right", 9),
                Column("input", "right", 5), Column("cache\nwrite", "right", 5), Column("cache\nread", "right", 5),
                Column("output", "right", 5), Column("net", "right", 2), Column("tools", "right", 2),
-               Column("mcp", "right", 1), Column("fs", "right", 1), Column("Command", "left", 8, wrap=True)]  # fmt: skip
+               Column("mcp", "right", 1), Column("fs", "right", 1), Column("errors", "right", 8),
+               Column("capsem", "left", 8), Column("project", "left", 6, wrap=True),
+               Column("name/tags", "left", 4, wrap=True), Column("Command", "left", 8, wrap=True)]  # fmt: skip
 
     def cells(r: dict) -> list[str]:
         cache_write, cache_read = (
@@ -228,14 +230,25 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
                 "" if r.get("exit_code") is None else str(r["exit_code"]), f"${r['total_estimated_cost']:.4f}",
                 f"{uncached:,}", f"{cache_write:,}", f"{cache_read:,}", f"{r['total_output_tokens']:,}",
                 str(r["total_requests"]), str(r["total_tool_calls"]), str(r["total_mcp_calls"]),
-                str(r["total_file_events"]), _command(r.get("command"))]  # fmt: skip
+                str(r["total_file_events"]), str(r.get("total_errors") or 0), _stepped_in(r),
+                (r.get("project") or "") + (f"@{r['git_branch']}" if r.get("git_branch") else ""),
+                " ".join([*([r["name"]] if r.get("name") else []), *(f"#{t}" for t in r.get("tags") or [])]),
+                _command(r.get("command"))]  # fmt: skip
 
     console = _console()
-    console.print(fit_table(columns, [cells(r) for r in found], console.width))
+    table = [cells(r) for r in found]
+    optional = {"capsem", "project", "name/tags"}  # shown when some session has one
+    keep = [i for i, c in enumerate(columns) if c.name not in optional or any(row[i] for row in table)]
+    console.print(
+        fit_table([columns[i] for i in keep], [[row[i] for i in keep] for row in table], console.width)
+    )
     notes = ["* = session.db on disk (queryable)"]
     if listing.matched > len(found):
         notes.append(f"showing {len(found)} of {counted(listing.matched, 'session')} (-n 0 shows all)")
     console.print("; ".join(notes), highlight=False)
+    if any(_stepped_in(r) for r in found):
+        console.print("capsem = requests capsem denied (d: policy or budget), warned (w) or asked (a) about, "
+                      "placeholders it refused (r): capsem view ID says why", highlight=False)  # fmt: skip
     lossy = [r for r in found if r.get("capture_status") in ("degraded", "failed")]
     if lossy:
         console.print(f"! = capture lost data in {counted(len(lossy), 'session')}: capsem inspect-session ID says what",
@@ -244,6 +257,13 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
     if gone:
         console.print(f"{counted(len(gone), 'session')} left running by a process that is gone: shown crashed",
                       style="yellow", highlight=False)  # fmt: skip
+
+
+def _stepped_in(row: dict) -> str:
+    """`2d 1w 1r`: requests denied, warned, asked, placeholders refused (empty when none)."""
+    keys = (("denied_requests", "d"), ("warned_requests", "w"), ("asked_requests", "a"),
+            ("refused_placeholders", "r"))  # fmt: skip
+    return " ".join(f"{row[k]}{mark}" for k, mark in keys if row.get(k))
 
 
 def _command(command: str | None) -> str:

@@ -11,6 +11,8 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Literal
 
+from capsem.outcomes import FAILED_MODEL_CALL, FAILED_REQUEST, FAILED_TOOL, INTERVENED
+
 Kind = Literal["model", "network", "tool"]
 
 
@@ -37,8 +39,7 @@ def model_failures(conn: sqlite3.Connection) -> list[Failure]:
     out = []
     for r in conn.execute(
         "SELECT id, provider, model, status_code, error_type, error_message FROM model_calls "
-        "WHERE status_code IS NULL OR status_code >= 400 OR error_type IS NOT NULL OR error_message IS NOT NULL "
-        "ORDER BY id"
+        f"WHERE {FAILED_MODEL_CALL} ORDER BY id"
     ):
         status = f"HTTP {r['status_code']}" if r["status_code"] else "no response"
         what = ": ".join(x for x in (r["error_type"], _one_line(r["error_message"])) if x)
@@ -48,17 +49,18 @@ def model_failures(conn: sqlite3.Connection) -> list[Failure]:
 
 
 def network_failures(conn: sqlite3.Connection) -> list[Failure]:
-    """Requests and connections that failed (`decision='error'`) and are not a model call."""
+    """Requests and connections that failed (`decision='error'`, or an HTTP error from upstream) and
+    are not a model call."""
     out = []
     for r in conn.execute(
         "SELECT n.id, n.method, n.domain, n.port, n.path, n.status_code, n.error FROM net_events n "
-        "WHERE n.decision = 'error' AND NOT EXISTS (SELECT 1 FROM model_calls m WHERE m.net_event_id = n.id) "
-        "ORDER BY n.id"
+        f"WHERE {FAILED_REQUEST} ORDER BY n.id"
     ):
         target = f"{r['domain']}:{r['port']}" + ("" if r["method"] == "CONNECT" else r["path"] or "")
         status = f" HTTP {r['status_code']}" if r["status_code"] else ""
         out.append(Failure("network", r["id"], f"{r['method']} {target}{status}",
-                           _one_line(r["error"]) or "(no error text recorded)"))  # fmt: skip
+                           _one_line(r["error"]) or (f"HTTP {r['status_code']}" if r["status_code"] else
+                                                     "(no error text recorded)")))  # fmt: skip
     return out
 
 
@@ -69,7 +71,7 @@ def tool_failures(conn: sqlite3.Connection) -> list[Failure]:
             "tool", r["id"], f"tool {r['tool_name'] or '?'} ({r['call_id']})", _one_line(r["content_preview"])
         )
         for r in conn.execute(
-            "SELECT id, tool_name, call_id, content_preview FROM tool_responses WHERE is_error = 1 ORDER BY id"
+            f"SELECT id, tool_name, call_id, content_preview FROM tool_responses WHERE {FAILED_TOOL} ORDER BY id"
         )
     ]
 
@@ -77,3 +79,80 @@ def tool_failures(conn: sqlite3.Connection) -> list[Failure]:
 def failures(conn: sqlite3.Connection) -> list[Failure]:
     """Every failure of a session: model calls, then other requests, then tool results."""
     return model_failures(conn) + network_failures(conn) + tool_failures(conn)
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """A request capsem denied, warned or asked about, or a credential placeholder it refused."""
+
+    kind: str
+    """`denied`, `warned`, `asked` (a request), `refused` (a placeholder)."""
+    row_id: int
+    """The id of its row in net_events or substitution_events."""
+    where: str
+    """`POST api.anthropic.com/v1/messages`; for a placeholder, where it was and the host."""
+    rule: str
+    """What decided it: `budget daily`, `policy rule no-paste`, `credential anthropic`."""
+    reason: str
+    """Why, in capsem's words (one line)."""
+
+
+def _rule(matched: str | None) -> str:
+    parts = []
+    for rule in (matched or "").split(", "):
+        if rule.startswith("budget:"):
+            parts.append(f"budget {rule[len('budget:') :]}")
+        elif rule:
+            parts.append(f"policy rule {rule}")
+    return ", ".join(parts) or "policy"
+
+
+def _said(preview: str | None) -> str | None:
+    """The message of capsem's own refusal body (any provider's error shape), if there is one."""
+    import json
+
+    try:
+        body = json.loads(preview or "")
+    except ValueError:
+        return None
+    for path in (("error", "message"), ("message",), ("error",)):
+        value = body
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, str) and value:
+            return _one_line(value)
+    return None
+
+
+def interventions(conn: sqlite3.Connection) -> list[Intervention]:
+    """Every place capsem stepped in: requests denied, warned, asked, then placeholders refused."""
+    marks = ", ".join(f"'{d}'" for d in INTERVENED)
+    out = []
+    for r in conn.execute(
+        "SELECT id, decision, method, domain, port, path, status_code, matched_rule, error, response_body_preview "
+        f"FROM net_events WHERE decision IN ({marks}) ORDER BY id"
+    ):
+        rule = _rule(r["matched_rule"])
+        reason = _said(r["response_body_preview"]) or _one_line(r["error"])
+        if not reason:
+            reason = {"denied": f"answered HTTP {r['status_code']} by capsem" if r["status_code"] else "blocked",
+                      "warned": "allowed, with a warning", "asked": "held for approval"}.get(r["decision"], "")  # fmt: skip
+        path = (r["path"] or "").split("?", 1)[0]
+        out.append(Intervention(r["decision"], r["id"], f"{r['method']} {r['domain']}{path}", rule, reason))
+    try:
+        refused = conn.execute(
+            "SELECT id, credential, host, location, reason FROM substitution_events WHERE outcome = 'refused' "
+            "ORDER BY id"
+        ).fetchall()
+    except sqlite3.OperationalError:  # a session.db older than brokered credentials
+        refused = []
+    for r in refused:
+        out.append(Intervention("refused", r["id"], f"placeholder in {r['location']} to {r['host']}",
+                                f"credential {r['credential']}", _one_line(r["reason"])))  # fmt: skip
+    return out
+
+
+def intervention_counts(items: list[Intervention]) -> dict[str, int]:
+    """{kind: n} in a fixed order, kinds with none left out."""
+    counts = {k: sum(i.kind == k for i in items) for k in ("denied", "warned", "asked", "refused")}
+    return {k: n for k, n in counts.items() if n}

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from assembler.cli_support import counted
 from assembler.costs import Usage, call_usage, split_line, why
-from assembler.failures import Failure, failures
+from assembler.failures import Failure, Intervention, failures, intervention_counts, interventions
 from assembler.sessiondb import main_row
 from assembler.sessions import duration
 from assembler.tables import Column, fit_table
@@ -63,6 +63,8 @@ class SessionSummary:
     failed_flows: int = 0
     tools: list[sqlite3.Row] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
+    interventions: list[Intervention] = field(default_factory=list)
+    """Requests capsem denied (policy, budget), warned or asked about; placeholders it refused."""
     files: list[tuple[str, str]] = field(default_factory=list)
     """(action, path) of each file the workspace ended up with changed, in first-change order."""
     answer: tuple[Call, str] | None = None
@@ -130,6 +132,7 @@ def session_summary(session_id: str, db_path: Path | None = None) -> SessionSumm
             "SELECT COUNT(*), COALESCE(SUM(decision = 'error'), 0) FROM net_events"
         ).fetchone()
         out.failures = failures(conn)
+        out.interventions = interventions(conn)
         out.files = _files(conn)
     finally:
         conn.close()
@@ -150,10 +153,7 @@ def _short(text: str | None, width: int) -> str:
 
 def _headline(s: SessionSummary) -> Text:
     total = s.total
-    parts = [
-        counted(len(s.calls), "model call"),
-        f"{counted(s.flows, 'HTTP flow')} ({s.failed_flows} failed)",
-    ]
+    parts = [counted(len(s.calls), "model call"), counted(s.flows, "HTTP flow")]
     if s.tools:
         parts.append(counted(len(s.tools), "tool call"))
     if s.files:
@@ -165,10 +165,23 @@ def _headline(s: SessionSummary) -> Text:
     unpriced = sum(1 for c in s.calls if not c.priced and (c.usage.input_tokens or c.usage.output_tokens))
     if unpriced:
         line.append(f" ({counted(unpriced, 'call')} unpriced)", style="yellow")
-    if s.failures:
+    line.append(" · ")
+    line.append(counted(len(s.failures), "error"), style="bold red" if s.failures else "")
+    if s.interventions:
         line.append(" · ")
-        line.append(counted(len(s.failures), "error"), style="bold red")
+        line.append(stepped_in(s.interventions), style="bold yellow")
     return line
+
+
+def stepped_in(items: list[Intervention]) -> str:
+    """`capsem denied 1, warned 2, refused 1 placeholder`."""
+    words = {"denied": "denied {}", "warned": "warned {}", "asked": "asked {}",
+             "refused": "refused {} placeholder"}  # fmt: skip
+    parts = [
+        words[k].format(n) + ("s" if k == "refused" and n > 1 else "")
+        for k, n in intervention_counts(items).items()
+    ]
+    return "capsem " + ", ".join(parts)
 
 
 def _tokens_line(total: Usage) -> Text:
@@ -256,6 +269,20 @@ def render_session(summary: SessionSummary, width: int = 80) -> Group:
         if len(s.failures) > len(shown):
             parts.append(
                 Text(f"… and {len(s.failures) - len(shown)} more: capsem inspect-session {s.session_id}")
+            )
+    if s.interventions:
+        shown_i = s.interventions[:MAX_ERRORS]
+        cols = [Column("capsem", "left", 10), Column("what", "left", 8, wrap=True), Column("by", "left", 7, wrap=True),
+                Column("why", "left", 9, wrap=True)]  # fmt: skip
+        rows = [[Text(i.kind, style="red" if i.kind in ("denied", "refused") else "yellow"), i.where, i.rule,
+                 i.reason] for i in shown_i]  # fmt: skip
+        parts += [
+            Text(""),
+            fit_table(cols, rows, width, title=f"Where capsem stepped in ({len(s.interventions)})"),
+        ]
+        if len(s.interventions) > len(shown_i):
+            parts.append(
+                Text(f"… and {len(s.interventions) - len(shown_i)} more: capsem view {s.session_id}")
             )
     if s.files or s.answer is not None:
         parts.append(Text(""))

@@ -787,6 +787,25 @@ def _main_session_context(conn: sqlite3.Connection) -> None:
 MAIN_MIGRATIONS.append(("m008_session_context", _main_session_context))
 
 
+def _main_outcome_counts(conn: sqlite3.Connection) -> None:
+    """Where capsem stepped in and what went wrong, counted as `capsem.outcomes` defines them (the
+    CLI, the list and the pages count the same): warned and asked requests (denied ones are
+    `denied_requests`), credential placeholders refused, and errors (failed model calls, other failed
+    requests, tool results marked as errors). Sessions rolled up earlier keep zeros until rolled up again."""
+    _run_script(
+        conn,
+        """
+        ALTER TABLE sessions ADD COLUMN warned_requests INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE sessions ADD COLUMN asked_requests INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE sessions ADD COLUMN refused_placeholders INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE sessions ADD COLUMN total_errors INTEGER NOT NULL DEFAULT 0
+        """,
+    )
+
+
+MAIN_MIGRATIONS.append(("m009_outcome_counts", _main_outcome_counts))
+
+
 def _run_script(conn: sqlite3.Connection, script: str) -> None:
     """Run `;`-separated DDL inside the caller's transaction (executescript would commit)."""
     for statement in script.split(";"):

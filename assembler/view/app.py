@@ -175,7 +175,7 @@ class View:
 
     def sessions_page(self, urls: Urls, params: dict[str, str]) -> str:
         from assembler.sessiondb import open_main
-        from assembler.sessions import SessionFilters, list_sessions
+        from assembler.sessions import SessionFilters, list_sessions, projects
 
         filters = _filters(params)
         listing = list_sessions(SessionFilters(**filters))
@@ -189,7 +189,8 @@ class View:
         days = queries.cost_by_day(everything)
         total = sum(s.cost for s in everything)
         return self.render("sessions.html", urls, sessions=rows, matched=listing.matched, filters=filters,
-                           chart=charts.cost_by_day(days), total=total, title="Sessions")  # fmt: skip
+                           chart=charts.cost_by_day(days), total=total, title="Sessions",
+                           projects=projects())  # fmt: skip
 
     def session_page(self, urls: Urls, session_id: str, page: int = 1) -> str:
         main = session_row(session_id)
@@ -277,7 +278,8 @@ def _filters(params: dict[str, str]) -> dict[str, Any]:
         min_cost = None
     return {"limit": limit, "include_culled": flag("all"), "with_db": flag("with_db"), "with_model": flag("with_model"),
             "with_net": flag("with_net"), "with_mcp": flag("with_mcp"), "with_tools": flag("with_tools"),
-            "min_cost": min_cost}  # fmt: skip
+            "min_cost": min_cost, "project": params.get("project") or None, "branch": params.get("branch") or None,
+            "tag": params.get("tag") or None}  # fmt: skip
 
 
 def create_app(view: View | None = None) -> Starlette:
