@@ -90,18 +90,28 @@ def cli() -> None:
 @click.option("--broker", is_flag=True,
               help="Give the agent placeholders for the configured credentials; only capsem holds the keys.")  # fmt: skip
 @click.option("--view", "view", is_flag=True,
-              help="Open the session's live page in the browser (capsem view) while the agent runs.")  # fmt: skip
+              help="Open the session's live page in the browser (capsem view); it stays up after the agent "
+                   "ends, until Ctrl-C.")  # fmt: skip
+@click.option("--emulator", is_flag=True,
+              help="Send every provider call to the built-in emulator (scripted answers, tool loops, every "
+                   "API): try capsem without a key or spending money.")  # fmt: skip
+@click.option("--name", metavar="NAME", help="A name for this session (list-sessions, the web list).")
+@click.option("--tag", "tags", multiple=True, metavar="TAG",
+              help="A tag for this session (repeatable); cost-report --by tag, list-sessions --tag.")  # fmt: skip
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(workspace, mitmdump_args, quiet, broker, view, command) -> None:
+def run(workspace, mitmdump_args, quiet, broker, view, emulator, name, tags, command) -> None:
     """Run an agent and record its LLM traffic.
 
     The agent gets HTTPS_PROXY and the CA variables (SSL_CERT_FILE, NODE_EXTRA_CA_CERTS,
     REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE...) pointing at a fresh mitmdump with the capsem addon.
     Its exit code is passed through. When its calls are not recorded: capsem doctor -- AGENT.
+    The workspace, its git repository, branch and commit at start are recorded with the session.
 
     \b
     Examples:
         capsem run -- claude -p "fix the failing test"
+        capsem run --emulator -- claude -p "write a haiku"
+        capsem run --name fix-ci --tag team-a --tag ci -- claude -p "fix the failing test"
         capsem run --workspace ~/src/app -- codex exec "add a README"
         capsem run -- gemini -p "summarize this repo"
         capsem run -- aider --message "rename foo to bar"
@@ -112,14 +122,14 @@ def run(workspace, mitmdump_args, quiet, broker, view, command) -> None:
     from capsem.config import ConfigError
     from capsem.mitm import MitmdumpError
 
-    session_id = None
+    session_id = page = None
     if view:
         from assembler.view.cli import open_live_view
 
-        session_id = open_live_view()
+        session_id, page = open_live_view()
     try:
         result = run_agent(list(command), workspace=workspace, mitmdump_args=mitmdump_args, broker=broker,
-                           session_id=session_id)  # fmt: skip
+                           session_id=session_id, emulator=emulator, name=name, tags=tuple(tags))  # fmt: skip
     except AgentNotFound as exc:  # as a shell says it, with its exit code (127, 126); nothing started
         click.echo(f"capsem run: {exc}", err=True)
         sys.exit(exc.exit_code)
@@ -142,7 +152,25 @@ def run(workspace, mitmdump_args, quiet, broker, view, command) -> None:
         if line := summary_line(result.retention):  # even with --quiet: deleting data is never silent
             Console(stderr=True).print(line, style="yellow" if result.retention.of("cull") else "dim",
                                        highlight=False)  # fmt: skip
+    if page is not None:
+        _keep_serving(page)
     sys.exit(result.exit_code)
+
+
+def _keep_serving(page: str) -> None:
+    """`run --view`: the page stays up after the agent ends, until Ctrl-C (in a terminal only: a
+    script is never held)."""
+    import time
+
+    if not sys.stdin.isatty():
+        click.echo(f"capsem view: {page} stops now (not a terminal); capsem view serves it again", err=True)
+        return
+    click.echo(f"capsem view: still serving {page} — Ctrl-C stops it", err=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        click.echo("", err=True)
 
 
 @cli.command()
@@ -180,30 +208,44 @@ def demo() -> None:
 @click.option("--with-mcp", is_flag=True, help="Only sessions with MCP calls.")
 @click.option("--with-tools", is_flag=True, help="Only sessions with tool calls.")
 @click.option("--min-cost", type=float, metavar="USD", help="Only sessions that cost at least this much.")
+@click.option(
+    "--project", metavar="NAME|PATH", help="Only sessions of this project (git repository or workspace)."
+)
+@click.option("--branch", metavar="BRANCH", help="Only sessions started on this git branch.")
+@click.option("--tag", metavar="TAG", help="Only sessions with this tag (capsem run --tag).")
+@click.option("--name", metavar="NAME", help="Only sessions with this name (capsem run --name).")
 @json_option
 def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with_mcp, with_tools, min_cost,
-                      as_json) -> None:  # fmt: skip
+                      project, branch, tag, name, as_json) -> None:  # fmt: skip
     """List recent sessions from main.db, newest first.
 
     Reads only main.db, so vacuumed (gzipped) and culled sessions keep their numbers. A `*`
     after the id means the session's database is on disk (queryable); culled sessions are
     shown with --all. Tokens as ccusage shows them: input (uncached), cache write, cache read,
-    output. `exit` is the agent's exit code (capsem run). Times are UTC.
+    output. `exit` is the agent's exit code (capsem run). `errors` counts failed model calls,
+    other failed requests and tool errors; `capsem` the requests capsem denied (policy or
+    budget), warned or asked about and the placeholders it refused. Project, branch, name and
+    tags come from capsem run. Times are UTC.
 
     \b
     Examples:
         capsem list-sessions
         capsem list-sessions -n 0 --with-model --min-cost 0.01
         capsem list-sessions --all --with-db --json
+        capsem list-sessions --project capsem --branch main --tag ci
     """
+    from assembler.sessiondb import MainDbMissing
     from assembler.sessions import SessionFilters, created, duration, list_sessions
     from assembler.tables import Column, fit_table
 
-    filters = SessionFilters(
-        limit, include_culled, with_db, with_model, with_net, with_mcp, with_tools, min_cost
-    )
-    with user_errors():
+    filters = SessionFilters(limit, include_culled, with_db, with_model, with_net, with_mcp, with_tools, min_cost,
+                             project, branch, tag, name)  # fmt: skip
+    try:
         listing = list_sessions(filters)
+    except MainDbMissing:
+        click.echo("No sessions recorded yet under $CAPSEM_HOME: capsem run -- AGENT records one "
+                   "(capsem run --emulator -- AGENT, or capsem demo, without a key)")  # fmt: skip
+        return
     found = listing.sessions
     if as_json:
         click.echo(json.dumps(found, indent=2))
@@ -574,19 +616,21 @@ class _Day(click.ParamType):
 @click.option("--since", type=_Day(), metavar="DAY", help="First day to include: YYYY-MM-DD, 7d, 2w or today (UTC, "
               "by session start).")  # fmt: skip
 @click.option("--until", type=_Day(), metavar="DAY", help="Last day to include (inclusive), same forms.")
-@click.option("--by", "group_by", type=click.Choice(["session", "provider", "model", "day", "week", "month"]),
-              default="model", show_default=True, help="How to group the rows.")  # fmt: skip
+@click.option("--by", "group_by", type=click.Choice(["session", "provider", "model", "day", "week", "month", "project",
+              "branch", "tag"]), default="model", show_default=True, help="How to group the rows.")  # fmt: skip
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Also write one self-contained HTML page with charts (no scripts, no network).")  # fmt: skip
 @json_option
 def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
-    """Cost and tokens by model, provider, session, day, week or month.
+    """Cost and tokens by model, provider, session, day, week, month, project, branch or tag.
 
     Numbers come from the main.db rollup over a date range (UTC days of session start), so
     vacuumed and culled sessions count; running sessions are read live from their
     session.db. Tokens are shown as ccusage shows them: input (uncached), cache write, cache
     read, output (reasoning included) and reasoning; the cost is split by token type below the
-    table. Unpriced models count as $0 and are reported.
+    table. Unpriced models count as $0 and are reported. Project (the git repository's or
+    workspace's folder), branch (project@branch) and tags are those capsem run recorded; a
+    session with several tags counts under each.
 
     \b
     Examples:
@@ -594,6 +638,7 @@ def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
         capsem cost-report --since 7d --by day
         capsem cost-report --since 2026-11-01 --until 2026-11-30 --by week
         capsem cost-report --by provider --html cost.html
+        capsem cost-report --since 30d --by project
     """
     from assembler.costs import split_line
     from assembler.reports import cost_report, html_report

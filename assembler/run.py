@@ -31,9 +31,11 @@ from capsem.rollup import open_main, set_exit_code
 from capsem.settings import SettingsError, load
 
 if TYPE_CHECKING:  # imported in run_agent while mitmdump starts (the agent's start delay)
+    from assembler.context import RunContext
     from assembler.fswatch import WorkspaceWatcher
     from assembler.procdiag import Diagnostics, ProcessSampler
     from assembler.retention import RetentionReport
+    from capsem.emulator import Emulator
 
 logger = logging.getLogger(__name__)
 
@@ -163,11 +165,17 @@ def run_agent(
     mitmdump_args: str = "",
     session_id: str | None = None,
     broker: bool = False,
+    emulator: bool = False,
+    name: str | None = None,
+    tags: tuple[str, ...] = (),
 ) -> RunResult:
     """Run `command` through a fresh capsem session; return its id and the agent's exit code.
 
     `broker`: the agent gets the placeholders of the configured credentials instead of their
     real values (which only mitmdump holds); a source that is missing fails here, first.
+    `emulator`: every provider call goes to the built-in emulator (scripted answers, tool loops,
+    every API; nothing leaves the machine), and the agent gets placeholder API keys.
+    `name`, `tags`: stored with the workspace and its git repository, branch and commit.
 
     Raises:
         AgentNotFound: before anything starts, when the command cannot be run.
@@ -175,6 +183,18 @@ def run_agent(
         MitmdumpError: mitmdump did not start (the message says why).
     """
     check_agent(command, workspace)
+    from assembler.context import check_label, run_context
+
+    for tag in (name, *tags) if name else tags:
+        check_label("name" if tag is name else "tag", tag)
+    if emulator and "--mode" in mitmdump_args:
+        raise ValueError(
+            "--emulator sets mitmdump's --mode (upstream to the emulator): drop --mode from --mitmdump-args"
+        )
+    emu = _start_emulator() if emulator else None
+    if emu is not None:
+        upstream = f"--mode upstream:{emu.proxy_url} --set {shlex.quote('ssl_verify_upstream_trusted_ca=' + emu.ca_path)}"
+        mitmdump_args = f"{upstream} {mitmdump_args}"
     session_id, args = mitmdump_options(session_id or new_session_id(), command, mitmdump_args)
     try:
         diagnostics = load().diagnostics  # a bad setting fails before anything starts
@@ -186,6 +206,7 @@ def run_agent(
     log_path = folder / "mitmdump.log"
     confdir = capsem_home() / "mitmproxy"
     process = spawn_mitmdump(confdir=confdir, log_path=log_path, args=args)  # first: it takes the longest
+    context = run_context(workspace or Path.cwd(), name, tags)  # while mitmdump starts
     watcher: WorkspaceWatcher | None = None
     sampler: ProcessSampler | None = None
     report: Diagnostics | None = None
@@ -199,7 +220,8 @@ def run_agent(
         from assembler.procdiag import ProcessSampler, finish, scrubber_for
 
         proxy = wait_for_mitmdump(process, confdir=confdir, log_path=log_path, ready=CAPTURING)
-        env = agent_env(proxy)
+        _record_context(session_id, context)
+        env = agent_env(proxy) | (EMULATOR_KEYS if emu is not None else {})
         watcher = WorkspaceWatcher(workspace or Path.cwd(), session_db_path(session_id))
         watcher.start()  # before the agent: its first file change is recorded
         if brokered is not None:
@@ -233,7 +255,30 @@ def run_agent(
             _store_exit_code(session_id, code)
         if tidy.is_alive():
             tidy.join(60)
+        if emu is not None:
+            emu.stop()
     return RunResult(session_id, code, log_path, report, tidied[0] if tidied else None)
+
+
+EMULATOR_KEYS = {"ANTHROPIC_API_KEY": "sk-ant-capsem-emulator", "OPENAI_API_KEY": "sk-capsem-emulator",
+                 "GEMINI_API_KEY": "capsem-emulator", "GOOGLE_API_KEY": "capsem-emulator"}  # fmt: skip
+"""The keys an agent gets under `capsem run --emulator` (its real ones never leave capsem)."""
+
+
+def _start_emulator() -> Emulator:
+    """The built-in provider emulator, started on loopback (`capsem run --emulator`)."""
+    from capsem.emulator import Emulator
+
+    return Emulator().start()
+
+
+def _record_context(session_id: str, context: RunContext) -> None:
+    from assembler.context import record_context
+
+    try:
+        record_context(session_id, context)
+    except Exception as exc:  # a busy main.db must not stop the run
+        logger.warning("capsem: storing the run's workspace, git branch, name and tags failed: %r", exc)
 
 
 def _store_exit_code(session_id: str, code: int) -> None:
