@@ -242,9 +242,14 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
                              project, branch, tag, name)  # fmt: skip
     try:
         listing = list_sessions(filters)
-    except MainDbMissing:
-        click.echo("No sessions recorded yet under $CAPSEM_HOME: capsem run -- AGENT records one "
-                   "(capsem run --emulator -- AGENT, or capsem demo, without a key)")  # fmt: skip
+    except MainDbMissing:  # a fresh CAPSEM_HOME: nothing recorded yet is not an error
+        from capsem.paths import capsem_home
+
+        if as_json:
+            click.echo("[]")
+            return
+        click.echo(f"No sessions recorded yet in {capsem_home()}: capsem run -- AGENT records one "
+                   "(capsem run --emulator -- AGENT, or capsem demo, needs no key)")  # fmt: skip
         return
     found = listing.sessions
     if as_json:
@@ -253,13 +258,13 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
     if not found:
         click.echo("No sessions found" + ("" if include_culled else " (--all also lists culled sessions)"))
         return
-    columns = [Column("ID", "left", 10), Column("Created", "left", 3), Column("Duration", "right", 6),
+    columns = [Column("ID", "left", 10), Column("Created", "left", 7), Column("Duration", "right", 6),
                Column("Status", "left", 9), Column("exit", "right", 7), Column("Cost", "right", 9),
                Column("input", "right", 5), Column("cache\nwrite", "right", 5), Column("cache\nread", "right", 5),
                Column("output", "right", 5), Column("net", "right", 2), Column("tools", "right", 2),
                Column("mcp", "right", 1), Column("fs", "right", 1), Column("errors", "right", 8),
                Column("capsem", "left", 8), Column("project", "left", 6, wrap=True),
-               Column("name/tags", "left", 4, wrap=True), Column("Command", "left", 8, wrap=True)]  # fmt: skip
+               Column("name/tags", "left", 7, wrap=True), Column("Command", "left", 8, wrap=True)]  # fmt: skip
 
     def cells(r: dict) -> list[str]:
         cache_write, cache_read = (
@@ -351,34 +356,12 @@ def query_session_cmd(sql, session_id, params, fmt, max_rows, timeout) -> None:
         click.echo(to_csv(result), nl=False)
     else:
         click.echo(f"Session: {session}", err=True)
-        _print_rows(result.columns, [["NULL" if v is None else str(v) for v in row] for row in result.rows])
+        from assembler.tables import print_rows
+
+        print_rows(_console(), result.columns, result.rows)
         click.echo(f"({counted(len(result.rows), 'row')})", err=True)
     if result.truncated:
         click.echo(f"(stopped after {max_rows} rows; use --max-rows for more)", err=True)
-
-
-def _print_rows(columns: list[str], rows: list[list[str]]) -> None:
-    """A table when every column fits whole beside the others (headers unbroken, values at least
-    12 cells wide or whole); else one `column: value` block per row, as psql's expanded display."""
-    console = _console()
-    need = sum(max(len(c), min(12, max((len(r[i]) for r in rows), default=0))) for i, c in enumerate(columns))
-    if need + 2 * (len(columns) - 1) <= console.width:
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
-        for col in columns:
-            table.add_column(escape(col), overflow="fold", min_width=len(col))
-        for row in rows:
-            table.add_row(*(escape(v) for v in row))
-        console.print(table)
-        return
-    width = max(len(c) for c in columns)
-    for n, row in enumerate(rows, 1):
-        console.print(f"[bold]-- row {n}[/bold]")
-        grid = Table.grid(padding=(0, 2))
-        grid.add_column(no_wrap=True, style="dim")
-        grid.add_column(overflow="fold")
-        for col, value in zip(columns, row, strict=True):
-            grid.add_row(escape(col.ljust(width)), escape(value))
-        console.print(grid)
 
 
 def _looks_like_sql(text: str) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Literal
 
 from capsem.outcomes import FAILED_MODEL_CALL, FAILED_REQUEST, FAILED_TOOL, INTERVENED
@@ -53,14 +54,15 @@ def network_failures(conn: sqlite3.Connection) -> list[Failure]:
     are not a model call."""
     out = []
     for r in conn.execute(
-        "SELECT n.id, n.method, n.domain, n.port, n.path, n.status_code, n.error FROM net_events n "
+        "SELECT n.id, n.method, n.domain, n.port, n.path, n.status_code, n.error, n.response_body_preview "
+        "FROM net_events n "
         f"WHERE {FAILED_REQUEST} ORDER BY n.id"
     ):
         target = f"{r['domain']}:{r['port']}" + ("" if r["method"] == "CONNECT" else r["path"] or "")
         status = f" HTTP {r['status_code']}" if r["status_code"] else ""
         out.append(Failure("network", r["id"], f"{r['method']} {target}{status}",
-                           _one_line(r["error"]) or (f"HTTP {r['status_code']}" if r["status_code"] else
-                                                     "(no error text recorded)")))  # fmt: skip
+                           _one_line(r["error"]) or _said(r["response_body_preview"]) or
+                           "(no error text recorded)"))  # fmt: skip
     return out
 
 
@@ -96,6 +98,13 @@ class Intervention:
     reason: str
     """Why, in capsem's words (one line)."""
 
+    @property
+    def why(self) -> str:
+        """The reason, after the rule unless the reason names it already."""
+        name = self.rule.rsplit(" ", 1)[-1]
+        named = f"'{name}'" in self.reason or f"{name} budget" in self.reason
+        return self.reason if named else f"{self.rule}: {self.reason}"
+
 
 def _rule(matched: str | None) -> str:
     parts = []
@@ -124,6 +133,29 @@ def _said(preview: str | None) -> str | None:
     return None
 
 
+def _budget_reason(matched: str | None) -> str | None:
+    """`budget daily: limit $20 a day reached` from the settings as they are now (the refusal's own
+    words are not stored), or None when no budget decided or it is gone from the settings."""
+    names = [r[len("budget:") :] for r in (matched or "").split(", ") if r.startswith("budget:")]
+    if not names:
+        return None
+    try:
+        from capsem.settings import load
+
+        budgets = {b.name: b for b in load().budgets.entries}
+    except Exception:  # a settings problem is reported elsewhere; the page still shows the rule
+        return None
+    said = []
+    for name in names:
+        if (b := budgets.get(name)) is not None:
+            scope = {"session": "this session", "day": "a UTC day", "month": "a UTC month"}.get(
+                b.scope, b.scope
+            )
+            limit = format(Decimal(repr(float(b.limit_usd))), "f")  # $0.000001, never $1e-06
+            said.append(f"the {name} budget of ${limit} for {scope} was spent")
+    return "; ".join(said) or None
+
+
 def interventions(conn: sqlite3.Connection) -> list[Intervention]:
     """Every place capsem stepped in: requests denied, warned, asked, then placeholders refused."""
     marks = ", ".join(f"'{d}'" for d in INTERVENED)
@@ -133,7 +165,9 @@ def interventions(conn: sqlite3.Connection) -> list[Intervention]:
         f"FROM net_events WHERE decision IN ({marks}) ORDER BY id"
     ):
         rule = _rule(r["matched_rule"])
-        reason = _said(r["response_body_preview"]) or _one_line(r["error"])
+        reason = (
+            _said(r["response_body_preview"]) or _budget_reason(r["matched_rule"]) or _one_line(r["error"])
+        )
         if not reason:
             reason = {"denied": f"answered HTTP {r['status_code']} by capsem" if r["status_code"] else "blocked",
                       "warned": "allowed, with a warning", "asked": "held for approval"}.get(r["decision"], "")  # fmt: skip

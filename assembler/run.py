@@ -267,9 +267,9 @@ EMULATOR_KEYS = {"ANTHROPIC_API_KEY": "sk-ant-capsem-emulator", "OPENAI_API_KEY"
 
 def _start_emulator() -> Emulator:
     """The built-in provider emulator, started on loopback (`capsem run --emulator`)."""
-    from capsem.emulator import Emulator
+    from capsem.emulator import FRIENDLY_TEXT, Emulator
 
-    return Emulator().start()
+    return Emulator(defaults={"text": FRIENDLY_TEXT}).start()
 
 
 def _record_context(session_id: str, context: RunContext) -> None:

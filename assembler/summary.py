@@ -272,10 +272,13 @@ def render_session(summary: SessionSummary, width: int = 80) -> Group:
             )
     if s.interventions:
         shown_i = s.interventions[:MAX_ERRORS]
-        cols = [Column("capsem", "left", 10), Column("what", "left", 8, wrap=True), Column("by", "left", 7, wrap=True),
-                Column("why", "left", 9, wrap=True)]  # fmt: skip
-        rows = [[Text(i.kind, style="red" if i.kind in ("denied", "refused") else "yellow"), i.where, i.rule,
-                 i.reason] for i in shown_i]  # fmt: skip
+        cols = [
+            Column("capsem", "left", 10),
+            Column("what", "left", 8, wrap=True),
+            Column("why", "left", 9, wrap=True),
+        ]
+        rows = [[Text(i.kind, style="red" if i.kind in ("denied", "refused") else "yellow"), i.where, i.why]
+                for i in shown_i]  # fmt: skip
         parts += [
             Text(""),
             fit_table(cols, rows, width, title=f"Where capsem stepped in ({len(s.interventions)})"),
@@ -296,13 +299,19 @@ def render_session(summary: SessionSummary, width: int = 80) -> Group:
         call, text = s.answer
         head = Text(f"Final answer (#{call.id} {call.model}):", style="bold")
         parts.append(Group(head, Padding(Text(_short(text, ANSWER_CHARS)), (0, 0, 0, 2))))
-    footer = Text("\n")
-    footer.append(f"database  {s.db_path}\n")
-    footer.append(f"next      capsem view {s.session_id}\n", style="dim")
-    footer.append(f"          capsem inspect-session {s.session_id}\n", style="dim")
-    footer.append(f'          capsem query-session "SELECT * FROM model_calls" {s.session_id}', style="dim")
-    parts.append(footer)
     return Group(*parts)
+
+
+def footer_lines(s: SessionSummary) -> list[str]:
+    """Where the database is and what to run next: text meant to be copied, so it is printed with
+    soft wrapping (the terminal folds a long line; no newline is ever put inside a path or command)."""
+    return [
+        "",
+        f"database  {s.db_path}",
+        f"next      capsem view {s.session_id}",
+        f"          capsem inspect-session {s.session_id}",
+        f'          capsem query-session "SELECT * FROM model_calls" {s.session_id}',
+    ]
 
 
 def rule_title(s: SessionSummary) -> str:
@@ -318,3 +327,5 @@ def print_session(session_id: str, console: Console | None = None) -> None:
     summary = session_summary(session_id)
     console.print(Rule(rule_title(summary), align="left"))
     console.print(render_session(summary, console.width))
+    for n, line in enumerate(footer_lines(summary)):
+        console.print(line, style="dim" if n > 1 else None, soft_wrap=True, highlight=False)

@@ -132,8 +132,11 @@ def test_list_sessions_shows_a_dead_running_session_as_crashed(home):
 
 
 def test_list_sessions_without_main_db(capsem_home):
-    out = run("list-sessions", code=1)
-    assert "no main.db" in out and str(capsem_home / "main.db") in out
+    """Issue 25, point 8. As seen: an empty $CAPSEM_HOME made list-sessions exit 1 with "Error"."""
+    out = run("list-sessions")
+    assert out == (f"No sessions recorded yet in {capsem_home}: capsem run -- AGENT records one (capsem run "
+                   "--emulator -- AGENT, or capsem demo, needs no key)\n")  # fmt: skip
+    assert run("list-sessions", "--json") == "[]\n"
 
 
 # --- query-session ------------------------------------------------------------------------------
