@@ -518,8 +518,11 @@ _PREVIEW_TEXT = {"path", "arguments", "content_preview", "domain", "model"}
 
 
 def _cut(value: Any, width: int = 60) -> str:
-    """A preview value on one line, at most `width` characters (the table escapes it)."""
-    text = "" if value is None else " ".join(str(value).split())
+    """A preview value on one line, at most `width` characters (the table escapes it); numbers as
+    numbers (`0.00001785`, never `1.785e-05`)."""
+    from assembler.tables import value_text
+
+    text = "" if value is None else " ".join(value_text(value).split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -538,10 +541,13 @@ def _print_inspection(result: Inspection) -> None:
         console.print("[bold red]the tables cannot be read[/]")
     if not result.findings:
         console.print("[green]✓ no problems found[/green]")
-    for f in result.findings:
-        console.print(
-            f"[{_SEVERITY_STYLE[f.severity]}]{f.severity:7}[/] {escape(f.check)}: {escape(f.message)}"
-        )
+    if result.findings:  # the message wraps at spaces under itself, beside its severity
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")
+        for f in result.findings:
+            grid.add_row(Text(f.severity, style=_SEVERITY_STYLE[f.severity]), Text(f"{f.check}: {f.message}"))
+        console.print(grid)
     by = {s: sum(f.severity == s for f in result.findings) for s in _SEVERITY_STYLE}
     console.print(f"{counted(by['error'], 'error')}, {counted(by['warning'], 'warning')}, {by['info']} info",
                   style="bold")  # fmt: skip
