@@ -543,7 +543,7 @@ def _print_inspection(result: Inspection) -> None:
         console.print("[green]✓ no problems found[/green]")
     if result.findings:  # the message wraps at spaces under itself, beside its severity
         grid = Table.grid(padding=(0, 1))
-        grid.add_column(no_wrap=True)
+        grid.add_column(no_wrap=True, min_width=7)
         grid.add_column(overflow="fold")
         for f in result.findings:
             grid.add_row(Text(f.severity, style=_SEVERITY_STYLE[f.severity]), Text(f"{f.check}: {f.message}"))
