@@ -274,7 +274,8 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
         uncached = max(0, r["total_input_tokens"] - cache_write - cache_read)
         lossy = r.get("capture_status") in ("degraded", "failed")
         return [r["id"] + ("*" if r["has_db"] else " "), created(r), duration(r), r["status"] + ("!" if lossy else ""),
-                "" if r.get("exit_code") is None else str(r["exit_code"]), f"${r['total_estimated_cost']:.4f}",
+                "" if r.get("exit_code") is None else str(r["exit_code"]),
+                _cost(r["total_estimated_cost"], r.get("unpriced_calls")),
                 f"{uncached:,}", f"{cache_write:,}", f"{cache_read:,}", f"{r['total_output_tokens']:,}",
                 str(r["total_requests"]), str(r["total_tool_calls"]), str(r["total_mcp_calls"]),
                 str(r["total_file_events"]), str(r.get("total_errors") or 0), _stepped_in(r),
@@ -304,6 +305,14 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
     if gone:
         console.print(f"{counted(len(gone), 'session')} left running by a process that is gone: shown crashed",
                       style="yellow", highlight=False)  # fmt: skip
+
+
+def _cost(cost: float, unpriced: int | None) -> str:
+    """`$0.0123`; `unpriced` when nothing had a known price (never `$0.0000`); `$0.0123+` when some
+    calls had none (their cost is not in the sum)."""
+    if unpriced and not cost:
+        return "unpriced"
+    return f"${cost:.4f}" + ("+" if unpriced else "")
 
 
 def _stepped_in(row: dict) -> str:
@@ -658,8 +667,10 @@ def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
 
     def cells(r) -> list[str]:
         u = r.usage
+        unpriced = not u.cost and bool(u.input_tokens or u.output_tokens)
         return [r.key, str(r.sessions), f"{u.calls:,}", f"{u.uncached_input:,}", f"{u.cache_write_tokens:,}",
-                f"{u.cache_read_tokens:,}", f"{u.output_tokens:,}", f"{u.reasoning_tokens:,}", f"${u.cost:.4f}"]  # fmt: skip
+                f"{u.cache_read_tokens:,}", f"{u.output_tokens:,}", f"{u.reasoning_tokens:,}",
+                "unpriced" if unpriced else f"${u.cost:.4f}"]  # fmt: skip
 
     footer = cells(total)
     footer[0] = "total"

@@ -159,12 +159,16 @@ def _headline(s: SessionSummary) -> Text:
     if s.files:
         parts.append(counted(len(s.files), "file") + " changed")
     line = Text(", ".join(parts))
-    if s.calls:
+    unpriced = sum(1 for c in s.calls if not c.priced and (c.usage.input_tokens or c.usage.output_tokens))
+    if s.calls and unpriced and not total.cost:  # no known price at all: never `$0.0000`
+        line.append(", ")
+        line.append("cost unpriced", style="bold yellow")
+        line.append(f" (no known price for {'its model' if unpriced == 1 else 'their models'})", style="yellow")
+    elif s.calls:
         line.append(", ")
         line.append(f"cost {_money(total.cost)}", style="bold")
-    unpriced = sum(1 for c in s.calls if not c.priced and (c.usage.input_tokens or c.usage.output_tokens))
-    if unpriced:
-        line.append(f" ({counted(unpriced, 'call')} unpriced)", style="yellow")
+        if unpriced:
+            line.append(f" ({counted(unpriced, 'call')} unpriced)", style="yellow")
     line.append(" · ")
     line.append(counted(len(s.failures), "error"), style="bold red" if s.failures else "")
     if s.interventions:

@@ -78,6 +78,8 @@ class SessionSummary:
     capture_status: str | None
     anomalies: int | None = None
     """Process anomalies in its session.db (None: gzipped or unreadable, not opened for the list)."""
+    unpriced: bool = False
+    """Model calls with tokens and no known price, and nothing priced: shown `unpriced`, not `$0.0000`."""
     stepped_in: list[tuple[str, int]] = field(default_factory=list)
     """(kind, n): requests capsem denied, warned or asked about, placeholders it refused."""
     name: str | None = None
@@ -108,6 +110,7 @@ def summaries(rows: list[dict[str, Any]], models: dict[str, list[str]],
             model_calls=r.get("total_model_calls") or 0, tool_calls=r.get("total_tool_calls") or 0,
             mcp_calls=r.get("total_mcp_calls") or 0, file_events=r.get("total_file_events") or 0,
             errors=r.get("total_errors") or 0, stepped_in=_stepped_in(r), name=r.get("name"),
+            unpriced=bool(r.get("unpriced_calls")) and not r.get("total_estimated_cost"),
             project=r.get("project"), branch=r.get("git_branch"), tags=r.get("tags") or [],
             models=models.get(r["id"], []), has_db=bool(r.get("has_db")),
             capture_status=r.get("capture_status"), anomalies=anomalies.get(r["id"]),
@@ -229,6 +232,8 @@ class CallNode:
     items_new: int | None
     breakdown: list[tuple[str, int]] = field(default_factory=list)
     tools: list[ToolCall] = field(default_factory=list)
+    unpriced: bool = False
+    """Tokens but no known price: shown `unpriced`, never `$0.0000`."""
 
 
 @dataclass
@@ -333,6 +338,7 @@ def _node(row: dict, start: datetime | None, cum_cost: float, cum_tokens: int) -
         model=row.get("model") or row.get("response_model") or "?", provider=row["provider"],
         input_tokens=row.get("input_tokens") or 0, output_tokens=row.get("output_tokens") or 0,
         cache_read=read, cache_write=write, cost=row.get("estimated_cost_usd") or 0.0,
+        unpriced=row.get("estimated_cost_usd") is None and bool(row.get("input_tokens") or row.get("output_tokens")),
         cumulative_cost=cum_cost, cumulative_tokens=cum_tokens, ttft_ms=row.get("ttft_ms"),
         duration_ms=row.get("duration_ms") or 0, status_code=row.get("status_code"),
         stop_reason=row.get("stop_reason"), error=error, answer=(row.get("text_content") or "")[:400],

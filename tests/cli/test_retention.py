@@ -226,6 +226,19 @@ def test_capsem_run_applies_retention_to_old_sessions_only(home):
     assert files(home, yesterday) == {"session.db.gz"} and not (home / "sessions" / ancient).exists()
     assert rows[recent]["status"] == "stopped" and "session.db" in files(home, recent)
     assert rows[result.session_id]["status"] == "stopped" and "session.db" in files(home, result.session_id)
+    from assembler.retention import summary_line
+
+    assert summary_line(result.retention) == (
+        f"retention: culled 1 session (1 older than 30 days: {ancient}), compressed 1 finished over a day ago; "
+        "capsem list-sessions --all lists them, capsem keep ID spares a session"
+    )
+
+
+def test_capsem_run_says_what_retention_culled_even_when_quiet(home):
+    """Issue 25, point 1: as seen, one `capsem run` deleted 14 session databases without a word."""
+    ancient = clone_session(home, days_ago(45), suffix="0002")
+    out = run("run", "-q", "--", sys.executable, "-c", "pass")
+    assert f"retention: culled 1 session (1 older than 30 days: {ancient})" in " ".join(out.split())
 
 
 def test_mitmdump_alone_never_deletes_or_compresses(home, mitmdump):
