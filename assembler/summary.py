@@ -163,7 +163,9 @@ def _headline(s: SessionSummary) -> Text:
     if s.calls and unpriced and not total.cost:  # no known price at all: never `$0.0000`
         line.append(", ")
         line.append("cost unpriced", style="bold yellow")
-        line.append(f" (no known price for {'its model' if unpriced == 1 else 'their models'})", style="yellow")
+        line.append(
+            f" (no known price for {'its model' if unpriced == 1 else 'their models'})", style="yellow"
+        )
     elif s.calls:
         line.append(", ")
         line.append(f"cost {_money(total.cost)}", style="bold")
