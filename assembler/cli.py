@@ -185,9 +185,12 @@ def demo() -> None:
         CAPSEM_HOME=/tmp/capsem-demo capsem demo
     """
     from assembler.demo import run_demo
+    from capsem.mitm import MitmdumpError
 
     try:
         run_demo()
+    except MitmdumpError as exc:  # e.g. a credential of the user's config.yaml that is not set
+        raise click.ClickException(str(exc)) from exc
     except ImportError as exc:
         raise click.ClickException(
             f"the demo needs the provider SDKs: pip install 'capsem[demo]' ({exc})"

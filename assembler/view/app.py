@@ -92,6 +92,7 @@ def environment() -> Environment:
     env.filters["ms"] = _ms
     env.filters["secs"] = lambda s: f"{s:,.1f}s" if s < 600 else f"{s / 60:,.1f}m"
     env.filters["short"] = lambda ts: (ts or "")[:19].replace("T", " ")
+    env.filters["day_time"] = lambda ts: (ts or "")[5:16].replace("T", " ")  # `11-25 19:23`, as list-sessions
     env.globals.update(stacked=charts.stacked, part_colors=charts.PART_COLORS, part_labels=charts.PART_LABELS)
     return env
 
@@ -249,6 +250,12 @@ def session_row(session_id: str) -> dict[str, Any] | None:
         and not process_alive(pid, row.get("pid_started_at"))
     ):
         row["status"] = "crashed"
+    if row:
+        from assembler.sessiondb import open_main
+
+        with open_main() as conn:
+            row["tags"] = [r[0] for r in conn.execute(
+                "SELECT tag FROM session_tags WHERE session_id = ? ORDER BY rowid", (session_id,))]  # fmt: skip
     return row
 
 

@@ -182,7 +182,7 @@ def test_point_2_the_summary_list_and_page_name_what_capsem_did_and_count_errors
     with TestClient(create_app(), base_url="http://127.0.0.1") as client:
         listing = client.get("/").text
         page = client.get(f"/s/{sid}").text
-    cell = re.search(r'<td class="num"><span class="err">(\d+)</span></td>', listing)
+    cell = re.search(r'<td class="num hide-s"><span class="err">(\d+)</span>', listing)
     assert cell and cell.group(1) == "3"  # as seen: the web list's Errors column said 0
     assert "2 denied" in listing and "1 warned" in listing and "2 refused" in listing
     assert 'href="#errors">3</a>' in page and "Where capsem stepped in (5)" in page
