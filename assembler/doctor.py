@@ -405,9 +405,7 @@ def check_credentials() -> Finding | None:
     except SettingsError:
         return Finding("credentials", "skip", "not checked: the configuration is invalid (see above)")
     if not settings.credentials.entries:
-        return Finding(
-            "credentials", "skip", "no credentials: configured (capsem run --broker is not set up)"
-        )
+        return None  # nothing brokered: nothing to say
     try:
         load_secrets(settings)
     except SettingsError as exc:
