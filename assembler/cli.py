@@ -276,7 +276,8 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
         )
         uncached = max(0, r["total_input_tokens"] - cache_write - cache_read)
         lossy = r.get("capture_status") in ("degraded", "failed")
-        return [r["id"] + ("*" if r["has_db"] else " "), created(r), duration(r), r["status"] + ("!" if lossy else ""),
+        status = r["status"] + ("!" if lossy else "") + (" kept" if r.get("keep") else "")
+        return [r["id"] + ("*" if r["has_db"] else " "), created(r), duration(r), status,
                 "" if r.get("exit_code") is None else str(r["exit_code"]),
                 _cost(r["total_estimated_cost"], r.get("unpriced_calls")),
                 f"{uncached:,}", f"{cache_write:,}", f"{cache_read:,}", f"{r['total_output_tokens']:,}",
@@ -827,7 +828,7 @@ def keep_cmd(session_id, undo) -> None:
     """Never let retention cull a session.
 
     SESSION_ID may be any unique start of an id. A kept session is still compressed (vacuumed)
-    when finished, never deleted; list-sessions marks it `kept`.
+    when finished, never deleted; list-sessions shows it `stopped kept` (or `vacuumed kept`...).
 
     \b
     Examples:

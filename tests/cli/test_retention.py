@@ -271,6 +271,7 @@ def test_retention_says_what_it_culled_and_spares_young_and_kept_sessions(home):
     old = [clone_session(home, days_ago(2 + i), suffix=f"0o{i:02d}") for i in range(14)]
     ancient = clone_session(home, days_ago(40), suffix="0a00")
     assert "kept (retention never culls it)" in run("keep", old[-1][:-2])  # a unique start of the id
+    assert "stopped kept" in next(x for x in run("list-sessions", "-n", "0").splitlines() if old[-1] in x)
     assert "no session 'nope'" in run("keep", "nope", code=1)
 
     dry = run("vacuum", "--dry-run")
