@@ -67,6 +67,8 @@ class SessionSummary:
     """Requests capsem denied (policy, budget), warned or asked about; placeholders it refused."""
     files: list[tuple[str, str]] = field(default_factory=list)
     """(action, path) of each file the workspace ended up with changed, in first-change order."""
+    label: str = ""
+    """`name · project@branch` of a `capsem run` (empty when unknown)."""
     answer: tuple[Call, str] | None = None
     """The last successful model call with text, and that text: the agent's final answer."""
 
@@ -111,6 +113,8 @@ def session_summary(session_id: str, db_path: Path | None = None) -> SessionSumm
     row = main_row(session_id)
     if row is not None:
         out.status, out.exit_code, out.duration = row["status"], row.get("exit_code"), duration(row)
+        where = (row.get("project") or "") + (f"@{row['git_branch']}" if row.get("git_branch") else "")
+        out.label = " · ".join(x for x in (row.get("name"), where) if x)
     conn = connect(db_path, readonly=True)
     try:
         answer: tuple[int, str] | None = None
@@ -243,7 +247,8 @@ def render_session(summary: SessionSummary, width: int = 80) -> Group:
     """The summary laid out for a terminal `width` cells wide."""
     s = summary
     total = s.total
-    parts: list[RenderableType] = [_headline(s)]
+    parts: list[RenderableType] = [Text(s.label, style="bold")] if s.label else []
+    parts.append(_headline(s))
     if s.calls:
         parts.append(_tokens_line(total))
         if split := split_line(total):

@@ -211,6 +211,7 @@ def test_point_7_workspace_git_name_and_tags_group_and_filter(everyday, home):
     assert "shop-app@feature-x" in listed and all(
         w in listed.split() for w in ("checkout-fix", "#team-a", "#ci")
     )
+    assert "\ncheckout-fix · shop-app@feature-x\n" in everyday[2]  # the run's summary names it
     by_tag = json.loads(run("cost-report", "--by", "tag", "--json"))
     assert {r["key"] for r in by_tag["rows"]} == {"team-a", "ci"}
     assert [r["key"] for r in json.loads(run("cost-report", "--by", "project", "--json"))["rows"]] == [
