@@ -82,6 +82,8 @@ class SessionSummary:
     """Model calls with tokens and no known price, and nothing priced: shown `unpriced`, not `$0.0000`."""
     stepped_in: list[tuple[str, int]] = field(default_factory=list)
     """(kind, n): requests capsem denied, warned or asked about, placeholders it refused."""
+    culled_reason: str | None = None
+    """Why retention culled it (status `culled`)."""
     name: str | None = None
     project: str | None = None
     branch: str | None = None
@@ -111,6 +113,7 @@ def summaries(rows: list[dict[str, Any]], models: dict[str, list[str]],
             mcp_calls=r.get("total_mcp_calls") or 0, file_events=r.get("total_file_events") or 0,
             errors=r.get("total_errors") or 0, stepped_in=_stepped_in(r), name=r.get("name"),
             unpriced=bool(r.get("unpriced_calls")) and not r.get("total_estimated_cost"),
+            culled_reason=r.get("culled_reason"),
             project=r.get("project"), branch=r.get("git_branch"), tags=r.get("tags") or [],
             models=models.get(r["id"], []), has_db=bool(r.get("has_db")),
             capture_status=r.get("capture_status"), anomalies=anomalies.get(r["id"]),

@@ -98,3 +98,12 @@ def test_the_workspace_watcher_leaves_capsem_home_alone(capsem_home, tmp_path, m
     (session,) = json.loads(run("list-sessions", "--json"))
     paths = json.loads(run("query-session", "SELECT path FROM fs_events", session["id"], "--format", "json"))
     assert {p["path"] for p in paths} == {"made.txt"}, paths
+
+
+def test_run_emulator_refuses_a_mode_of_its_own(capsem_home):
+    out = run("run", "--emulator", "--mitmdump-args", "--mode regular@8080", "--", sys.executable, "-c", "pass",
+              code=1)  # fmt: skip
+    assert (
+        "--emulator sets mitmdump's --mode (upstream to the emulator): drop --mode from --mitmdump-args"
+        in out
+    )

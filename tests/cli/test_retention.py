@@ -303,6 +303,13 @@ def test_retention_says_what_it_culled_and_spares_young_and_kept_sessions(home):
     assert "culled by retention: older than 30 days" in run("inspect-session", ancient, code=1)
     assert "retention may cull it again" in run("keep", "--undo", old[-1])
     assert "already culled" in run("keep", ancient, code=1)
+    from starlette.testclient import TestClient
+
+    from assembler.view.app import create_app
+
+    with TestClient(create_app(), base_url="http://127.0.0.1") as client:
+        listing = client.get("/?all=1&limit=0").text
+    assert 'title="culled: older than 30 days (retention_days)"' in listing
 
 
 def test_dry_run_predicts_the_compressed_size(home):
