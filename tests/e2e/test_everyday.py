@@ -1,6 +1,7 @@
 """Issue 25 ("the everyday loop") end to end, through one real `capsem run --emulator --broker
 --name --tag` in a git workspace: a Python agent (httpx, with the proxy and CA `capsem run` gives
-it) sends its brokered Anthropic key as `Authorization: Bearer` (point 3), runs a tool loop with
+it) sends its brokered Anthropic key as `Authorization: Bearer` through the real anthropic SDK
+(`auth_token`, point 3), runs a tool loop with
 a failed tool, gets two 404s, sends a placeholder to another host, crosses a session budget, hits
 a policy deny and a policy warn (point 2). Everything runs on the built-in emulator (point 6); the
 session records its workspace, repository, branch, commit, name and tags (point 7).
@@ -23,18 +24,19 @@ from tests.conftest import rows
 REAL_KEY = "sk-ant-api03-EVERYDAYrealKEY0000000000000"
 
 AGENT = r"""
-import json, os, httpx
+import json, os, anthropic, httpx
 client = httpx.Client(timeout=30)  # HTTPS_PROXY and SSL_CERT_FILE come from capsem run
 key = os.environ["ANTHROPIC_API_KEY"]
 assert key == "capsem-placeholder-anthropic", key
 bearer = {"authorization": f"Bearer {key}", "anthropic-version": "2023-06-01"}
 ask = {"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": [{"role": "user", "content": "read it"}],
        "tools": [{"name": "read_file", "description": "read a file", "input_schema": {"type": "object"}}]}
-first = client.post("https://api.anthropic.com/v1/messages", json=ask,
-                    headers=bearer | {"x-emulator": "scenario=tool_call"})
-assert first.status_code == 200, first.text
-use = next(b for b in first.json()["content"] if b["type"] == "tool_use")
-ask["messages"] += [{"role": "assistant", "content": first.json()["content"]},
+# the real anthropic SDK with a bearer token (as anthropic 2.x sends any key): `Authorization: Bearer`
+sdk = anthropic.Anthropic(auth_token=key, max_retries=0)
+first = sdk.messages.create(**ask, extra_headers={"x-emulator": "scenario=tool_call"})
+content = [b.model_dump(exclude_none=True) for b in first.content]
+use = next(b for b in content if b["type"] == "tool_use")
+ask["messages"] += [{"role": "assistant", "content": content},
                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use["id"], "is_error": True,
                                                   "content": "ENOENT: no such file"}]}]
 second = client.post("https://api.anthropic.com/v1/messages", json=ask, headers=bearer | {"x-emulator": "scenario=text"})
