@@ -14,6 +14,8 @@ warned about or asked about, and a credential placeholder capsem refused to repl
 
 from __future__ import annotations
 
+import sqlite3
+
 FAILED_MODEL_CALL = (
     "(status_code IS NULL OR status_code >= 400 OR error_type IS NOT NULL OR error_message IS NOT NULL)"
 )
@@ -36,4 +38,12 @@ ERRORS_SQL = f"""(SELECT COUNT(*) FROM model_calls WHERE {FAILED_MODEL_CALL})
   + (SELECT COUNT(*) FROM tool_responses WHERE {FAILED_TOOL})"""
 """A scalar expression: the session's number of errors."""
 
-REFUSED_PLACEHOLDERS_SQL = "(SELECT COUNT(*) FROM substitution_events WHERE outcome = 'refused')"
+
+def refused_placeholders(conn: sqlite3.Connection) -> int:
+    """Credential placeholders capsem refused to replace (0 for a session.db older than brokering)."""
+    try:
+        return conn.execute("SELECT COUNT(*) FROM substitution_events WHERE outcome = 'refused'").fetchone()[
+            0
+        ]
+    except sqlite3.OperationalError:
+        return 0

@@ -18,7 +18,7 @@ import psutil
 
 from capsem import __version__
 from capsem.ids import utc_now
-from capsem.outcomes import ERRORS_SQL, REFUSED_PLACEHOLDERS_SQL
+from capsem.outcomes import ERRORS_SQL, refused_placeholders
 from capsem.paths import main_db_path, session_db_path
 from capsem.redact import Scrubber
 from capsem.schema import connect, open_main_db
@@ -75,9 +75,6 @@ SELECT
   (SELECT COUNT(*) FROM fs_events) AS total_file_events,
   (SELECT COUNT(*) FROM net_events WHERE decision = 'warned') AS warned_requests,
   (SELECT COUNT(*) FROM net_events WHERE decision = 'asked') AS asked_requests,
-  """
-    + REFUSED_PLACEHOLDERS_SQL
-    + """ AS refused_placeholders,
   """
     + ERRORS_SQL
     + """ AS total_errors
@@ -218,6 +215,7 @@ def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = Non
     src = connect(db_path, readonly=True)
     try:
         totals = dict(src.execute(TOTALS_SQL).fetchone())
+        totals["refused_placeholders"] = refused_placeholders(src)  # a table older session.dbs lack
         ai = src.execute(AI_USAGE_SQL).fetchall()
         tools = src.execute(_TOOL_USAGE_SQL).fetchall()
         mcp = src.execute(_MCP_USAGE_SQL).fetchall()
