@@ -171,6 +171,26 @@ class Broker:
         return quote(brokered.secret, safe="") if quoted else brokered.secret
 
 
+KNOWN_PLACES: tuple[tuple[str, frozenset[tuple[str, str]]], ...] = (
+    ("api.anthropic.com", frozenset({("header", "x-api-key"), ("header", "authorization")})),
+    ("generativelanguage.googleapis.com", frozenset({("header", "x-goog-api-key"), ("query", "key")})),
+)
+"""Providers that accept their key in more than one place (host, places). An entry for one of them
+whose declared place is one of these accepts the key in any of them: the Anthropic SDK sends
+`x-api-key` or `Authorization: Bearer` (2.x with an auth token), Gemini clients `x-goog-api-key` or
+`?key=`. OpenAI and OpenAI-compatible hosts take only `Authorization`, as declared."""
+
+
+def accepted_places(entry: Credential) -> frozenset[tuple[str, str]]:
+    """Where the key of `entry` may go: its declared header or query parameter, and for a known
+    provider's host (the entry's glob matches it) every place that provider reads its key from."""
+    declared = ("header", entry.header) if entry.header else ("query", entry.query or "")
+    for host, places in KNOWN_PLACES:
+        if declared in places and fnmatchcase(host, entry.host.lower()):
+            return places
+    return frozenset({declared})
+
+
 def _refusal(entry: Credential, scheme: str, host: str, where: tuple[str, str]) -> str | None:
     """Why the placeholder of `entry` must not be replaced here, or None."""
     host = host.lower().rstrip(".")
@@ -178,9 +198,10 @@ def _refusal(entry: Credential, scheme: str, host: str, where: tuple[str, str]) 
         return f"{host} is not a host of this credential ({entry.host})"
     if scheme != "https" and host not in _LOOPBACK:
         return "plain http: the key would cross the network in clear"
-    declared = ("header", entry.header) if entry.header else ("query", entry.query or "")
-    if where != declared:
-        return f"the key goes in {' '.join(declared)}, not in {' '.join(where).strip()}"
+    places = accepted_places(entry)
+    if where not in places:
+        named = " or ".join(sorted(" ".join(p) for p in places))
+        return f"the key goes in {named}, not in {' '.join(where).strip()}"
     return None
 
 

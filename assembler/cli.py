@@ -90,19 +90,29 @@ def cli() -> None:
 @click.option("--broker", is_flag=True,
               help="Give the agent placeholders for the configured credentials; only capsem holds the keys.")  # fmt: skip
 @click.option("--view", "view", is_flag=True,
-              help="Open the session's live page in the browser (capsem view) while the agent runs.")  # fmt: skip
+              help="Open the session's live page in the browser (capsem view); it stays up after the agent "
+                   "ends, until Ctrl-C.")  # fmt: skip
+@click.option("--emulator", is_flag=True,
+              help="Send every provider call to the built-in emulator (scripted answers, tool loops, every "
+                   "API): try capsem without a key or spending money.")  # fmt: skip
+@click.option("--name", metavar="NAME", help="A name for this session (list-sessions, the web list).")
+@click.option("--tag", "tags", multiple=True, metavar="TAG",
+              help="A tag for this session (repeatable); cost-report --by tag, list-sessions --tag.")  # fmt: skip
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(workspace, mitmdump_args, quiet, broker, view, command) -> None:
+def run(workspace, mitmdump_args, quiet, broker, view, emulator, name, tags, command) -> None:
     """Run an agent and record its LLM traffic.
 
     The agent gets HTTPS_PROXY and the CA variables (SSL_CERT_FILE, NODE_EXTRA_CA_CERTS,
     REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE...) pointing at a fresh mitmdump with the capsem addon.
     Its exit code is passed through. When its calls are not recorded: capsem doctor -- AGENT.
     Ctrl-C reaches the agent, and the session records until it exits (Ctrl-C again kills it).
+    The workspace, its git repository, branch and commit at start are recorded with the session.
 
     \b
     Examples:
         capsem run -- claude -p "fix the failing test"
+        capsem run --emulator -- claude -p "write a haiku"
+        capsem run --name fix-ci --tag team-a --tag ci -- claude -p "fix the failing test"
         capsem run --workspace ~/src/app -- codex exec "add a README"
         capsem run -- gemini -p "summarize this repo"
         capsem run -- aider --message "rename foo to bar"
@@ -113,15 +123,16 @@ def run(workspace, mitmdump_args, quiet, broker, view, command) -> None:
     from capsem.config import ConfigError
     from capsem.mitm import MitmdumpError
 
-    session_id = None
+    session_id = page = None
     if view:
         from assembler.view.cli import open_live_view
 
-        session_id = open_live_view()
+        session_id, page = open_live_view()
     with AgentSignals() as signals:  # until the summary is printed
         try:
             result = run_agent(list(command), workspace=workspace, mitmdump_args=mitmdump_args, broker=broker,
-                               session_id=session_id, signals=signals)  # fmt: skip
+                               session_id=session_id, signals=signals, emulator=emulator, name=name,
+                               tags=tuple(tags))  # fmt: skip
         except AgentNotFound as exc:  # as a shell says it, with its exit code (127, 126); nothing started
             click.echo(f"capsem run: {exc}", err=True)
             sys.exit(exc.exit_code)
@@ -138,7 +149,31 @@ def run(workspace, mitmdump_args, quiet, broker, view, command) -> None:
             print_session(result.session_id, console)
             if result.diagnostics is not None:
                 console.print(result.diagnostics.summary(), style="dim")
+        if result.retention is not None:
+            from assembler.retention import summary_line
+
+            if line := summary_line(result.retention):  # even with --quiet: deleting data is never silent
+                Console(stderr=True).print(line, style="yellow" if result.retention.of("cull") else "dim",
+                                           highlight=False)  # fmt: skip
+    if page is not None:
+        _keep_serving(page)
     sys.exit(result.exit_code)
+
+
+def _keep_serving(page: str) -> None:
+    """`run --view`: the page stays up after the agent ends, until Ctrl-C (in a terminal only: a
+    script is never held)."""
+    import time
+
+    if not sys.stdin.isatty():
+        click.echo(f"capsem view: {page} stops now (not a terminal); capsem view serves it again", err=True)
+        return
+    click.echo(f"capsem view: still serving {page} — Ctrl-C stops it", err=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        click.echo("", err=True)
 
 
 @cli.command()
@@ -153,9 +188,12 @@ def demo() -> None:
         CAPSEM_HOME=/tmp/capsem-demo capsem demo
     """
     from assembler.demo import run_demo
+    from capsem.mitm import MitmdumpError
 
     try:
         run_demo()
+    except MitmdumpError as exc:  # e.g. a credential of the user's config.yaml that is not set
+        raise click.ClickException(str(exc)) from exc
     except ImportError as exc:
         raise click.ClickException(
             f"the demo needs the provider SDKs: pip install 'capsem[demo]' ({exc})"
@@ -176,30 +214,49 @@ def demo() -> None:
 @click.option("--with-mcp", is_flag=True, help="Only sessions with MCP calls.")
 @click.option("--with-tools", is_flag=True, help="Only sessions with tool calls.")
 @click.option("--min-cost", type=float, metavar="USD", help="Only sessions that cost at least this much.")
+@click.option(
+    "--project", metavar="NAME|PATH", help="Only sessions of this project (git repository or workspace)."
+)
+@click.option("--branch", metavar="BRANCH", help="Only sessions started on this git branch.")
+@click.option("--tag", metavar="TAG", help="Only sessions with this tag (capsem run --tag).")
+@click.option("--name", metavar="NAME", help="Only sessions with this name (capsem run --name).")
 @json_option
 def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with_mcp, with_tools, min_cost,
-                      as_json) -> None:  # fmt: skip
+                      project, branch, tag, name, as_json) -> None:  # fmt: skip
     """List recent sessions from main.db, newest first.
 
     Reads only main.db, so vacuumed (gzipped) and culled sessions keep their numbers. A `*`
     after the id means the session's database is on disk (queryable); culled sessions are
     shown with --all. Tokens as ccusage shows them: input (uncached), cache write, cache read,
-    output. `exit` is the agent's exit code (capsem run). Times are UTC.
+    output. `exit` is the agent's exit code (capsem run). `errors` counts failed model calls,
+    other failed requests and tool errors; `capsem` the requests capsem denied (policy or
+    budget), warned or asked about and the placeholders it refused. Project, branch, name and
+    tags come from capsem run. Times are UTC.
 
     \b
     Examples:
         capsem list-sessions
         capsem list-sessions -n 0 --with-model --min-cost 0.01
         capsem list-sessions --all --with-db --json
+        capsem list-sessions --project capsem --branch main --tag ci
     """
+    from assembler.sessiondb import MainDbMissing
     from assembler.sessions import LOSSY, SessionFilters, created, duration, list_sessions
     from assembler.tables import Column, fit_table
 
-    filters = SessionFilters(
-        limit, include_culled, with_db, with_model, with_net, with_mcp, with_tools, min_cost
-    )
-    with user_errors():
+    filters = SessionFilters(limit, include_culled, with_db, with_model, with_net, with_mcp, with_tools, min_cost,
+                             project, branch, tag, name)  # fmt: skip
+    try:
         listing = list_sessions(filters)
+    except MainDbMissing:  # a fresh CAPSEM_HOME: nothing recorded yet is not an error
+        from capsem.paths import capsem_home
+
+        if as_json:
+            click.echo("[]")
+            return
+        click.echo(f"No sessions recorded yet in {capsem_home()}: capsem run -- AGENT records one "
+                   "(capsem run --emulator -- AGENT, or capsem demo, needs no key)")  # fmt: skip
+        return
     found = listing.sessions
     if as_json:
         click.echo(json.dumps(found, indent=2))
@@ -207,11 +264,13 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
     if not found:
         click.echo("No sessions found" + ("" if include_culled else " (--all also lists culled sessions)"))
         return
-    columns = [Column("ID", "left", 10), Column("Created", "left", 3), Column("Duration", "right", 6),
+    columns = [Column("ID", "left", 10), Column("Created", "left", 7), Column("Duration", "right", 6),
                Column("Status", "left", 9), Column("exit", "right", 7), Column("Cost", "right", 9),
                Column("input", "right", 5), Column("cache\nwrite", "right", 5), Column("cache\nread", "right", 5),
                Column("output", "right", 5), Column("net", "right", 2), Column("tools", "right", 2),
-               Column("mcp", "right", 1), Column("fs", "right", 1), Column("Command", "left", 8, wrap=True)]  # fmt: skip
+               Column("mcp", "right", 1), Column("fs", "right", 1), Column("errors", "right", 8),
+               Column("capsem", "left", 8), Column("project", "left", 6, wrap=True),
+               Column("name/tags", "left", 7, wrap=True), Column("Command", "left", 8, wrap=True)]  # fmt: skip
 
     def cells(r: dict) -> list[str]:
         cache_write, cache_read = (
@@ -220,18 +279,31 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
         )
         uncached = max(0, r["total_input_tokens"] - cache_write - cache_read)
         lossy = r.get("capture_status") in LOSSY
-        return [r["id"] + ("*" if r["has_db"] else " "), created(r), duration(r), r["status"] + ("!" if lossy else ""),
-                "" if r.get("exit_code") is None else str(r["exit_code"]), f"${r['total_estimated_cost']:.4f}",
+        status = r["status"] + ("!" if lossy else "") + (" kept" if r.get("keep") else "")
+        return [r["id"] + ("*" if r["has_db"] else " "), created(r), duration(r), status,
+                "" if r.get("exit_code") is None else str(r["exit_code"]),
+                _cost(r["total_estimated_cost"], r.get("unpriced_calls")),
                 f"{uncached:,}", f"{cache_write:,}", f"{cache_read:,}", f"{r['total_output_tokens']:,}",
                 str(r["total_requests"]), str(r["total_tool_calls"]), str(r["total_mcp_calls"]),
-                str(r["total_file_events"]), _command(r.get("command"))]  # fmt: skip
+                str(r["total_file_events"]), str(r.get("total_errors") or 0), _stepped_in(r),
+                (r.get("project") or "") + (f"@{r['git_branch']}" if r.get("git_branch") else ""),
+                " ".join([*([r["name"]] if r.get("name") else []), *(f"#{t}" for t in r.get("tags") or [])]),
+                _command(r.get("command"))]  # fmt: skip
 
     console = _console()
-    console.print(fit_table(columns, [cells(r) for r in found], console.width))
+    table = [cells(r) for r in found]
+    optional = {"capsem", "project", "name/tags"}  # shown when some session has one
+    keep = [i for i, c in enumerate(columns) if c.name not in optional or any(row[i] for row in table)]
+    console.print(
+        fit_table([columns[i] for i in keep], [[row[i] for i in keep] for row in table], console.width)
+    )
     notes = ["* = session.db on disk (queryable)"]
     if listing.matched > len(found):
         notes.append(f"showing {len(found)} of {counted(listing.matched, 'session')} (-n 0 shows all)")
     console.print("; ".join(notes), highlight=False)
+    if any(_stepped_in(r) for r in found):
+        console.print("capsem = requests capsem denied (d: policy or budget), warned (w) or asked (a) about, "
+                      "placeholders it refused (r): capsem view ID says why", highlight=False)  # fmt: skip
     lossy = [r for r in found if r.get("capture_status") in LOSSY]
     if lossy:
         console.print(f"! = capture lost data (or its end was not recorded) in {counted(len(lossy), 'session')}: "
@@ -241,6 +313,21 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
     if gone:
         console.print(f"{counted(len(gone), 'session')} left running by a process that is gone: shown crashed",
                       style="yellow", highlight=False)  # fmt: skip
+
+
+def _cost(cost: float, unpriced: int | None) -> str:
+    """`$0.0123`; `unpriced` when nothing had a known price (never `$0.0000`); `$0.0123+` when some
+    calls had none (their cost is not in the sum)."""
+    if unpriced and not cost:
+        return "unpriced"
+    return f"${cost:.4f}" + ("+" if unpriced else "")
+
+
+def _stepped_in(row: dict) -> str:
+    """`2d 1w 1r`: requests denied, warned, asked, placeholders refused (empty when none)."""
+    keys = (("denied_requests", "d"), ("warned_requests", "w"), ("asked_requests", "a"),
+            ("refused_placeholders", "r"))  # fmt: skip
+    return " ".join(f"{row[k]}{mark}" for k, mark in keys if row.get(k))
 
 
 def _command(command: str | None) -> str:
@@ -286,34 +373,12 @@ def query_session_cmd(sql, session_id, params, fmt, max_rows, timeout) -> None:
         click.echo(to_csv(result), nl=False)
     else:
         click.echo(f"Session: {session}", err=True)
-        _print_rows(result.columns, [["NULL" if v is None else str(v) for v in row] for row in result.rows])
+        from assembler.tables import print_rows
+
+        print_rows(_console(), result.columns, result.rows)
         click.echo(f"({counted(len(result.rows), 'row')})", err=True)
     if result.truncated:
         click.echo(f"(stopped after {max_rows} rows; use --max-rows for more)", err=True)
-
-
-def _print_rows(columns: list[str], rows: list[list[str]]) -> None:
-    """A table when every column fits whole beside the others (headers unbroken, values at least
-    12 cells wide or whole); else one `column: value` block per row, as psql's expanded display."""
-    console = _console()
-    need = sum(max(len(c), min(12, max((len(r[i]) for r in rows), default=0))) for i, c in enumerate(columns))
-    if need + 2 * (len(columns) - 1) <= console.width:
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
-        for col in columns:
-            table.add_column(escape(col), overflow="fold", min_width=len(col))
-        for row in rows:
-            table.add_row(*(escape(v) for v in row))
-        console.print(table)
-        return
-    width = max(len(c) for c in columns)
-    for n, row in enumerate(rows, 1):
-        console.print(f"[bold]-- row {n}[/bold]")
-        grid = Table.grid(padding=(0, 2))
-        grid.add_column(no_wrap=True, style="dim")
-        grid.add_column(overflow="fold")
-        for col, value in zip(columns, row, strict=True):
-            grid.add_row(escape(col.ljust(width)), escape(value))
-        console.print(grid)
 
 
 def _looks_like_sql(text: str) -> bool:
@@ -470,8 +535,11 @@ _PREVIEW_TEXT = {"path", "arguments", "content_preview", "domain", "model"}
 
 
 def _cut(value: Any, width: int = 60) -> str:
-    """A preview value on one line, at most `width` characters (the table escapes it)."""
-    text = "" if value is None else " ".join(str(value).split())
+    """A preview value on one line, at most `width` characters (the table escapes it); numbers as
+    numbers (`0.00001785`, never `1.785e-05`)."""
+    from assembler.tables import value_text
+
+    text = "" if value is None else " ".join(value_text(value).split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -490,10 +558,13 @@ def _print_inspection(result: Inspection) -> None:
         console.print("[bold red]the tables cannot be read[/]")
     if not result.findings:
         console.print("[green]✓ no problems found[/green]")
-    for f in result.findings:
-        console.print(
-            f"[{_SEVERITY_STYLE[f.severity]}]{f.severity:7}[/] {escape(f.check)}: {escape(f.message)}"
-        )
+    if result.findings:  # the message wraps at spaces under itself, beside its severity
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True, min_width=7)
+        grid.add_column(overflow="fold")
+        for f in result.findings:
+            grid.add_row(Text(f.severity, style=_SEVERITY_STYLE[f.severity]), Text(f"{f.check}: {f.message}"))
+        console.print(grid)
     by = {s: sum(f.severity == s for f in result.findings) for s in _SEVERITY_STYLE}
     console.print(f"{counted(by['error'], 'error')}, {counted(by['warning'], 'warning')}, {by['info']} info",
                   style="bold")  # fmt: skip
@@ -551,19 +622,21 @@ class _Day(click.ParamType):
 @click.option("--since", type=_Day(), metavar="DAY", help="First day to include: YYYY-MM-DD, 7d, 2w or today (UTC, "
               "by session start).")  # fmt: skip
 @click.option("--until", type=_Day(), metavar="DAY", help="Last day to include (inclusive), same forms.")
-@click.option("--by", "group_by", type=click.Choice(["session", "provider", "model", "day", "week", "month"]),
-              default="model", show_default=True, help="How to group the rows.")  # fmt: skip
+@click.option("--by", "group_by", type=click.Choice(["session", "provider", "model", "day", "week", "month", "project",
+              "branch", "tag"]), default="model", show_default=True, help="How to group the rows.")  # fmt: skip
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Also write one self-contained HTML page with charts (no scripts, no network).")  # fmt: skip
 @json_option
 def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
-    """Cost and tokens by model, provider, session, day, week or month.
+    """Cost and tokens by model, provider, session, day, week, month, project, branch or tag.
 
     Numbers come from the main.db rollup over a date range (UTC days of session start), so
     vacuumed and culled sessions count; running sessions are read live from their
     session.db. Tokens are shown as ccusage shows them: input (uncached), cache write, cache
     read, output (reasoning included) and reasoning; the cost is split by token type below the
-    table. Unpriced models count as $0 and are reported.
+    table. Unpriced models count as $0 and are reported. Project (the git repository's or
+    workspace's folder), branch (project@branch) and tags are those capsem run recorded; a
+    session with several tags counts under each.
 
     \b
     Examples:
@@ -571,6 +644,7 @@ def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
         capsem cost-report --since 7d --by day
         capsem cost-report --since 2026-11-01 --until 2026-11-30 --by week
         capsem cost-report --by provider --html cost.html
+        capsem cost-report --since 30d --by project
     """
     from assembler.costs import split_line
     from assembler.reports import cost_report, html_report
@@ -601,8 +675,10 @@ def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
 
     def cells(r) -> list[str]:
         u = r.usage
+        unpriced = not u.cost and bool(u.input_tokens or u.output_tokens)
         return [r.key, str(r.sessions), f"{u.calls:,}", f"{u.uncached_input:,}", f"{u.cache_write_tokens:,}",
-                f"{u.cache_read_tokens:,}", f"{u.output_tokens:,}", f"{u.reasoning_tokens:,}", f"${u.cost:.4f}"]  # fmt: skip
+                f"{u.cache_read_tokens:,}", f"{u.output_tokens:,}", f"{u.reasoning_tokens:,}",
+                "unpriced" if unpriced else f"${u.cost:.4f}"]  # fmt: skip
 
     footer = cells(total)
     footer[0] = "total"
@@ -688,7 +764,9 @@ def vacuum_cmd(dry_run, as_json) -> None:
     Finished (stopped/crashed) sessions are checkpointed, VACUUMed and gzipped to
     session.db.gz (every command still reads them). Sessions beyond retention_days,
     max_sessions (empty ones first, min_content_keep protected) or max_disk_gb are deleted
-    and marked terminated; their main.db rollup stays. Running sessions are never touched.
+    and marked culled, with the rule that culled them; their main.db rollup stays. Running
+    sessions, sessions less than a day old and sessions marked with `capsem keep ID` are
+    never culled.
     Settings: the `retention:` section of config/default.yaml, overridden by
     $CAPSEM_HOME/config.yaml. Every `capsem run` applies the same rules beside the agent,
     compressing only sessions finished more than `vacuum_after_hours` ago (`auto: false`
@@ -712,7 +790,7 @@ def vacuum_cmd(dry_run, as_json) -> None:
     if as_json:
         click.echo(json.dumps({"dry_run": dry_run, "policy": asdict(report.policy),
                                "actions": [asdict(a) for a in report.actions], "errors": report.errors,
-                               "running": report.running, "disk_before": report.disk_before,
+                               "running": report.running, "spared": report.spared, "disk_before": report.disk_before,
                                "disk_after": report.disk_after}, indent=2))  # fmt: skip
         sys.exit(1 if report.errors else 0)
     console = _console()
@@ -726,7 +804,7 @@ def vacuum_cmd(dry_run, as_json) -> None:
         for a in report.actions:
             verb = ("would " if dry_run else "") + ("vacuum" if a.kind == "vacuum" else "cull")
             table.add_row(a.session_id, verb, escape(a.reason), _size(a.bytes_before),
-                          "?" if dry_run and a.kind == "vacuum" else _size(a.bytes_after))  # fmt: skip
+                          ("~" if dry_run and a.kind == "vacuum" else "") + _size(a.bytes_after))  # fmt: skip
         console.print(table)
     else:
         console.print("nothing to do")
@@ -734,12 +812,40 @@ def vacuum_cmd(dry_run, as_json) -> None:
         click.echo(f"error: {error}", err=True)
     if report.running:
         console.print(f"{counted(len(report.running), 'running session')} left alone", style="dim")
+    if report.spared:
+        why: dict[str, int] = {}
+        for _, reason in report.spared:
+            why[reason] = why.get(reason, 0) + 1
+        console.print("never culled: " + ", ".join(f"{n} {reason}" for reason, n in why.items()), style="dim")
     n_v, n_c = len(report.of("vacuum")), len(report.of("cull"))
     verb = "would vacuum" if dry_run else "vacuumed"
     console.print(f"{verb} {n_v}, {'would cull' if dry_run else 'culled'} {n_c}; sessions/ "
                   f"{_size(report.disk_before)} -> {'~' if dry_run else ''}{_size(report.disk_after)}")  # fmt: skip
     if report.errors:
         sys.exit(1)
+
+
+@cli.command("keep")
+@click.argument("session_id", metavar="SESSION_ID")
+@click.option("--undo", is_flag=True, help="Let retention cull the session again.")
+def keep_cmd(session_id, undo) -> None:
+    """Never let retention cull a session.
+
+    SESSION_ID may be any unique start of an id. A kept session is still compressed (vacuumed)
+    when finished, never deleted; list-sessions shows it `stopped kept` (or `vacuumed kept`...).
+
+    \b
+    Examples:
+        capsem keep 20260327-154418-f907
+        capsem keep 20260327-1544 --undo
+    """
+    from assembler.retention import keep_session
+
+    with user_errors(LookupError):
+        full = keep_session(session_id, keep=not undo)
+    click.echo(
+        f"session {full}: " + ("retention may cull it again" if undo else "kept (retention never culls it)")
+    )
 
 
 def _opt(value: float | None) -> str:

@@ -98,14 +98,14 @@ def openai_loop(http_client: httpx.Client, say: Callable[[str], None]) -> None:
 def run_demo(console: Console | None = None) -> str:
     """Run the whole demo; return the session id. It leaves nothing in /tmp: mitmproxy's CA lives
     in $CAPSEM_HOME/mitmproxy (as for `capsem run`) and the mitmdump log beside the session."""
-    from capsem.emulator import Emulator
+    from capsem.emulator import FRIENDLY_TEXT, Emulator
 
     console = console or Console()
     say = lambda msg: console.print(f"[dim]•[/dim] {msg}")  # noqa: E731
     session_id = new_session_id()
     folder = session_dir(session_id)
     folder.mkdir(parents=True, exist_ok=True)
-    with Emulator() as emu:
+    with Emulator(defaults={"text": FRIENDLY_TEXT}) as emu:
         say(f"provider emulator listening at {emu.http_url} (plays api.anthropic.com and api.openai.com)")
         proxy = start_mitmdump(
             confdir=capsem_home() / "mitmproxy",

@@ -28,6 +28,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal
 
@@ -101,6 +102,8 @@ def run_doctor(agent: Sequence[str] = (), on_finding: Callable[[Finding], None] 
 
     for check in (check_mitmdump, check_config, check_home, check_ca, check_prices):
         add(check())
+    if (credentials := check_credentials()) is not None:
+        add(credentials)
     runtime: Runtime | None = None
     if agent:
         try:
@@ -340,6 +343,7 @@ def self_test(runtime: Runtime | None) -> list[Finding]:
                             f"read its log: {work / 'mitmdump.log'}")]  # fmt: skip
         try:
             sent = _send(proxy)
+            brokered = _send_placeholders(proxy, entries) if (entries := _credential_entries()) else None
             known = (
                 runtime is not None and runtime.kind != "unknown"
             )  # an unknown one: the agent check warned
@@ -349,6 +353,8 @@ def self_test(runtime: Runtime | None) -> list[Finding]:
         shutil.rmtree(emu.server.ca.dir, ignore_errors=True)
     calls, status = _read_back(proxy, home)
     findings.append(_self_test_finding(sent, stopped, calls, status, proxy))
+    if brokered is not None:
+        findings.append(_broker_finding(brokered, proxy, home))
     if runtime is not None and probed is not None:
         findings.append(_trust_finding(runtime, probed, calls))
     if all(f.status != "fail" for f in findings):
@@ -375,6 +381,95 @@ def _send(proxy: Mitmdump) -> str | int:
             return r.status_code if rule is None else f"HTTP {r.status_code}: {DENIED} {rule!r}"
     except httpx.HTTPError as exc:
         return f"{type(exc).__name__}: {exc}"
+
+
+_PROBE_HOSTS = ("api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com")
+
+
+def _credential_entries() -> list[Any]:
+    from capsem.settings import SettingsError, load
+
+    try:
+        return list(load().credentials.entries)
+    except SettingsError:
+        return []  # the config check said so
+
+
+def check_credentials() -> Finding | None:
+    """The brokered credentials: every entry's real value can be read (None: none configured)."""
+    from addons.credentials import load_secrets
+    from capsem.settings import SettingsError, load
+
+    try:
+        settings = load()
+    except SettingsError:
+        return Finding("credentials", "skip", "not checked: the configuration is invalid (see above)")
+    if not settings.credentials.entries:
+        return None  # nothing brokered: nothing to say
+    try:
+        load_secrets(settings)
+    except SettingsError as exc:
+        return Finding(
+            "credentials", "fail", str(exc), "set the variable in capsem's environment, or fix the file"
+        )
+    names = ", ".join(e.name for e in settings.credentials.entries)
+    return Finding("credentials", "ok", f"the real value of each brokered credential can be read ({names})")
+
+
+def _send_placeholders(proxy: Mitmdump, entries: list[Any]) -> list[tuple[str, str, str]]:
+    """For each credential, one request per place its provider reads the key from, carrying the
+    placeholder there, through the self-test's mitmdump: (credential, host, place) sent."""
+    import httpx
+
+    from addons.credentials import accepted_places
+
+    trust = ssl.create_default_context(cafile=proxy.ca_cert)
+    sent = []
+    with httpx.Client(proxy=proxy.url, verify=trust, trust_env=False, timeout=10) as client:
+        for entry in entries:
+            host = next((h for h in _PROBE_HOSTS if fnmatchcase(h, entry.host.lower())), None)
+            if host is None and not any(c in entry.host for c in "*?["):
+                host = entry.host
+            if host is None:
+                continue
+            for kind, name in sorted(accepted_places(entry)):
+                value = f"Bearer {entry.placeholder}" if name == "authorization" else entry.placeholder
+                headers = {name: value, "user-agent": f"{PROBE_AGENT} broker"} if kind == "header" else {}
+                params = {name: entry.placeholder} if kind == "query" else {}
+                try:
+                    client.get(f"https://{host}/v1/models", headers=headers, params=params)
+                except httpx.HTTPError:
+                    pass  # the substitution is decided (and recorded) before anything goes upstream
+                sent.append((entry.name, host, f"{kind} {name}"))
+    return sent
+
+
+def _broker_finding(sent: list[tuple[str, str, str]], proxy: Mitmdump, home: Path) -> Finding:
+    """Whether mitmdump put the real key in place of each placeholder the self-test sent."""
+    from assembler.sessiondb import SessionDbError, open_path
+
+    if not sent:
+        return Finding("broker", "warn", "no credential names a host the self-test can reach (a glob "
+                       "matching none of the known providers)", "run the agent with capsem run --broker and check "
+                       "`capsem view` for refused placeholders")  # fmt: skip
+    try:
+        with open_path(home / "sessions" / proxy.session_id() / "session.db") as conn:
+            done = conn.execute(
+                "SELECT credential, host, location, outcome, reason FROM substitution_events"
+            ).fetchall()
+    except (MitmdumpError, SessionDbError, sqlite3.Error) as exc:
+        return Finding("broker", "fail", f"the placeholders' fate could not be read back: {exc}",
+                       f"read mitmdump's log: {proxy.log_path}")  # fmt: skip
+    outcome = {(r["credential"], r["host"], r["location"]): (r["outcome"], r["reason"]) for r in done}
+    bad = [f"{c} in {place} to {host}: " + (outcome[(c, host, place)][1] or "refused")
+           if (c, host, place) in outcome else f"{c} in {place} to {host}: not seen"
+           for c, host, place in sent if outcome.get((c, host, place), ("",))[0] != "substituted"]  # fmt: skip
+    if bad:
+        return Finding("broker", "fail", "placeholders not replaced: " + "; ".join(bad),
+                       "check each entry's host and header/query in config.yaml (capsem config show)")  # fmt: skip
+    places = "; ".join(f"{c}: {place} to {host}" for c, host, place in sent)
+    return Finding("broker", "ok", f"each placeholder was replaced by the real key ({places}); the provider's "
+                   "own answer is not checked (the self-test talks to the built-in emulator)")  # fmt: skip
 
 
 def _read_back(proxy: Mitmdump, home: Path) -> tuple[list[dict[str, Any]], str | None]:

@@ -29,14 +29,15 @@ def print_finding(out: Console, finding: Finding) -> None:
 
 
 def _wrap(text: str, width: int, hang: int = 0) -> list[str]:
-    """Each line of `text` wrapped to `width`; the rest of an indented line (or of any line, by
-    `hang`) goes two columns further in."""
+    """Each line of `text` wrapped to `width` at spaces only (a URL or path longer than the line
+    stays whole, to be copied); the rest of an indented line (or of any line, by `hang`) goes two
+    columns further in."""
     lines = []
     for line in text.splitlines():
         indent = " " * (len(line) - len(line.lstrip(" ")))
         more = indent + " " * (2 if indent else hang)
         lines += textwrap.wrap(line.strip(), width, initial_indent=indent, subsequent_indent=more,
-                               break_on_hyphens=False) or [""]  # fmt: skip
+                               break_on_hyphens=False, break_long_words=False) or [""]  # fmt: skip
     return lines
 
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Literal
+
+from capsem.outcomes import FAILED_MODEL_CALL, FAILED_REQUEST, FAILED_TOOL, INTERVENED
 
 Kind = Literal["model", "network", "tool"]
 
@@ -37,8 +40,7 @@ def model_failures(conn: sqlite3.Connection) -> list[Failure]:
     out = []
     for r in conn.execute(
         "SELECT id, provider, model, status_code, error_type, error_message FROM model_calls "
-        "WHERE status_code IS NULL OR status_code >= 400 OR error_type IS NOT NULL OR error_message IS NOT NULL "
-        "ORDER BY id"
+        f"WHERE {FAILED_MODEL_CALL} ORDER BY id"
     ):
         status = f"HTTP {r['status_code']}" if r["status_code"] else "no response"
         what = ": ".join(x for x in (r["error_type"], _one_line(r["error_message"])) if x)
@@ -48,17 +50,19 @@ def model_failures(conn: sqlite3.Connection) -> list[Failure]:
 
 
 def network_failures(conn: sqlite3.Connection) -> list[Failure]:
-    """Requests and connections that failed (`decision='error'`) and are not a model call."""
+    """Requests and connections that failed (`decision='error'`, or an HTTP error from upstream) and
+    are not a model call."""
     out = []
     for r in conn.execute(
-        "SELECT n.id, n.method, n.domain, n.port, n.path, n.status_code, n.error FROM net_events n "
-        "WHERE n.decision = 'error' AND NOT EXISTS (SELECT 1 FROM model_calls m WHERE m.net_event_id = n.id) "
-        "ORDER BY n.id"
+        "SELECT n.id, n.method, n.domain, n.port, n.path, n.status_code, n.error, n.response_body_preview "
+        "FROM net_events n "
+        f"WHERE {FAILED_REQUEST} ORDER BY n.id"
     ):
         target = f"{r['domain']}:{r['port']}" + ("" if r["method"] == "CONNECT" else r["path"] or "")
         status = f" HTTP {r['status_code']}" if r["status_code"] else ""
         out.append(Failure("network", r["id"], f"{r['method']} {target}{status}",
-                           _one_line(r["error"]) or "(no error text recorded)"))  # fmt: skip
+                           _one_line(r["error"]) or _said(r["response_body_preview"]) or
+                           "(no error text recorded)"))  # fmt: skip
     return out
 
 
@@ -69,7 +73,7 @@ def tool_failures(conn: sqlite3.Connection) -> list[Failure]:
             "tool", r["id"], f"tool {r['tool_name'] or '?'} ({r['call_id']})", _one_line(r["content_preview"])
         )
         for r in conn.execute(
-            "SELECT id, tool_name, call_id, content_preview FROM tool_responses WHERE is_error = 1 ORDER BY id"
+            f"SELECT id, tool_name, call_id, content_preview FROM tool_responses WHERE {FAILED_TOOL} ORDER BY id"
         )
     ]
 
@@ -77,3 +81,112 @@ def tool_failures(conn: sqlite3.Connection) -> list[Failure]:
 def failures(conn: sqlite3.Connection) -> list[Failure]:
     """Every failure of a session: model calls, then other requests, then tool results."""
     return model_failures(conn) + network_failures(conn) + tool_failures(conn)
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """A request capsem denied, warned or asked about, or a credential placeholder it refused."""
+
+    kind: str
+    """`denied`, `warned`, `asked` (a request), `refused` (a placeholder)."""
+    row_id: int
+    """The id of its row in net_events or substitution_events."""
+    where: str
+    """`POST api.anthropic.com/v1/messages`; for a placeholder, where it was and the host."""
+    rule: str
+    """What decided it: `budget daily`, `policy rule no-paste`, `credential anthropic`."""
+    reason: str
+    """Why, in capsem's words (one line)."""
+
+    @property
+    def why(self) -> str:
+        """The reason, after the rule unless the reason names it already."""
+        name = self.rule.rsplit(" ", 1)[-1]
+        named = f"'{name}'" in self.reason or f"{name} budget" in self.reason
+        return self.reason if named else f"{self.rule}: {self.reason}"
+
+
+def _rule(matched: str | None) -> str:
+    parts = []
+    for rule in (matched or "").split(", "):
+        if rule.startswith("budget:"):
+            parts.append(f"budget {rule[len('budget:') :]}")
+        elif rule:
+            parts.append(f"policy rule {rule}")
+    return ", ".join(parts) or "policy"
+
+
+def _said(preview: str | None) -> str | None:
+    """The message of capsem's own refusal body (any provider's error shape), if there is one."""
+    import json
+
+    try:
+        body = json.loads(preview or "")
+    except ValueError:
+        return None
+    for path in (("error", "message"), ("message",), ("error",)):
+        value = body
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, str) and value:
+            return _one_line(value)
+    return None
+
+
+def _budget_reason(matched: str | None) -> str | None:
+    """`budget daily: limit $20 a day reached` from the settings as they are now (the refusal's own
+    words are not stored), or None when no budget decided or it is gone from the settings."""
+    names = [r[len("budget:") :] for r in (matched or "").split(", ") if r.startswith("budget:")]
+    if not names:
+        return None
+    try:
+        from capsem.settings import load
+
+        budgets = {b.name: b for b in load().budgets.entries}
+    except Exception:  # a settings problem is reported elsewhere; the page still shows the rule
+        return None
+    said = []
+    for name in names:
+        if (b := budgets.get(name)) is not None:
+            scope = {"session": "this session", "day": "a UTC day", "month": "a UTC month"}.get(
+                b.scope, b.scope
+            )
+            limit = format(Decimal(repr(float(b.limit_usd))), "f")  # $0.000001, never $1e-06
+            said.append(f"the {name} budget of ${limit} for {scope} was spent")
+    return "; ".join(said) or None
+
+
+def interventions(conn: sqlite3.Connection) -> list[Intervention]:
+    """Every place capsem stepped in: requests denied, warned, asked, then placeholders refused."""
+    marks = ", ".join(f"'{d}'" for d in INTERVENED)
+    out = []
+    for r in conn.execute(
+        "SELECT id, decision, method, domain, port, path, status_code, matched_rule, error, response_body_preview "
+        f"FROM net_events WHERE decision IN ({marks}) ORDER BY id"
+    ):
+        rule = _rule(r["matched_rule"])
+        reason = (
+            _said(r["response_body_preview"]) or _budget_reason(r["matched_rule"]) or _one_line(r["error"])
+        )
+        if not reason:
+            reason = {"denied": f"answered HTTP {r['status_code']} by capsem" if r["status_code"] else "blocked",
+                      "warned": "allowed, with a warning", "asked": "held for approval"}.get(r["decision"], "")  # fmt: skip
+        path = (r["path"] or "").split("?", 1)[0]
+        out.append(Intervention(r["decision"], r["id"], f"{r['method']} {r['domain']}{path}", rule, reason))
+    try:
+        refused = conn.execute(
+            "SELECT id, credential, host, location, reason FROM substitution_events WHERE outcome = 'refused' "
+            "ORDER BY id"
+        ).fetchall()
+    except sqlite3.OperationalError:  # a session.db older than brokered credentials
+        refused = []
+    for r in refused:
+        out.append(Intervention("refused", r["id"], f"placeholder in {r['location']} to {r['host']}",
+                                f"credential {r['credential']}", _one_line(r["reason"])))  # fmt: skip
+    return out
+
+
+def intervention_counts(items: list[Intervention]) -> dict[str, int]:
+    """{kind: n} in a fixed order, kinds with none left out."""
+    counts = {k: sum(i.kind == k for i in items) for k in ("denied", "warned", "asked", "refused")}
+    return {k: n for k, n in counts.items() if n}

@@ -3,8 +3,9 @@
 A watchfiles watcher (inotify/FSEvents, debounced) runs on its own thread and writes each batch
 of changes through the session's `SessionWriter` (scrubbed, one transaction, kept and retried
 when the database is busy): `created`, `modified` or `deleted`, the path relative to the
-workspace, and the size (NULL for deletes). `.git` internals are ignored; several changes to
-one path within a batch are folded into one row.
+workspace, and the size (NULL for deletes). `.git` internals are ignored, and so is capsem's own
+folder (`$CAPSEM_HOME`: its databases, logs and CA) when it lies inside the workspace; several
+changes to one path within a batch are folded into one row.
 """
 
 from __future__ import annotations
@@ -47,8 +48,25 @@ def fold(changes: set[tuple[watchfiles.Change, str]], root: Path) -> list[tuple[
     return rows
 
 
+class _Filter(watchfiles.DefaultFilter):
+    """watchfiles' default filter (`.git` ignored), and nothing under the `skip` folders."""
+
+    def __init__(self, skip: tuple[Path, ...]) -> None:
+        super().__init__(ignore_dirs=(".git",), ignore_entity_patterns=())
+        self.skip = tuple(str(p) + os.sep for p in skip)
+
+    def __call__(self, change: watchfiles.Change, path: str) -> bool:
+        return not (path + os.sep).startswith(self.skip) and super().__call__(change, path)
+
+
 class WorkspaceWatcher:
-    def __init__(self, root: Path, db_path: Path, *, debounce_ms: int = 100) -> None:
+    def __init__(
+        self, root: Path, db_path: Path, *, debounce_ms: int = 100, skip: tuple[Path, ...] | None = None
+    ) -> None:
+        """`skip`: folders whose changes are not the agent's (default: `$CAPSEM_HOME`)."""
+        from capsem.paths import capsem_home
+
+        self.skip = tuple(p.resolve() for p in (skip if skip is not None else (capsem_home(),)))
         self.root = root.resolve()
         self.db_path = db_path
         self.debounce_ms = debounce_ms
@@ -69,7 +87,7 @@ class WorkspaceWatcher:
         self._thread.join(10)
 
     def _run(self) -> None:
-        watch_filter = watchfiles.DefaultFilter(ignore_dirs=(".git",), ignore_entity_patterns=())
+        watch_filter = _Filter(self.skip)
         self._ready.set()
         try:
             for changes in watchfiles.watch(self.root, watch_filter=watch_filter, debounce=self.debounce_ms,

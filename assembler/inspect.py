@@ -31,6 +31,9 @@ from capsem.rollup import (
 )
 from capsem.schema import SESSION_MIGRATIONS, SESSION_TABLES, migrate
 
+_OUTCOME_COUNTS = frozenset({"total_errors", "warned_requests", "asked_requests", "refused_placeholders"})
+"""Totals added by main.db m009: sessions rolled up before it hold zeros, which is no damage."""
+
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
 
@@ -312,7 +315,9 @@ def check_rollup(
                                           "start or capsem vacuum marks it crashed and rolls it up")]  # fmt: skip
     actual = dict(conn.execute(TOTALS_SQL).fetchone())
     diffs = [
-        f"{k} {_shown(row[k])} != {_shown(v)}" for k, v in actual.items() if k in row and _differs(row[k], v)
+        f"{k} {_shown(row[k])} != {_shown(v)}"
+        for k, v in actual.items()
+        if k in row and k not in _OUTCOME_COUNTS and _differs(row[k], v)
     ]
     out = []
     if diffs:

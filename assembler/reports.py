@@ -1,4 +1,6 @@
-"""`capsem cost-report`: cost and tokens by session, provider, model or day.
+"""`capsem cost-report`: cost and tokens by session, provider, model, day, week, month, project,
+branch or tag (a session with several tags counts under each: the tag rows may add up to more than
+the total).
 
 Numbers come from the main.db rollup (`sessions` + `ai_usage`, keyed by session, provider and
 model), so vacuumed and culled sessions still count. A session that is still running (or was
@@ -23,8 +25,20 @@ from assembler.costs import PART_LABELS, Usage
 from assembler.sessiondb import SessionDbError, SessionNotFound, db_file, open_main, open_session
 from capsem.rollup import AI_USAGE_COLUMNS, AI_USAGE_SQL
 
-GroupBy = Literal["session", "provider", "model", "day", "week", "month"]
-GROUPS: tuple[GroupBy, ...] = ("session", "provider", "model", "day", "week", "month")
+GroupBy = Literal["session", "provider", "model", "day", "week", "month", "project", "branch", "tag"]
+GROUPS: tuple[GroupBy, ...] = (
+    "session",
+    "provider",
+    "model",
+    "day",
+    "week",
+    "month",
+    "project",
+    "branch",
+    "tag",
+)
+NONE = "(none)"
+"""The key of sessions without a project, branch or tag (plain mitmdump, or no git)."""
 
 
 @dataclass(frozen=True)
@@ -37,9 +51,13 @@ class UsageRow:
     model: str
     usage: Usage
     duration_ms: int = 0
+    project: str | None = None
+    branch: str | None = None
+    """`project@branch` is the key of `--by branch` (a branch name alone says little)."""
+    tags: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, session_id: str, day: str, values: dict) -> UsageRow:
+    def of(cls, session_id: str, day: str, values: dict, context: tuple = (None, None, ())) -> UsageRow:
         """From an ai_usage row (or `AI_USAGE_SQL`'s), keyed by `AI_USAGE_COLUMNS`."""
         usage = Usage(
             values["call_count"], values["input_tokens"], values["output_tokens"], values["estimated_cost"],
@@ -47,7 +65,8 @@ class UsageRow:
             values["input_cost"], values["cache_write_cost"], values["cache_read_cost"], values["output_cost"],
             values["reasoning_cost"],
         )  # fmt: skip
-        return cls(session_id, day, values["provider"], values["model"], usage, values["total_duration_ms"])
+        return cls(session_id, day, values["provider"], values["model"], usage, values["total_duration_ms"],
+                   *context)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -106,6 +125,14 @@ def _key(row: UsageRow, by: GroupBy) -> str:
         return f"{year}-W{week:02d}"
     if by == "month":
         return row.day[:7]
+    if by == "project":
+        return row.project or NONE
+    if by == "branch":
+        return (
+            f"{row.project}@{row.branch}"
+            if row.branch
+            else (f"{row.project}@{NONE}" if row.project else NONE)
+        )
     return row.day
 
 
@@ -122,7 +149,8 @@ def group(usage: list[UsageRow], by: GroupBy) -> list[CostRow]:
     models by cost."""
     buckets: dict[str, list[UsageRow]] = {}
     for r in usage:
-        buckets.setdefault(_key(r, by), []).append(r)
+        for key in (r.tags or (NONE,)) if by == "tag" else (_key(r, by),):  # a session counts under each tag
+            buckets.setdefault(key, []).append(r)
     rows = [_sum(k, v) for k, v in buckets.items()]
     if by in ("day", "week", "month", "session"):
         return sorted(rows, key=lambda r: r.key)
@@ -176,10 +204,13 @@ def cost_report(
     cond = " AND ".join(where)
     with open_main() as conn:
         sessions = conn.execute(
-            f"SELECT id, substr(created_at, 1, 10) AS day, status, rolled_up_at, unpriced_calls FROM sessions "
-            f"WHERE {cond} ORDER BY created_at, id",
+            f"SELECT id, substr(created_at, 1, 10) AS day, status, rolled_up_at, unpriced_calls, project, "
+            f"git_branch FROM sessions WHERE {cond} ORDER BY created_at, id",
             params,
         ).fetchall()
+        tags: dict[str, list[str]] = {}
+        for session_id, tag in conn.execute("SELECT session_id, tag FROM session_tags ORDER BY rowid"):
+            tags.setdefault(session_id, []).append(tag)
         stored: dict[str, list[dict]] = {}
         for r in conn.execute(
             f"SELECT * FROM ai_usage WHERE session_id IN (SELECT id FROM sessions WHERE {cond})", params
@@ -195,7 +226,8 @@ def cost_report(
         else:
             usage, unpriced = stored.get(s["id"], []), s["unpriced_calls"] or 0
         report.unpriced_calls += unpriced
-        report.usage += [UsageRow.of(s["id"], s["day"], u) for u in usage]
+        context = (s["project"], s["git_branch"], tuple(tags.get(s["id"], ())))
+        report.usage += [UsageRow.of(s["id"], s["day"], u, context) for u in usage]
         if on_progress:
             on_progress(i, len(sessions))
     return report

@@ -1,6 +1,10 @@
 """Retention: compress finished sessions and cull old ones (`capsem vacuum`).
 
-Lifecycle (Capsem's): `running -> stopped|crashed -> vacuumed -> terminated`.
+Lifecycle: `running -> stopped|crashed -> vacuumed -> culled` (Capsem calls the last `terminated`;
+rows culled before issue 25 were migrated to `culled`, and `terminated` is still read as culled).
+
+No rule ever culls a session created less than a day ago (`MIN_AGE`), a session marked to keep
+(`capsem keep ID`, main.db `keep = 1`) or a running one.
 
 1. Cull by age: finished sessions created more than `retention_days` ago.
 2. Cull by count: beyond `max_sessions` (running ones count but are never culled), empty
@@ -14,10 +18,11 @@ Lifecycle (Capsem's): `running -> stopped|crashed -> vacuumed -> terminated`.
 4. Cull by disk: while the session directories use more than `max_disk_gb`, cull finished
    sessions, empty ones first, then oldest first.
 
-Culling deletes the session's directory and sets its main.db status to `terminated`; its
-main.db row and rollup (`ai_usage`, `tool_usage`, `mcp_usage`) stay, so list-sessions --all
-and cost-report keep the history. `running` sessions are never touched. A setting of 0 or
-null switches its rule off.
+Culling deletes the session's directory and sets its main.db status to `culled`, with
+`culled_at` and `culled_reason` (the rule); its main.db row and rollup (`ai_usage`,
+`tool_usage`, `mcp_usage`) stay, so list-sessions --all and cost-report keep the history.
+`running` sessions are never touched. A setting of 0 or null switches its rule off. `capsem run`
+prints one line saying what it culled and why (`summary_line`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Literal
 
 from assembler.sessiondb import DB_NAME, GZ_NAME, MainDbMissing, disk_usage
@@ -39,6 +45,10 @@ from capsem.rollup import open_main, rollup
 from capsem.settings import Settings, load
 
 FINISHED = ("stopped", "crashed")
+GONE = ("culled", "terminated")
+"""Statuses of culled sessions (`terminated`: Capsem's name, and ours before issue 25)."""
+MIN_AGE = timedelta(days=1)
+"""No rule culls a session younger than this."""
 KEPT = ("stopped", "crashed", "vacuumed")
 """Statuses of sessions that still have (or may have) data on disk and may be culled."""
 
@@ -77,6 +87,8 @@ class RetentionReport:
     actions: list[Action] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     running: list[str] = field(default_factory=list)
+    spared: list[tuple[str, str]] = field(default_factory=list)
+    """Finished sessions no rule may cull, with why (`less than a day old`, `marked to keep`)."""
     disk_before: int = 0
     disk_after: int = 0
 
@@ -105,38 +117,55 @@ def _oldest_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (_created(r), r["id"]))
 
 
+def spared(row: dict[str, Any], now: datetime | None = None) -> str | None:
+    """Why no rule may cull this session (marked to keep, younger than a day), or None."""
+    if row.get("keep"):
+        return "marked to keep"
+    if _created(row) > (now or datetime.now(UTC)) - MIN_AGE:
+        return "less than a day old"
+    return None
+
+
+def _cullable(rows: list[dict[str, Any]], now: datetime | None) -> list[dict[str, Any]]:
+    """Finished sessions, oldest first, that a rule may cull."""
+    return _oldest_first([r for r in rows if r["status"] in KEPT and spared(r, now) is None])
+
+
 def plan_age(rows: list[dict[str, Any]], policy: RetentionPolicy, now: datetime) -> list[tuple[str, str]]:
     """Finished sessions older than `retention_days`: (id, reason)."""
     if not policy.retention_days:
         return []
     limit = now - timedelta(days=policy.retention_days)
-    return [(r["id"], f"older than {policy.retention_days:g} days")
-            for r in _oldest_first(rows) if r["status"] in KEPT and _created(r) < limit]  # fmt: skip
+    return [(r["id"], f"older than {policy.retention_days:g} days (retention_days)")
+            for r in _cullable(rows, now) if _created(r) < limit]  # fmt: skip
 
 
-def plan_count(rows: list[dict[str, Any]], policy: RetentionPolicy) -> list[tuple[str, str]]:
-    """Sessions beyond `max_sessions` (all non-terminated rows count), empty ones first."""
+def plan_count(
+    rows: list[dict[str, Any]], policy: RetentionPolicy, now: datetime | None = None
+) -> list[tuple[str, str]]:
+    """Sessions beyond `max_sessions` (all rows not culled count), empty ones first."""
     if not policy.max_sessions:
         return []
-    alive = [r for r in rows if r["status"] != "terminated"]
+    alive = [r for r in rows if r["status"] not in GONE]
     excess = len(alive) - policy.max_sessions
     if excess <= 0:
         return []
-    finished = _oldest_first([r for r in alive if r["status"] in KEPT])
+    finished = _cullable(alive, now)
     empty = [r for r in finished if is_empty(r)]
-    content = [r for r in finished if not is_empty(r)]
+    content = [r for r in _oldest_first([r for r in alive if r["status"] in KEPT]) if not is_empty(r)]
     protected = (
         {r["id"] for r in content[len(content) - policy.min_content_keep :]}
         if policy.min_content_keep
         else set()
     )
-    order = empty + [r for r in content if r["id"] not in protected]
-    reason = f"more than {policy.max_sessions} sessions"
-    return [(r["id"], reason + (" (empty)" if is_empty(r) else "")) for r in order[:excess]]
+    cullable = {r["id"] for r in finished}
+    order = empty + [r for r in content if r["id"] not in protected and r["id"] in cullable]
+    reason = f"more than {policy.max_sessions} sessions (max_sessions"
+    return [(r["id"], reason + ("; empty)" if is_empty(r) else ")")) for r in order[:excess]]
 
 
 def plan_disk(
-    rows: list[dict[str, Any]], sizes: dict[str, int], policy: RetentionPolicy
+    rows: list[dict[str, Any]], sizes: dict[str, int], policy: RetentionPolicy, now: datetime | None = None
 ) -> list[tuple[str, str]]:
     """Finished sessions to cull until the session directories fit `max_disk_gb`, empty first."""
     if not policy.max_disk_gb:
@@ -144,12 +173,12 @@ def plan_disk(
     cap = int(policy.max_disk_gb * 1024**3)
     total = sum(sizes.values())
     out = []
-    finished = _oldest_first([r for r in rows if r["status"] in KEPT and sizes.get(r["id"])])
+    finished = [r for r in _cullable(rows, now) if sizes.get(r["id"])]
     for r in [r for r in finished if is_empty(r)] + [r for r in finished if not is_empty(r)]:
         if total <= cap:
             break
         total -= sizes[r["id"]]
-        out.append((r["id"], f"session directories above {policy.max_disk_gb:g} GB"))
+        out.append((r["id"], f"session directories above {policy.max_disk_gb:g} GB (max_disk_gb)"))
     return out
 
 
@@ -197,11 +226,13 @@ def vacuum_session(main: sqlite3.Connection, row: dict[str, Any]) -> Action:
 
 
 def cull_session(main: sqlite3.Connection, session_id: str, reason: str) -> Action:
-    """Delete a session's directory and mark it `terminated` (its main.db rollup stays)."""
+    """Delete a session's directory and mark it `culled`, with when and why (its main.db rollup stays)."""
     folder = session_dir(session_id)
     before = disk_usage(folder) if folder.is_dir() else 0
     main.execute(
-        "UPDATE sessions SET status = 'terminated' WHERE id = ? AND status != 'running'", (session_id,)
+        "UPDATE sessions SET status = 'culled', culled_at = COALESCE(culled_at, ?), "
+        "culled_reason = COALESCE(culled_reason, ?) WHERE id = ? AND status != 'running'",
+        (utc_now(), reason, session_id),
     )
     if folder.is_dir():
         shutil.rmtree(folder)
@@ -241,12 +272,13 @@ def apply_retention(
     try:
         rows = [dict(r) for r in main.execute("SELECT * FROM sessions ORDER BY created_at, id")]
         report.running = [r["id"] for r in rows if r["status"] == "running"]
+        report.spared = [(r["id"], why) for r in rows if r["status"] in KEPT and (why := spared(r, now))]
         report.disk_before = sum(_sizes(rows).values())
         by_id = {r["id"]: r for r in rows}
 
         def cull(plan: list[tuple[str, str]]) -> None:
             for session_id, reason in plan:
-                if by_id[session_id]["status"] in ("running", "terminated"):
+                if by_id[session_id]["status"] in ("running", *GONE):
                     continue
                 if on_progress:
                     on_progress(f"cull {session_id}")
@@ -259,13 +291,15 @@ def apply_retention(
                     except OSError as exc:
                         report.errors.append(f"{session_id}: cannot delete {session_dir(session_id)}: {exc}")
                         continue
-                by_id[session_id] = {**by_id[session_id], "status": "terminated"}
+                by_id[session_id] = {**by_id[session_id], "status": "culled"}
 
         cull(plan_age(rows, policy, now))
-        cull(plan_count(list(by_id.values()), policy))
-        # Directories of sessions terminated earlier (e.g. an interrupted run) go as well.
-        cull([(r["id"], "terminated; directory left over") for r in rows
-              if r["status"] == "terminated" and session_dir(r["id"]).is_dir()])  # fmt: skip
+        cull(plan_count(list(by_id.values()), policy, now))
+        # Directories of sessions culled earlier (e.g. an interrupted run) go as well.
+        leftover = [r for r in rows if r["status"] in GONE and session_dir(r["id"]).is_dir()]
+        for r in leftover:
+            by_id[r["id"]] = {**r, "status": "stopped"}  # so that `cull` takes it
+        cull([(r["id"], "culled earlier; directory left over") for r in leftover])
 
         cutoff = rfc3339(now - vacuum_after) if vacuum_after is not None else None
         for row in [r for r in by_id.values() if r["status"] in FINISHED]:
@@ -274,8 +308,10 @@ def apply_retention(
             if on_progress:
                 on_progress(f"vacuum {row['id']}")
             if dry_run:
-                size = disk_usage(session_dir(row["id"])) if session_dir(row["id"]).is_dir() else 0
-                report.actions.append(Action(row["id"], "vacuum", "would be compressed", size, size))
+                folder = session_dir(row["id"])
+                size = disk_usage(folder) if folder.is_dir() else 0
+                report.actions.append(Action(row["id"], "vacuum", "would be compressed", size,
+                                             estimate_compressed(folder, size)))  # fmt: skip
                 continue
             try:
                 report.actions.append(vacuum_session(main, row))
@@ -285,10 +321,10 @@ def apply_retention(
                 report.errors.append(f"{row['id']}: cannot vacuum {session_dir(row['id']) / DB_NAME}: {exc}")
 
         current = list(by_id.values())
-        cull(plan_disk(current, _sizes([r for r in current if r["status"] != "terminated"]), policy))
+        cull(plan_disk(current, _sizes([r for r in current if r["status"] not in GONE]), policy, now))
         if not dry_run:
             main.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        live = [r for r in by_id.values() if r["status"] != "terminated"]
+        live = [r for r in by_id.values() if r["status"] not in GONE]
         report.disk_after = sum(_sizes(live).values()) if not dry_run else _estimate_after(report)
     finally:
         main.close()
@@ -297,7 +333,52 @@ def apply_retention(
 
 def _estimate_after(report: RetentionReport) -> int:
     culled = sum(a.bytes_before for a in report.of("cull"))
-    return max(0, report.disk_before - culled)
+    squeezed = sum(a.bytes_before - a.bytes_after for a in report.of("vacuum"))
+    return max(0, report.disk_before - culled - squeezed)
+
+
+_SAMPLE = 4 << 20
+
+
+def estimate_compressed(folder: Path, size: int) -> int:
+    """About what a session directory of `size` bytes takes once vacuumed: the gzip ratio of the first
+    4 MB of its database (and WAL) applied to the whole (a dry run changes nothing, so no VACUUM)."""
+    import zlib
+
+    sample = b""
+    for name in (DB_NAME, DB_NAME + "-wal"):
+        try:
+            with open(folder / name, "rb") as fh:
+                sample += fh.read(_SAMPLE - len(sample))
+        except OSError:
+            continue
+    if not sample:
+        return size
+    ratio = len(zlib.compress(sample, 6)) / len(sample)
+    return int(size * ratio)
+
+
+def summary_line(report: RetentionReport) -> str | None:
+    """What the start-up retention did, in one line (None when it did nothing):
+    `retention: culled 14 sessions (12 more than 5 sessions, 2 older than 30 days), compressed 3`."""
+    culls, vacuums = report.of("cull"), report.of("vacuum")
+    if not culls and not vacuums:
+        return None
+    parts = []
+    if culls:
+        why: dict[str, int] = {}
+        for a in culls:
+            rule = a.reason.split(" (", 1)[0]
+            why[rule] = why.get(rule, 0) + 1
+        reasons = ", ".join(f"{n} {rule}" for rule, n in why.items())
+        ids = " ".join(a.session_id for a in culls[:3]) + (" …" if len(culls) > 3 else "")
+        parts.append(f"culled {len(culls)} session{'s' if len(culls) != 1 else ''} ({reasons}: {ids})")
+    if vacuums:
+        parts.append(f"compressed {len(vacuums)} finished over a day ago")
+    line = "retention: " + ", ".join(parts)
+    if culls:
+        line += "; capsem list-sessions --all lists them, capsem keep ID spares a session"
+    return line
 
 
 AUTO_LOCK = "retention.lock"
@@ -322,3 +403,31 @@ def auto_retention(settings: Settings | None = None) -> RetentionReport | None:
         except OSError:
             return None  # another capsem is tidying up right now
         return apply_retention(policy, vacuum_after=timedelta(hours=settings.retention.vacuum_after_hours))
+
+
+def keep_session(session_id: str, keep: bool = True) -> str:
+    """Mark a session (any unique start of its id) to keep, or not; return its full id.
+
+    Raises:
+        MainDbMissing: no main.db yet.
+        LookupError: no session, or several, start with `session_id`; or it is already culled.
+    """
+    if not main_db_path().is_file():
+        raise MainDbMissing(f"no main.db at {main_db_path()} (no session recorded yet)")
+    main = open_main()
+    try:
+        found = main.execute(
+            "SELECT id, status FROM sessions WHERE id LIKE ? ESCAPE '\\' ORDER BY id",
+            (session_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",),
+        ).fetchall()
+        if not found:
+            raise LookupError(f"no session {session_id!r} in main.db (capsem list-sessions --all lists them)")
+        if len(found) > 1:
+            raise LookupError(f"{session_id!r} is the start of {len(found)} session ids; give more of it")
+        ((full, status),) = found
+        if keep and status in GONE:
+            raise LookupError(f"session {full} was already culled: its database is gone")
+        main.execute("UPDATE sessions SET keep = ? WHERE id = ?", (int(keep), full))
+    finally:
+        main.close()
+    return full

@@ -39,8 +39,11 @@ from capsem.rollup import open_main, set_exit_code
 from capsem.settings import SettingsError, load
 
 if TYPE_CHECKING:  # imported in run_agent while mitmdump starts (the agent's start delay)
+    from assembler.context import RunContext
     from assembler.fswatch import WorkspaceWatcher
     from assembler.procdiag import Diagnostics, ProcessSampler
+    from assembler.retention import RetentionReport
+    from capsem.emulator import Emulator
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +60,8 @@ class RunResult:
     log_path: Path
     diagnostics: Diagnostics | None = None
     """Process samples and anomalies (None when `diagnostics.enabled` is false)."""
+    retention: RetentionReport | None = None
+    """What the start-up retention did (None: switched off, skipped, or failed)."""
 
 
 def agent_variables(proxy_url: str, ca_cert: Path) -> dict[str, str]:
@@ -72,15 +77,18 @@ def agent_env(proxy: Mitmdump, base: dict[str, str] | None = None) -> dict[str, 
     return dict(os.environ if base is None else base) | agent_variables(proxy.url, proxy.ca_cert)
 
 
-def _tidy_up() -> None:
+def _tidy_up(out: list[RetentionReport]) -> None:
     """Retention as Capsem applies it at start-up (compress sessions finished over a day ago, cull
-    by the configured rules); a failure is only a warning. Runs beside the agent, never in mitmdump."""
+    by the configured rules), its report appended to `out`; a failure is only a warning. Runs beside
+    the agent, never in mitmdump."""
     try:
         from assembler.retention import auto_retention
 
         report = auto_retention()
         for error in report.errors if report else []:
             logger.warning("capsem: retention: %s", error)
+        if report is not None:
+            out.append(report)
     except Exception as exc:  # housekeeping must not disturb the run
         logger.warning("capsem: retention failed: %r", exc)
 
@@ -269,6 +277,9 @@ def run_agent(
     session_id: str | None = None,
     broker: bool = False,
     signals: AgentSignals | None = None,
+    emulator: bool = False,
+    name: str | None = None,
+    tags: tuple[str, ...] = (),
 ) -> RunResult:
     """Run `command` through a fresh capsem session; return its id and the agent's exit code.
 
@@ -276,6 +287,9 @@ def run_agent(
     real values (which only mitmdump holds); a source that is missing fails here, first.
     `signals`: installed by the caller, who leaves them in place until its summary is printed (a
     late Ctrl-C must not cut it short); by default they are installed for this call only.
+    `emulator`: every provider call goes to the built-in emulator (scripted answers, tool loops,
+    every API; nothing leaves the machine), and the agent gets placeholder API keys.
+    `name`, `tags`: stored with the workspace and its git repository, branch and commit.
 
     Raises:
         AgentNotFound: before anything starts, when the command cannot be run.
@@ -283,6 +297,18 @@ def run_agent(
         MitmdumpError: mitmdump did not start (the message says why).
     """
     check_agent(command, workspace)
+    from assembler.context import check_label, run_context
+
+    for tag in (name, *tags) if name else tags:
+        check_label("name" if tag is name else "tag", tag)
+    if emulator and "--mode" in mitmdump_args:
+        raise ValueError(
+            "--emulator sets mitmdump's --mode (upstream to the emulator): drop --mode from --mitmdump-args"
+        )
+    emu = _start_emulator() if emulator else None
+    if emu is not None:
+        upstream = f"--mode upstream:{emu.proxy_url} --set {shlex.quote('ssl_verify_upstream_trusted_ca=' + emu.ca_path)}"
+        mitmdump_args = f"{upstream} {mitmdump_args}"
     session_id, args = mitmdump_options(session_id or new_session_id(), command, mitmdump_args)
     try:
         diagnostics = load().diagnostics  # a bad setting fails before anything starts
@@ -298,24 +324,27 @@ def run_agent(
         signals = AgentSignals().__enter__()
     # first: it takes the longest; in a session of its own, so a terminal's Ctrl-C never reaches it
     process = spawn_mitmdump(confdir=confdir, log_path=log_path, args=args, new_session=True)
+    context = run_context(workspace or Path.cwd(), name, tags)  # while mitmdump starts
     watcher: WorkspaceWatcher | None = None
     sampler: ProcessSampler | None = None
     report: Diagnostics | None = None
     proxy: Mitmdump | None = None
-    tidy = threading.Thread(target=_tidy_up, name="capsem-retention", daemon=True)
+    tidied: list[RetentionReport] = []
+    tidy = threading.Thread(target=_tidy_up, args=(tidied,), name="capsem-retention", daemon=True)
     code: int | None = None
     try:
         from assembler.fswatch import WorkspaceWatcher
         from assembler.procdiag import ProcessSampler, finish, scrubber_for
 
         proxy = wait_for_mitmdump(process, confdir=confdir, log_path=log_path, ready=CAPTURING)
-        env = agent_env(proxy)
+        _record_context(session_id, context)
+        env = agent_env(proxy) | (EMULATOR_KEYS if emu is not None else {})
         watcher = WorkspaceWatcher(workspace or Path.cwd(), session_db_path(session_id))
         watcher.start()  # before the agent: its first file change is recorded
         if brokered is not None:
             env, removed = broker_env(env, brokered)
-            for name in removed:
-                logger.warning("capsem: %s is not passed to the agent: it holds a brokered key", name)
+            for variable in removed:
+                logger.warning("capsem: %s is not passed to the agent: it holds a brokered key", variable)
         try:
             agent = signals.agent = subprocess.Popen(command, cwd=workspace, env=env)
         except OSError as exc:
@@ -342,9 +371,32 @@ def run_agent(
             _store_exit_code(session_id, code)
         if tidy.is_alive():
             tidy.join(60)
+        if emu is not None:
+            emu.stop()
         if own:
             signals.__exit__()
-    return RunResult(session_id, code, log_path, report)
+    return RunResult(session_id, code, log_path, report, tidied[0] if tidied else None)
+
+
+EMULATOR_KEYS = {"ANTHROPIC_API_KEY": "sk-ant-capsem-emulator", "OPENAI_API_KEY": "sk-capsem-emulator",
+                 "GEMINI_API_KEY": "capsem-emulator", "GOOGLE_API_KEY": "capsem-emulator"}  # fmt: skip
+"""The keys an agent gets under `capsem run --emulator` (its real ones never leave capsem)."""
+
+
+def _start_emulator() -> Emulator:
+    """The built-in provider emulator, started on loopback (`capsem run --emulator`)."""
+    from capsem.emulator import FRIENDLY_TEXT, Emulator
+
+    return Emulator(defaults={"text": FRIENDLY_TEXT}).start()
+
+
+def _record_context(session_id: str, context: RunContext) -> None:
+    from assembler.context import record_context
+
+    try:
+        record_context(session_id, context)
+    except Exception as exc:  # a busy main.db must not stop the run
+        logger.warning("capsem: storing the run's workspace, git branch, name and tags failed: %r", exc)
 
 
 def _store_exit_code(session_id: str, code: int) -> None:

@@ -125,7 +125,8 @@ def resolve(session_id: str | None) -> str:
         session_id = _by_prefix(session_id)
     if db_file(session_id) is None:
         row = main_row(session_id)
-        why = f" (status {row['status']})" if row and row["status"] == "terminated" else ""
+        gone = row is not None and row["status"] in ("culled", "terminated")
+        why = f" (culled by retention: {row.get('culled_reason') or 'reason not recorded'})" if gone else ""
         raise SessionNotFound(
             f"no {DB_NAME} or {GZ_NAME} for session {session_id!r} in {session_dir(session_id)}{why}"
         )

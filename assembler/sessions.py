@@ -25,6 +25,12 @@ class SessionFilters:
     with_mcp: bool = False
     with_tools: bool = False
     min_cost: float | None = None
+    project: str | None = None
+    """Only sessions of this project (the git repository's or workspace's folder name), or of a
+    workspace or repository at this path."""
+    branch: str | None = None
+    tag: str | None = None
+    name: str | None = None
 
 
 @dataclass
@@ -36,9 +42,9 @@ class Listing:
 
 
 def list_sessions(filters: SessionFilters) -> Listing:
-    """Newest first; each row is the main.db `sessions` row plus `has_db` and `db_file`.
+    """Newest first; each row is the main.db `sessions` row plus `tags`, `has_db` and `db_file`.
 
-    Culled (`terminated`) sessions, whose database is gone, are left out unless
+    Culled sessions (status `culled`, or `terminated` as Capsem calls it), whose database is gone, are left out unless
     `include_culled`; vacuumed ones are listed (their gzipped database is queryable). A
     `running` session whose process is gone is shown `crashed`, with `process_gone` set (main.db
     says so after the next start or `capsem vacuum`). `min_cost` is a bind parameter.
@@ -49,7 +55,7 @@ def list_sessions(filters: SessionFilters) -> Listing:
     where: list[str] = []
     params: list[Any] = []
     if not filters.include_culled:
-        where.append("status != 'terminated'")
+        where.append("status NOT IN ('culled', 'terminated')")
     if filters.with_model:
         where.append("total_input_tokens + total_output_tokens > 0")
     if filters.with_net:
@@ -61,6 +67,18 @@ def list_sessions(filters: SessionFilters) -> Listing:
     if filters.min_cost is not None:
         where.append("total_estimated_cost >= ?")
         params.append(filters.min_cost)
+    if filters.project:
+        where.append("(project = ? OR workspace = ? OR git_repo = ?)")
+        params += [filters.project] * 3
+    if filters.branch:
+        where.append("git_branch = ?")
+        params.append(filters.branch)
+    if filters.name:
+        where.append("name = ?")
+        params.append(filters.name)
+    if filters.tag:
+        where.append("id IN (SELECT session_id FROM session_tags WHERE tag = ?)")
+        params.append(filters.tag)
     sql = "SELECT * FROM sessions"
     if where:
         sql += " WHERE " + " AND ".join(where)
@@ -68,6 +86,9 @@ def list_sessions(filters: SessionFilters) -> Listing:
     out: list[dict[str, Any]] = []
     matched = 0
     with open_main() as conn:
+        tags: dict[str, list[str]] = {}
+        for session_id, tag in conn.execute("SELECT session_id, tag FROM session_tags ORDER BY rowid"):
+            tags.setdefault(session_id, []).append(tag)
         for r in conn.execute(sql, params):
             row = dict(r)
             path = db_file(row["id"])
@@ -76,6 +97,7 @@ def list_sessions(filters: SessionFilters) -> Listing:
             matched += 1
             if filters.limit and len(out) >= filters.limit:
                 continue
+            row["tags"] = tags.get(row["id"], [])
             row["has_db"] = path is not None
             row["db_file"] = str(path) if path else None
             out.append(as_shown(row))
@@ -136,3 +158,11 @@ def created(row: dict[str, Any]) -> str:
     """`MM-DD HH:MM:SS` in UTC (the clock of session ids)."""
     moment = parse_time(row.get("created_at"))
     return moment.strftime("%m-%d %H:%M:%S") if moment else "?"
+
+
+def projects() -> list[str]:
+    """The projects sessions were recorded in, most recent first (for pickers)."""
+    with open_main() as conn:
+        return [r[0] for r in conn.execute(
+            "SELECT project FROM sessions WHERE project IS NOT NULL GROUP BY project ORDER BY MAX(created_at) DESC"
+        )]  # fmt: skip

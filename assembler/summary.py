@@ -20,7 +20,7 @@ from rich.text import Text
 
 from assembler.cli_support import counted
 from assembler.costs import Usage, call_usage, split_line, why
-from assembler.failures import Failure, failures
+from assembler.failures import Failure, Intervention, failures, intervention_counts, interventions
 from assembler.sessiondb import main_row
 from assembler.sessions import as_shown, duration
 from assembler.tables import Column, fit_table
@@ -63,8 +63,12 @@ class SessionSummary:
     failed_flows: int = 0
     tools: list[sqlite3.Row] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
+    interventions: list[Intervention] = field(default_factory=list)
+    """Requests capsem denied (policy, budget), warned or asked about; placeholders it refused."""
     files: list[tuple[str, str]] = field(default_factory=list)
     """(action, path) of each file the workspace ended up with changed, in first-change order."""
+    label: str = ""
+    """`name · project@branch` of a `capsem run` (empty when unknown)."""
     answer: tuple[Call, str] | None = None
     """The last successful model call with text, and that text: the agent's final answer."""
     capture: str | None = None
@@ -117,6 +121,8 @@ def session_summary(session_id: str, db_path: Path | None = None) -> SessionSumm
     if row is not None:
         row = as_shown(row)
         out.status, out.exit_code, out.duration = row["status"], row.get("exit_code"), duration(row)
+        where = (row.get("project") or "") + (f"@{row['git_branch']}" if row.get("git_branch") else "")
+        out.label = " · ".join(x for x in (row.get("name"), where) if x)
     conn = connect(db_path, readonly=True)
     try:
         out.capture = capture_problem(row, capture_meta(conn, db_path.parent), unreadable)
@@ -139,6 +145,7 @@ def session_summary(session_id: str, db_path: Path | None = None) -> SessionSumm
             "SELECT COUNT(*), COALESCE(SUM(decision = 'error'), 0) FROM net_events"
         ).fetchone()
         out.failures = failures(conn)
+        out.interventions = interventions(conn)
         out.files = _files(conn)
     finally:
         conn.close()
@@ -175,25 +182,41 @@ def _short(text: str | None, width: int) -> str:
 
 def _headline(s: SessionSummary) -> Text:
     total = s.total
-    parts = [
-        counted(len(s.calls), "model call"),
-        f"{counted(s.flows, 'HTTP flow')} ({s.failed_flows} failed)",
-    ]
+    parts = [counted(len(s.calls), "model call"), counted(s.flows, "HTTP flow")]
     if s.tools:
         parts.append(counted(len(s.tools), "tool call"))
     if s.files:
         parts.append(counted(len(s.files), "file") + " changed")
     line = Text(", ".join(parts))
-    if s.calls:
+    unpriced = sum(1 for c in s.calls if not c.priced and (c.usage.input_tokens or c.usage.output_tokens))
+    if s.calls and unpriced and not total.cost:  # no known price at all: never `$0.0000`
+        line.append(", ")
+        line.append("cost unpriced", style="bold yellow")
+        line.append(
+            f" (no known price for {'its model' if unpriced == 1 else 'their models'})", style="yellow"
+        )
+    elif s.calls:
         line.append(", ")
         line.append(f"cost {_money(total.cost)}", style="bold")
-    unpriced = sum(1 for c in s.calls if not c.priced and (c.usage.input_tokens or c.usage.output_tokens))
-    if unpriced:
-        line.append(f" ({counted(unpriced, 'call')} unpriced)", style="yellow")
-    if s.failures:
+        if unpriced:
+            line.append(f" ({counted(unpriced, 'call')} unpriced)", style="yellow")
+    line.append(" · ")
+    line.append(counted(len(s.failures), "error"), style="bold red" if s.failures else "")
+    if s.interventions:
         line.append(" · ")
-        line.append(counted(len(s.failures), "error"), style="bold red")
+        line.append(stepped_in(s.interventions), style="bold yellow")
     return line
+
+
+def stepped_in(items: list[Intervention]) -> str:
+    """`capsem denied 1, warned 2, refused 1 placeholder`."""
+    words = {"denied": "denied {}", "warned": "warned {}", "asked": "asked {}",
+             "refused": "refused {} placeholder"}  # fmt: skip
+    parts = [
+        words[k].format(n) + ("s" if k == "refused" and n > 1 else "")
+        for k, n in intervention_counts(items).items()
+    ]
+    return "capsem " + ", ".join(parts)
 
 
 def _tokens_line(total: Usage) -> Text:
@@ -249,7 +272,8 @@ def render_session(summary: SessionSummary, width: int = 80) -> Group:
     """The summary laid out for a terminal `width` cells wide."""
     s = summary
     total = s.total
-    parts: list[RenderableType] = [_headline(s)]
+    parts: list[RenderableType] = [Text(s.label, style="bold")] if s.label else []
+    parts.append(_headline(s))
     if s.capture:
         parts.append(Text(f"{s.capture} (capsem inspect-session {s.session_id})", style="bold red"))
     if s.calls:
@@ -284,6 +308,23 @@ def render_session(summary: SessionSummary, width: int = 80) -> Group:
             parts.append(
                 Text(f"… and {len(s.failures) - len(shown)} more: capsem inspect-session {s.session_id}")
             )
+    if s.interventions:
+        shown_i = s.interventions[:MAX_ERRORS]
+        cols = [
+            Column("capsem", "left", 10),
+            Column("what", "left", 8, wrap=True),
+            Column("why", "left", 9, wrap=True),
+        ]
+        rows = [[Text(i.kind, style="red" if i.kind in ("denied", "refused") else "yellow"), i.where, i.why]
+                for i in shown_i]  # fmt: skip
+        parts += [
+            Text(""),
+            fit_table(cols, rows, width, title=f"Where capsem stepped in ({len(s.interventions)})"),
+        ]
+        if len(s.interventions) > len(shown_i):
+            parts.append(
+                Text(f"… and {len(s.interventions) - len(shown_i)} more: capsem view {s.session_id}")
+            )
     if s.files or s.answer is not None:
         parts.append(Text(""))
     if s.files:
@@ -296,13 +337,19 @@ def render_session(summary: SessionSummary, width: int = 80) -> Group:
         call, text = s.answer
         head = Text(f"Final answer (#{call.id} {call.model}):", style="bold")
         parts.append(Group(head, Padding(Text(_short(text, ANSWER_CHARS)), (0, 0, 0, 2))))
-    footer = Text("\n")
-    footer.append(f"database  {s.db_path}\n")
-    footer.append(f"next      capsem view {s.session_id}\n", style="dim")
-    footer.append(f"          capsem inspect-session {s.session_id}\n", style="dim")
-    footer.append(f'          capsem query-session "SELECT * FROM model_calls" {s.session_id}', style="dim")
-    parts.append(footer)
     return Group(*parts)
+
+
+def footer_lines(s: SessionSummary) -> list[str]:
+    """Where the database is and what to run next: text meant to be copied, so it is printed with
+    soft wrapping (the terminal folds a long line; no newline is ever put inside a path or command)."""
+    return [
+        "",
+        f"database  {s.db_path}",
+        f"next      capsem view {s.session_id}",
+        f"          capsem inspect-session {s.session_id}",
+        f'          capsem query-session "SELECT * FROM model_calls" {s.session_id}',
+    ]
 
 
 def rule_title(s: SessionSummary) -> str:
@@ -318,3 +365,5 @@ def print_session(session_id: str, console: Console | None = None) -> None:
     summary = session_summary(session_id)
     console.print(Rule(rule_title(summary), align="left"))
     console.print(render_session(summary, console.width))
+    for n, line in enumerate(footer_lines(summary)):
+        console.print(line, style="dim" if n > 1 else None, soft_wrap=True, highlight=False)

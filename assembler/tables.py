@@ -14,11 +14,15 @@ from typing import Literal
 
 from rich import box
 from rich.cells import cell_len
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 _WRAP_MIN = 16
+_WORD_MAX = 40
+"""A wrapping column is at least as wide as its longest word, up to this many cells (a longer word,
+a hash or a long path, folds): words, host names and short paths are never cut in two."""
 _GAP = 2
 """Cells between two columns (collapsed padding and the separator; no edges)."""
 
@@ -44,7 +48,7 @@ def _table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], keep: list
     for i in keep:
         c = columns[i]
         table.add_column(escape(c.name), justify=c.justify, no_wrap=not c.wrap, overflow="fold",
-                         footer=escape(c.footer), min_width=_WRAP_MIN if c.wrap else None)  # fmt: skip
+                         footer=escape(c.footer), min_width=_wrap_width(c, rows, i) if c.wrap else None)  # fmt: skip
     for r in rows:
         table.add_row(*(r[i] if isinstance(r[i], Text) else escape(r[i]) for i in keep))
     return table
@@ -56,14 +60,27 @@ def _cells(cell: Cell | str) -> int:
     return max((cell_len(line) for line in text.split("\n")), default=0)
 
 
+def _longest_word(cell: Cell | str) -> int:
+    text = cell.plain if isinstance(cell, Text) else cell
+    return max((cell_len(word) for word in text.split()), default=0)
+
+
+def _wrap_width(column: Column, rows: Sequence[Sequence[Cell]], i: int) -> int:
+    """The narrowest a wrapping column may be: its header, `_WRAP_MIN`, and its longest word (up to
+    `_WORD_MAX`), never more than its widest cell."""
+    natural = max([_cells(column.name), _cells(column.footer), *(_cells(r[i]) for r in rows)])
+    word = min(_WORD_MAX, max((_longest_word(r[i]) for r in rows), default=0))
+    return min(natural, max(_WRAP_MIN, _cells(column.name), word))
+
+
 def _min_width(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], keep: list[int]) -> int:
-    """The fewest cells the table needs: every column whole, wrapping ones `_WRAP_MIN` wide (their
-    long words fold), `_GAP` between columns."""
+    """The fewest cells the table needs: every column whole, wrapping ones as `_wrap_width` says
+    (longer words fold), `_GAP` between columns."""
     widths = []
     for i in keep:
         c = columns[i]
         natural = max([_cells(c.name), _cells(c.footer), *(_cells(r[i]) for r in rows)])
-        widths.append(min(natural, max(_WRAP_MIN, _cells(c.name))) if c.wrap else natural)
+        widths.append(_wrap_width(c, rows, i) if c.wrap else natural)
     return sum(widths) + _GAP * (len(keep) - 1)
 
 
@@ -88,3 +105,50 @@ def fit_table(
 ) -> Table:
     """A rich table of `rows` with the columns that fit `width` (cells are plain text or Text)."""
     return _table(columns, rows, fit_columns(columns, rows, width), title, footer)
+
+
+def value_text(value: object) -> str:
+    """A query result value as text: NULL, numbers as numbers (`0.00001785`, never `1.785e-05`)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, float) and value == value and value not in (float("inf"), float("-inf")):
+        text = repr(value)
+        if "e" in text or "E" in text:
+            from decimal import Decimal
+
+            text = format(Decimal(text), "f")
+        return text
+    return str(value)
+
+
+_CELL_CAP = 40
+"""A result column wider than this (and than its header) wraps at spaces (a longer word folds)."""
+
+
+def print_rows(console: Console, columns: Sequence[str], values: Sequence[Sequence[object]]) -> None:
+    """Query results: a table when every column fits beside the others with its header whole (each
+    column as wide as its header and its widest value up to `_CELL_CAP`; numbers right-aligned);
+    else one `column: value` block per row, as psql's expanded display."""
+    rows = [[value_text(v) for v in row] for row in values]
+    numeric = [
+        all(isinstance(r[i], int | float) for r in values if r[i] is not None) for i in range(len(columns))
+    ]
+    widths = [max(cell_len(c), min(_CELL_CAP, max((cell_len(r[i]) for r in rows), default=0)))
+              for i, c in enumerate(columns)]  # fmt: skip
+    if sum(widths) + _GAP * (len(columns) - 1) <= console.width:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
+        for col, width, num in zip(columns, widths, numeric, strict=True):
+            table.add_column(escape(col), overflow="fold", width=width, justify="right" if num else "left")
+        for row in rows:
+            table.add_row(*(escape(v) for v in row))
+        console.print(table)
+        return
+    width = max(cell_len(c) for c in columns)
+    for n, row in enumerate(rows, 1):
+        console.print(f"[bold]-- row {n}[/bold]")
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(no_wrap=True, style="dim")
+        grid.add_column(overflow="fold")
+        for col, value in zip(columns, row, strict=True):
+            grid.add_row(escape(col.ljust(width)), escape(value))
+        console.print(grid)

@@ -18,6 +18,7 @@ import psutil
 
 from capsem import __version__, health
 from capsem.ids import utc_now
+from capsem.outcomes import ERRORS_SQL, refused_placeholders
 from capsem.paths import main_db_path, session_db_path
 from capsem.redact import Scrubber
 from capsem.schema import connect, open_main_db
@@ -71,7 +72,12 @@ SELECT
      AND COALESCE(input_tokens, output_tokens) IS NOT NULL) AS unpriced_calls,
   (SELECT COUNT(*) FROM tool_calls) AS total_tool_calls,
   (SELECT COUNT(*) FROM mcp_calls) AS total_mcp_calls,
-  (SELECT COUNT(*) FROM fs_events) AS total_file_events
+  (SELECT COUNT(*) FROM fs_events) AS total_file_events,
+  (SELECT COUNT(*) FROM net_events WHERE decision = 'warned') AS warned_requests,
+  (SELECT COUNT(*) FROM net_events WHERE decision = 'asked') AS asked_requests,
+  """
+    + ERRORS_SQL
+    + """ AS total_errors
 """
 )
 """The session's totals in main.db. A call is unpriced when it has tokens but no known price (a
@@ -225,6 +231,7 @@ def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = Non
     src = connect(db_path, readonly=True)
     try:
         totals = dict(src.execute(TOTALS_SQL).fetchone())
+        totals["refused_placeholders"] = refused_placeholders(src)  # a table older session.dbs lack
         ai = src.execute(AI_USAGE_SQL).fetchall()
         tools = src.execute(_TOOL_USAGE_SQL).fetchall()
         mcp = src.execute(_MCP_USAGE_SQL).fetchall()

@@ -743,6 +743,69 @@ def _main_otlp_exports(conn: sqlite3.Connection) -> None:
 MAIN_MIGRATIONS.append(("m006_otlp_exports", _main_otlp_exports))
 
 
+def _main_culled_and_keep(conn: sqlite3.Connection) -> None:
+    """Retention says what it did: a culled session has status `culled` (it was `terminated`, which
+    reads as "the agent was killed"), with when and why; `keep` (set by `capsem keep ID`) exempts a
+    session from every cull."""
+    _run_script(
+        conn,
+        """
+        ALTER TABLE sessions ADD COLUMN keep INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE sessions ADD COLUMN culled_at TEXT;
+        ALTER TABLE sessions ADD COLUMN culled_reason TEXT;
+        UPDATE sessions SET status = 'culled' WHERE status = 'terminated'
+        """,
+    )
+
+
+MAIN_MIGRATIONS.append(("m007_culled_and_keep", _main_culled_and_keep))
+
+
+def _main_session_context(conn: sqlite3.Connection) -> None:
+    """Where a `capsem run` ran and what the user called it: the workspace, its git repository
+    (top-level directory), branch and commit at start, `project` (the repository's folder name, else
+    the workspace's), `--name`, and its `--tag`s (one row each in `session_tags`)."""
+    _run_script(
+        conn,
+        """
+        ALTER TABLE sessions ADD COLUMN name TEXT;
+        ALTER TABLE sessions ADD COLUMN workspace TEXT;
+        ALTER TABLE sessions ADD COLUMN project TEXT;
+        ALTER TABLE sessions ADD COLUMN git_repo TEXT;
+        ALTER TABLE sessions ADD COLUMN git_branch TEXT;
+        ALTER TABLE sessions ADD COLUMN git_commit TEXT;
+        CREATE TABLE session_tags (
+            session_id TEXT NOT NULL,
+            tag TEXT NOT NULL,
+            PRIMARY KEY (session_id, tag)
+        );
+        CREATE INDEX idx_session_tags_tag ON session_tags(tag)
+        """,
+    )
+
+
+MAIN_MIGRATIONS.append(("m008_session_context", _main_session_context))
+
+
+def _main_outcome_counts(conn: sqlite3.Connection) -> None:
+    """Where capsem stepped in and what went wrong, counted as `capsem.outcomes` defines them (the
+    CLI, the list and the pages count the same): warned and asked requests (denied ones are
+    `denied_requests`), credential placeholders refused, and errors (failed model calls, other failed
+    requests, tool results marked as errors). Sessions rolled up earlier keep zeros until rolled up again."""
+    _run_script(
+        conn,
+        """
+        ALTER TABLE sessions ADD COLUMN warned_requests INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE sessions ADD COLUMN asked_requests INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE sessions ADD COLUMN refused_placeholders INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE sessions ADD COLUMN total_errors INTEGER NOT NULL DEFAULT 0
+        """,
+    )
+
+
+MAIN_MIGRATIONS.append(("m009_outcome_counts", _main_outcome_counts))
+
+
 def _run_script(conn: sqlite3.Connection, script: str) -> None:
     """Run `;`-separated DDL inside the caller's transaction (executescript would commit)."""
     for statement in script.split(";"):

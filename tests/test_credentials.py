@@ -64,11 +64,9 @@ def test_a_placeholder_anywhere_else_is_never_replaced_and_is_recorded_refused(b
                      "evil.example is not a host of this credential (generativelanguage.googleapis.com)"),
         Substitution("openai", "path", "refused", "evil.example is not a host of this credential (*.openai.com)"),
     )  # fmt: skip
-    wrong_header = plan(
-        broker, "api.anthropic.com", [("authorization", "Bearer capsem-placeholder-anthropic")]
-    )
+    wrong_header = plan(broker, "api.anthropic.com", [("x-goog-api-key", "capsem-placeholder-anthropic")])
     assert wrong_header.headers == {} and wrong_header.events[0].reason == (
-        "the key goes in header x-api-key, not in header authorization"
+        "the key goes in header authorization or header x-api-key, not in header x-goog-api-key"
     )
     clear = plan(broker, "api.anthropic.com", [("x-api-key", "capsem-placeholder-anthropic")], scheme="http")
     assert clear.headers == {} and "plain http" in clear.events[0].reason
@@ -150,3 +148,30 @@ def test_the_agent_gets_placeholders_and_no_variable_holding_a_real_value(broker
     assert out == {"PATH": "/bin", "HOME": "/home/me", "ANTHROPIC_API_KEY": "capsem-placeholder-anthropic",
                    "OPENAI_API_KEY": "capsem-placeholder-openai", "GEMINI_API_KEY": "capsem-placeholder-gemini"}  # fmt: skip
     assert removed == ["OLD_COPY"]
+
+
+def test_a_known_provider_takes_its_key_wherever_that_provider_accepts_it(broker):
+    """Issue 25, point 3. As seen: anthropic 2.14 sends `Authorization: Bearer …`; an entry written as
+    the README showed (`header: x-api-key`) refused every call's placeholder. Anthropic now takes
+    x-api-key or Authorization, Gemini x-goog-api-key or ?key=, OpenAI only Authorization; never
+    anywhere else, and never to another host."""
+    bearer = plan(broker, "api.anthropic.com", [("authorization", "Bearer capsem-placeholder-anthropic")])
+    assert bearer.headers == {"authorization": [f"Bearer {ANTHROPIC_KEY}"]}
+    assert bearer.events == (Substitution("anthropic", "header authorization", "substituted"),)
+    goog = plan(
+        broker, "generativelanguage.googleapis.com", [("x-goog-api-key", "capsem-placeholder-gemini")]
+    )
+    assert goog.headers == {"x-goog-api-key": [GEMINI_KEY]}
+    for host, headers, query in [
+        ("api.anthropic.com", [], "key=capsem-placeholder-anthropic"),  # not a place Anthropic reads
+        ("api.anthropic.com", [("x-goog-api-key", "capsem-placeholder-anthropic")], ""),
+        ("generativelanguage.googleapis.com", [("authorization", "Bearer capsem-placeholder-gemini")], ""),
+        ("api.openai.com", [("x-api-key", "capsem-placeholder-openai")], ""),  # OpenAI: Authorization only
+        ("evil.example", [("authorization", "Bearer capsem-placeholder-anthropic")], ""),
+    ]:
+        done = plan(broker, host, headers, query=query)
+        assert done.headers == {} and done.query is None and done.events[0].outcome == "refused", host
+    custom = Broker([Brokered(entry("corp", "llm.corp.example", header="x-api-key"), "corp-secret-value")])
+    assert (
+        plan(custom, "llm.corp.example", [("authorization", "Bearer capsem-placeholder-corp")]).headers == {}
+    )

@@ -48,9 +48,32 @@ def exporter(target: Target, timeout: float) -> OTLPSpanExporter:
     # the SDK logs every failed request at ERROR: the callers count failures and say it once
     logging.getLogger("opentelemetry.exporter").setLevel(logging.CRITICAL)
     logging.getLogger("opentelemetry.exporter.otlp").setLevel(logging.CRITICAL)
-    return OTLPSpanExporter(
+    send = OTLPSpanExporter(
         endpoint=traces_url(target.endpoint), headers=dict(target.headers), timeout=timeout
     )
+    client = getattr(send, "_client", None)  # the SDK's HTTP client: keep its last answer (`failure_of`)
+    if client is not None and callable(getattr(client, "export", None)):
+        post = client.export
+
+        def export(data: bytes) -> object:
+            result = post(data)
+            send.capsem_last = result  # type: ignore[attr-defined]
+            return result
+
+        client.export = export
+    return send
+
+
+def failure_of(send: OTLPSpanExporter) -> tuple[int | None, str] | None:
+    """Why the last export failed: (HTTP status or None, what happened), or None when it did not
+    (or the SDK does not say)."""
+    last = getattr(send, "capsem_last", None)
+    if last is None or getattr(last, "success", True):
+        return None
+    status, reason, error = getattr(last, "status_code", None), getattr(last, "reason", None), last.error
+    if status is not None:
+        return status, f"HTTP {status}" + (f" {reason}" if reason else "")
+    return None, f"{type(error).__name__}: {error}" if error is not None else "no answer"
 
 
 def read_mark(main: sqlite3.Connection, session_id: str, endpoint: str) -> Mark:

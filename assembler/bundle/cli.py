@@ -10,9 +10,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import click
-from rich import box
-from rich.markup import escape
-from rich.table import Table
 
 from assembler.bundle.api import DebugBundle
 from assembler.bundle.errors import BundleError
@@ -30,12 +27,9 @@ def bundle_errors() -> AbstractContextManager[None]:
 
 
 def _print_result(result: QueryResult) -> None:
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in result.columns:
-        table.add_column(escape(col), overflow="fold")
-    for row in result.rows:
-        table.add_row(*(escape("NULL" if v is None else str(v)) for v in row))
-    console().print(table)
+    from assembler.tables import print_rows
+
+    print_rows(console(), result.columns, result.rows)
     click.echo(f"({counted(len(result.rows), 'row')}{', truncated' if result.truncated else ''})", err=True)
 
 

@@ -17,6 +17,28 @@ class Outcome:
     spans: int
     state: str
     """`sent`, `up to date`, `failed` or `skipped (...)`."""
+    failure: tuple[int | None, str] | None = None
+    """When failed: the HTTP status (None: no answer) and what happened (`addons.otlp.send.failure_of`)."""
+
+
+def failure_message(url: str, failure: tuple[int | None, str] | None) -> str:
+    """One line: what the endpoint said, the URL the spans were posted to, and what to do."""
+    from addons.otlp.send import traces_url
+
+    posted = traces_url(url)
+    status, what = failure or (None, "no answer")
+    if status is None:
+        hint = "nothing accepted the connection: is the collector running and listening there (OTLP/HTTP: port 4318)?"
+    elif status in (404, 405, 415, 501):
+        hint = ("that server does not take OTLP/HTTP protobuf there: point --endpoint at the collector's OTLP/HTTP "
+                "receiver (port 4318; /v1/traces is added)")  # fmt: skip
+    elif status in (401, 403):
+        hint = "the collector refused the credentials: set them in export.otlp.headers"
+    elif status == 413:
+        hint = "the batch was too large for the collector: raise its limit, or export without --content"
+    else:
+        hint = "the collector failed: look at its log, then run this again to send the rest"
+    return f"{what} from {posted}: {hint}"
 
 
 @click.command("otlp")
@@ -76,8 +98,7 @@ def otlp(session_id: str | None, since: str | None, endpoint: str | None, conten
     click.echo(f"{counted(sent, 'span')} sent to {url} from {counted(len(outcomes), 'session')}")
     if failed:
         raise click.ClickException(
-            f"{counted(len(failed), 'session')} could not be sent: {url} refused the spans or could not be "
-            "reached; run this again to send the rest"
+            f"{counted(len(failed), 'session')} could not be sent: {failure_message(url, failed[0].failure)}"
         )
 
 
@@ -132,6 +153,10 @@ def _one(sid: str, status: str, target, send, writer, progress) -> Outcome:
         return Outcome(sid, 0, "skipped (running: its live export sends it)")
     if db_file(sid) is None:
         return Outcome(sid, 0, "skipped (no session.db)")
+    from addons.otlp.send import failure_of
+
     with open_session(sid) as session:
         sent = export_session(session, writer, sid, target, send, finished=True, progress=progress)
-    return Outcome(sid, sent.spans, "failed" if sent.failed else "sent" if sent.spans else "up to date")
+    if sent.failed:
+        return Outcome(sid, sent.spans, "failed", failure_of(send))
+    return Outcome(sid, sent.spans, "sent" if sent.spans else "up to date")

@@ -14,7 +14,7 @@ compared with `threshold`.
 | zombie_detected | state zombie (one per run of zombie samples) | warning |
 | zombie_persistent | zombie for >= 3 consecutive samples | critical |
 | signals_pending | pending signal mask goes from zero to non-zero | warning |
-| rss_growth | >= 5 samples and RSS above 2x the first positive RSS (once) | warning |
+| rss_growth | after start-up (5 s), >= 5 samples and RSS above 2x the first of them (once) | warning |
 | fd_high | fds / soft fd limit > 0.80 | warning |
 | d_state_sustained | disk-sleep with a non-benign wchan, >= 2 consecutive samples | warning |
 | high_cpu_sustained | cpu_percent >= 90 over >= 10 s of consecutive measurements | info |
@@ -22,6 +22,10 @@ compared with `threshold`.
 
 high_cpu_sustained is a warning in the seed; a busy agent (a build, a test run) is not a fault, so
 it is info here and `inspect-session --strict` passes it.
+rss_growth in the seed compares with the very first sample; a Python agent that lives ~25 s reads
+8 MB before its imports and 99 MB after, so every one of them was flagged. Growth is judged after
+start-up (`RSS_STARTUP_SECONDS` from the process's start time), against the steady state the
+process reached then.
 identity_drift is critical in the seed, where the tracer guessed which pid to watch; capsem
 starts the agent itself, so a new name only means the agent exec'd another program.
 
@@ -49,6 +53,8 @@ OOM_CRITICAL = 800
 ZOMBIE_PERSISTENT_SAMPLES = 3
 RSS_GROWTH_FACTOR = 2.0
 RSS_GROWTH_MIN_SAMPLES = 5
+RSS_STARTUP_SECONDS = 5.0
+"""Start-up (imports, a runtime's heap warming up) is not growth: RSS is judged from then on."""
 FD_HIGH_RATIO = 0.80
 D_STATE_SAMPLES = 2
 HIGH_CPU_PERCENT = 90.0
@@ -150,7 +156,18 @@ def _signals(series: Sequence[Sample]) -> Iterator[Anomaly]:
         index += len(run) + 1
 
 
+def _age(sample: Sample) -> float | None:
+    """Seconds since the process started, at this sample (None when either time is unknown)."""
+    try:
+        return (
+            datetime.fromisoformat(sample["ts"]) - datetime.fromisoformat(sample["started_at"])
+        ).total_seconds()
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def _rss(series: Sequence[Sample]) -> Iterator[Anomaly]:
+    series = [s for s in series if (age := _age(s)) is None or age >= RSS_STARTUP_SECONDS]  # steady state
     if len(series) < RSS_GROWTH_MIN_SAMPLES:
         return
     initial = next((r for s in series if (r := _num(s, "rss_kb"))), None)

@@ -92,6 +92,7 @@ def environment() -> Environment:
     env.filters["ms"] = _ms
     env.filters["secs"] = lambda s: f"{s:,.1f}s" if s < 600 else f"{s / 60:,.1f}m"
     env.filters["short"] = lambda ts: (ts or "")[:19].replace("T", " ")
+    env.filters["day_time"] = lambda ts: (ts or "")[5:16].replace("T", " ")  # `11-25 19:23`, as list-sessions
     env.globals.update(stacked=charts.stacked, part_colors=charts.PART_COLORS, part_labels=charts.PART_LABELS)
     return env
 
@@ -175,7 +176,7 @@ class View:
 
     def sessions_page(self, urls: Urls, params: dict[str, str]) -> str:
         from assembler.sessiondb import open_main
-        from assembler.sessions import SessionFilters, list_sessions
+        from assembler.sessions import SessionFilters, list_sessions, projects
 
         filters = _filters(params)
         listing = list_sessions(SessionFilters(**filters))
@@ -189,7 +190,8 @@ class View:
         days = queries.cost_by_day(everything)
         total = sum(s.cost for s in everything)
         return self.render("sessions.html", urls, sessions=rows, matched=listing.matched, filters=filters,
-                           chart=charts.cost_by_day(days), total=total, title="Sessions")  # fmt: skip
+                           chart=charts.cost_by_day(days), total=total, title="Sessions",
+                           projects=projects())  # fmt: skip
 
     def session_page(self, urls: Urls, session_id: str, page: int = 1) -> str:
         main = session_row(session_id)
@@ -240,7 +242,14 @@ def session_row(session_id: str) -> dict[str, Any] | None:
     from assembler.sessions import as_shown
 
     row = main_row(session_id)
-    return as_shown(row) if row else None
+    if row:
+        as_shown(row)
+        from assembler.sessiondb import open_main
+
+        with open_main() as conn:
+            row["tags"] = [r[0] for r in conn.execute(
+                "SELECT tag FROM session_tags WHERE session_id = ? ORDER BY rowid", (session_id,))]  # fmt: skip
+    return row or None
 
 
 def starting(session_id: str, within_s: float = 300.0) -> bool:
@@ -269,7 +278,8 @@ def _filters(params: dict[str, str]) -> dict[str, Any]:
         min_cost = None
     return {"limit": limit, "include_culled": flag("all"), "with_db": flag("with_db"), "with_model": flag("with_model"),
             "with_net": flag("with_net"), "with_mcp": flag("with_mcp"), "with_tools": flag("with_tools"),
-            "min_cost": min_cost}  # fmt: skip
+            "min_cost": min_cost, "project": params.get("project") or None, "branch": params.get("branch") or None,
+            "tag": params.get("tag") or None}  # fmt: skip
 
 
 def call_id(request: Request) -> int:

@@ -54,9 +54,10 @@ def url_of(sock: socket.socket, path: str = "/") -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}{path}"
 
 
-def open_live_view() -> str:
+def open_live_view() -> tuple[str, str]:
     """For `capsem run --view`: serve the view from a daemon thread of this process (it ends with
-    the run), open the page of the session about to start, and return that session's id."""
+    the process), open the page of the session about to start, and return that session's id and
+    the page's URL."""
     from capsem.ids import new_session_id
 
     session_id = new_session_id()
@@ -66,7 +67,7 @@ def open_live_view() -> str:
     url = url_of(sock, f"/s/{session_id}")
     click.echo(f"capsem view: {url}", err=True)
     threading.Timer(1.0, webbrowser.open, args=(url,)).start()
-    return session_id
+    return session_id, url
 
 
 @click.command()

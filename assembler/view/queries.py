@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from addons.items import call_items
+from assembler.failures import Failure, Intervention, failures, interventions
 from assembler.sessions import parse_time as parse_ts
 
 PAGE_SIZE = 200
@@ -77,6 +78,22 @@ class SessionSummary:
     capture_status: str | None
     anomalies: int | None = None
     """Process anomalies in its session.db (None: gzipped or unreadable, not opened for the list)."""
+    unpriced: bool = False
+    """Model calls with tokens and no known price, and nothing priced: shown `unpriced`, not `$0.0000`."""
+    stepped_in: list[tuple[str, int]] = field(default_factory=list)
+    """(kind, n): requests capsem denied, warned or asked about, placeholders it refused."""
+    culled_reason: str | None = None
+    """Why retention culled it (status `culled`)."""
+    name: str | None = None
+    project: str | None = None
+    branch: str | None = None
+    tags: list[str] = field(default_factory=list)
+
+
+def _stepped_in(row: dict[str, Any]) -> list[tuple[str, int]]:
+    keys = (("denied", "denied_requests"), ("warned", "warned_requests"), ("asked", "asked_requests"),
+            ("refused", "refused_placeholders"))  # fmt: skip
+    return [(kind, row[k]) for kind, k in keys if row.get(k)]
 
 
 def summaries(rows: list[dict[str, Any]], models: dict[str, list[str]],
@@ -94,7 +111,11 @@ def summaries(rows: list[dict[str, Any]], models: dict[str, list[str]],
             cache_write_tokens=r.get("total_cache_write_tokens") or 0,
             model_calls=r.get("total_model_calls") or 0, tool_calls=r.get("total_tool_calls") or 0,
             mcp_calls=r.get("total_mcp_calls") or 0, file_events=r.get("total_file_events") or 0,
-            errors=r.get("error_requests") or 0, models=models.get(r["id"], []), has_db=bool(r.get("has_db")),
+            errors=r.get("total_errors") or 0, stepped_in=_stepped_in(r), name=r.get("name"),
+            unpriced=bool(r.get("unpriced_calls")) and not r.get("total_estimated_cost"),
+            culled_reason=r.get("culled_reason"),
+            project=r.get("project"), branch=r.get("git_branch"), tags=r.get("tags") or [],
+            models=models.get(r["id"], []), has_db=bool(r.get("has_db")),
             capture_status=r.get("capture_status"), anomalies=anomalies.get(r["id"]),
         )
         for r in rows
@@ -214,6 +235,8 @@ class CallNode:
     items_new: int | None
     breakdown: list[tuple[str, int]] = field(default_factory=list)
     tools: list[ToolCall] = field(default_factory=list)
+    unpriced: bool = False
+    """Tokens but no known price: shown `unpriced`, never `$0.0000`."""
 
 
 @dataclass
@@ -263,6 +286,10 @@ class SessionView:
     page: int
     pages: int
     breakdown_total: list[tuple[str, int, float]]
+    failures: list[Failure] = field(default_factory=list)
+    """Every error, as the run summary and `list-sessions` count them (`assembler.failures`)."""
+    interventions: list[Intervention] = field(default_factory=list)
+    """Where capsem stepped in: requests denied, warned or asked about, placeholders refused."""
 
 
 def _usage(row: dict) -> tuple[int, int]:
@@ -314,6 +341,7 @@ def _node(row: dict, start: datetime | None, cum_cost: float, cum_tokens: int) -
         model=row.get("model") or row.get("response_model") or "?", provider=row["provider"],
         input_tokens=row.get("input_tokens") or 0, output_tokens=row.get("output_tokens") or 0,
         cache_read=read, cache_write=write, cost=row.get("estimated_cost_usd") or 0.0,
+        unpriced=row.get("estimated_cost_usd") is None and bool(row.get("input_tokens") or row.get("output_tokens")),
         cumulative_cost=cum_cost, cumulative_tokens=cum_tokens, ttft_ms=row.get("ttft_ms"),
         duration_ms=row.get("duration_ms") or 0, status_code=row.get("status_code"),
         stop_reason=row.get("stop_reason"), error=error, answer=(row.get("text_content") or "")[:400],
@@ -456,6 +484,8 @@ def session_view(conn: sqlite3.Connection, session_id: str, main: dict[str, Any]
         events=_events(conn, found, start), cost_by_model=sorted(((m, v[0], v[1]) for m, v in by_model.items()),
                                                                  key=lambda x: -x[2]),
         cumulative=_thin(cumulative), page=page, pages=pages, breakdown_total=breakdown_total,
+        failures=failures(conn) if {"model_calls", "net_events", "tool_responses"} <= found else [],
+        interventions=interventions(conn) if "net_events" in found else [],
     )  # fmt: skip
 
 

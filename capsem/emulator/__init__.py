@@ -27,7 +27,14 @@ from typing import Any
 
 from capsem.emulator.server import Server
 
-__all__ = ["Emulator"]
+__all__ = ["FRIENDLY_TEXT", "Emulator"]
+
+FRIENDLY_TEXT = (
+    "This answer comes from capsem's built-in emulator: no model was called and nothing was spent. "
+    "Record a real agent with: capsem run -- AGENT"
+)
+"""What every text answer says under `capsem run --emulator` and `capsem demo` (`defaults={"text": ...}`);
+the tests keep the default script, whose multibyte and backslash anchor exercises the decoders."""
 
 
 class Emulator:

@@ -67,6 +67,22 @@ def test_query(made):
                                            "SELECT level FROM logs WHERE logger = ?", "-p", "demo.agent"))))  # fmt: skip
     assert rows == [["level"], ["INFO"], ["WARNING"], ["ERROR"]]
     assert "only SELECT" in run("bundle", "query", str(made), "DELETE FROM logs", code=1)
+
+
+def test_query_at_80_columns_keeps_columns_whole(made, monkeypatch):
+    """Issue 25, point 4: as seen, `bundle query` squeezed every column to 5 characters."""
+    for width in (80, 160):
+        monkeypatch.setenv("COLUMNS", str(width))
+        out = run("bundle", "query", str(made), "SELECT * FROM logs LIMIT 3")
+        assert all(len(line.rstrip()) <= width for line in out.splitlines()), out
+        with DebugBundle.open(made) as bundle:
+            result = bundle.run("SELECT * FROM logs LIMIT 3", [])
+        for name in result.columns:
+            assert name in out.split(), name
+        for row in result.rows:
+            for value in row:
+                if isinstance(value, str) and " " not in value and len(value) < 40:
+                    assert value in out, value  # whole, never folded
     assert "no such table" in run("bundle", "query", str(made), "SELECT * FROM nope", code=1)
 
 

@@ -234,3 +234,28 @@ def test_a_self_test_denied_by_the_users_policy_names_the_rule(capsem_home):
     assert marks(out)["self-test"] == "!", out
     assert "HTTP 403: denied by your policy rule 'no-anthropic'" in out
     assert out.splitlines()[-1] == "1 warning: self-test"
+
+
+@pytest.mark.timeout(90)
+def test_doctor_checks_a_broker_setup_end_to_end(capsem_home, monkeypatch):
+    """Issue 25, point 3: each brokered credential's value can be read, and each placeholder sent in
+    every place its provider reads a key from comes out of the self-test's mitmdump replaced."""
+    capsem_home.mkdir(parents=True, exist_ok=True)
+    (capsem_home / "config.yaml").write_text(
+        "credentials:\n"
+        "  anthropic: {host: api.anthropic.com, header: x-api-key, env: DOCTOR_ANTHROPIC}\n"
+        "  gemini: {host: generativelanguage.googleapis.com, query: key, env: DOCTOR_GEMINI}\n"
+    )
+    monkeypatch.setenv("DOCTOR_ANTHROPIC", "sk-ant-api03-DOCTORrealKEY000000000000")
+    monkeypatch.setenv("DOCTOR_GEMINI", "AIzaDOCTORrealKEY000000000000000000000")
+    report = json.loads(run("doctor", "--json"))
+    checks = {c["check"]: c for c in report["checks"]}
+    assert checks["credentials"]["status"] == "ok", checks["credentials"]
+    broker = checks["broker"]
+    assert broker["status"] == "ok", broker
+    for place in ("anthropic: header authorization to api.anthropic.com", "anthropic: header x-api-key to",
+                  "gemini: header x-goog-api-key to generativelanguage.googleapis.com", "gemini: query key to"):  # fmt: skip
+        assert place in broker["detail"]
+    monkeypatch.delenv("DOCTOR_GEMINI")
+    out = run("doctor", code=1)
+    assert "credentials.gemini.env names DOCTOR_GEMINI, which is not set" in flat(out)

@@ -93,13 +93,34 @@ def test_signals_pending_only_on_a_transition_from_zero():
     assert signal_names(1 << 8) == ["SIGKILL"]
 
 
+def settled(**columns: list) -> list[dict]:
+    """`series` of a process that started 10 s before its first sample (past its start-up)."""
+    return [dict(s, started_at="2025-12-31T23:59:50.000000Z") for s in series(**columns)]
+
+
 def test_rss_growth_needs_five_samples_and_more_than_double_the_first_rss():
-    assert kinds(series(rss_kb=[None, 1000, 1500, 2100, 2500])) == ["rss_growth"]
-    assert kinds(series(rss_kb=[1000, 1500, 2100, 2500])) == []  # four samples
-    assert kinds(series(rss_kb=[1000, 1500, 2000, 2000, 2000])) == []  # exactly 2x
-    (growth,) = detect_process(series(rss_kb=[0, 1000, 3000, 5000, 1200, 1100]))
+    assert kinds(settled(rss_kb=[None, 1000, 1500, 2100, 2500])) == ["rss_growth"]
+    assert kinds(settled(rss_kb=[1000, 1500, 2100, 2500])) == []  # four samples
+    assert kinds(settled(rss_kb=[1000, 1500, 2000, 2000, 2000])) == []  # exactly 2x
+    (growth,) = detect_process(settled(rss_kb=[0, 1000, 3000, 5000, 1200, 1100]))
     assert (growth.value, growth.samples, growth.detail["initial_rss_kb"], growth.detail["final_rss_kb"]) == (
         5.0, 2, 1000, 1100)  # fmt: skip
+
+
+def test_rss_growth_is_judged_after_start_up_against_the_steady_state():
+    """Issue 25, point 5. As seen: every Python agent that lives ~25 s was flagged (8 MB before its
+    imports, 99 MB after), so `inspect-session --strict` failed healthy runs."""
+    healthy = series(rss_kb=[8_000, 8_000, 60_000, 99_000] + [99_000 + 200 * i for i in range(22)])  # 26 s
+    assert kinds(healthy) == []
+    leaking = series(
+        rss_kb=[8_000, 60_000, 99_000, 99_000, 99_000, 99_000] + [99_000 + 9_000 * i for i in range(20)]
+    )
+    (growth,) = detect_process(leaking)  # doubling after start-up is still found
+    assert growth.kind == "rss_growth" and growth.detail["initial_rss_kb"] == 99_000
+    assert growth.first_ts >= "2026-01-01T00:00:05"  # judged from the steady state on
+    assert (
+        kinds(series(rss_kb=[8_000, 99_000, 99_000, 99_000, 99_000, 200_000])) == []
+    )  # too short after start-up
 
 
 def test_fd_high_above_80_percent_of_the_soft_limit():
@@ -299,6 +320,10 @@ me = os.getpid()
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 wait_for("SELECT COUNT(*) >= 3 FROM proc_samples WHERE pid = ?", me)  # a baseline first
+import time
+time.sleep(max(0.0, 5.2 - (time.time() - __import__("psutil").Process().create_time())))  # past start-up
+wait_for("SELECT COUNT(*) >= 1 FROM proc_samples WHERE pid = ? AND ts >= strftime('%Y-%m-%dT%H:%M:%f', 'now', "
+         "'-0.05 seconds')", me)  # a steady-state sample before the ballast
 ballast = b"x" * 64_000_000
 files = [open(os.devnull) for _ in range(56 - len(os.listdir("/proc/self/fd")))]
 with open("/proc/self/oom_score_adj", "w") as f:

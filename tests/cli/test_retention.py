@@ -43,7 +43,7 @@ def test_vacuum_compresses_culls_by_age_and_keeps_readers_working(home):
     out = run("vacuum")
     assert "vacuumed 2, culled 1" in out and "1 running session left alone" in out
     rows = main_rows(home)
-    assert rows[old]["status"] == "terminated" and not (home / "sessions" / old).exists()
+    assert rows[old]["status"] == "culled" and not (home / "sessions" / old).exists()
     for s in (sid, crashed):
         assert rows[s]["status"] == "vacuumed" and rows[s]["vacuumed_at"]
         assert files(home, s) == {"session.db.gz"}
@@ -55,7 +55,7 @@ def test_vacuum_compresses_culls_by_age_and_keeps_readers_working(home):
 
     # every reader opens the gzipped sessions transparently
     listed = run("list-sessions", "--all")
-    assert f"{sid}*" in listed and f"{crashed}*" in listed and f"{old} " in listed and "terminated" in listed
+    assert f"{sid}*" in listed and f"{crashed}*" in listed and f"{old} " in listed and "culled" in listed
     default = run("list-sessions")  # vacuumed sessions are queryable: listed; culled ones only with --all
     assert f"{sid}*" in default and f"{crashed}*" in default and old not in default
     assert "no problems found" in run("inspect-session", sid, "--strict")
@@ -101,7 +101,7 @@ def test_count_cap_culls_empty_sessions_first_and_protects_content(home):
     run("vacuum")
     status = {k: v["status"] for k, v in main_rows(home).items()}
     # 6 sessions, cap 3: both empty ones, then the oldest with content; running never
-    assert {k for k, v in status.items() if v == "terminated"} == {empty_old, empty_new, content_old}
+    assert {k for k, v in status.items() if v == "culled"} == {empty_old, empty_new, content_old}
     assert status[running] == "running" and status[sid] == status[content_mid] == "vacuumed"
     assert not (home / "sessions" / content_old).exists() and (home / "sessions" / content_mid).exists()
 
@@ -116,7 +116,8 @@ def test_disk_cap_culls_oldest_until_it_fits_and_never_running(home):
     )  # ~1 byte: nothing fits
     out = run("vacuum")
     rows = main_rows(home)
-    assert {rows[s]["status"] for s in (sid, older, old)} == {"terminated"} and "above 1e-09 GB" in out
+    assert {rows[s]["status"] for s in (older, old)} == {"culled"} and "above 1e-09 GB" in out
+    assert rows[sid]["status"] == "vacuumed"  # less than a day old: never culled
     assert rows[running]["status"] == "running" and files(home, running) == {"session.db"}
 
 
@@ -221,10 +222,23 @@ def test_capsem_run_applies_retention_to_old_sessions_only(home):
     ancient = clone_session(home, days_ago(45), suffix="0002")
     result = run_agent([sys.executable, "-c", "pass"])
     rows = main_rows(home)
-    assert rows[yesterday]["status"] == "vacuumed" and rows[ancient]["status"] == "terminated"
+    assert rows[yesterday]["status"] == "vacuumed" and rows[ancient]["status"] == "culled"
     assert files(home, yesterday) == {"session.db.gz"} and not (home / "sessions" / ancient).exists()
     assert rows[recent]["status"] == "stopped" and "session.db" in files(home, recent)
     assert rows[result.session_id]["status"] == "stopped" and "session.db" in files(home, result.session_id)
+    from assembler.retention import summary_line
+
+    assert summary_line(result.retention) == (
+        f"retention: culled 1 session (1 older than 30 days: {ancient}), compressed 1 finished over a day ago; "
+        "capsem list-sessions --all lists them, capsem keep ID spares a session"
+    )
+
+
+def test_capsem_run_says_what_retention_culled_even_when_quiet(home):
+    """Issue 25, point 1: as seen, one `capsem run` deleted 14 session databases without a word."""
+    ancient = clone_session(home, days_ago(45), suffix="0002")
+    out = run("run", "-q", "--", sys.executable, "-c", "pass")
+    assert f"retention: culled 1 session (1 older than 30 days: {ancient})" in " ".join(out.split())
 
 
 def test_mitmdump_alone_never_deletes_or_compresses(home, mitmdump):
@@ -240,3 +254,76 @@ def test_start_up_retention_can_be_switched_off(home):
     old = clone_session(home, days_ago(3), suffix="0001")
     run_agent([sys.executable, "-c", "pass"])
     assert main_rows(home)[old]["status"] == "stopped" and "session.db.gz" not in files(home, old)
+
+
+# --- issue 25, point 1: retention says what it culled, marks it culled, spares young and kept ones ---
+
+
+def test_retention_says_what_it_culled_and_spares_young_and_kept_sessions(home):
+    """As seen: `max_sessions: 5` and one run deleted 14 session databases without a word, and they
+    read `terminated`. Now each cull has a status `culled` and a reason, the run's summary line and
+    `vacuum` say what went and why, and sessions less than a day old or marked `keep` stay."""
+    from assembler.retention import auto_retention, summary_line
+
+    configure(home, max_sessions=5, min_content_keep=0, retention_days=30, max_disk_gb=0)
+    recent = recorded_id(home)  # today
+    young = [clone_session(home, days_ago(0.5), suffix=f"0y{i:02d}") for i in range(3)]
+    old = [clone_session(home, days_ago(2 + i), suffix=f"0o{i:02d}") for i in range(14)]
+    ancient = clone_session(home, days_ago(40), suffix="0a00")
+    assert "kept (retention never culls it)" in run("keep", old[-1][:-2])  # a unique start of the id
+    assert "stopped kept" in next(x for x in run("list-sessions", "-n", "0").splitlines() if old[-1] in x)
+    assert "no session 'nope'" in run("keep", "nope", code=1)
+
+    dry = run("vacuum", "--dry-run")
+    assert "would cull" in dry and "more than 5 sessions (max_sessions)" in dry
+    assert (
+        "older than 30 days (retention_days)" in dry
+        and "4 less than a day old" in dry
+        and "1 marked to keep" in dry
+    )
+
+    report = auto_retention()
+    assert report is not None
+    rows = main_rows(home)
+    culled = {k for k, v in rows.items() if v["status"] == "culled"}
+    assert culled == set(old[:-1]) | {ancient}  # 19 sessions, cap 5: all culls allowed, no more
+    assert (
+        rows[ancient]["culled_reason"] == "older than 30 days (retention_days)" and rows[ancient]["culled_at"]
+    )
+    assert rows[old[0]]["culled_reason"] == "more than 5 sessions (max_sessions)"
+    for s in [recent, *young, old[-1]]:
+        assert rows[s]["status"] != "culled" and (home / "sessions" / s).is_dir()
+    line = summary_line(report)
+    assert line is not None and line.startswith(
+        "retention: culled 14 sessions (1 older than 30 days, 13 more than 5"
+    )
+    assert "capsem keep ID" in line
+    listed = run("list-sessions", "--all", "-n", "0")
+    assert "culled" in next(x for x in listed.splitlines() if ancient in x)
+    assert "culled by retention: older than 30 days" in run("inspect-session", ancient, code=1)
+    assert "retention may cull it again" in run("keep", "--undo", old[-1])
+    assert "already culled" in run("keep", ancient, code=1)
+    from starlette.testclient import TestClient
+
+    from assembler.view.app import create_app
+
+    with TestClient(create_app(), base_url="http://127.0.0.1") as client:
+        listing = client.get("/?all=1&limit=0").text
+    assert 'title="culled: older than 30 days (retention_days)"' in listing
+
+
+def test_dry_run_predicts_the_compressed_size(home):
+    """As seen: `vacuum --dry-run` predicted `5.1 MB -> ~5.1 MB` where the result was 364 KB."""
+    import re
+
+    clone_session(home, days_ago(3), suffix="0001")
+    dry = run("vacuum", "--dry-run").splitlines()[-1]
+    real = run("vacuum").splitlines()[-1]
+    before, guess = re.search(r"sessions/ (\S+ \S+) -> ~(\S+ \S+)", dry).groups()
+    after = re.search(r"-> (\S+ \S+)", real).group(1)
+
+    def kb(text: str) -> float:
+        n, unit = text.split()
+        return float(n) * {"B": 1 / 1024, "KB": 1, "MB": 1024, "GB": 1024**2}[unit]
+
+    assert kb(guess) < kb(before) / 2 and 0.5 < kb(guess) / kb(after) < 2

@@ -78,12 +78,10 @@ def words(text: str) -> str:
 
 def test_the_run_summary_shows_cache_costs_errors_files_and_the_answer(cached_run):
     _, sid, out = cached_run
-    assert all(len(line) <= 80 for line in out.splitlines()), out
+    assert all(len(line) <= 80 for line in out.splitlines() if not line.startswith("database  ")), out
     text = words(out)
     assert f"capsem session {sid} (stopped, exit 2," in text
-    assert re.search(
-        r"4 model calls, 4 HTTP flows \(0 failed\), 1 file changed, cost \$0\.08\d\d · 1 error", text
-    )
+    assert re.search(r"4 model calls, 4 HTTP flows, 1 file changed, cost \$0\.08\d\d · 1 error", text)
     assert "tokens: input 51 · cache write 20,000 · cache read 40,000 · output" in text
     assert re.search(r"cost by token type: input \$0\.0002 \(0%\) · cache write \$0\.0750 \(8\d%\) · "
                      r"cache read \$0\.0120 \(1\d%\) · output \$0\.00", text)  # fmt: skip
@@ -120,7 +118,9 @@ def test_list_sessions_and_cost_report_show_cache_tokens_and_the_split(home, tmp
     )
     monkeypatch.setenv("COLUMNS", "200")
     listed = words(run("list-sessions"))
-    assert re.search(r"stopped 2 \$0\.08\d\d 51 20,000 40,000 \d+ 4 0 0 1 python ", listed)
+    assert re.search(
+        r"stopped 2 \$0\.08\d\d 51 20,000 40,000 \d+ 4 0 0 1 1 ws python ", listed
+    )  # 1 error, project ws
     report = json.loads(run("cost-report", "--json"))
     (model,) = report["rows"]
     assert (model["key"], model["calls"], model["uncached_input_tokens"]) == (
@@ -167,5 +167,7 @@ def test_the_demo_leaves_nothing_in_tmp_and_reads_plainly(capsem_home, tmp_path,
     (session,) = json.loads(run("list-sessions", "--json"))
     assert (capsem_home / "sessions" / session["id"] / "mitmdump.log").is_file()
     assert '{"city": "Paris"}' in out and "18°C and cloudy in Paris" in out
-    assert "4 model calls, 4 HTTP flows (0 failed), 2 tool calls" in words(out)
-    assert all(len(line) <= 80 for line in out.splitlines()), out
+    assert "4 model calls, 4 HTTP flows, 2 tool calls" in words(out)
+    # issue 25, point 8: the final answer says where it comes from (no test strings that read like a bug)
+    assert "no model was called and nothing was spent" in words(out) and "ünïcode" not in out
+    assert all(len(line) <= 80 for line in out.splitlines() if not line.startswith("database  ")), out

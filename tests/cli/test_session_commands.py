@@ -51,7 +51,8 @@ def test_list_sessions(home, monkeypatch):
     over, header, rule, line, footer = out.splitlines()
     assert over.split() == ["cache", "cache"] and set(rule) == {"─"}
     assert header.split() == ["ID", "Created", "Duration", "Status", "exit", "Cost", "input", "write", "read",
-                              "output", "net", "tools", "mcp", "fs", "Command"]  # fmt: skip
+                              "output", "net", "tools", "mcp", "fs", "errors",
+                              "Command"]  # fmt: skip
     cells = line.split()
     assert cells[0] == f"{sid}*" and cells[4] == "stopped"
     assert cells[2].count(":") == 2 and cells[1].count("-") == 1  # MM-DD HH:MM:SS
@@ -61,7 +62,7 @@ def test_list_sessions(home, monkeypatch):
         row["total_input_tokens"] > 500 and row["total_cache_read_tokens"] == 0 and row["exit_code"] is None
     )
     assert cells[6:] == [f"{row['total_input_tokens']:,}", "0", "0", f"{row['total_output_tokens']:,}", "4", "2", "0",
-                         "0"]  # fmt: skip
+                         "0", "0"]  # fmt: skip
     assert footer == "* = session.db on disk (queryable)"
     monkeypatch.setenv("COLUMNS", "80")
     narrow = run("list-sessions")
@@ -131,8 +132,11 @@ def test_list_sessions_shows_a_dead_running_session_as_crashed(home):
 
 
 def test_list_sessions_without_main_db(capsem_home):
-    out = run("list-sessions", code=1)
-    assert "no main.db" in out and str(capsem_home / "main.db") in out
+    """Issue 25, point 8. As seen: an empty $CAPSEM_HOME made list-sessions exit 1 with "Error"."""
+    out = run("list-sessions")
+    assert out == (f"No sessions recorded yet in {capsem_home}: capsem run -- AGENT records one (capsem run "
+                   "--emulator -- AGENT, or capsem demo, needs no key)\n")  # fmt: skip
+    assert run("list-sessions", "--json") == "[]\n"
 
 
 # --- query-session ------------------------------------------------------------------------------

@@ -185,7 +185,7 @@ def test_run_view_serves_the_page_of_the_session_about_to_start(home, monkeypatc
 
     opened: list[str] = []
     monkeypatch.setattr(webbrowser, "open", opened.append)
-    sid = open_live_view()
+    sid, _ = open_live_view()
     deadline = time.monotonic() + 10
     while not opened and time.monotonic() < deadline:  # the browser opens once the server listens
         time.sleep(0.05)

@@ -16,7 +16,11 @@ def test_token_breakdown_and_exit_code_on_an_older_main_db(tmp_path):
     conn.execute("INSERT INTO sessions (id, created_at) VALUES ('old', '2026-11-02T10:00:00.000Z')")
     conn.execute("INSERT INTO ai_usage (session_id, provider, model, call_count, estimated_cost) "
                  "VALUES ('old', 'anthropic', 'claude', 2, 0.5)")  # fmt: skip
-    assert migrate(conn, MAIN_MIGRATIONS) == ["m004_token_breakdown", "m005_exit_code", "m006_otlp_exports"]
+    assert migrate(conn, MAIN_MIGRATIONS)[:3] == [
+        "m004_token_breakdown",
+        "m005_exit_code",
+        "m006_otlp_exports",
+    ]
     row = conn.execute(
         "SELECT total_cache_read_tokens, total_cache_write_tokens, exit_code FROM sessions"
     ).fetchone()
@@ -50,3 +54,23 @@ def test_two_processes_migrating_the_same_file_take_turns(tmp_path):
     assert errors == []
     conn = sqlite3.connect(tmp_path / "session.db")
     assert len(conn.execute("SELECT name FROM _capsem_migrations").fetchall()) == len(SESSION_MIGRATIONS)
+
+
+def test_culled_keep_and_context_on_an_older_main_db(tmp_path):
+    """Issue 25: sessions culled before m007 (status `terminated`) read `culled`; `keep` is 0; the
+    run context columns and `session_tags` exist and are empty."""
+    conn = sqlite3.connect(tmp_path / "main.db", isolation_level=None)
+    names = [name for name, _ in MAIN_MIGRATIONS]
+    migrate(conn, MAIN_MIGRATIONS[: names.index("m007_culled_and_keep")])
+    conn.execute(
+        "INSERT INTO sessions (id, status, created_at) VALUES ('gone', 'terminated', '2026-11-02T10:00:00Z')"
+    )
+    conn.execute(
+        "INSERT INTO sessions (id, status, created_at) VALUES ('here', 'stopped', '2026-11-02T11:00:00Z')"
+    )
+    assert migrate(conn, MAIN_MIGRATIONS)[:2] == ["m007_culled_and_keep", "m008_session_context"]
+    rows = conn.execute(
+        "SELECT id, status, keep, culled_reason, project, name FROM sessions ORDER BY id"
+    ).fetchall()
+    assert rows == [("gone", "culled", 0, None, None, None), ("here", "stopped", 0, None, None, None)]
+    assert conn.execute("SELECT COUNT(*) FROM session_tags").fetchone() == (0,)

@@ -118,9 +118,15 @@ def test_every_page_in_chromium_shows_the_recorded_session(recorded, tmp_path):
     netlog = tmp_path / "netlog.json"
 
     # sessions list: cost equal to session.db's, a link to the session
-    listing = dom(f"{base}/", tmp_path / "p", f"--log-net-log={netlog}")
+    listing = dom(f"{base}/", tmp_path / "p", f"--log-net-log={netlog}", shot="sessions")
     assert f"/s/{sid}" in listing and money(sum(c["estimated_cost_usd"] for c in calls)) in listing
     assert "<svg" in listing and 'aria-label="cost per day"' in listing
+    # issue 25, point 8: at 390 px the list hid cost and status behind a scroll; now every other
+    # column folds away (`hide-s`) and the session cell carries start, duration and errors
+    head = listing[listing.index("<thead>") : listing.index("</thead>")]
+    kept = re.findall(r"<th(?![^>]*hide-s)[^>]*>([^<]+)</th>", head)
+    assert kept == ["Session", "Status", "Cost"], kept
+    assert 'class="show-s muted small"' in listing
 
     # session page: the tree (subagent under its Task tool call), each result beside its tool call
     page = dom(f"{base}/s/{sid}", tmp_path / "p", shot="session")
