@@ -116,7 +116,7 @@ def test_a_session_being_started_reloads_until_it_exists(home, client):
 
 
 def test_long_sessions_are_paginated(home, client, monkeypatch):
-    monkeypatch.setattr(queries, "PAGE_SIZE", 2)
+    monkeypatch.setattr(queries.session, "PAGE_SIZE", 2)
     sid = recorded_id(home)
     n = len(rows(session_db(home), "SELECT id FROM model_calls"))
     first, second = client.get(f"/s/{sid}").text, client.get(f"/s/{sid}?page=2").text
