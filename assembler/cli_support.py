@@ -87,3 +87,21 @@ def console() -> Console:
     unless $COLUMNS says how wide."""
     out = Console()
     return out if out.is_terminal or os.environ.get("COLUMNS", "").isdigit() else Console(width=160)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def json_option(f: F) -> F:
+    """`--json`: machine-readable output instead of the table."""
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(f)
+
+
+def dry_run_option(f: F) -> F:
+    """`--dry-run`: show what would change, change nothing."""
+    return click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")(f)
+
+
+def session_argument(f: F) -> F:
+    """Optional SESSION_ID; the newest session with a database when left out."""
+    return click.argument("session_id", required=False, metavar="[SESSION_ID]")(f)

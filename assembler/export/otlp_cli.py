@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import click
 
-from assembler.cli import _Day, _stderr_progress
 from assembler.cli_support import counted, user_errors
+from assembler.cli_support import stderr_progress as _stderr_progress
+from assembler.costs_cli import _Day
 
 
 @dataclass

@@ -1,0 +1,166 @@
+"""Money: cost-report and update-prices (and the DAY type the export commands share)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from assembler.cli_support import console as _console
+from assembler.cli_support import (
+    counted,
+    dry_run_option,
+    json_option,
+    user_errors,
+)
+from assembler.cli_support import stderr_progress as _stderr_progress
+
+
+class _Day(click.ParamType):
+    """A UTC day: YYYY-MM-DD, or `7d` / `2w` ago, or `today`."""
+
+    name = "day"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from assembler.reports import parse_day
+
+        try:
+            return parse_day(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+@click.command("cost-report")
+@click.option("--since", type=_Day(), metavar="DAY", help="First day to include: YYYY-MM-DD, 7d, 2w or today (UTC, "
+              "by session start).")  # fmt: skip
+@click.option("--until", type=_Day(), metavar="DAY", help="Last day to include (inclusive), same forms.")
+@click.option("--by", "group_by", type=click.Choice(["session", "provider", "model", "day", "week", "month", "project",
+              "branch", "tag"]), default="model", show_default=True, help="How to group the rows.")  # fmt: skip
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Also write one self-contained HTML page with charts (no scripts, no network).")  # fmt: skip
+@json_option
+def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
+    """Cost and tokens by model, provider, session, day, week, month, project, branch or tag.
+
+    Numbers come from the main.db rollup over a date range (UTC days of session start), so
+    vacuumed and culled sessions count; running sessions are read live from their
+    session.db. Tokens are shown as ccusage shows them: input (uncached), cache write, cache
+    read, output (reasoning included) and reasoning; the cost is split by token type below the
+    table. Unpriced models count as $0 and are reported. Project (the git repository's or
+    workspace's folder), branch (project@branch) and tags are those capsem run recorded; a
+    session with several tags counts under each.
+
+    \b
+    Examples:
+        capsem cost-report
+        capsem cost-report --since 7d --by day
+        capsem cost-report --since 2026-11-01 --until 2026-11-30 --by week
+        capsem cost-report --by provider --html cost.html
+        capsem cost-report --since 30d --by project
+    """
+    from assembler.costs import split_line
+    from assembler.reports import cost_report, html_report
+    from assembler.tables import Column, fit_table
+
+    if since and until and since > until:
+        raise click.BadParameter(f"--since {since} is after --until {until}")
+    with user_errors(), _stderr_progress() as progress:
+        task = progress.add_task("aggregating sessions", total=None)
+        report = cost_report(
+            since, until, lambda done, total: progress.update(task, completed=done, total=total)
+        )
+    if html_path:
+        try:
+            html_path.write_text(html_report(report), encoding="utf-8")
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {html_path}: {exc}") from exc
+        click.echo(f"wrote {html_path}", err=True)
+    if as_json:
+        click.echo(json.dumps(report.to_json(group_by), indent=2))
+        return
+    rows, total = report.rows(group_by), report.totals()
+    if not rows:
+        click.echo(f"No model calls between {since or 'the first session'} and {until or 'now'} "
+                   f"({counted(report.sessions, 'session')})")  # fmt: skip
+        return
+    console = _console()
+
+    def cells(r) -> list[str]:
+        u = r.usage
+        unpriced = not u.cost and bool(u.input_tokens or u.output_tokens)
+        return [r.key, str(r.sessions), f"{u.calls:,}", f"{u.uncached_input:,}", f"{u.cache_write_tokens:,}",
+                f"{u.cache_read_tokens:,}", f"{u.output_tokens:,}", f"{u.reasoning_tokens:,}",
+                "unpriced" if unpriced else f"${u.cost:.4f}"]  # fmt: skip
+
+    footer = cells(total)
+    footer[0] = "total"
+    names = [(group_by, "left", 10), ("sessions", "right", 1), ("calls", "right", 3), ("input", "right", 8),
+             ("cache\nwrite", "right", 7), ("cache\nread", "right", 7), ("output", "right", 8),
+             ("reasoning", "right", 2), ("cost", "right", 10)]  # fmt: skip
+    columns = [Column(n, j, p, footer=f) for (n, j, p), f in zip(names, footer, strict=True)]  # type: ignore[arg-type]
+    console.print(fit_table(columns, [cells(r) for r in rows], console.width, footer=True))
+    if split := split_line(total.usage):
+        console.print(f"cost by token type: {split}")
+    if report.unpriced_calls:
+        console.print(f"{counted(report.unpriced_calls, 'model call')} with tokens but no known price "
+                      "(counted as $0)", style="yellow")  # fmt: skip
+    if report.live:
+        console.print(
+            f"{counted(len(report.live), 'running session')} read live from session.db", style="dim"
+        )
+
+
+@click.command("update-prices")
+@click.option("--from", "source", metavar="FILE|URL",
+              help="A genai-prices data.json: a file, or an http(s) URL to download. "
+                   "Without it, the default table (config/genai-prices.json) is restored.")  # fmt: skip
+@dry_run_option
+@json_option
+def update_prices_cmd(source, dry_run, as_json) -> None:
+    """Install a new price table (validated, atomic).
+
+    The new table lands in $CAPSEM_HOME/prices.json and prices every later session. An
+    invalid file changes nothing. Prints the models added, removed and repriced, per
+    provider. Offline unless --from is an http(s) URL.
+
+    \b
+    Examples:
+        capsem update-prices --from ./data.json --dry-run
+        capsem update-prices --from https://raw.githubusercontent.com/pydantic/genai-prices/main/prices/data.json
+        capsem update-prices            # back to the default table, config/genai-prices.json
+    """
+    from assembler.prices import update_prices
+
+    try:
+        update = update_prices(source, dry_run=dry_run)
+    except (ValueError, OSError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps(update.to_json(), indent=2))
+        return
+    click.echo(f"current: {update.old_source}")
+    click.echo(f"new:     {update.source}")
+    if not update.providers:
+        click.echo("no model or price changes")
+    for provider, ch in update.providers.items():
+        click.echo(f"{provider}: {len(ch.added)} added, {len(ch.removed)} removed, {len(ch.changed)} changed")
+        for model, what in ch.changed[:25]:
+            click.echo(f"  ~ {model}: {what}")
+        for sign, models in (("+", ch.added), ("-", ch.removed)):
+            shown = models[:25]
+            for model in shown:
+                click.echo(f"  {sign} {model}")
+            if len(models) > len(shown):
+                click.echo(f"  {sign} ... and {len(models) - len(shown)} more")
+    click.echo(f"total: {update.count('added')} added, {update.count('removed')} removed, "
+               f"{update.count('changed')} changed")  # fmt: skip
+    for note in update.notes:
+        click.echo(note)
+    if dry_run:
+        click.echo("dry run: nothing installed")
+    elif update.installed:
+        click.echo(
+            f"installed: {update.target}" if source else f"removed {update.target}; using the default table"
+        )
