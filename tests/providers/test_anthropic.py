@@ -17,6 +17,7 @@ from addons.providers.anthropic import (
     usage_from_anthropic,
 )
 from addons.records import RequestInfo, ResponseSummary, ToolCall, ToolResult, Usage
+from tests.providers.contract import Contract
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "anthropic"
 PARSER = AnthropicMessages()
@@ -273,17 +274,13 @@ ERRORS = {
 }
 
 
+CONTRACT = Contract(PARSER, "anthropic", STREAMS, BODIES, fuzz_prefix="stream_thinking_tools.sse",
+                    pairs=[("stream_text.sse", "message_text.json"),
+                           ("stream_thinking_tools.sse", "message_thinking_tools.json")])  # fmt: skip
+"""What `tests/providers/test_contract.py` checks of this parser."""
+
+
 # -- responses ------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", sorted(STREAMS))
-def test_stream_fixture(name: str) -> None:
-    assert run(ref_events(fixture(name))) == STREAMS[name]
-
-
-@pytest.mark.parametrize("name", sorted(BODIES))
-def test_body_fixture(name: str) -> None:
-    assert PARSER.parse_response(fixture(name), 200) == BODIES[name]
 
 
 @pytest.mark.parametrize(("key", "expected"), ERRORS.items(), ids=[f"{n}-{s}" for n, s in ERRORS])
@@ -292,36 +289,6 @@ def test_error_body(key: tuple[str, int], expected: tuple[str, str]) -> None:
     assert PARSER.parse_response(fixture(name), status) == ResponseSummary(
         error_type=expected[0], error_message=expected[1], complete=True
     )
-
-
-@pytest.mark.parametrize(
-    ("stream", "body"),
-    [("stream_text.sse", "message_text.json"), ("stream_thinking_tools.sse", "message_thinking_tools.json")],
-)
-def test_streamed_and_whole_agree(stream: str, body: str) -> None:
-    a, b = run(ref_events(fixture(stream))), PARSER.parse_response(fixture(body), 200)
-    assert (a.text, a.thinking, a.stop_reason, a.usage) == (b.text, b.thinking, b.stop_reason, b.usage)
-
-    def calls(s: ResponseSummary) -> list:
-        return [(c.index, c.call_id, c.name, json.loads(c.arguments), c.complete) for c in s.tool_calls]
-
-    assert calls(a) == calls(b)
-
-
-@pytest.mark.parametrize("name", sorted(STREAMS))
-def test_stream_any_chunking(name: str) -> None:
-    body = fixture(name)
-    whole = decode([body])
-    assert whole == ref_events(body)
-    expected = run(whole)
-    seen: dict[tuple, ResponseSummary] = {}
-    for cut in range(1, len(body)):
-        events = decode([body[:cut], body[cut:]])
-        key = tuple((e.event, e.data, e.id) for e in events)
-        if key not in seen:
-            seen[key] = run(events)
-        assert seen[key] == expected, cut
-    assert run(decode([body[i : i + 1] for i in range(len(body))])) == expected
 
 
 def test_non_json_bodies() -> None:
@@ -795,14 +762,6 @@ def test_fuzz_bodies_never_raise(body: bytes, status: int) -> None:
 def test_fuzz_request_shapes_never_raise(obj: dict) -> None:
     info = _parse_request(json.dumps(obj).encode())
     assert info.error is None
-
-
-@settings(max_examples=100, deadline=None)
-@given(st.binary(max_size=300), st.integers(1, 50))
-def test_fuzz_bytes_through_decoder(data: bytes, size: int) -> None:
-    body = fixture("stream_thinking_tools.sse")[:200] + data
-    s = run(decode([body[i : i + size] for i in range(0, len(body), size)]))
-    assert isinstance(s, ResponseSummary)
 
 
 def test_events_typed_only_by_their_event_line() -> None:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from addons.framing import SSEDecoder, SSEEvent
 from addons.providers.openai_chat import OpenAIChat, _parse_request, usage_from_openai
 from addons.records import RequestInfo, ResponseSummary, ToolCall, ToolResult, Usage
+from tests.providers.contract import Contract
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "openai_chat"
 PARSER = OpenAIChat()
@@ -220,29 +221,11 @@ PAIRS = [
 ]
 
 
+CONTRACT = Contract(PARSER, "openai_chat", STREAMS, BODIES, PAIRS, fuzz_prefix="stream_parallel_tools.sse")
+"""What `tests/providers/test_contract.py` checks of this parser."""
+
+
 # -- responses ------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", sorted(STREAMS))
-def test_stream_fixture(name: str) -> None:
-    assert run(ref_events(fixture(name))) == STREAMS[name]
-
-
-@pytest.mark.parametrize("name", sorted(BODIES))
-def test_body_fixture(name: str) -> None:
-    assert PARSER.parse_response(fixture(name), 200) == BODIES[name]
-
-
-@pytest.mark.parametrize(("stream", "body"), PAIRS)
-def test_streamed_and_whole_agree(stream: str, body: str) -> None:
-    a, b = run(ref_events(fixture(stream))), PARSER.parse_response(fixture(body), 200)
-    assert (a.text, a.thinking, a.stop_reason, a.usage, a.tool_calls) == (
-        b.text,
-        b.thinking,
-        b.stop_reason,
-        b.usage,
-        b.tool_calls,
-    )
 
 
 @pytest.mark.parametrize(
@@ -283,22 +266,6 @@ def test_error_code_when_type_is_missing_and_vllm_old_shape() -> None:
     assert PARSER.parse_response(old, 400) == ResponseSummary(
         error_type="BadRequestError", error_message="too long", complete=True
     )
-
-
-@pytest.mark.parametrize("name", sorted(STREAMS))
-def test_stream_any_chunking(name: str) -> None:
-    body = fixture(name)
-    whole = decode([body])
-    expected = run(whole)
-    assert expected == STREAMS[name]
-    seen: dict[tuple, ResponseSummary] = {}
-    for cut in range(1, len(body)):
-        events = decode([body[:cut], body[cut:]])
-        key = tuple((e.event, e.data, e.id) for e in events)
-        if key not in seen:
-            seen[key] = run(events)
-        assert seen[key] == expected, cut
-    assert run(decode([body[i : i + 1] for i in range(len(body))])) == expected
 
 
 def test_non_json_bodies() -> None:
@@ -675,10 +642,3 @@ def test_fuzz_bodies_never_raise(body: bytes, status: int) -> None:
 )
 def test_fuzz_request_shapes_never_raise(obj: dict) -> None:
     assert _parse_request(json.dumps(obj).encode()).error is None
-
-
-@settings(max_examples=100, deadline=None)
-@given(st.binary(max_size=300), st.integers(1, 50))
-def test_fuzz_bytes_through_decoder(data: bytes, size: int) -> None:
-    body = fixture("stream_parallel_tools.sse")[:300] + data
-    assert isinstance(run(decode([body[i : i + size] for i in range(0, len(body), size)])), ResponseSummary)

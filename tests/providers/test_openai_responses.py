@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from addons.providers import detect, parser_for
 from addons.providers.openai_responses import OpenAIResponses, _parse_request
 from addons.records import RequestInfo, ResponseSummary, ToolCall, ToolResult, Usage
 from addons.websocket import WebSocketTurns, request_of
+from tests.providers.contract import Contract
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "openai_responses"
 PARSER = OpenAIResponses()
@@ -187,36 +187,18 @@ def test_bad_request_bodies(body: bytes, error: str) -> None:
     assert PARSER.parse_request(b'{"model": "gpt-5", "input": [tru').model == "gpt-5"
 
 
+CONTRACT = Contract(
+    PARSER,
+    "openai_responses",
+    STREAMS,
+    BODIES,
+    fuzz_prefix="stream_gpt5_tool.sse",
+    pairs=[("stream_gpt5_tool.sse", "response_gpt5_tool.json")],
+)
+"""What `tests/providers/test_contract.py` checks of this parser."""
+
+
 # -- responses ------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", sorted(STREAMS))
-def test_stream_fixture(name: str) -> None:
-    assert read([fixture(name)]) == STREAMS[name]
-
-
-@pytest.mark.parametrize("name", sorted(STREAMS))
-def test_stream_split_at_every_byte(name: str) -> None:
-    body = fixture(name)
-    expected = STREAMS[name]
-    for cut in range(1, len(body)):
-        assert read([body[:cut], body[cut:]]) == expected, cut
-    assert read([body[i : i + 1] for i in range(len(body))]) == expected
-    assert read([gzip.compress(body)], "gzip") == expected
-
-
-@pytest.mark.parametrize("name", sorted(BODIES))
-def test_body_fixture(name: str) -> None:
-    assert PARSER.parse_response(fixture(name), 200) == BODIES[name]
-    assert read([fixture(name)], framing=None) == BODIES[name]
-
-
-def test_stream_and_body_agree() -> None:
-    a, b = (
-        read([fixture("stream_gpt5_tool.sse")]),
-        PARSER.parse_response(fixture("response_gpt5_tool.json"), 200),
-    )
-    assert a == b
 
 
 def test_error_bodies() -> None:

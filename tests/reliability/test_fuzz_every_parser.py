@@ -3,16 +3,13 @@
 nothing may escape. A parse failure is a counted error in the summary, never an exception.
 
 The parsers' entry points are guarded (a bug becomes a counted parse error, never an exception
-reaching mitmproxy), so the guards are switched off here (`unguarded`): a bug the guard would
+reaching mitmproxy), so the guards are switched off here (`tests.providers.contract.unguarded`): a bug the guard would
 hide fails the test."""
 
 from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
-from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,8 +17,7 @@ from hypothesis import strategies as st
 from addons.body import ResponseReader
 from addons.framing import FRAMERS, make_framer
 from addons.providers import _PARSERS, parser_for
-from addons.providers.base import GuardedParser
-from addons.providers.collect import Stream
+from tests.providers.contract import unguarded
 
 PROTOCOLS = sorted(_PARSERS)
 FRAMINGS = sorted(FRAMERS)
@@ -34,17 +30,6 @@ _PIECES = [b"data: ", b"event: message_start\n", b"\n\n", b"\r\n", b"data: [DONE
            b"\x00\x00\x00\x10", b"\xff\xfe", "ü🎉".encode(), b'"type":"response.completed"', b"null", b"\\"]  # fmt: skip
 
 streams = st.lists(st.one_of(st.sampled_from(_PIECES), st.binary(max_size=24)), max_size=40).map(b"".join)
-
-
-@contextmanager
-def unguarded() -> Iterator[None]:
-    """The parsers without the guards around their entry points (see the module doc)."""
-    with (
-        mock.patch.object(Stream, "event", Stream.read),
-        mock.patch.object(GuardedParser, "parse_request", lambda self, body: self.request_fn(body)),
-        mock.patch.object(GuardedParser, "parse_response", GuardedParser.read_response),
-    ):
-        yield
 
 
 def splits(data: bytes, cuts: list[int]) -> list[bytes]:
