@@ -15,6 +15,7 @@ from pathlib import Path
 from unittest import mock
 
 from addons.body import ResponseReader
+from addons.framing import SSEDecoder, SSEEvent
 from addons.providers.base import GuardedParser
 from addons.providers.collect import Stream
 from addons.records import ResponseSummary
@@ -58,6 +59,21 @@ def unguarded() -> Iterator[None]:
         mock.patch.object(GuardedParser, "parse_response", GuardedParser.read_response),
     ):
         yield
+
+
+def run_events(parser: GuardedParser, events: list[SSEEvent]) -> ResponseSummary:
+    """A parser's summary of framed events, through its (guarded) stream."""
+    interp = parser.stream()
+    for ev in events:
+        interp.event(ev)
+    return interp.finish()
+
+
+def decode(chunks: list[bytes]) -> list[SSEEvent]:
+    """`chunks` framed by capture's SSE decoder."""
+    decoder = SSEDecoder()
+    events = [ev for chunk in chunks for ev in decoder.feed(chunk)]
+    return events + decoder.flush()
 
 
 def same_answer(a: ResponseSummary, b: ResponseSummary) -> tuple:

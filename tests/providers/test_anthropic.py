@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from addons.framing import SSEDecoder, SSEEvent
+from addons.framing import SSEEvent
 from addons.providers._common import content_text, error_fields, model_from_text
 from addons.providers.anthropic import (
     AnthropicMessages,
@@ -17,7 +17,7 @@ from addons.providers.anthropic import (
     usage_from_anthropic,
 )
 from addons.records import RequestInfo, ResponseSummary, ToolCall, ToolResult, Usage
-from tests.providers.contract import Contract
+from tests.providers.contract import Contract, run_events
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "anthropic"
 PARSER = AnthropicMessages()
@@ -46,18 +46,7 @@ def ref_events(body: bytes) -> list[SSEEvent]:
 
 
 def run(events: list[SSEEvent]) -> ResponseSummary:
-    interp = PARSER.stream()
-    for ev in events:
-        interp.event(ev)
-    return interp.finish()
-
-
-def decode(chunks: list[bytes]) -> list[SSEEvent]:
-    decoder = SSEDecoder()
-    events = []
-    for chunk in chunks:
-        events += decoder.feed(chunk)
-    return events + decoder.flush()
+    return run_events(PARSER, events)
 
 
 def ev(obj: dict, name: str | None = None) -> SSEEvent:

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addons.framing import SSEDecoder, SSEEvent
+from addons.framing import SSEEvent
 from addons.providers.openai_chat import OpenAIChat, _parse_request, usage_from_openai
 from addons.records import RequestInfo, ResponseSummary, ToolCall, ToolResult, Usage
-from tests.providers.contract import Contract
+from tests.providers.contract import Contract, run_events
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "openai_chat"
 PARSER = OpenAIChat()
@@ -33,18 +33,7 @@ def ref_events(body: bytes) -> list[SSEEvent]:
 
 
 def run(events: list[SSEEvent]) -> ResponseSummary:
-    interp = PARSER.stream()
-    for ev in events:
-        interp.event(ev)
-    return interp.finish()
-
-
-def decode(chunks: list[bytes]) -> list[SSEEvent]:
-    decoder = SSEDecoder()
-    events = []
-    for chunk in chunks:
-        events += decoder.feed(chunk)
-    return events + decoder.flush()
+    return run_events(PARSER, events)
 
 
 def chunk(delta: dict | None = None, finish: str | None = None, **extra) -> SSEEvent:
