@@ -12,29 +12,45 @@ from assembler.cli_support import user_errors
 @click.command("show-call")
 @click.argument("call_id", type=int, metavar="ID")
 @click.argument("session_id", required=False, metavar="[SESSION_ID]")
-@click.option("--request", "which", flag_value="request", help="Only the request.")
-@click.option("--response", "which", flag_value="response", help="Only the response.")
+@click.option("--request", "which", flag_value="request", help="Only the request (with --json or --raw).")
+@click.option("--response", "which", flag_value="response", help="Only the response (with --json or --raw).")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="The stored bodies as indented JSON, a stream one event per block.",
+)
 @click.option("--raw", is_flag=True, help="The exact stored bytes on stdout (needs --request or --response).")
-def show_call(call_id: int, session_id: str | None, which: str | None, raw: bool) -> None:
-    """Show one model call's exact request and response (ID = model_calls.id).
+def show_call(call_id: int, session_id: str | None, which: str | None, as_json: bool, raw: bool) -> None:
+    """Show one model call: what it was asked, what it cost, what it answered (ID = model_calls.id).
 
-    The bodies are what crossed the proxy, decoded (gzip, br, zstd…), except spans the scrubber
-    replaced (`[redacted hash:…]`). Without --raw they are shown readable: JSON indented, a
-    stream one event per block.
+    By default it reads as `capsem view`'s call page does: model, status, tokens, cost and where
+    the input tokens went; the system prompt and each tool definition on a line (new in this call
+    or as before); the conversation with its new items marked +, tool calls beside their results;
+    then the answer assembled. On a terminal it opens in a pager. --json shows the whole stored
+    bodies as JSON, --raw the exact bytes: what crossed the proxy, decoded (gzip, br, zstd…),
+    except spans the scrubber replaced (`[redacted hash:…]`).
 
     \b
     Examples:
         capsem show-call 12
+        capsem show-call 12 --json
         capsem show-call 12 --request --raw > request.json
-        capsem show-call 3 20260327-154418-f907 --response
+        capsem show-call 3 20260327-154418-f907 --response --json
     """
     from assembler.sessiondb import resolve
     from assembler.show_call import CallNotFound, call_bodies, render
 
     if raw and which is None:
         raise click.UsageError("--raw writes one body: add --request or --response")
+    if which is not None and not (raw or as_json):
+        as_json = True  # one body: shown as JSON
+    session = resolve(session_id)
+    if not (raw or as_json):
+        _readable(session, call_id)
+        return
     with user_errors(CallNotFound):
-        bodies = call_bodies(resolve(session_id), call_id)
+        bodies = call_bodies(session, call_id)
     chosen = [b for b in (bodies.request, bodies.response) if b is not None and which in (None, b.direction)]
     if not chosen:
         kept = which or "body"
@@ -48,15 +64,28 @@ def show_call(call_id: int, session_id: str | None, which: str | None, raw: bool
     click.echo(
         f"model call {call_id}: {call['provider']} {call['model'] or '?'}, status {call['status_code']}"
     )
-    if bodies.inputs and which is None:
-        total = sum(p["tokens"] for p in bodies.inputs) or 1
-        click.echo(f"input tokens by source (estimated, scaled to the reported {call['input_tokens']:,}):")
-        for p in bodies.inputs:
-            cost = "" if p["cost_usd"] is None else f"  ${p['cost_usd']:.5f}"
-            cached = f"  ({p['cache_read_tokens']:,} cached)" if p["cache_read_tokens"] else ""
-            name = p["part"].replace("_", " ")
-            click.echo(f"  {name:22} {p['tokens']:>9,}  {p['tokens'] / total:>4.0%}{cost}{cached}")
     for body in chosen:
         cut = ", truncated" if body.truncated else ""
         click.secho(f"\n── {body.direction} ({body.size:,} bytes{cut}) ──", bold=True)
         click.echo(render(body))
+
+
+def _readable(session_id: str, call_id: int) -> None:
+    """The call as the call page shows it, through a pager on a terminal."""
+    import shutil
+    import sqlite3
+
+    from assembler.sessiondb import open_session
+    from assembler.show_call_text import render_call
+    from assembler.view.queries import IncompleteDatabase, call_view
+
+    with user_errors(IncompleteDatabase, sqlite3.DatabaseError), open_session(session_id) as conn:
+        view = call_view(conn, session_id, call_id)
+    if view is None:
+        raise click.ClickException(f"session {session_id} has no model call {call_id}")
+    width = min(shutil.get_terminal_size((80, 24)).columns, 120)
+    text = render_call(view, width)
+    if sys.stdout.isatty():
+        click.echo_via_pager(text + "\n")
+    else:
+        click.echo(text)

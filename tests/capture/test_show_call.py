@@ -37,11 +37,19 @@ def test_show_call_readable_raw_and_errors(capsem_home):
     runner = CliRunner()
     raw = runner.invoke(cli, ["show-call", "1", "--response", "--raw"], catch_exceptions=False)
     assert raw.exit_code == 0 and raw.stdout_bytes == reply
-    shown = runner.invoke(cli, ["show-call", "1"], catch_exceptions=False, env={"COLUMNS": "80"})
-    assert shown.exit_code == 0
-    assert "input tokens by source (estimated, scaled to the reported 900)" in shown.output
-    assert "tool definitions" in shown.output and '"max_tokens": 100' in shown.output
-    assert "── response" in shown.output and max(len(line) for line in shown.output.splitlines()[:8]) <= 80
+    as_json = runner.invoke(cli, ["show-call", "1", "--json"], catch_exceptions=False, env={"COLUMNS": "80"})
+    assert as_json.exit_code == 0 and '"max_tokens": 100' in as_json.output and "── response" in as_json.output
+    for columns in ("80", "160"):  # readable: what the call page shows, folded to the terminal
+        shown = runner.invoke(cli, ["show-call", "1"], catch_exceptions=False, env={"COLUMNS": columns})
+        assert shown.exit_code == 0, shown.output
+        lines = shown.output.splitlines()
+        assert max(map(len, lines)) <= int(columns), max(lines, key=len)
+        assert lines[0].startswith("model call 1 · anthropic claude-sonnet-4-5") and "status 200" in lines[0]
+        assert "input tokens by source (estimated, scaled to the reported total):" in lines
+        assert any(line.startswith("+ system") for line in lines)  # the first call: everything new
+        assert sum(line.startswith("+ tool ") for line in lines) == len(TOOLS)
+        assert "+ user" in lines and "    fix the parser" in lines
+        assert "answer:" in lines and '"max_tokens": 100' not in shown.output  # no raw JSON by default
     missing = runner.invoke(cli, ["show-call", "99"])
     assert missing.exit_code == 1 and "has no model call 99" in missing.output
     assert runner.invoke(cli, ["show-call", "1", "--raw"]).exit_code == 2  # --raw needs one body
