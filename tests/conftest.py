@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,21 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     from tests import backends
 
     backends.stop()
+
+
+@contextmanager
+def environ(**values: str) -> Iterator[None]:
+    """`os.environ` with `values` set, as it was afterwards (module fixtures cannot use monkeypatch)."""
+    old = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @pytest.fixture(autouse=True)

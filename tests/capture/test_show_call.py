@@ -38,7 +38,9 @@ def test_show_call_readable_raw_and_errors(capsem_home):
     raw = runner.invoke(cli, ["show-call", "1", "--response", "--raw"], catch_exceptions=False)
     assert raw.exit_code == 0 and raw.stdout_bytes == reply
     as_json = runner.invoke(cli, ["show-call", "1", "--json"], catch_exceptions=False, env={"COLUMNS": "80"})
-    assert as_json.exit_code == 0 and '"max_tokens": 100' in as_json.output and "── response" in as_json.output
+    assert (
+        as_json.exit_code == 0 and '"max_tokens": 100' in as_json.output and "── response" in as_json.output
+    )
     for columns in ("80", "160"):  # readable: what the call page shows, folded to the terminal
         shown = runner.invoke(cli, ["show-call", "1"], catch_exceptions=False, env={"COLUMNS": columns})
         assert shown.exit_code == 0, shown.output

@@ -18,6 +18,7 @@ import pytest
 
 from assembler.summary import render_session, session_summary
 from tests.cli.conftest import run
+from tests.conftest import environ
 
 AGENT = """
 import pathlib, sys, anthropic
@@ -39,27 +40,17 @@ sys.exit(2)
 @pytest.fixture(scope="module")
 def cached_run(tmp_path_factory, emulator) -> tuple[Path, str, str]:
     """(CAPSEM_HOME, session id, the run's output at 80 columns)."""
-    import os
-
     home = tmp_path_factory.mktemp("cache-home")
     work = tmp_path_factory.mktemp("cache-work")
     script = work / "agent.py"
     script.write_text(AGENT)
     (work / "ws").mkdir()
-    old = {k: os.environ.get(k) for k in ("CAPSEM_HOME", "COLUMNS")}
-    os.environ.update(CAPSEM_HOME=str(home), COLUMNS="80")
-    try:
+    with environ(CAPSEM_HOME=str(home), COLUMNS="80"):
         upstream = (
             f"--mode upstream:{emulator.proxy_url} --set ssl_verify_upstream_trusted_ca={emulator.ca_path}"
         )
         out = run("run", "--workspace", str(work / "ws"), "--mitmdump-args", upstream, "--", sys.executable,
                   str(script), code=2)  # fmt: skip
-    finally:
-        for key, value in old.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     (db,) = home.glob("sessions/*/session.db")
     return home, db.parent.name, out
 

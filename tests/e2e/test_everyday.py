@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import run
-from tests.conftest import rows
+from tests.conftest import environ, rows
 
 REAL_KEY = "sk-ant-api03-EVERYDAYrealKEY0000000000000"
 
@@ -80,17 +80,9 @@ def everyday(tmp_path_factory) -> tuple[Path, str, str, Path]:
     git(repo, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "start")
     script = repo.parent / "agent.py"
     script.write_text(AGENT)
-    old = {k: os.environ.get(k) for k in ("CAPSEM_HOME", "COLUMNS", "ANTHROPIC_API_KEY")}
-    os.environ.update(CAPSEM_HOME=str(home), COLUMNS="80", ANTHROPIC_API_KEY=REAL_KEY)
-    try:
+    with environ(CAPSEM_HOME=str(home), COLUMNS="80", ANTHROPIC_API_KEY=REAL_KEY):
         out = run("run", "--emulator", "--broker", "--name", "checkout-fix", "--tag", "team-a", "--tag", "ci",
                   "--workspace", str(repo / "src"), "--", sys.executable, str(script))  # fmt: skip
-    finally:
-        for key, value in old.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     (db,) = home.glob("sessions/*/session.db")
     return home, db.parent.name, out, repo
 

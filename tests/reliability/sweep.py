@@ -8,11 +8,10 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import os
 import sqlite3
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import zstandard
 
 from addons.bodies import read_body
 from tests.cli.conftest import run
+from tests.conftest import environ
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 Corpus = list[tuple[str, bytes]]
@@ -117,17 +117,8 @@ def otlp_collector() -> Iterator[tuple[str, list[bytes]]]:
         server.server_close()
 
 
-@contextmanager
-def home_of(home: Path) -> Iterator[None]:
-    old = os.environ.get("CAPSEM_HOME")
-    os.environ["CAPSEM_HOME"] = str(home)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("CAPSEM_HOME", None)
-        else:
-            os.environ["CAPSEM_HOME"] = old
+def home_of(home: Path) -> AbstractContextManager[None]:
+    return environ(CAPSEM_HOME=str(home))
 
 
 def everything(home: Path, out: Path) -> Corpus:
