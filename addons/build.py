@@ -224,7 +224,7 @@ def item_rows(
     call's content frame with its bodies, addons/bodies.py)."""
     inputs = list(call.items)
     hashes = [i.hash for i in inputs]
-    previous = conversations.previous(hashes, call.previous_response_id)
+    previous = conversations.previous(inputs, call.previous_response_id)
     seen = set(previous.hashes) if previous else set()
     shared = 0
     if previous is not None and call.previous_response_id is None:
@@ -277,7 +277,7 @@ def item_rows(
         surface_hash(inputs, "tool_definition"),
     )
     row.items_count, row.items_new = len(inputs), new
-    conversations.remember(row.id, hashes, summary.message_id, row.turn_id, parent)
+    conversations.remember(row.id, inputs, summary.message_id, row.turn_id, parent)
     rows += input_parts(row, [(i, i.hash not in seen) for i in inputs], summary, conversations)
     return rows, fresh_items
 

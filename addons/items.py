@@ -289,10 +289,27 @@ def surface_hash(items: list[Item], kind: str) -> str | None:
 
 
 class _Previous:
-    __slots__ = ("call_id", "hashes", "parent", "turn_id")
+    __slots__ = ("call_id", "hashes", "parent", "talk", "turn_id")
 
-    def __init__(self, call_id: int, hashes: list[str], turn_id: str, parent: int | None) -> None:
-        self.call_id, self.hashes, self.turn_id, self.parent = call_id, hashes, turn_id, parent
+    def __init__(
+        self, call_id: int, hashes: list[str], turn_id: str, parent: int | None, talk: list[str]
+    ) -> None:
+        self.call_id, self.hashes, self.turn_id, self.parent, self.talk = (
+            call_id,
+            hashes,
+            turn_id,
+            parent,
+            talk,
+        )
+
+
+_TALK = frozenset({"message", "tool_call", "tool_result"})
+"""The kinds of item that make a conversation's history (not its system prompt or tools)."""
+
+
+def talk_of(items: list[Item]) -> list[str]:
+    """The hashes of the history items (messages, tool calls and results), in order."""
+    return [i.hash for i in items if i.kind in _TALK]
 
 
 SUBAGENT_TOOLS = ("Task", "Agent")
@@ -309,13 +326,13 @@ class Spawn:
 
 
 def new_turn(items: list[Item], new: list[bool]) -> bool:
-    """A request starts a turn when its newest new item is a user's message (not a tool result)."""
-    for entry, fresh in zip(reversed(items), reversed(new), strict=True):
-        if not fresh:
-            return False
-        if entry.kind in ("message", "tool_result"):
-            return entry.kind == "message" and entry.role in ("user", None)
-    return False
+    """A request starts a turn when it brings a new user message and no new tool result: a tool
+    loop goes on while results come back, whatever the agent adds beside them (Claude Code puts
+    `<system-reminder>` text next to its tool results)."""
+    fresh = [entry for entry, is_new in zip(items, new, strict=True) if is_new]
+    if any(entry.kind == "tool_result" for entry in fresh):
+        return False
+    return any(entry.kind == "message" and entry.role in ("user", None) for entry in fresh)
 
 
 def first_user_text(items: list[Item]) -> str:
@@ -339,18 +356,31 @@ class Conversations:
         self.spawns: deque[Spawn] = deque(maxlen=64)
         """Subagent tool calls whose subagent has not made its first request yet."""
 
-    def previous(self, hashes: list[str], previous_response_id: str | None = None) -> _Previous | None:
+    def previous(self, items: list[Item], previous_response_id: str | None = None) -> _Previous | None:
+        """The earlier call this request continues: the one named by `previous_response_id`, else
+        the latest whose history is mostly in this request's history (the agent resends it, with
+        edits: Claude Code changes its first system block every call, moves cache markers, adds
+        reminders and trims old thinking), else the one sharing the longest prefix of items."""
         if previous_response_id and previous_response_id in self._by_response:
             return self._by_response[previous_response_id]
-        best, shared = None, 0
+        mine = set(talk_of(items))
+        best, most = None, 0
+        for candidate in self._recent:  # oldest first: a tie goes to the latest
+            shared = sum(h in mine for h in candidate.talk)
+            if shared and shared * 2 >= len(candidate.talk) and shared >= most:
+                best, most = candidate, shared
+        if best is not None:
+            return best
+        hashes = [i.hash for i in items]
+        shared_prefix = 0
         for candidate in self._recent:
             n = 0
             for a, b in zip(candidate.hashes, hashes, strict=False):
                 if a != b:
                     break
                 n += 1
-            if n > shared:
-                best, shared = candidate, n
+            if n > shared_prefix:
+                best, shared_prefix = candidate, n
         return best
 
     def spawned_by(self, items: list[Item]) -> Spawn | None:
@@ -363,9 +393,12 @@ class Conversations:
                 return spawn
         return None
 
-    def remember(self, call_id: int, hashes: list[str], message_id: str | None, turn_id: str,
-                 parent: int | None = None) -> None:  # fmt: skip
-        entry = _Previous(call_id, hashes, turn_id, parent)
+    def remember(self, call_id: int, items: list[Item], message_id: str | None, turn_id: str,
+                 parent: int | None = None, answer: list[Item] = ()) -> None:  # fmt: skip
+        """Remember a call: its items, and its answer as history the next request will resend."""
+        entry = _Previous(
+            call_id, [i.hash for i in items], turn_id, parent, talk_of(items) + talk_of(list(answer))
+        )
         self._recent.append(entry)
         if message_id:
             self._by_response[message_id] = entry
