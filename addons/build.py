@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from addons import breakdown
 from addons.body import Preview
+from addons.cache_rows import cache_rows, call_facts
 from addons.decode import BodyDecoder
 from addons.items import SUBAGENT_TOOLS, Conversations, Item, Spawn, new_turn, output_items, surface_hash
 from addons.mcp.ledger import McpLedger
@@ -279,7 +280,24 @@ def item_rows(
     row.items_count, row.items_new = len(inputs), new
     conversations.remember(row.id, inputs, summary.message_id, row.turn_id, parent)
     rows += input_parts(row, [(i, i.hash not in seen) for i in inputs], summary, conversations)
+    rows += cache_breaks(row, call, inputs, summary, conversations, previous.call_id if previous else None)
     return rows, fresh_items
+
+
+def cache_breaks(row: ModelCall, call: CallInput, inputs: list[Item], summary: ResponseSummary,
+                 conversations: Conversations, earlier: int | None) -> list[Row]:  # fmt: skip
+    """The call's cache break and compaction against the earlier call of its conversation."""
+    facts = call_facts(row, call.started, call.ended, inputs, summary, conversations)
+    key = (row.provider, row.model)
+    if key not in conversations.rates:
+        conversations.rates[key] = breakdown.rates(row.provider, row.model)
+    rows = cache_rows(
+        conversations.facts.get(earlier) if earlier is not None else None, facts, conversations.rates[key]
+    )
+    conversations.facts[row.id] = facts
+    while len(conversations.facts) > 64:  # the recent calls a later one may continue
+        conversations.facts.pop(next(iter(conversations.facts)))
+    return rows
 
 
 def input_parts(

@@ -355,6 +355,8 @@ class Conversations:
         """Input token rates per (provider, model)."""
         self.spawns: deque[Spawn] = deque(maxlen=64)
         """Subagent tool calls whose subagent has not made its first request yet."""
+        self.facts: dict[int, Any] = {}
+        """What each recent call's cache break is decided on (`capsem.cache_breaks.CallFacts`), by call id."""
 
     def previous(self, items: list[Item], previous_response_id: str | None = None) -> _Previous | None:
         """The earlier call this request continues: the one named by `previous_response_id`, else

@@ -355,6 +355,41 @@ class InputPart:
     estimated: int = 1
 
 
+@dataclass(slots=True)
+class CacheBreakRow:
+    """A call that read less from the prompt cache than its conversation had cached (capsem/cache_breaks.py)."""
+
+    TABLE: ClassVar[str] = "cache_breaks"
+    event_id: str
+    model_call_id: int
+    earlier_call_id: int
+    """The earlier call of the conversation it is compared with."""
+    cached_tokens: int
+    """What the earlier call left cached (it read plus it wrote)."""
+    read_tokens: int
+    cause: str
+    """`changed`, `expired`, `model` or `unknown`."""
+    item_index: int | None
+    item: str | None
+    """With `changed`: the first item that differs inside the cached prefix (`tool definition Bash`)."""
+    before: str | None
+    after: str | None
+    extra_cost_usd: float | None
+    """What the call paid over reading the lost prefix from the cache (None: unpriced)."""
+
+
+@dataclass(slots=True)
+class CompactionRow:
+    """A call whose history is much shorter than its predecessor's: the agent summarized it."""
+
+    TABLE: ClassVar[str] = "compactions"
+    event_id: str
+    model_call_id: int
+    earlier_call_id: int
+    tokens_before: int
+    tokens_after: int
+
+
 Row = (
     NetEvent
     | ModelCall
@@ -370,6 +405,8 @@ Row = (
     | ItemList
     | InputPart
     | SubstitutionEvent
+    | CacheBreakRow
+    | CompactionRow
 )
 LINKED_TABLES = (
     "net_events",

@@ -541,3 +541,37 @@ def m012_item_indexes(conn: sqlite3.Connection) -> None:
     """No query looks up items by trace or turn (those go through `model_calls`, which has both
     indexes and joins on `model_call_id`): the two indexes were ~3 % of a long session's file."""
     run_script(conn, "DROP INDEX idx_model_items_trace_id; DROP INDEX idx_model_items_turn_id")
+
+
+@SESSION.migration
+def m013_cache_breaks(conn: sqlite3.Connection) -> None:
+    """Cache breaks (a call that read less from the prompt cache than its conversation had cached,
+    with the cause and what it cost) and compactions (a history the agent summarized)."""
+    run_script(
+        conn,
+        """
+        CREATE TABLE cache_breaks (
+            id INTEGER PRIMARY KEY,
+            event_id TEXT NOT NULL,
+            model_call_id INTEGER NOT NULL REFERENCES model_calls(id),
+            earlier_call_id INTEGER NOT NULL,
+            cached_tokens INTEGER NOT NULL,
+            read_tokens INTEGER NOT NULL,
+            cause TEXT NOT NULL,
+            item_index INTEGER,
+            item TEXT,
+            before TEXT,
+            after TEXT,
+            extra_cost_usd REAL
+        );
+        CREATE INDEX idx_cache_breaks_call ON cache_breaks(model_call_id);
+        CREATE TABLE compactions (
+            id INTEGER PRIMARY KEY,
+            event_id TEXT NOT NULL,
+            model_call_id INTEGER NOT NULL REFERENCES model_calls(id),
+            earlier_call_id INTEGER NOT NULL,
+            tokens_before INTEGER NOT NULL,
+            tokens_after INTEGER NOT NULL
+        )
+        """,
+    )

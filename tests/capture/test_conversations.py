@@ -139,3 +139,42 @@ def test_gemini_tool_loop_is_one_turn(tmp_path):
     a, b = turns(rec)
     assert a == b and ("message", "user") not in new_items(rec, 2)
     rec.shutdown()
+
+
+def usage_reply(content: list, *, read: int, write: int, fresh: int = 10, stop: str = "end_turn") -> bytes:
+    usage = {"input_tokens": fresh, "cache_read_input_tokens": read, "cache_creation_input_tokens": write,
+             "output_tokens": 5}  # fmt: skip
+    return json.dumps({"id": f"msg_{time.time_ns()}", "type": "message", "role": "assistant",
+                       "model": "claude-sonnet-4-5", "content": content, "stop_reason": stop,
+                       "usage": usage}).encode()  # fmt: skip
+
+
+def test_a_changed_tool_definition_is_recorded_as_a_cache_break_with_its_cost(tmp_path):
+    rec = RecorderHarness(tmp_path)
+    ask = {"role": "user", "content": "fix the failing test"}
+    send(rec, 0, claude_code("a1", [ask]), usage_reply([BASH], read=0, write=12_000, stop="tool_use"))
+    result = {"type": "tool_result", "tool_use_id": "toolu_bash1", "content": "ok"}
+    loop = [ask, {"role": "assistant", "content": [BASH]}, {"role": "user", "content": [result]}]
+    send(
+        rec,
+        1,
+        claude_code("b2", loop),
+        usage_reply([{"type": "text", "text": "done"}], read=12_000, write=300),
+    )
+    changed = [{**TOOLS[0], "description": "the Bash tool, now with a timeout"}, TOOLS[1]]
+    body = {**claude_code("c3", loop), "tools": changed}
+    send(rec, 2, body, usage_reply([{"type": "text", "text": "done"}], read=0, write=12_350))
+    breaks = rec.rows("SELECT * FROM cache_breaks")
+    assert len(breaks) == 1, breaks  # the full read of call 2 is no break
+    (found,) = breaks
+    assert (found["model_call_id"], found["earlier_call_id"], found["cause"], found["item"]) == (
+        3,
+        2,
+        "changed",
+        "tool definition Bash",
+    )
+    assert (found["cached_tokens"], found["read_tokens"]) == (12_300, 0)
+    # 12,300 tokens written again at Sonnet 4.5's rates: 12,300 × ($3.75 − $0.30) / 1M = $0.042435
+    assert abs(found["extra_cost_usd"] - 0.042435) < 1e-9
+    assert "now with a timeout" in found["after"] and "now with a timeout" not in found["before"]
+    rec.shutdown()
