@@ -439,10 +439,32 @@ def check_credentials(conn: sqlite3.Connection) -> list[Finding]:
     return out
 
 
+def check_cache_breaks(conn: sqlite3.Connection) -> list[Finding]:
+    """Calls that read less from the prompt cache than their conversation had cached, and what it cost."""
+    if "cache_breaks" not in {
+        r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    }:
+        return []
+    rows = conn.execute(
+        "SELECT cause, item, extra_cost_usd, model_call_id FROM cache_breaks ORDER BY id"
+    ).fetchall()
+    if not rows:
+        return []
+    cost = sum(r[2] or 0 for r in rows)
+    causes: dict[str, int] = {}
+    for cause, item, _, _ in rows:
+        label = f"{item} changed" if cause == "changed" and item else cause
+        causes[label] = causes.get(label, 0) + 1
+    listed = ", ".join(f"{label} ×{n}" if n > 1 else label for label, n in causes.items())
+    return [Finding("warning", "cache breaks", f"{counted(len(rows), 'cache break')} cost ${cost:.4f} more than "
+                    f"reading from the cache: {listed} (calls {', '.join(str(r[3]) for r in rows[:5])}"
+                    f"{', …' if len(rows) > 5 else ''}; capsem show-call ID says why)")]  # fmt: skip
+
+
 CHECKS: list[Callable[[sqlite3.Connection], list[Finding]]] = [
     check_schema, check_integrity, check_tool_lifecycle, check_references, check_provider_traffic,
     check_model_calls, check_failures, check_usage, check_decoding, check_processes, check_budgets,
-    check_credentials,
+    check_credentials, check_cache_breaks,
 ]  # fmt: skip
 
 

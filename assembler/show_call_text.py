@@ -14,7 +14,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Iterable
 
-from assembler.view.queries import CallView, Item
+from assembler.view.queries import CallView, Item, break_sentence
 
 LINES_PER_ITEM = 4
 """Lines of an item's text shown before `… (N more lines)`: the whole text is in --json and the view."""
@@ -66,6 +66,8 @@ def _header(view: CallView) -> list[str]:
         lines.append(f"error: {node.error}")
     if view.subagent_of is not None:
         lines.append(f"a subagent's call, started by tool call {view.subagent_of}")
+    if view.cache_break:
+        lines.append(break_sentence(view.cache_break))
     return lines
 
 

@@ -93,7 +93,12 @@ def environment() -> Environment:
     env.filters["secs"] = lambda s: f"{s:,.1f}s" if s < 600 else f"{s / 60:,.1f}m"
     env.filters["short"] = lambda ts: (ts or "")[:19].replace("T", " ")
     env.filters["day_time"] = lambda ts: (ts or "")[5:16].replace("T", " ")  # `11-25 19:23`, as list-sessions
-    env.globals.update(stacked=charts.stacked, part_colors=charts.PART_COLORS, part_labels=charts.PART_LABELS)
+    env.globals.update(
+        stacked=charts.stacked,
+        part_colors=charts.PART_COLORS,
+        part_labels=charts.PART_LABELS,
+        break_sentence=queries.break_sentence,
+    )
     return env
 
 

@@ -9,6 +9,10 @@ import json
 import time
 
 from addons.messages import Route
+from assembler.inspect import check_cache_breaks
+from assembler.show_call_text import render_call
+from assembler.view.queries import break_sentence, call_view
+from capsem.schema import connect
 from tests.recording import RecorderHarness, ended, head, response
 
 TOOLS = [
@@ -177,4 +181,16 @@ def test_a_changed_tool_definition_is_recorded_as_a_cache_break_with_its_cost(tm
     # 12,300 tokens written again at Sonnet 4.5's rates: 12,300 × ($3.75 − $0.30) / 1M = $0.042435
     assert abs(found["extra_cost_usd"] - 0.042435) < 1e-9
     assert "now with a timeout" in found["after"] and "now with a timeout" not in found["before"]
+    rec.writer.commit()
+    conn = connect(rec.writer.path, readonly=True)
+    (warning,) = check_cache_breaks(conn)  # inspect-session
+    assert warning.severity == "warning" and warning.message.startswith(
+        "1 cache break cost $0.0424 more than reading from the cache: tool definition Bash changed (calls 3;"
+    )
+    view = call_view(conn, "s", 3)  # the call page and show-call
+    assert break_sentence(view.cache_break) == ("cache broke here: tool definition Bash changed, +$0.0424 (read 0 "
+                                                "of the 12,300 tokens call 2 left cached)")  # fmt: skip
+    assert "cache broke here: tool definition Bash changed" in render_call(view, 80)
+    assert call_view(conn, "s", 2).cache_break is None
+    conn.close()
     rec.shutdown()

@@ -8,7 +8,15 @@ read only with `SELECT content FROM item_contents WHERE hash = ?`. Costs are the
 
 from __future__ import annotations
 
-from assembler.view.queries.call import CallView, DiffLine, Item, call_view, item_content, readable
+from assembler.view.queries.call import (
+    CallView,
+    DiffLine,
+    Item,
+    break_sentence,
+    call_view,
+    item_content,
+    readable,
+)
 from assembler.view.queries.common import (
     PAGE_SIZE,
     PARTS,
@@ -42,6 +50,7 @@ __all__ = [
     "ToolCall",
     "Turn",
     "anomaly_counts",
+    "break_sentence",
     "call_view",
     "check_session_db",
     "columns",

@@ -52,6 +52,8 @@ class CallView:
     has_response: bool
     breakdown: list[dict[str, Any]]
     subagent_of: int | None
+    cache_break: dict[str, Any] | None = None
+    """Why this call read less from the prompt cache than its conversation had cached (`cache_breaks`)."""
 
 
 def readable(kind: str, content: str) -> str:
@@ -208,8 +210,22 @@ def call_view(conn: sqlite3.Connection, session_id: str, call_id: int) -> CallVi
             "SELECT model_call_id FROM tool_calls WHERE id = ?", (call["parent_tool_call_id"],)
         ).fetchone()
         parent = got[0] if got else None
+    broke = None
+    if "cache_breaks" in found:
+        got = conn.execute("SELECT * FROM cache_breaks WHERE model_call_id = ?", (call_id,)).fetchone()
+        broke = dict(got) if got else None
     return CallView(session_id, call, node, inputs, outputs, tools, headers[0], headers[1], prev, nxt, diff, base,
-                    "request" in bodies, "response" in bodies, breakdown, parent)  # fmt: skip
+                    "request" in bodies, "response" in bodies, breakdown, parent, broke)  # fmt: skip
+
+
+def break_sentence(found: dict[str, Any]) -> str:
+    """A cache break in one line: `cache broke here: tool definition Bash changed, +$0.0414`."""
+    why = {"changed": f"{found.get('item') or 'an item'} changed", "model": "another model",
+           "expired": "the cache expired", "unknown": "cause unknown"}.get(found["cause"], found["cause"])  # fmt: skip
+    cost = found.get("extra_cost_usd")
+    extra = f", +${cost:.4f}" if cost else ""
+    return (f"cache broke here: {why}{extra} (read {found['read_tokens']:,} of the {found['cached_tokens']:,} "
+            f"tokens call {found['earlier_call_id']} left cached)")  # fmt: skip
 
 
 def _link_input(conn: sqlite3.Connection, found: set[str], item: Item, call_id: int) -> Item:
