@@ -11,7 +11,7 @@ import time
 from addons.messages import Route
 from assembler.inspect import check_cache_breaks
 from assembler.show_call_text import render_call
-from assembler.view.queries import break_sentence, call_view
+from assembler.view.queries import break_sentence, call_view, session_view
 from capsem.schema import connect
 from tests.recording import RecorderHarness, ended, head, response
 
@@ -192,5 +192,8 @@ def test_a_changed_tool_definition_is_recorded_as_a_cache_break_with_its_cost(tm
                                                 "of the 12,300 tokens call 2 left cached)")  # fmt: skip
     assert "cache broke here: tool definition Bash changed" in render_call(view, 80)
     assert call_view(conn, "s", 2).cache_break is None
+    page = session_view(conn, "s", None)  # the session page: what was read from cache, what breaks cost
+    assert list(page.cache_breaks) == [3] and abs(page.lost_to_breaks - 0.042435) < 1e-9
+    assert page.cache_read_share == 12_000 / (12_010 + 12_310 + 12_360)
     conn.close()
     rec.shutdown()
