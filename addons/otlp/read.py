@@ -26,6 +26,11 @@ class Step:
     """The watermark once these rows' spans are accepted."""
 
 
+def _has(conn: sqlite3.Connection, table: str) -> bool:
+    """Whether the session has `table` (sessions recorded before it was added do not)."""
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone() is not None
+
+
 def _dicts(conn: sqlite3.Connection, sql: str, params: tuple = ()) -> list[dict]:
     cur = conn.execute(sql, params)
     names = [d[0] for d in cur.description]
@@ -39,8 +44,12 @@ def step(conn: sqlite3.Connection, session_id: str, mark: Mark, *, finished: boo
     if mark.done:
         return None
     rows = Rows(session_id)
-    rows.calls = _dicts(conn, """SELECT m.*, n.port FROM model_calls m LEFT JOIN net_events n ON n.id = m.net_event_id
-                                 WHERE m.id > ? ORDER BY m.id LIMIT ?""", (mark.model_call_id, limit))  # fmt: skip
+    breaks = ("b.cause AS cache_break_cause, b.item AS cache_break_item, b.extra_cost_usd AS cache_break_cost_usd"
+              if _has(conn, "cache_breaks") else "NULL AS cache_break_cause")  # fmt: skip
+    joined = " LEFT JOIN cache_breaks b ON b.model_call_id = m.id" if _has(conn, "cache_breaks") else ""
+    rows.calls = _dicts(conn, f"""SELECT m.*, n.port, {breaks} FROM model_calls m
+                                  LEFT JOIN net_events n ON n.id = m.net_event_id{joined}
+                                  WHERE m.id > ? ORDER BY m.id LIMIT ?""", (mark.model_call_id, limit))  # fmt: skip
     rows.mcp = _dicts(
         conn, "SELECT * FROM mcp_calls WHERE id > ? ORDER BY id LIMIT ?", (mark.mcp_call_id, limit)
     )

@@ -197,6 +197,10 @@ class Builder:
             )
         for part, value in cost.items():  # input, cache_write, cache_read, output, reasoning (USD)
             attributes[f"gen_ai.usage.cost.{part}_usd"] = float(value)
+        if call.get("cache_break_cause"):  # this call read less from the prompt cache than was cached
+            attributes["capsem.cache_break.cause"] = call["cache_break_cause"]
+            attributes["capsem.cache_break.item"] = call.get("cache_break_item")
+            attributes["capsem.cache_break.extra_cost_usd"] = call.get("cache_break_cost_usd")
         if self.options.profile == "compat":
             attributes.update(_compat_usage(call, usage, model))
         if self.options.content:

@@ -11,9 +11,10 @@ import time
 from addons.messages import Route
 from assembler.inspect import check_cache_breaks
 from assembler.show_call_text import render_call
-from assembler.view.queries import break_sentence, call_view
+from assembler.view.queries import break_sentence, call_view, session_view
 from capsem.schema import connect
 from tests.recording import RecorderHarness, ended, head, response
+from tests.test_otlp import build
 
 TOOLS = [
     {"name": n, "description": f"the {n} tool", "input_schema": {"type": "object"}} for n in ("Bash", "Read")
@@ -192,5 +193,19 @@ def test_a_changed_tool_definition_is_recorded_as_a_cache_break_with_its_cost(tm
                                                 "of the 12,300 tokens call 2 left cached)")  # fmt: skip
     assert "cache broke here: tool definition Bash changed" in render_call(view, 80)
     assert call_view(conn, "s", 2).cache_break is None
+    page = session_view(conn, "s", None)  # the session page: what was read from cache, what breaks cost
+    assert list(page.cache_breaks) == [3] and abs(page.lost_to_breaks - 0.042435) < 1e-9
+    assert page.cache_read_share == 12_000 / (12_010 + 12_310 + 12_360)
     conn.close()
+    spans = {
+        s.attributes.get("capsem.model_call.id"): s.attributes
+        for s in build(rec.db)
+        if s.name.startswith("chat")
+    }
+    assert (
+        spans[3]["capsem.cache_break.cause"] == "changed"
+        and spans[3]["capsem.cache_break.item"] == ("tool definition Bash")
+        and abs(spans[3]["capsem.cache_break.extra_cost_usd"] - 0.042435) < 1e-9
+    )
+    assert "capsem.cache_break.cause" not in spans[2]  # the OTLP call span says it too
     rec.shutdown()

@@ -125,6 +125,15 @@ class SessionView:
     """Every error, as the run summary and `list-sessions` count them (`assembler.failures`)."""
     interventions: list[Intervention] = field(default_factory=list)
     """Where capsem stepped in: requests denied, warned or asked about, placeholders refused."""
+    cache_breaks: dict[int, str] = field(default_factory=dict)
+    """Call id -> why its prompt cache broke (`break_sentence`), for every break of the session."""
+    lost_to_breaks: float = 0.0
+    """What the breaks cost over reading from the cache (USD)."""
+
+    @property
+    def cache_read_share(self) -> float | None:
+        """The share of the session's input read from the prompt cache."""
+        return self.cache_read / self.input_tokens if self.input_tokens else None
 
 
 def _usage(row: dict) -> tuple[int, int]:
@@ -321,7 +330,19 @@ def session_view(conn: sqlite3.Connection, session_id: str, main: dict[str, Any]
         cumulative=_thin(cumulative), page=page, pages=pages, breakdown_total=breakdown_total,
         failures=failures(conn) if {"model_calls", "net_events", "tool_responses"} <= found else [],
         interventions=interventions(conn) if "net_events" in found else [],
+        **_breaks(conn, found),
     )  # fmt: skip
+
+
+def _breaks(conn: sqlite3.Connection, found: set[str]) -> dict[str, Any]:
+    """The session's cache breaks, each said in a sentence, and what they cost."""
+    from assembler.view.queries.call import break_sentence
+
+    if "cache_breaks" not in found:
+        return {}
+    rows = [dict(r) for r in conn.execute("SELECT * FROM cache_breaks ORDER BY id")]
+    return {"cache_breaks": {r["model_call_id"]: break_sentence(r) for r in rows},
+            "lost_to_breaks": sum(r["extra_cost_usd"] or 0.0 for r in rows)}  # fmt: skip
 
 
 def _events(
