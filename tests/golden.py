@@ -102,7 +102,7 @@ def dump_db(db: Path, out: list[str], volatile: bool) -> None:
     ids: dict[str, str] = {}
     names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
     for table in names:
-        cur = conn.execute(f'SELECT * FROM "{table}"')  # noqa: S608 - names from sqlite_master
+        cur = conn.execute(f'SELECT * FROM "{table}"')  # names from sqlite_master
         cols = [d[0] for d in cur.description]
         lines = []
         for row in cur:
