@@ -3,6 +3,6 @@
 Usage: mitmdump -s addons/capsem_addon.py   (with capsem installed in mitmdump's Python)
 """
 
-from addons.capture import Capsem
+from addons.proxy.capture import Capsem
 
 addons = [Capsem()]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from addons.credentials import Broker, Brokered, broker_env, load_secrets
 from addons.messages import Substitution
+from addons.proxy.credentials import Broker, Brokered, broker_env, load_secrets
 from capsem.settings import Credential, SettingsError, parse
 
 ANTHROPIC_KEY = "sk-ant-api03-REALanthropicKEY000000000000"

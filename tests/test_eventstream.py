@@ -11,10 +11,10 @@ from dataclasses import asdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addons.body import ResponseReader, stream_framing
+from addons.body import ResponseReader
 from addons.eventstream import EventStreamDecoder, decode_headers, encode_frame
 from addons.framing import make_framer
-from addons.providers import detect, parser_for
+from addons.providers import detect, stream_framing
 from addons.providers.anthropic import AnthropicMessages
 
 CHUNK = {":event-type": "chunk", ":content-type": "application/json", ":message-type": "event"}
@@ -126,9 +126,7 @@ def test_bedrock_routes_pick_the_eventstream_framing():
     assert route is not None
     assert (route.provider, route.protocol, route.model) == (
         "bedrock", "anthropic", "us.anthropic.claude-sonnet-4-5-20250929-v1:0")  # fmt: skip
-    assert (
-        stream_framing(parser_for("anthropic"), "application/vnd.amazon.eventstream", "/x") == "eventstream"
-    )
+    assert stream_framing("anthropic", "application/vnd.amazon.eventstream", "/x") == "eventstream"
 
 
 @settings(max_examples=300, deadline=None)

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from addons.mcp.ledger import ANSWER_WAIT, LINK_WINDOW, MCP_PREVIEW_BYTES
 from addons.messages import FlowEnded, RequestHead, Route
+from addons.recorder.mcp_ledger import ANSWER_WAIT, LINK_WINDOW, MCP_PREVIEW_BYTES
 from tests.recording import RecorderHarness, ended, head, response
 
 T0 = time.time()

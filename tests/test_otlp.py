@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from addons.otlp.live import LiveExport
-from addons.otlp.read import Mark, step
-from addons.otlp.send import Target, export_session, exporter, read_mark, traces_url
-from addons.otlp.spans import Builder, Options
+from addons.recorder.otlp.live import LiveExport
+from addons.recorder.otlp.read import Mark, step
+from addons.recorder.otlp.send import Target, export_session, exporter, read_mark, traces_url
+from addons.recorder.otlp.spans import Builder, Options
 from capsem import settings
 from capsem.schema import connect, open_main_db
 from tests.capture.test_turns import PROMPT, TASK, reply, result, send

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from addons.policy import ALLOW, Policy, PolicyError, Verdict
+from addons.proxy.policy import ALLOW, Policy, PolicyError, Verdict
 from capsem.settings import load, parse
 
 CONFIG = """

@@ -1,4 +1,4 @@
-"""ProcessResolver (addons/process.py) on real loopback connections of this process and a child."""
+"""ProcessResolver (addons/proxy/process.py) on real loopback connections of this process and a child."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from addons.process import ProcessResolver, PsutilTable, Socket, find_socket, proc_net_keys
+from addons.proxy.process import ProcessResolver, PsutilTable, Socket, find_socket, proc_net_keys
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

@@ -9,7 +9,8 @@ import time
 from datetime import UTC, datetime
 
 from addons.messages import Route, Stop
-from addons.recorder_process import finish, open_recorder, spec_of, warm_up
+from addons.recorder.main import finish, open_recorder, warm_up
+from addons.spec import spec_of
 from capsem.settings import defaults
 from pricing import reset_table
 from tests.conftest import rows

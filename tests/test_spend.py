@@ -9,8 +9,9 @@ import time
 import pytest
 
 from addons.budgets import today
-from addons.rows import ModelCall
-from addons.spend import SETTLE_SECONDS, SessionSpend, SpendView, ledger_rows, replace_rows
+from addons.proxy.spend import SETTLE_SECONDS, SpendView, ledger_rows
+from addons.recorder.rows import ModelCall
+from addons.recorder.spend import SessionSpend, replace_rows
 from capsem.rollup import register_session, rollup
 from capsem.schema import MAIN_MIGRATIONS, migrate, open_main_db, open_session_db
 from capsem.settings import Budget
@@ -136,7 +137,7 @@ def test_a_check_waits_for_the_cost_of_calls_that_just_ended(main_db, monkeypatc
     assert view.confirmed()
     view.ended("lost")  # its cost never comes back (a stopped recorder): no use waiting past
     later = time.monotonic() + SETTLE_SECONDS + 0.1  # SETTLE_SECONDS, but never confirmed
-    monkeypatch.setattr("addons.spend.time.monotonic", lambda: later)
+    monkeypatch.setattr("addons.proxy.spend.time.monotonic", lambda: later)
     assert view.settled() and not view.confirmed()
     view.on_report(json.dumps({"done": [["lost", 0]], "totals": []}))  # the recorder answers again
     assert view.confirmed()

@@ -8,7 +8,7 @@ Protocol quirks handled:
 - Tool results = EVERY `function_call_output` / `custom_tool_call_output` item of `input`
   (a user message may follow them; clients with `store=false` resend the whole history, and
   `previous_response_id` continuations carry only the new ones). De-duplication by call id
-  happens downstream (addons/traces.py). The tool name comes from the `function_call` item
+  happens downstream (addons/recorder/traces.py). The tool name comes from the `function_call` item
   with the same `call_id` when the request carries it.
 - Stream events carry their type in the JSON `type` (the `event:` line repeats it, and
   WebSocket messages have none). `response.created|in_progress|queued` give id and model;

@@ -1,4 +1,4 @@
-"""The addon in-process: `Capsem(in_process=True)` in mitmproxy's test context, its session started."""
+"""The addon in-process: `Capsem(recorder=RecorderThread)` in mitmproxy's test context, its session started."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from mitmproxy.test import taddons
 
-from addons.capture import Capsem
+from addons.proxy.capture import Capsem
+from addons.recorder.thread import RecorderThread
 from tests.conftest import only_session
 
 
@@ -26,7 +27,7 @@ def started(addon: Capsem) -> Iterator[Capsem]:
 
 @pytest.fixture
 def capsem(capsem_home):
-    with started(Capsem(in_process=True)) as addon:
+    with started(Capsem(recorder=RecorderThread)) as addon:
         yield addon
 
 

@@ -12,10 +12,20 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addons.bodies import FRAME_BYTES, MAX_DEPTH, MAX_PIECE, Body, BodyStore, _blob, _keys, pieces, read_body
 from addons.items import item
 from addons.messages import Route
-from addons.rows import BodyChunk, ContentFrame, IdMinter, ItemContent
+from addons.recorder.bodies import (
+    FRAME_BYTES,
+    MAX_DEPTH,
+    MAX_PIECE,
+    Body,
+    BodyStore,
+    _blob,
+    _keys,
+    pieces,
+    read_body,
+)
+from addons.recorder.rows import BodyChunk, ContentFrame, IdMinter, ItemContent
 from benchmarks.bodies import conversation
 from capsem.redact import Scrubber
 from tests.recording import RecorderHarness, ended, head, response

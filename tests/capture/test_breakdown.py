@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import time
 
-from addons.breakdown import PARTS, scale, split
 from addons.messages import Route
+from addons.recorder.breakdown import PARTS, scale, split
 from pricing.estimate import count_tokens
 from tests.recording import RecorderHarness, ended, head, response
 

@@ -15,7 +15,7 @@ from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from mitmproxy.test import tflow, tutils
 from mitmproxy.tls import TlsData
 
-from addons.connections import describe
+from addons.proxy.connections import describe
 from tests.capture.conftest import finish
 from tests.conftest import rows
 

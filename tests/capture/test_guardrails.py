@@ -16,7 +16,8 @@ import pytest
 from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
-from addons.capture import Capsem
+from addons.proxy.capture import Capsem
+from addons.recorder.thread import RecorderThread
 from tests.capture.conftest import started
 from tests.capture.test_hooks import FIXTURES, model_flow
 from tests.conftest import only_session, rows
@@ -29,7 +30,7 @@ REAL_KEY = "sk-ant-api03-HOOKS-real-key-0000000000000000"
 def addon_with(home, config: str) -> Capsem:
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.yaml").write_text(config)
-    return Capsem(in_process=True)
+    return Capsem(recorder=RecorderThread)
 
 
 @contextmanager

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 
-from addons.handover import Outbox
 from addons.messages import (
     Barrier,
     Chunk,
@@ -20,6 +19,7 @@ from addons.messages import (
     decode,
     encode,
 )
+from addons.proxy.handover import Outbox
 from tests.recording import RecorderHarness, ended, head, response
 
 
@@ -78,11 +78,11 @@ def test_a_flow_with_dropped_chunks_is_recorded_as_incomplete_with_the_reason(tm
 
 def test_the_recorders_health_reports_are_kept_in_memory_and_each_new_loss_is_logged(caplog):
     """A full disk: the counts live in mitmdump (and its log) even when nothing could be written."""
-    from addons.handover import RecorderProcess
+    from addons.proxy.handover import RecorderProcess
 
     recorder = RecorderProcess(Outbox(), b"{}")
     lost = '{"capture_commit_failures":"6","capture_rows_lost":"%d","capture_last_error":"database or disk is full"}'
-    with caplog.at_level("WARNING", logger="addons.handover"):
+    with caplog.at_level("WARNING", logger="addons.proxy.handover"):
         recorder._health(lost % 0)
         recorder._health(lost % 525)
         recorder._health(lost % 525)

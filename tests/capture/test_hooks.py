@@ -1,6 +1,6 @@
 """The addon's hooks in-process, with mitmproxy's own test helpers (`taddons`, `tflow`).
 
-The recorder runs on a thread of the test process (`Capsem(in_process=True)`): the same
+The recorder runs on a thread of the test process (`Capsem(recorder=RecorderThread)`): the same
 messages, the same recorder and writer as in mitmdump, without a proxy process. What only a
 real mitmdump can show (bytes on the wire, the recorder process, signals) is in tests/e2e.
 """
@@ -16,7 +16,8 @@ from mitmproxy.test import taddons, tflow, tutils
 from mitmproxy.websocket import WebSocketMessage
 from wsproto.frame_protocol import Opcode
 
-from addons.capture import Capsem
+from addons.proxy.capture import Capsem
+from addons.recorder.thread import RecorderThread
 from tests.capture.conftest import finish
 from tests.conftest import only_session, rows
 
@@ -103,7 +104,7 @@ def test_policy_deny_answers_403_and_records_the_rule(capsem_home):
     (capsem_home / "config.yaml").write_text(
         "policy:\n  rules: [{name: no-x, action: deny, host: '*.x.test'}]\n"
     )
-    addon = Capsem(in_process=True)
+    addon = Capsem(recorder=RecorderThread)
     with taddons.context(addon) as tctx:
         tctx.configure(addon)
         addon.running()

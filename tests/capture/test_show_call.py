@@ -8,7 +8,8 @@ from click.testing import CliRunner
 from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
-from addons.capture import Capsem
+from addons.proxy.capture import Capsem
+from addons.recorder.thread import RecorderThread
 from assembler.cli import cli
 from tests.capture.test_breakdown import SYSTEM, TOOLS, answer
 
@@ -17,7 +18,7 @@ REQUEST = {"model": "claude-sonnet-4-5", "max_tokens": 100, "system": SYSTEM, "t
 
 
 def record_one_call(reply: bytes) -> None:
-    addon = Capsem(in_process=True)
+    addon = Capsem(recorder=RecorderThread)
     with taddons.context(addon) as tctx:
         tctx.configure(addon)
         addon.running()

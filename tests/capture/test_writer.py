@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from addons.rows import FsEvent, new_event_id
-from addons.writer import SessionWriter
+from addons.recorder.rows import FsEvent, new_event_id
+from addons.recorder.writer import SessionWriter
 from capsem.redact import Scrubber
 from tests.conftest import rows
 

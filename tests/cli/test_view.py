@@ -16,7 +16,7 @@ import time
 import pytest
 from starlette.testclient import TestClient
 
-from addons.bodies import read_body
+from addons.recorder.bodies import read_body
 from assembler.view import queries
 from assembler.view.app import create_app
 from assembler.view.charts import money

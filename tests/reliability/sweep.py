@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import zstandard
 
-from addons.bodies import read_body
+from addons.recorder.bodies import read_body
 from tests.cli.conftest import run
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

@@ -3,7 +3,7 @@
 It keeps what spans several messages: the reader of each streamed response, the turns of each
 WebSocket, the MCP streams and held rows (in the ledger), the pending tool calls of each trace,
 and the process behind each client connection. Everything else is done by the pure builders
-(`addons/build.py`). A message that cannot be handled is counted and logged; the next one is
+(`addons/recorder/build.py`). A message that cannot be handled is counted and logged; the next one is
 handled as usual.
 """
 
@@ -17,12 +17,10 @@ from typing import Any
 
 import msgspec
 
-from addons import build
-from addons.bodies import Body, BodyStore, known_pieces
 from addons.body import ResponseReader
 from addons.items import Conversations, Item, request_items
-from addons.mcp.ledger import MCP_PREVIEW_BYTES, McpLedger
 from addons.messages import (
+    ABNORMAL_CLOSURE,
     Chunk,
     FlowEnded,
     Message,
@@ -31,12 +29,16 @@ from addons.messages import (
     WsMessage,
     WsOpened,
 )
-from addons.providers import parser_for
-from addons.rows import IdMinter, McpCall, ModelCall, Row
-from addons.spend import WS_TURN, SessionSpend
-from addons.traces import TraceTracker
-from addons.websocket import ABNORMAL_CLOSURE, Turn, WebSocketTurns, request_of, route_for
-from addons.writer import SessionWriter
+from addons.providers import parser_for, websocket_route
+from addons.recorder import build
+from addons.recorder.bodies import Body, BodyStore, known_pieces
+from addons.recorder.mcp_ledger import MCP_PREVIEW_BYTES, McpLedger
+from addons.recorder.rows import IdMinter, McpCall, ModelCall, Row
+from addons.recorder.spend import SessionSpend
+from addons.recorder.traces import TraceTracker
+from addons.recorder.websocket import Turn, WebSocketTurns, request_of
+from addons.recorder.writer import SessionWriter
+from addons.spec import WS_TURN
 from capsem.redact import is_stream_type
 from capsem.settings import CaptureSettings
 
@@ -311,7 +313,7 @@ class Recorder:
             obj = _json_object(turn.request_body)
             request = request_of(obj) if obj is not None else None
             call = build.CallInput(
-                request=head, route=route_for(head.host), info=turn.request, summary=turn.summary,
+                request=head, route=websocket_route(head.host), info=turn.request, summary=turn.summary,
                 started=turn.started, ended=turn.ended, status=turn.status, request_size=turn.request_bytes,
                 response_size=turn.response_bytes,
                 request_preview=build.preview_of(turn.request_body, build.KEPT_PREVIEW_BYTES),

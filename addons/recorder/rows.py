@@ -1,7 +1,7 @@
 """The rows capsem writes to session.db, one dataclass per table, ids minted before the write.
 
-The record builders (`addons/build.py`, `addons/mcp/ledger.py`) return these; the writer
-(`addons/writer.py`) inserts them, scrubbing every string. Every row carries an `event_id`
+The record builders (`addons/recorder/build.py`, `addons/recorder/mcp_ledger.py`) return these; the writer
+(`addons/recorder/writer.py`) inserts them, scrubbing every string. Every row carries an `event_id`
 (12 lowercase hex, like Capsem's) and the tables other rows point at get their integer `id`
 from `IdMinter`, so every link (a tool call to its model call, a model call to its flow, an
 MCP call to the tool call it ran) is known when the row is built: rows are only ever
@@ -237,7 +237,7 @@ class SubstitutionEvent:
 
 @dataclass(slots=True)
 class BodyChunk:
-    """One piece of one or more bodies, stored once per session (see addons/bodies.py)."""
+    """One piece of one or more bodies, stored once per session (see addons/recorder/bodies.py)."""
 
     TABLE: ClassVar[str] = "body_chunks"
     hash: bytes
@@ -342,7 +342,7 @@ class ItemList:
 
 @dataclass(slots=True)
 class InputPart:
-    """One source of a call's input tokens (see addons/breakdown.py): estimated, scaled to the total."""
+    """One source of a call's input tokens (see addons/recorder/breakdown.py): estimated, scaled to the total."""
 
     TABLE: ClassVar[str] = "input_breakdown"
     event_id: str

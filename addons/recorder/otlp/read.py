@@ -6,7 +6,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from addons.items import call_items
-from addons.otlp.spans import Rows, call_end, nanos, turn_key
+from addons.recorder.otlp.spans import Rows, call_end, nanos, turn_key
 
 
 @dataclass(frozen=True)

@@ -24,17 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from addons.framing import SSEEvent
-from addons.messages import Route
-from addons.providers import provider_for_host
 from addons.providers._common import as_int, load_json_object
 from addons.providers.openai_responses import OpenAIResponsesStream, parse_request_object
 from addons.records import RequestInfo, ResponseSummary
 
-__all__ = ["Turn", "WebSocketTurns", "request_of", "route_for"]
+__all__ = ["Turn", "WebSocketTurns", "request_of"]
 
 PROTOCOL = "openai_responses"
 
-ABNORMAL_CLOSURE = 1006
 """The close code of a WebSocket that ended without a close frame (RFC 6455 7.1.5)."""
 
 
@@ -152,7 +149,3 @@ class WebSocketTurns:
             status=turn.status,
             response_body=b"\n".join(turn.responses),  # NDJSON: one server message a line
         )
-
-
-def route_for(host: str) -> Route:
-    return Route(provider_for_host(host) or "openai", PROTOCOL)

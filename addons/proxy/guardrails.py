@@ -1,9 +1,9 @@
 """Guardrails in the path: brokered credentials and spend budgets, as the hooks use them.
 
-The addon (`addons/capture.py`) calls this in `requestheaders` and `request`, before anything
+The addon (`addons/proxy/capture.py`) calls this in `requestheaders` and `request`, before anything
 goes upstream: `substitute` puts the real keys in place of their placeholders (where allowed:
-`addons/credentials.py`), `verdict` says whether a model call is within its budgets
-(`addons/budgets.py`, over the spend in `addons/spend.py`) and `refusal` is the provider-shaped
+`addons/proxy/credentials.py`), `verdict` says whether a model call is within its budgets
+(`addons/budgets.py`, over the spend in `addons/proxy/spend.py`) and `refusal` is the provider-shaped
 answer to a call that is not. Nothing here blocks the event loop: the spend of other sessions is
 read by a background thread, and waiting for the cost of calls that have just ended is `await`ed.
 """
@@ -18,15 +18,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from addons.budgets import Verdict, decide, model_of, refusal, usd, ws_refusal, ws_request
-from addons.credentials import REFUSED, Broker, Brokered, load_secrets
 from addons.messages import Route, Substitution
-from addons.spend import SETTLE_SECONDS, WS_TURN, SpendView
+from addons.proxy.credentials import REFUSED, Broker, Brokered, load_secrets
+from addons.proxy.spend import SETTLE_SECONDS, SpendView
+from addons.spec import WS_TURN
 from capsem.settings import Budget, Settings
 
 if TYPE_CHECKING:
     from mitmproxy import http
 
-    from addons.handover import RecorderProcess, RecorderThread
+    from addons.proxy.handover import RecorderProcess, RecorderThread
 
 logger = logging.getLogger(__name__)
 

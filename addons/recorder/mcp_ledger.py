@@ -37,7 +37,7 @@ from addons.mcp.wire import (
     url_key,
 )
 from addons.messages import FlowEnded, StreamOpened
-from addons.rows import IdMinter, McpCall, ToolCall, new_event_id
+from addons.recorder.rows import IdMinter, McpCall, ToolCall, new_event_id
 from capsem.ids import rfc3339
 from capsem.redact import hash_value
 

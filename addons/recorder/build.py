@@ -1,7 +1,7 @@
 """Pure record builders: a finished flow (or WebSocket turn) in, the rows that record it out.
 
 Nothing here touches SQLite or mitmproxy. Decoding, parsing, usage, pricing and trace linking
-produce complete rows with their ids and links already set (`addons/rows.py`); the recorder
+produce complete rows with their ids and links already set (`addons/recorder/rows.py`); the recorder
 hands them to the writer. The only state is passed in explicitly: the id minter, the trace
 tracker (which tool calls are pending) and the MCP ledger (which MCP calls ran which tools).
 """
@@ -14,15 +14,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NamedTuple
 
-from addons import breakdown
 from addons.body import Preview
 from addons.decode import BodyDecoder
 from addons.items import SUBAGENT_TOOLS, Conversations, Item, Spawn, new_turn, output_items, surface_hash
-from addons.mcp.ledger import McpLedger
 from addons.mcp.wire import mcp_tool_name
 from addons.messages import FlowEnded, RequestHead, Route
-from addons.records import RequestInfo, ResponseSummary
-from addons.rows import (
+from addons.recorder import breakdown
+from addons.recorder.mcp_ledger import McpLedger
+from addons.recorder.rows import (
     IdMinter,
     InputPart,
     ItemList,
@@ -35,7 +34,8 @@ from addons.rows import (
     ToolResponse,
     new_event_id,
 )
-from addons.traces import TraceTracker
+from addons.recorder.traces import TraceTracker
+from addons.records import RequestInfo, ResponseSummary
 from capsem.ids import rfc3339
 from capsem.redact import Scrubber, headers_json, redact_query
 from capsem.settings import CaptureSettings
@@ -221,7 +221,7 @@ def item_rows(
     """The items of a model call: the inputs new since the previous call of its conversation and
     the outputs (`model_items`), its whole input list (`model_item_lists`), the call's item columns
     set on `row`; and the items whose content the session has not stored yet (they go into the
-    call's content frame with its bodies, addons/bodies.py)."""
+    call's content frame with its bodies, addons/recorder/bodies.py)."""
     inputs = list(call.items)
     hashes = [i.hash for i in inputs]
     previous = conversations.previous(hashes, call.previous_response_id)
@@ -285,7 +285,7 @@ def item_rows(
 def input_parts(
     row: ModelCall, items: list[tuple[Item, bool]], summary: ResponseSummary, conversations: Conversations
 ) -> list[Row]:
-    """Where the call's input tokens went, when the provider reported them (addons/breakdown.py)."""
+    """Where the call's input tokens went, when the provider reported them (addons/recorder/breakdown.py)."""
     usage = summary.usage
     if not items or not usage.input_tokens or "input_tokens" in usage.estimated:
         return []

@@ -24,7 +24,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-from addons.rows import LINKED_TABLES, Row, new_event_id
+from addons.recorder.rows import LINKED_TABLES, Row, new_event_id
 from capsem.redact import Scrubber
 from capsem.schema import open_session_db
 
@@ -97,7 +97,7 @@ class SessionWriter:
         return self._queued + len(self._meta)
 
     def add(self, rows: Iterable[Row]) -> None:
-        """Queue typed rows (see addons/rows.py)."""
+        """Queue typed rows (see addons/recorder/rows.py)."""
         for row in rows:
             columns, get = self._getter(type(row))
             self._queue(row.TABLE, columns, get(row))

@@ -9,7 +9,7 @@ ran (else under the turn of its time). A subagent's calls and tools hang under t
 span of the tool call that started it. Span and trace ids are hashes of capsem's ids, so an export
 done twice is the same data.
 
-The builders take plain rows (`Rows`, read by `addons.otlp.read`) and return the SDK's
+The builders take plain rows (`Rows`, read by `addons.recorder.otlp.read`) and return the SDK's
 `ReadableSpan`s, which its OTLP exporter sends as they are.
 """
 
@@ -56,7 +56,7 @@ class Options:
 
 @dataclass
 class Rows:
-    """What one export step turns into spans (`addons.otlp.read.rows`)."""
+    """What one export step turns into spans (`addons.recorder.otlp.read.rows`)."""
 
     session_id: str
     calls: list[dict] = field(default_factory=list)

@@ -16,10 +16,10 @@ import threading
 import time
 from pathlib import Path
 
-from addons.otlp.send import Target, export_session, exporter
+from addons.recorder.otlp.send import Target, export_session, exporter
 from capsem.schema import connect, open_main_db
 
-logger = logging.getLogger("addons.otlp")
+logger = logging.getLogger("addons.recorder.otlp")
 TIMEOUT = 5.0
 """Seconds one export request may take (retries on connection errors included)."""
 CLOSE_TIMEOUT = 3.0

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import zstandard
 
 from addons.items import Item
-from addons.rows import BodyBlob, BodyChunk, ContentFrame, IdMinter, ItemContent, Row, new_event_id
+from addons.recorder.rows import BodyBlob, BodyChunk, ContentFrame, IdMinter, ItemContent, Row, new_event_id
 from capsem.markers import keyed_hex
 from capsem.redact import Scrubber, is_stream_type
 

@@ -3,7 +3,7 @@ session's own spend, reported by the recorder.
 
 Two halves, one per process:
 
-- `SessionSpend` lives in the recorder process. It adds up the cost of every `model_calls` row
+- `SessionSpend` (`addons/recorder/spend.py`) lives in the recorder process. It adds up the cost of every `model_calls` row
   the recorder builds, by UTC day, provider, model and host. After each handled batch it has a
   report for mitmdump (a `spend {...}` line on the recorder's status pipe: this session's rows
   and the flows whose cost is now counted); after each commit it replaces this session's rows of
@@ -38,8 +38,6 @@ from pathlib import Path
 
 from addons.budgets import SpendRow, spent
 from addons.budgets import today as utc_today
-from addons.rows import ModelCall
-from capsem.rollup import SPEND_SQL
 from capsem.schema import connect
 from capsem.settings import Budget
 
@@ -52,83 +50,6 @@ REFRESH_SECONDS = 0.2
 """How often mitmdump re-reads the other sessions' spend from main.db."""
 SETTLE_SECONDS = 2.0
 """How long a budget check waits at most for the cost of calls that have just ended."""
-WS_TURN = "#ws"
-"""Suffix of the key of a WebSocket's turns (`<flow key>#ws`, with the number of server messages
-the recorder has handled: a turn ended by the n-th one is counted once n is)."""
-
-
-class SessionSpend:
-    """This session's spend as the recorder builds its rows (recorder process, one thread)."""
-
-    def __init__(self, session_id: str) -> None:
-        self.session_id = session_id
-        self.totals: dict[Key, list[float]] = {}
-        """key -> [cost, calls]."""
-        self._done: dict[str, int] = {}
-        self._reported = self._saved = True
-        self._main: sqlite3.Connection | None = None
-
-    def load(self, conn: sqlite3.Connection) -> None:
-        """Start from the calls session.db already holds (a session id used again, or a recorder
-        restarted after its predecessor died); the first report says so at once."""
-        for day, provider, model, host, calls, cost in conn.execute(SPEND_SQL):
-            self.totals[(day, provider, model, host)] = [cost, calls]
-        self._saved = not self.totals
-        self._reported = False
-
-    def add(self, row: ModelCall) -> None:
-        """Count a model call (its day is the UTC day it started, as in `model_calls.timestamp`)."""
-        key = (row.timestamp[:10], row.provider, row.model or "", row.host or "")
-        total = self.totals.setdefault(key, [0.0, 0])
-        total[0] += row.estimated_cost_usd or 0.0
-        total[1] += 1
-        self._reported = self._saved = False
-
-    def counted(self, flow_key: str, seq: int = 0) -> None:
-        """A flow's cost (if any) is counted, up to its `seq`-th server message for a WebSocket
-        (`<key>#ws`): the hooks may stop waiting for it."""
-        self._done[flow_key] = max(seq, self._done.get(flow_key, 0))
-        self._reported = False
-
-    def rows(self) -> list[SpendRow]:
-        return [(self.session_id, *key, total[0]) for key, total in self.totals.items()]
-
-    def report(self) -> str | None:
-        """The `spend` status line when something changed since the last one, else None."""
-        if self._reported:
-            return None
-        self._reported = True
-        done, self._done = [[key, seq] for key, seq in self._done.items()], {}
-        totals = [[*key, round(t[0], 12), t[1]] for key, t in self.totals.items()]
-        return "spend " + json.dumps({"done": done, "totals": totals}, separators=(",", ":"))
-
-    def save(self, main_db: Path) -> None:
-        """Replace this session's rows of main.db `spend` (when they changed); a failure is logged
-        and retried at the next commit."""
-        if self._saved:
-            return
-        try:
-            if self._main is None:
-                self._main = connect(main_db)
-            replace_rows(self._main, self.session_id, [(*k, t[1], t[0]) for k, t in self.totals.items()])
-            self._saved = True
-        except sqlite3.Error as exc:
-            self.close()
-            logger.warning("capsem: updating the spend ledger in %s failed (%s); retried at the next commit",
-                           main_db, exc)  # fmt: skip
-
-    def close(self) -> None:
-        if self._main is not None:
-            self._main.close()
-            self._main = None
-
-
-def replace_rows(main: sqlite3.Connection, session_id: str, rows: Sequence[tuple]) -> None:
-    """A session's `spend` rows, `(day, provider, model, host, calls, cost)`, replaced in one transaction."""
-    with main:
-        main.execute("BEGIN IMMEDIATE")
-        main.execute("DELETE FROM spend WHERE session_id = ?", (session_id,))
-        main.executemany("INSERT INTO spend VALUES (?, ?, ?, ?, ?, ?, ?)", [(session_id, *r) for r in rows])
 
 
 def ledger_rows(main: sqlite3.Connection, *, since: str, exclude: str | None = None) -> list[SpendRow]:

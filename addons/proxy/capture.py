@@ -1,14 +1,14 @@
 """The capsem mitmproxy addon: hooks that hand typed messages to the recorder.
 
 Every hook is cheap: it copies what it needs out of the flow into a frozen message
-(`addons/messages.py`) and puts it on the outbox (`addons/handover.py`), which a sender thread
+(`addons/messages.py`) and puts it on the outbox (`addons/proxy/handover.py`), which a sender thread
 passes to the recorder process; decoding, parsing, pricing and writing happen there. The
 decisions that need the live flow are taken here, once: the route of a model call, whether and
 how its response body is streamed (its framing), the policy verdict. Streamed responses (every
 `text/event-stream`, model streams, anything mitmproxy was told to stream) get a `ResponseTap`
 that returns each chunk unchanged. Every flow ends in `response` or `error` (or `websocket_end`);
 each ends it with one `FlowEnded`. An upstream connection that fails before any request exists
-(a CONNECT tunnel: DNS, refused, TLS, timeout) ends as one too (`addons/connections.py`). `done`
+(a CONNECT tunnel: DNS, refused, TLS, timeout) ends as one too (`addons/proxy/connections.py`). `done`
 ends the flows still open, stops the recorder (which rolls the session up) and, if the recorder
 died, marks the session `crashed`. Nothing raised here may reach mitmproxy: a capture failure
 is logged and counted, the flow goes on.
@@ -35,12 +35,9 @@ from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from mitmproxy.websocket import WebSocketMessage
 
 from addons import mcp
-from addons.body import is_event_stream, stream_framing
 from addons.budgets import RULE_PREFIX, Verdict, strictest
-from addons.connections import Attempts, describe
-from addons.guardrails import Guardrails
-from addons.handover import Outbox, RecorderProcess, RecorderThread
 from addons.messages import (
+    ABNORMAL_CLOSURE,
     FlowEnded,
     RequestHead,
     ResponseHead,
@@ -50,14 +47,16 @@ from addons.messages import (
     WsMessage,
     WsOpened,
 )
-from addons.policy import Policy, PolicyError
-from addons.process import ProcessResolver
-from addons.providers import detect, parser_for
+from addons.providers import detect, is_event_stream, stream_framing, websocket_route
 from addons.providers.sniff import sniff_route
-from addons.recorder_process import otlp_of, spec_of
-from addons.session import Session
-from addons.tap import RequestTap, ResponseTap
-from addons.websocket import ABNORMAL_CLOSURE, route_for
+from addons.proxy.connections import Attempts, describe
+from addons.proxy.guardrails import Guardrails
+from addons.proxy.handover import Barriers, Outbox, RecorderProcess
+from addons.proxy.policy import Policy, PolicyError
+from addons.proxy.process import ProcessResolver
+from addons.proxy.session import Session
+from addons.proxy.tap import RequestTap, ResponseTap
+from addons.spec import RecorderSpec, otlp_of, spec_of
 from capsem.ids import SESSION_ID
 from capsem.paths import main_db_path
 from capsem.settings import Settings, SettingsError, defaults, load
@@ -114,20 +113,21 @@ class _Flow:
 class Capsem:
     """Records every flow into the session database (through the recorder)."""
 
-    def __init__(self, *, in_process: bool = False) -> None:
-        """`in_process`: run the recorder on a thread of this process (tests) instead of a child process."""
-        self.in_process = in_process
+    def __init__(self, *, recorder: Callable[[Outbox, RecorderSpec], Barriers] | None = None) -> None:
+        """`recorder`: what runs the recorder instead of a child process (in-process tests pass
+        `addons/recorder/thread.py: RecorderThread`; the proxy side never imports the recorder side)."""
+        self.make_recorder = recorder
         self.settings: Settings = defaults()
         self.session: Session | None = None
         self.outbox: Outbox | None = None
         self.resolver: ProcessResolver | None = None
         self.processes: OrderedDict[str, Future[tuple[str | None, int | None]]] = OrderedDict()
         """Client connection id -> the lookup of its local process."""
-        self.recorder: RecorderProcess | RecorderThread | None = None
+        self.recorder: Barriers | None = None
         self.flows: dict[str, _Flow] = {}
         self.policy = Policy()
         self.guard = Guardrails()
-        """Brokered credentials and budgets (`addons/guardrails.py`)."""
+        """Brokered credentials and budgets (`addons/proxy/guardrails.py`)."""
         self.mcp_names: dict[str, str] = {}
         """MCP endpoint -> initialize name, learned on the event loop for the policy's MCP rules."""
         self.hook_failures = 0
@@ -212,16 +212,17 @@ class Capsem:
             if guarded := self.guard.describe():
                 logger.log(ALERT, f"capsem: guarding with {guarded}")
 
-        if self.in_process:
-            self.recorder = RecorderThread(self.outbox, spec)
+        if self.make_recorder is not None:
+            self.recorder = self.make_recorder(self.outbox, spec)
             self.recorder.start()
             announce()
         else:
             import msgspec
 
-            self.recorder = RecorderProcess(self.outbox, msgspec.json.encode(spec))
-            self.recorder.on_ready = announce  # session.db is open
-            self.recorder.start()
+            process = RecorderProcess(self.outbox, msgspec.json.encode(spec))
+            process.on_ready = announce  # session.db is open
+            self.recorder = process
+            process.start()
         self.guard.start(self.recorder, session.id, main_db_path())
         # `capsem run` starts the agent on this line, ~0.2 s before the recorder has opened
         # session.db: flows wait in the outbox meanwhile
@@ -479,11 +480,7 @@ class Capsem:
             return
         state.response = _response_head(resp)
         content_type = resp.headers.get("content-type")
-        framing = (
-            stream_framing(parser_for(state.route.protocol), content_type, state.head.path)
-            if state.route
-            else None
-        )
+        framing = stream_framing(state.route.protocol, content_type, state.head.path) if state.route else None
         event_stream = is_event_stream(content_type)
         if not (framing or event_stream or resp.stream):
             return
@@ -567,7 +564,7 @@ class Capsem:
         if state is None:
             return
         _, model = self.guard.ws_turn(msg.content)
-        verdict = self.guard.verdict(route_for(state.head.host), model, state.head.host,
+        verdict = self.guard.verdict(websocket_route(state.head.host), model, state.head.host,
                                      f"WebSocket turn on {state.head.host}{state.head.path} ({flow.id})")  # fmt: skip
         _record(state, verdict)
         if verdict.decision == "denied":

@@ -1,4 +1,4 @@
-"""The recorder's main loop, and the process mitmdump starts it in (`python -m addons.recorder_process`).
+"""The recorder's main loop, and the process mitmdump starts it in (`python -m addons.recorder.main`).
 
 `run()` is the loop both hosts share (the child process here, `RecorderThread` in tests): it
 takes batches of messages, hands them to the `Recorder`, commits at least every
@@ -24,65 +24,24 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from addons.messages import Barrier, FlowEnded, Message, Stop, decode
+from addons.spec import RecorderSpec, capture_settings
 from capsem import __version__, health
 from capsem.ids import utc_now
-from capsem.settings import CaptureSettings, ExportSettings, SecretRule
 
-if TYPE_CHECKING:  # imported where used: mitmdump imports this module for `spec_of` only, and the
-    # recorder's parsers and price table (~0.2 s) must not slow its start
-    from addons.otlp.live import LiveExport
-    from addons.recorder import Recorder
-    from addons.writer import SessionWriter
+if TYPE_CHECKING:  # imported where used: the recorder's parsers and price table (~0.2 s) load
+    # while session.db opens
+    from addons.recorder.otlp.live import LiveExport
+    from addons.recorder.recorder import Recorder
+    from addons.recorder.writer import SessionWriter
 
 logger = logging.getLogger("addons.recorder")
-
-
-class RecorderSpec(msgspec.Struct, frozen=True):
-    """What the recorder records: the session, where, and with which capture settings."""
-
-    session_id: str
-    db_path: str
-    main_db_path: str
-    mode: str
-    capture: dict
-    """`CaptureSettings` fields (frozensets as lists)."""
-    track_spend: bool = False
-    """Report this session's spend to mitmdump and keep its rows of main.db `spend` current (budgets)."""
-    learn: tuple[str, ...] = ()
-    """Values the scrubber knows before the first row: the brokered credentials' real values."""
-    otlp: dict | None = None
-    """`export.otlp` (endpoint, headers, content, profile) when live export is on."""
-    restart: int = 0
-    """0 for the session's first recorder; n for the n-th restarted after its predecessor died."""
-    missed_flows: int = 0
-    """Flows the dead predecessors were handed but never committed (stored in `session_meta`)."""
-
-    def __repr__(self) -> str:  # `learn` (and the OTLP headers) hold secrets
-        return f"RecorderSpec(session_id={self.session_id!r}, db_path={self.db_path!r})"
-
-
-def capture_settings(spec: RecorderSpec) -> CaptureSettings:
-    values = dict(spec.capture)
-    for name in ("header_allowlist", "query_params", "disabled_rules"):
-        values[name] = frozenset(values.get(name, ()))
-    values["secret_rules"] = tuple(
-        SecretRule(**{**rule, "keywords": tuple(rule.get("keywords", ()))})
-        for rule in values.get("secret_rules", ())
-    )
-    return CaptureSettings(**values)
-
-
-def spec_of(settings: CaptureSettings, **values: object) -> RecorderSpec:
-    capture = {f.name: getattr(settings, f.name) for f in fields(settings)}
-    capture = {k: sorted(v) if isinstance(v, frozenset) else v for k, v in capture.items()}
-    return RecorderSpec(capture=capture, **values)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -119,9 +78,9 @@ class Loop:
 
 def open_recorder(spec: RecorderSpec) -> Loop:
     """Open session.db and the recorder (raises when the database cannot be opened)."""
-    from addons.recorder import Recorder
-    from addons.spend import SessionSpend
-    from addons.writer import SessionWriter
+    from addons.recorder.recorder import Recorder
+    from addons.recorder.spend import SessionSpend
+    from addons.recorder.writer import SessionWriter
     from capsem.redact import scrubber_for
 
     settings = capture_settings(spec)
@@ -152,22 +111,14 @@ def live_export(spec: RecorderSpec) -> LiveExport | None:
     """The live OTLP export of this session, started, when `export.otlp.endpoint` is set."""
     if not spec.otlp or not spec.otlp.get("endpoint"):
         return None
-    from addons.otlp.live import LiveExport
-    from addons.otlp.send import Target
-    from addons.otlp.spans import Options
+    from addons.recorder.otlp.live import LiveExport
+    from addons.recorder.otlp.send import Target
+    from addons.recorder.otlp.spans import Options
 
     otlp = spec.otlp
     target = Target(otlp["endpoint"], otlp.get("headers") or {},
                     Options(bool(otlp.get("content")), otlp.get("profile") or "latest"))  # fmt: skip
     return LiveExport(target, spec.session_id, Path(spec.db_path), Path(spec.main_db_path)).start()
-
-
-def otlp_of(settings: ExportSettings) -> dict | None:
-    """The `RecorderSpec.otlp` of the export settings (None: no live export)."""
-    if settings.otlp_endpoint is None:
-        return None
-    return {"endpoint": settings.otlp_endpoint, "headers": dict(settings.otlp_headers),
-            "content": settings.otlp_content, "profile": settings.otlp_profile}  # fmt: skip
 
 
 def warm_up(loop: Loop) -> threading.Thread:

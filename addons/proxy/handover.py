@@ -9,13 +9,14 @@ clean prefix of that body and the flow's row says how many chunks it lost (captu
 the flow never waits).
 
 Two recorders drain an outbox:
-- `RecorderProcess`, what mitmdump uses: a child process (`python -m addons.recorder_process`)
+- `RecorderProcess`, what mitmdump uses: a child process (`python -m addons.recorder.main`)
   fed msgpack batches through a pipe. Whatever faults in the recorder (SQLite, a full disk, a
   SIGBUS on a mapped WAL index) cannot take mitmdump down: if the child dies the proxy keeps
   forwarding and a new child is started on the same session.db at once; the flows the dead one
   had not committed are counted. Only after `MAX_RESTARTS` are further messages dropped and
   counted, and the session marked `crashed` with the reason.
-- `RecorderThread`, for in-process tests: the same `Recorder` and `SessionWriter` on a thread.
+- `RecorderThread` (`addons/recorder/thread.py`), for in-process tests: the same loop on a thread.
+  The proxy side never imports it: tests hand it to `Capsem(recorder=...)`.
 """
 
 from __future__ import annotations
@@ -28,15 +29,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import msgspec
 
 from addons.messages import Barrier, Chunk, FlowEnded, Message, Stop, encode
-
-if TYPE_CHECKING:
-    from addons.recorder_process import RecorderSpec
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +126,7 @@ class Outbox:
         return out
 
 
-class _Barriers:
+class Barriers:
     """Flushing through an outbox: a `Barrier` goes in, its acknowledgement comes back."""
 
     outbox: Outbox
@@ -164,63 +160,6 @@ class _Barriers:
         return done.wait(timeout) and self.exit_reason is None
 
 
-class RecorderThread(_Barriers):
-    """The recorder on a thread of this process (in-process tests): same loop, same writer."""
-
-    def __init__(self, outbox: Outbox, spec: RecorderSpec, interval: float = 0.02) -> None:
-        super().__init__()
-        self.outbox = outbox
-        self.spec = spec
-        self.interval = interval
-        self.ready = threading.Event()
-        self.exit_reason: str | None = None
-        self._thread = threading.Thread(target=self._main, name="capsem-recorder", daemon=True)
-
-    def start(self) -> None:
-        """Start the thread and wait until session.db is open (raises if it could not be)."""
-        self._thread.start()
-        self.ready.wait()
-        if self.exit_reason is not None:
-            raise RuntimeError(self.exit_reason)
-
-    def _batches(self) -> list[Message]:
-        if not self.outbox.waiting and self.outbox.wake.wait(0.25):  # ≥ every 250 ms: the loop commits
-            self.outbox.wake.clear()
-            time.sleep(self.interval)
-        return self.outbox.take()
-
-    def _main(self) -> None:
-        from addons.recorder_process import finish, open_recorder, run, warm_up
-
-        try:
-            loop = open_recorder(self.spec)
-        except BaseException as exc:
-            self.exit_reason = f"cannot open {self.spec.db_path}: {exc!r}"
-            self.ready.set()
-            return
-        self.ready.set()
-        try:
-            warm_up(loop)
-            stop = run(loop, self._batches, self.ack, self._report)
-            finish(loop, stop, Path(self.spec.main_db_path))
-        except BaseException as exc:  # the session ends without its recorder
-            self.exit_reason = f"recorder failed: {exc!r}"
-            logger.warning("capsem: %s", self.exit_reason)
-
-    def _report(self, line: str) -> None:
-        if line.startswith("spend "):
-            self._spend(line.removeprefix("spend "))
-
-    def stop(self, status: str = "stopped", timeout: float = 30.0) -> str | None:
-        """Stop the recorder; None when it finished cleanly, else why not."""
-        self.outbox.put(self.outbox.stop_message(status))
-        self._thread.join(timeout)
-        self.outbox.closed = True
-        if self._thread.is_alive():
-            return f"the recorder did not finish within {timeout:.0f} s"
-        return self.exit_reason
-
-
 @dataclass
 class _Child:
     """One recorder process, and what was handed to it."""
@@ -238,7 +177,7 @@ class _Child:
     """It opened session.db (one that dies before would only be followed by one failing alike)."""
 
 
-class RecorderProcess(_Barriers):
+class RecorderProcess(Barriers):
     """The recorder in a child process, fed through a pipe by a sender thread, and supervised.
 
     Protocol: frames of a 4-byte big-endian length and a payload on the child's stdin: first the
@@ -296,7 +235,7 @@ class RecorderProcess(_Barriers):
             values.update(restart=number, missed_flows=self.missed_flows)
             spec = msgspec.json.encode(values)
         process = subprocess.Popen(
-            [sys.executable, "-m", "addons.recorder_process"],
+            [sys.executable, "-m", "addons.recorder.main"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=False,
         )  # fmt: skip
         assert process.stdin is not None

@@ -1,6 +1,6 @@
 """Sending a session's spans over OTLP/HTTP (protobuf), from its watermark in main.db on.
 
-`export_session` is one loop for both senders: the recorder's live thread (`addons.otlp.live`)
+`export_session` is one loop for both senders: the recorder's live thread (`addons.recorder.otlp.live`)
 and `capsem export otlp` (backfill). Each step reads the rows after the watermark, sends their
 spans in one request, and moves the watermark only when the endpoint accepted them: a failed
 request leaves it where it was, so the next attempt sends the same spans (same ids) and nothing
@@ -18,12 +18,12 @@ from urllib.parse import urlsplit
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from addons.otlp.read import Mark, step
-from addons.otlp.spans import Builder, Options
+from addons.recorder.otlp.read import Mark, step
+from addons.recorder.otlp.spans import Builder, Options
 from capsem.ids import utc_now
 
 TRACES_PATH = "/v1/traces"
-logger = logging.getLogger("addons.otlp")
+logger = logging.getLogger("addons.recorder.otlp")
 
 
 @dataclass(frozen=True)
