@@ -16,22 +16,17 @@ is logged and counted, the flow goes on.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import time
-import uuid
-from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional
 from urllib.parse import urlsplit
 
-from mitmproxy import connection, http, tls
+from mitmproxy import http
 from mitmproxy.addonmanager import Loader
 from mitmproxy.log import ALERT
-from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from mitmproxy.websocket import WebSocketMessage
 
 from addons import mcp
@@ -49,11 +44,12 @@ from addons.messages import (
 )
 from addons.providers import detect, is_event_stream, stream_framing, websocket_route
 from addons.providers.sniff import sniff_route
-from addons.proxy.connections import Attempts, describe
+from addons.proxy.connection_hooks import Connections
+from addons.proxy.connections import describe
 from addons.proxy.guardrails import Guardrails
 from addons.proxy.handover import Barriers, Outbox, RecorderProcess
+from addons.proxy.hooks import addr, guarded
 from addons.proxy.policy import Policy, PolicyError
-from addons.proxy.process import ProcessResolver
 from addons.proxy.session import Session
 from addons.proxy.tap import RequestTap, ResponseTap
 from addons.spec import RecorderSpec, otlp_of, spec_of
@@ -62,23 +58,6 @@ from capsem.paths import main_db_path
 from capsem.settings import Settings, SettingsError, defaults, load
 
 logger = logging.getLogger(__name__)
-_MAX_CONNECTIONS = 10_000
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def guarded(hook: F) -> F:
-    """Never let a capture bug escape a hook: log it and carry on."""
-
-    @functools.wraps(hook)
-    def wrapper(self: Capsem, *args: Any) -> Any:
-        try:
-            return hook(self, *args)
-        except Exception as exc:
-            self.hook_failures += 1
-            logger.warning("capsem: %s hook failed: %r", hook.__name__, exc, exc_info=True)
-            return None
-
-    return wrapper  # type: ignore[return-value]
 
 
 def _yaml_value(text: str) -> Any:
@@ -120,9 +99,6 @@ class Capsem:
         self.settings: Settings = defaults()
         self.session: Session | None = None
         self.outbox: Outbox | None = None
-        self.resolver: ProcessResolver | None = None
-        self.processes: OrderedDict[str, Future[tuple[str | None, int | None]]] = OrderedDict()
-        """Client connection id -> the lookup of its local process."""
         self.recorder: Barriers | None = None
         self.flows: dict[str, _Flow] = {}
         self.policy = Policy()
@@ -131,8 +107,8 @@ class Capsem:
         self.mcp_names: dict[str, str] = {}
         """MCP endpoint -> initialize name, learned on the event loop for the policy's MCP rules."""
         self.hook_failures = 0
-        self.attempts = Attempts(self._put, self._process)
-        """Upstream connections made before any flow (CONNECT tunnels): failures become rows."""
+        self.connections = Connections(self)
+        """The connection hooks, registered after this addon (`addons/capsem_addon.py`)."""
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -205,7 +181,7 @@ class Capsem:
                        main_db_path=str(main_db_path()), mode=mode, track_spend=bool(self.guard.budgets),
                        learn=self.guard.broker.secrets, otlp=otlp_of(self.settings.export))  # fmt: skip
         self.outbox = Outbox()
-        self.resolver = ProcessResolver()
+        self.connections.start()
 
         def announce() -> None:
             logger.log(ALERT, f"capsem: recording session {session.id} into {session.db_path}")
@@ -238,11 +214,8 @@ class Capsem:
         now = time.time()
         for key in list(self.flows):
             self._end(key, None, "capture stopped before the flow finished", now)
-        self.attempts.close(now)
+        self.connections.close(now)
         self.guard.stop()
-        if self.resolver is not None:
-            self.resolver.close()
-            self.resolver = None
         failure = self.recorder.stop()
         stats = self.outbox.stats
         if failure is None and (stats.dropped_chunks or stats.dropped_messages):
@@ -275,89 +248,9 @@ class Capsem:
                               f"({exc!r}); its record is incomplete")  # fmt: skip
         logger.log(ALERT, f"capsem: session {self.session.id} crashed: {reason}")
 
-    def _put(self, message: Any) -> None:
+    def put(self, message: Any) -> None:
         if self.outbox is not None:
             self.outbox.put(message)
-
-    # -- connections ------------------------------------------------------------------------
-
-    @guarded
-    def client_connected(self, client: connection.Client) -> None:
-        """Look up the local process behind the connection now, on the resolver's thread (a short
-        connection may be gone within milliseconds); its flows carry the answer."""
-        if self.resolver is None:
-            return
-        found = self.resolver.lookup(_peer(client.peername), _peer(client.sockname))
-        if found is not None:
-            self.processes[client.id] = found
-            while len(self.processes) > _MAX_CONNECTIONS:
-                self.processes.popitem(last=False)
-
-    def _process(self, conn: str | None) -> tuple[str | None, int | None] | None:
-        """The connection's process, if its lookup has finished."""
-        found = self.processes.get(conn) if conn else None
-        if found is None or not found.done() or found.exception() is not None:
-            return None
-        return found.result()
-
-    @guarded
-    def client_disconnected(self, client: connection.Client) -> None:
-        self.attempts.client_closed(client.id, time.time())
-
-    @guarded
-    def server_connect(self, data: ServerConnectionHookData) -> None:
-        """An upstream connection opened for a client connection with no flow open (a CONNECT
-        tunnel): followed by the hooks below until it works or fails."""
-        client = data.client.id
-        if (
-            self.outbox is None
-            or data.server.address is None
-            or any(f.head.conn == client for f in self.flows.values())
-        ):
-            return  # a flow's own connection: the flow records how it ends
-        self.attempts.start(client, data.server.address, time.time(), _addr(data.client.peername))
-
-    @guarded
-    def server_connected(self, data: ServerConnectionHookData) -> None:
-        self.attempts.connected(data.client.id)
-
-    @guarded
-    def server_connect_error(self, data: ServerConnectionHookData) -> None:
-        self.attempts.failed(data.client.id, data.server.error, time.time())
-
-    @guarded
-    def tls_start_server(self, data: tls.TlsData) -> None:
-        self.attempts.tls_started(data.context.client.id)
-
-    @guarded
-    def tls_established_server(self, data: tls.TlsData) -> None:
-        self.attempts.established(data.context.client.id)
-
-    @guarded
-    def tls_failed_server(self, data: tls.TlsData) -> None:
-        self.attempts.failed(data.context.client.id, data.conn.error, time.time(), tls=True)
-
-    @guarded
-    def http_connect_error(self, flow: http.HTTPFlow) -> None:
-        self.attempts.connect_refused(flow.client_conn.id, time.time())
-
-    @guarded
-    def tls_failed_client(self, data: tls.TlsData) -> None:
-        """A client that refused our certificate never makes a flow: record the attempt (unless the
-        upstream failed first: that failure is the one recorded)."""
-        client = data.context.client
-        if self.attempts.client_tls_failed(client.id, time.time()):
-            return
-        host = client.sni or (data.context.server.address or ("?", 0))[0]
-        port = (data.context.server.address or ("", 443))[1]
-        now = time.time()
-        head = RequestHead(
-            key=f"tls-{uuid.uuid4().hex[:12]}", conn=client.id, started=client.timestamp_start or now,
-            scheme="https", host=host, port=port, method="CONNECT", path="", query="", http_version="",
-            headers=(), client_addr=_addr(client.peername),
-        )  # fmt: skip
-        error = f"client TLS handshake failed: {data.conn.error or 'unknown error'}"
-        self._put(FlowEnded(request=head, ended=now, error=error, process=self._process(client.id)))
 
     # -- flows ------------------------------------------------------------------------------
 
@@ -366,13 +259,13 @@ class Capsem:
         if self.outbox is None:
             return
         req = flow.request
-        self.attempts.flow_started(flow.client_conn.id)
+        self.connections.attempts.flow_started(flow.client_conn.id)
         parts = urlsplit(req.path if req.path.startswith("/") else "/" + req.path)
         head = RequestHead(
             key=flow.id, conn=flow.client_conn.id, started=req.timestamp_start or time.time(),
             scheme=req.scheme, host=req.host, port=req.port, method=req.method, path=parts.path,
             query=parts.query, http_version=req.http_version, headers=tuple(req.headers.items(multi=True)),
-            client_addr=_addr(flow.client_conn.peername),
+            client_addr=addr(flow.client_conn.peername),
         )  # fmt: skip
         state = self.flows[flow.id] = _Flow(head, detect(req.host, parts.path, req.method, req.port))
         if self.guard.broker:  # the head above keeps the placeholders; the upstream gets the keys
@@ -501,7 +394,7 @@ class Capsem:
             # a 101 upgrade: its messages follow; the flow ends at websocket_end
             self._collect_request(flow, state)
             state.response = _response_head(flow.response)
-            self._put(WsOpened(state.head, state.response, self._process(state.head.conn)))
+            self.put(WsOpened(state.head, state.response, self.connections.process(state.head.conn)))
             return
         self._finish(flow, None)
 
@@ -545,7 +438,7 @@ class Capsem:
                 else:  # the previous turn just ended: wait for its cost (mitmproxy awaits this)
                     waiting = self._budget_ws_turn_when_settled(flow, msg)
         if waiting is None:
-            self._put(WsMessage(flow.id, msg.from_client, msg.content, msg.is_text, msg.timestamp))
+            self.put(WsMessage(flow.id, msg.from_client, msg.content, msg.is_text, msg.timestamp))
         return waiting
 
     async def _budget_ws_turn_when_settled(self, flow: http.HTTPFlow, msg: WebSocketMessage) -> None:
@@ -555,7 +448,7 @@ class Capsem:
         except Exception as exc:  # as `guarded` does for the other hooks
             self.hook_failures += 1
             logger.warning("capsem: websocket_message hook failed: %r", exc, exc_info=True)
-        self._put(WsMessage(flow.id, msg.from_client, msg.content, msg.is_text, msg.timestamp))
+        self.put(WsMessage(flow.id, msg.from_client, msg.content, msg.is_text, msg.timestamp))
 
     def _budget_ws_turn(self, flow: http.HTTPFlow, msg: WebSocketMessage) -> None:
         """A `response.create` on a WebSocket is a model call: the budgets decide it like an HTTP
@@ -605,7 +498,7 @@ class Capsem:
         refused = error is not None and resp is not None and state.response_tap is None and body is None
         client_status = 502 if refused and not error.lower().startswith("client") else None
         if error is not None:
-            self.attempts.flow_failed(flow.client_conn.id)
+            self.connections.attempts.flow_failed(flow.client_conn.id)
         self._end(flow.id, body, error, ended, client_status, close_code)
 
     def _end(self, key: str, body: bytes | None, error: str | None, ended: float,
@@ -615,7 +508,7 @@ class Capsem:
         tap = state.response_tap
         if self.recorder is not None and self.recorder.exit_reason is None:
             self.guard.ended(state.route, key, state.decision)
-        self._put(
+        self.put(
             FlowEnded(
                 request=state.head, ended=ended, route=state.route, request_body=state.request_body,
                 request_size=state.request_size, request_truncated=state.request_truncated,
@@ -627,7 +520,7 @@ class Capsem:
                 tap_failure=tap.failure if tap is not None else None, mcp=state.mcp,
                 websocket=state.response is not None and state.response.status == 101,
                 client_status=client_status, substitutions=state.substitutions, close_code=close_code,
-                process=self._process(state.head.conn),
+                process=self.connections.process(state.head.conn),
             )
         )  # fmt: skip
 
@@ -667,16 +560,6 @@ def _record(state: _Flow, verdict: Verdict) -> None:
 
 def _response_head(resp: http.Response) -> ResponseHead:
     return ResponseHead(resp.status_code, tuple(resp.headers.items(multi=True)), resp.timestamp_start)
-
-
-def _peer(peer: Any) -> tuple[str, int] | None:
-    return (str(peer[0]), int(peer[1])) if peer else None
-
-
-def _addr(peer: Any) -> str | None:
-    if not peer:
-        return None
-    return f"{peer[0]}:{peer[1]}"
 
 
 def _chain(tap: Callable[[bytes], bytes], existing: Any) -> Callable[[bytes], bytes]:

@@ -35,3 +35,19 @@ def finish(addon: Capsem, home: Path) -> Path:
     """End the session; the path of its session.db."""
     addon.done()
     return only_session(home)
+
+
+class Chain:
+    """The addons `addons/capsem_addon.py` registers for `addon`: a hook called on it runs on every
+    addon that has it, in order, as mitmproxy's addon manager does."""
+
+    def __init__(self, addon: Capsem) -> None:
+        self.addons = [addon, addon.connections]
+
+    def __getattr__(self, hook: str):
+        def call(*args):
+            for one in self.addons:
+                if hasattr(one, hook):
+                    getattr(one, hook)(*args)
+
+        return call

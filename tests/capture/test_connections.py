@@ -16,7 +16,7 @@ from mitmproxy.test import tflow, tutils
 from mitmproxy.tls import TlsData
 
 from addons.proxy.connections import describe
-from tests.capture.conftest import finish
+from tests.capture.conftest import Chain, finish
 from tests.conftest import rows
 
 
@@ -24,13 +24,13 @@ class Conn:
     """One client connection and the hooks mitmproxy calls for it."""
 
     def __init__(self, addon, host: str, port: int) -> None:
-        self.addon = addon
+        self.addon = Chain(addon)
         self.client = tflow.tclient_conn()
         self.server = connection.Server(address=(host, port))
         self.data = ServerConnectionHookData(server=self.server, client=self.client)
         self.context = Context(self.client, Options())
         self.context.server = self.server
-        addon.client_connected(self.client)
+        self.addon.client_connected(self.client)
 
     def connect(self, error: str | None = None) -> None:
         self.addon.server_connect(self.data)
@@ -145,7 +145,7 @@ def test_upstream_tls_failure_without_a_request_is_recorded(capsem, capsem_home)
 def test_client_giving_up_on_a_connect_that_hangs_is_a_timeout(capsem, capsem_home):
     """mitmproxy reports the cancelled connect after the client is gone."""
     c = Conn(capsem, "127.0.0.1", 18445)
-    capsem.server_connect(c.data)
+    capsem.connections.server_connect(c.data)
     c.close()
     c.connect_error("client disconnected")
     c.connect_answered_502()
@@ -159,7 +159,7 @@ def test_client_giving_up_on_a_connect_that_hangs_is_a_timeout(capsem, capsem_ho
 def test_tls_handshake_unanswered_at_shutdown_is_a_timeout(capsem, capsem_home):
     c = Conn(capsem, "127.0.0.1", 18444)
     c.connect()
-    capsem.tls_start_server(TlsData(c.server, c.context))
+    capsem.connections.tls_start_server(TlsData(c.server, c.context))
     (row,) = net_rows(capsem, capsem_home)
     assert row["error"].startswith("timed out: TLS handshake to 127.0.0.1:18444 unanswered after")
 
@@ -168,7 +168,7 @@ def test_the_clients_tls_failure_after_an_upstream_one_is_not_a_second_row(capse
     c = Conn(capsem, "127.0.0.1", 18444)
     c.connect()
     c.tls_fails("connection closed")
-    capsem.tls_failed_client(TlsData(c.client, c.context))
+    capsem.connections.tls_failed_client(TlsData(c.client, c.context))
     c.close()
     (row,) = net_rows(capsem, capsem_home)
     assert row["error"] == "upstream TLS handshake with 127.0.0.1:18444 failed: connection closed"
@@ -177,8 +177,8 @@ def test_the_clients_tls_failure_after_an_upstream_one_is_not_a_second_row(capse
 def test_working_tunnels_and_requests_leave_no_connection_rows(capsem, capsem_home):
     c = Conn(capsem, "api.example.test", 443)
     c.connect()
-    capsem.tls_start_server(TlsData(c.server, c.context))
-    capsem.tls_established_server(TlsData(c.server, c.context))
+    capsem.connections.tls_start_server(TlsData(c.server, c.context))
+    capsem.connections.tls_established_server(TlsData(c.server, c.context))
     c.request(None)
     c.close()
     plain = Conn(capsem, "ws.example.test", 80)  # a tunnel that carried no HTTP at all

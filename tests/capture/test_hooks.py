@@ -225,7 +225,7 @@ def test_a_tls_handshake_the_client_refused_is_recorded(capsem, capsem_home):
     ctx.server = tflow.tserver_conn()
     conn = connection.Client(peername=("127.0.0.1", 5555), sockname=("127.0.0.1", 8080), timestamp_start=1.0)
     conn.error = "certificate unknown"
-    capsem.tls_failed_client(tls.TlsData(conn, ctx))
+    capsem.connections.tls_failed_client(tls.TlsData(conn, ctx))
     db = finish(capsem, capsem_home)
     (net,) = rows(db, "SELECT domain, method, decision, error FROM net_events")
     assert net["domain"] == "api.anthropic.com" and net["method"] == "CONNECT" and net["decision"] == "error"
