@@ -2,12 +2,12 @@
 
 Usage: mitmdump -s addons/capsem_addon.py   (with capsem installed in mitmdump's Python)
 
-The addons run in this order for every hook (mitmproxy calls them in the order listed):
-`Capsem` (addons/proxy/capture.py: the session, the flows' messages, policy, guardrails) then
-`Connections` (addons/proxy/connection_hooks.py: client processes, failed CONNECT tunnels).
+mitmproxy calls every hook on these addons in this order (`Capsem.chain`, addons/proxy/):
+`Flows` (flows.py: each open flow's state), `Connections` (connection_hooks.py: client processes,
+failed CONNECT tunnels), `PolicyGate` (policy_gate.py), `Guard` (guard.py: brokered credentials,
+budgets), `Capsem` (capture.py: the session, the recorder, the messages it is handed).
 """
 
 from addons.proxy.capture import Capsem
 
-capture = Capsem()
-addons = [capture, capture.connections]
+addons = Capsem().chain

@@ -16,40 +16,33 @@ is logged and counted, the flow goes on.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Optional
-from urllib.parse import urlsplit
 
 from mitmproxy import http
 from mitmproxy.addonmanager import Loader
 from mitmproxy.log import ALERT
-from mitmproxy.websocket import WebSocketMessage
 
-from addons import mcp
-from addons.budgets import RULE_PREFIX, Verdict, strictest
+from addons.budgets import RULE_PREFIX
 from addons.messages import (
     ABNORMAL_CLOSURE,
     FlowEnded,
-    RequestHead,
-    ResponseHead,
-    Route,
     StreamOpened,
-    Substitution,
     WsMessage,
     WsOpened,
 )
-from addons.providers import detect, is_event_stream, stream_framing, websocket_route
-from addons.providers.sniff import sniff_route
+from addons.providers import is_event_stream, stream_framing
 from addons.proxy.connection_hooks import Connections
 from addons.proxy.connections import describe
+from addons.proxy.flows import Flows, collect_request, response_head
+from addons.proxy.guard import Guard
 from addons.proxy.guardrails import Guardrails
 from addons.proxy.handover import Barriers, Outbox, RecorderProcess
-from addons.proxy.hooks import addr, guarded
+from addons.proxy.hooks import guarded
 from addons.proxy.policy import Policy, PolicyError
+from addons.proxy.policy_gate import PolicyGate
 from addons.proxy.session import Session
 from addons.proxy.tap import RequestTap, ResponseTap
 from addons.spec import RecorderSpec, otlp_of, spec_of
@@ -71,24 +64,6 @@ def _yaml_value(text: str) -> Any:
         return text
 
 
-@dataclass(slots=True)
-class _Flow:
-    """The hook side's state of one open flow (never handed over: messages are built from it)."""
-
-    head: RequestHead
-    route: Route | None
-    decision: str = "allowed"
-    matched_rule: str | None = None
-    request_tap: RequestTap | None = None
-    response_tap: ResponseTap | None = None
-    response: ResponseHead | None = None
-    mcp: bool = False
-    request_body: bytes | None = None
-    request_size: int = 0
-    request_truncated: bool = False
-    substitutions: tuple[Substitution, ...] = ()
-
-
 class Capsem:
     """Records every flow into the session database (through the recorder)."""
 
@@ -100,15 +75,16 @@ class Capsem:
         self.session: Session | None = None
         self.outbox: Outbox | None = None
         self.recorder: Barriers | None = None
-        self.flows: dict[str, _Flow] = {}
+        self.flows = Flows(self)
+        """Each open flow's state (the first addon of the chain)."""
         self.policy = Policy()
         self.guard = Guardrails()
         """Brokered credentials and budgets (`addons/proxy/guardrails.py`)."""
-        self.mcp_names: dict[str, str] = {}
-        """MCP endpoint -> initialize name, learned on the event loop for the policy's MCP rules."""
         self.hook_failures = 0
         self.connections = Connections(self)
-        """The connection hooks, registered after this addon (`addons/capsem_addon.py`)."""
+        self.chain = [self.flows, self.connections, PolicyGate(self), Guard(self), self]
+        """The addons in the order mitmproxy must call them (`addons/capsem_addon.py` registers them):
+        each open flow's state first, then the connections, the policy, the guardrails, capture last."""
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -212,7 +188,7 @@ class Capsem:
         if self.session is None or self.recorder is None or self.outbox is None:
             return
         now = time.time()
-        for key in list(self.flows):
+        for key in list(self.flows.open):
             self._end(key, None, "capture stopped before the flow finished", now)
         self.connections.close(now)
         self.guard.stop()
@@ -256,122 +232,29 @@ class Capsem:
 
     @guarded
     def requestheaders(self, flow: http.HTTPFlow) -> None:
-        if self.outbox is None:
-            return
+        """Last in the chain: the policy and the guardrails have decided on the headers."""
+        state = self.flows.get(flow)
         req = flow.request
-        self.connections.attempts.flow_started(flow.client_conn.id)
-        parts = urlsplit(req.path if req.path.startswith("/") else "/" + req.path)
-        head = RequestHead(
-            key=flow.id, conn=flow.client_conn.id, started=req.timestamp_start or time.time(),
-            scheme=req.scheme, host=req.host, port=req.port, method=req.method, path=parts.path,
-            query=parts.query, http_version=req.http_version, headers=tuple(req.headers.items(multi=True)),
-            client_addr=addr(flow.client_conn.peername),
-        )  # fmt: skip
-        state = self.flows[flow.id] = _Flow(head, detect(req.host, parts.path, req.method, req.port))
-        if self.guard.broker:  # the head above keeps the placeholders; the upstream gets the keys
-            state.substitutions = self.guard.substitute(flow)
-        if self.policy.rules and (req.stream or not self.policy.has_mcp_rules):
-            self._apply_policy(
-                flow, state, mcp.header_call(list(head.headers))
-            )  # before any body byte goes up
-        if req.stream and flow.response is None and self.guard.checks(state.route):
-            self._apply_budget(flow, state)  # the body goes up as it comes: decide on the headers
-        if req.stream and flow.response is not None:
+        if state is None or not req.stream:
+            return
+        if flow.response is not None:
             # mitmproxy cannot answer a request whose body it streams (stream_large_bodies):
             # refuse it by closing the connection; nothing is sent upstream either way
             flow.response = None
             flow.kill()
             return
-        if req.stream:  # mitmproxy will stream this request body (e.g. stream_large_bodies)
-            limit = (
-                self.settings.capture.max_parse_bytes if state.route else self.settings.capture.preview_bytes
-            )
-            state.request_tap = RequestTap(limit)
-            req.stream = _chain(state.request_tap, req.stream)
-
-    @guarded
-    def request(self, flow: http.HTTPFlow) -> None:
-        state = self.flows.get(flow.id)
-        if state is None:
-            return
-        self._collect_request(flow, state)
-        head = state.head
-        if (
-            state.route is None and head.method == "POST"
-        ):  # an unknown path: does the body look like a model call?
-            state.route = sniff_route(head.host, head.path, head.header("content-type"),
-                                      head.header("content-encoding"), state.request_body, port=head.port)  # fmt: skip
-        state.mcp = (
-            state.route is None
-            and head.method == "POST"
-            and mcp.looks_like_mcp(list(head.headers), state.request_body)
-        )
-        if self.policy.has_mcp_rules and not flow.request.stream and flow.response is None:
-            body = flow.request.get_content(strict=False) or b""  # decoded (gzip...) when it can be
-            calls = mcp.parse_request(body, dict(flow.request.headers)) if state.mcp else None
-            self._apply_policy(flow, state, calls or [])
-        if not flow.request.stream and flow.response is None and self.guard.checks(state.route):
-            if not self.guard.settled():  # a call just ended: wait for its cost (mitmproxy awaits this)
-                return self._budget_when_settled(flow, state)
-            self._apply_budget(flow, state)
-        return None
-
-    async def _budget_when_settled(self, flow: http.HTTPFlow, state: _Flow) -> None:
-        try:
-            await self.guard.settle()
-            if flow.response is None:
-                self._apply_budget(flow, state)
-        except Exception as exc:  # as `guarded` does for the other hooks
-            self.hook_failures += 1
-            logger.warning("capsem: request hook failed: %r", exc, exc_info=True)
-
-    def _apply_budget(self, flow: http.HTTPFlow, state: _Flow) -> None:
-        """Check a model call against the budgets: record a warning, or answer it in the
-        provider's error shape so that nothing reaches the upstream."""
-        assert state.route is not None
-        head = state.head
-        verdict = self.guard.verdict(state.route, self.guard.model_of(flow, state.route), head.host,
-                                     f"{head.method} {head.host}{head.path} ({flow.id})")  # fmt: skip
-        _record(state, verdict)
-        if verdict.decision == "denied":
-            status, body, headers = self.guard.refusal(state.route, verdict)
-            flow.response = http.Response.make(status, body, headers)
-
-    def _apply_policy(self, flow: http.HTTPFlow, state: _Flow, calls: list[mcp.McpRequest]) -> None:
-        """Decide the flow (first matching rule; a batch is judged by its strictest tools/call):
-        record the decision, log a warning, or answer 403 so nothing reaches the upstream."""
-        head = state.head
-        endpoint = mcp.server_name(head.host, head.port, head.path)
-        names = (endpoint, self.mcp_names[endpoint]) if endpoint in self.mcp_names else (endpoint,)
-        targets = [(names, c.tool_name) for c in calls if c.method == "tools/call" and c.tool_name]
-        verdicts = [
-            self.policy.decide(head.host, head.port, head.path, head.method, t) for t in targets or [None]
-        ]
-        order = ("denied", "warned", "allowed")
-        verdict = min(verdicts, key=lambda v: order.index(v.decision))
-        state.decision, state.matched_rule = verdict.decision, verdict.rule
-        if verdict.decision == "warned":
-            logger.warning("capsem: policy rule %s warns: %s %s:%s%s", verdict.rule, head.method, head.host,
-                           head.port, head.path)  # fmt: skip
-        elif verdict.decision == "denied":
-            message = f"blocked by capsem policy rule {verdict.rule!r}"
-            ids = [c.raw_id for c in calls if c.id is not None]
-            body: dict[str, Any] = {"error": {"type": "policy_denied", "message": message}}
-            if ids:  # an MCP client gets a JSON-RPC error it can show
-                body = {"jsonrpc": "2.0", "id": ids[0], "error": {"code": -32001, "message": message}}
-            flow.response = http.Response.make(
-                403,
-                json.dumps(body),
-                {"content-type": "application/json", "x-capsem-policy": str(verdict.rule)},
-            )
+        # mitmproxy will stream this request body (e.g. stream_large_bodies)
+        limit = self.settings.capture.max_parse_bytes if state.route else self.settings.capture.preview_bytes
+        state.request_tap = RequestTap(limit)
+        req.stream = _chain(state.request_tap, req.stream)
 
     @guarded
     def responseheaders(self, flow: http.HTTPFlow) -> None:
-        state = self.flows.get(flow.id)
+        state = self.flows.get(flow)
         resp = flow.response
         if state is None or resp is None or self.outbox is None:
             return
-        state.response = _response_head(resp)
+        state.response = response_head(resp)
         content_type = resp.headers.get("content-type")
         framing = stream_framing(state.route.protocol, content_type, state.head.path) if state.route else None
         event_stream = is_event_stream(content_type)
@@ -389,18 +272,18 @@ class Capsem:
 
     @guarded
     def response(self, flow: http.HTTPFlow) -> None:
-        state = self.flows.get(flow.id)
+        state = self.flows.get(flow)
         if flow.websocket is not None and state is not None and flow.response is not None:
             # a 101 upgrade: its messages follow; the flow ends at websocket_end
-            self._collect_request(flow, state)
-            state.response = _response_head(flow.response)
+            collect_request(flow, state)
+            state.response = response_head(flow.response)
             self.put(WsOpened(state.head, state.response, self.connections.process(state.head.conn)))
             return
         self._finish(flow, None)
 
     @guarded
     def error(self, flow: http.HTTPFlow) -> None:
-        state = self.flows.get(flow.id)
+        state = self.flows.get(flow)
         if state is not None and state.decision == "denied" and flow.response is None:
             rule = state.matched_rule or ""
             what = (
@@ -424,47 +307,12 @@ class Capsem:
     # -- websockets (Responses over WebSocket: Codex CLI) ----------------------------------------
 
     @guarded
-    def websocket_message(self, flow: http.HTTPFlow) -> Any:
-        if flow.id not in self.flows or flow.websocket is None:
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        """After the guardrails (which may have waited for a budget and dropped a refused turn)."""
+        if self.flows.get(flow) is None or flow.websocket is None:
             return
         msg = flow.websocket.messages[-1]
-        waiting = None
-        if self.guard.view is not None:
-            if not msg.from_client:
-                self.guard.ws_message(flow.id, msg.content)
-            elif self.guard.ws_turn(msg.content)[0]:
-                if self.guard.settled():
-                    self._budget_ws_turn(flow, msg)
-                else:  # the previous turn just ended: wait for its cost (mitmproxy awaits this)
-                    waiting = self._budget_ws_turn_when_settled(flow, msg)
-        if waiting is None:
-            self.put(WsMessage(flow.id, msg.from_client, msg.content, msg.is_text, msg.timestamp))
-        return waiting
-
-    async def _budget_ws_turn_when_settled(self, flow: http.HTTPFlow, msg: WebSocketMessage) -> None:
-        try:
-            await self.guard.settle()
-            self._budget_ws_turn(flow, msg)
-        except Exception as exc:  # as `guarded` does for the other hooks
-            self.hook_failures += 1
-            logger.warning("capsem: websocket_message hook failed: %r", exc, exc_info=True)
         self.put(WsMessage(flow.id, msg.from_client, msg.content, msg.is_text, msg.timestamp))
-
-    def _budget_ws_turn(self, flow: http.HTTPFlow, msg: WebSocketMessage) -> None:
-        """A `response.create` on a WebSocket is a model call: the budgets decide it like an HTTP
-        one; a denied one is dropped and answered with an `error` event (recorded as its turn)."""
-        state = self.flows.get(flow.id)
-        if state is None:
-            return
-        _, model = self.guard.ws_turn(msg.content)
-        verdict = self.guard.verdict(websocket_route(state.head.host), model, state.head.host,
-                                     f"WebSocket turn on {state.head.host}{state.head.path} ({flow.id})")  # fmt: skip
-        _record(state, verdict)
-        if verdict.decision == "denied":
-            from mitmproxy import ctx
-
-            msg.drop()
-            ctx.master.commands.call("inject.websocket", flow, True, self.guard.ws_refusal(verdict), True)
 
     @guarded
     def websocket_end(self, flow: http.HTTPFlow) -> None:
@@ -480,19 +328,17 @@ class Capsem:
     # -- the end of a flow ---------------------------------------------------------------------
 
     def _finish(self, flow: http.HTTPFlow, error: str | None, close_code: int | None = None) -> None:
-        state = self.flows.get(flow.id)
+        state = self.flows.get(flow)
         if state is None:
             return
-        self._collect_request(flow, state)
+        collect_request(flow, state)
         resp = flow.response
         if resp is not None and state.response is None:
-            state.response = _response_head(resp)
+            state.response = response_head(resp)
         ended = (resp.timestamp_end if resp is not None else None) or time.time()
         if flow.websocket is not None and flow.websocket.timestamp_end:
             ended = flow.websocket.timestamp_end
         body = resp.raw_content if resp is not None and state.response_tap is None else None
-        if state.mcp and self.policy.has_mcp_rules and resp is not None:
-            self._learn_mcp_name(flow, state)
         # a reply that failed before its body was whole, and was not streamed, never reached the
         # client: mitmproxy answered it with 502 itself (unless the client had gone first)
         refused = error is not None and resp is not None and state.response_tap is None and body is None
@@ -504,10 +350,8 @@ class Capsem:
     def _end(self, key: str, body: bytes | None, error: str | None, ended: float,
              client_status: int | None = None, close_code: int | None = None) -> None:  # fmt: skip
         """Hand the flow over as one `FlowEnded`; the hook side forgets it."""
-        state = self.flows.pop(key)
+        state = self.flows.open.pop(key)
         tap = state.response_tap
-        if self.recorder is not None and self.recorder.exit_reason is None:
-            self.guard.ended(state.route, key, state.decision)
         self.put(
             FlowEnded(
                 request=state.head, ended=ended, route=state.route, request_body=state.request_body,
@@ -523,43 +367,6 @@ class Capsem:
                 process=self.connections.process(state.head.conn),
             )
         )  # fmt: skip
-
-    def _learn_mcp_name(self, flow: http.HTTPFlow, state: _Flow) -> None:
-        """An initialize answer names its server: learn it here, before the client's next call
-        reaches a policy rule."""
-        if b"initialize" not in (state.request_body or b"") or flow.response is None:
-            return
-        tap = state.response_tap
-        body = bytes(tap.preview) if tap is not None else flow.response.get_content(strict=False)
-        content_type = flow.response.headers.get("content-type")
-        for answer in mcp.parse_response(body or b"", content_type):
-            name = mcp.initialize_name(answer)
-            if name:
-                self.mcp_names[mcp.server_name(state.head.host, state.head.port, state.head.path)] = name
-
-    def _collect_request(self, flow: http.HTTPFlow, state: _Flow) -> None:
-        tap, state.request_tap = state.request_tap, None
-        if tap is not None:
-            state.request_body, state.request_size = bytes(tap.body), tap.bytes
-            state.request_truncated = tap.bytes > len(tap.body)
-        elif state.request_body is None and flow.request.raw_content is not None:
-            state.request_body = flow.request.raw_content
-            state.request_size = len(state.request_body)
-
-
-def _record(state: _Flow, verdict: Verdict) -> None:
-    """A budget's verdict on the flow's decision and matched_rule (the strictest decides)."""
-    if verdict.decision == "allowed" or (state.decision == "denied" and verdict.decision != "denied"):
-        return
-    if verdict.decision == "denied" or state.decision == "allowed":
-        state.matched_rule = verdict.rule
-    elif verdict.rule not in (state.matched_rule or "").split(", "):  # warned by a policy rule and a budget
-        state.matched_rule = f"{state.matched_rule}, {verdict.rule}"
-    state.decision = strictest(state.decision, verdict.decision)
-
-
-def _response_head(resp: http.Response) -> ResponseHead:
-    return ResponseHead(resp.status_code, tuple(resp.headers.items(multi=True)), resp.timestamp_start)
 
 
 def _chain(tap: Callable[[bytes], bytes], existing: Any) -> Callable[[bytes], bytes]:

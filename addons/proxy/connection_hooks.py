@@ -83,7 +83,7 @@ class Connections:
         if (
             self.capture.outbox is None
             or data.server.address is None
-            or any(f.head.conn == client for f in self.capture.flows.values())
+            or any(f.head.conn == client for f in self.capture.flows.open.values())
         ):
             return  # a flow's own connection: the flow records how it ends
         self.attempts.start(client, data.server.address, time.time(), addr(data.client.peername))

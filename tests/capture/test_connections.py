@@ -16,7 +16,7 @@ from mitmproxy.test import tflow, tutils
 from mitmproxy.tls import TlsData
 
 from addons.proxy.connections import describe
-from tests.capture.conftest import Chain, finish
+from tests.capture.conftest import finish
 from tests.conftest import rows
 
 
@@ -24,7 +24,7 @@ class Conn:
     """One client connection and the hooks mitmproxy calls for it."""
 
     def __init__(self, addon, host: str, port: int) -> None:
-        self.addon = Chain(addon)
+        self.addon = addon
         self.client = tflow.tclient_conn()
         self.server = connection.Server(address=(host, port))
         self.data = ServerConnectionHookData(server=self.server, client=self.client)

@@ -18,7 +18,7 @@ from mitmproxy.test import taddons, tflow, tutils
 
 from addons.proxy.capture import Capsem
 from addons.recorder.thread import RecorderThread
-from tests.capture.conftest import started
+from tests.capture.conftest import Chain, started
 from tests.capture.test_hooks import FIXTURES, model_flow
 from tests.conftest import only_session, rows
 
@@ -113,7 +113,7 @@ def test_a_model_glob_reads_the_model_from_the_body_and_other_models_go_through(
     with taddons.context(addon) as tctx:
         tctx.configure(addon)
         addon.running()
-        sonnet, opus = call(addon), call(addon, "claude-opus-4-1")
+        sonnet, opus = call(Chain(addon)), call(Chain(addon), "claude-opus-4-1")
         addon.done()
     assert sonnet.response.status_code == 200 and opus.response.status_code == 402
     assert "no-opus" in json.loads(opus.response.content)["error"]["message"]

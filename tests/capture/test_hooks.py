@@ -18,7 +18,7 @@ from wsproto.frame_protocol import Opcode
 
 from addons.proxy.capture import Capsem
 from addons.recorder.thread import RecorderThread
-from tests.capture.conftest import finish
+from tests.capture.conftest import Chain, finish
 from tests.conftest import only_session, rows
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -104,9 +104,10 @@ def test_policy_deny_answers_403_and_records_the_rule(capsem_home):
     (capsem_home / "config.yaml").write_text(
         "policy:\n  rules: [{name: no-x, action: deny, host: '*.x.test'}]\n"
     )
-    addon = Capsem(recorder=RecorderThread)
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon)
+    capture = Capsem(recorder=RecorderThread)
+    addon = Chain(capture)
+    with taddons.context(capture) as tctx:
+        tctx.configure(capture)
         addon.running()
         flow = tflow.tflow(req=tutils.treq(host="api.x.test"), resp=False)
         addon.requestheaders(flow)

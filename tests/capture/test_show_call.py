@@ -11,6 +11,7 @@ from mitmproxy.test import taddons, tflow, tutils
 from addons.proxy.capture import Capsem
 from addons.recorder.thread import RecorderThread
 from assembler.cli import cli
+from tests.capture.conftest import Chain
 from tests.capture.test_breakdown import SYSTEM, TOOLS, answer
 
 REQUEST = {"model": "claude-sonnet-4-5", "max_tokens": 100, "system": SYSTEM, "tools": TOOLS,
@@ -18,9 +19,10 @@ REQUEST = {"model": "claude-sonnet-4-5", "max_tokens": 100, "system": SYSTEM, "t
 
 
 def record_one_call(reply: bytes) -> None:
-    addon = Capsem(recorder=RecorderThread)
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon)
+    capture = Capsem(recorder=RecorderThread)
+    addon = Chain(capture)
+    with taddons.context(capture) as tctx:
+        tctx.configure(capture)
         addon.running()
         headers = http.Headers(content_type="application/json")
         req = tutils.treq(host="api.anthropic.com", port=443, scheme="https", method=b"POST", path=b"/v1/messages",
