@@ -7,7 +7,7 @@ import time
 
 from addons.items import call_items, request_items
 from benchmarks.bodies import conversation
-from tests.capture.test_bodies import ANSWER, call
+from tests.addons.recorder.test_bodies import ANSWER, call
 from tests.recording import RecorderHarness
 
 

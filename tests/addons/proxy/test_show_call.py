@@ -11,8 +11,8 @@ from mitmproxy.test import taddons, tflow, tutils
 from addons.proxy.capture import Capsem
 from addons.recorder.thread import RecorderThread
 from assembler.cli import cli
-from tests.capture.conftest import Chain
-from tests.capture.test_breakdown import SYSTEM, TOOLS, answer
+from tests.addons.proxy.conftest import Chain
+from tests.addons.recorder.test_breakdown import SYSTEM, TOOLS, answer
 
 REQUEST = {"model": "claude-sonnet-4-5", "max_tokens": 100, "system": SYSTEM, "tools": TOOLS,
            "messages": [{"role": "user", "content": "fix the parser"}]}  # fmt: skip

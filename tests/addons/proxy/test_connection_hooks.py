@@ -16,7 +16,7 @@ from mitmproxy.test import tflow, tutils
 from mitmproxy.tls import TlsData
 
 from addons.proxy.connections import describe
-from tests.capture.conftest import finish
+from tests.addons.proxy.conftest import finish
 from tests.conftest import rows
 
 

@@ -20,7 +20,7 @@ from addons.recorder.otlp.send import Target, export_session, exporter, read_mar
 from addons.recorder.otlp.spans import Builder, Options
 from capsem import settings
 from capsem.schema import connect, open_main_db
-from tests.capture.test_turns import PROMPT, TASK, reply, result, send
+from tests.addons.recorder.test_traces import PROMPT, TASK, reply, result, send
 from tests.recording import RecorderHarness
 
 SID = "20261123-120000-abcd"
@@ -72,7 +72,7 @@ def receiver() -> Iterator[Receiver]:
 @pytest.fixture
 def session(tmp_path: Path) -> Path:
     """A main agent starts a subagent (Task), the subagent runs a tool, the main agent gets the
-    Task's result, then a new user input (tests/capture/test_turns.py's session)."""
+    Task's result, then a new user input (tests/addons/recorder/test_traces.py's session)."""
     rec = RecorderHarness(tmp_path)
     main = [{"role": "user", "content": "Refactor parse()."}]
     send(rec, 0, "main agent", main, reply([TASK], "tool_use"))

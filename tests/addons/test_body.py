@@ -15,7 +15,7 @@ import zstandard
 from addons.body import ResponseReader
 from addons.providers import parser_for
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 STREAMS = sorted((FIXTURES / "anthropic").glob("stream_*.sse")) + sorted(
     (FIXTURES / "openai_chat").glob("stream_*.sse")
 )

@@ -1,7 +1,7 @@
 """Brokered credentials (pure): the placeholders of a request and what is done with each; reading
 the real values at start; the agent's environment under `capsem run --broker`.
 
-(The hooks applying a plan are in tests/capture/test_guardrails.py; real SDKs in tests/e2e.)"""
+(The hooks applying a plan are in tests/addons/proxy/test_guard.py; real SDKs in tests/e2e.)"""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from addons.messages import Route
 from tests.recording import RecorderHarness, ended, head, response
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures"
 
 
 def test_server_side_tools_are_not_left_pending(tmp_path):

@@ -18,8 +18,8 @@ from mitmproxy.test import taddons, tflow, tutils
 
 from addons.proxy.capture import Capsem
 from addons.recorder.thread import RecorderThread
-from tests.capture.conftest import Chain, started
-from tests.capture.test_hooks import FIXTURES, model_flow
+from tests.addons.proxy.conftest import Chain, started
+from tests.addons.proxy.test_capture import FIXTURES, model_flow
 from tests.conftest import only_session, rows
 
 WIRE = (FIXTURES / "anthropic" / "stream_thinking_tools.sse").read_bytes()

@@ -1,7 +1,7 @@
 """Budgets (pure): which calls a budget counts, its spend in its scope, the verdict, the refusal.
 
 (The `budgets:` settings and their error lines are tested in tests/core/test_settings.py; the
-hooks in tests/capture/test_guardrails.py; the real SDKs against the refusal in tests/e2e.)"""
+hooks in tests/addons/proxy/test_guard.py; the real SDKs against the refusal in tests/e2e.)"""
 
 from __future__ import annotations
 
