@@ -31,7 +31,7 @@ from addons.body import ResponseReader
 from addons.framing import SSEDecoder, SSEEvent
 from addons.messages import FlowEnded, RequestHead, ResponseHead, Route
 from addons.providers import parser_for
-from addons.proxy.handover import Outbox
+from addons.proxy.outbox import Outbox
 from addons.recorder.rows import NetEvent, new_event_id
 from addons.recorder.thread import RecorderThread
 from addons.recorder.writer import SessionWriter

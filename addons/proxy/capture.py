@@ -39,8 +39,9 @@ from addons.proxy.connections import describe
 from addons.proxy.flows import Flows, collect_request, response_head
 from addons.proxy.guard import Guard
 from addons.proxy.guardrails import Guardrails
-from addons.proxy.handover import Barriers, Outbox, RecorderProcess
+from addons.proxy.handover import RecorderProcess
 from addons.proxy.hooks import guarded
+from addons.proxy.outbox import Barriers, Outbox
 from addons.proxy.policy import Policy, PolicyError
 from addons.proxy.policy_gate import PolicyGate
 from addons.proxy.session import Session

@@ -27,7 +27,7 @@ from capsem.settings import Budget, Settings
 if TYPE_CHECKING:
     from mitmproxy import http
 
-    from addons.proxy.handover import RecorderProcess, RecorderThread
+    from addons.proxy.outbox import Barriers
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class Guardrails:
             parts.append("brokered credentials " + ", ".join(b.entry.name for b in self.broker.brokered))
         return "; ".join(parts) or None
 
-    def start(self, recorder: RecorderProcess | RecorderThread, session_id: str, main_db: Path) -> None:
+    def start(self, recorder: Barriers, session_id: str, main_db: Path) -> None:
         """Follow the spend of this session (from the recorder) and of the others (main.db)."""
         if not self.budgets:
             return

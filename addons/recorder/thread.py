@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from addons.messages import Message
-from addons.proxy.handover import Barriers, Outbox
+from addons.proxy.outbox import Barriers, Outbox
 from addons.recorder.main import finish, open_recorder, run, warm_up
 from addons.spec import RecorderSpec
 

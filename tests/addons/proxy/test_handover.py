@@ -19,7 +19,7 @@ from addons.messages import (
     decode,
     encode,
 )
-from addons.proxy.handover import Outbox
+from addons.proxy.outbox import Outbox
 from tests.recording import RecorderHarness, ended, head, response
 
 

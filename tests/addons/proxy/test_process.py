@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from addons.proxy.process import ProcessResolver, PsutilTable, Socket, find_socket, proc_net_keys
+from addons.proxy.process import ProcessResolver, PsutilTable
+from addons.proxy.sockets import Socket, find_socket, proc_net_keys
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
