@@ -31,6 +31,9 @@ Protocol quirks handled:
 - Usage: `input_tokens` already includes `input_tokens_details.cached_tokens`, and
   `output_tokens` includes `output_tokens_details.reasoning_tokens` — normalized by the
   shared OpenAI function (`usage_from_openai` understands both namings).
+
+Over 400 lines on purpose: one protocol's wire knowledge (requests, stream events, whole bodies,
+errors, the item shapes they share) in one file, as for every provider.
 """
 
 from __future__ import annotations

@@ -134,6 +134,8 @@ class McpLedger:
 
     # -- POSTed messages ----------------------------------------------------------------------
 
+    # Long on purpose: every JSON-RPC message of one POST becomes one row here, its ~20 columns set
+    # once, in order, beside the matching of its answer (inline, or later on a GET stream).
     def record(
         self,
         flow: FlowEnded,

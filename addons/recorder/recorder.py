@@ -159,6 +159,8 @@ class Recorder:
 
     # -- finished flows ------------------------------------------------------------------------
 
+    # Long on purpose: the one place a finished flow is routed (WebSocket, MCP, model call, plain);
+    # each branch is a few lines that call a builder.
     def _flow_ended(self, flow: FlowEnded) -> None:
         key = flow.request.key
         state = self.readers.pop(key, None)

@@ -32,6 +32,8 @@ def _dicts(conn: sqlite3.Connection, sql: str, params: tuple = ()) -> list[dict]
     return [dict(zip(names, row, strict=True)) for row in cur]
 
 
+# Long on purpose: the rows of one batch after the watermark (calls, the tool results they
+# carried, MCP calls, the parents these need) are read together, each query a few lines.
 def step(conn: sqlite3.Connection, session_id: str, mark: Mark, *, finished: bool, content: bool = False,
          limit: int = 200) -> Step | None:  # fmt: skip
     """The next rows to export after `mark` (at most `limit` calls of each kind); the turns too once
