@@ -1,17 +1,15 @@
-"""The capsem mitmproxy addon: hooks that hand typed messages to the recorder.
+"""The capsem mitmproxy addon that captures: last in the chain it builds (`Capsem.chain`).
 
-Every hook is cheap: it copies what it needs out of the flow into a frozen message
-(`addons/messages.py`) and puts it on the outbox (`addons/proxy/handover.py`), which a sender thread
-passes to the recorder process; decoding, parsing, pricing and writing happen there. The
-decisions that need the live flow are taken here, once: the route of a model call, whether and
-how its response body is streamed (its framing), the policy verdict. Streamed responses (every
-`text/event-stream`, model streams, anything mitmproxy was told to stream) get a `ResponseTap`
-that returns each chunk unchanged. Every flow ends in `response` or `error` (or `websocket_end`);
-each ends it with one `FlowEnded`. An upstream connection that fails before any request exists
-(a CONNECT tunnel: DNS, refused, TLS, timeout) ends as one too (`addons/proxy/connections.py`). `done`
-ends the flows still open, stops the recorder (which rolls the session up) and, if the recorder
-died, marks the session `crashed`. Nothing raised here may reach mitmproxy: a capture failure
-is logged and counted, the flow goes on.
+`Capsem` owns the session and the recorder (`running`, `done`) and turns each flow into
+messages (`addons/messages.py`) on the outbox (`addons/proxy/outbox.py`), which a sender thread
+passes to the recorder process; decoding, parsing, pricing and writing happen there. The addons
+before it in the chain have already opened the flow's state and decided its route
+(`addons/proxy/flows.py`), its policy verdict (`policy_gate.py`) and its budgets and credentials
+(`guard.py`). Here: the framing of a streamed response and the `ResponseTap` that returns each
+chunk unchanged, the tap on a streamed request body, and one `FlowEnded` for every flow, in
+`response`, `error` or `websocket_end`. `done` ends the flows still open, stops the recorder
+(which rolls the session up) and, if the recorder died, marks the session `crashed`. Nothing
+raised here may reach mitmproxy: a capture failure is logged and counted, the flow goes on.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ capture addon hands it to the recorder.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mitmproxy import http
@@ -52,18 +53,23 @@ class Guard:
         if state is None or flow.request.stream or flow.response is not None or not guard.checks(state.route):
             return None
         if not guard.settled():  # a call just ended: wait for its cost (mitmproxy awaits this)
-            return self._budget_when_settled(flow, state)
+
+            def check() -> None:
+                if flow.response is None:
+                    self._apply_budget(flow, state)
+
+            return self._when_settled("request", check)
         self._apply_budget(flow, state)
         return None
 
-    async def _budget_when_settled(self, flow: http.HTTPFlow, state: FlowState) -> None:
+    async def _when_settled(self, hook: str, check: Callable[[], None]) -> None:
+        """`check` once the cost of every call that has ended is counted (or given up on)."""
         try:
             await self.capture.guard.settle()
-            if flow.response is None:
-                self._apply_budget(flow, state)
+            check()
         except Exception as exc:  # as `guarded` does for the other hooks
             self.hook_failures += 1
-            logger.warning("capsem: request hook failed: %r", exc, exc_info=True)
+            logger.warning("capsem: %s hook failed: %r", hook, exc, exc_info=True)
 
     def _apply_budget(self, flow: http.HTTPFlow, state: FlowState) -> None:
         """Check a model call against the budgets: record a warning, or answer it in the
@@ -89,17 +95,9 @@ class Guard:
             guard.ws_message(flow.id, msg.content)
         elif guard.ws_turn(msg.content)[0]:
             if not guard.settled():  # the previous turn just ended: wait for its cost (mitmproxy awaits this)
-                return self._budget_ws_turn_when_settled(flow, msg)
+                return self._when_settled("websocket_message", lambda: self._budget_ws_turn(flow, msg))
             self._budget_ws_turn(flow, msg)
         return None
-
-    async def _budget_ws_turn_when_settled(self, flow: http.HTTPFlow, msg: WebSocketMessage) -> None:
-        try:
-            await self.capture.guard.settle()
-            self._budget_ws_turn(flow, msg)
-        except Exception as exc:  # as `guarded` does for the other hooks
-            self.hook_failures += 1
-            logger.warning("capsem: websocket_message hook failed: %r", exc, exc_info=True)
 
     def _budget_ws_turn(self, flow: http.HTTPFlow, msg: WebSocketMessage) -> None:
         """A `response.create` on a WebSocket is a model call: the budgets decide it like an HTTP

@@ -1,6 +1,6 @@
 """Guardrails in the path: brokered credentials and spend budgets, as the hooks use them.
 
-The addon (`addons/proxy/capture.py`) calls this in `requestheaders` and `request`, before anything
+The `Guard` addon (`addons/proxy/guard.py`) calls this in `requestheaders` and `request`, before anything
 goes upstream: `substitute` puts the real keys in place of their placeholders (where allowed:
 `addons/proxy/credentials.py`), `verdict` says whether a model call is within its budgets
 (`addons/budgets.py`, over the spend in `addons/proxy/spend.py`) and `refusal` is the provider-shaped
