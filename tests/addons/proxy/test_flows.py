@@ -8,6 +8,8 @@ from mitmproxy import http
 from mitmproxy.test import tflow, tutils
 
 from addons.messages import Route
+from tests.addons.proxy.conftest import finish
+from tests.conftest import rows
 
 
 def post(host: str, path: bytes, body: dict, content_type: str = "application/json") -> http.HTTPFlow:
@@ -49,3 +51,24 @@ def test_nothing_is_opened_without_a_session():
     flow = post("api.anthropic.com", b"/v1/messages", {})
     capture.flows.requestheaders(flow)
     assert capture.flows.get(flow) is None
+
+
+def test_non_model_endpoints_get_only_net_events(capsem, capsem_home):
+    listed = tflow.tflow(
+        req=tutils.treq(host="api.anthropic.com", method=b"GET", path=b"/v1/models"), resp=False
+    )
+    counted = post(
+        "api.anthropic.com", b"/v1/messages/count_tokens", {"model": "claude-haiku-4-5", "messages": []}
+    )
+    for flow in (listed, counted):
+        capsem.requestheaders(flow)
+        capsem.request(flow)
+        assert capsem.flows.get(flow).route is None
+        flow.response = tutils.tresp(content=b'{"input_tokens": 3}')
+        capsem.response(flow)
+    db = finish(capsem, capsem_home)
+    assert rows(db, "SELECT COUNT(*) AS n FROM model_calls")[0]["n"] == 0
+    assert [r["path"] for r in rows(db, "SELECT path FROM net_events ORDER BY id")] == [
+        "/v1/models",
+        "/v1/messages/count_tokens",
+    ]
