@@ -13,41 +13,11 @@ of the answer is missing.
 
 from __future__ import annotations
 
+import addons.eventstream  # noqa: F401  (registers the "eventstream" framer: Bedrock streams)
 from addons.decode import BodyDecoder
 from addons.framing import Framer, make_framer
 from addons.providers.base import ProtocolParser, StreamInterpreter
 from addons.records import ResponseSummary
-
-
-def media_type(content_type: str | None) -> str:
-    return (content_type or "").split(";", 1)[0].strip().lower()
-
-
-def is_event_stream(content_type: str | None) -> bool:
-    return media_type(content_type) == "text/event-stream"
-
-
-_FRAMING_BY_TYPE = {
-    "text/event-stream": "sse",
-    "application/x-ndjson": "ndjson",
-    "application/jsonl": "ndjson",
-    "application/vnd.amazon.eventstream": "eventstream",
-}
-
-
-def stream_framing(parser: ProtocolParser, content_type: str | None, path: str) -> str | None:
-    """How a response of this protocol is framed when streamed, or None for a whole body.
-
-    The content type decides, unless the protocol says otherwise (a parser may define
-    `stream_framing(content_type, path)`, e.g. Gemini's JSON-array streams are plain
-    `application/json`).
-    """
-    custom = getattr(parser, "stream_framing", None)
-    if custom is not None:
-        choice = custom(content_type, path)
-        if choice is not None:
-            return choice or None  # "" = explicitly not streamed
-    return _FRAMING_BY_TYPE.get(media_type(content_type))
 
 
 class Preview:

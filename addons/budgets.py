@@ -3,7 +3,7 @@ and the answer capsem gives when a budget is exhausted. Pure: no I/O, no mitmpro
 
 Spend is kept as rows `(session_id, day, provider, model, host, cost)`: the ledger in main.db
 (`spend`, one row per session, UTC day, provider, model and host) and this session's own rows
-as the recorder reports them (`addons/spend.py`). A budget's spend is the cost of the rows it
+as the recorder reports them (`addons/proxy/spend.py`). A budget's spend is the cost of the rows it
 matches within its scope: this session (`session`), today (`day`) or this month (`month`).
 
 A call is `denied` when a budget it matches is spent (spend >= limit), `warned` when one is at

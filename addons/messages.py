@@ -1,8 +1,8 @@
 """What the hooks hand to the recorder: typed, frozen messages.
 
 Hooks run on mitmproxy's event loop. Each copies what it needs out of a flow into one of these
-messages, puts it on the hand-over (`addons/handover.py`) and never touches it again. The
-recorder (`addons/recorder.py`), in its own process, reads them in order and turns them into
+messages, puts it on the hand-over (`addons/proxy/handover.py`) and never touches it again. The
+recorder (`addons/recorder/recorder.py`), in its own process, reads them in order and turns them into
 rows. Every decision that depends on the live flow is taken in the hook and travels in the
 message (the route, the framing of a streamed body, the policy verdict); the recorder never
 decides them again.
@@ -24,6 +24,7 @@ from typing import Union
 import msgspec
 
 __all__ = [
+    "ABNORMAL_CLOSURE",
     "Barrier",
     "Chunk",
     "FlowEnded",
@@ -41,6 +42,9 @@ __all__ = [
 ]
 
 Headers = tuple[tuple[str, str], ...]
+
+ABNORMAL_CLOSURE = 1006
+"""A WebSocket dropped without a close frame: an error only if a turn was open (the recorder knows)."""
 
 
 def _find(headers: Headers, name: str) -> str | None:

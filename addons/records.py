@@ -1,13 +1,13 @@
-"""Normalized records that provider parsers produce and the store writes.
+"""Normalized records that provider parsers produce and the recorder's builders turn into rows.
 
 Parsers are pure: they take bytes and return these dataclasses, never flows. One request
-gives a `RequestInfo`; one response (streamed or not) gives a `ResponseSummary`. The capture
-layer joins both with the flow's timing into `model_calls`, `tool_calls` and `tool_responses`
-rows.
+gives a `RequestInfo`; one response (streamed or not) gives a `ResponseSummary`. The recorder
+(`addons/recorder/build.py`) joins both with the flow's timing into `model_calls`, `tool_calls`
+and `tool_responses` rows.
 
-Usage follows the contract in DESIGN.md: `input_tokens` counts every input token (cached
-ones included), `output_tokens` every billed output token (reasoning included), and the
-breakdown plus the provider's raw usage object go to `Usage.details()`.
+Usage follows the session.db contract (`model_calls` columns): `input_tokens` counts every input
+token (cached ones included), `output_tokens` every billed output token (reasoning included), and
+the breakdown plus the provider's raw usage object go to `Usage.details()`.
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ def check_mitmdump() -> Finding:
         return Finding("mitmdump", "fail", f"mitmdump is neither next to {sys.executable} nor on PATH",
                        "install capsem with its dependencies (make install, or pip install -e .)")  # fmt: skip
     try:
-        importlib.import_module("addons.capture")
+        importlib.import_module("addons.proxy.capture")
     except Exception as exc:
         return Finding("mitmdump", "fail", f"the addon ({ADDON_PATH}) does not import: {exc!r}",
                        f"reinstall capsem in the Python that runs {path} (make install, or pip install -e .)")  # fmt: skip
@@ -397,7 +397,7 @@ def _credential_entries() -> list[Any]:
 
 def check_credentials() -> Finding | None:
     """The brokered credentials: every entry's real value can be read (None: none configured)."""
-    from addons.credentials import load_secrets
+    from addons.proxy.credentials import load_secrets
     from capsem.settings import SettingsError, load
 
     try:
@@ -421,7 +421,7 @@ def _send_placeholders(proxy: Mitmdump, entries: list[Any]) -> list[tuple[str, s
     placeholder there, through the self-test's mitmdump: (credential, host, place) sent."""
     import httpx
 
-    from addons.credentials import accepted_places
+    from addons.proxy.credentials import accepted_places
 
     trust = ssl.create_default_context(cafile=proxy.ca_cert)
     sent = []

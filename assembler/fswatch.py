@@ -17,8 +17,8 @@ from pathlib import Path
 
 import watchfiles
 
-from addons.rows import FsEvent, new_event_id
-from addons.writer import SessionWriter
+from addons.recorder.rows import FsEvent, new_event_id
+from addons.recorder.writer import SessionWriter
 from capsem.ids import utc_now
 
 logger = logging.getLogger(__name__)

@@ -583,7 +583,7 @@ def mcp_usage(conn: sqlite3.Connection) -> list[dict]:
 
 def input_breakdown(conn: sqlite3.Connection) -> list[dict]:
     """Per part of the input (tool definitions, system, history…): tokens, cost and their shares
-    of the session's input (estimated split of the providers' counts; see addons/breakdown.py)."""
+    of the session's input (estimated split of the providers' counts; see addons/recorder/breakdown.py)."""
     rows = [dict(r) for r in conn.execute(
         "SELECT part, SUM(tokens) AS tokens, SUM(cache_read_tokens) AS cache_read, SUM(cost_usd) AS cost_usd "
         "FROM input_breakdown GROUP BY part ORDER BY SUM(COALESCE(cost_usd, 0)) DESC, SUM(tokens) DESC"

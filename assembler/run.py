@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from addons.credentials import Brokered, broker_env, load_secrets
+from addons.proxy.credentials import Brokered, broker_env, load_secrets
 from capsem.config import ConfigError
 from capsem.ids import SESSION_ID, new_session_id
 from capsem.mitm import CAPTURING, Mitmdump, spawn_mitmdump, wait_for_mitmdump

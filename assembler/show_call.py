@@ -1,6 +1,6 @@
 """`capsem show-call ID`: one model call's exact request and response, raw or readable.
 
-`call_bodies()` reads the stored bodies (addons/bodies.py); `render()` turns them into text a
+`call_bodies()` reads the stored bodies (addons/recorder/bodies.py); `render()` turns them into text a
 person reads: the request as indented JSON, the response as indented JSON or, for a stream,
 one line per event with the JSON data indented.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from addons.bodies import read_body
+from addons.recorder.bodies import read_body
 from assembler.sessiondb import open_session
 
 

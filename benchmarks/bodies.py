@@ -5,7 +5,7 @@ A scripted Claude Code-sized conversation (a ~30 KB system prompt, ~60 KB of too
 to the newest message, as Claude Code does) goes through the real recorder and writer
 (`Recorder` + `SessionWriter`, messages in). After every turn the session.db bytes that hold
 bodies are measured; beside them, the same bodies stored each as is (zstd-compressed whole):
-the quadratic line (compressed even). Then the time to read a call's body back (`addons.bodies.read_body`) in a
+the quadratic line (compressed even). Then the time to read a call's body back (`addons.recorder.bodies.read_body`) in a
 session of `read_turns` turns, the last call (the longest) and one in the middle.
 """
 
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import zstandard
 
-from addons.bodies import read_body
 from addons.messages import FlowEnded, RequestHead, ResponseHead, Route
-from addons.recorder import Recorder
-from addons.writer import SessionWriter
+from addons.recorder.bodies import read_body
+from addons.recorder.recorder import Recorder
+from addons.recorder.writer import SessionWriter
 from capsem.redact import Scrubber
 from capsem.settings import defaults
 
@@ -180,6 +180,6 @@ def run_bodies(turns: int, read_turns: int, log: Callable[[str], None] = print) 
 
 
 def _distinct(bodies: list[bytes]) -> set[bytes]:
-    from addons.bodies import pieces
+    from addons.recorder.bodies import pieces
 
     return {p for body in bodies for p in pieces(body)}

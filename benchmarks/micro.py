@@ -29,12 +29,13 @@ from pathlib import Path
 
 from addons.body import ResponseReader
 from addons.framing import SSEDecoder, SSEEvent
-from addons.handover import Outbox, RecorderThread
 from addons.messages import FlowEnded, RequestHead, ResponseHead, Route
 from addons.providers import parser_for
-from addons.recorder_process import spec_of
-from addons.rows import NetEvent, new_event_id
-from addons.writer import SessionWriter
+from addons.proxy.outbox import Outbox
+from addons.recorder.rows import NetEvent, new_event_id
+from addons.recorder.thread import RecorderThread
+from addons.recorder.writer import SessionWriter
+from addons.spec import spec_of
 from benchmarks.bodies import conversation
 from capsem.redact import Scrubber, default_rules
 from capsem.secret_rules import RuleSet

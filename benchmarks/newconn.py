@@ -12,7 +12,7 @@ Scenarios, one connection at a time, interleaved (the order rotates every round)
 lookup switched off by `no_process_lookup.py` (a benchmark-only stub), which shows what the
 lookup costs apart from the rest of the addon.
 
-A micro-benchmark times `ProcessResolver.resolve` (addons/process.py) on real connections of a
+A micro-benchmark times `ProcessResolver.resolve` (addons/proxy/process.py) on real connections of a
 child process (see `run_resolve`), beside `psutil.net_connections`, the whole-table walk the
 resolver used to make per connection.
 """
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import psutil
 
-from addons.process import ProcessResolver, all_pids, holds_socket
+from addons.proxy.process import ProcessResolver, all_pids, holds_socket
 from benchmarks.client import request_bytes
 from benchmarks.proxies import Scenario, start_proxy
 from benchmarks.streaming import percentile

@@ -7,7 +7,7 @@ suite can show what the addon costs a connection without the lookup. Never used 
 
 from __future__ import annotations
 
-from addons.process import ProcessResolver
+from addons.proxy.process import ProcessResolver
 
 
 def _no_lookup(self: ProcessResolver, peer: object) -> None:

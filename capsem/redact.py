@@ -1,6 +1,6 @@
 """Keeping secrets off disk: header hashing, query redaction and secret scrubbing.
 
-Rules (DESIGN.md contract): a short allowlist of harmless headers is stored verbatim; every
+Rules (the project's contract): a short allowlist of harmless headers is stored verbatim; every
 other header value becomes `hash:` + 12 hex chars of its keyed hash (`capsem.markers`: the same
 value gives the same marker in this installation, a wordlist cannot give it back). Sensitive query
 parameters (the configured ones, secret-named ones, cloud signatures) are hashed the same way.

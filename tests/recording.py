@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from addons.messages import Chunk, FlowEnded, Message, RequestHead, ResponseHead, Route, StreamOpened
-from addons.recorder import Recorder
-from addons.writer import SessionWriter
+from addons.recorder.recorder import Recorder
+from addons.recorder.writer import SessionWriter
 from capsem.redact import Scrubber
 from capsem.settings import CaptureSettings, defaults
 from tests.conftest import rows

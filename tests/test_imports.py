@@ -8,12 +8,19 @@ that re-exports its submodules is not a cycle by itself.
 
 The packages are layered: capsem is the base; pricing may import capsem; addons may import
 capsem and pricing; assembler may import addons, capsem and pricing; benchmarks may import any.
+
+Inside addons, the two sides of the process boundary import only their own side and what they
+share: `addons.proxy` (mitmdump) never imports `addons.recorder`; `addons.recorder` imports
+`addons.proxy` only in `thread.py`, the in-process stand-in for the recorder process; the shared
+modules (messages, spec, the parsers, budgets) import neither. Loading the addon in mitmdump loads
+no writer, no builder and no protocol parser (checked in a fresh interpreter).
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,11 +33,6 @@ ALLOWED = {
     "assembler": {"addons", "capsem", "pricing"},
     "benchmarks": {"addons", "assembler", "capsem", "pricing"},
 }
-
-# TEMPORARY: imports in addons/ that close a cycle, left to the capture-path rewrite. Each is
-# (importing module, imported module); both tests ignore it, and fail once it is gone: then
-# remove it here, until this list is empty.
-KNOWN_ADDONS_CYCLES: list[tuple[str, str]] = []
 
 
 @dataclass(frozen=True)
@@ -112,13 +114,12 @@ def imports_in(name: str, source: str, is_package: bool = False) -> list[Import]
     return out
 
 
-def import_graph(ignore: Sequence[tuple[str, str]] = ()) -> dict[str, dict[str, Import]]:
-    """module -> {imported module: its first import}, without the `ignore` edges."""
+def import_graph() -> dict[str, dict[str, Import]]:
+    """module -> {imported module: its first import}."""
     graph: dict[str, dict[str, Import]] = {name: {} for name in MODULES}
     for name in MODULES:
         for imp in imports_of(name):
-            if (imp.source, imp.target) not in ignore:
-                graph[name].setdefault(imp.target, imp)
+            graph[name].setdefault(imp.target, imp)
     return graph
 
 
@@ -221,16 +222,8 @@ def later():
     assert all(target in MODULES for targets in graph.values() for target in targets)
 
 
-def test_known_cycles_are_still_there():
-    """An entry of KNOWN_ADDONS_CYCLES whose import is gone must be removed from the list."""
-    graph = import_graph()
-    stale = [edge for edge in KNOWN_ADDONS_CYCLES if edge[1] not in graph.get(edge[0], {})]
-    assert all(source.startswith("addons.") for source, _ in KNOWN_ADDONS_CYCLES)
-    assert not stale, f"no longer imported, remove from KNOWN_ADDONS_CYCLES: {stale}"
-
-
 def test_no_import_cycles_between_modules():
-    graph = import_graph(ignore=KNOWN_ADDONS_CYCLES)
+    graph = import_graph()
     problems = []
     for component in strongly_connected(graph):
         cycle = a_cycle(graph, component)
@@ -248,10 +241,49 @@ def test_packages_import_only_the_layers_below():
         package = name.split(".")[0]
         for imp in imports_of(name):
             other = imp.target.split(".")[0]
-            if (
-                other != package
-                and other not in ALLOWED[package]
-                and (name, imp.target) not in KNOWN_ADDONS_CYCLES
-            ):
+            if other != package and other not in ALLOWED[package]:
                 wrong.append(f"{package} may not import {other}: {imp}")
     assert not wrong, "\n".join(wrong)
+
+
+def _side(module: str) -> str | None:
+    if module == "addons.capsem_addon":  # the `-s` entry: it registers the proxy side's addons
+        return "addons.proxy"
+    for side in ("addons.proxy", "addons.recorder"):
+        if module == side or module.startswith(side + "."):
+            return side
+    return None
+
+
+def test_each_side_of_the_process_boundary_imports_only_its_own():
+    wrong = []
+    for name in MODULES:
+        if not name.startswith("addons"):
+            continue
+        side = _side(name)
+        for imp in imports_of(name):
+            other = _side(imp.target)
+            if other is None or other == side:
+                continue
+            if side == "addons.recorder" and name == "addons.recorder.thread":
+                continue  # the recorder on a thread stands where RecorderProcess stands (tests)
+            wrong.append(f"{side or 'shared'} may not import {other}: {imp}")
+    assert not wrong, "\n".join(wrong)
+
+
+NEVER_IN_MITMDUMP = ("addons.recorder", "addons.body", "addons.eventstream", "addons.items", "addons.records",
+                     "addons.providers.base", "addons.providers.collect", "addons.providers.anthropic",
+                     "addons.providers.openai_chat", "addons.providers.openai_responses",
+                     "addons.providers.gemini", "addons.providers.ollama", "pricing")  # fmt: skip
+
+
+def test_loading_the_addon_loads_no_writer_builder_or_parser(tmp_path):
+    """What mitmdump's `-s addons/capsem_addon.py` imports, in a fresh interpreter."""
+    code = "import sys, addons.capsem_addon; print('\\n'.join(sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    loaded = set(out.stdout.split())
+    assert "addons.proxy.capture" in loaded
+    wrong = sorted(m for m in loaded if any(m == n or m.startswith(n + ".") for n in NEVER_IN_MITMDUMP))
+    assert not wrong, f"loading the addon imports {wrong}"

@@ -7,6 +7,9 @@ the real API is still priced and an unknown model simply stays unpriced. Non-mod
 endpoints (`/v1/models`, `count_tokens`, batches...) are not model calls: they only get a
 `net_events` row.
 
+The proxy side decides a flow's route and framing with this module alone, so it imports no
+parser: `parser_for` loads a protocol's module the first time the recorder asks for it.
+
 Each protocol module holds only wire knowledge: it parses requests, and turns a response
 (stream events or a whole body) into the neutral events of `events.py`; `collect.py` builds
 every `ResponseSummary` from them, and `base.GuardedParser` keeps every entry point from raising.
@@ -17,13 +20,18 @@ from __future__ import annotations
 import importlib
 import re
 from functools import cache
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-import addons.eventstream  # noqa: F401  (registers the "eventstream" framer: Bedrock streams)
 from addons.messages import Route
-from addons.providers.base import ProtocolParser
 
-__all__ = ["Route", "detect", "parser_for", "provider_for_host"]
+if TYPE_CHECKING:  # the parsers load only when `parser_for` asks (never in mitmdump's process)
+    from addons.providers.base import ProtocolParser
+
+__all__ = [
+    "Route", "detect", "is_event_stream", "media_type", "parser_for", "provider_for_host", "stream_framing",
+    "websocket_route",
+]  # fmt: skip
 
 # host (exact, or a suffix after a dot) -> provider. One line per known host.
 _KNOWN_HOSTS: dict[str, str] = {
@@ -117,3 +125,43 @@ def parser_for(protocol: str) -> ProtocolParser:
     """The (stateless, shared) parser of a protocol."""
     module, name = _PARSERS[protocol]
     return getattr(importlib.import_module(module), name)()
+
+
+def media_type(content_type: str | None) -> str:
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def is_event_stream(content_type: str | None) -> bool:
+    return media_type(content_type) == "text/event-stream"
+
+
+_FRAMING_BY_TYPE = {
+    "text/event-stream": "sse",
+    "application/x-ndjson": "ndjson",
+    "application/jsonl": "ndjson",
+    "application/vnd.amazon.eventstream": "eventstream",
+}
+
+
+def stream_framing(protocol: str, content_type: str | None, path: str) -> str | None:
+    """How a response of this protocol is framed when streamed, or None for a whole body.
+
+    The content type decides, except for Gemini: without `alt=sse`, `:streamGenerateContent`
+    streams a JSON array as plain `application/json`.
+    """
+    if (
+        protocol == "gemini"
+        and "streamGenerateContent" in path
+        and "event-stream" not in (content_type or "")
+    ):
+        return "json-array"
+    return _FRAMING_BY_TYPE.get(media_type(content_type))
+
+
+WEBSOCKET_PROTOCOL = "openai_responses"
+"""The only model API spoken over a WebSocket (Responses: Codex CLI)."""
+
+
+def websocket_route(host: str) -> Route:
+    """The route of the model calls (turns) on a WebSocket to `host`."""
+    return Route(provider_for_host(host) or "openai", WEBSOCKET_PROTOCOL)

@@ -24,6 +24,9 @@ blocks are concatenated as-is ("") because citations split one sentence into sev
 text separated by any other block (a tool call, a search result, thinking) starts on a new line.
 Each thinking block (a redacted one included) starts on a new line: non-empty thinking blocks
 are joined with "\\n".
+
+Over 400 lines on purpose: one protocol's wire knowledge (requests, stream events, whole bodies,
+errors, server tools) in one file, as for every provider.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Protocol quirks handled:
   for Gemini CLI's Code Assist envelope (`/v1internal:generateContent`), whose request is
   `{"model", "project", "request": {...}}` and whose responses are `{"response": {...}}`.
 - Streams come as SSE with `alt=sse`, or as one JSON array streamed element by element
-  without it (`stream_framing` says "json-array" then). Every element is a whole
+  without it (`addons/providers/__init__.py: stream_framing` says "json-array" then). Every element is a whole
   GenerateContentResponse holding the next piece of text, not a delta event.
 - `usageMetadata` is a running total on every chunk: the last one wins. `promptTokenCount`
   already includes `cachedContentTokenCount`; `thoughtsTokenCount` is billed as output but is
@@ -255,10 +255,3 @@ class Gemini(GuardedParser):
     request_fn = staticmethod(_parse_request)
     body_fn = staticmethod(body_events)
     wire_cls = GeminiEvents
-
-    @staticmethod
-    def stream_framing(content_type: str | None, path: str) -> str | None:
-        """Without `alt=sse`, `:streamGenerateContent` streams a JSON array as application/json."""
-        if "streamGenerateContent" in path and "event-stream" not in (content_type or ""):
-            return "json-array"
-        return None

@@ -8,7 +8,7 @@ Protocol quirks handled:
 - Tool results = EVERY `function_call_output` / `custom_tool_call_output` item of `input`
   (a user message may follow them; clients with `store=false` resend the whole history, and
   `previous_response_id` continuations carry only the new ones). De-duplication by call id
-  happens downstream (addons/traces.py). The tool name comes from the `function_call` item
+  happens downstream (addons/recorder/traces.py). The tool name comes from the `function_call` item
   with the same `call_id` when the request carries it.
 - Stream events carry their type in the JSON `type` (the `event:` line repeats it, and
   WebSocket messages have none). `response.created|in_progress|queued` give id and model;
@@ -31,6 +31,9 @@ Protocol quirks handled:
 - Usage: `input_tokens` already includes `input_tokens_details.cached_tokens`, and
   `output_tokens` includes `output_tokens_details.reasoning_tokens` — normalized by the
   shared OpenAI function (`usage_from_openai` understands both namings).
+
+Over 400 lines on purpose: one protocol's wire knowledge (requests, stream events, whole bodies,
+errors, the item shapes they share) in one file, as for every provider.
 """
 
 from __future__ import annotations

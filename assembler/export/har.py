@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import IO, Any
 from urllib.parse import parse_qsl
 
-from addons.bodies import read_body
+from addons.recorder.bodies import read_body
 from assembler.export.select import has_table
 from capsem import __version__
 

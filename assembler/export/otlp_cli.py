@@ -19,12 +19,12 @@ class Outcome:
     state: str
     """`sent`, `up to date`, `failed` or `skipped (...)`."""
     failure: tuple[int | None, str] | None = None
-    """When failed: the HTTP status (None: no answer) and what happened (`addons.otlp.send.failure_of`)."""
+    """When failed: the HTTP status (None: no answer) and what happened (`addons.recorder.otlp.send.failure_of`)."""
 
 
 def failure_message(url: str, failure: tuple[int | None, str] | None) -> str:
     """One line: what the endpoint said, the URL the spans were posted to, and what to do."""
-    from addons.otlp.send import traces_url
+    from addons.recorder.otlp.send import traces_url
 
     posted = traces_url(url)
     status, what = failure or (None, "no answer")
@@ -74,8 +74,8 @@ def otlp(session_id: str | None, since: str | None, endpoint: str | None, conten
         capsem export otlp --since 7d
         capsem export otlp 5f2c --content --profile compat
     """
-    from addons.otlp.send import Target
-    from addons.otlp.spans import Options
+    from addons.recorder.otlp.send import Target
+    from addons.recorder.otlp.spans import Options
     from capsem.settings import load
 
     with user_errors():
@@ -105,7 +105,7 @@ def otlp(session_id: str | None, since: str | None, endpoint: str | None, conten
 
 def backfill(target, session_id: str | None, since: str | None, timeout: float = 10.0) -> list[Outcome]:
     """Send each chosen session from its watermark; the first failure of the endpoint stops."""
-    from addons.otlp.send import exporter
+    from addons.recorder.otlp.send import exporter
     from assembler.sessiondb import open_main, resolve
     from capsem.paths import main_db_path
     from capsem.schema import open_main_db
@@ -147,14 +147,14 @@ def backfill(target, session_id: str | None, since: str | None, timeout: float =
 
 def _one(sid: str, status: str, target, send, writer, progress) -> Outcome:
     """Send one session from its watermark (a running one is its recorder's)."""
-    from addons.otlp.send import export_session
+    from addons.recorder.otlp.send import export_session
     from assembler.sessiondb import db_file, open_session
 
     if status == "running":
         return Outcome(sid, 0, "skipped (running: its live export sends it)")
     if db_file(sid) is None:
         return Outcome(sid, 0, "skipped (no session.db)")
-    from addons.otlp.send import failure_of
+    from addons.recorder.otlp.send import failure_of
 
     with open_session(sid) as session:
         sent = export_session(session, writer, sid, target, send, finished=True, progress=progress)

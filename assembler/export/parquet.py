@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from addons.bodies import read_body
+from addons.recorder.bodies import read_body
 from assembler.sessiondb import MainDbMissing, open_main, open_session
 from capsem.schema import STORAGE_TABLES
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import psutil
 
-from addons.writer import SessionWriter
+from addons.recorder.writer import SessionWriter
 from assembler.cli_support import counted
 from assembler.procdiag.detect import Anomaly, detect_process
 from assembler.procdiag.sample import ProcessReader

@@ -338,7 +338,7 @@ def create_app(view: View | None = None, hosts: tuple[str, ...] = ()) -> Starlet
         return html(request, lambda: view.call_page(urls, sid_of(request), call_id(request)))
 
     async def raw(request: Request) -> Response:
-        from addons.bodies import read_body
+        from addons.recorder.bodies import read_body
 
         direction = request.path_params["direction"]
         if direction not in ("request", "response"):

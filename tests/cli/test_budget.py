@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from addons.budgets import today
-from addons.spend import replace_rows
+from addons.recorder.spend import replace_rows
 from assembler.inspect import Finding, check_budgets, check_credentials
 from capsem.rollup import register_session
 from capsem.schema import open_main_db, open_session_db

@@ -22,7 +22,7 @@ import zstandard
 from haralyzer import HarEntry, HarParser
 from websockets.sync.client import connect
 
-from addons.bodies import read_body
+from addons.recorder.bodies import read_body
 from assembler.sessiondb import db_file
 from capsem.schema import STORAGE_TABLES
 from capsem.schema import connect as connect_db

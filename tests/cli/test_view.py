@@ -16,12 +16,12 @@ import time
 import pytest
 from starlette.testclient import TestClient
 
-from addons.bodies import read_body
+from addons.recorder.bodies import read_body
 from assembler.view import queries
 from assembler.view.app import create_app
 from assembler.view.charts import money
 from capsem.schema import connect, open_main_db
-from tests.capture.test_bodies import call
+from tests.addons.recorder.test_bodies import call
 from tests.cli.conftest import clone_session, days_ago, execute, recorded_id, run, session_db
 from tests.conftest import rows
 from tests.recording import RecorderHarness

@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from addons.recorder_process import RecorderSpec
+from addons.spec import RecorderSpec
 from capsem import settings as settings_module
 from capsem.config import ConfigError
 from capsem.markers import hash_value
@@ -325,7 +325,7 @@ def test_budgets_and_credentials_are_named_entries_replaced_whole(config, tmp_pa
 
 
 def test_secret_rules_are_checked_and_carried_to_the_recorder(tmp_path):
-    from addons.recorder_process import capture_settings, spec_of
+    from addons.spec import capture_settings, spec_of
     from capsem.redact import scrubber_for
 
     config = tmp_path / "config.yaml"

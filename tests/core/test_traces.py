@@ -1,5 +1,5 @@
+from addons.recorder.traces import TraceTracker
 from addons.records import ToolResult
-from addons.traces import TraceTracker
 
 
 def test_tool_loop_chains_and_closes():

@@ -1,4 +1,5 @@
-"""Detection through real mitmdump: body-shape sniffing on unknown paths; non-model endpoints."""
+"""Detection through real mitmdump and real SDKs: body-shape sniffing on unknown paths (the rest of
+detection, in-process: tests/addons/proxy/test_flows.py)."""
 
 from __future__ import annotations
 
@@ -30,18 +31,3 @@ def test_unknown_gateway_paths_detected_by_body_shape(mitmdump, emu, capsem_home
         ("unknown", "openai_chat", "local-llama", "/gateway/openai")]  # fmt: skip
     assert [c["text_content"] for c in calls] == [e["expected"]["text"] for e in exchanges]
     assert all(c["estimated_cost_usd"] is None for c in calls)  # an unknown provider is never priced
-
-
-def test_non_model_endpoints_get_only_net_events(mitmdump, emu, capsem_home):
-    proxy = mitmdump()
-    with http_client(proxy) as client:
-        client.get(f"{emu.http_url}/v1/models")
-        client.post(
-            f"{emu.http_url}/v1/messages/count_tokens", json={"model": "claude-haiku-4-5", "messages": []}
-        )
-    db = finish(proxy, capsem_home)
-    assert rows(db, "SELECT COUNT(*) AS n FROM model_calls")[0]["n"] == 0
-    assert [r["path"] for r in rows(db, "SELECT path FROM net_events ORDER BY id")] == [
-        "/v1/models",
-        "/v1/messages/count_tokens",
-    ]

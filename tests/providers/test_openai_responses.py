@@ -13,8 +13,8 @@ from addons.body import ResponseReader
 from addons.framing import SSEEvent
 from addons.providers import detect, parser_for
 from addons.providers.openai_responses import OpenAIResponses, _parse_request
+from addons.recorder.websocket import WebSocketTurns, request_of
 from addons.records import RequestInfo, ResponseSummary, ToolCall, ToolResult, Usage
-from addons.websocket import WebSocketTurns, request_of
 from tests.providers.contract import Contract
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "openai_responses"

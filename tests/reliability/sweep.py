@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import zstandard
 
-from addons.bodies import read_body
+from addons.recorder.bodies import read_body
 from tests.cli.conftest import run
 from tests.conftest import environ
 

@@ -3,8 +3,8 @@
 nothing may escape. A parse failure is a counted error in the summary, never an exception.
 
 The parsers' entry points are guarded (a bug becomes a counted parse error, never an exception
-reaching mitmproxy), so the guards are switched off here (`tests.providers.contract.unguarded`): a bug the guard would
-hide fails the test."""
+reaching mitmproxy), so the guards are switched off here (`tests.providers.contract.unguarded`):
+a bug the guard would hide fails the test."""
 
 from __future__ import annotations
 

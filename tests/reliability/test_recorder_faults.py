@@ -55,7 +55,7 @@ def recorder_of(proxy, other_than: int | None = None, timeout: float = 10.0) -> 
     while True:
         for child in psutil.Process(proxy.process.pid).children():
             try:
-                if "addons.recorder_process" in " ".join(child.cmdline()) and child.pid != other_than:
+                if "addons.recorder.main" in " ".join(child.cmdline()) and child.pid != other_than:
                     return child
             except psutil.Error:
                 continue

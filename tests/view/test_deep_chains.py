@@ -7,8 +7,8 @@ import hashlib
 
 import zstandard
 
-from addons.bodies import read_body
 from addons.items import call_items
+from addons.recorder.bodies import read_body
 from capsem.schema import open_session_db
 
 DEPTH = 3000

@@ -218,16 +218,6 @@ def call_view(conn: sqlite3.Connection, session_id: str, call_id: int) -> CallVi
                     "request" in bodies, "response" in bodies, breakdown, parent, broke)  # fmt: skip
 
 
-def break_sentence(found: dict[str, Any]) -> str:
-    """A cache break in one line: `cache broke here: tool definition Bash changed, +$0.0414`."""
-    why = {"changed": f"{found.get('item') or 'an item'} changed", "model": "another model",
-           "expired": "the cache expired", "unknown": "cause unknown"}.get(found["cause"], found["cause"])  # fmt: skip
-    cost = found.get("extra_cost_usd")
-    extra = f", +${cost:.4f}" if cost else ""
-    return (f"cache broke here: {why}{extra} (read {found['read_tokens']:,} of the {found['cached_tokens']:,} "
-            f"tokens call {found['earlier_call_id']} left cached)")  # fmt: skip
-
-
 def _link_input(conn: sqlite3.Connection, found: set[str], item: Item, call_id: int) -> Item:
     """A tool result in the history links to the call that asked for the tool."""
     if item.kind != "tool_result" or not item.call_id or "tool_calls" not in found:

@@ -10,7 +10,7 @@ from typing import Any
 
 from assembler.failures import Failure, Intervention, failures, interventions
 from assembler.sessions import parse_time as parse_ts
-from assembler.view.queries.common import PAGE_SIZE, PARTS, check_session_db, columns
+from assembler.view.queries.common import PAGE_SIZE, PARTS, break_sentence, check_session_db, columns
 
 
 @dataclass
@@ -336,8 +336,6 @@ def session_view(conn: sqlite3.Connection, session_id: str, main: dict[str, Any]
 
 def _breaks(conn: sqlite3.Connection, found: set[str]) -> dict[str, Any]:
     """The session's cache breaks, each said in a sentence, and what they cost."""
-    from assembler.view.queries.call import break_sentence
-
     if "cache_breaks" not in found:
         return {}
     rows = [dict(r) for r in conn.execute("SELECT * FROM cache_breaks ORDER BY id")]

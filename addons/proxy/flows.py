@@ -1,0 +1,105 @@
+"""The hook side's state of each open flow, and the addon that opens it: first in the chain.
+
+`Flows` runs before the other addons (`addons/capsem_addon.py`): at `requestheaders` it copies
+the request head and decides the flow's route (`addons/providers/__init__.py: detect`); at
+`request` it keeps the body, sniffs the route of a POST to an unknown path and says whether the
+flow is an MCP call. The addons after it (policy, guardrails, capture) read and complete the
+same `FlowState`; `Capsem` hands it over as one `FlowEnded` and forgets it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from mitmproxy import http
+
+from addons import mcp
+from addons.messages import RequestHead, ResponseHead, Route, Substitution
+from addons.providers import detect
+from addons.providers.sniff import sniff_route
+from addons.proxy.hooks import addr, guarded
+from addons.proxy.tap import RequestTap, ResponseTap
+
+if TYPE_CHECKING:
+    from addons.proxy.capture import Capsem
+
+
+@dataclass(slots=True)
+class FlowState:
+    """The hook side's state of one open flow (never handed over: messages are built from it)."""
+
+    head: RequestHead
+    route: Route | None
+    decision: str = "allowed"
+    matched_rule: str | None = None
+    request_tap: RequestTap | None = None
+    response_tap: ResponseTap | None = None
+    response: ResponseHead | None = None
+    mcp: bool = False
+    request_body: bytes | None = None
+    request_size: int = 0
+    request_truncated: bool = False
+    substitutions: tuple[Substitution, ...] = ()
+
+
+class Flows:
+    """Opens each flow's `FlowState` (`requestheaders`) and reads its request (`request`)."""
+
+    def __init__(self, capture: Capsem) -> None:
+        self.capture = capture
+        self.open: dict[str, FlowState] = {}
+        self.hook_failures = 0
+
+    def get(self, flow: http.HTTPFlow) -> FlowState | None:
+        return self.open.get(flow.id)
+
+    @guarded
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        if self.capture.outbox is None:
+            return
+        req = flow.request
+        self.capture.connections.attempts.flow_started(flow.client_conn.id)
+        parts = urlsplit(req.path if req.path.startswith("/") else "/" + req.path)
+        head = RequestHead(
+            key=flow.id, conn=flow.client_conn.id, started=req.timestamp_start or time.time(),
+            scheme=req.scheme, host=req.host, port=req.port, method=req.method, path=parts.path,
+            query=parts.query, http_version=req.http_version, headers=tuple(req.headers.items(multi=True)),
+            client_addr=addr(flow.client_conn.peername),
+        )  # fmt: skip
+        self.open[flow.id] = FlowState(head, detect(req.host, parts.path, req.method, req.port))
+
+    @guarded
+    def request(self, flow: http.HTTPFlow) -> None:
+        state = self.open.get(flow.id)
+        if state is None:
+            return
+        collect_request(flow, state)
+        head = state.head
+        if (
+            state.route is None and head.method == "POST"
+        ):  # an unknown path: does the body look like a model call?
+            state.route = sniff_route(head.host, head.path, head.header("content-type"),
+                                      head.header("content-encoding"), state.request_body, port=head.port)  # fmt: skip
+        state.mcp = (
+            state.route is None
+            and head.method == "POST"
+            and mcp.looks_like_mcp(list(head.headers), state.request_body)
+        )
+
+
+def collect_request(flow: http.HTTPFlow, state: FlowState) -> None:
+    """Keep the request body (from the tap when it was streamed); only the first call does anything."""
+    tap, state.request_tap = state.request_tap, None
+    if tap is not None:
+        state.request_body, state.request_size = bytes(tap.body), tap.bytes
+        state.request_truncated = tap.bytes > len(tap.body)
+    elif state.request_body is None and flow.request.raw_content is not None:
+        state.request_body = flow.request.raw_content
+        state.request_size = len(state.request_body)
+
+
+def response_head(resp: http.Response) -> ResponseHead:
+    return ResponseHead(resp.status_code, tuple(resp.headers.items(multi=True)), resp.timestamp_start)

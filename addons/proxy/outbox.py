@@ -1,0 +1,145 @@
+"""From the hooks to the recorder: a bounded outbox that never makes a flow wait.
+
+The hooks call `Outbox.put(message)`, which appends to a deque and returns: no lock, no I/O,
+and a wake-up only when the deque was empty (or for a `Barrier` or `Stop`). The consumer thread
+then waits `interval` seconds, so the chunks of a busy stream pile up and go on as one batch.
+When more than `budget` bytes wait (the recorder has fallen behind), the chunks of streamed
+bodies are dropped, counted, and every later chunk of the same flow too, so the recorder sees a
+clean prefix of that body and the flow's row says how many chunks it lost (capture degrades;
+the flow never waits). `Barriers` is what both recorders that drain an outbox share: flushing
+through it and the spend reports that come back (`addons/proxy/handover.py: RecorderProcess` in
+mitmdump, `addons/recorder/thread.py: RecorderThread` in tests).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgspec
+
+from addons.messages import Barrier, Chunk, FlowEnded, Message, Stop
+
+logger = logging.getLogger("addons.proxy.handover")
+
+_URGENT = (Barrier, Stop)
+
+
+@dataclass
+class HandoverStats:
+    """What the outbox had to drop."""
+
+    dropped_chunks: int = 0
+    dropped_messages: int = 0
+    """Messages other than chunks dropped (only past twice the budget, or after the recorder died)."""
+
+
+def _size(message: Message) -> int:
+    kind = type(message)
+    if kind is Chunk:
+        return len(message.data) + 64  # type: ignore[union-attr]
+    if kind is FlowEnded:
+        return len(message.request_body or b"") + len(message.response_body or b"") + 1024  # type: ignore[union-attr]
+    return 512
+
+
+class Outbox:
+    """A bounded, drop-counting queue between the event loop (producer) and one consumer thread."""
+
+    def __init__(self, budget: int = 256 * 1024 * 1024) -> None:
+        self.budget = budget
+        self.stats = HandoverStats()
+        self.closed = False
+        self._items: deque[Message] = deque()
+        self._put_bytes = 0  # written by the producer only
+        self._taken_bytes = 0  # written by the consumer only
+        self._dropping: dict[str, int] = {}  # flow key -> chunks dropped so far
+        self.wake = threading.Event()
+
+    @property
+    def waiting(self) -> bool:
+        """Messages are waiting to be taken."""
+        return bool(self._items)
+
+    @property
+    def waiting_bytes(self) -> int:
+        return self._put_bytes - self._taken_bytes
+
+    def put(self, message: Message) -> None:
+        """Queue `message` (or drop and count it); never blocks, never raises."""
+        if self.closed:
+            self.stats.dropped_messages += 1
+            return
+        kind = type(message)
+        if kind is Chunk:
+            key = message.key  # type: ignore[union-attr]
+            if key in self._dropping or self.waiting_bytes > self.budget:
+                self._dropping[key] = self._dropping.get(key, 0) + 1
+                self.stats.dropped_chunks += 1
+                return
+        elif kind is FlowEnded:
+            dropped = self._dropping.pop(message.request.key, 0)  # type: ignore[union-attr]
+            if dropped:
+                message = msgspec.structs.replace(message, dropped_chunks=dropped)  # type: ignore[arg-type]
+        size = _size(message)
+        if self.waiting_bytes > 2 * self.budget and kind not in _URGENT:
+            self.stats.dropped_messages += 1
+            return
+        self._put_bytes += size
+        items = self._items
+        items.append(message)
+        if len(items) == 1 or kind in _URGENT:  # one wake-up per batch, not per chunk
+            self.wake.set()
+
+    def stop_message(self, status: str) -> Stop:
+        """The `Stop` that ends the session, with what was dropped on the way."""
+        return Stop(status, self.stats.dropped_chunks, self.stats.dropped_messages)
+
+    def take(self, max_bytes: int = 4 * 1024 * 1024) -> list[Message]:
+        """What is waiting (up to about `max_bytes`), oldest first; consumer side."""
+        out: list[Message] = []
+        taken = 0
+        items = self._items
+        while items and taken < max_bytes:
+            message = items.popleft()
+            taken += _size(message)
+            out.append(message)
+        self._taken_bytes += taken
+        return out
+
+
+class Barriers:
+    """Flushing through an outbox: a `Barrier` goes in, its acknowledgement comes back."""
+
+    outbox: Outbox
+    exit_reason: str | None
+
+    def __init__(self) -> None:
+        self._acks: dict[int, threading.Event] = {}
+        self._next = 0
+        self.on_spend: Callable[[str], None] | None = None
+        """Gets the JSON of each `spend` report (this session's spend; only with budgets)."""
+        self.on_down: Callable[[], None] | None = None
+        """Called (on a status thread) when the recorder dies: this session's spend is unconfirmed."""
+
+    def _spend(self, text: str) -> None:
+        if self.on_spend is not None:
+            try:
+                self.on_spend(text)
+            except Exception as exc:  # a bad report must not stop the status reader
+                logger.warning("capsem: a spend report could not be read: %r", exc)
+
+    def ack(self, token: int) -> None:
+        event = self._acks.pop(token, None)
+        if event is not None:
+            event.set()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything put so far is committed (False on a timeout or a dead recorder)."""
+        self._next += 1
+        done = self._acks[self._next] = threading.Event()
+        self.outbox.put(Barrier(self._next))
+        return done.wait(timeout) and self.exit_reason is None

@@ -1,0 +1,114 @@
+"""The policy as an addon: its rules (`addons/proxy/policy.py`) applied to each flow before anything
+goes upstream, after `Flows` and before the guardrails in the chain (`addons/capsem_addon.py`).
+
+A rule that denies answers 403 (a JSON-RPC error for an MCP call) so nothing reaches the upstream;
+one that warns logs a line. The decision and the rule go into the flow's `FlowState` and from there
+into its `net_events` row. MCP rules name servers by endpoint or by the name an `initialize`
+answer gave: that name is learned here, on the event loop, before the client's next call.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from mitmproxy import http
+
+from addons import mcp
+from addons.proxy.flows import FlowState, collect_request
+from addons.proxy.hooks import guarded
+
+if TYPE_CHECKING:
+    from addons.proxy.capture import Capsem
+
+logger = logging.getLogger("addons.proxy.capture")
+
+
+class PolicyGate:
+    """Decides each flow by the policy's rules: on its headers, or on its body for MCP rules."""
+
+    def __init__(self, capture: Capsem) -> None:
+        self.capture = capture
+        self.hook_failures = 0
+        self.mcp_names: dict[str, str] = {}
+        """MCP endpoint -> initialize name, learned on the event loop for the policy's MCP rules."""
+
+    @guarded
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        state, policy = self.capture.flows.get(flow), self.capture.policy
+        if state is not None and policy.rules and (flow.request.stream or not policy.has_mcp_rules):
+            self._apply(
+                flow, state, mcp.header_call(list(state.head.headers))
+            )  # before any body byte goes up
+
+    @guarded
+    def request(self, flow: http.HTTPFlow) -> None:
+        state = self.capture.flows.get(flow)
+        if (
+            state is None
+            or not self.capture.policy.has_mcp_rules
+            or flow.request.stream
+            or flow.response is not None
+        ):
+            return
+        body = flow.request.get_content(strict=False) or b""  # decoded (gzip...) when it can be
+        calls = mcp.parse_request(body, dict(flow.request.headers)) if state.mcp else None
+        self._apply(flow, state, calls or [])
+
+    @guarded
+    def response(self, flow: http.HTTPFlow) -> None:
+        if flow.websocket is None:  # a 101 upgrade is no MCP answer
+            self._learn_mcp_name(flow)
+
+    @guarded
+    def error(self, flow: http.HTTPFlow) -> None:
+        self._learn_mcp_name(flow)
+
+    @guarded
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        self._learn_mcp_name(flow)
+
+    def _apply(self, flow: http.HTTPFlow, state: FlowState, calls: list[mcp.McpRequest]) -> None:
+        """Decide the flow (first matching rule; a batch is judged by its strictest tools/call):
+        record the decision, log a warning, or answer 403 so nothing reaches the upstream."""
+        head = state.head
+        endpoint = mcp.server_name(head.host, head.port, head.path)
+        names = (endpoint, self.mcp_names[endpoint]) if endpoint in self.mcp_names else (endpoint,)
+        targets = [(names, c.tool_name) for c in calls if c.method == "tools/call" and c.tool_name]
+        policy = self.capture.policy
+        verdicts = [policy.decide(head.host, head.port, head.path, head.method, t) for t in targets or [None]]
+        order = ("denied", "warned", "allowed")
+        verdict = min(verdicts, key=lambda v: order.index(v.decision))
+        state.decision, state.matched_rule = verdict.decision, verdict.rule
+        if verdict.decision == "warned":
+            logger.warning("capsem: policy rule %s warns: %s %s:%s%s", verdict.rule, head.method, head.host,
+                           head.port, head.path)  # fmt: skip
+        elif verdict.decision == "denied":
+            message = f"blocked by capsem policy rule {verdict.rule!r}"
+            ids = [c.raw_id for c in calls if c.id is not None]
+            body: dict[str, Any] = {"error": {"type": "policy_denied", "message": message}}
+            if ids:  # an MCP client gets a JSON-RPC error it can show
+                body = {"jsonrpc": "2.0", "id": ids[0], "error": {"code": -32001, "message": message}}
+            flow.response = http.Response.make(
+                403,
+                json.dumps(body),
+                {"content-type": "application/json", "x-capsem-policy": str(verdict.rule)},
+            )
+
+    def _learn_mcp_name(self, flow: http.HTTPFlow) -> None:
+        """An initialize answer names its server: learn it here, before the client's next call
+        reaches a policy rule."""
+        state = self.capture.flows.get(flow)
+        if state is None or not state.mcp or not self.capture.policy.has_mcp_rules or flow.response is None:
+            return
+        collect_request(flow, state)
+        if b"initialize" not in (state.request_body or b""):
+            return
+        tap = state.response_tap
+        body = bytes(tap.preview) if tap is not None else flow.response.get_content(strict=False)
+        content_type = flow.response.headers.get("content-type")
+        for answer in mcp.parse_response(body or b"", content_type):
+            name = mcp.initialize_name(answer)
+            if name:
+                self.mcp_names[mcp.server_name(state.head.host, state.head.port, state.head.path)] = name

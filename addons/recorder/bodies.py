@@ -1,0 +1,311 @@
+"""Exact bodies and conversation items, stored once: every model and MCP call's whole request and
+response, linear in the conversation, not quadratic.
+
+An agent resends its whole history every turn, so a naive store grows with the square of the
+number of turns. Here a body is cut into pieces at the start of every JSON object that names a
+role, a type or a name (`{"role"`, `{"type"`, `{"name"`…: a message, a content block, a tool
+definition; these bytes cannot occur inside a JSON string, where `"` is escaped) and at most
+`MAX_PIECE` bytes apart. Each piece is stored once per session (`body_chunks`, keyed by the
+SHA-256 of its bytes); a body is the list of its pieces' keys (`event_body_blobs.chunks`). The
+list itself grows with the history, so it is stored as the leading pieces of an earlier body
+(`base_id`, `base_pieces`: the one of the last few bodies that shares the longest prefix) plus the
+keys of the rest, with a full list every `MAX_DEPTH` links.
+
+What one call adds (its new conversation items, the new pieces of its request, its response) is
+compressed together as one zstd frame (`content_frames`, at most `FRAME_BYTES` before
+compression): the items and the pieces are mostly the same text, so together they cost about
+what one of them would. A piece (`body_chunks`) and an item (`item_data`) name their frame, where
+they start in it and their size; the `item_contents` view reads items as text with `unzstd`.
+A turn therefore costs about what is new in it, and reading any body back follows at most
+`MAX_DEPTH` lists, one query for its pieces and one for their frames, however long the session.
+
+Concatenating the pieces gives the decoded body exactly, except the spans the scrubber replaced
+(every part is scrubbed before it is stored, after the flow's headers taught the scrubber: a
+request piece on its own, since a secret, always inside a JSON string, never spans two; a
+response whole, before it is cut). Bodies are kept up to `capture.max_body_bytes`; beyond,
+`truncated = 1`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sqlite3
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import zstandard
+
+from addons.items import Item
+from addons.recorder.rows import BodyBlob, BodyChunk, ContentFrame, IdMinter, ItemContent, Row, new_event_id
+from capsem.markers import keyed_hex
+from capsem.redact import Scrubber, is_stream_type
+
+MAX_PIECE = 64 * 1024
+FRAME_BYTES = 1024 * 1024
+"""Bytes (before compression) after which a call's content goes on in a new frame: reading one
+piece decompresses its whole frame."""
+SMALL_FRAME = 256 * 1024
+SMALL_LEVEL, LARGE_LEVEL = 12, 3
+"""zstd levels for frames up to `SMALL_FRAME` bytes (a turn's new content: ~0.4 ms, about 10 % smaller
+than level 3 on conversation JSON) and for larger ones (a long answer: level 3 keeps up with a stream)."""
+_CUT = re.compile(rb'(?=\{\s*"(?:role|type|name|parts|text|functionCall|functionResponse|call_id)"\s*:)')
+_DIGEST = 16
+"""Bytes of SHA-256 kept per piece key (128 bits)."""
+MAX_DEPTH = 64
+"""Links a body's list of pieces may follow to earlier bodies before one is stored whole."""
+_RECENT = 8
+"""Earlier bodies (per direction) a new one may take its leading pieces from."""
+_SEGMENTS_KEPT = 200_000
+"""Request segments remembered (~100 bytes each) before the memory starts over."""
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    """A decoded body to keep: its direction (`request` or `response`) and bytes."""
+
+    direction: str
+    data: bytes
+    truncated: bool = False
+    content_type: str | None = None
+
+
+def segments(body: bytes) -> list[bytes]:
+    """`body` cut where a JSON object names a role, a type or a name (outside every JSON string:
+    no secret spans two segments)."""
+    cuts = [m.start() for m in _CUT.finditer(body)]
+    return [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True) if b > a]
+
+
+def cut(data: bytes) -> list[bytes]:
+    """`data` cut every `MAX_PIECE` bytes."""
+    return [data[i : i + MAX_PIECE] for i in range(0, len(data), MAX_PIECE)]
+
+
+def pieces(body: bytes) -> list[bytes]:
+    """The pieces a request holding no secret is stored as: its segments, each cut every `MAX_PIECE`
+    bytes (a request holding one is cut the same way after each segment is scrubbed)."""
+    return [piece for segment in segments(body) for piece in cut(segment)]
+
+
+class _Recent:
+    """A body stored lately: its id, its whole list of keys, and how many links its list follows."""
+
+    __slots__ = ("depth", "id", "keys")
+
+    def __init__(self, row_id: int, keys: list[bytes], depth: int) -> None:
+        self.id, self.keys, self.depth = row_id, keys, depth
+
+
+def _common(a: list[bytes], b: list[bytes]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class _Frames:
+    """The frames one call's new content goes into: parts appended, compressed when full or done."""
+
+    def __init__(
+        self, ids: IdMinter, small: zstandard.ZstdCompressor, large: zstandard.ZstdCompressor
+    ) -> None:
+        self.ids, self._small, self._large = ids, small, large
+        self.rows: list[ContentFrame] = []
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._id = 0
+
+    def add(self, data: bytes) -> tuple[int, int]:
+        """Append `data`; return its frame's id and where it starts in it."""
+        if not self._id or (self._size and self._size + len(data) > FRAME_BYTES):
+            self.close()
+            self._id = self.ids.next("content_frames")
+        start = self._size
+        self._parts.append(data)
+        self._size += len(data)
+        return self._id, start
+
+    def close(self) -> None:
+        if self._parts:
+            data = b"".join(self._parts)
+            zstd = self._small if len(data) <= SMALL_FRAME else self._large
+            self.rows.append(ContentFrame(self._id, len(data), zstd.compress(data)))
+            self._parts, self._size = [], 0
+
+
+class BodyStore:
+    """Turns a call's bodies and new items into rows: one or more compressed frames of what is new,
+    the pieces and items in them, and each body's list of pieces."""
+
+    def __init__(self, scrubber: Scrubber, ids: IdMinter, known: set[bytes] | None = None) -> None:
+        self.scrubber = scrubber
+        self.ids = ids
+        self.known: set[bytes] = known if known is not None else set()
+        """Keys of the pieces already stored in this session."""
+        self._small = zstandard.ZstdCompressor(level=SMALL_LEVEL)
+        self._large = zstandard.ZstdCompressor(level=LARGE_LEVEL)
+        self._recent: dict[str, deque[_Recent]] = {}
+        self._segments: dict[bytes, tuple[int, tuple[bytes, ...]]] = {}
+        """Request segments seen lately (SHA-256 of the raw bytes) -> (scrubber generation, piece keys)."""
+        self._frames = _Frames(ids, self._small, self._large)
+        self._rows: list[Row] = []
+
+    def _scrubbed(self, data: bytes, content_type: str | None = None) -> bytes:
+        text = data.decode("utf-8", "surrogateescape")
+        scrub = self.scrubber.scrub_stream if is_stream_type(content_type) else self.scrubber.scrub
+        return (scrub(text) or "").encode("utf-8", "surrogateescape")
+
+    def _segment(self, segment: bytes) -> tuple[bytes, ...]:
+        """The keys of a request segment's pieces: scrubbed whole, then cut every `MAX_PIECE` bytes
+        (so no cut falls inside a secret); new pieces are stored. A segment seen before is not
+        scrubbed again unless a credential learned since occurs in it."""
+        raw = hashlib.sha256(segment).digest()[:_DIGEST]
+        seen = self._segments.get(raw)
+        generation = self.scrubber.generation
+        if seen is not None and seen[0] != generation:
+            fresh = self.scrubber.learned_since(seen[0])
+            text = segment.decode("utf-8", "surrogateescape")
+            seen = None if any(value in text for value in fresh) else (generation, seen[1])
+        if seen is None:
+            scrubbed = self._scrubbed(segment)
+            keys = tuple(map(self._piece, cut(scrubbed)))
+            seen = (generation, keys)
+        if len(self._segments) >= _SEGMENTS_KEPT:
+            self._segments.clear()
+        self._segments[raw] = seen
+        return seen[1]
+
+    def _piece(self, stored: bytes) -> bytes:
+        """The key of a scrubbed piece (the SHA-256 of what is stored: no secret is hashed raw),
+        put in the current frame when the session does not hold it yet."""
+        key = hashlib.sha256(stored).digest()[:_DIGEST]
+        if key not in self.known:
+            frame, start = self._frames.add(stored)
+            self._rows.append(BodyChunk(key, len(stored), frame, start))
+            self.known.add(key)
+        return key
+
+    def keep(self, *, owner: str, source_table: str, row_id: int | None, bodies: Sequence[Body] = (),
+             items: Sequence[Item] = ()) -> list[Row]:  # fmt: skip
+        """The rows that store a call's `bodies` (decoded) and its `items` new to the session, as
+        belonging to row `owner` (its event_id).
+
+        Requests are cut where JSON objects start and stored piece by piece (history repeats);
+        responses are new every time: scrubbed whole, then cut every `MAX_PIECE` bytes.
+        """
+        self._frames = _Frames(self.ids, self._small, self._large)
+        self._rows = []
+        for entry in items:
+            stored = (self.scrubber.scrub(entry.content) or "").encode("utf-8", "surrogatepass")
+            frame, start = self._frames.add(stored)
+            self._rows.append(ItemContent(entry.hash, entry.kind, len(stored), frame, start))
+        for body in bodies:
+            self._body(body, owner=owner, source_table=source_table, row_id=row_id)
+        self._frames.close()
+        return [*self._frames.rows, *self._rows]
+
+    def _body(self, body: Body, *, owner: str, source_table: str, row_id: int | None) -> None:
+        if body.direction == "request":
+            keys = [key for segment in segments(body.data) for key in self._segment(segment)]
+        else:
+            scrubbed = self._scrubbed(body.data, body.content_type)
+            keys = list(map(self._piece, cut(scrubbed)))
+        recent = self._recent.setdefault(f"{source_table}/{body.direction}", deque(maxlen=_RECENT))
+        base, shared = max(((r, _common(r.keys, keys)) for r in recent if r.depth < MAX_DEPTH),
+                           key=lambda pair: pair[1], default=(None, 0))  # fmt: skip
+        if base is None or shared == 0:
+            base, shared = None, 0
+        blob_id = self.ids.next("event_body_blobs")
+        self._rows.append(
+            BodyBlob(
+                id=blob_id, event_id=new_event_id(), owner_event_id=owner, source_table=source_table, row_id=row_id,
+                direction=body.direction, size=len(body.data), sha256=keyed_hex(body.data, 64),
+                truncated=int(body.truncated), content_type=body.content_type, base_id=base.id if base else None,
+                base_pieces=shared, chunks=b"".join(keys[shared:]),
+            )
+        )  # fmt: skip
+        recent.append(_Recent(blob_id, keys, base.depth + 1 if base else 0))
+
+
+def known_pieces(conn: sqlite3.Connection) -> set[bytes]:
+    """The keys of the pieces a session.db already holds."""
+    return {row[0] for row in conn.execute("SELECT hash FROM body_chunks")}
+
+
+def _blob(conn: sqlite3.Connection, where: str, params: tuple) -> dict | None:
+    cursor = conn.execute(f"SELECT * FROM event_body_blobs WHERE {where}", params)
+    found = cursor.fetchone()
+    return None if found is None else dict(zip([d[0] for d in cursor.description], found, strict=True))
+
+
+def _keys(conn: sqlite3.Connection, blob: dict) -> list[bytes]:
+    """A body's whole list of piece keys, following its links to earlier bodies (in a loop, so a
+    chain of thousands of bodies does not exhaust the stack)."""
+    chain = [blob]
+    while chain[-1]["base_id"] is not None:
+        base = _blob(conn, "id = ?", (chain[-1]["base_id"],))
+        if base is None:
+            raise ValueError(
+                f"body {chain[-1]['id']} is built on body {chain[-1]['base_id']}, which is missing"
+            )
+        chain.append(base)
+    keys: list[bytes] = []
+    for link in reversed(chain):
+        own = bytes(link["chunks"])
+        keys = (keys[: link["base_pieces"]] if link["base_id"] is not None else []) + [
+            own[i : i + _DIGEST] for i in range(0, len(own), _DIGEST)
+        ]
+    return keys
+
+
+def read_body(conn: sqlite3.Connection, row_id: int, direction: str = "request",
+              source_table: str = "model_calls") -> tuple[bytes, dict] | None:  # fmt: skip
+    """A stored body (as stored: scrubbed spans replaced) and its `event_body_blobs` row, or None."""
+    blob = _blob(conn, "source_table = ? AND row_id = ? AND direction = ?", (source_table, row_id, direction))
+    if blob is None:
+        return None
+    keys = _keys(conn, blob)
+    unique = list(dict.fromkeys(keys))
+    if "data" in {r[1] for r in conn.execute("PRAGMA table_info(body_chunks)")}:
+        return _read_unframed(conn, keys, unique, f"{direction} body of {source_table} {row_id}"), blob
+    where: dict[bytes, tuple[int, int, int]] = {}
+    for batch in _batches(unique):
+        sql = (
+            f"SELECT hash, frame, start, size FROM body_chunks WHERE hash IN ({', '.join('?' * len(batch))})"
+        )
+        for key, frame, start, size in conn.execute(sql, batch):
+            where[bytes(key)] = (frame, start, size)
+    missing = [k for k in unique if k not in where]
+    frames: dict[int, bytes] = {}
+    decompress = zstandard.ZstdDecompressor().decompress
+    for batch in _batches(list({f for f, _, _ in where.values()})):
+        sql = f"SELECT id, data FROM content_frames WHERE id IN ({', '.join('?' * len(batch))})"
+        frames.update((frame, decompress(data)) for frame, data in conn.execute(sql, batch))
+    missing += [k for k, (frame, _, _) in where.items() if frame not in frames]
+    if missing:
+        raise ValueError(
+            f"{len(missing)} pieces of the {direction} body of {source_table} {row_id} are missing"
+        )
+    return b"".join(frames[f][start : start + size] for f, start, size in map(where.__getitem__, keys)), blob
+
+
+def _read_unframed(conn: sqlite3.Connection, keys: list[bytes], unique: list[bytes], what: str) -> bytes:
+    """A body of a session.db written before content frames (m011: each piece compressed on its
+    own), read as it is: readers open sessions read-only and never migrate them."""
+    decompress = zstandard.ZstdDecompressor().decompress
+    data: dict[bytes, bytes] = {}
+    for batch in _batches(unique):
+        sql = f"SELECT hash, data FROM body_chunks WHERE hash IN ({', '.join('?' * len(batch))})"
+        data.update((bytes(key), decompress(stored)) for key, stored in conn.execute(sql, batch))
+    missing = [k for k in unique if k not in data]
+    if missing:
+        raise ValueError(f"{len(missing)} pieces of the {what} are missing")
+    return b"".join(map(data.__getitem__, keys))
+
+
+def _batches(values: list, size: int = 500) -> list[list]:
+    return [values[i : i + size] for i in range(0, len(values), size)]

@@ -1,0 +1,95 @@
+"""This session's spend, added up in the recorder process (see `addons/proxy/spend.py` for the
+budgets' side): reported to mitmdump after each batch, and kept in main.db `spend` after each
+commit so that every other capsem on the machine counts a running session in its budgets."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+from addons.budgets import SpendRow
+from addons.recorder.rows import ModelCall
+from capsem.rollup import SPEND_SQL
+from capsem.schema import connect
+
+logger = logging.getLogger(__name__)
+
+Key = tuple[str, str, str, str]
+"""(day, provider, model, host)."""
+
+
+class SessionSpend:
+    """This session's spend as the recorder builds its rows (recorder process, one thread)."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.totals: dict[Key, list[float]] = {}
+        """key -> [cost, calls]."""
+        self._done: dict[str, int] = {}
+        self._reported = self._saved = True
+        self._main: sqlite3.Connection | None = None
+
+    def load(self, conn: sqlite3.Connection) -> None:
+        """Start from the calls session.db already holds (a session id used again, or a recorder
+        restarted after its predecessor died); the first report says so at once."""
+        for day, provider, model, host, calls, cost in conn.execute(SPEND_SQL):
+            self.totals[(day, provider, model, host)] = [cost, calls]
+        self._saved = not self.totals
+        self._reported = False
+
+    def add(self, row: ModelCall) -> None:
+        """Count a model call (its day is the UTC day it started, as in `model_calls.timestamp`)."""
+        key = (row.timestamp[:10], row.provider, row.model or "", row.host or "")
+        total = self.totals.setdefault(key, [0.0, 0])
+        total[0] += row.estimated_cost_usd or 0.0
+        total[1] += 1
+        self._reported = self._saved = False
+
+    def counted(self, flow_key: str, seq: int = 0) -> None:
+        """A flow's cost (if any) is counted, up to its `seq`-th server message for a WebSocket
+        (`<key>#ws`): the hooks may stop waiting for it."""
+        self._done[flow_key] = max(seq, self._done.get(flow_key, 0))
+        self._reported = False
+
+    def rows(self) -> list[SpendRow]:
+        return [(self.session_id, *key, total[0]) for key, total in self.totals.items()]
+
+    def report(self) -> str | None:
+        """The `spend` status line when something changed since the last one, else None."""
+        if self._reported:
+            return None
+        self._reported = True
+        done, self._done = [[key, seq] for key, seq in self._done.items()], {}
+        totals = [[*key, round(t[0], 12), t[1]] for key, t in self.totals.items()]
+        return "spend " + json.dumps({"done": done, "totals": totals}, separators=(",", ":"))
+
+    def save(self, main_db: Path) -> None:
+        """Replace this session's rows of main.db `spend` (when they changed); a failure is logged
+        and retried at the next commit."""
+        if self._saved:
+            return
+        try:
+            if self._main is None:
+                self._main = connect(main_db)
+            replace_rows(self._main, self.session_id, [(*k, t[1], t[0]) for k, t in self.totals.items()])
+            self._saved = True
+        except sqlite3.Error as exc:
+            self.close()
+            logger.warning("capsem: updating the spend ledger in %s failed (%s); retried at the next commit",
+                           main_db, exc)  # fmt: skip
+
+    def close(self) -> None:
+        if self._main is not None:
+            self._main.close()
+            self._main = None
+
+
+def replace_rows(main: sqlite3.Connection, session_id: str, rows: Sequence[tuple]) -> None:
+    """A session's `spend` rows, `(day, provider, model, host, calls, cost)`, replaced in one transaction."""
+    with main:
+        main.execute("BEGIN IMMEDIATE")
+        main.execute("DELETE FROM spend WHERE session_id = ?", (session_id,))
+        main.executemany("INSERT INTO spend VALUES (?, ?, ?, ?, ?, ?, ?)", [(session_id, *r) for r in rows])

@@ -1,0 +1,151 @@
+"""OpenAI Responses over a WebSocket (Codex CLI): turns out of messages, on the recorder thread.
+
+The capture hooks only hand each message over (`WsMessage`) and, when the socket ends, the
+flow (`FlowEnded` with `websocket=True`); the recorder feeds them to a `WebSocketTurns` per
+socket (pure: messages in, finished turns out) and records each turn as a model call.
+
+A client text message of type `response.create` carries a Responses request body (its fields
+at top level, or under `response`). The server answers with the same JSON events as the SSE
+stream. Each `response.create` … terminal event (`response.completed|incomplete|failed` or
+`error`) is ONE model call, recorded through the same path as HTTP calls
+(`Recorder.ws_turn`). A turn still open when the next `response.create` arrives or the socket
+ends is recorded as incomplete. A turn's `status_code` is 200, or the `status` an error
+event carries (the upgrade's 101 is on the flow's `net_events` row, whose `conn_type` is
+``wss``/``ws``). Turns are written as soon as they end, pointing at the upgrade flow's
+`net_events` row, whose id is minted when the first message arrives and which is written
+when the socket ends (with the bytes of every message and the trace of the last turn).
+A socket dropped without a close frame (code 1006) is an error of the flow only when a turn was
+still open: Codex drops its socket that way when it exits, after its last turn completed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from addons.framing import SSEEvent
+from addons.providers._common import as_int, load_json_object
+from addons.providers.openai_responses import OpenAIResponsesStream, parse_request_object
+from addons.records import RequestInfo, ResponseSummary
+
+__all__ = ["Turn", "WebSocketTurns", "request_of"]
+
+PROTOCOL = "openai_responses"
+
+"""The close code of a WebSocket that ended without a close frame (RFC 6455 7.1.5)."""
+
+
+@dataclass
+class Turn:
+    """One finished (or abandoned) request/response pair of a WebSocket."""
+
+    request: RequestInfo
+    request_body: bytes
+    """The client's `response.create` message as it crossed the proxy."""
+    summary: ResponseSummary
+    started: float
+    ended: float
+    first_content: float | None = None
+    request_bytes: int = 0
+    response_bytes: int = 0
+    status: int = 200
+    response_body: bytes = b""
+    """The payloads of the server's messages of the turn, as they crossed the proxy, one after the other."""
+
+
+def request_of(obj: dict[str, Any]) -> dict[str, Any]:
+    """The Responses request of a `response.create` message (top-level fields or `response`)."""
+    inner = obj.get("response")
+    if isinstance(inner, dict):
+        return inner
+    return {k: v for k, v in obj.items() if k != "type"}
+
+
+@dataclass
+class _Open:
+    request: RequestInfo
+    request_body: bytes
+    started: float
+    interp: OpenAIResponsesStream = field(default_factory=OpenAIResponsesStream)
+    first_content: float | None = None
+    response_bytes: int = 0
+    status: int = 200
+    last_at: float | None = None
+    request_bytes: int = 0
+    responses: list[bytes] = field(default_factory=list)
+
+
+class WebSocketTurns:
+    """Pure: the messages of one WebSocket in, finished turns out. Never raises on bad input."""
+
+    def __init__(self) -> None:
+        self.current: _Open | None = None
+        self.messages = 0
+        self.ignored = 0
+
+    def message(self, from_client: bool, content: bytes, is_text: bool, at: float) -> list[Turn]:
+        self.messages += 1
+        try:
+            return self._message(from_client, content, at)
+        except Exception:
+            self.ignored += 1
+            return []
+
+    def close(self, at: float, error: str | None = None) -> list[Turn]:
+        """The socket ended: an open turn is recorded as incomplete."""
+        turn = self._finish(at)
+        if turn is not None and turn.summary.error_message is None:
+            turn.summary.error_message = error or "connection closed before the response ended"
+        return [turn] if turn is not None else []
+
+    def _message(self, from_client: bool, content: bytes, at: float) -> list[Turn]:
+        if from_client:
+            obj = load_json_object(content)
+            if obj is None or obj.get("type") != "response.create":
+                self.ignored += 1
+                return []
+            done = self._finish(at)
+            if done is not None and done.summary.error_message is None:
+                done.summary.error_message = "a new response.create arrived before the response ended"
+            body = request_of(obj)
+            request = parse_request_object(body)
+            request.stream = True
+            self.current = _Open(request, content, at, request_bytes=len(content))
+            return [done] if done is not None else []
+        turn = self.current
+        if turn is None:
+            self.ignored += 1
+            return []
+        turn.response_bytes += len(content)
+        turn.responses.append(content)
+        turn.last_at = at
+        text = content.decode("utf-8", "replace")
+        turn.interp.event(SSEEvent(None, text))
+        if turn.first_content is None and turn.interp.summary.content_started:
+            turn.first_content = at
+        if turn.interp.terminal:
+            obj = load_json_object(content)
+            status = as_int(obj.get("status")) if obj is not None and obj.get("type") == "error" else None
+            if status is not None and 100 <= status <= 599:
+                turn.status = status
+            done = self._finish(at)
+            return [done] if done is not None else []
+        return []
+
+    def _finish(self, at: float) -> Turn | None:
+        turn, self.current = self.current, None
+        if turn is None:
+            return None
+        summary = turn.interp.finish()
+        return Turn(
+            request=turn.request,
+            request_body=turn.request_body,
+            summary=summary,
+            started=turn.started,
+            ended=at,
+            first_content=turn.first_content,
+            request_bytes=turn.request_bytes,
+            response_bytes=turn.response_bytes,
+            status=turn.status,
+            response_body=b"\n".join(turn.responses),  # NDJSON: one server message a line
+        )

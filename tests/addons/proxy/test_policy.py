@@ -1,0 +1,79 @@
+"""Policy rules from settings: ordered, first match decides, every field must match.
+
+(The rules' checks and their error lines are tested with every other setting in
+tests/core/test_settings.py.)"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from addons.proxy.policy import ALLOW, Policy, PolicyError, Verdict
+from capsem.settings import load, parse
+
+CONFIG = """
+policy:
+  rules:
+    - {name: no-paste, action: deny, host: "*.pastebin.com"}
+    - {name: local-admin, action: deny, host: 127.0.0.1, port: 9000, path: "/admin/*", method: delete}
+    - {name: watch-shell, action: warn, mcp_tool: "run_*"}
+    - {name: files-read-ok, action: allow, mcp_server: files, mcp_tool: read_note}
+    - {action: deny, mcp_server: "files*"}
+    - {action: warn, path: "/v1/*"}
+"""
+
+
+@pytest.fixture
+def policy() -> Policy:
+    return Policy.from_settings(parse(yaml.safe_load(CONFIG)))
+
+
+def test_default_settings_allow_everything():
+    policy = Policy.from_settings(load())
+    assert policy.rules == () and not policy.has_mcp_rules
+    assert policy.decide("api.anthropic.com", 443, "/v1/messages", "POST") is ALLOW
+
+
+def test_first_matching_rule_decides(policy):
+    assert policy.decide("Foo.PasteBin.com", 443, "/v1/x", "GET") == Verdict("denied", "no-paste")
+    assert policy.decide("api.example.com", 443, "/v1/chat", "POST") == Verdict("warned", "rule-6")
+    assert policy.decide("api.example.com", 443, "/v2/chat", "POST") is ALLOW
+
+
+def test_every_named_field_must_match(policy):
+    assert policy.decide("127.0.0.1", 9000, "/admin/users", "DELETE") == Verdict("denied", "local-admin")
+    assert policy.decide("127.0.0.1", 9000, "/admin/users", "GET") is ALLOW  # method
+    assert policy.decide("127.0.0.1", 9001, "/admin/users", "DELETE") is ALLOW  # port
+    assert policy.decide("127.0.0.1", 9000, "/public", "DELETE") is ALLOW  # path
+
+
+def test_mcp_rules_match_tools_calls_only(policy):
+    assert policy.has_mcp_rules
+    endpoint = ("127.0.0.1:8000/mcp",)
+    named = ("127.0.0.1:8000/mcp", "files-server")
+    assert policy.decide("127.0.0.1", 8000, "/mcp", "POST") is ALLOW  # no tools/call in the body
+    assert policy.decide("127.0.0.1", 8000, "/mcp", "POST", (endpoint, "run_tests")) == Verdict(
+        "warned", "watch-shell"
+    )
+    # the server goes by its initialize name or its endpoint; globs are case-insensitive for servers
+    assert policy.decide("h", 1, "/mcp", "POST", (("FILES",), "read_note")) == Verdict(
+        "allowed", "files-read-ok"
+    )
+    assert policy.decide("h", 1, "/mcp", "POST", (named, "write_note")) == Verdict("denied", "rule-5")
+    assert policy.decide("h", 1, "/mcp", "POST", (endpoint, "write_note")) is ALLOW
+
+
+def test_a_raw_mapping_is_still_checked_during_the_transition():
+    raw = yaml.safe_load(CONFIG)
+    assert Policy.from_settings(raw) == Policy.from_settings(parse(raw))
+    with pytest.raises(PolicyError) as refused:
+        Policy.from_settings({"policy": {"rules": [{"action": "block", "host": "x"}]}})
+    assert str(refused.value) == "<settings>: policy.rules[1].action must be allow, warn or deny, got 'block'"
+    for settings in ({}, {"policy": None}, {"policy": {}}, {"policy": {"rules": None}}):
+        assert Policy.from_settings(settings).rules == ()
+
+
+def test_rules_keep_their_order_names_and_fields(policy):
+    assert [r.name for r in policy.rules] == ["no-paste", "local-admin", "watch-shell", "files-read-ok",
+                                              "rule-5", "rule-6"]  # fmt: skip
+    assert (policy.rules[1].port, policy.rules[1].method, policy.rules[1].action) == (9000, "delete", "deny")

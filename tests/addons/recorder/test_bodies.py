@@ -1,0 +1,188 @@
+"""Whole bodies, stored once: exact back, scrubbed, linear in the conversation, links bounded."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+
+import pytest
+import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from addons.items import item
+from addons.messages import Route
+from addons.recorder.bodies import (
+    FRAME_BYTES,
+    MAX_DEPTH,
+    MAX_PIECE,
+    Body,
+    BodyStore,
+    _blob,
+    _keys,
+    pieces,
+    read_body,
+)
+from addons.recorder.rows import BodyChunk, ContentFrame, IdMinter, ItemContent
+from benchmarks.bodies import conversation
+from capsem.redact import Scrubber
+from tests.recording import RecorderHarness, ended, head, response
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=4000) | st.text(max_size=3000).map(str.encode))
+def test_pieces_put_back_together_are_the_body(body):
+    parts = pieces(body)
+    assert b"".join(parts) == body and all(0 < len(p) <= MAX_PIECE for p in parts)
+
+
+def test_a_json_string_is_never_cut():
+    """The cut marks cannot occur inside a JSON string (its quotes are escaped there)."""
+    body = json.dumps(
+        {"messages": [{"role": "user", "content": 'say {"role": "x"} and {"type": 1}'}]}
+    ).encode()
+    for part in pieces(body):
+        text = part.decode()
+        assert (text.count('"') - text.count('\\"')) % 2 == 0  # no string is left open
+    assert any(b'say {\\"role\\": \\"x\\"} and {\\"type\\": 1}' in p for p in pieces(body))
+
+
+def call(rec: RecorderHarness, n: int, body: bytes, answer: bytes, at: float) -> None:
+    req = head(f"f{n}", started=at)
+    rec.close(ended(req, resp=response(200, started=at), body=answer, request_body=body, at=at + 0.1,
+                    route=Route("anthropic", "anthropic")))  # fmt: skip
+
+
+ANSWER = json.dumps({"id": "m", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                     "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+                     "usage": {"input_tokens": 5, "output_tokens": 1}}).encode()  # fmt: skip
+
+
+def stored_bytes(rec: RecorderHarness) -> int:
+    return rec.writer.conn.execute("SELECT COALESCE(SUM(LENGTH(data)), 0) FROM content_frames").fetchone()[0]
+
+
+def test_every_body_of_a_long_conversation_reads_back_exactly_and_costs_what_is_new(tmp_path):
+    rec = RecorderHarness(tmp_path)
+    bodies = conversation(80)
+    growth = []
+    for n, body in enumerate(bodies):
+        before = stored_bytes(rec)
+        call(rec, n, body, ANSWER, time.time())
+        rec.writer.commit()
+        after = stored_bytes(rec)
+        growth.append(after - before)
+    for n, body in enumerate(bodies, start=1):
+        request, blob = read_body(rec.writer.conn, n)
+        assert request == body and blob["size"] == len(body)
+        assert read_body(rec.writer.conn, n, "response")[0] == ANSWER
+    # the first turn stores system prompt and tools; each later one only its new messages
+    assert growth[0] > 10 * max(growth[1:])
+    assert max(growth[-10:]) < 2 * max(growth[1:11])  # flat, not growing with the history
+    rec.shutdown()
+
+
+def test_a_secret_in_a_body_is_stored_redacted(tmp_path):
+    rec = RecorderHarness(tmp_path)
+    secret = "sk-ant-api03-" + "Q" * 40
+    body = json.dumps(
+        {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": f"key {secret}"}]}
+    )
+    call(rec, 0, body.encode(), ANSWER, time.time())
+    rec.writer.commit()
+    stored, _ = read_body(rec.writer.conn, 1)
+    assert secret.encode() not in stored and b"[redacted hash:" in stored
+    frames = [zstandard.decompress(r[0]) for r in rec.writer.conn.execute("SELECT data FROM content_frames")]
+    assert frames and not any(b"QQQQQQQQQQ" in f for f in frames)  # nor in the items stored beside the body
+    rec.shutdown()
+
+
+@pytest.mark.parametrize("direction", ["request", "response"])
+def test_a_key_or_private_key_across_a_64_kib_cut_is_redacted_whole(direction):
+    """One JSON string longer than a piece: the store cuts it every 64 KiB, after it is scrubbed."""
+    key = "sk-ant-api03-Zq8vB2nR4tY6uI0oP3aS5dF7gH9jK1lX"
+    pem = (
+        "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIPEMbodyAcrossTheCut0000000000000000000000TailOfThePEM\n"
+        "-----END EC PRIVATE KEY-----"
+    )
+    for secret, needle in ((key, key[-12:]), (pem, "TailOfThePEM")):  # what lies past the cut
+        prefix = "x" * (MAX_PIECE - len('{"messages": [{"content": "') - len(secret) // 2)
+        body = json.dumps({"messages": [{"content": prefix + secret + " end"}]}).encode()
+        assert body.index(secret.encode()[:10]) < MAX_PIECE < body.index(secret.encode()[:10]) + len(secret)
+        store = BodyStore(Scrubber(), IdMinter())
+        written = store.keep(owner="a", source_table="model_calls", row_id=1, bodies=[Body(direction, body)])
+        frames = b"".join(zstandard.decompress(r.data) for r in written if isinstance(r, ContentFrame))
+        assert needle.encode() not in frames and b"[redacted hash:" in frames
+
+
+def test_a_segment_stored_before_a_credential_was_learned_is_scrubbed_again():
+    scrubber = Scrubber()
+    store = BodyStore(scrubber, IdMinter())
+    body = json.dumps({"messages": [{"role": "user", "content": "use internal-credential-77"}]}).encode()
+    store.keep(owner="a", source_table="model_calls", row_id=1, bodies=[Body("request", body)])
+    scrubber.learn("internal-credential-77")  # a later flow's header shows it is a credential
+    written = store.keep(owner="b", source_table="model_calls", row_id=2, bodies=[Body("request", body)])
+    frames = b"".join(zstandard.decompress(r.data) for r in written if isinstance(r, ContentFrame))
+    assert b"use [redacted hash:" in frames and b"internal-credential-77" not in frames
+
+
+def test_lists_follow_at_most_max_depth_links(tmp_path):
+    rec = RecorderHarness(tmp_path)
+    bodies = conversation(MAX_DEPTH + 20)
+    for n, body in enumerate(bodies):
+        call(rec, n, body, ANSWER, time.time())
+    rec.writer.commit()
+    conn = rec.writer.conn
+    depths = []
+    for (blob_id,) in conn.execute("SELECT id FROM event_body_blobs WHERE direction = 'request' ORDER BY id"):
+        depth, blob = 0, _blob(conn, "id = ?", (blob_id,))
+        while blob["base_id"] is not None:
+            depth, blob = depth + 1, _blob(conn, "id = ?", (blob["base_id"],))
+        depths.append(depth)
+    assert (
+        max(depths) <= MAX_DEPTH and depths.count(0) >= 2
+    )  # the first, and whole lists once chains are long
+    assert _keys(conn, _blob(conn, "id = ?", (blob_id,))) == [
+        hashlib.sha256(p).digest()[:16] for p in pieces(bodies[-1])
+    ]
+    rec.shutdown()
+
+
+def test_an_mcp_call_keeps_its_request_and_answer(tmp_path):
+    rec = RecorderHarness(tmp_path)
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "read", "arguments": {}}}
+    answer = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"content": []}}).encode()
+    now = time.time()
+    req = head("p1", started=now, scheme="http", host="127.0.0.1", port=8000, path="/mcp")
+    rec.close(ended(req, resp=response(200, started=now), body=answer, request_body=json.dumps(message).encode(),
+                    mcp=True))  # fmt: skip
+    (row,) = rec.rows("SELECT id FROM mcp_calls")
+    assert read_body(rec.writer.conn, row["id"], "request", "mcp_calls")[0] == json.dumps(message).encode()
+    assert read_body(rec.writer.conn, row["id"], "response", "mcp_calls")[0] == answer
+    rec.shutdown()
+
+
+def test_the_store_keys_pieces_by_their_bytes_once(tmp_path):
+    store = BodyStore(Scrubber(), IdMinter())
+    body = json.dumps({"messages": [{"role": "user", "content": "same"}] * 3}).encode()
+    first = store.keep(owner="a", source_table="model_calls", row_id=1, bodies=[Body("request", body)])
+    second = store.keep(owner="b", source_table="model_calls", row_id=2, bodies=[Body("request", body)])
+    assert sum(type(r).__name__ == "BodyChunk" for r in first) == len(set(pieces(body)))
+    assert [type(r).__name__ for r in second] == ["BodyBlob"]  # nothing new to store, no frame
+
+
+def test_a_calls_new_items_and_pieces_share_frames_no_larger_than_the_bound():
+    store = BodyStore(Scrubber(), IdMinter())
+    text = random.Random(3).randbytes(350_000).hex()  # no piece repeats another
+    items = [item("message", {"role": "user", "content": text}), item("system", "be brief")]
+    body = json.dumps({"system": "be brief", "messages": [{"role": "user", "content": text[::-1]}]}).encode()
+    rows = store.keep(owner="a", source_table="model_calls", row_id=1, items=items,
+                      bodies=[Body("request", body), Body("response", b"ok")])  # fmt: skip
+    frames = {r.id: zstandard.decompress(r.data) for r in rows if isinstance(r, ContentFrame)}
+    assert len(frames) == 2 and all(len(f) <= FRAME_BYTES for f in frames.values())
+    stored = {r.hash: frames[r.frame][r.start : r.start + r.size] for r in rows if isinstance(r, ItemContent)}
+    assert stored == {i.hash: i.content.encode() for i in items}
+    keys = [r for r in rows if isinstance(r, BodyChunk)]
+    assert b"".join(frames[r.frame][r.start : r.start + r.size] for r in keys) == body + b"ok"
