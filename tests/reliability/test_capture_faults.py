@@ -125,11 +125,11 @@ def ask(n):
     client.messages.create(model="claude-haiku-4-5", max_tokens=64,
                            messages=[{"role": "user", "content": f"question {n}"}])
 ask(0)
-with open(os.path.join(os.environ["CAPSEM_HOME"], "filler"), "wb") as out:  # the disk is full from here on
+# the disk is full from here on (unbuffered: no bytes left to flush, and fail, at close)
+with open(os.path.join(os.environ["CAPSEM_HOME"], "filler"), "wb", buffering=0) as out:
     try:
         while True:
             out.write(bytes(65536))
-            out.flush()
     except OSError:
         pass
 for n in range(1, 41):
