@@ -39,6 +39,8 @@ class Usage:
     cache_read_cost: float = 0.0
     output_cost: float = 0.0
     reasoning_cost: float = 0.0
+    cache_break_cost: float = 0.0
+    """What prompt-cache breaks cost over reading from the cache (part of `cost`, not beside it)."""
 
     @property
     def uncached_input(self) -> int:
@@ -55,7 +57,7 @@ class Usage:
         return {"calls": self.calls, "input_tokens": self.input_tokens, "uncached_input_tokens": self.uncached_input,
                 "cache_write_tokens": self.cache_write_tokens, "cache_read_tokens": self.cache_read_tokens,
                 "output_tokens": self.output_tokens, "reasoning_tokens": self.reasoning_tokens, "cost": self.cost,
-                "cost_by_type": self.cost_by_type()}  # fmt: skip
+                "cost_by_type": self.cost_by_type(), "lost_to_cache_breaks": self.cache_break_cost}  # fmt: skip
 
 
 def _int(value: Any) -> int:

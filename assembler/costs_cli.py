@@ -92,15 +92,19 @@ def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
         unpriced = not u.cost and bool(u.input_tokens or u.output_tokens)
         return [r.key, str(r.sessions), f"{u.calls:,}", f"{u.uncached_input:,}", f"{u.cache_write_tokens:,}",
                 f"{u.cache_read_tokens:,}", f"{u.output_tokens:,}", f"{u.reasoning_tokens:,}",
-                "unpriced" if unpriced else f"${u.cost:.4f}"]  # fmt: skip
+                "unpriced" if unpriced else f"${u.cost:.4f}",
+                f"${u.cache_break_cost:.4f}" if u.cache_break_cost else "–"]  # fmt: skip
 
     footer = cells(total)
     footer[0] = "total"
     names = [(group_by, "left", 10), ("sessions", "right", 1), ("calls", "right", 3), ("input", "right", 8),
              ("cache\nwrite", "right", 7), ("cache\nread", "right", 7), ("output", "right", 8),
-             ("reasoning", "right", 2), ("cost", "right", 10)]  # fmt: skip
+             ("reasoning", "right", 2), ("cost", "right", 10), ("lost to\ncache breaks", "right", 9)]  # fmt: skip
+    table = [cells(r) for r in rows]
+    if not total.usage.cache_break_cost:  # the column only where cache breaks cost something
+        names, footer, table = names[:-1], footer[:-1], [r[:-1] for r in table]
     columns = [Column(n, j, p, footer=f) for (n, j, p), f in zip(names, footer, strict=True)]  # type: ignore[arg-type]
-    console.print(fit_table(columns, [cells(r) for r in rows], console.width, footer=True))
+    console.print(fit_table(columns, table, console.width, footer=True))
     if split := split_line(total.usage):
         console.print(f"cost by token type: {split}")
     if report.unpriced_calls:

@@ -23,7 +23,7 @@ from typing import Literal
 from assembler.cli_support import counted
 from assembler.costs import PART_LABELS, Usage
 from assembler.sessiondb import SessionDbError, SessionNotFound, db_file, open_main, open_session
-from capsem.rollup import AI_USAGE_COLUMNS, AI_USAGE_SQL
+from capsem.rollup import AI_USAGE_COLUMNS, AI_USAGE_SQL, cache_break_costs
 
 GroupBy = Literal["session", "provider", "model", "day", "week", "month", "project", "branch", "tag"]
 GROUPS: tuple[GroupBy, ...] = (
@@ -63,7 +63,7 @@ class UsageRow:
             values["call_count"], values["input_tokens"], values["output_tokens"], values["estimated_cost"],
             values["cache_write_tokens"], values["cache_read_tokens"], values["reasoning_tokens"],
             values["input_cost"], values["cache_write_cost"], values["cache_read_cost"], values["output_cost"],
-            values["reasoning_cost"],
+            values["reasoning_cost"], values.get("cache_break_cost") or 0.0,
         )  # fmt: skip
         return cls(session_id, day, values["provider"], values["model"], usage, values["total_duration_ms"],
                    *context)  # fmt: skip
@@ -237,7 +237,9 @@ def _live_usage(session_id: str) -> tuple[list[dict], int] | None:
     """ai_usage rows and the unpriced-call count computed from a session.db (None if unreadable)."""
     try:
         with open_session(session_id) as conn:
-            rows = [dict(zip(AI_USAGE_COLUMNS, r, strict=True)) for r in conn.execute(AI_USAGE_SQL)]
+            broke = cache_break_costs(conn)
+            rows = [dict(zip(AI_USAGE_COLUMNS, (*r, broke.get((r[0], r[1]), 0.0)), strict=True))
+                    for r in conn.execute(AI_USAGE_SQL)]  # fmt: skip
             unpriced = conn.execute(
                 "SELECT COUNT(*) FROM model_calls WHERE estimated_cost_usd IS NULL "
                 "AND COALESCE(input_tokens, output_tokens) IS NOT NULL"

@@ -228,3 +228,15 @@ def m009_outcome_counts(conn: sqlite3.Connection) -> None:
         ALTER TABLE sessions ADD COLUMN total_errors INTEGER NOT NULL DEFAULT 0
         """,
     )
+
+
+@MAIN.migration
+def m010_cache_break_cost(conn: sqlite3.Connection) -> None:
+    """What prompt-cache breaks cost over reading from the cache, per session and per model."""
+    run_script(
+        conn,
+        """
+        ALTER TABLE ai_usage ADD COLUMN cache_break_cost REAL NOT NULL DEFAULT 0;
+        ALTER TABLE sessions ADD COLUMN lost_to_cache_breaks REAL NOT NULL DEFAULT 0
+        """,
+    )

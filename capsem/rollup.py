@@ -85,8 +85,10 @@ failed call without tokens costs nothing and is not unpriced)."""
 
 AI_USAGE_COLUMNS = ("provider", "model", "call_count", "input_tokens", "output_tokens", "estimated_cost",
                     "total_duration_ms", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
-                    "input_cost", "cache_write_cost", "cache_read_cost", "output_cost", "reasoning_cost")  # fmt: skip
-"""The columns of main.db's `ai_usage` (after `session_id`) that `AI_USAGE_SQL` gives, in order."""
+                    "input_cost", "cache_write_cost", "cache_read_cost", "output_cost", "reasoning_cost",
+                    "cache_break_cost")  # fmt: skip
+"""The columns of main.db's `ai_usage` (after `session_id`): `AI_USAGE_SQL`'s, in order, then what the
+model's cache breaks cost (`cache_break_costs`, a table older session.dbs lack)."""
 
 AI_USAGE_SQL = (
     _CALLS
@@ -220,6 +222,16 @@ def register_session(
     )
 
 
+def cache_break_costs(conn: sqlite3.Connection) -> dict[tuple[str, str], float]:
+    """(provider, model) -> what its calls' prompt-cache breaks cost over reading from the cache."""
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'cache_breaks'").fetchone():
+        return {}
+    rows = conn.execute("""SELECT m.provider, COALESCE(m.model, ''), SUM(COALESCE(b.extra_cost_usd, 0))
+                           FROM cache_breaks b JOIN model_calls m ON m.id = b.model_call_id
+                           GROUP BY m.provider, COALESCE(m.model, '')""")  # fmt: skip
+    return {(provider, model): cost for provider, model, cost in rows}
+
+
 def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = None) -> bool:
     """Recompute a session's totals and usage rows from its session.db.
 
@@ -232,7 +244,9 @@ def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = Non
     try:
         totals = dict(src.execute(TOTALS_SQL).fetchone())
         totals["refused_placeholders"] = refused_placeholders(src)  # a table older session.dbs lack
-        ai = src.execute(AI_USAGE_SQL).fetchall()
+        broke = cache_break_costs(src)
+        ai = [(*r, broke.get((r[0], r[1]), 0.0)) for r in src.execute(AI_USAGE_SQL).fetchall()]
+        totals["lost_to_cache_breaks"] = sum(broke.values())
         tools = src.execute(_TOOL_USAGE_SQL).fetchall()
         mcp = src.execute(_MCP_USAGE_SQL).fetchall()
         spend = src.execute(SPEND_SQL).fetchall()
