@@ -7,13 +7,14 @@ socket (pure: messages in, finished turns out) and records each turn as a model 
 A client text message of type `response.create` carries a Responses request body (its fields
 at top level, or under `response`). The server answers with the same JSON events as the SSE
 stream. Each `response.create` … terminal event (`response.completed|incomplete|failed` or
-`error`) is ONE model call, recorded through the same path as HTTP calls
-(`Recorder.ws_turn`). A turn still open when the next `response.create` arrives or the socket
-ends is recorded as incomplete. A turn's `status_code` is 200, or the `status` an error
-event carries (the upgrade's 101 is on the flow's `net_events` row, whose `conn_type` is
-``wss``/``ws``). Turns are written as soon as they end, pointing at the upgrade flow's
-`net_events` row, whose id is minted when the first message arrives and which is written
-when the socket ends (with the bytes of every message and the trace of the last turn).
+`error`: `addons/budgets.py: ws_turn_ended`, which mitmdump's budgets use too) is ONE model
+call, recorded through the same path as HTTP calls (`Recorder.ws_turn`). A turn still open
+when the next `response.create` arrives or the socket ends is recorded as incomplete. A
+turn's `status_code` is 200, or the `status` an error event carries (the upgrade's 101 is on
+the flow's `net_events` row, whose `conn_type` is ``wss``/``ws``). Turns are written as soon
+as they end, pointing at the upgrade flow's `net_events` row, whose id is minted when the first
+message arrives and which is written when the socket ends (with the bytes of every message and
+the trace of the last turn).
 A socket dropped without a close frame (code 1006) is an error of the flow only when a turn was
 still open: Codex drops its socket that way when it exits, after its last turn completed.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from addons.budgets import ws_turn_ended
 from addons.framing import SSEEvent
 from addons.providers._common import as_int, load_json_object
 from addons.providers.openai_responses import OpenAIResponsesStream, parse_request_object
@@ -123,7 +125,7 @@ class WebSocketTurns:
         turn.interp.event(SSEEvent(None, text))
         if turn.first_content is None and turn.interp.summary.content_started:
             turn.first_content = at
-        if turn.interp.terminal:
+        if ws_turn_ended(text):  # the budgets in mitmdump decide it with the same function
             obj = load_json_object(content)
             status = as_int(obj.get("status")) if obj is not None and obj.get("type") == "error" else None
             if status is not None and 100 <= status <= 599:
