@@ -26,15 +26,28 @@ from typing import Any
 
 from addons.budgets import ws_turn_ended
 from addons.framing import SSEEvent
+from addons.messages import ABNORMAL_CLOSURE
 from addons.providers._common import as_int, load_json_object
 from addons.providers.openai_responses import OpenAIResponsesStream, parse_request_object
 from addons.records import RequestInfo, ResponseSummary
 
-__all__ = ["Turn", "WebSocketTurns", "request_of"]
+__all__ = ["Turn", "WebSocketTurns", "close_error", "request_of"]
 
 PROTOCOL = "openai_responses"
 
-"""The close code of a WebSocket that ended without a close frame (RFC 6455 7.1.5)."""
+NORMAL_CLOSES = frozenset({1000, 1001, 1005})
+"""Close codes that end a socket as it should: normal, going away, no status given."""
+
+
+def close_error(code: int | None, reason: str | None, turn_open: bool) -> str | None:
+    """The error a WebSocket's close makes of its flow, None for none; the one place it is decided.
+    A drop without a close frame (1006) is an error only while a turn is open: Codex drops its
+    socket that way when it exits, after its last turn completed."""
+    if code is None or code in NORMAL_CLOSES or (code == ABNORMAL_CLOSURE and not turn_open):
+        return None
+    return f"websocket closed with code {code}" + (
+        f": {reason}" if reason and code != ABNORMAL_CLOSURE else ""
+    )
 
 
 @dataclass
