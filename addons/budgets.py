@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from fnmatch import fnmatchcase
+from typing import Any
 
 import msgspec
 
@@ -185,6 +186,34 @@ def ws_request(content: bytes) -> tuple[bool, str | None]:
     if message.type != "response.create":
         return False, None
     return True, message.model or (message.response.model if message.response else None)
+
+
+WS_TURN_END = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
+"""The Responses event types that end a turn on a WebSocket (the parser's terminal events and `error`)."""
+
+
+class _WsType(msgspec.Struct):
+    type: Any = None
+
+
+_WS_TYPE = msgspec.json.Decoder(_WsType)
+
+
+def ws_turn_ended(content: bytes | str) -> bool:
+    """Whether a server WebSocket message ends a Responses turn: the one definition, used by the
+    budgets in mitmdump (a turn's cost is then on its way) and by `WebSocketTurns` in the recorder
+    (the turn becomes a model call). msgspec reads only `type` (the rest is skipped at C speed, so
+    it costs the event loop about what a byte search did); what msgspec refuses, json decides,
+    as the parser's `load_json` does."""
+    try:
+        kind = _WS_TYPE.decode(content).type
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        try:
+            obj = json.loads(content.decode("utf-8", "replace") if isinstance(content, bytes) else content)
+        except (ValueError, RecursionError):
+            return False
+        kind = obj.get("type") if isinstance(obj, dict) else None
+    return isinstance(kind, str) and kind in WS_TURN_END
 
 
 def ws_refusal(verdict: Verdict) -> bytes:

@@ -187,6 +187,10 @@ class FlowEnded(msgspec.Struct, frozen=True, array_like=True, tag=5):
     """Credential placeholders the request carried (brokered credentials)."""
     close_code: int | None = None
     """A WebSocket's close code (1006: the connection ended without a close frame)."""
+    close_reason: str | None = None
+    """The reason its close frame gave. Whether the close is an error of the flow is the
+    recorder's decision (`addons/recorder/websocket.py: close_error`): only it knows whether a turn
+    was open."""
 
 
 class Barrier(msgspec.Struct, frozen=True, array_like=True, tag=6):

@@ -231,7 +231,39 @@ def m009_outcome_counts(conn: sqlite3.Connection) -> None:
 
 
 @MAIN.migration
-def m010_cache_break_cost(conn: sqlite3.Connection) -> None:
+def m010_spend_entries(conn: sqlite3.Connection) -> None:
+    """The spend ledger insert-only: a session's spend per key (UTC day, provider, model, host) is
+    a new `spend_entries` row each time it changes (the recorder's running totals, then the
+    rollup's final ones; `call_count` 0 marks a key the rollup no longer finds), and `spend` is
+    the view of each key's latest row, so budgets and `capsem costs` read it as before."""
+    run_script(
+        conn,
+        """
+        CREATE TABLE spend_entries (
+            id INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            day TEXT NOT NULL,
+            provider TEXT NOT NULL,
+            model TEXT NOT NULL DEFAULT '',
+            host TEXT NOT NULL DEFAULT '',
+            call_count INTEGER NOT NULL DEFAULT 0,
+            estimated_cost REAL NOT NULL DEFAULT 0
+        );
+        INSERT INTO spend_entries (session_id, day, provider, model, host, call_count, estimated_cost)
+            SELECT session_id, day, provider, model, host, call_count, estimated_cost FROM spend;
+        DROP TABLE spend;
+        CREATE INDEX idx_spend_entries_key ON spend_entries(session_id, day, provider, model, host, id);
+        CREATE INDEX idx_spend_entries_day ON spend_entries(day);
+        CREATE VIEW spend AS
+            SELECT session_id, day, provider, model, host, call_count, estimated_cost FROM spend_entries
+            WHERE id IN (SELECT MAX(id) FROM spend_entries GROUP BY session_id, day, provider, model, host)
+              AND call_count > 0
+        """,
+    )
+
+
+@MAIN.migration
+def m011_cache_break_cost(conn: sqlite3.Connection) -> None:
     """What prompt-cache breaks cost over reading from the cache, per session and per model."""
     run_script(
         conn,

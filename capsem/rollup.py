@@ -1,7 +1,8 @@
 """main.db: the session index and its per-session rollup.
 
 A rollup recomputes a session's totals and its `ai_usage`, `tool_usage`, `mcp_usage` and `spend` rows
-from its session.db and replaces what main.db held (idempotent, never incremental). It runs
+from its session.db and replaces what main.db held (idempotent, never incremental; `spend` is
+insert-only: a new `spend_entries` row for each key that changed, see `record_spend`). It runs
 when a session stops, when a dead `running` session is found at the next start (`crashed`),
 and from the CLI.
 """
@@ -140,6 +141,28 @@ FROM model_calls GROUP BY 1, 2, 3, 4
 """The spend ledger's rows of a session (main.db `spend`: budgets read it)."""
 
 
+def record_spend(main: sqlite3.Connection, session_id: str, rows: list[tuple]) -> None:
+    """Make main.db `spend` say `rows` (`(day, provider, model, host, calls, cost)`, a session's
+    whole spend) by inserting a `spend_entries` row for each key whose value changed and a
+    `call_count` 0 row for each key no longer there: the ledger is insert-only (the caller holds
+    the transaction). The recorder's running totals and the rollup's final ones both end here."""
+    current = {
+        r[:4]: r[4:]
+        for r in main.execute(
+            "SELECT day, provider, model, host, call_count, estimated_cost FROM spend WHERE session_id = ?",
+            (session_id,),
+        )
+    }
+    wanted = {tuple(r[:4]): tuple(r[4:]) for r in rows}
+    changed = [(*k, *v) for k, v in wanted.items() if current.get(k) != v]
+    changed += [(*k, 0, 0.0) for k in current.keys() - wanted.keys()]
+    main.executemany(
+        "INSERT INTO spend_entries (session_id, day, provider, model, host, call_count, estimated_cost) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [(session_id, *r) for r in changed],
+    )
+
+
 CAPTURE_COUNTS = {
     "capture_rows_lost": "rows could not be written",
     "capture_dropped_chunks": "body chunks were not recorded (the recorder fell behind)",
@@ -273,7 +296,7 @@ def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = Non
         )
         ai_columns = "session_id, " + ", ".join(AI_USAGE_COLUMNS)
         for table, rows, columns in (("ai_usage", ai, ai_columns), ("tool_usage", tools, None),
-                                     ("mcp_usage", mcp, None), ("spend", spend, None)):  # fmt: skip
+                                     ("mcp_usage", mcp, None)):  # fmt: skip
             main.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
             if rows:
                 marks = ", ".join("?" * (len(rows[0]) + 1))
@@ -281,6 +304,7 @@ def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = Non
                 main.executemany(
                     f"INSERT INTO {table}{names} VALUES ({marks})", [(session_id, *r) for r in rows]
                 )
+        record_spend(main, session_id, spend)
     return True
 
 

@@ -248,6 +248,17 @@ def initialize_name(response: McpResponse) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
+def learned_name(requests: list[McpRequest], answers: dict[Any, McpResponse]) -> str | None:
+    """The server name an exchange teaches: `serverInfo.name` of the answer to its `initialize`
+    (the last one that names it), else None. The one rule by which the policy (in mitmdump, for
+    its MCP rules) and the ledger (in the recorder, for `mcp_calls.server_name`) learn names."""
+    name = None
+    for call in requests:
+        if call.method == "initialize" and call.id in answers:
+            name = initialize_name(answers[call.id]) or name
+    return name
+
+
 def mcp_tool_name(name: str) -> tuple[str, str] | None:
     """(server, tool) of a model tool name in an MCP naming scheme, else None: `mcp__server__tool`
     (Claude Code, Codex CLI) or `server__tool` (older Codex CLI, Goose)."""

@@ -25,7 +25,6 @@ from mitmproxy.log import ALERT
 
 from addons.budgets import RULE_PREFIX
 from addons.messages import (
-    ABNORMAL_CLOSURE,
     FlowEnded,
     StreamOpened,
     WsMessage,
@@ -317,16 +316,15 @@ class Capsem:
     def websocket_end(self, flow: http.HTTPFlow) -> None:
         ws = flow.websocket
         code = ws.close_code if ws is not None else None
-        error = flow.error.msg if flow.error else None
-        # 1006 (dropped without a close frame) is an error only if a turn was open: the recorder decides
-        if error is None and code not in (None, 1000, 1001, 1005, ABNORMAL_CLOSURE):
-            reason = f": {ws.close_reason}" if ws is not None and ws.close_reason else ""
-            error = f"websocket closed with code {code}{reason}"
-        self._finish(flow, error, close_code=code)
+        reason = ws.close_reason if ws is not None else None
+        # whether the close code is an error of the flow is the recorder's decision (close_error)
+        self._finish(flow, flow.error.msg if flow.error else None, close=(code, reason or None))
 
     # -- the end of a flow ---------------------------------------------------------------------
 
-    def _finish(self, flow: http.HTTPFlow, error: str | None, close_code: int | None = None) -> None:
+    def _finish(
+        self, flow: http.HTTPFlow, error: str | None, close: tuple[int | None, str | None] = (None, None)
+    ) -> None:
         state = self.flows.get(flow)
         if state is None:
             return
@@ -344,10 +342,10 @@ class Capsem:
         client_status = 502 if refused and not error.lower().startswith("client") else None
         if error is not None:
             self.connections.attempts.flow_failed(flow.client_conn.id)
-        self._end(flow.id, body, error, ended, client_status, close_code)
+        self._end(flow.id, body, error, ended, client_status, close)
 
     def _end(self, key: str, body: bytes | None, error: str | None, ended: float,
-             client_status: int | None = None, close_code: int | None = None) -> None:  # fmt: skip
+             client_status: int | None = None, close: tuple[int | None, str | None] = (None, None)) -> None:  # fmt: skip
         """Hand the flow over as one `FlowEnded`; the hook side forgets it."""
         state = self.flows.open.pop(key)
         tap = state.response_tap
@@ -362,7 +360,8 @@ class Capsem:
                 error=error, decision=state.decision, matched_rule=state.matched_rule,
                 tap_failure=tap.failure if tap is not None else None, mcp=state.mcp,
                 websocket=state.response is not None and state.response.status == 101,
-                client_status=client_status, substitutions=state.substitutions, close_code=close_code,
+                client_status=client_status, substitutions=state.substitutions, close_code=close[0],
+                close_reason=close[1],
                 process=self.connections.process(state.head.conn),
             )
         )  # fmt: skip

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from addons.budgets import Verdict, decide, model_of, refusal, usd, ws_refusal, ws_request
+from addons.budgets import Verdict, decide, model_of, refusal, usd, ws_refusal, ws_request, ws_turn_ended
 from addons.messages import Route, Substitution
 from addons.proxy.credentials import REFUSED, Broker, Brokered, load_secrets
 from addons.proxy.spend import SETTLE_SECONDS, SpendView
@@ -30,10 +30,6 @@ if TYPE_CHECKING:
     from addons.proxy.outbox import Barriers
 
 logger = logging.getLogger(__name__)
-
-_WS_TERMINAL = (b"response.completed", b"response.incomplete", b"response.failed", b'"error"')
-"""What a server message that ends a Responses turn holds (a false positive only makes the next
-check wait for the recorder's next report)."""
 
 
 class Guardrails:
@@ -129,7 +125,7 @@ class Guardrails:
         if self.view is None:
             return
         seq = self._ws_received[flow_key] = self._ws_received.get(flow_key, 0) + 1
-        if any(mark in content for mark in _WS_TERMINAL):
+        if ws_turn_ended(content):
             self.view.ended(flow_key + WS_TURN, seq)
 
     def model_of(self, flow: http.HTTPFlow, route: Route) -> str | None:

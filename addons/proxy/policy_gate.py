@@ -98,17 +98,18 @@ class PolicyGate:
 
     def _learn_mcp_name(self, flow: http.HTTPFlow) -> None:
         """An initialize answer names its server: learn it here, before the client's next call
-        reaches a policy rule."""
+        reaches a policy rule (by `mcp.learned_name`, the ledger's rule too)."""
         state = self.capture.flows.get(flow)
         if state is None or not state.mcp or not self.capture.policy.has_mcp_rules or flow.response is None:
             return
         collect_request(flow, state)
         if b"initialize" not in (state.request_body or b""):
             return
+        requests = mcp.parse_request(state.request_body or b"", dict(flow.request.headers))
         tap = state.response_tap
         body = bytes(tap.preview) if tap is not None else flow.response.get_content(strict=False)
         content_type = flow.response.headers.get("content-type")
-        for answer in mcp.parse_response(body or b"", content_type):
-            name = mcp.initialize_name(answer)
-            if name:
-                self.mcp_names[mcp.server_name(state.head.host, state.head.port, state.head.path)] = name
+        answers = {a.id: a for a in mcp.parse_response(body or b"", content_type)}
+        name = mcp.learned_name(requests or [], answers)
+        if name:
+            self.mcp_names[mcp.server_name(state.head.host, state.head.port, state.head.path)] = name

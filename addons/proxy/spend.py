@@ -6,10 +6,11 @@ Two halves, one per process:
 - `SessionSpend` (`addons/recorder/spend.py`) lives in the recorder process. It adds up the cost of every `model_calls` row
   the recorder builds, by UTC day, provider, model and host. After each handled batch it has a
   report for mitmdump (a `spend {...}` line on the recorder's status pipe: this session's rows
-  and the flows whose cost is now counted); after each commit it replaces this session's rows of
-  the `spend` table in main.db, so that every other capsem on the machine counts a running
+  and the flows whose cost is now counted); after each commit it brings this session's rows of
+  main.db `spend` up to date, so that every other capsem on the machine counts a running
   session in its day and month budgets. (The rollup recomputes the same rows from session.db
-  when the session ends: both write whole rows, never increments.)
+  when the session ends. Both go through `capsem.rollup.record_spend`: a new `spend_entries`
+  row holds a key's whole value, never an increment, and `spend` is the view of the latest.)
 - `SpendView` lives in mitmdump. It keeps this session's rows from the reports, and the other
   sessions' spend per budget, refreshed from main.db by a background thread every `interval`
   seconds (never on the event loop). It also knows which model calls have ended but are not

@@ -29,6 +29,7 @@ from addons.mcp.wire import (
     StreamReader,
     exchange_key,
     initialize_name,
+    learned_name,
     mcp_tool_name,
     parse_request,
     parse_response,
@@ -155,11 +156,9 @@ class McpLedger:
         content_type = resp.header("content-type") if resp is not None else None
         responses = {r.id: r for r in parse_response(response_body, content_type)}
         endpoint = server_name(req.host, req.port, req.path)
-        for call in requests:
-            if call.method == "initialize" and call.id in responses:
-                name = initialize_name(responses[call.id])
-                if name:
-                    self.names[endpoint] = name
+        name = learned_name(requests, responses)
+        if name:
+            self.names[endpoint] = name
         server = self.names.get(endpoint, endpoint)
         framing = _framing(content_type, response_body)
         session = req.header("mcp-session-id") or (resp.header("mcp-session-id") if resp else None)

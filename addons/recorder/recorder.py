@@ -20,7 +20,6 @@ import msgspec
 from addons.body import ResponseReader
 from addons.items import Conversations, Item, request_items
 from addons.messages import (
-    ABNORMAL_CLOSURE,
     Chunk,
     FlowEnded,
     Message,
@@ -36,7 +35,7 @@ from addons.recorder.mcp_ledger import MCP_PREVIEW_BYTES, McpLedger
 from addons.recorder.rows import IdMinter, McpCall, ModelCall, Row
 from addons.recorder.spend import SessionSpend
 from addons.recorder.traces import TraceTracker
-from addons.recorder.websocket import Turn, WebSocketTurns, request_of
+from addons.recorder.websocket import Turn, WebSocketTurns, close_error, request_of
 from addons.recorder.writer import SessionWriter
 from addons.spec import WS_TURN
 from capsem.redact import is_stream_type
@@ -165,9 +164,11 @@ class Recorder:
         key = flow.request.key
         state = self.readers.pop(key, None)
         socket = self.sockets.pop(key, None)
-        dropped = socket is not None and flow.close_code == ABNORMAL_CLOSURE and flow.error is None
-        if dropped and socket.turns.current is not None:  # mid-turn; after the last turn it is no error
-            flow = _with_error(flow, f"websocket closed with code {ABNORMAL_CLOSURE}")
+        if flow.close_code is not None and flow.error is None:
+            turn_open = socket is not None and socket.turns.current is not None
+            closed = close_error(flow.close_code, flow.close_reason, turn_open)
+            if closed is not None:
+                flow = _with_error(flow, closed)
         mcp_rows, stream_preview = self.mcp.close_stream(flow)
         self._write(mcp_rows)
         settings = self.settings

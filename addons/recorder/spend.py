@@ -1,6 +1,7 @@
 """This session's spend, added up in the recorder process (see `addons/proxy/spend.py` for the
 budgets' side): reported to mitmdump after each batch, and kept in main.db `spend` after each
-commit so that every other capsem on the machine counts a running session in its budgets."""
+commit (insert-only: `capsem.rollup.record_spend`) so that every other capsem on the machine
+counts a running session in its budgets."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from addons.budgets import SpendRow
 from addons.recorder.rows import ModelCall
-from capsem.rollup import SPEND_SQL
+from capsem.rollup import SPEND_SQL, record_spend
 from capsem.schema import connect
 
 logger = logging.getLogger(__name__)
@@ -67,14 +68,15 @@ class SessionSpend:
         return "spend " + json.dumps({"done": done, "totals": totals}, separators=(",", ":"))
 
     def save(self, main_db: Path) -> None:
-        """Replace this session's rows of main.db `spend` (when they changed); a failure is logged
-        and retried at the next commit."""
+        """Bring this session's rows of main.db `spend` up to date (when they changed; new
+        `spend_entries` rows, see `capsem.rollup.record_spend`); a failure is logged and retried at
+        the next commit."""
         if self._saved:
             return
         try:
             if self._main is None:
                 self._main = connect(main_db)
-            replace_rows(self._main, self.session_id, [(*k, t[1], t[0]) for k, t in self.totals.items()])
+            write_spend(self._main, self.session_id, [(*k, t[1], t[0]) for k, t in self.totals.items()])
             self._saved = True
         except sqlite3.Error as exc:
             self.close()
@@ -87,9 +89,9 @@ class SessionSpend:
             self._main = None
 
 
-def replace_rows(main: sqlite3.Connection, session_id: str, rows: Sequence[tuple]) -> None:
-    """A session's `spend` rows, `(day, provider, model, host, calls, cost)`, replaced in one transaction."""
+def write_spend(main: sqlite3.Connection, session_id: str, rows: Sequence[tuple]) -> None:
+    """A session's whole spend, `(day, provider, model, host, calls, cost)` rows, recorded in one
+    transaction (only what changed is inserted)."""
     with main:
         main.execute("BEGIN IMMEDIATE")
-        main.execute("DELETE FROM spend WHERE session_id = ?", (session_id,))
-        main.executemany("INSERT INTO spend VALUES (?, ?, ?, ?, ?, ?, ?)", [(session_id, *r) for r in rows])
+        record_spend(main, session_id, list(rows))

@@ -7,13 +7,14 @@ socket (pure: messages in, finished turns out) and records each turn as a model 
 A client text message of type `response.create` carries a Responses request body (its fields
 at top level, or under `response`). The server answers with the same JSON events as the SSE
 stream. Each `response.create` … terminal event (`response.completed|incomplete|failed` or
-`error`) is ONE model call, recorded through the same path as HTTP calls
-(`Recorder.ws_turn`). A turn still open when the next `response.create` arrives or the socket
-ends is recorded as incomplete. A turn's `status_code` is 200, or the `status` an error
-event carries (the upgrade's 101 is on the flow's `net_events` row, whose `conn_type` is
-``wss``/``ws``). Turns are written as soon as they end, pointing at the upgrade flow's
-`net_events` row, whose id is minted when the first message arrives and which is written
-when the socket ends (with the bytes of every message and the trace of the last turn).
+`error`: `addons/budgets.py: ws_turn_ended`, which mitmdump's budgets use too) is ONE model
+call, recorded through the same path as HTTP calls (`Recorder.ws_turn`). A turn still open
+when the next `response.create` arrives or the socket ends is recorded as incomplete. A
+turn's `status_code` is 200, or the `status` an error event carries (the upgrade's 101 is on
+the flow's `net_events` row, whose `conn_type` is ``wss``/``ws``). Turns are written as soon
+as they end, pointing at the upgrade flow's `net_events` row, whose id is minted when the first
+message arrives and which is written when the socket ends (with the bytes of every message and
+the trace of the last turn).
 A socket dropped without a close frame (code 1006) is an error of the flow only when a turn was
 still open: Codex drops its socket that way when it exits, after its last turn completed.
 """
@@ -23,16 +24,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from addons.budgets import ws_turn_ended
 from addons.framing import SSEEvent
+from addons.messages import ABNORMAL_CLOSURE
 from addons.providers._common import as_int, load_json_object
 from addons.providers.openai_responses import OpenAIResponsesStream, parse_request_object
 from addons.records import RequestInfo, ResponseSummary
 
-__all__ = ["Turn", "WebSocketTurns", "request_of"]
+__all__ = ["Turn", "WebSocketTurns", "close_error", "request_of"]
 
 PROTOCOL = "openai_responses"
 
-"""The close code of a WebSocket that ended without a close frame (RFC 6455 7.1.5)."""
+NORMAL_CLOSES = frozenset({1000, 1001, 1005})
+"""Close codes that end a socket as it should: normal, going away, no status given."""
+
+
+def close_error(code: int | None, reason: str | None, turn_open: bool) -> str | None:
+    """The error a WebSocket's close makes of its flow, None for none; the one place it is decided.
+    A drop without a close frame (1006) is an error only while a turn is open: Codex drops its
+    socket that way when it exits, after its last turn completed."""
+    if code is None or code in NORMAL_CLOSES or (code == ABNORMAL_CLOSURE and not turn_open):
+        return None
+    return f"websocket closed with code {code}" + (
+        f": {reason}" if reason and code != ABNORMAL_CLOSURE else ""
+    )
 
 
 @dataclass
@@ -123,7 +138,7 @@ class WebSocketTurns:
         turn.interp.event(SSEEvent(None, text))
         if turn.first_content is None and turn.interp.summary.content_started:
             turn.first_content = at
-        if turn.interp.terminal:
+        if ws_turn_ended(text):  # the budgets in mitmdump decide it with the same function
             obj = load_json_object(content)
             status = as_int(obj.get("status")) if obj is not None and obj.get("type") == "error" else None
             if status is not None and 100 <= status <= 599:

@@ -197,20 +197,6 @@ class SessionWriter:
         self._meta.clear()
         return True
 
-    def replace(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Replace every row of `table` in one transaction (derived tables such as proc_anomalies)."""
-        self.commit()
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            self.conn.execute(f"DELETE FROM {table}")
-            self.conn.execute("COMMIT")
-        except sqlite3.Error:
-            self._rollback()
-            raise
-        self.add_dicts(table, rows)
-        if not self.commit():
-            raise sqlite3.OperationalError(f"cannot write {table}: {self.health.last_error}")
-
     def max_ids(self) -> dict[str, int]:
         """The largest id of each linked table (where `IdMinter` starts)."""
         return {

@@ -8,7 +8,8 @@ be written (database busy) is kept and retried with the next one. Nothing here m
 agent: every failure is logged and sampling goes on.
 
 At session end `record_anomalies` runs the pure detector over the stored samples, one process
-at a time, and replaces the rows of `proc_anomalies`; it can be rerun on any session.db.
+at a time, and adds to `proc_anomalies` the anomalies it does not hold yet (rows are never
+changed or deleted); it can be rerun on any session.db.
 """
 
 from __future__ import annotations
@@ -205,7 +206,8 @@ def _anomaly_row(anomaly: Anomaly, detected_at: str) -> tuple[Any, ...]:
 
 
 def record_anomalies(db_path: Path, *, agent_pid: int | None = None) -> list[Anomaly]:
-    """Detect anomalies in the stored samples and store them (replacing earlier results).
+    """Detect anomalies in the stored samples and add those not stored yet (same kind, process
+    and start): insert-only, so a rerun keeps the rows and the `detected_at` of the first pass.
 
     Args:
         db_path: a session.db (migrated on open).
@@ -222,10 +224,12 @@ def record_anomalies(db_path: Path, *, agent_pid: int | None = None) -> list[Ano
         for (pid, _), series in itertools.groupby(rows, key=lambda r: (r["pid"], r["started_at"])):
             found += detect_process([dict(r) for r in series], is_agent=pid == agent_pid)
         found.sort(key=lambda a: (a.first_ts, a.pid, a.kind))
+        stored = {tuple(r) for r in conn.execute("SELECT kind, pid, first_ts FROM proc_anomalies")}
         now = utc_now()
-        writer.replace(
-            "proc_anomalies", [dict(zip(ANOMALY_COLUMNS, _anomaly_row(a, now), strict=True)) for a in found]
-        )
+        writer.add_dicts("proc_anomalies", [dict(zip(ANOMALY_COLUMNS, _anomaly_row(a, now), strict=True))
+                                            for a in found if (a.kind, a.pid, a.first_ts) not in stored])  # fmt: skip
+        if not writer.commit():
+            raise sqlite3.OperationalError(f"cannot write proc_anomalies: {writer.health.last_error}")
         return found
     finally:
         writer.conn.close()

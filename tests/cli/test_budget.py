@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from addons.budgets import today
-from addons.recorder.spend import replace_rows
+from addons.recorder.spend import write_spend
 from assembler.inspect import Finding, check_budgets, check_credentials
 from capsem.rollup import register_session
 from capsem.schema import open_main_db, open_session_db
@@ -22,7 +22,7 @@ CONFIG = """budgets:
 def ledger(home, session_id: str, created: str, rows: list[tuple]) -> None:
     main = open_main_db(home / "main.db")
     register_session(main, session_id, mode="run", command=None, created_at=created)
-    replace_rows(main, session_id, rows)
+    write_spend(main, session_id, rows)
     main.close()
 
 

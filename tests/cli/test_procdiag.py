@@ -74,6 +74,28 @@ def test_oom_critical_is_one_anomaly_per_run_with_its_peak():
     assert [a.kind for a in found].count("oom_spike") == 1  # 100 -> 810
 
 
+def test_record_anomalies_only_adds_rows(tmp_path):
+    """A rerun over more samples keeps the stored anomalies as they were and adds the new ones."""
+    from addons.recorder.writer import SessionWriter
+    from assembler.procdiag import record_anomalies
+
+    db, samples = tmp_path / "session.db", series(oom_score=[500, 701, 100, 810])
+    writer = SessionWriter(db)
+    writer.add_dicts("proc_samples", samples[:2])
+    writer.close(checkpoint=False)
+    assert [a.kind for a in record_anomalies(db)] == ["oom_spike"]
+    first = rows(db, "SELECT * FROM proc_anomalies ORDER BY id")
+    writer = SessionWriter(db)
+    writer.add_dicts("proc_samples", samples[2:])
+    writer.close(checkpoint=False)
+    record_anomalies(db)
+    again = rows(db, "SELECT * FROM proc_anomalies ORDER BY id")
+    assert again[:1] == first
+    assert sorted(a["kind"] for a in again) == ["oom_critical", "oom_spike", "oom_spike"]
+    record_anomalies(db)
+    assert rows(db, "SELECT * FROM proc_anomalies ORDER BY id") == again
+
+
 def test_zombie_detected_per_run_and_persistent_from_three_samples():
     assert kinds(series(state=["running", "zombie", "zombie", "sleeping"])) == ["zombie_detected"]
     found = detect_process(series(state=["zombie", "zombie", "zombie", "running", "zombie"]))

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from addons.body import ResponseReader
+from addons.budgets import ws_turn_ended
 from addons.framing import SSEEvent
 from addons.providers import detect, parser_for
 from addons.providers.openai_responses import OpenAIResponses, _parse_request
@@ -298,6 +299,25 @@ def test_websocket_turns() -> None:
     assert (t.status, t.summary.error_type) == (429, "rate_limit")
 
 
+def test_one_definition_of_a_websocket_turn_end() -> None:
+    """`ws_turn_ended` (mitmdump's budgets and `WebSocketTurns` both call it) says exactly when the
+    parser sees a response end, and a server message that only mentions an end does not end a turn
+    (the byte search it replaces took `"error": null` in `response.created` for one)."""
+    events = [
+        line[6:]
+        for line in fixture("stream_gpt5_tool.sse").decode().splitlines()
+        if line.startswith("data: ")
+    ]
+    extra = ['{"type":"response.created","response":{"error":null}}', '{"type":"error","code":"x"}',
+             '{"type":"response.output_text.delta","delta":"response.completed"}', '{"type":5}', "[1]", "x",
+             '{"type":"response.failed","response":{"status":"failed"}}']  # fmt: skip
+    for data in events + extra:
+        interp = PARSER.stream()
+        interp.event(SSEEvent(None, data))
+        assert ws_turn_ended(data.encode()) is ws_turn_ended(data) is interp.terminal, data
+    assert [ws_turn_ended(e) for e in events].count(True) == 1 and ws_turn_ended(events[-1])
+
+
 # -- fuzzing --------------------------------------------------------------------------------
 
 json_values = st.recursive(
@@ -350,3 +370,11 @@ def test_fuzz_bodies_never_raise(body: bytes, status: int) -> None:
     turns.message(True, b'{"type":"response.create"}', True, 0.0)
     turns.message(False, body, True, 1.0)
     turns.close(2.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(event_objs.map(json.dumps) | st.text(max_size=10))
+def test_fuzz_turn_end_agrees_with_the_parser(data: str) -> None:
+    interp = PARSER.stream()
+    interp.event(SSEEvent(None, data))
+    assert ws_turn_ended(data) is interp.terminal

@@ -195,6 +195,25 @@ def test_a_websocket_dropped_at_exit_is_an_error_only_mid_turn(capsem, capsem_ho
         assert call == {"complete": 0, "error_message": "websocket closed with code 1006"}
 
 
+@pytest.mark.parametrize(
+    ("code", "reason", "error"),
+    [(1000, "bye", None), (1001, "", None), (1011, "overloaded", "websocket closed with code 1011: overloaded"),
+     (4000, "", "websocket closed with code 4000")],
+)  # fmt: skip
+def test_a_websocket_close_is_an_error_as_the_recorder_decides(capsem, capsem_home, code, reason, error):
+    """The hook hands over the close code and reason; `close_error` in the recorder alone turns them
+    into the flow's error (1006 above: only mid-turn)."""
+    flow = tflow.twebsocketflow(messages=False)
+    flow.request.host, flow.request.port, flow.request.scheme = "api.openai.com", 443, "https"
+    flow.request.path = "/v1/responses"
+    for hook in (capsem.requestheaders, capsem.request, capsem.responseheaders, capsem.response):
+        hook(flow)
+    flow.websocket.close_code, flow.websocket.close_reason = code, reason
+    flow.websocket.timestamp_end = 946681208
+    capsem.websocket_end(flow)
+    assert rows(finish(capsem, capsem_home), "SELECT error FROM net_events") == [{"error": error}]
+
+
 def test_a_tls_handshake_the_client_refused_is_recorded(capsem, capsem_home):
     from mitmproxy import connection, tls
     from mitmproxy.proxy import context

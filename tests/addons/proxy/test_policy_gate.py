@@ -11,6 +11,7 @@ from mitmproxy import http
 from mitmproxy.test import tflow, tutils
 
 from addons.proxy.capture import Capsem
+from addons.proxy.policy_gate import PolicyGate
 from addons.recorder.thread import RecorderThread
 from tests.addons.proxy.conftest import Chain, finish, started
 from tests.conftest import rows
@@ -95,3 +96,34 @@ def test_an_mcp_rule_denies_a_tool_by_the_name_its_server_gave(capsem_home):
         error = {"code": -32001, "message": "blocked by capsem policy rule 'no-rm'"}
         assert json.loads(call.response.content) == {"jsonrpc": "2.0", "id": 7, "error": error}
         assert [n["decision"] for n in nets(addon, capsem_home)] == ["allowed", "denied"]
+
+
+def test_the_policy_and_the_ledger_learn_server_names_by_one_rule(capsem_home):
+    """`mcp.learned_name` on both sides: a `serverInfo` that answers no `initialize` of the exchange
+    names nothing (the policy used to learn it), the answer to an `initialize` does, in mitmdump's
+    policy and in the recorder's `mcp_calls.server_name` alike."""
+    with policy(capsem_home, "    - {name: no-rm, action: deny, mcp_server: files, mcp_tool: rm}\n") as addon:
+        gate = next(one for one in addon.addon.chain if isinstance(one, PolicyGate))
+        learned = []
+        for asked, answered, name in ((1, 2, "stray"), (3, 3, "files")):
+            flow = mcp_flow({"jsonrpc": "2.0", "id": asked, "method": "initialize", "params": {}})
+            addon.requestheaders(flow)
+            addon.request(flow)
+            answer = {
+                "jsonrpc": "2.0",
+                "id": answered,
+                "result": {"serverInfo": {"name": name, "version": "1"}},
+            }
+            flow.response = tutils.tresp(content=json.dumps(answer).encode(),
+                                         headers=http.Headers(content_type="application/json"))  # fmt: skip
+            addon.response(flow)
+            learned.append(dict(gate.mcp_names))
+        assert learned == [{}, {"127.0.0.1:9000/mcp": "files"}]
+        through(
+            addon, mcp_flow({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "ls"}})
+        )
+        db = finish(addon, capsem_home)
+    servers = rows(db, "SELECT method, server_name FROM mcp_calls ORDER BY id")
+    assert servers == [{"method": "initialize", "server_name": "127.0.0.1:9000/mcp"},
+                       {"method": "initialize", "server_name": "files"},
+                       {"method": "tools/call", "server_name": "files"}]  # fmt: skip

@@ -11,7 +11,7 @@ import pytest
 from addons.budgets import today
 from addons.proxy.spend import SETTLE_SECONDS, SpendView, ledger_rows
 from addons.recorder.rows import ModelCall
-from addons.recorder.spend import SessionSpend, replace_rows
+from addons.recorder.spend import SessionSpend, write_spend
 from capsem.rollup import register_session, rollup
 from capsem.schema import MAIN_MIGRATIONS, migrate, open_main_db, open_session_db
 from capsem.settings import Budget
@@ -84,8 +84,8 @@ def test_a_failed_save_is_retried_at_the_next_commit(tmp_path, caplog):
 def main_db(tmp_path):
     path = tmp_path / "main.db"
     conn = open_main_db(path)
-    replace_rows(conn, "mine", [(DAY, "anthropic", "claude-haiku-4-5", "api.anthropic.com", 1, 100.0)])
-    replace_rows(conn, "other", [(DAY, "anthropic", "claude-opus-4-1", "api.anthropic.com", 2, 1.5),
+    write_spend(conn, "mine", [(DAY, "anthropic", "claude-haiku-4-5", "api.anthropic.com", 1, 100.0)])
+    write_spend(conn, "other", [(DAY, "anthropic", "claude-opus-4-1", "api.anthropic.com", 2, 1.5),
                                  (FIRST, "openai", "gpt-4.1", "api.openai.com", 1, 0.5),
                                  ("2020-01-01", "openai", "gpt-4.1", "api.openai.com", 9, 99.0)])  # fmt: skip
     conn.close()
@@ -105,7 +105,7 @@ def test_the_view_counts_the_other_sessions_from_main_db_and_this_one_from_its_r
         )
         assert [view.spent(b) for b in budgets] == [0.25, 1.75 + ON_DAY, 2.25, 1.75]
         conn = open_main_db(main_db)
-        replace_rows(
+        write_spend(
             conn, "third", [(DAY, "google", "gemini-2.5-pro", "generativelanguage.googleapis.com", 1, 3.0)]
         )
         conn.close()
@@ -174,7 +174,7 @@ def test_the_rollup_writes_the_sessions_spend_rows(tmp_path, capsem_home):
     db.close()
     main = open_main_db(tmp_path / "main.db")
     register_session(main, "s1", mode="mitmdump", command=None, created_at=NOW)
-    replace_rows(main, "s1", [(DAY, "openai", "stale", "h", 1, 9.0)])  # what a live recorder had saved
+    write_spend(main, "s1", [(DAY, "openai", "stale", "h", 1, 9.0)])  # what a live recorder had saved
     rollup(main, "s1", tmp_path / "session.db")
     assert rows(
         tmp_path / "main.db", "SELECT model, call_count, estimated_cost FROM spend ORDER BY model"
@@ -196,3 +196,27 @@ def test_the_migration_fills_the_ledger_from_sessions_rolled_up_before_it(tmp_pa
         ("old", "2026-11-02", "anthropic", "claude-opus-4-1", "", 3, 1.25)
     ]
     assert today() == DAY
+
+
+def test_the_spend_ledger_is_insert_only(tmp_path, capsem_home):
+    """Each save and the rollup add `spend_entries` rows for what changed; no row is changed or
+    deleted, and `spend` shows each key's latest value (a key the rollup no longer finds is gone)."""
+    db = open_session_db(tmp_path / "session.db")
+    db.execute("INSERT INTO model_calls (timestamp, provider, model, host, method, path, estimated_cost_usd) "
+               "VALUES (?, 'openai', 'gpt-4.1', 'api.openai.com', 'POST', '/v1/chat/completions', 0.5)", (NOW,))  # fmt: skip
+    db.close()
+    main = open_main_db(tmp_path / "main.db")
+    register_session(main, "s1", mode="mitmdump", command=None, created_at=NOW)
+    entries = "SELECT * FROM spend_entries ORDER BY id"
+    write_spend(main, "s1", [(DAY, "openai", "gpt-4.1", "api.openai.com", 1, 0.25),
+                             (DAY, "openai", "stale", "h", 1, 9.0)])  # fmt: skip
+    first = main.execute(entries).fetchall()
+    write_spend(main, "s1", [(DAY, "openai", "gpt-4.1", "api.openai.com", 1, 0.25),
+                             (DAY, "openai", "stale", "h", 1, 9.0)])  # fmt: skip
+    assert main.execute(entries).fetchall() == first  # nothing changed, nothing inserted
+    rollup(main, "s1", tmp_path / "session.db")
+    after = main.execute(entries).fetchall()
+    assert after[: len(first)] == first and len(after) == len(first) + 2
+    assert [tuple(r) for r in main.execute("SELECT model, call_count, estimated_cost FROM spend")] == [
+        ("gpt-4.1", 1, 0.5)
+    ]
