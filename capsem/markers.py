@@ -59,8 +59,13 @@ def _key_for(path: str) -> bytes:
                        file, exc.strerror or exc)  # fmt: skip
         return secrets.token_bytes(KEY_BYTES)
     key = secrets.token_bytes(KEY_BYTES)
-    with os.fdopen(fd, "w") as out:
-        out.write(key.hex() + "\n")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(key.hex() + "\n")
+    except OSError as exc:  # a full disk: no half-written key left behind for the next process
+        file.unlink(missing_ok=True)
+        logger.warning("capsem: cannot write the hash key %s (%s); markers hold for this process only",
+                       file, exc.strerror or exc)  # fmt: skip
     return key
 
 

@@ -1,4 +1,5 @@
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -402,3 +403,22 @@ def test_only_credential_headers_teach_the_scrubber_and_nothing_is_dropped():
     out = scrubber.scrub("reset at 2026-11-25T20:00:000100Z; token late-credential-0042; cookie00000007value")
     assert "2026-11-25T20:00:000100Z" in out  # a timestamp is no credential
     assert "late-credential-0042" not in out and "cookie00000007value" not in out
+
+
+def test_a_key_that_cannot_be_written_leaves_nothing_behind(tmp_path, monkeypatch, caplog):
+    from capsem import markers
+
+    monkeypatch.setenv("CAPSEM_HOME", str(tmp_path / "full"))
+    markers._key_for.cache_clear()
+    markers._key_of_home.cache_clear()
+
+    def full(fd, *args, **kwargs):
+        os.close(fd)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(markers.os, "fdopen", full)
+    first = hash_value("Summer2024!")
+    assert first == hash_value("Summer2024!")  # one key for the process
+    assert not (tmp_path / "full" / "hash.key").exists() and "cannot write the hash key" in caplog.text
+    markers._key_for.cache_clear()
+    markers._key_of_home.cache_clear()
