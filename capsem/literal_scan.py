@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import hyperscan
 
@@ -72,9 +72,11 @@ class RegexPrefilter(_Scanner):
 
     _FLAGS = hyperscan.HS_FLAG_PREFILTER | hyperscan.HS_FLAG_SINGLEMATCH | hyperscan.HS_FLAG_ALLOWEMPTY
 
-    def __init__(self, pattern: str) -> None:
+    def __init__(self, pattern: str, translate: Callable[[str], str] = str) -> None:
+        """`translate` turns `pattern` into the regex to compile, when it is first needed."""
         super().__init__()
         self.pattern = pattern
+        self._translate = translate
         self._ready = False
         self._lock = threading.Lock()
 
@@ -84,7 +86,12 @@ class RegexPrefilter(_Scanner):
                 return
             try:
                 db = hyperscan.Database()
-                db.compile(expressions=[self.pattern.encode()], ids=[0], elements=1, flags=[self._FLAGS])
+                db.compile(
+                    expressions=[self._translate(self.pattern).encode()],
+                    ids=[0],
+                    elements=1,
+                    flags=[self._FLAGS],
+                )
                 self._db = db
             except hyperscan.error as exc:  # no prefilter: Python's regex answers alone
                 logger.debug("no Hyperscan prefilter for %r: %s", self.pattern, exc)

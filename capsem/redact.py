@@ -58,6 +58,7 @@ from capsem.secret_rules import (
     RuleSet,
     allowed,
     load_rules,
+    python_regex,
     secret_span,
     shannon_entropy,
 )
@@ -291,7 +292,7 @@ class _Prefilter:
             self._actions.append((word if word == "cookie" else "name", ()))
         self.always = tuple(i for i, r in enumerate(rules.rules) if not r.keywords)
         self._set = LiteralSet(literals)
-        self.regexes = tuple(RegexPrefilter(rule.regex.pattern) for rule in rules.rules)
+        self.regexes = tuple(RegexPrefilter(rule.pattern, python_regex) for rule in rules.rules)
         """Per rule: could its regex match at all (asked only of rules whose keywords occur)."""
 
     def passes(self, data: bytes) -> tuple[list[int], list[int], bool, bool]:

@@ -49,7 +49,8 @@ class RuleError(ValueError):
 class Allow:
     """One allowlist: what makes a found secret not a secret."""
 
-    regexes: tuple[re.Pattern[str], ...] = ()
+    patterns: tuple[str, ...] = ()
+    """Regexes as written (RE2), translated and compiled when first needed (`compiled`)."""
     target: str = "secret"
     """What the regexes test: `secret`, `match` or `line`."""
     stopwords: tuple[str, ...] = ()
@@ -63,12 +64,17 @@ class Rule:
     """A credential shape: where it runs (keywords) and what it redacts."""
 
     id: str
-    regex: re.Pattern[str]
+    pattern: str
+    """Its regex as written (RE2); translated and compiled when the rule first runs (`regex`)."""
     keywords: tuple[str, ...] = ()
     """Lower-cased; the rule runs only on a text holding one (none: on every text)."""
     secret_group: int = 0
     entropy: float = 0.0
     allows: tuple[Allow, ...] = field(default=(), repr=False)
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return compiled(self.pattern)
 
 
 def python_regex(go: str) -> str:
@@ -142,38 +148,52 @@ def shannon_entropy(text: str) -> float:
     return -sum(c / total * math.log2(c / total) for c in counts.values())
 
 
-def _compile(rule_id: str, pattern: str) -> re.Pattern[str]:
+@functools.cache
+def compiled(pattern: str) -> re.Pattern[str]:
+    """A rule's regex (RE2, as written) translated and compiled once per process, when a text
+    first calls for it: most of the ~230 rules never run in a session, and every process that
+    scrubs (mitmdump registering its session, the recorder, the CLI) would otherwise translate and
+    compile them all at start."""
+    return re.compile(python_regex(pattern), re.ASCII)
+
+
+def _check(rule_id: str, pattern: str) -> None:
     try:
-        return re.compile(python_regex(pattern), re.ASCII)
+        compiled(pattern)
     except re.error as exc:
         raise RuleError(f"rule {rule_id!r}: its regex does not compile: {exc}") from exc
 
 
 def _allow(rule_id: str, raw: dict) -> Allow:
     return Allow(
-        regexes=tuple(_compile(rule_id, r) for r in raw.get("regexes", ())),
+        patterns=tuple(raw.get("regexes", ())),
         target=raw.get("regexTarget", "secret"),
         stopwords=tuple(w.lower() for w in raw.get("stopwords", ())),
         require_all=str(raw.get("condition", "OR")).upper() == "AND",
     )
 
 
-def rule_from(raw: dict) -> Rule | None:
+def rule_from(raw: dict, *, check: bool = False) -> Rule | None:
     """A rule from its gitleaks TOML form (`id`, `regex`, `keywords`, `secretGroup`, `entropy`,
-    `allowlists`); None for a rule that only matches file paths."""
+    `allowlists`); None for a rule that only matches file paths. With `check`, its regexes are
+    compiled now (a configured rule is refused at load, in one line)."""
     rule_id = raw.get("id")
     if not isinstance(rule_id, str) or not rule_id:
         raise RuleError(f"a rule needs an id, got {rule_id!r}")
     if raw.get("regex") is None:
         return None
-    return Rule(
+    rule = Rule(
         id=rule_id,
-        regex=_compile(rule_id, raw["regex"]),
+        pattern=raw["regex"],
         keywords=tuple(k.lower() for k in raw.get("keywords", ())),
         secret_group=int(raw.get("secretGroup", 0)),
         entropy=float(raw.get("entropy", 0.0)),
         allows=tuple(_allow(rule_id, a) for a in raw.get("allowlists", ())),
     )
+    if check:
+        for pattern in (rule.pattern, *(p for a in rule.allows for p in a.patterns)):
+            _check(rule_id, pattern)
+    return rule
 
 
 @dataclass(frozen=True)
@@ -216,9 +236,9 @@ def secret_span(rule: Rule, m: re.Match[str]) -> tuple[int, int] | None:
 def allowed(allow: Allow, secret: str, match: str, line: str) -> bool:
     """Whether an allowlist lets this secret be."""
     tests: list[bool] = []
-    if allow.regexes:
+    if allow.patterns:
         target = {"secret": secret, "match": match, "line": line}.get(allow.target, secret)
-        tests.append(any(r.search(target) for r in allow.regexes))
+        tests.append(any(compiled(p).search(target) for p in allow.patterns))
     if allow.stopwords:
         lowered = secret.lower()
         tests.append(any(w in lowered for w in allow.stopwords))

@@ -122,7 +122,7 @@ class SecretRule:
             raise _must(f"{key}.entropy", "a number >= 0", entropy)
         rule = cls(rule_id, regex, tuple(keywords), group, float(entropy), fields_.get("description"))
         try:
-            rule_from(rule.as_gitleaks())
+            rule_from(rule.as_gitleaks(), check=True)
         except RuleError as exc:
             raise _Bad(f"{key}.regex", f"does not compile: {str(exc).rsplit(': ', 1)[-1]}") from exc
         return rule
