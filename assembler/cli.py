@@ -20,6 +20,7 @@ _LAZY = {
     "keep": "assembler.retention_cli:keep_cmd",
     "list-sessions": "assembler.sessions_cli:list_sessions_cmd",
     "query-session": "assembler.sessions_cli:query_session_cmd",
+    "replay": "assembler.replay.cli:replay",
     "run": "assembler.run_cli:run",
     "schema": "assembler.sessions_cli:schema_cmd",
     "search": "assembler.view.cli:search",
