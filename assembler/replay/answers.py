@@ -26,6 +26,8 @@ def pieces(body: bytes, content_type: str | None, chunks: list[tuple[int, int]] 
             start = end
         if start < len(body):
             out.append((body[start:], chunks[-1][1]))
+        if websocket:  # each message's end counts the newline that follows it in the stored body
+            out = [(p[:-1] if n < len(out) - 1 and p.endswith(b"\n") else p, ms) for n, (p, ms) in enumerate(out)]
         return out
     kind = (content_type or "").lower()
     if websocket:
