@@ -2,8 +2,9 @@
 
 The request goes out as it came (its head and body; `--model M` rewrites the model it asks for),
 with `connection: close`, directly over TLS or through an HTTP proxy (`Options.via`, CONNECT), and
-the provider's answer is passed back byte for byte. A WebSocket is passed on whole (its upgrade,
-then both directions as they come).
+the provider's answer is passed back byte for byte. A WebSocket turn that goes live is sent on a
+WebSocket of its own to the provider (opened with the replayed socket's headers) and its messages
+are passed back one by one.
 """
 
 from __future__ import annotations
@@ -14,7 +15,12 @@ import re
 import ssl
 from typing import TYPE_CHECKING
 
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, CloseConnection, RejectConnection, Request, TextMessage
+
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from assembler.replay.server import Options
     from capsem.emulator.server import Incoming
 
@@ -112,27 +118,66 @@ async def forward(client: asyncio.StreamWriter, request: Incoming, host: str, po
         writer.close()
 
 
-async def tunnel(reader: asyncio.StreamReader, client: asyncio.StreamWriter, request: Incoming, host: str,
-                 port: int, scheme: str, options: Options) -> None:  # fmt: skip
-    """A WebSocket passed on whole: its upgrade request, then both directions until either ends."""
-    path = request.target.partition("?")[0]
-    if "://" in path:
-        path = "/" + path.split("://", 1)[1].partition("/")[2]
-    up_reader, up_writer = await _open(host, port, scheme, options)
-    up_writer.write(request.head + b"\r\n")
-    await up_writer.drain()
+TURN_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
+_WS_HEADERS = frozenset({"host", "upgrade", "connection", "sec-websocket-key", "sec-websocket-version",
+                         "sec-websocket-extensions", "content-length", "proxy-connection", "proxy-authorization"})  # fmt: skip
 
-    async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+
+class LiveSocket:
+    """A WebSocket to the real provider, opened when the first turn of a replayed socket goes live;
+    each live turn is sent on it (`--model` rewritten) and its messages passed back."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: WSConnection) -> None:
+        self.reader, self.writer, self.conn = reader, writer, conn
+
+    @classmethod
+    async def open(cls, request: Incoming, host: str, port: int, scheme: str, path: str, options: Options) -> LiveSocket:
+        reader, writer = await _open(host, port, scheme, options)
+        conn = WSConnection(ConnectionType.CLIENT)
+        headers = [(k, v) for k, v in request.headers.items() if k not in _WS_HEADERS]
+        query = request.target.partition("?")[2]
+        writer.write(conn.send(Request(host=host, target=path + (f"?{query}" if query else ""), extra_headers=headers)))
+        await writer.drain()
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                raise ConnectionError(f"{host} closed the WebSocket before accepting it")
+            conn.receive_data(data)
+            for event in conn.events():
+                if isinstance(event, AcceptConnection):
+                    return cls(reader, writer, conn)
+                if isinstance(event, RejectConnection):
+                    raise ConnectionError(f"{host} refused the WebSocket ({event.status_code})")
+
+    async def turn(self, text: str, model: str | None) -> AsyncIterator[str]:
+        """Send one `response.create` and yield the server's messages up to the turn's end."""
+        if model:
+            text = with_model("", text.encode(), model)[1].decode()
+        self.writer.write(self.conn.send(TextMessage(data=text)))
+        await self.writer.drain()
+        parts: list[str] = []
+        while True:
+            data = await self.reader.read(65536)
+            self.conn.receive_data(data or None)
+            for event in self.conn.events():
+                if isinstance(event, TextMessage):
+                    parts.append(event.data)
+                    if event.message_finished:
+                        message, parts = "".join(parts), []
+                        yield message
+                        try:
+                            kind = json.loads(message).get("type")
+                        except (ValueError, AttributeError):
+                            kind = None
+                        if kind in TURN_ENDS:
+                            return
+                elif isinstance(event, CloseConnection):
+                    return
+            if not data:
+                return
+
+    def close(self) -> None:
         try:
-            while data := await src.read(65536):
-                dst.write(data)
-                await dst.drain()
-        except (OSError, ConnectionError):
+            self.writer.close()
+        except Exception:
             pass
-        finally:
-            try:
-                dst.close()
-            except Exception:
-                pass
-
-    await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, client))

@@ -18,6 +18,7 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -164,19 +165,30 @@ class ReplayServer(Server):
         path = request.target.partition("?")[0]
         if "://" in path:
             path = "/" + path.split("://", 1)[1].partition("/")[2]
-        if self.replayer.options.live_from is not None and self.replayer.requests + 1 >= self.replayer.options.live_from:
-            self.replayer.count("live")
-            await live.tunnel(reader, writer, request, host, 443 if scheme == "https" else 80, scheme,
-                              self.replayer.options)  # fmt: skip
-            return
         key = request.headers.get("sec-websocket-key", "")
         accept = base64.b64encode(hashlib.sha1((key + _GUID).encode()).digest()).decode()
         writer.write((f"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n"
                       f"sec-websocket-accept: {accept}\r\nserver: capsem-replay\r\n\r\n").encode())  # fmt: skip
         await writer.drain()
         conn = Connection(ConnectionType.SERVER)
-        parts: list[str] = []
         endpoint = Endpoint("ws", "GET", host, path)
+        upstream: list[live.LiveSocket] = []  # opened when the first turn goes live
+
+        async def go_live(text: str) -> AsyncIterator[str]:
+            if not upstream:
+                upstream.append(await live.LiveSocket.open(request, host, 443 if scheme == "https" else 80, scheme,
+                                                           path, self.replayer.options))  # fmt: skip
+            async for message in upstream[0].turn(text, self.replayer.options.model):
+                yield message
+
+        try:
+            await self._socket(reader, writer, conn, endpoint, go_live)
+        finally:
+            for socket in upstream:
+                socket.close()
+
+    async def _socket(self, reader, writer, conn: Connection, endpoint: Endpoint, go_live) -> None:
+        parts: list[str] = []
         while True:
             data = await reader.read(65536)
             conn.receive_data(data or None)
@@ -185,7 +197,7 @@ class ReplayServer(Server):
                     parts.append(event.data if isinstance(event.data, str) else event.data.decode("utf-8", "replace"))
                     if event.message_finished:
                         text, parts = "".join(parts), []
-                        await self._turn(conn, writer, endpoint, text)
+                        await self._turn(conn, writer, endpoint, text, go_live)
                 elif isinstance(event, Ping):
                     writer.write(conn.send(event.response()))
                 elif isinstance(event, CloseConnection):
@@ -199,12 +211,23 @@ class ReplayServer(Server):
             if not data:
                 return
 
-    async def _turn(self, conn: Connection, writer, endpoint: Endpoint, text: str) -> None:
+    async def _turn(self, conn: Connection, writer, endpoint: Endpoint, text: str, go_live) -> None:
         obj = _json(text.encode())
         if not (isinstance(obj, dict) and obj.get("type") == "response.create"):
             return
         started = time.monotonic()
-        self.replayer.next_is_live(False)
+        if self.replayer.next_is_live(False):
+            self.replayer.count("live")
+            try:
+                async for message in go_live(text):
+                    writer.write(conn.send(TextMessage(data=message)))
+                    await writer.drain()
+            except (OSError, ConnectionError) as exc:
+                error = {"type": "error", "status": 502, "error": {"type": "api_error", "message":
+                         f"capsem replay: the live turn failed: {exc}"}}  # fmt: skip
+                writer.write(conn.send(TextMessage(data=json.dumps(error))))
+                await writer.drain()
+            return
         found = self.replayer.answer(endpoint, text.encode())
         if isinstance(found, MissNote):
             cut = [(answers.websocket_miss(found.difference), None)]
