@@ -80,7 +80,7 @@ def replay(session, workspace, strict, speed, live_from, live, model, live_via, 
             console.print()
             print_session(result.run.session_id, console)
         for line in summary_lines(result):
-            console.print(line, highlight=False, soft_wrap=False)
+            console.print(line, highlight=False, markup=False, soft_wrap=False)
     if strict and result.report.missed:
         sys.exit(1)
     sys.exit(result.run.exit_code)

@@ -5,6 +5,9 @@
    string is ignored).
 2. Content. The request bodies, read as JSON, must be equal after what changes on every run by
    design is put aside, inside every JSON string (and in a body that is not JSON):
+   - secrets: the recording holds bodies scrubbed (`[redacted hash:…]`), so a request is scrubbed
+     the same way before it is compared (the replay server learns the credentials of its headers
+     as the recorder does), and a redacted value matches a redacted value;
    - Claude Code's per-request billing line (`x-anthropic-billing-header: cc_version=…; cch=…;`);
    - dates and times (`2026-11-25`, `2026-11-25T21:43:34.485Z`, `21:43:34`, `11/25/2026`,
      `Wednesday, November 25, 2026`);
@@ -35,6 +38,7 @@ from typing import Any
 
 import msgspec
 
+_MARKER = re.compile(r"\[redacted hash:[0-9a-f]+\]")
 _BILLING = re.compile(r"x-anthropic-billing-header:[^\n]*")
 _DATE = re.compile(
     r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?"
@@ -49,7 +53,7 @@ _ID = re.compile(
     r"_(?=[A-Za-z_-]*\d)[A-Za-z0-9_-]{8,}"
     r"|\b[0-9a-fA-F]{24,}\b"
 )
-ID, DATE, BILLING, WORKSPACE = "<id>", "<date>", "<billing>", "<workspace>"
+ID, DATE, BILLING, WORKSPACE, REDACTED = "<id>", "<date>", "<billing>", "<workspace>", "<redacted>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,8 @@ class Shape:
 def _string(text: str, workspace: str | None) -> tuple[str, tuple[str, ...]]:
     if workspace and workspace in text:
         text = text.replace(workspace, WORKSPACE)
+    if "[redacted hash:" in text:
+        text = _MARKER.sub(REDACTED, text)
     if "x-anthropic-billing-header" in text:
         text = _BILLING.sub(BILLING, text)
     text = _DATE.sub(DATE, text)

@@ -28,6 +28,7 @@ from wsproto.events import CloseConnection, Message, Ping, TextMessage
 
 from assembler.replay import answers, live
 from assembler.replay.match import Endpoint, Hit, Matcher, Miss
+from assembler.replay.scrub import BodyScrubber
 from assembler.replay.recording import Answer, Recording
 from capsem.emulator.server import ROUTES, Incoming, Server
 
@@ -83,6 +84,7 @@ class Replayer:
         self.requests = 0
         """Model requests seen (their numbers count from 1)."""
         self.lock = threading.Lock()
+        self.scrub = BodyScrubber()
         self._endpoints = {(c.recorded.endpoint.host, c.recorded.endpoint.path) for c in recording.calls}
 
     def known(self, host: str, path: str) -> bool:
@@ -97,9 +99,9 @@ class Replayer:
             start = self.options.live_from
             return start is not None and self.requests >= start
 
-    def answer(self, endpoint: Endpoint, body: bytes) -> Answer | MissNote:
+    def answer(self, endpoint: Endpoint, body: bytes, headers: dict[str, str] | None = None) -> Answer | MissNote:
         with self.lock:
-            found = self.matcher.match(endpoint, body)
+            found = self.matcher.match(endpoint, self.scrub(body, headers or {}))
             if isinstance(found, Hit):
                 self.report.matched += 1
                 return self.answers[found.call.number]
@@ -144,13 +146,14 @@ class ReplayServer(Server):
             await _send(writer, status, [("content-type", "application/json")], [(answers.not_replayed(request.method, host, path), None)])
             return True
         if mcp and "id" not in obj and "method" in obj:  # a notification: nothing to answer
-            found = self.replayer.answer(Endpoint("mcp", request.method, host, path), body)
+            found = self.replayer.answer(Endpoint("mcp", request.method, host, path), body, request.headers)
             if isinstance(found, MissNote):
                 self.replayer.report.missed.remove(found)
                 await _send(writer, 202, [], [])
                 return True
         else:
-            found = self.replayer.answer(Endpoint("mcp" if mcp else "http", request.method, host, path), body)
+            found = self.replayer.answer(Endpoint("mcp" if mcp else "http", request.method, host, path), body,
+                                         request.headers)  # fmt: skip
         if isinstance(found, MissNote):
             status, payload = answers.miss_error(answers.protocol_of(path, obj), found.difference, obj)
             await _send(writer, status, [("content-type", "application/json")], [(payload, None)])
@@ -182,12 +185,12 @@ class ReplayServer(Server):
                 yield message
 
         try:
-            await self._socket(reader, writer, conn, endpoint, go_live)
+            await self._socket(reader, writer, conn, endpoint, go_live, request.headers)
         finally:
             for socket in upstream:
                 socket.close()
 
-    async def _socket(self, reader, writer, conn: Connection, endpoint: Endpoint, go_live) -> None:
+    async def _socket(self, reader, writer, conn: Connection, endpoint: Endpoint, go_live, headers) -> None:
         parts: list[str] = []
         while True:
             data = await reader.read(65536)
@@ -197,7 +200,7 @@ class ReplayServer(Server):
                     parts.append(event.data if isinstance(event.data, str) else event.data.decode("utf-8", "replace"))
                     if event.message_finished:
                         text, parts = "".join(parts), []
-                        await self._turn(conn, writer, endpoint, text, go_live)
+                        await self._turn(conn, writer, endpoint, text, go_live, headers)
                 elif isinstance(event, Ping):
                     writer.write(conn.send(event.response()))
                 elif isinstance(event, CloseConnection):
@@ -211,7 +214,7 @@ class ReplayServer(Server):
             if not data:
                 return
 
-    async def _turn(self, conn: Connection, writer, endpoint: Endpoint, text: str, go_live) -> None:
+    async def _turn(self, conn: Connection, writer, endpoint: Endpoint, text: str, go_live, headers) -> None:
         obj = _json(text.encode())
         if not (isinstance(obj, dict) and obj.get("type") == "response.create"):
             return
@@ -228,7 +231,7 @@ class ReplayServer(Server):
                 writer.write(conn.send(TextMessage(data=json.dumps(error))))
                 await writer.drain()
             return
-        found = self.replayer.answer(endpoint, text.encode())
+        found = self.replayer.answer(endpoint, text.encode(), headers)
         if isinstance(found, MissNote):
             cut = [(answers.websocket_miss(found.difference), None)]
         else:
