@@ -7,17 +7,21 @@
    design is put aside, inside every JSON string (and in a body that is not JSON):
    - secrets: the recording holds bodies scrubbed (`[redacted hash:…]`), so a request is scrubbed
      the same way before it is compared (the replay server learns the credentials of its headers
-     as the recorder does), and a redacted value matches a redacted value;
+     as the recorder does); a redaction marker counts as an id (below), since a session id may be
+     learned as a credential in one run and not yet in the other;
    - Claude Code's per-request billing line (`x-anthropic-billing-header: cc_version=…; cch=…;`);
    - dates and times (`2026-11-25`, `2026-11-25T21:43:34.485Z`, `21:43:34`, `11/25/2026`,
-     `Wednesday, November 25, 2026`);
+     `Wednesday, November 25, 2026`, Unix times in seconds or ms from 2017 to 2033, as text or
+     as JSON numbers);
    - the workspace directory (the recording's and the replay's are both read as `<workspace>`);
-   - ids: UUIDs, prefixed ids with a digit in them (`toolu_01…`, `call_…`, `fc_…`, `resp_…`,
+   - ids: UUIDs (also inside a longer id: `at_01a214b5-…`), prefixed ids with a digit in them (`toolu_01…`, `call_…`, `fc_…`, `resp_…`,
      `msg_…`, `session_…`) and hex strings of 24 digits or more. An id may differ from the one
      recorded, but consistently: a recorded id answered once as a new id is that new id for the
      rest of the replay (one to one), so tool-call and session ids an agent mints are mapped,
      and a request that mixes them up is a difference.
-   Nothing else is tolerated: text, tools, models, parameters and the order of items count.
+   Objects compare whatever the order of their keys (ids are paired in the order of the keys), and
+   a string holding a JSON object or array is compared as that JSON (Codex sends metadata that way,
+   its keys in any order). Nothing else is tolerated: text, tools, models, parameters and the order of items count.
 3. Order. Among the recorded calls not yet used that are equal to the request, the earliest
    answers it, and each recorded call answers once: two identical requests in a row get their
    own recorded answers in order, and calls of parallel conversations interleave freely.
@@ -38,7 +42,6 @@ from typing import Any
 
 import msgspec
 
-_MARKER = re.compile(r"\[redacted hash:[0-9a-f]+\]")
 _BILLING = re.compile(r"x-anthropic-billing-header:[^\n]*")
 _DATE = re.compile(
     r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?"
@@ -46,14 +49,18 @@ _DATE = re.compile(
     r"|\b(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day,? (?:January|February|March|April|May|June|July|August"
     r"|September|October|November|December) \d{1,2},? \d{4}\b"
     r"|\b\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\b"
+    r"|\b1[5-9]\d{8}(?:\d{3})?\b"
 )
+_EPOCH = (1_500_000_000, 2_000_000_000)
+"""Unix times in seconds (2017-2033), or in ms when a thousand times that, read as dates."""
 _ID = re.compile(
-    r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
+    r"\[redacted hash:[0-9a-f]+\]"
+    r"|(?<![0-9a-fA-F])[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}(?![0-9a-fA-F])"
     r"|\b(?:toolu|srvtoolu|call|fc|resp|msg|rs|req|item|chatcmpl|ws|sess|session|user|run|conv)"
     r"_(?=[A-Za-z_-]*\d)[A-Za-z0-9_-]{8,}"
-    r"|\b[0-9a-fA-F]{24,}\b"
+    r"|(?<![0-9a-zA-Z])[0-9a-fA-F]{24,}(?![0-9a-zA-Z])"
 )
-ID, DATE, BILLING, WORKSPACE, REDACTED = "<id>", "<date>", "<billing>", "<workspace>", "<redacted>"
+ID, DATE, BILLING, WORKSPACE = "<id>", "<date>", "<billing>", "<workspace>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +90,6 @@ class Shape:
 def _string(text: str, workspace: str | None) -> tuple[str, tuple[str, ...]]:
     if workspace and workspace in text:
         text = text.replace(workspace, WORKSPACE)
-    if "[redacted hash:" in text:
-        text = _MARKER.sub(REDACTED, text)
     if "x-anthropic-billing-header" in text:
         text = _BILLING.sub(BILLING, text)
     text = _DATE.sub(DATE, text)
@@ -94,13 +99,32 @@ def _string(text: str, workspace: str | None) -> tuple[str, tuple[str, ...]]:
 
 def _walk(value: Any, workspace: str | None, ids: list[str]) -> Any:
     if isinstance(value, str):
+        if len(value) > 1 and value[0] in "{[" and value[-1] in "}]":  # JSON inside a string
+            try:
+                inner = msgspec.json.decode(value)
+            except msgspec.DecodeError:
+                pass
+            else:
+                return {"<json>": _walk(inner, workspace, ids)}
         text, found = _string(value, workspace)
         ids.extend(found)
         return text
-    if isinstance(value, dict):
-        return {_walk(k, workspace, ids): _walk(v, workspace, ids) for k, v in value.items()}
+    if isinstance(value, dict):  # in the order of the keys: a client may send them in any order
+        walked = []
+        for k, v in value.items():
+            key_ids: list[str] = []
+            key = _walk(k, workspace, key_ids)
+            walked.append((key if isinstance(key, str) else k, key_ids, v))
+        walked.sort(key=lambda entry: entry[0])
+        out = {}
+        for key, key_ids, v in walked:
+            ids.extend(key_ids)
+            out[key] = _walk(v, workspace, ids)
+        return out
     if isinstance(value, list):
         return [_walk(v, workspace, ids) for v in value]
+    if type(value) in (int, float) and (_EPOCH[0] <= value < _EPOCH[1] or _EPOCH[0] * 1000 <= value < _EPOCH[1] * 1000):
+        return DATE
     return value
 
 
