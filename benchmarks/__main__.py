@@ -1,4 +1,4 @@
-"""`python -m benchmarks [--quick] [--only streaming|newconn|startup|micro|bodies|otlp]`: run, print the tables, save them.
+"""`python -m benchmarks [--quick] [--only streaming|newconn|startup|micro|bodies|otlp|replay]`: run, print the tables, save them.
 
 A full run writes `benchmarks/results/latest.md` and `latest.json`; `--quick` (a smoke run of
 about a minute, too small to judge anything) writes `quick.md` and `quick.json` instead.
@@ -22,6 +22,7 @@ from benchmarks.bodies import run_bodies
 from benchmarks.micro import run_micro
 from benchmarks.newconn import run_newconn, run_resolve
 from benchmarks.otlp_export import run_otlp
+from benchmarks.replay import run_replay
 from benchmarks.report import render
 from benchmarks.startup import run_startup
 from benchmarks.streaming import Profile, run_suite
@@ -39,6 +40,7 @@ FULL = {
     "startup_runs": 7,
     "bodies": {"turns": 300, "read_turns": 500},
     "otlp": {"calls": 150, "spec": StreamSpec(50, 200, 2)},
+    "replay": {"turns": 300},
 }
 QUICK = {
     "profiles": [Profile("paced", StreamSpec(100, 200, 5)), Profile("unpaced", StreamSpec(300, 1000))],
@@ -50,6 +52,7 @@ QUICK = {
     "startup_runs": 2,
     "bodies": {"turns": 40, "read_turns": 60},
     "otlp": {"calls": 30, "spec": StreamSpec(50, 200, 2)},
+    "replay": {"turns": 40},
 }
 
 
@@ -58,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a short smoke run (results/quick.md)")
     parser.add_argument(
         "--only",
-        choices=["streaming", "newconn", "startup", "micro", "bodies", "otlp"],
+        choices=["streaming", "newconn", "startup", "micro", "bodies", "otlp", "replay"],
         help="run one suite only",
     )
     args = parser.parse_args(argv)
@@ -95,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
             print("live OTLP export", flush=True)
             results["otlp"] = run_otlp(**plan["otlp"], workdir=Path(tmp) / "otlp",
                                        log=lambda line: print(line, flush=True))  # fmt: skip
+        if args.only in (None, "replay"):
+            print("replay", flush=True)
+            results["replay"] = run_replay(**plan["replay"], log=lambda line: print(line, flush=True))
     results["meta"] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "mode": "quick" if args.quick else "full",

@@ -324,6 +324,10 @@ def render(results: dict) -> str:
         parts += bodies_section(results["bodies"])
     if results.get("otlp"):
         parts += otlp_section(results["otlp"])
+    if results.get("replay"):
+        from benchmarks.replay import replay_section
+
+        parts += replay_section(results["replay"])
     return "\n".join(parts)
 
 

@@ -38,7 +38,7 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -128,16 +128,94 @@ def _walk(value: Any, workspace: str | None, ids: list[str]) -> Any:
     return value
 
 
+class Scrub(Protocol):
+    """Scrubs one JSON value's bytes as the recorder scrubbed what it stored; `generation` changes
+    when it learns a credential (what it scrubbed before may scrub otherwise now)."""
+
+    generation: int
+
+    def __call__(self, data: bytes) -> bytes: ...
+
+
+_ITEMS_KEPT = 200_000
+"""Shaped items remembered before the memory starts over."""
+
+
+class Shaper:
+    """Shapes request bodies item by item: the value of each top-level field, and each element of
+    a top-level array (a message, a tool, a system block), is scrubbed and normalized once and
+    remembered by its bytes. An agent resends its whole history every turn, so a request costs
+    about what is new in it, not its size."""
+
+    def __init__(self, workspace: str | None = None, scrub: Scrub | None = None) -> None:
+        self.workspace, self.scrub = workspace, scrub
+        self._items: dict[bytes, tuple[Any, tuple[str, ...], bytes]] = {}
+        self._generation = scrub.generation if scrub is not None else 0
+
+    def shape(self, body: bytes) -> Shape:
+        """`body` normalized by the rules of the module's docstring (a body that is not JSON is one string)."""
+        if self.scrub is not None and (self.scrub.generation != self._generation or len(self._items) > _ITEMS_KEPT):
+            self._items.clear()
+            self._generation = self.scrub.generation
+        try:
+            top = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return self._whole(body)
+        digest = hashlib.sha256(b"{")
+        ids: list[str] = []
+        value: dict[str, Any] = {}
+        for name in sorted(top):
+            raw = bytes(top[name])
+            digest.update(len(name).to_bytes(4, "big") + name.encode())
+            elements = None
+            if raw[:1] == b"[":
+                try:
+                    elements = msgspec.json.decode(raw, type=list[msgspec.Raw])
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    elements = None
+            if elements is None:
+                normal, found, item = self._item(raw)
+                value[name] = normal
+                ids.extend(found)
+                digest.update(b"=" + item)
+                continue
+            value[name] = []
+            digest.update(b"[" + len(elements).to_bytes(4, "big"))
+            for element in elements:
+                normal, found, item = self._item(bytes(element))
+                value[name].append(normal)
+                ids.extend(found)
+                digest.update(item)
+        return Shape(digest.digest(), tuple(ids), value)
+
+    def _item(self, raw: bytes) -> tuple[Any, tuple[str, ...], bytes]:
+        found = self._items.get(raw)
+        if found is None:
+            data = self.scrub(raw) if self.scrub is not None else raw
+            try:
+                value = msgspec.json.decode(data)
+            except msgspec.DecodeError:
+                value = data.decode("utf-8", "replace")
+            ids: list[str] = []
+            normal = _walk(value, self.workspace, ids)
+            found = (normal, tuple(ids), hashlib.sha256(msgspec.json.encode(normal, order="sorted")).digest())
+            self._items[raw] = found
+        return found
+
+    def _whole(self, body: bytes) -> Shape:
+        data = self.scrub(body) if self.scrub is not None and body else body
+        try:
+            value = msgspec.json.decode(data) if data else None
+        except msgspec.DecodeError:
+            value = data.decode("utf-8", "replace")
+        ids: list[str] = []
+        normal = _walk(value, self.workspace, ids)
+        return Shape(hashlib.sha256(b"=" + msgspec.json.encode(normal, order="sorted")).digest(), tuple(ids), normal)
+
+
 def shape(body: bytes, workspace: str | None = None) -> Shape:
-    """`body` normalized by the rules of the module's docstring (a body that is not JSON is one string)."""
-    try:
-        value = msgspec.json.decode(body) if body else None
-    except msgspec.DecodeError:
-        value = body.decode("utf-8", "replace")
-    ids: list[str] = []
-    normal = _walk(value, workspace, ids)
-    key = hashlib.sha256(msgspec.json.encode(normal, order="sorted")).digest()
-    return Shape(key, tuple(ids), normal)
+    """`body` shaped on its own (see `Shaper`)."""
+    return Shaper(workspace).shape(body)
 
 
 @dataclass(slots=True)
@@ -170,8 +248,9 @@ class Matcher:
     """The recorded calls and which of them have answered; `match` applies the rules (not thread-safe)."""
 
     calls: list[Recorded]
-    workspace: str | None = None
-    """The replay's workspace directory (the recording's is applied to `calls` when they are shaped)."""
+    shaper: Shaper = field(default_factory=Shaper)
+    """Shapes the replay's requests: with the replay's workspace directory (the recording's is
+    applied to `calls` when they are shaped) and the replay's scrubber."""
     ids: dict[str, str] = field(default_factory=dict)
     """Recorded id -> the id the replay uses for it."""
     _by_key: dict[tuple[Endpoint, bytes], deque[Recorded]] = field(default_factory=dict)
@@ -183,7 +262,7 @@ class Matcher:
 
     def match(self, endpoint: Endpoint, body: bytes) -> Hit | Miss:
         """The recorded call that answers a request to `endpoint` with `body`, or why none does."""
-        new = shape(body, self.workspace)
+        new = self.shaper.shape(body)
         candidates = self._by_key.get((endpoint, new.key))
         conflict = None
         while candidates and candidates[0].used:

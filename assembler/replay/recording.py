@@ -12,7 +12,7 @@ import sqlite3
 from dataclasses import dataclass, field
 
 from addons.recorder.bodies import read_body
-from assembler.replay.match import Endpoint, Recorded, shape
+from assembler.replay.match import Endpoint, Recorded, Shaper
 from assembler.sessiondb import main_row, open_session
 
 DROPPED_HEADERS = frozenset({"content-length", "transfer-encoding", "content-encoding", "connection", "keep-alive"})
@@ -68,6 +68,7 @@ def load(session_id: str) -> Recording:
     row = main_row(session_id) or {}
     workspace = row.get("workspace")
     recording = Recording(session_id, workspace)
+    shaper = Shaper(workspace)  # stored bodies are scrubbed already
     with open_session(session_id) as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if "event_body_blobs" not in tables:
@@ -81,7 +82,7 @@ def load(session_id: str) -> Recording:
             number += 1
             websocket = call["conn_type"] in ("ws", "wss")
             kind = "ws" if websocket else "http"
-            got = _call(conn, call, kind, number, workspace, "model_calls", timing.get(call["id"]))
+            got = _call(conn, call, kind, number, shaper, "model_calls", timing.get(call["id"]))
             if got is not None:
                 recording.calls.append(got)
         if "mcp_calls" in tables:
@@ -90,7 +91,7 @@ def load(session_id: str) -> Recording:
                        "JOIN net_events n ON n.id = m.net_event_id ORDER BY m.id")  # fmt: skip
             for call in conn.execute(mcp_sql).fetchall():
                 number += 1
-                got = _call(conn, call, "mcp", number, workspace, "mcp_calls", None)
+                got = _call(conn, call, "mcp", number, shaper, "mcp_calls", None)
                 if got is not None:
                     recording.calls.append(got)
     if not recording.calls:
@@ -98,7 +99,7 @@ def load(session_id: str) -> Recording:
     return recording
 
 
-def _call(conn: sqlite3.Connection, row: sqlite3.Row, kind: str, number: int, workspace: str | None,
+def _call(conn: sqlite3.Connection, row: sqlite3.Row, kind: str, number: int, shaper: Shaper,
           table: str, chunks: list[tuple[int, int]] | None) -> Call | None:  # fmt: skip
     request = read_body(conn, row["id"], "request", table)
     response = read_body(conn, row["id"], "response", table)
@@ -109,7 +110,7 @@ def _call(conn: sqlite3.Connection, row: sqlite3.Row, kind: str, number: int, wo
     headers = _headers(row["response_headers"])
     status = row["status_code"] or row["net_status"] or 200
     answer = Answer(status, headers, response[0], bool(row["stream"]), chunks, websocket=kind == "ws")
-    recorded = Recorded(number, endpoint, shape(request[0], workspace))
+    recorded = Recorded(number, endpoint, shaper.shape(request[0]))
     protocol = row["protocol"] if "protocol" in row.keys() else "mcp"
     model = row["model"] if "model" in row.keys() else None
     return Call(recorded, answer, protocol, model)

@@ -8,17 +8,12 @@ rules, remembering segments already scrubbed (an agent resends its history every
 
 from __future__ import annotations
 
-import hashlib
 import logging
 
 from addons.recorder.bodies import segments
 from capsem.redact import Scrubber, carries_credential
 
 logger = logging.getLogger(__name__)
-
-_KEPT = 100_000
-"""Scrubbed segments remembered before the memory starts over."""
-
 
 def _scrubber() -> Scrubber:
     try:
@@ -31,31 +26,26 @@ def _scrubber() -> Scrubber:
         return Scrubber()
 
 
-class BodyScrubber:
-    """`__call__(body, headers)`: learns the headers' credentials, returns the body scrubbed."""
+class RequestScrubber:
+    """Learns the credentials of a request's headers (`learn`), and scrubs a request's JSON values
+    (`__call__`: see `assembler.replay.match.Scrub`) segment by segment, as the recorder does."""
 
     def __init__(self, scrubber: Scrubber | None = None) -> None:
         self.scrubber = scrubber or _scrubber()
-        self._done: dict[bytes, bytes] = {}
-        self._generation = self.scrubber.generation
 
-    def __call__(self, body: bytes, headers: dict[str, str]) -> bytes:
+    @property
+    def generation(self) -> int:
+        return self.scrubber.generation
+
+    def learn(self, headers: dict[str, str]) -> None:
         for name, value in headers.items():
             if carries_credential(name):
                 self.scrubber.learn(value)
                 if name == "cookie":
                     for part in value.split(";"):
                         self.scrubber.learn(part.partition("=")[2])
-        if self.scrubber.generation != self._generation or len(self._done) > _KEPT:
-            self._done.clear()
-            self._generation = self.scrubber.generation
-        return b"".join(map(self._segment, segments(body)))
 
-    def _segment(self, segment: bytes) -> bytes:
-        key = hashlib.sha256(segment).digest()[:16]
-        done = self._done.get(key)
-        if done is None:
-            text = segment.decode("utf-8", "surrogateescape")
-            done = (self.scrubber.scrub(text) or "").encode("utf-8", "surrogateescape")
-            self._done[key] = done
-        return done
+    def __call__(self, data: bytes) -> bytes:
+        scrub = self.scrubber.scrub
+        return b"".join((scrub(s.decode("utf-8", "surrogateescape")) or "").encode("utf-8", "surrogateescape")
+                        for s in segments(data))  # fmt: skip

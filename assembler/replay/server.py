@@ -27,8 +27,8 @@ from wsproto.connection import Connection
 from wsproto.events import CloseConnection, Message, Ping, TextMessage
 
 from assembler.replay import answers, live
-from assembler.replay.match import Endpoint, Hit, Matcher, Miss
-from assembler.replay.scrub import BodyScrubber
+from assembler.replay.match import Endpoint, Hit, Matcher, Miss, Shaper
+from assembler.replay.scrub import RequestScrubber
 from assembler.replay.recording import Answer, Recording
 from capsem.emulator.server import ROUTES, Incoming, Server
 
@@ -78,13 +78,13 @@ class Replayer:
     def __init__(self, recording: Recording, options: Options, workspace: str | None = None) -> None:
         self.recording = recording
         self.options = options
-        self.matcher = Matcher([c.recorded for c in recording.calls], workspace)
+        self.scrub = RequestScrubber()
+        self.matcher = Matcher([c.recorded for c in recording.calls], Shaper(workspace, self.scrub))
         self.answers = {c.recorded.number: c.answer for c in recording.calls}
         self.report = Report()
         self.requests = 0
         """Model requests seen (their numbers count from 1)."""
         self.lock = threading.Lock()
-        self.scrub = BodyScrubber()
         self._endpoints = {(c.recorded.endpoint.host, c.recorded.endpoint.path) for c in recording.calls}
 
     def known(self, host: str, path: str) -> bool:
@@ -101,7 +101,8 @@ class Replayer:
 
     def answer(self, endpoint: Endpoint, body: bytes, headers: dict[str, str] | None = None) -> Answer | MissNote:
         with self.lock:
-            found = self.matcher.match(endpoint, self.scrub(body, headers or {}))
+            self.scrub.learn(headers or {})
+            found = self.matcher.match(endpoint, body)
             if isinstance(found, Hit):
                 self.report.matched += 1
                 return self.answers[found.call.number]

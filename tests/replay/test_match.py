@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from assembler.replay.match import Endpoint, Hit, Matcher, Miss, Recorded, first_difference, shape
+from assembler.replay.match import Endpoint, Hit, Matcher, Miss, Recorded, Shaper, first_difference, shape
 
 MESSAGES = Endpoint("http", "POST", "api.anthropic.com", "/v1/messages")
 CHAT = Endpoint("http", "POST", "api.openai.com", "/v1/chat/completions")
@@ -17,7 +17,7 @@ def body(**fields) -> bytes:
 
 def matcher(*bodies: bytes, endpoint: Endpoint = MESSAGES, workspace: str | None = None) -> Matcher:
     calls = [Recorded(n, endpoint, shape(b, "/home/rec/ws")) for n, b in enumerate(bodies, 1)]
-    return Matcher(calls, workspace)
+    return Matcher(calls, Shaper(workspace))
 
 
 def number(found: Hit | Miss) -> int | None:
