@@ -609,7 +609,12 @@ def last_rows(conn: sqlite3.Connection, n: int) -> dict[str, list[dict]]:
 
 def replay_meta(conn: sqlite3.Connection) -> dict[str, str]:
     """The `replay_*` values of a `capsem replay` session's session_meta (empty for other sessions)."""
-    return {k: v for k, v in conn.execute("SELECT key, value FROM session_meta WHERE key LIKE 'replay\\_%' ESCAPE '\\'")}
+    return {
+        k: v
+        for k, v in conn.execute(
+            "SELECT key, value FROM session_meta WHERE key LIKE 'replay\\_%' ESCAPE '\\'"
+        )
+    }
 
 
 @dataclass

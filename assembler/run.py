@@ -38,6 +38,7 @@ from capsem.paths import capsem_home, session_db_path, session_dir, user_config_
 from capsem.rollup import open_main, set_exit_code
 from capsem.settings import SettingsError, load
 
+
 class Upstream(Protocol):
     """A loopback server `run_agent` sends every request to (`capsem replay`'s replay server)."""
 

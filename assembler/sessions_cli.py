@@ -382,7 +382,8 @@ def _print_inspection(result: Inspection) -> None:
     if result.replay.get("replay_of"):
         meta = result.replay
         console.print(f"replay of {meta['replay_of']}: {meta.get('replay_matched', '?')} matched, "
-                      f"{meta.get('replay_missed', '?')} missed, {meta.get('replay_live', '0')} live", highlight=False)  # fmt: skip
+                      f"{meta.get('replay_missed', '?')} missed, {meta.get('replay_live', '0')} live",
+                      highlight=False)  # fmt: skip
         if meta.get("replay_first_miss"):
             console.print(f"first divergence: {meta['replay_first_miss']}", markup=False, highlight=False)
     if result.counts:

@@ -1,4 +1,6 @@
-"""`python -m benchmarks [--quick] [--only streaming|newconn|startup|micro|bodies|otlp|replay]`: run, print the tables, save them.
+"""`python -m benchmarks [--quick] [--only SUITE]`: run, print the tables, save them.
+
+Suites: streaming, newconn, startup, micro, bodies, otlp, replay.
 
 A full run writes `benchmarks/results/latest.md` and `latest.json`; `--quick` (a smoke run of
 about a minute, too small to judge anything) writes `quick.md` and `quick.json` instead.

@@ -79,7 +79,8 @@ def run_replay(turns: int, log: Callable[[str], None] = print) -> dict:
         "max_ms": max(times), "last_ms": times[-1], "match_last_ms": match_last,
     }  # fmt: skip
     log(f"  replay: {turns} turns loaded in {load_ms:.0f} ms; a call answered in {result['median_ms']:.1f} ms "
-        f"(median), {result['p95_ms']:.1f} ms (p95), the last ({len(bodies[-1]) / 1024:.0f} KB) {times[-1]:.1f} ms")  # fmt: skip
+        f"(median), {result['p95_ms']:.1f} ms (p95), the last ({len(bodies[-1]) / 1024:.0f} KB) "
+        f"{times[-1]:.1f} ms")  # fmt: skip
     return result
 
 

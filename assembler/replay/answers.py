@@ -27,7 +27,9 @@ def pieces(body: bytes, content_type: str | None, chunks: list[tuple[int, int]] 
         if start < len(body):
             out.append((body[start:], chunks[-1][1]))
         if websocket:  # each message's end counts the newline that follows it in the stored body
-            out = [(p[:-1] if n < len(out) - 1 and p.endswith(b"\n") else p, ms) for n, (p, ms) in enumerate(out)]
+            out = [
+                (p[:-1] if n < len(out) - 1 and p.endswith(b"\n") else p, ms) for n, (p, ms) in enumerate(out)
+            ]
         return out
     kind = (content_type or "").lower()
     if websocket:
@@ -66,13 +68,23 @@ def miss_error(protocol: str, message: str, request: Any = None) -> tuple[int, b
         rpc_id = request.get("id") if isinstance(request, dict) else None
         return 200, _json({"jsonrpc": "2.0", "id": rpc_id, "error": {"code": -32000, "message": message}})
     if protocol == "anthropic":
-        body: dict[str, Any] = {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+        body: dict[str, Any] = {
+            "type": "error",
+            "error": {"type": "invalid_request_error", "message": message},
+        }
     elif protocol == "gemini":
         body = {"error": {"code": MISS_STATUS, "message": message, "status": "INVALID_ARGUMENT"}}
     elif protocol == "ollama":
         body = {"error": message}
     else:
-        body = {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": "replay_miss"}}
+        body = {
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "replay_miss",
+            }
+        }
     return MISS_STATUS, _json(body)
 
 

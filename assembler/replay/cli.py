@@ -13,7 +13,9 @@ from rich.console import Console
 @click.argument("session")
 @click.option("--workspace", type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="Directory to run the agent in (default: the current one).")  # fmt: skip
-@click.option("--strict", is_flag=True, help="Exit 1 when any call missed (the agent's own status otherwise).")
+@click.option(
+    "--strict", is_flag=True, help="Exit 1 when any call missed (the agent's own status otherwise)."
+)
 @click.option("--speed", type=click.FloatRange(min=0.001), metavar="X",
               help="Send each answer at the recorded pace times X (1: as recorded); default: at once.")  # fmt: skip
 @click.option("--from", "live_from", type=click.IntRange(min=1), metavar="N",
@@ -26,7 +28,9 @@ from rich.console import Console
 @click.option("--mitmdump-args", default="", metavar="ARGS", help="Extra mitmdump arguments.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the replay's counts, not the session summary.")
 @click.option("--name", metavar="NAME", help="A name for the replay session.")
-@click.option("--tag", "tags", multiple=True, metavar="TAG", help="A tag for the replay session (repeatable).")
+@click.option(
+    "--tag", "tags", multiple=True, metavar="TAG", help="A tag for the replay session (repeatable)."
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def replay(session, workspace, strict, speed, live_from, live, model, live_via, live_ca, mitmdump_args, quiet,
            name, tags, command) -> None:  # fmt: skip
@@ -57,7 +61,9 @@ def replay(session, workspace, strict, speed, live_from, live, model, live_via, 
     if live != (live_from is not None):
         raise click.UsageError("--from N and --live go together (the calls from N on go live)")
     if (model or live_via or live_ca) and not live:
-        raise click.UsageError("--model, --live-via and --live-ca apply to the live part: add --from N --live")
+        raise click.UsageError(
+            "--model, --live-via and --live-ca apply to the live part: add --from N --live"
+        )
     options = Options(speed=speed, live_from=live_from, model=model, via=live_via, via_ca=live_ca)
     try:
         original = resolve(session)
@@ -98,7 +104,9 @@ def summary_lines(result) -> list[str]:
         counts.append(f"{report.other} other requests not replayed")
     lines = [f"replay of {result.original} (its {result.model_calls} model calls): " + ", ".join(counts)]
     where = first_miss(report)
-    lines.append(f"first divergence: {where}" if where else "no divergence: every call was answered from the recording")
+    lines.append(
+        f"first divergence: {where}" if where else "no divergence: every call was answered from the recording"
+    )
     for miss in report.missed[1:4]:
         what = f"model call {miss.number}" if miss.number is not None else "an MCP call"
         lines.append(f"  then {what}: {miss.difference}")

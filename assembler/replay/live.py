@@ -47,10 +47,14 @@ def with_model(path: str, body: bytes, model: str) -> tuple[str, bytes]:
     return path, body
 
 
-async def _open(host: str, port: int, scheme: str, options: Options) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def _open(
+    host: str, port: int, scheme: str, options: Options
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     context = ssl.create_default_context(cafile=options.via_ca) if scheme == "https" else None
     if options.via is None:
-        return await asyncio.open_connection(host, port, ssl=context, server_hostname=host if context else None)
+        return await asyncio.open_connection(
+            host, port, ssl=context, server_hostname=host if context else None
+        )
     proxy = options.via.split("://", 1)[-1].rstrip("/")
     proxy_host, _, proxy_port = proxy.rpartition(":")
     reader, writer = await asyncio.open_connection(proxy_host, int(proxy_port))
@@ -68,10 +72,7 @@ async def _open(host: str, port: int, scheme: str, options: Options) -> tuple[as
 def _head(request: Incoming, path: str, extra: list[str]) -> bytes:
     lines = request.head.decode("latin-1").split("\r\n")
     method, target, version = lines[0].split(" ", 2)
-    if target.startswith(("http://", "https://")):
-        query = target.partition("?")[2]
-    else:
-        query = target.partition("?")[2]
+    query = target.partition("?")[2]
     keep = [line for line in lines[1:] if line and line.split(":", 1)[0].strip().lower() not in _HOP]
     first = f"{method} {path}{'?' + query if query else ''} {version}"
     return ("\r\n".join([first, *keep, *extra]) + "\r\n\r\n").encode("latin-1")
@@ -120,23 +121,30 @@ async def forward(client: asyncio.StreamWriter, request: Incoming, host: str, po
 
 TURN_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
 _WS_HEADERS = frozenset({"host", "upgrade", "connection", "sec-websocket-key", "sec-websocket-version",
-                         "sec-websocket-extensions", "content-length", "proxy-connection", "proxy-authorization"})  # fmt: skip
+                         "sec-websocket-extensions", "content-length", "proxy-connection",
+                         "proxy-authorization"})  # fmt: skip
 
 
 class LiveSocket:
     """A WebSocket to the real provider, opened when the first turn of a replayed socket goes live;
     each live turn is sent on it (`--model` rewritten) and its messages passed back."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: WSConnection) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: WSConnection
+    ) -> None:
         self.reader, self.writer, self.conn = reader, writer, conn
 
     @classmethod
-    async def open(cls, request: Incoming, host: str, port: int, scheme: str, path: str, options: Options) -> LiveSocket:
+    async def open(
+        cls, request: Incoming, host: str, port: int, scheme: str, path: str, options: Options
+    ) -> LiveSocket:
         reader, writer = await _open(host, port, scheme, options)
         conn = WSConnection(ConnectionType.CLIENT)
         headers = [(k, v) for k, v in request.headers.items() if k not in _WS_HEADERS]
         query = request.target.partition("?")[2]
-        writer.write(conn.send(Request(host=host, target=path + (f"?{query}" if query else ""), extra_headers=headers)))
+        writer.write(
+            conn.send(Request(host=host, target=path + (f"?{query}" if query else ""), extra_headers=headers))
+        )
         await writer.drain()
         while True:
             data = await reader.read(65536)

@@ -14,7 +14,8 @@
      `Wednesday, November 25, 2026`, Unix times in seconds or ms from 2017 to 2033, as text or
      as JSON numbers);
    - the workspace directory (the recording's and the replay's are both read as `<workspace>`);
-   - ids: UUIDs (also inside a longer id: `at_01a214b5-…`), prefixed ids with a digit in them (`toolu_01…`, `call_…`, `fc_…`, `resp_…`,
+   - ids: UUIDs (also inside a longer id: `at_01a214b5-…`), prefixed ids with a digit in them
+     (`toolu_01…`, `call_…`, `fc_…`, `resp_…`,
      `msg_…`, `session_…`) and hex strings of 24 digits or more. An id may differ from the one
      recorded, but consistently: a recorded id answered once as a new id is that new id for the
      rest of the replay (one to one), so tool-call and session ids an agent mints are mapped,
@@ -123,7 +124,9 @@ def _walk(value: Any, workspace: str | None, ids: list[str]) -> Any:
         return out
     if isinstance(value, list):
         return [_walk(v, workspace, ids) for v in value]
-    if type(value) in (int, float) and (_EPOCH[0] <= value < _EPOCH[1] or _EPOCH[0] * 1000 <= value < _EPOCH[1] * 1000):
+    if type(value) in (int, float) and (
+        _EPOCH[0] <= value < _EPOCH[1] or _EPOCH[0] * 1000 <= value < _EPOCH[1] * 1000
+    ):
         return DATE
     return value
 
@@ -154,7 +157,9 @@ class Shaper:
 
     def shape(self, body: bytes) -> Shape:
         """`body` normalized by the rules of the module's docstring (a body that is not JSON is one string)."""
-        if self.scrub is not None and (self.scrub.generation != self._generation or len(self._items) > _ITEMS_KEPT):
+        if self.scrub is not None and (
+            self.scrub.generation != self._generation or len(self._items) > _ITEMS_KEPT
+        ):
             self._items.clear()
             self._generation = self.scrub.generation
         try:
@@ -210,7 +215,9 @@ class Shaper:
             value = data.decode("utf-8", "replace")
         ids: list[str] = []
         normal = _walk(value, self.workspace, ids)
-        return Shape(hashlib.sha256(b"=" + msgspec.json.encode(normal, order="sorted")).digest(), tuple(ids), normal)
+        return Shape(
+            hashlib.sha256(b"=" + msgspec.json.encode(normal, order="sorted")).digest(), tuple(ids), normal
+        )
 
 
 def shape(body: bytes, workspace: str | None = None) -> Shape:
@@ -281,7 +288,9 @@ class Matcher:
             total = sum(1 for c in self.calls if c.endpoint == endpoint)
             said = f"the recording has no more calls to {endpoint} (it has {total})"
             return Miss(endpoint, said, None)
-        return Miss(endpoint, first_difference(expected.shape.value, new.value) or "the request differs", expected)
+        return Miss(
+            endpoint, first_difference(expected.shape.value, new.value) or "the request differs", expected
+        )
 
     def _conflict(self, recorded: tuple[str, ...], new: tuple[str, ...]) -> str | None:
         for old, now in zip(recorded, new, strict=True):
@@ -340,8 +349,7 @@ def _join(path: str, name: str) -> str:
 
 
 def _show(value: Any, width: int = 60) -> str:
-    text = msgspec.json.encode(value).decode() if not isinstance(value, str) else msgspec.json.encode(value).decode()
-    return _cut(text, width)
+    return _cut(msgspec.json.encode(value).decode(), width)
 
 
 def _cut(text: str, width: int = 40) -> str:

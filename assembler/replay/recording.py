@@ -15,7 +15,9 @@ from addons.recorder.bodies import read_body
 from assembler.replay.match import Endpoint, Recorded, Shaper
 from assembler.sessiondb import main_row, open_session
 
-DROPPED_HEADERS = frozenset({"content-length", "transfer-encoding", "content-encoding", "connection", "keep-alive"})
+DROPPED_HEADERS = frozenset(
+    {"content-length", "transfer-encoding", "content-encoding", "connection", "keep-alive"}
+)
 """Recorded response headers not replayed: the body is served decoded and framed anew."""
 
 
@@ -72,7 +74,9 @@ def load(session_id: str) -> Recording:
     with open_session(session_id) as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if "event_body_blobs" not in tables:
-            raise RecordingError(f"session {session_id} was recorded before whole bodies were kept: it cannot be replayed")
+            raise RecordingError(
+                f"session {session_id} was recorded before whole bodies were kept: it cannot be replayed"
+            )
         timing = _timings(conn) if "response_chunks" in tables else {}
         number = 0
         model_sql = ("SELECT c.id, c.method, c.host, c.path, c.protocol, c.model, c.stream, c.status_code, "
@@ -111,8 +115,9 @@ def _call(conn: sqlite3.Connection, row: sqlite3.Row, kind: str, number: int, sh
     status = row["status_code"] or row["net_status"] or 200
     answer = Answer(status, headers, response[0], bool(row["stream"]), chunks, websocket=kind == "ws")
     recorded = Recorded(number, endpoint, shaper.shape(request[0]))
-    protocol = row["protocol"] if "protocol" in row.keys() else "mcp"
-    model = row["model"] if "model" in row.keys() else None
+    columns = row.keys()
+    protocol = row["protocol"] if "protocol" in columns else "mcp"
+    model = row["model"] if "model" in columns else None
     return Call(recorded, answer, protocol, model)
 
 

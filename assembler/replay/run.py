@@ -53,7 +53,9 @@ class _Upstream:
             main = open_main()
             try:
                 with main:
-                    main.execute("UPDATE sessions SET replay_of = ? WHERE id = ?", (self.original, session_id))
+                    main.execute(
+                        "UPDATE sessions SET replay_of = ? WHERE id = ?", (self.original, session_id)
+                    )
             finally:
                 main.close()
         except Exception as exc:  # a busy main.db must not stop the replay
@@ -76,7 +78,11 @@ def replay(original: str, command: list[str], *, options: Options, workspace: Pa
     check_agent(command, workspace)
     recording = load(original)
     replayer = Replayer(recording, options, str((workspace or Path.cwd()).resolve()))
-    env = {} if options.live_from is not None else {k: v for k, v in PLACEHOLDER_KEYS.items() if not os.environ.get(k)}
+    env = (
+        {}
+        if options.live_from is not None
+        else {k: v for k, v in PLACEHOLDER_KEYS.items() if not os.environ.get(k)}
+    )
     server = Emulator(server=ReplayServer(replayer)).start()
     try:
         result = run_agent(command, workspace=workspace, mitmdump_args=mitmdump_args, signals=signals, name=name,
@@ -106,7 +112,9 @@ def _store_meta(session_id: str, original: str, report: Report) -> None:
         conn = sqlite3.connect(session_db_path(session_id), timeout=10)
         try:
             with conn:
-                conn.executemany("INSERT OR REPLACE INTO session_meta (key, value) VALUES (?, ?)", values.items())
+                conn.executemany(
+                    "INSERT OR REPLACE INTO session_meta (key, value) VALUES (?, ?)", values.items()
+                )
         finally:
             conn.close()
     except sqlite3.Error as exc:

@@ -15,6 +15,7 @@ from capsem.redact import Scrubber, carries_credential
 
 logger = logging.getLogger(__name__)
 
+
 def _scrubber() -> Scrubber:
     try:
         from capsem.redact import scrubber_for
@@ -22,7 +23,10 @@ def _scrubber() -> Scrubber:
 
         return scrubber_for(load().capture)
     except Exception as exc:  # a bad setting: the default rules still scrub what the recorder did
-        logger.warning("capsem replay: the configured secret rules could not be read (%r): the default ones are used", exc)
+        logger.warning(
+            "capsem replay: the configured secret rules could not be read (%r): the default ones are used",
+            exc,
+        )
         return Scrubber()
 
 

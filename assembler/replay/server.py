@@ -28,8 +28,8 @@ from wsproto.events import CloseConnection, Message, Ping, TextMessage
 
 from assembler.replay import answers, live
 from assembler.replay.match import Endpoint, Hit, Matcher, Miss, Shaper
-from assembler.replay.scrub import RequestScrubber
 from assembler.replay.recording import Answer, Recording
+from assembler.replay.scrub import RequestScrubber
 from capsem.emulator.server import ROUTES, Incoming, Server
 
 _GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -99,7 +99,9 @@ class Replayer:
             start = self.options.live_from
             return start is not None and self.requests >= start
 
-    def answer(self, endpoint: Endpoint, body: bytes, headers: dict[str, str] | None = None) -> Answer | MissNote:
+    def answer(
+        self, endpoint: Endpoint, body: bytes, headers: dict[str, str] | None = None
+    ) -> Answer | MissNote:
         with self.lock:
             self.scrub.learn(headers or {})
             found = self.matcher.match(endpoint, body)
@@ -131,7 +133,11 @@ class ReplayServer(Server):
             parts = urlsplit(target)
             host, path, port = parts.hostname or "", parts.path, parts.port
         else:
-            host, path, port = tunnel_host or request.headers.get("host", "").rsplit(":", 1)[0], target.partition("?")[0], None
+            host, path, port = (
+                tunnel_host or request.headers.get("host", "").rsplit(":", 1)[0],
+                target.partition("?")[0],
+                None,
+            )
         port = port or (443 if scheme == "https" else 80)
         body = _decoded(request)
         obj = _json(body)
@@ -144,7 +150,12 @@ class ReplayServer(Server):
         if not known or (request.method == "GET" and not mcp):
             self.replayer.count("other")
             status = 405 if request.method == "GET" and (host, path) in self.replayer._endpoints else 404
-            await _send(writer, status, [("content-type", "application/json")], [(answers.not_replayed(request.method, host, path), None)])
+            await _send(
+                writer,
+                status,
+                [("content-type", "application/json")],
+                [(answers.not_replayed(request.method, host, path), None)],
+            )
             return True
         if mcp and "id" not in obj and "method" in obj:  # a notification: nothing to answer
             found = self.replayer.answer(Endpoint("mcp", request.method, host, path), body, request.headers)
@@ -198,7 +209,9 @@ class ReplayServer(Server):
             conn.receive_data(data or None)
             for event in conn.events():
                 if isinstance(event, Message):
-                    parts.append(event.data if isinstance(event.data, str) else event.data.decode("utf-8", "replace"))
+                    parts.append(
+                        event.data if isinstance(event.data, str) else event.data.decode("utf-8", "replace")
+                    )
                     if event.message_finished:
                         text, parts = "".join(parts), []
                         await self._turn(conn, writer, endpoint, text, go_live, headers)
@@ -255,7 +268,9 @@ async def _send(writer, status: int, headers: list[tuple[str, str]], cut: list[t
                 streamed: bool = False, started: float = 0.0, speed: float | None = None) -> None:  # fmt: skip
     """Head, then the body piece by piece (chunked when it was streamed), each drained."""
     head = [f"HTTP/1.1 {status} {_REASONS.get(status, 'OK')}", *(f"{k}: {v}" for k, v in headers)]
-    head.append("transfer-encoding: chunked" if streamed else f"content-length: {sum(len(p) for p, _ in cut)}")
+    head.append(
+        "transfer-encoding: chunked" if streamed else f"content-length: {sum(len(p) for p, _ in cut)}"
+    )
     first = cut[0][1] if cut else None
     await _pace(started, first, speed)  # the recorded wait for the head: the time to the first byte
     writer.write(("\r\n".join(head) + "\r\n\r\n").encode("utf-8"))

@@ -39,7 +39,9 @@ def write(name: str, text: str) -> str:
 def anthropic_loop() -> str:
     client = anthropic.Anthropic(max_retries=0, default_headers=CONTROL)
     messages = [{"role": "user", "content": PROMPT}]
-    with client.messages.stream(model="claude-sonnet-4-5", max_tokens=200, tools=TOOL_A, messages=messages) as s:
+    with client.messages.stream(
+        model="claude-sonnet-4-5", max_tokens=200, tools=TOOL_A, messages=messages
+    ) as s:
         first = s.get_final_message()
     uses = [b for b in first.content if b.type == "tool_use"]
     results = [{"type": "tool_result", "tool_use_id": u.id, "content": write(f"a-{n}.txt", json.dumps(u.input))}
@@ -58,7 +60,10 @@ def claude_code_shaped() -> str:
     date = os.environ.get("RUN_DATE", "2026-11-25")
 
     def system() -> list[dict]:
-        billing = f"x-anthropic-billing-header: cc_version=2.0.50.{uuid.uuid4().hex[:3]}; cc_entrypoint=cli; cch={uuid.uuid4().hex[:5]};"
+        new = uuid.uuid4().hex
+        billing = (
+            f"x-anthropic-billing-header: cc_version=2.0.50.{new[:3]}; cc_entrypoint=cli; cch={new[3:8]};"
+        )
         return [{"type": "text", "text": billing},
                 {"type": "text", "text": f"Working directory: {os.getcwd()}\nToday's date is {date}."}]  # fmt: skip
 
@@ -90,7 +95,9 @@ def chat_loop() -> str:
         {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
         for c in calls.values()]})  # fmt: skip
     for n, c in enumerate(calls.values()):
-        messages.append({"role": "tool", "tool_call_id": c["id"], "content": write(f"chat-{n}.txt", c["arguments"])})
+        messages.append(
+            {"role": "tool", "tool_call_id": c["id"], "content": write(f"chat-{n}.txt", c["arguments"])}
+        )
     texts = []
     for _ in range(2):  # the same request twice in a row: each gets its own answer
         final = client.chat.completions.create(model="gpt-4.1", tools=TOOL_O, messages=messages)
@@ -127,14 +134,15 @@ def websocket_loop() -> str:
         sock = writer.get_extra_info("socket").dup()
         writer.transport.pause_reading()
         ctx = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
-        items: list = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go ws"}]}]
-        text = ""
+        items: list = [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go ws"}]}
+        ]
+        text, cache_key = "", str(uuid.uuid4())  # one per run, as Codex's session id
         async with connect("wss://api.openai.com/v1/responses", sock=sock, ssl=ctx, server_hostname="api.openai.com",
                            additional_headers={"authorization": "Bearer sk-x", **CONTROL}) as ws:  # fmt: skip
-            for turn in range(2):
+            for _turn in range(2):
                 await ws.send(json.dumps({"type": "response.create", "model": "gpt-5", "input": items,
-                                          "tools": TOOL_R, "prompt_cache_key": str(uuid.uuid4()) if turn == 0 else key}))  # fmt: skip
-                key = key if turn else None
+                                          "tools": TOOL_R, "prompt_cache_key": cache_key}))  # fmt: skip
                 while True:
                     event = json.loads(await ws.recv())
                     if event["type"] in ("response.completed", "error"):
@@ -143,13 +151,15 @@ def websocket_loop() -> str:
                     return "error: " + event["error"]["message"]
                 output = event["response"]["output"]
                 calls = [o for o in output if o["type"] == "function_call"]
-                items = items + output + [{"type": "function_call_output", "call_id": c["call_id"],
-                                           "output": write(f"ws-{n}.txt", c["arguments"])} for n, c in enumerate(calls)]  # fmt: skip
-                text = "".join(p.get("text", "") for o in output if o["type"] == "message" for p in o["content"])
+                results = [{"type": "function_call_output", "call_id": c["call_id"],
+                            "output": write(f"ws-{n}.txt", c["arguments"])} for n, c in enumerate(calls)]  # fmt: skip
+                items = items + output + results
+                text = "".join(
+                    p.get("text", "") for o in output if o["type"] == "message" for p in o["content"]
+                )
         writer.close()
         return text
 
-    key = None
     return asyncio.run(run())
 
 
@@ -161,15 +171,20 @@ def gemini_loop() -> str:
     tool = types.Tool(function_declarations=[types.FunctionDeclaration(
         name="write_file", description="write a file",
         parameters=types.Schema(type="OBJECT", properties={"text": types.Schema(type="STRING")}))])  # fmt: skip
-    config = types.GenerateContentConfig(tools=[tool], automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
+    config = types.GenerateContentConfig(
+        tools=[tool], automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True)
+    )
     contents = [types.Content(role="user", parts=[types.Part(text="write the gemini notes")])]
     first = None
-    for chunk in client.models.generate_content_stream(model="gemini-2.5-flash", contents=contents, config=config):
+    for chunk in client.models.generate_content_stream(
+        model="gemini-2.5-flash", contents=contents, config=config
+    ):
         first = first or (chunk if chunk.function_calls else None)
     calls = first.function_calls if first else []
     contents.append(first.candidates[0].content)
     contents.append(types.Content(role="user", parts=[types.Part(function_response=types.FunctionResponse(
-        name=c.name, response={"result": write(f"g-{n}.txt", json.dumps(c.args))})) for n, c in enumerate(calls)]))  # fmt: skip
+        name=c.name, response={"result": write(f"g-{n}.txt", json.dumps(c.args))}))
+        for n, c in enumerate(calls)]))  # fmt: skip
     final = client.models.generate_content(model="gemini-2.5-flash", contents=contents, config=config)
     return final.text or ""
 

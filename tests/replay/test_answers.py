@@ -22,14 +22,22 @@ def test_pieces_follow_the_recorded_chunks_and_their_times():
 def test_pieces_without_chunks_are_framing_units():
     assert [p for p, _ in pieces(SSE, "text/event-stream; charset=utf-8", None)] == [
         b"event: a\ndata: {}\n\n", b"event: b\r\ndata: {}\r\n\r\n", b"data: [DONE]\n\n"]  # fmt: skip
-    assert [p for p, _ in pieces(b'{"a":1}\n{"b":2}\n', "application/x-ndjson", None)] == [b'{"a":1}\n', b'{"b":2}\n']
-    assert pieces(b"\x00\x01binary", "application/vnd.amazon.eventstream", None) == [(b"\x00\x01binary", None)]
+    assert [p for p, _ in pieces(b'{"a":1}\n{"b":2}\n', "application/x-ndjson", None)] == [
+        b'{"a":1}\n',
+        b'{"b":2}\n',
+    ]
+    assert pieces(b"\x00\x01binary", "application/vnd.amazon.eventstream", None) == [
+        (b"\x00\x01binary", None)
+    ]
 
 
 def test_websocket_pieces_are_its_messages():
     body = b'{"type":"a"}\n{"type":"b"}'
     assert [p for p, _ in pieces(body, None, None, websocket=True)] == [b'{"type":"a"}', b'{"type":"b"}']
-    assert pieces(body, None, [(13, 4), (25, 9)], websocket=True) == [(b'{"type":"a"}', 4), (b'{"type":"b"}', 9)]
+    assert pieces(body, None, [(13, 4), (25, 9)], websocket=True) == [
+        (b'{"type":"a"}', 4),
+        (b'{"type":"b"}', 9),
+    ]
 
 
 @pytest.mark.parametrize(("path", "obj", "protocol"), [
@@ -57,12 +65,19 @@ def test_a_miss_is_an_error_in_the_providers_shape(path, obj, protocol):
 def test_websocket_miss_and_not_replayed():
     event = json.loads(websocket_miss("x"))
     assert event["type"] == "error" and event["error"]["message"] == "capsem replay miss: x"
-    assert "is not a model or MCP call" in json.loads(not_replayed("GET", "statsig.com", "/v1/x"))["error"]["message"]
+    assert (
+        "is not a model or MCP call"
+        in json.loads(not_replayed("GET", "statsig.com", "/v1/x"))["error"]["message"]
+    )
 
 
 def test_with_model_rewrites_the_body_or_geminis_path():
-    assert with_model("/v1/messages", b'{"model":"a","x":1}', "b") == ("/v1/messages", b'{"model": "b", "x": 1}')
+    assert with_model("/v1/messages", b'{"model":"a","x":1}', "b") == (
+        "/v1/messages",
+        b'{"model": "b", "x": 1}',
+    )
     assert with_model("/v1beta/models/gemini-2.5-flash:generateContent", b"{}", "gemini-pro")[0] == (
-        "/v1beta/models/gemini-pro:generateContent")
+        "/v1beta/models/gemini-pro:generateContent"
+    )
     ws = with_model("", b'{"type":"response.create","response":{"model":"a"}}', "b")[1]
     assert json.loads(ws)["response"]["model"] == "b"

@@ -34,17 +34,22 @@ def test_identical_requests_in_a_row_get_their_own_answers_in_order():
 
 
 def test_parallel_conversations_interleave():
-    a1, b1 = body(messages=[{"role": "user", "content": "a"}]), body(messages=[{"role": "user", "content": "b"}])
+    a1, b1 = (
+        body(messages=[{"role": "user", "content": "a"}]),
+        body(messages=[{"role": "user", "content": "b"}]),
+    )
     m = matcher(a1, b1)
     assert [number(m.match(MESSAGES, b1)), number(m.match(MESSAGES, a1))] == [2, 1]
 
 
 def test_what_changes_every_run_is_tolerated():
     def claude_code(billing: str, date: str, session: str, workspace: str) -> bytes:
-        return body(system=[{"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.0.1.{billing}; cch={billing};"},
+        line = f"x-anthropic-billing-header: cc_version=2.0.1.{billing}; cch={billing};"
+        return body(system=[{"type": "text", "text": line},
                             {"type": "text", "text": f"Working directory: {workspace}/src\nToday's date is {date}."}],
                     metadata={"user_id": f"user_abc_account__session_{session}"},
-                    messages=[{"role": "user", "content": f"it is {date}T10:11:12Z, Wednesday, November 25, 2026"}])  # fmt: skip
+                    messages=[{"role": "user",
+                               "content": f"it is {date}T10:11:12Z, Wednesday, November 25, 2026"}])  # fmt: skip
 
     recorded = claude_code("a1b", "2026-11-25", "3f8e2a4c-1b2d-4c3e-9f00-112233445566", "/home/rec/ws")
     m = matcher(recorded, workspace="/tmp/other")
@@ -55,14 +60,21 @@ def test_what_changes_every_run_is_tolerated():
 def test_ids_map_one_to_one_over_the_replay():
     def turn(call_id: str, text: str = "go") -> bytes:
         return body(messages=[{"role": "user", "content": text},
-                              {"role": "assistant", "content": [{"type": "tool_use", "id": call_id, "name": "x", "input": {}}]},
-                              {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": "ok"}]}])  # fmt: skip
+                              {"role": "assistant",
+                               "content": [{"type": "tool_use", "id": call_id, "name": "x", "input": {}}]},
+                              {"role": "user",
+                               "content": [{"type": "tool_result", "tool_use_id": call_id, "content": "ok"}]}])  # fmt: skip
 
-    m = matcher(turn("toolu_01AAAA1111"), turn("toolu_01AAAA1111", "again"), turn("toolu_01BBBB2222", "third"))
+    m = matcher(
+        turn("toolu_01AAAA1111"), turn("toolu_01AAAA1111", "again"), turn("toolu_01BBBB2222", "third")
+    )
     assert number(m.match(MESSAGES, turn("toolu_99ZZZZ0000"))) == 1  # the agent minted another id
     assert m.ids == {"toolu_01AAAA1111": "toolu_99ZZZZ0000"}
     clash = m.match(MESSAGES, turn("toolu_77YYYY0000", "again"))  # the same recorded id, another new one
-    assert isinstance(clash, Miss) and "toolu_01AAAA1111 of the recording was toolu_99ZZZZ0000" in clash.difference
+    assert (
+        isinstance(clash, Miss)
+        and "toolu_01AAAA1111 of the recording was toolu_99ZZZZ0000" in clash.difference
+    )
     assert number(m.match(MESSAGES, turn("toolu_99ZZZZ0000", "again"))) == 2
     taken = m.match(MESSAGES, turn("toolu_99ZZZZ0000", "third"))  # a new id already standing for another
     assert isinstance(taken, Miss) and "stands for toolu_01AAAA1111" in taken.difference
@@ -77,7 +89,9 @@ def test_a_changed_request_is_a_miss_naming_the_first_differing_item():
     assert changed.difference == 'tools[1]: not recorded, now {"name":"write"} (1 items recorded, 2 now)'
     model = m.match(MESSAGES, body(model="claude-opus-4-1", tools=[{"name": "read"}],
                                    messages=[{"role": "user", "content": "write the notes"}]))  # fmt: skip
-    assert isinstance(model, Miss) and model.difference.startswith('model: recorded "claude-sonnet-4-5", now "claude-opus')
+    assert isinstance(model, Miss) and model.difference.startswith(
+        'model: recorded "claude-sonnet-4-5", now "claude-opus'
+    )
 
 
 def test_another_endpoint_never_answers():
@@ -85,7 +99,10 @@ def test_another_endpoint_never_answers():
     m = matcher(same)
     miss = m.match(CHAT, same)
     assert isinstance(miss, Miss) and miss.expected is None
-    assert miss.difference == "the recording has no more calls to POST api.openai.com/v1/chat/completions (it has 0)"
+    assert (
+        miss.difference
+        == "the recording has no more calls to POST api.openai.com/v1/chat/completions (it has 0)"
+    )
     assert number(m.match(MESSAGES, same)) == 1
 
 

@@ -74,7 +74,9 @@ def test_replay_answers_every_call_as_recorded(recorded, home, tmp_path):
         "gemini"] * 2  # fmt: skip
     for call in calls:
         assert raw(replay["id"], call["id"]) == raw(original, call["id"]), call
-    meta = {r["key"]: r["value"] for r in rows(db, "SELECT key, value FROM session_meta WHERE key LIKE 'replay%'")}
+    meta = {
+        r["key"]: r["value"] for r in rows(db, "SELECT key, value FROM session_meta WHERE key LIKE 'replay%'")
+    }
     assert meta == {"replay_of": original, "replay_matched": "13", "replay_missed": "0", "replay_live": "0",
                     "replay_first_miss": ""}  # fmt: skip
     # the recording kept how each streamed answer arrived (a WebSocket turn: one chunk per message)
@@ -96,7 +98,8 @@ def test_a_changed_prompt_is_a_clear_miss(recorded, home, tmp_path, capfd):
                   "anthropic", code=1)  # fmt: skip
     said = 'messages[0].content: recorded "write the notes", now "write the notes twice"'
     assert "0 matched, 1 missed" in " ".join(out.split()), out
-    assert f"first divergence: model call 1 to POST api.anthropic.com/v1/messages (compared with recorded call 1): {said}" in " ".join(out.split())  # fmt: skip
+    where = "model call 1 to POST api.anthropic.com/v1/messages (compared with recorded call 1)"
+    assert f"first divergence: {where}: {said}" in " ".join(out.split())
     agent_saw = capfd.readouterr().err
     assert "Error code: 400" in agent_saw and f"capsem replay miss: {said}" in agent_saw
     replay = replayed(home, original)
@@ -116,7 +119,9 @@ def test_from_n_live_goes_live_at_n(recorded, home, emu, tmp_path, monkeypatch):
     out = run("replay", original, "--from", "6", "--live", "--model", "gpt-5-mini", "--live-via", emu.proxy_url,
               "--live-ca", emu.ca_path, "--workspace", str(tmp_path), "--", sys.executable, AGENT)  # fmt: skip
     assert "5 matched, 0 missed, 8 live" in out, out
-    models = [json.loads(e["request_body"]).get("model") for e in emu.exchanges() if e["expected"].get("protocol")]
+    models = [
+        json.loads(e["request_body"]).get("model") for e in emu.exchanges() if e["expected"].get("protocol")
+    ]
     assert len(models) == 8 and models[:6] == ["gpt-5-mini"] * 6  # chat x3, responses x2 (HTTP), WebSocket x2
     gemini = [e["path"] for e in emu.exchanges() if "gemini" in e["path"] or "generateContent" in e["path"]]
     assert gemini and all("/models/gpt-5-mini:" in p for p in gemini)
