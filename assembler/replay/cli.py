@@ -34,7 +34,7 @@ from rich.console import Console
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def replay(session, workspace, strict, speed, live_from, live, model, live_via, live_ca, mitmdump_args, quiet,
            name, tags, command) -> None:  # fmt: skip
-    """Run an agent again, answered from a recorded session.
+    """Run an agent again, answered from a recorded session (SESSION: its id or the start of it).
 
     The agent runs as under capsem run (proxy and CA in its environment), but every model and MCP
     call is answered from SESSION, matched by endpoint, position and content (dates, ids, the
@@ -47,8 +47,8 @@ def replay(session, workspace, strict, speed, live_from, live, model, live_via, 
     Examples:
         capsem replay 20261125-214333-0882 -- claude -p "fix the failing test"
         capsem replay 20261125-214333-0882 --strict -- python agent.py
-        capsem replay 20261125-214333-0882 --speed 1 -- codex exec "add a README"
-        capsem replay 20261125-214333-0882 --from 3 --live --model claude-haiku-4-5 -- claude -p "..."
+        capsem replay 20261125-214333 --speed 1 -- codex exec "add a README"
+        capsem replay 20261125-2143 --from 3 --live --model gpt-5-mini -- codex exec "..."
     """
     from assembler.replay.recording import RecordingError
     from assembler.replay.run import replay as run_replay
