@@ -147,9 +147,13 @@ class ReplayServer(Server):
             self.replayer.count("live")
             await live.forward(writer, request, host, port, scheme, self.replayer.options)
             return False
-        if not known or (request.method == "GET" and not mcp):
+        if not known or request.method != "POST":
             self.replayer.count("other")
-            status = 405 if request.method == "GET" and (host, path) in self.replayer._endpoints else 404
+            status = (
+                405
+                if request.method in ("GET", "DELETE") and (host, path) in self.replayer._endpoints
+                else 404
+            )
             await _send(
                 writer,
                 status,

@@ -1,7 +1,7 @@
 """A scripted agent for the replay tests: tool loops with the real SDKs (anthropic streamed,
-Claude Code-shaped, openai chat and Responses, a Responses WebSocket like Codex's, google-genai),
-each tool call writing a file in the workspace, configured only by the environment `capsem run`
-and `capsem replay` give it (proxy, CA).
+Claude Code-shaped, openai chat and Responses, a Responses WebSocket like Codex's, google-genai)
+and an MCP tool call (the server at `MCP_URL`), each tool call writing a file in the workspace,
+configured only by the environment `capsem run` and `capsem replay` give it (proxy, CA).
 
 Environment: `PROMPT` changes the first user prompt (a changed prompt), `RUN_DATE` the date in the
 Claude Code-shaped system prompt; the billing line and session id are new on every run, as Claude
@@ -189,7 +189,26 @@ def gemini_loop() -> str:
     return final.text or ""
 
 
-SECTIONS = {"anthropic": anthropic_loop, "claude_code": claude_code_shaped, "chat": chat_loop,
+def mcp_call() -> str:
+    """An MCP tool call over Streamable HTTP (the server at `MCP_URL`), its result written."""
+    import httpx
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def run() -> str:
+        async with (
+            httpx.AsyncClient(proxy=os.environ["HTTP_PROXY"], timeout=30) as http,
+            streamable_http_client(os.environ["MCP_URL"], http_client=http) as (reads, writes, _),
+            ClientSession(reads, writes) as session,
+        ):
+            await session.initialize()
+            result = await session.call_tool("read_note", {"name": "groceries"})
+            return write("mcp.txt", result.content[0].text)
+
+    return asyncio.run(run())
+
+
+SECTIONS = {"mcp": mcp_call, "anthropic": anthropic_loop, "claude_code": claude_code_shaped, "chat": chat_loop,
             "responses": responses_loop, "websocket": websocket_loop, "gemini": gemini_loop}  # fmt: skip
 
 if __name__ == "__main__":

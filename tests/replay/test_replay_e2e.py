@@ -17,9 +17,11 @@ from click.testing import CliRunner
 from assembler.cli import cli
 from tests.cli.conftest import run
 from tests.conftest import environ, rows
+from tests.e2e.test_mcp import serve
+
+SECTIONS = ("anthropic", "claude_code", "chat", "responses", "websocket", "gemini")
 
 AGENT = str(Path(__file__).with_name("agent.py"))
-SECTIONS = ("anthropic", "claude_code", "chat", "responses", "websocket", "gemini")
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +31,17 @@ def recorded(tmp_path_factory) -> dict:
     home, workspace = base / "home", base / "ws"
     workspace.mkdir()
     with environ(CAPSEM_HOME=str(home), COLUMNS="160"):
-        run("run", "--quiet", "--emulator", "--workspace", str(workspace), "--", sys.executable, AGENT)
+        run(
+            "run",
+            "--quiet",
+            "--emulator",
+            "--workspace",
+            str(workspace),
+            "--",
+            sys.executable,
+            AGENT,
+            *SECTIONS,
+        )
         (session,) = json.loads(run("list-sessions", "--json"))
     return {"home": home, "id": session["id"], "workspace": workspace}
 
@@ -61,7 +73,7 @@ def test_replay_answers_every_call_as_recorded(recorded, home, tmp_path):
     workspace.mkdir()
     with environ(RUN_DATE="2027-01-02"):  # the date in the Claude Code-shaped system prompt changes
         out = run("replay", original, "--strict", "--speed", "1", "--workspace", str(workspace), "--", sys.executable,
-                  AGENT)  # fmt: skip
+                  AGENT, *SECTIONS)  # fmt: skip
     assert "13 matched, 0 missed" in out and "no divergence" in out, out
     written = sorted(p.name for p in recorded["workspace"].iterdir())
     assert written == sorted(p.name for p in workspace.iterdir()) and len(written) == 6
@@ -117,7 +129,7 @@ def test_from_n_live_goes_live_at_n(recorded, home, emu, tmp_path, monkeypatch):
     for key in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"):
         monkeypatch.setenv(key, "sk-live-test")
     out = run("replay", original, "--from", "6", "--live", "--model", "gpt-5-mini", "--live-via", emu.proxy_url,
-              "--live-ca", emu.ca_path, "--workspace", str(tmp_path), "--", sys.executable, AGENT)  # fmt: skip
+              "--live-ca", emu.ca_path, "--workspace", str(tmp_path), "--", sys.executable, AGENT, *SECTIONS)  # fmt: skip
     assert "5 matched, 0 missed, 8 live" in out, out
     models = [
         json.loads(e["request_body"]).get("model") for e in emu.exchanges() if e["expected"].get("protocol")
@@ -133,3 +145,23 @@ def test_from_n_live_goes_live_at_n(recorded, home, emu, tmp_path, monkeypatch):
     answered = rows(db, "SELECT model, response_model FROM model_calls WHERE id >= 6 ORDER BY id")
     assert answered[0] == {"model": "gpt-4.1", "response_model": "gpt-5-mini"}, answered
     assert all(r["response_model"].startswith("gpt-5-mini") for r in answered), answered
+
+
+def test_mcp_calls_are_answered_from_the_recording(capsem_home, tmp_path):
+    """An MCP tool call over Streamable HTTP (the real mcp SDK and a FastMCP server, reached
+    without an upstream), replayed with the server gone: every MCP call answered as recorded."""
+    first, again = tmp_path / "first", tmp_path / "again"
+    first.mkdir()
+    again.mkdir()
+    with serve(json_response=False) as (url, _server), environ(MCP_URL=url):
+        run("run", "--quiet", "--workspace", str(first), "--", sys.executable, AGENT, "mcp")
+    (original,) = [s["id"] for s in json.loads(run("list-sessions", "--json"))]
+    db = capsem_home / "sessions" / original / "session.db"
+    methods = [r["method"] for r in rows(db, "SELECT method FROM mcp_calls ORDER BY id")]
+    assert "initialize" in methods and "tools/call" in methods
+    with environ(MCP_URL=url):  # nothing listens there any more
+        out = run(
+            "replay", original, "--strict", "--workspace", str(again), "--", sys.executable, AGENT, "mcp"
+        )
+    assert f"{len(methods)} matched, 0 missed" in out, out
+    assert (again / "mcp.txt").read_text() == (first / "mcp.txt").read_text() == "note groceries: buy milk"
