@@ -86,6 +86,8 @@ def test_replay_answers_every_call_as_recorded(recorded, home, tmp_path):
         "gemini"] * 2  # fmt: skip
     for call in calls:
         assert raw(replay["id"], call["id"]) == raw(original, call["id"]), call
+    assert f"replay of {original}: 13 matched, 0 missed, 0 live" in run("inspect-session", replay["id"])
+    assert f"replay of {original}" in run("list-sessions")
     meta = {
         r["key"]: r["value"] for r in rows(db, "SELECT key, value FROM session_meta WHERE key LIKE 'replay%'")
     }
