@@ -13,7 +13,8 @@
    - dates and times (`2026-11-25`, `2026-11-25T21:43:34.485Z`, `21:43:34`, `11/25/2026`,
      `Wednesday, November 25, 2026`, Unix times in seconds or ms from 2017 to 2033, as text or
      as JSON numbers);
-   - the workspace directory (the recording's and the replay's are both read as `<workspace>`);
+   - the workspace directory, also as Claude Code names its project folder (`/tmp/ws` ->
+     `-tmp-ws`): the recording's and the replay's are both read as `<workspace>`;
    - ids: UUIDs (also inside a longer id: `at_01a214b5-…`), prefixed ids with a digit in them
      (`toolu_01…`, `call_…`, `fc_…`, `resp_…`,
      `msg_…`, `session_…`) and hex strings of 24 digits or more. An id may differ from the one
@@ -89,13 +90,23 @@ class Shape:
 
 @lru_cache(maxsize=200_000)  # an agent resends its history: most strings were seen last turn
 def _string(text: str, workspace: str | None) -> tuple[str, tuple[str, ...]]:
-    if workspace and workspace in text:
-        text = text.replace(workspace, WORKSPACE)
+    if workspace:
+        if workspace in text:
+            text = text.replace(workspace, WORKSPACE)
+        slug = _slug(workspace)
+        if slug in text:
+            text = text.replace(slug, WORKSPACE)
     if "x-anthropic-billing-header" in text:
         text = _BILLING.sub(BILLING, text)
     text = _DATE.sub(DATE, text)
     ids = tuple(_ID.findall(text))
     return (_ID.sub(ID, text) if ids else text), ids
+
+
+@lru_cache(maxsize=16)
+def _slug(workspace: str) -> str:
+    """The workspace as Claude Code names its project folder (`/tmp/ws` -> `-tmp-ws`)."""
+    return re.sub(r"[^A-Za-z0-9]", "-", workspace)
 
 
 def _walk(value: Any, workspace: str | None, ids: list[str]) -> Any:
