@@ -99,8 +99,9 @@ def chat_loop() -> str:
             {"role": "tool", "tool_call_id": c["id"], "content": write(f"chat-{n}.txt", c["arguments"])}
         )
     texts = []
-    for _ in range(2):  # the same request twice in a row: each gets its own answer
-        final = client.chat.completions.create(model="gpt-4.1", tools=TOOL_O, messages=messages)
+    for n in range(2):  # the same request twice in a row (answered with another text)
+        final = client.chat.completions.create(model="gpt-4.1", tools=TOOL_O, messages=messages,
+                                               extra_headers={"x-emulator": f"scenario=auto; text=answer {n}"})  # fmt: skip
         texts.append(final.id)
     return " ".join(texts)
 
