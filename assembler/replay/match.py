@@ -14,7 +14,8 @@
      `Wednesday, November 25, 2026`, Unix times in seconds or ms from 2017 to 2033, as text or
      as JSON numbers);
    - the workspace directory, also as Claude Code names its project folder (`/tmp/ws` ->
-     `-tmp-ws`): the recording's and the replay's are both read as `<workspace>`;
+     `-tmp-ws`) and its last name as a path component (Gemini CLI's `~/.gemini/tmp/ws`): the
+     recording's and the replay's are both read as `<workspace>`;
    - ids: UUIDs (also inside a longer id: `at_01a214b5-…`), prefixed ids with a digit in them
      (`toolu_01…`, `call_…`, `fc_…`, `resp_…`,
      `msg_…`, `session_…`) and hex strings of 24 digits or more. An id may differ from the one
@@ -91,11 +92,9 @@ class Shape:
 @lru_cache(maxsize=200_000)  # an agent resends its history: most strings were seen last turn
 def _string(text: str, workspace: str | None) -> tuple[str, tuple[str, ...]]:
     if workspace:
-        if workspace in text:
-            text = text.replace(workspace, WORKSPACE)
-        slug = _slug(workspace)
-        if slug in text:
-            text = text.replace(slug, WORKSPACE)
+        base, forms = _workspace_forms(workspace)
+        if base in text:
+            text = forms.sub(WORKSPACE, text)
     if "x-anthropic-billing-header" in text:
         text = _BILLING.sub(BILLING, text)
     text = _DATE.sub(DATE, text)
@@ -104,9 +103,14 @@ def _string(text: str, workspace: str | None) -> tuple[str, tuple[str, ...]]:
 
 
 @lru_cache(maxsize=16)
-def _slug(workspace: str) -> str:
-    """The workspace as Claude Code names its project folder (`/tmp/ws` -> `-tmp-ws`)."""
-    return re.sub(r"[^A-Za-z0-9]", "-", workspace)
+def _workspace_forms(workspace: str) -> tuple[str, re.Pattern[str]]:
+    """The workspace's last name, and a pattern finding the workspace as a path, as Claude Code
+    names its project folder (`/tmp/ws` -> `-tmp-ws`), or its last name as a whole path component
+    (Gemini CLI's `~/.gemini/tmp/ws`)."""
+    base = workspace.rstrip("/").rsplit("/", 1)[-1]
+    slug = re.sub(r"[^A-Za-z0-9]", "-", workspace)
+    forms = rf"(?<![\w.-]){re.escape(workspace)}|{re.escape(slug)}|(?<=/){re.escape(base)}"
+    return base, re.compile(rf"(?:{forms})(?![\w.-])")
 
 
 def _walk(value: Any, workspace: str | None, ids: list[str]) -> Any:

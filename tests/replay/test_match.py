@@ -47,7 +47,8 @@ def test_what_changes_every_run_is_tolerated():
         line = f"x-anthropic-billing-header: cc_version=2.0.1.{billing}; cch={billing};"
         return body(system=[{"type": "text", "text": line},
                             {"type": "text", "text": f"Working directory: {workspace}/src\nToday's date is {date}.\n"
-                             f"Memory: ~/.claude/projects/{workspace.replace('/', '-')}/memory"}],
+                             f"Memory: ~/.claude/projects/{workspace.replace('/', '-')}/memory, "
+                             f"temp: /root/.gemini/tmp/{workspace.rsplit('/', 1)[1]}/x"}],
                     metadata={"user_id": f"user_abc_account__session_{session}"},
                     messages=[{"role": "user",
                                "content": f"it is {date}T10:11:12Z, Wednesday, November 25, 2026"}])  # fmt: skip
