@@ -172,7 +172,9 @@ def test_mcp_calls_are_answered_from_the_recording(capsem_home, tmp_path):
 
 
 def test_bad_input_is_said_before_anything_starts(capsem_home, recorded, home):
-    assert "no session.db or session.db.gz for session 'nosuch'" in run("replay", "nosuch", "--", "true", code=1)
+    assert "no session.db or session.db.gz for session 'nosuch'" in run(
+        "replay", "nosuch", "--", "true", code=1
+    )
     assert "--from N and --live go together" in run("replay", recorded["id"], "--live", "--", "true", code=2)
     assert "apply to the live part" in run("replay", recorded["id"], "--model", "m", "--", "true", code=2)
     out = run("replay", recorded["id"], "--", "definitely-not-a-command-xyz", code=127)
