@@ -29,8 +29,8 @@
    answers it, and each recorded call answers once: two identical requests in a row get their
    own recorded answers in order, and calls of parallel conversations interleave freely.
 4. A miss. A request no unused recorded call equals is never answered with another call's answer.
-   It is compared with the recorded call expected next on its endpoint (the earliest unused one)
-   to name the first differing item: its JSON path and both values, or the id that was mapped
+   It is compared with the unused recorded call on its endpoint most like it (the most equal
+   top-level fields and leading array items; the earliest of equals) to name the first differing item: its JSON path and both values, or the id that was mapped
    otherwise before, or that the recording has no more calls there.
 """
 
@@ -296,7 +296,8 @@ class Matcher:
             if conflict is None:
                 self._use(call, new)
                 return Hit(call)
-        expected = next((c for c in self.calls if not c.used and c.endpoint == endpoint), None)
+        unused = [c for c in self.calls if not c.used and c.endpoint == endpoint]
+        expected = max(unused, key=lambda c: (_likeness(c.shape.value, new.value), -c.number), default=None)
         if conflict is not None:
             return Miss(endpoint, conflict, expected)
         if expected is None:
@@ -322,6 +323,21 @@ class Matcher:
         for old, now in zip(call.shape.ids, new.ids, strict=True):
             self.ids[old] = now
             self._reverse[now] = old
+
+
+def _likeness(recorded: Any, new: Any) -> int:
+    """How much of two normalized bodies is the same: their equal top-level fields, and the equal
+    leading items of their arrays (which recorded call a miss is compared with)."""
+    if not (isinstance(recorded, dict) and isinstance(new, dict)):
+        return int(recorded == new)
+    score = 0
+    for name, value in recorded.items():
+        other = new.get(name)
+        if value == other:
+            score += 1 + (len(value) if isinstance(value, list) else 0)
+        elif isinstance(value, list) and isinstance(other, list):
+            score += next((i for i, (a, b) in enumerate(zip(value, other, strict=False)) if a != b), 0)
+    return score
 
 
 def first_difference(recorded: Any, new: Any, path: str = "") -> str | None:

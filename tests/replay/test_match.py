@@ -121,3 +121,17 @@ def test_first_difference_words():
     long = "x" * 100
     said = first_difference({"t": long + "a"}, {"t": long + "b"})
     assert said.startswith('t: recorded "' + "x" * 20) and said.endswith("(from character 100)")
+
+
+def test_a_miss_is_compared_with_the_recorded_call_most_like_it():
+    title = body(model="claude-haiku-4-5", messages=[{"role": "user", "content": "a title for: fix it"}])
+    main = body(
+        system="You are a coding agent.",
+        tools=[{"name": "Bash"}],
+        messages=[{"role": "user", "content": "fix it"}],
+    )
+    m = matcher(title, main)
+    miss = m.match(MESSAGES, body(system="You are a coding agent.", tools=[{"name": "Bash"}],
+                                  messages=[{"role": "user", "content": "fix it now"}]))  # fmt: skip
+    assert isinstance(miss, Miss) and miss.expected.number == 2
+    assert miss.difference == 'messages[0].content: recorded "fix it", now "fix it now" (from character 6)'
