@@ -30,8 +30,9 @@
    own recorded answers in order, and calls of parallel conversations interleave freely.
 4. A miss. A request no unused recorded call equals is never answered with another call's answer.
    It is compared with the unused recorded call on its endpoint most like it (the most equal
-   top-level fields and leading array items; the earliest of equals) to name the first differing item: its JSON path and both values, or the id that was mapped
-   otherwise before, or that the recording has no more calls there.
+   top-level fields and leading array items; the earliest of equals) to name the first differing
+   item: its JSON path and both values, or the id that was mapped otherwise before, or that the
+   recording has no more calls there.
 """
 
 from __future__ import annotations
