@@ -91,6 +91,11 @@ class Replayer:
         """Whether a request there is a model or MCP call (recorded there, or a provider's API path)."""
         return (host, path) in self._endpoints or any(p.fullmatch(path) for _, p, _ in ROUTES)
 
+    def is_live(self) -> bool:
+        """Whether the replay has gone live (`--from N --live`, call N was sent)."""
+        with self.lock:
+            return self.options.live_from is not None and self.requests >= self.options.live_from
+
     def next_is_live(self, mcp: bool) -> bool:
         """Whether the next request goes live (counting it when it is a model request)."""
         with self.lock:
@@ -142,12 +147,12 @@ class ReplayServer(Server):
         body = _decoded(request)
         obj = _json(body)
         mcp = isinstance(obj, dict) and obj.get("jsonrpc") == "2.0"
-        known = mcp or self.replayer.known(host, path)
-        if known and self.replayer.next_is_live(mcp):
+        call = request.method == "POST" and (mcp or self.replayer.known(host, path))
+        if self.replayer.next_is_live(mcp) if call else self.replayer.is_live():
             self.replayer.count("live")
             await live.forward(writer, request, host, port, scheme, self.replayer.options)
             return False
-        if not known or request.method != "POST":
+        if not call:
             self.replayer.count("other")
             status = (
                 405
