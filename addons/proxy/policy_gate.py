@@ -18,6 +18,7 @@ from mitmproxy import http
 from addons import mcp
 from addons.proxy.flows import FlowState, collect_request
 from addons.proxy.hooks import guarded
+from addons.proxy.policy import McpTarget
 
 if TYPE_CHECKING:
     from addons.proxy.capture import Capsem
@@ -75,11 +76,12 @@ class PolicyGate:
         head = state.head
         endpoint = mcp.server_name(head.host, head.port, head.path)
         names = (endpoint, self.mcp_names[endpoint]) if endpoint in self.mcp_names else (endpoint,)
-        targets = [(names, c.tool_name) for c in calls if c.method == "tools/call" and c.tool_name]
-        policy = self.capture.policy
-        verdicts = [policy.decide(head.host, head.port, head.path, head.method, t) for t in targets or [None]]
-        order = ("denied", "warned", "allowed")
-        verdict = min(verdicts, key=lambda v: order.index(v.decision))
+        targets = [
+            McpTarget(names, c.tool_name, _arguments(c))
+            for c in calls
+            if c.method == "tools/call" and c.tool_name
+        ]
+        verdict = self.capture.policy.decide_request(head.host, head.port, head.path, head.method, targets)
         state.decision, state.matched_rule = verdict.decision, verdict.rule
         if verdict.decision == "warned":
             logger.warning("capsem: policy rule %s warns: %s %s:%s%s", verdict.rule, head.method, head.host,
@@ -113,3 +115,9 @@ class PolicyGate:
         name = mcp.learned_name(requests or [], answers)
         if name:
             self.mcp_names[mcp.server_name(state.head.host, state.head.port, state.head.path)] = name
+
+
+def _arguments(call: mcp.McpRequest) -> dict[str, Any] | None:
+    """A tools/call's `params.arguments` (None when its body did not carry them: a header-only call)."""
+    arguments = call.params.get("arguments") if isinstance(call.params, dict) else None
+    return arguments if isinstance(arguments, dict) else None
