@@ -19,6 +19,7 @@ _LAZY = {
     "inspect-session": "assembler.sessions_cli:inspect_session_cmd",
     "keep": "assembler.retention_cli:keep_cmd",
     "list-sessions": "assembler.sessions_cli:list_sessions_cmd",
+    "policy": "assembler.backtest_cli:policy",
     "query-session": "assembler.sessions_cli:query_session_cmd",
     "run": "assembler.run_cli:run",
     "schema": "assembler.sessions_cli:schema_cmd",
