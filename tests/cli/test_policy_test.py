@@ -45,8 +45,9 @@ def test_findings_per_rule_and_session_and_the_budget_that_would_have_refused(ho
     # anthropic call spends past the tiny limit, so the second is refused
     (budget,) = data["budgets"]
     openai_calls = {n["id"] for n in nets if n["domain"] == "api.openai.com"}
-    sent = [c for c in rows(session_db(home), "SELECT id, net_event_id, estimated_cost_usd AS cost FROM model_calls "
-                                              "ORDER BY timestamp, id") if c["net_event_id"] not in openai_calls]  # fmt: skip
+    ordered = rows(session_db(home), "SELECT id, net_event_id, estimated_cost_usd AS cost FROM model_calls "
+                                     "ORDER BY timestamp, id")  # fmt: skip
+    sent = [c for c in ordered if c["net_event_id"] not in openai_calls]
     assert sent[0]["cost"] > 0
     assert budget["first_refused"]["model_call_id"] == sent[1]["id"]
     assert budget["first_refused"]["spent_usd"] == pytest.approx(sent[0]["cost"])
