@@ -5,13 +5,25 @@ tests/e2e/test_policy_backtest.py."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import anthropic
+import httpx
 import pytest
+import uvicorn
+from mcp.server.fastmcp import FastMCP
 
 from tests.cli.conftest import recorded_id, run, session_db
 from tests.conftest import rows
+from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, http_client
+from tests.e2e.test_mcp import free_port, session_calls
 
 POLICY = """
 policy:
@@ -109,3 +121,129 @@ def test_unknown_session_missing_file_and_empty_home_are_clear_errors(home, tmp_
 def test_no_main_db_is_a_clear_error(capsem_home, tmp_path):
     out = run("policy", "test", str(policy_file(tmp_path)), code=1)
     assert "no main.db at" in out and "nothing to test" in out
+
+
+# --- the backtest agrees with the live proxy --------------------------------------------------
+
+LIVE_POLICY = """
+policy:
+  rules:
+    - {name: no-admin, action: deny, path: "/admin/*"}
+    - {name: no-rm-rf, action: deny, mcp_tool: run_command, mcp_args: {command: "rm -rf *"}}
+    - {name: watch-notes, action: warn, mcp_server: shell-server, mcp_tool: read_note}
+budgets:
+  tiny: {scope: session, limit_usd: 0.000001}
+"""
+
+
+@contextmanager
+def shell_server() -> Iterator[str]:
+    """A FastMCP server (the `mcp` SDK, Streamable HTTP) on loopback with a shell-like tool."""
+    server = FastMCP("shell-server", json_response=True, log_level="WARNING")
+
+    @server.tool()
+    def run_command(command: str) -> str:
+        """Run a command."""
+        return f"ran {command}"
+
+    @server.tool()
+    def read_note(name: str) -> str:
+        """Read a note."""
+        return f"note {name}"
+
+    port = free_port()
+    app = uvicorn.Server(uvicorn.Config(server.streamable_http_app(), host="127.0.0.1", port=port,
+                                        log_level="warning"))  # fmt: skip
+    thread = threading.Thread(target=app.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not app.started:
+        assert time.monotonic() < deadline, "MCP server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        app.should_exit = True
+        thread.join(10)
+
+
+def agent(proxy, emu, url: str) -> list[str]:
+    """The same traffic every time: plain HTTP, MCP tool calls (one client session each: a refused
+    call ends its session), model calls; what became of each."""
+    outcomes = []
+    with httpx.Client(proxy=proxy.url, timeout=30) as http:
+        for path in ("/admin/users", "/v1/models"):
+            outcomes.append(f"GET {path} {http.get(emu.http_url + path).status_code}")
+    for tool, arguments in (("run_command", {"command": "ls -la"}), ("run_command", {"command": "rm -rf /tmp/x"}),
+                            ("read_note", {"name": "todo"})):  # fmt: skip
+        try:
+            asyncio.run(session_calls(url, proxy, [lambda s, t=tool, a=arguments: s.call_tool(t, a)]))
+            outcomes.append(f"{tool} ok")
+        except BaseExceptionGroup:  # the SDK fails the session on the proxy's 403
+            outcomes.append(f"{tool} refused")
+    client = anthropic.Anthropic(api_key=ANTHROPIC_KEY, base_url=emu.http_url, http_client=http_client(proxy),
+                                 max_retries=0)  # fmt: skip
+    for _ in range(3):
+        try:
+            client.messages.create(
+                model="claude-sonnet-4-5", max_tokens=50, messages=[{"role": "user", "content": "hi"}]
+            )
+            outcomes.append("model ok")
+        except anthropic.APIStatusError as exc:
+            outcomes.append(f"model {exc.status_code}")
+    return outcomes
+
+
+def keyed(db: Path, net_ids: set[int] | None = None, decision: str | None = None) -> set[tuple]:
+    """Requests of a session as comparable keys: method, host, port, path, MCP tool and arguments,
+    and which of the identical ones it was (the 2nd model call)."""
+    nets = rows(db, "SELECT id, method, domain, port, path, decision FROM net_events ORDER BY id")
+    tools = {m["net_event_id"]: (m["tool_name"], json.loads(m["request_preview"]).get("arguments"))
+             for m in rows(db, "SELECT net_event_id, tool_name, request_preview FROM mcp_calls "
+                               "WHERE method = 'tools/call'")}  # fmt: skip
+    seen: Counter = Counter()
+    out = set()
+    for n in nets:
+        key = (n["method"], n["domain"], n["port"], n["path"], json.dumps(tools.get(n["id"])))
+        seen[key] += 1
+        if (net_ids is None or n["id"] in net_ids) and (decision is None or n["decision"] == decision):
+            out.add((*key, seen[key]))
+    return out
+
+
+def test_the_backtest_denies_what_the_proxy_then_denies_live(mitmdump, emu, capsem_home, tmp_path):
+    """Record with no policy; backtest a policy file on that session; record the same traffic with
+    the policy on: the requests denied (and warned about) live are those the backtest named."""
+    file = policy_file(tmp_path, LIVE_POLICY)
+    with shell_server() as url:
+        proxy = mitmdump()
+        before = agent(proxy, emu, url)
+        assert proxy.stop() == 0
+        (first,) = [p.parent for p in (capsem_home / "sessions").glob("*/session.db")]
+        data = json.loads(run("policy", "test", str(file), first.name, "--json"))
+        (capsem_home / "config.yaml").write_text(LIVE_POLICY)
+        proxy = mitmdump()
+        after = agent(proxy, emu, url)
+        assert proxy.stop() == 0
+    assert before == ["GET /admin/users 404", "GET /v1/models 200", "run_command ok", "run_command ok", "read_note ok",
+                      "model ok", "model ok", "model ok"]  # fmt: skip
+    assert after == ["GET /admin/users 403", "GET /v1/models 200", "run_command ok", "run_command refused",
+                     "read_note ok", "model ok", "model 402", "model 402"]  # fmt: skip
+    (second,) = [p.parent for p in (capsem_home / "sessions").glob("*/session.db") if p.parent != first]
+    db1, db2 = first / "session.db", second / "session.db"
+    denied = {f["net_event_id"] for f in data["findings"] if f["decision"] == "denied"}
+    (budget,) = data["budgets"]
+    refused = {
+        c["net_event_id"]
+        for c in rows(db1, "SELECT net_event_id FROM model_calls ORDER BY timestamp, id")[1:]
+    }
+    assert budget["refused_calls"] == 2 and budget["first_refused"]["model_call_id"] == 2
+    assert budget["saved_usd"] > 0
+    assert keyed(db1, denied | refused) == keyed(db2, decision="denied")
+    assert len(keyed(db2, decision="denied")) == 4  # /admin, rm -rf, two model calls past the budget
+    warned = {f["net_event_id"] for f in data["findings"] if f["decision"] == "warned"}
+    assert keyed(db1, warned) == keyed(db2, decision="warned") and len(warned) == 1
+    (rm,) = [f for f in data["findings"] if f["rule"] == "no-rm-rf"]
+    assert rm["mcp"]["tool"] == "run_command" and rm["mcp"]["server"] == "shell-server"
+    assert json.loads(rm["mcp"]["arguments"]) == {"command": "rm -rf /tmp/x"}
+    assert rm["process"] and rm["live_decision"] == "allowed"
