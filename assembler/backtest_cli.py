@@ -25,7 +25,7 @@ SESSION_ROWS = 20
 
 
 @dataclass(frozen=True)
-class Tested:
+class Tried:
     source: str
     """The settings file (or `current config`)."""
     rules: int
@@ -89,7 +89,7 @@ def test_cmd(args: tuple[str, ...], since: str | None, fail_on: tuple[str, ...],
             task = progress.add_task("testing sessions", total=len(picked.sessions))
             report = run(Backtest(rules, budgets), picked.sessions, needs,
                          lambda done, total: progress.update(task, completed=done, total=total))  # fmt: skip
-    tested = Tested(source, len(rules.rules), len(budgets), picked.skipped, picked.missing)
+    tested = Tried(source, len(rules.rules), len(budgets), picked.skipped, picked.missing)
     if as_json:
         click.echo(json.dumps(as_data(tested, report), indent=2))
     else:
@@ -132,7 +132,7 @@ def _refusal(r: Refusal | None) -> dict[str, Any] | None:
             "model": c.model, "host": c.host, "cost_usd": c.cost, "spent_usd": r.spent}  # fmt: skip
 
 
-def as_data(tested: Tested, report: Report) -> dict[str, Any]:
+def as_data(tested: Tried, report: Report) -> dict[str, Any]:
     """The report as JSON-ready data: every finding, per rule and per session counts, each budget."""
     rules = []
     for (rule, decision), found in _by_rule(report).items():
@@ -185,7 +185,7 @@ def _example(f: Finding, report: Report, width: int) -> list[str]:
     return [_cut(line, width) for line in lines]
 
 
-def show(tested: Tested, report: Report) -> None:
+def show(tested: Tried, report: Report) -> None:
     from rich import box
     from rich.markup import escape
     from rich.table import Table
