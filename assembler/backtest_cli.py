@@ -229,7 +229,8 @@ def show(tested: Tried, report: Report) -> None:
             if len(per) > SESSION_ROWS:
                 out.print(f"… and {len(per) - SESSION_ROWS:,} more (--json lists them all)", highlight=False)
     if report.budgets:
-        out.print()
+        if not by_rule:  # a table ends with a blank line of its own
+            out.print()
         _budgets(out, report)
 
 
