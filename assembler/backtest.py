@@ -117,6 +117,8 @@ class Report:
     model_calls: int = 0
     findings: list[Finding] = field(default_factory=list)
     budgets: list[BudgetOutcome] = field(default_factory=list)
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """Sessions that could not be read (damaged, or culled meanwhile) -> why."""
     arguments: dict[tuple[str, int], str] = field(default_factory=dict)
     """(session, MCP call id) -> the arguments of a finding's call as stored (JSON text), for showing."""
 
@@ -148,6 +150,10 @@ class Backtest:
     @property
     def arguments(self) -> dict[tuple[str, int], str]:
         return self._report.arguments
+
+    def unreadable(self, session_id: str, reason: str) -> None:
+        """A session that could not be read: reported, the others still tested."""
+        self._report.unreadable[session_id] = reason
 
     def add(self, session: Session) -> None:
         report = self._report

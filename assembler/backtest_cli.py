@@ -89,11 +89,11 @@ def test_cmd(args: tuple[str, ...], since: str | None, fail_on: tuple[str, ...],
             task = progress.add_task("testing sessions", total=len(picked.sessions))
             report = run(Backtest(rules, budgets), picked.sessions, needs,
                          lambda done, total: progress.update(task, completed=done, total=total))  # fmt: skip
-    tested = Tried(source, len(rules.rules), len(budgets), picked.skipped, picked.missing)
+    tried = Tried(source, len(rules.rules), len(budgets), picked.skipped, picked.missing)
     if as_json:
-        click.echo(json.dumps(as_data(tested, report), indent=2))
+        click.echo(json.dumps(as_data(tried, report), indent=2))
     else:
-        show(tested, report)
+        show(tried, report)
     found = report.decisions() & {FAIL_ON[f] for f in fail_on}
     if found:
         click.echo(f"--fail-on: requests would have been {', '.join(sorted(found))}", err=True)
@@ -132,7 +132,7 @@ def _refusal(r: Refusal | None) -> dict[str, Any] | None:
             "model": c.model, "host": c.host, "cost_usd": c.cost, "spent_usd": r.spent}  # fmt: skip
 
 
-def as_data(tested: Tried, report: Report) -> dict[str, Any]:
+def as_data(tried: Tried, report: Report) -> dict[str, Any]:
     """The report as JSON-ready data: every finding, per rule and per session counts, each budget."""
     rules = []
     for (rule, decision), found in _by_rule(report).items():
@@ -146,8 +146,13 @@ def as_data(tested: Tried, report: Report) -> dict[str, Any]:
         for o in report.budgets
     ]  # fmt: skip
     return {
-        "file": tested.source,
-        "sessions": {"tested": report.sessions, "skipped": tested.skipped, "missing": tested.missing},
+        "file": tried.source,
+        "sessions": {
+            "tested": report.sessions,
+            "skipped": tried.skipped,
+            "missing": tried.missing,
+            "unreadable": report.unreadable,
+        },
         "totals": {
             "requests": report.requests,
             "mcp_calls": report.mcp_calls,
@@ -185,7 +190,7 @@ def _example(f: Finding, report: Report, width: int) -> list[str]:
     return [_cut(line, width) for line in lines]
 
 
-def show(tested: Tried, report: Report) -> None:
+def show(tried: Tried, report: Report) -> None:
     from rich import box
     from rich.markup import escape
     from rich.table import Table
@@ -194,16 +199,18 @@ def show(tested: Tried, report: Report) -> None:
 
     out = console()
     width = out.width
-    extra = [f"{counted(tested.skipped, 'session')} with nothing to match"] if tested.skipped else []
-    extra += [f"{counted(tested.missing, 'session')} culled"] if tested.missing else []
-    out.print(f"{escape(tested.source)}: {counted(tested.rules, 'rule')}, {counted(tested.budgets, 'budget')}",
+    extra = [f"{counted(tried.skipped, 'session')} with nothing to match"] if tried.skipped else []
+    extra += [f"{counted(tried.missing, 'session')} culled"] if tried.missing else []
+    out.print(f"{escape(tried.source)}: {counted(tried.rules, 'rule')}, {counted(tried.budgets, 'budget')}",
               highlight=False)  # fmt: skip
     out.print(f"tried on {counted(len(report.sessions), 'session')}"
               + (f" ({', '.join(extra)} not read)" if extra else "")
               + f": {counted(report.requests, 'request')}, {counted(report.mcp_calls, 'MCP tool call')}, "
               f"{counted(report.model_calls, 'model call')}", highlight=False)  # fmt: skip
+    for session_id, reason in report.unreadable.items():
+        out.print(f"[yellow]not read:[/] {escape(session_id)}: {escape(reason)}", highlight=False)
     by_rule = _by_rule(report)
-    if tested.rules:
+    if tried.rules:
         out.print()
         if not by_rule:
             out.print("Rules: no request would have been denied, warned about or asked for.", highlight=False)

@@ -1,10 +1,12 @@
 """The recorded traffic `capsem policy test` evaluates: sessions picked from main.db, each read from
 its session.db over one read-only connection, only the columns the policy and budgets need.
 
-A session that cannot match is not opened (main.db's rollup says it made no request, MCP call or
-model call that a rule or budget could see). An MCP call's arguments are read from its stored
-request body (`event_body_blobs`, whole and scrubbed) only when a rule that needs them reaches
-them (`LazyArguments`); the `request_preview` column stands in for a body that was not stored.
+Rows of upstream connections that failed before any request existed (method CONNECT: no policy
+hook ever saw them) are not requests. A session that cannot match is not opened (main.db's
+rollup says it made no request, MCP call or model call that a rule or budget could see). An MCP
+call's arguments are read from its stored request body (`event_body_blobs`, whole and scrubbed)
+only when a rule that needs them reaches them (`LazyArguments`); the `request_preview` column
+stands in for a body that was not stored. A session that cannot be read is reported, not fatal.
 """
 
 from __future__ import annotations
@@ -19,7 +21,15 @@ from addons.mcp import parse_request
 from addons.proxy.policy import Policy
 from addons.recorder.bodies import read_body
 from assembler.backtest import Backtest, McpCall, ModelCall, Report, Request, Session
-from assembler.sessiondb import MainDbMissing, SessionNotFound, db_file, open_main, open_session, resolve
+from assembler.sessiondb import (
+    MainDbMissing,
+    SessionDbError,
+    SessionNotFound,
+    db_file,
+    open_main,
+    open_session,
+    resolve,
+)
 from capsem.settings import Budget
 
 
@@ -96,13 +106,20 @@ def run(backtest: Backtest, session_ids: list[str], needs: Needs,
     """Feed each session to `backtest` over one connection (closed before the next opens), with
     the arguments of the MCP calls among its findings kept for showing; the report."""
     for n, session_id in enumerate(session_ids, 1):
-        with open_session(session_id) as conn:
-            before = len(backtest.findings)
-            backtest.add(read_session(conn, session_id, needs))
-            ids = [f.call.id for f in backtest.findings[before:] if f.call is not None]
-            if ids:
+        try:
+            with open_session(session_id) as conn:
+                session = read_session(conn, session_id, needs)
+                before = len(backtest.findings)
+                backtest.add(session)
+                ids = [f.call.id for f in backtest.findings[before:] if f.call is not None]
                 for call_id, text in arguments_text(conn, ids).items():
                     backtest.arguments[(session_id, call_id)] = text
+        except (
+            sqlite3.DatabaseError,
+            SessionNotFound,
+            SessionDbError,
+        ) as exc:  # damaged, or culled meanwhile
+            backtest.unreadable(session_id, str(exc))
         if on_progress:
             on_progress(n, len(session_ids))
     return backtest.report()
@@ -129,7 +146,7 @@ def read_session(conn: sqlite3.Connection, session_id: str, needs: Needs) -> Ses
                     r["process_name"], r["pid"], r["decision"], tuple(calls.get(r["id"], ())))
             for r in conn.execute(
                 "SELECT id, timestamp, domain, port, path, method, process_name, pid, decision FROM net_events "
-                f"WHERE method IS NOT NULL{where} ORDER BY id"
+                f"WHERE method IS NOT NULL AND method != 'CONNECT'{where} ORDER BY id"
             )
         ]  # fmt: skip
     model_calls: list[ModelCall] = []

@@ -115,7 +115,7 @@ KINDS = [
     ("policy:\n  rules: [{action: block, host: '*.example'}]\n",
      "policy.rules[1].action must be allow, warn or deny, got 'block'"),
     ("policy:\n  rules: [{action: deny}]\n",
-     "policy.rules[1] must name something to match (host, port, path, method, mcp_server, mcp_tool), "
+     "policy.rules[1] must name something to match (host, port, path, method, mcp_server, mcp_tool, mcp_args), "
      "got {'action': 'deny'}"),
     ("policy:\n  rules: [{action: deny, port: 99999}]\n",
      "policy.rules[1].port must be a port number (1-65535), got 99999"),

@@ -46,7 +46,7 @@ def test_findings_per_rule_and_session_and_the_budget_that_would_have_refused(ho
     session = recorded_id(home)
     nets = rows(session_db(home), "SELECT id, domain, path, method FROM net_events ORDER BY id")
     calls = rows(session_db(home), "SELECT id, estimated_cost_usd AS cost FROM model_calls ORDER BY id")
-    assert data["sessions"] == {"tested": [session], "skipped": 0, "missing": 0}
+    assert data["sessions"] == {"tested": [session], "skipped": 0, "missing": 0, "unreadable": {}}
     assert data["totals"] == {"requests": len(nets), "mcp_calls": 0, "model_calls": len(calls)}
     expected = {("no-openai", "denied", n["id"]) for n in nets if n["domain"] == "api.openai.com"}
     expected |= {("watch-claude", "warned", n["id"]) for n in nets if n["domain"] == "api.anthropic.com"}
