@@ -32,6 +32,8 @@ class Tried:
     budgets: int
     skipped: int
     missing: int
+    mcp_only: bool = False
+    """Every rule is an MCP rule: only requests that carried a tools/call were read."""
 
 
 @click.group("policy")
@@ -89,7 +91,7 @@ def test_cmd(args: tuple[str, ...], since: str | None, fail_on: tuple[str, ...],
             task = progress.add_task("testing sessions", total=len(picked.sessions))
             report = run(Backtest(rules, budgets), picked.sessions, needs,
                          lambda done, total: progress.update(task, completed=done, total=total))  # fmt: skip
-    tried = Tried(source, len(rules.rules), len(budgets), picked.skipped, picked.missing)
+    tried = Tried(source, len(rules.rules), len(budgets), picked.skipped, picked.missing, needs.mcp_only)
     if as_json:
         click.echo(json.dumps(as_data(tried, report), indent=2))
     else:
@@ -203,10 +205,14 @@ def show(tried: Tried, report: Report) -> None:
     extra += [f"{counted(tried.missing, 'session')} culled"] if tried.missing else []
     out.print(f"{escape(tried.source)}: {counted(tried.rules, 'rule')}, {counted(tried.budgets, 'budget')}",
               highlight=False)  # fmt: skip
+    decided = []
+    if tried.rules:  # with MCP rules only, only the requests that carried a tools/call are read
+        noun = "MCP request" if tried.mcp_only else "request"
+        decided += [counted(report.requests, noun), counted(report.mcp_calls, "MCP tool call")]
+    decided += [counted(report.model_calls, "model call")] if tried.budgets else []
     out.print(f"tried on {counted(len(report.sessions), 'session')}"
               + (f" ({', '.join(extra)} not read)" if extra else "")
-              + f": {counted(report.requests, 'request')}, {counted(report.mcp_calls, 'MCP tool call')}, "
-              f"{counted(report.model_calls, 'model call')}", highlight=False)  # fmt: skip
+              + f": {', '.join(decided)}", highlight=False)  # fmt: skip
     for session_id, reason in report.unreadable.items():
         out.print(f"[yellow]not read:[/] {escape(session_id)}: {escape(reason)}", highlight=False)
     by_rule = _by_rule(report)
