@@ -20,6 +20,7 @@ import pytest
 import uvicorn
 from mcp.server.fastmcp import FastMCP
 
+from capsem.schema import open_main_db
 from tests.cli.conftest import recorded_id, run, session_db
 from tests.conftest import rows
 from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, http_client
@@ -118,9 +119,13 @@ def test_unknown_session_missing_file_and_empty_home_are_clear_errors(home, tmp_
     assert "is not a day" in run("policy", "test", file, "--since", "soon", code=2)
 
 
-def test_no_main_db_is_a_clear_error(capsem_home, tmp_path):
+def test_no_main_db_or_an_empty_one_is_a_clear_error(capsem_home, tmp_path):
     out = run("policy", "test", str(policy_file(tmp_path)), code=1)
     assert "no main.db at" in out and "nothing to test" in out
+    open_main_db(capsem_home / "main.db").close()
+    assert (
+        run("policy", "test", str(policy_file(tmp_path)), code=1) == "Error: main.db holds no session yet\n"
+    )
 
 
 # --- the backtest agrees with the live proxy --------------------------------------------------
