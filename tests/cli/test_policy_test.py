@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,14 +15,13 @@ from pathlib import Path
 import anthropic
 import httpx
 import pytest
-import uvicorn
 from mcp.server.fastmcp import FastMCP
 
 from capsem.schema import open_main_db
 from tests.cli.conftest import recorded_id, run, session_db
 from tests.conftest import rows
 from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, http_client
-from tests.e2e.test_mcp import free_port, session_calls
+from tests.e2e.test_mcp import asgi_server, session_calls
 
 POLICY = """
 policy:
@@ -156,20 +153,8 @@ def shell_server() -> Iterator[str]:
         """Read a note."""
         return f"note {name}"
 
-    port = free_port()
-    app = uvicorn.Server(uvicorn.Config(server.streamable_http_app(), host="127.0.0.1", port=port,
-                                        log_level="warning"))  # fmt: skip
-    thread = threading.Thread(target=app.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not app.started:
-        assert time.monotonic() < deadline, "MCP server did not start"
-        time.sleep(0.05)
-    try:
+    with asgi_server(server.streamable_http_app()) as port:
         yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        app.should_exit = True
-        thread.join(10)
 
 
 def agent(proxy, emu, url: str) -> list[str]:
