@@ -223,9 +223,11 @@ def show(tried: Tried, report: Report) -> None:
         for (rule, decision), found in by_rule.items():
             sessions = Counter(f.session for f in found)
             style = {"denied": "bold red", "warned": "yellow"}.get(decision, "bold")
+            already = sum(1 for f in found if f.request.live == decision)
+            note = f" ({already:,} {decision} live)" if already else ""
             out.print(f"[{style}]{escape(rule)}[/] would have {PHRASES.get(decision, decision)} "
                       f"{counted(len(found), 'request')} "
-                      f"in {counted(len(sessions), 'session')}, e.g.:", highlight=False)  # fmt: skip
+                      f"in {counted(len(sessions), 'session')}{note}, e.g.:", highlight=False)  # fmt: skip
             for f in found[:EXAMPLES]:
                 for line in _example(f, report, width):
                     out.print(escape(line), highlight=False, overflow="ignore", crop=True)

@@ -237,3 +237,7 @@ def test_the_backtest_denies_what_the_proxy_then_denies_live(mitmdump, emu, caps
     assert rm["mcp"]["tool"] == "run_command" and rm["mcp"]["server"] == "shell-server"
     assert json.loads(rm["mcp"]["arguments"]) == {"command": "rm -rf /tmp/x"}
     assert rm["process"] and rm["live_decision"] == "allowed"
+    # both sessions: the second was recorded with the policy on, and the report says so
+    text = run("policy", "test", str(file))
+    assert "no-rm-rf would have denied 2 requests in 2 sessions (1 denied live), e.g.:" in text
+    assert 'MCP shell-server > run_command {"command":"rm -rf /tmp/x"}' in text
