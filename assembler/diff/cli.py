@@ -1,0 +1,47 @@
+"""The `capsem diff` command (the work is in assembler/diff/)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import click
+
+from assembler.cli_support import console, user_errors
+
+
+@click.command("diff")
+@click.argument("a", metavar="A")
+@click.argument("b", metavar="B")
+@click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
+def diff(a: str, b: str, as_json: bool) -> None:
+    """Compare two sessions call by call: what changed from A to B.
+
+    The calls of both are lined up in order (a call only one session made is shown as such) and
+    for each pair it shows what changed: the system prompt (a unified diff), tools added, removed
+    or changed, the new items sent, the answer, the tool calls the model made and their results,
+    model, tokens and cost; then the totals. Ids and timings differ on every run and are never
+    counted as changes (dimmed). A and B: session ids or unique prefixes of them.
+
+    \b
+    Examples:
+        capsem diff 20260327-154418-f907 20260327-160102-a1b2
+        capsem diff 20260327-1544 20260327-1601 --json
+    """
+    from assembler.diff.compare import compare
+    from assembler.diff.load import load_run
+    from assembler.diff.text import as_json as to_json
+    from assembler.diff.text import render
+    from assembler.sessiondb import open_session, resolve
+    from assembler.view.queries import IncompleteDatabase
+
+    runs = []
+    with user_errors(IncompleteDatabase, sqlite3.DatabaseError):
+        for session_id in (resolve(a), resolve(b)):
+            with open_session(session_id) as conn:
+                runs.append(load_run(conn, session_id))
+    found = compare(*runs)
+    if as_json:
+        click.echo(json.dumps(to_json(found), indent=2, ensure_ascii=False))
+        return
+    render(found, console())
