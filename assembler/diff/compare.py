@@ -1,8 +1,8 @@
 """Two runs lined up call by call, and what changed: pure functions over `load.Run`.
 
 Alignment: the calls of each session in order are matched by a sequence alignment (difflib) on
-a signature that names what a call is for and not what it says: provider, endpoint, and the
-kinds and roles of its new conversation items with the text of a new user message. Within a
+a signature that names what a call is for and not what it says: provider, endpoint, the user
+message that started its turn, and the kinds and roles of its new conversation items. Within a
 stretch that does not line up, calls of the same provider and endpoint are paired in order; the
 rest are calls only one session made. Ids (call ids, tool call ids, turn ids) and timings
 (timestamps, durations) are never changes: they are kept apart (`CallDiff.ignored`).
@@ -103,12 +103,9 @@ class SessionDiff:
 
 
 def signature(call: Call) -> tuple:
-    """What a call is for: provider, endpoint, its new conversation items' kinds and roles and the
-    text of a new user message."""
-    said = tuple(
-        (p.kind, p.role, p.text if p.role == "user" and p.kind == "message" else "") for p in call.new_items
-    )
-    return (call.provider, call.endpoint, said)
+    """What a call is for: provider, endpoint, the user message that started its turn and the kinds
+    and roles of its new conversation items."""
+    return (call.provider, call.endpoint, call.ask, tuple((p.kind, p.role) for p in call.new_items))
 
 
 def align(a: tuple[Call, ...], b: tuple[Call, ...]) -> list[tuple[Call | None, Call | None]]:

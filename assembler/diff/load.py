@@ -79,10 +79,14 @@ class Call:
     cost: float
     timestamp: str
     duration_ms: int
+    ask: str
+    """The text of the user message that started its turn (the last one the call or an earlier call
+    of its turn sent)."""
     system: str | None
     tools: tuple[ToolDef, ...]
     new_items: tuple[Piece, ...]
     answer: tuple[Piece, ...]
+    """Its output items but tool calls: thinking, text."""
     tool_uses: tuple[ToolUse, ...]
 
 
@@ -142,10 +146,14 @@ def load_run(conn: sqlite3.Connection, session_id: str) -> Run:
     tools = _tools_for(conn, found, [r["id"] for r in rows])
     items = _Items(conn, found)
     turns: dict[str, int] = {}
+    asks: dict[int, str] = {}
     calls = []
     for row in rows:
         node = _node(row, None, 0.0, 0)
         turn = turns.setdefault(row["turn_id"], len(turns) + 1) if row.get("turn_id") else 0
+        new_items = items.new(row["id"], "input")
+        said = [p.text for p in new_items if p.kind == "message" and p.role == "user"]
+        ask = asks[turn] = said[-1] if said else asks.get(turn, "")
         uses = tuple(
             ToolUse(t.name, _arguments(t.arguments), t.result, t.result_error, t.call_id)
             for t in tools.get(row["id"], [])
@@ -155,7 +163,7 @@ def load_run(conn: sqlite3.Connection, session_id: str) -> Run:
             model=node.model, status=node.status_code, error=node.error, stop_reason=node.stop_reason,
             input_tokens=node.input_tokens, output_tokens=node.output_tokens, cache_read=node.cache_read,
             cache_write=node.cache_write, cost=node.cost, timestamp=node.timestamp, duration_ms=node.duration_ms,
-            system=items.system(row), tools=items.tools(row), new_items=items.new(row["id"], "input"),
+            ask=ask, system=items.system(row), tools=items.tools(row), new_items=new_items,
             answer=items.new(row["id"], "output") or _plain_answer(row), tool_uses=uses,
         ))  # fmt: skip
     return Run(session_id, tuple(calls))
@@ -214,7 +222,8 @@ class _Items:
         return self._tools[key]
 
     def new(self, call_id: int, direction: str) -> tuple[Piece, ...]:
-        """The call's new input items (conversation only) or its output items."""
+        """The call's new input items (conversation only) or its output items (but its tool calls,
+        compared with their results as `Call.tool_uses`)."""
         if not self.has_items:
             return ()
         rows = self.conn.execute("SELECT kind, role, content_hash FROM model_items WHERE model_call_id = ? AND "
@@ -222,5 +231,5 @@ class _Items:
         return tuple(
             Piece(kind, role, piece_text(kind, self.content(h)))
             for kind, role, h in rows
-            if direction == "output" or kind in CONVERSATION
+            if (kind in CONVERSATION if direction == "input" else kind != "tool_call")
         )

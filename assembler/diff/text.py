@@ -7,6 +7,7 @@ from dataclasses import asdict
 from typing import Any
 
 from rich.console import Console, Group
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -60,27 +61,37 @@ def _what(d: CallDiff) -> str:
     return f"{turn}{call.provider} {model}"
 
 
-def _excerpt(text: str, style: str, mark: str) -> list[Text]:
+MAX_LINE = 300
+"""Characters of one line of an item shown (the rest: `capsem show-call`)."""
+
+
+def _at(indent: int, text: str, style: str = "") -> Padding:
+    """`text` indented, its folded lines under its first (never back at column 0)."""
+    return Padding(Text(text, style=style), (0, 0, 0, indent), expand=False)
+
+
+def _excerpt(text: str, style: str, mark: str) -> list[Padding]:
     lines = text.strip().splitlines() or [""]
-    out = [Text(f"      {mark} {line}", style=style) for line in lines[:LINES_PER_TEXT]]
+    out = [_at(6, f"{mark} " + (line if len(line) <= MAX_LINE else line[:MAX_LINE] + "…"), style)
+           for line in lines[:LINES_PER_TEXT]]  # fmt: skip
     if len(lines) > LINES_PER_TEXT:
-        out.append(Text(f"        … ({len(lines) - LINES_PER_TEXT} more lines)", style="dim"))
+        out.append(_at(8, f"… ({len(lines) - LINES_PER_TEXT} more lines)", "dim"))
     return out
 
 
-def _pieces(title: str, changes: tuple[PieceChange, ...]) -> list[Text]:
-    out = [Text(f"  {title}:", style="bold")]
+def _pieces(title: str, changes: tuple[PieceChange, ...]) -> list[Padding]:
+    out = [_at(2, f"{title}:", "bold")]
     for c in changes:
         mark, style = ("+", "green") if c.op == "added" else ("-", "red")
         who = f"{c.piece.role} {c.piece.kind}" if c.piece.role else c.piece.kind
-        out.append(Text(f"    {mark} {who.replace('_', ' ')} ({'only in B' if c.op == 'added' else 'only in A'})",
-                        style=style))  # fmt: skip
+        where = "only in B" if c.op == "added" else "only in A"
+        out.append(_at(4, f"{mark} {who.replace('_', ' ')} ({where})", style))
         out += _excerpt(c.piece.text, style, mark)
     return out
 
 
-def _uses(changes: tuple[UseChange, ...]) -> list[Text]:
-    out = [Text("  tool calls the model made:", style="bold")]
+def _uses(changes: tuple[UseChange, ...], title: str = "tool calls the model made:") -> list[Padding]:
+    out = [_at(2, title, "bold")]
     for c in changes:
         for side, mark, style in (("a", "-", "red"), ("b", "+", "green")):
             use = getattr(c, side)
@@ -88,44 +99,55 @@ def _uses(changes: tuple[UseChange, ...]) -> list[Text]:
                 continue
             result = "no result" if use.result is None else ("✗ " if use.is_error else "→ ") + use.result
             first = result.strip().splitlines()[0] if result.strip() else result
-            out.append(Text(f"    {mark} {use.name}({use.arguments}) {first}", style=style))
+            out.append(_at(4, f"{mark} {use.name}({use.arguments[:MAX_LINE]}) {first[:MAX_LINE]}", style))
     return out
 
 
-def _diff_lines(lines: tuple[str, ...]) -> list[Text]:
+def _diff_lines(lines: tuple[str, ...]) -> list[Padding]:
     style = {"+": "green", "-": "red", "@": "cyan"}
-    return [Text(f"      {line}", style=style.get(line[:1], "")) for line in lines]
+    return [_at(6, line, style.get(line[:1], "")) for line in lines]
 
 
-def call_block(d: CallDiff, index: dict[int, CallDiff]) -> list[Text]:
+def _only(d: CallDiff) -> list[Padding]:
+    """What a call only one session made sent and did."""
+    call = d.a or d.b
+    assert call is not None
+    mark = "-" if d.only == "a" else "+"
+    side = "only in A" if d.only == "a" else "only in B"
+    pieces = tuple(PieceChange("removed" if d.only == "a" else "added", p) for p in call.new_items)
+    out = _pieces("new items", pieces) if pieces else []
+    uses = tuple(UseChange("removed" if d.only == "a" else "added", u if d.only == "a" else None,
+                           None if d.only == "a" else u) for u in call.tool_uses)  # fmt: skip
+    if uses:
+        out += _uses(uses)
+    facts = f"{call.input_tokens:,} in, {call.output_tokens:,} out, {value('cost', call.cost)}"
+    return [*out, _at(2, f"{mark} {facts} ({side})", "red" if d.only == "a" else "green")]
+
+
+def _same_as(what: str, seen: CallDiff) -> Padding:
+    return _at(2, f"{what}: changed as in call {_ids(seen.a)} ↔ {_ids(seen.b)}", "dim")
+
+
+def call_block(d: CallDiff, index: dict[int, CallDiff]) -> list[Text | Padding]:
     """One changed pair (or a call only one session made)."""
     head = Text(f"call {_ids(d.a)} ↔ {_ids(d.b)}", style="bold")
     head.append(f" · {_what(d)}")
     if d.only:
         head.append(f" · only in {d.only.upper()}", style="yellow")
-        return [head]
-    out = [head]
-    if d.system:
-        if d.system_as_in is not None:
-            seen = index[d.system_as_in]
-            out.append(
-                Text(f"  system prompt: changed as in call {_ids(seen.a)} ↔ {_ids(seen.b)}", style="dim")
-            )
-        else:
-            out += [Text("  system prompt:", style="bold"), *_diff_lines(d.system)]
-    if d.tools:
-        if d.tools_as_in is not None:
-            seen = index[d.tools_as_in]
-            out.append(Text(f"  tools: changed as in call {_ids(seen.a)} ↔ {_ids(seen.b)}", style="dim"))
-        else:
-            out.append(Text("  tools:", style="bold"))
-            for t in d.tools:
-                mark, style = {"added": ("+", "green"), "removed": ("-", "red")}.get(
-                    t.change, ("~", "yellow")
-                )
-                what = f" ({', '.join(t.fields)} changed)" if t.fields else f" ({t.change})"
-                out.append(Text(f"    {mark} {t.name}{what}", style=style))
-                out += _diff_lines(t.diff)
+        return [head, *_only(d)]
+    out: list[Text | Padding] = [head]
+    if d.system and d.system_as_in is not None:
+        out.append(_same_as("system prompt", index[d.system_as_in]))
+    elif d.system:
+        out += [_at(2, "system prompt:", "bold"), *_diff_lines(d.system)]
+    if d.tools and d.tools_as_in is not None:
+        out.append(_same_as("tools", index[d.tools_as_in]))
+    elif d.tools:
+        out.append(_at(2, "tools:", "bold"))
+        for t in d.tools:
+            mark, style = {"added": ("+", "green"), "removed": ("-", "red")}.get(t.change, ("~", "yellow"))
+            what = f" ({', '.join(t.fields)} changed)" if t.fields else f" ({t.change})"
+            out += [_at(4, f"{mark} {t.name}{what}", style), *_diff_lines(t.diff)]
     if d.items:
         out += _pieces("new items", d.items)
     if d.answer:
@@ -133,7 +155,7 @@ def call_block(d: CallDiff, index: dict[int, CallDiff]) -> list[Text]:
     if d.tool_uses:
         out += _uses(d.tool_uses)
     if d.fields:
-        out.append(Text("  " + " · ".join(f"{label(f.what)} {change(f)}" for f in d.fields)))
+        out.append(_at(2, " · ".join(f"{label(f.what)} {change(f)}" for f in d.fields)))
     return out
 
 
@@ -177,9 +199,10 @@ def render(diff: SessionDiff, console: Console) -> None:
         same_calls = len(diff.calls) - len(changed)
         rest = f", {same_calls} the same but ids and timings" if same_calls else ""
         console.print(f"{len(changed)} of {len(diff.calls)} calls changed{rest}")
-        what = ", ".join(f"{k} ({n} {'call' if n == 1 else 'calls'})" if not k.startswith("calls") else f"{k}: {n}"
-                         for k, n in kinds_changed(diff))  # fmt: skip
-        console.print(Text(f"changed: {what}", style="yellow"))
+        what = [f"{k} ({n} {'call' if n == 1 else 'calls'})" if not k.startswith("calls") else f"{k}: {n}"
+                for k, n in kinds_changed(diff)]  # fmt: skip
+        for line in _greedy(["changed:", *what], console.width):
+            console.print(Text(line, style="yellow"))
     index = dict(enumerate(diff.calls))
     same: list[CallDiff] = []
     for d in diff.calls:
@@ -191,10 +214,23 @@ def render(diff: SessionDiff, console: Console) -> None:
         console.print()
         console.print(Group(*call_block(d, index)))
         if d.ignored:
-            console.print(Text(f"  ids and timings differ: {_ignored(d)}", style="dim"))
+            console.print(_at(2, f"ids and timings differ: {_ignored(d)}", "dim"))
     _print_same(console, same)
     console.print()
     console.print(totals_table(diff))
+
+
+def _greedy(parts: list[str], width: int) -> list[str]:
+    """`parts` joined by `, ` into lines at most `width` wide, never splitting a part."""
+    lines = [parts[0]]
+    for i, part in enumerate(parts[1:]):
+        sep = " " if i == 0 else ", "
+        if len(lines[-1]) + len(sep) + len(part) + 1 <= width:
+            lines[-1] += sep + part
+        else:
+            lines[-1] += "," if i else ""
+            lines.append("  " + part)
+    return lines
 
 
 def _print_same(console: Console, same: list[CallDiff]) -> None:

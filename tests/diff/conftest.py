@@ -20,7 +20,9 @@ from tests.conftest import environ
 
 CHANGED_SYSTEM = SYSTEM.replace("terse", "brief")
 CHANGED_TOOL = {**WEATHER_TOOL, "description": "Today's weather for a city"}
-assert len(CHANGED_SYSTEM) == len(SYSTEM) and len(CHANGED_TOOL["description"]) == len(WEATHER_TOOL["description"])
+assert len(CHANGED_SYSTEM) == len(SYSTEM) and len(CHANGED_TOOL["description"]) == len(
+    WEATHER_TOOL["description"]
+)
 
 
 @dataclass(frozen=True)
