@@ -236,10 +236,20 @@ def totals(run: Run) -> dict[str, float | int]:
     }
 
 
+def alone(a: Call | None, b: Call | None) -> CallDiff:
+    """A call only one run made: its new items and tool calls as removed (only in A) or added."""
+    call, op = (a, "removed") if b is None else (b, "added")
+    assert call is not None
+    uses = tuple(
+        UseChange(op, u if op == "removed" else None, u if op == "added" else None) for u in call.tool_uses
+    )
+    return CallDiff(a, b, items=tuple(PieceChange(op, p) for p in call.new_items), tool_uses=uses)
+
+
 def compare(a: Run, b: Run) -> SessionDiff:
     """Run `a` against run `b`, call by call, with the totals of each."""
     diffs = [
-        compare_calls(x, y) if x is not None and y is not None else CallDiff(x, y)
+        compare_calls(x, y) if x is not None and y is not None else alone(x, y)
         for x, y in align(a.calls, b.calls)
     ]
     ta, tb = totals(a), totals(b)

@@ -112,16 +112,10 @@ def _only(d: CallDiff) -> list[Padding]:
     """What a call only one session made sent and did."""
     call = d.a or d.b
     assert call is not None
-    mark = "-" if d.only == "a" else "+"
-    side = "only in A" if d.only == "a" else "only in B"
-    pieces = tuple(PieceChange("removed" if d.only == "a" else "added", p) for p in call.new_items)
-    out = _pieces("new items", pieces) if pieces else []
-    uses = tuple(UseChange("removed" if d.only == "a" else "added", u if d.only == "a" else None,
-                           None if d.only == "a" else u) for u in call.tool_uses)  # fmt: skip
-    if uses:
-        out += _uses(uses)
+    out = _pieces("new items", d.items) if d.items else []
+    out += _uses(d.tool_uses) if d.tool_uses else []
     facts = f"{call.input_tokens:,} in, {call.output_tokens:,} out, {value('cost', call.cost)}"
-    return [*out, _at(2, f"{mark} {facts} ({side})", "red" if d.only == "a" else "green")]
+    return [*out, _at(2, f"tokens {facts}", "red" if d.only == "a" else "green")]
 
 
 def _same_as(what: str, seen: CallDiff) -> Padding:
@@ -176,11 +170,14 @@ def kinds_changed(diff: SessionDiff) -> list[tuple[str, int]]:
     counts = {
         "calls only in A": sum(d.only == "a" for d in diff.calls),
         "calls only in B": sum(d.only == "b" for d in diff.calls),
-        "system prompt": sum(bool(d.system) for d in diff.calls),
-        "tools": sum(bool(d.tools) for d in diff.calls),
-        "new items": sum(bool(d.items) for d in diff.calls),
-        "answer": sum(bool(d.answer) for d in diff.calls),
-        "tool calls": sum(bool(d.tool_uses) for d in diff.calls),
+    }
+    paired = [d for d in diff.calls if not d.only]
+    counts |= {
+        "system prompt": sum(bool(d.system) for d in paired),
+        "tools": sum(bool(d.tools) for d in paired),
+        "new items": sum(bool(d.items) for d in paired),
+        "answer": sum(bool(d.answer) for d in paired),
+        "tool calls": sum(bool(d.tool_uses) for d in paired),
     }
     for d in diff.calls:
         for f in d.fields:

@@ -1,0 +1,86 @@
+"""The `/diff/A/B` page of `capsem view` in real headless Chromium (offline: every host but
+127.0.0.1 unresolvable), on the sessions recorded through mitmdump (conftest.py), and the session
+page's "compare with…" form. Screenshots at desktop and phone widths go to test-artifacts/diff/."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from html import unescape
+
+import httpx
+import pytest
+
+from tests.bundle.conftest import chromium
+from tests.conftest import ARTIFACTS
+
+SHOTS = ARTIFACTS / "diff"
+OFFLINE = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
+
+
+@pytest.fixture(scope="module")
+def served(recorded_runs):
+    server = subprocess.Popen([sys.executable, "-m", "assembler", "view", "--no-open", "--port", "0"],
+                              env={**os.environ, "CAPSEM_HOME": str(recorded_runs.home)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        line = server.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:\d+", line)
+        assert match, line + server.stdout.read()
+        yield match.group(0)
+    finally:
+        server.kill()
+        server.wait()
+
+
+def page(url: str, profile, shot: str) -> str:
+    """The DOM after scripts ran, with screenshots at desktop and phone widths."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    desktop, phone = SHOTS / f"{shot}-desktop.png", SHOTS / f"{shot}-phone.png"
+    out = chromium(
+        [OFFLINE, "--window-size=1280,1400", f"--screenshot={desktop}", "--dump-dom", url], profile
+    )
+    chromium([OFFLINE, "--window-size=390,1400", f"--screenshot={phone}", url], profile)
+    assert desktop.stat().st_size > 10_000 and phone.stat().st_size > 10_000
+    return out
+
+
+def text_of(html: str) -> str:
+    return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", html)))
+
+
+def test_the_diff_page_shows_the_changed_prompt_and_tool(served, recorded_runs, tmp_path):
+    runs = recorded_runs
+    dom = page(f"{served}/diff/{runs.base}/{runs.changed}", tmp_path / "p", "changed")
+    words = text_of(dom)
+    assert "4 of 4 calls changed" in words and "Changed: system prompt (4 calls), tools (4 calls)." in words
+    assert dom.count('class="dline removed">-You are a terse weather assistant.') == 1
+    assert dom.count('class="dline added">+You are a brief weather assistant.') == 1
+    assert "-Current weather for a city" in dom and "+Today's weather for a city" in dom
+    assert words.count("changed as in call #1 ↔ #1 ( above )") == 6  # system prompt and tools, calls 2-4
+    for absent in ("New items sent", "Answer", "Tool calls the model made", "only in"):
+        assert absent not in words  # nothing else changed
+    assert f'href="/s/{runs.base}/call/1"' in dom and f'href="/s/{runs.changed}/call/1"' in dom
+    assert f'href="/diff/{runs.changed}/{runs.base}"' in dom  # swap
+
+
+def test_the_same_run_twice_reads_no_change(served, recorded_runs, tmp_path):
+    dom = page(f"{served}/diff/{recorded_runs.base}/{recorded_runs.again}", tmp_path / "p", "same")
+    words = text_of(dom)
+    assert "no change but ids and timings" in words
+    assert words.count("the same but ids and timings") == 4 and 'class="card pair' not in dom
+
+
+def test_a_session_page_offers_to_compare_and_the_form_leads_to_the_diff(served, recorded_runs, tmp_path):
+    runs = recorded_runs
+    dom = page(f"{served}/s/{runs.changed}", tmp_path / "p", "session-compare")
+    form = dom[dom.index('<form class="compare"') : dom.index("</form>", dom.index('<form class="compare"'))]
+    options = re.findall(r'<option value="([^"]+)">([^<]*)</option>', form)
+    assert [o[0] for o in options] == [runs.again, runs.base]  # the one before first
+    assert "(the one before)" in options[0][1] and "4 calls" in options[0][1]
+    answer = httpx.get(f"{served}/diff", params={"a": runs.changed, "b": runs.base})
+    assert answer.status_code == 303 and answer.headers["location"] == f"/diff/{runs.changed}/{runs.base}"
+    missing = httpx.get(f"{served}/diff/{runs.base}/no-such-session")
+    assert missing.status_code == 404 and "no-such-session" in missing.text
