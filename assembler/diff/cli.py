@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 
 import click
 
@@ -14,19 +15,23 @@ from assembler.cli_support import console, user_errors
 @click.argument("a", metavar="A")
 @click.argument("b", metavar="B")
 @click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
-def diff(a: str, b: str, as_json: bool) -> None:
+@click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the diff page (as `capsem view` shows it at /diff/A/B) to one HTML file.")  # fmt: skip
+def diff(a: str, b: str, as_json: bool, html_out: Path | None) -> None:
     """Compare two sessions call by call: what changed from A to B.
 
     The calls of both are lined up in order (a call only one session made is shown as such) and
     for each pair it shows what changed: the system prompt (a unified diff), tools added, removed
     or changed, the new items sent, the answer, the tool calls the model made and their results,
     model, tokens and cost; then the totals. Ids and timings differ on every run and are never
-    counted as changes (dimmed). A and B: session ids or unique prefixes of them.
+    counted as changes (dimmed). A and B: session ids or unique prefixes of them. The same
+    comparison is a page in `capsem view` (/diff/A/B, or "compare with…" on a session's page).
 
     \b
     Examples:
         capsem diff 20260327-154418-f907 20260327-160102-a1b2
         capsem diff 20260327-1544 20260327-1601 --json
+        capsem diff 20260327-1544 20260327-1601 --html diff.html
     """
     from assembler.diff.compare import compare
     from assembler.diff.load import load_run
@@ -36,8 +41,16 @@ def diff(a: str, b: str, as_json: bool) -> None:
     from assembler.view.queries import IncompleteDatabase
 
     runs = []
-    with user_errors(IncompleteDatabase, sqlite3.DatabaseError):
-        for session_id in (resolve(a), resolve(b)):
+    with user_errors(IncompleteDatabase, sqlite3.DatabaseError, OSError):
+        ids = (resolve(a), resolve(b))
+        if html_out is not None:
+            from assembler.view.app import View
+
+            page = View().export_diff(*ids)
+            html_out.write_text(page, encoding="utf-8")
+            console().print(f"wrote {html_out} ({len(page.encode()):,} bytes): {ids[0]} → {ids[1]}")
+            return
+        for session_id in ids:
             with open_session(session_id) as conn:
                 runs.append(load_run(conn, session_id))
     found = compare(*runs)

@@ -74,7 +74,8 @@ def compare_with(session_id: str, main: dict[str, Any] | None) -> CompareWith | 
     for row in rows:
         why = "the original" if row["id"] == original else "the one before" if before is row else ""
         ordered.append(Choice(row["id"], _label(row, why)))
-    first = [c for c in ordered if c.id in (original, before and before["id"])]
+    first = list(dict.fromkeys([c for c in ordered if c.id == original] +
+                               [c for c in ordered if before and c.id == before["id"]]))  # fmt: skip
     rest = [c for c in ordered if c not in first]
     choices = tuple((first + rest)[:MAX_CHOICES])
     return CompareWith(session_id, original, choices) if choices else None

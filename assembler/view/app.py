@@ -218,6 +218,17 @@ class View:
 
         return self.render("diff.html", urls, **diff_context(self.files.open, a, b))
 
+    def export_diff(self, a: str, b: str) -> str:
+        """The `/diff/A/B` page as one self-contained HTML file (`capsem diff --html`)."""
+        from datetime import UTC, datetime
+
+        from assembler.diff.page import diff_context
+
+        return self.render("diff.html", ExportUrls(), **diff_context(self.files.open, a, b),
+                           inline_css=(STATIC / "view.css").read_text(encoding="utf-8"),
+                           inline_js=(STATIC / "view.js").read_text(encoding="utf-8"),
+                           exported_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))  # fmt: skip
+
     def call_page(self, urls: Urls, session_id: str, call_id: int) -> str:
         with self.files.open(session_id) as conn:
             call = queries.call_view(conn, session_id, call_id)

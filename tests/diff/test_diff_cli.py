@@ -52,3 +52,14 @@ def test_unknown_or_ambiguous_sessions_are_one_line_errors(runs):
     assert "Error:" in out and "no-such-session" in out and "Traceback" not in out
     out = run("diff", runs.base[:9], runs.again, code=1)  # every session of the day
     assert "matches 3 sessions" in out
+
+
+def test_html_writes_the_page_as_one_file(runs, tmp_path):
+    target = tmp_path / "diff.html"
+    out = run("diff", runs.base, runs.changed, "--html", str(target))
+    assert f"wrote {target}" in out
+    page = target.read_text()
+    assert '<div class="dline added">+You are a brief weather assistant.</div>' in page
+    assert (
+        "<style>" in page and 'href="/' not in page and "src=" not in page
+    )  # self-contained, no server links

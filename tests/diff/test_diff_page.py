@@ -84,3 +84,31 @@ def test_a_session_page_offers_to_compare_and_the_form_leads_to_the_diff(served,
     assert answer.status_code == 303 and answer.headers["location"] == f"/diff/{runs.changed}/{runs.base}"
     missing = httpx.get(f"{served}/diff/{runs.base}/no-such-session")
     assert missing.status_code == 404 and "no-such-session" in missing.text
+
+
+def test_a_replay_links_to_its_original(recorded_runs, tmp_path, monkeypatch):
+    """With main.db's `replay_of` (added by `capsem replay`), a replay's page offers "compare with
+    the original" first; without the column (older main.db) the page is as before."""
+    import shutil
+    import sqlite3
+
+    from assembler.sessiondb import main_row
+    from assembler.view.app import Urls, View
+
+    home = tmp_path / "home"
+    shutil.copytree(recorded_runs.home, home)
+    monkeypatch.setenv("CAPSEM_HOME", str(home))
+    runs = recorded_runs
+    html = View().session_page(Urls(), runs.changed)
+    assert "compare with the original" not in html and "compare with…" in html
+    conn = sqlite3.connect(home / "main.db")
+    with conn:
+        if "replay_of" not in {r[1] for r in conn.execute("PRAGMA table_info(sessions)")}:
+            conn.execute("ALTER TABLE sessions ADD COLUMN replay_of TEXT")
+        conn.execute("UPDATE sessions SET replay_of = ? WHERE id = ?", (runs.base, runs.changed))
+    conn.close()
+    assert main_row(runs.changed)["replay_of"] == runs.base
+    html = View().session_page(Urls(), runs.changed)
+    assert f'<a href="/diff/{runs.base}/{runs.changed}">compare with the original</a>' in html
+    options = re.findall(r'<option value="([^"]+)">([^<]*)</option>', html)
+    assert options[0][0] == runs.base and options[0][1].endswith("(the original)")
