@@ -13,12 +13,15 @@ from assembler.cli_support import console, user_errors
 
 @click.command("diff")
 @click.argument("a", metavar="A")
-@click.argument("b", metavar="B")
+@click.argument("b", metavar="[B]", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the diff page (as `capsem view` shows it at /diff/A/B) to one HTML file.")  # fmt: skip
-def diff(a: str, b: str, as_json: bool, html_out: Path | None) -> None:
+def diff(a: str, b: str | None, as_json: bool, html_out: Path | None) -> None:
     """Compare two sessions call by call: what changed from A to B.
+
+    With one session, it is compared with its original when it is a replay (`capsem replay`),
+    else with the session before it in its project.
 
     The calls of both are lined up in order (a call only one session made is shown as such) and
     for each pair it shows what changed: the system prompt (a unified diff), tools added, removed
@@ -30,6 +33,7 @@ def diff(a: str, b: str, as_json: bool, html_out: Path | None) -> None:
     \b
     Examples:
         capsem diff 20260327-154418-f907 20260327-160102-a1b2
+        capsem diff 20260327-160102-a1b2
         capsem diff 20260327-1544 20260327-1601 --json
         capsem diff 20260327-1544 20260327-1601 --html diff.html
     """
@@ -42,7 +46,7 @@ def diff(a: str, b: str, as_json: bool, html_out: Path | None) -> None:
 
     runs = []
     with user_errors(IncompleteDatabase, sqlite3.DatabaseError, OSError):
-        ids = (resolve(a), resolve(b))
+        ids = (resolve(a), resolve(b)) if b is not None else _with_base(resolve(a))
         if html_out is not None:
             from assembler.view.app import View
 
@@ -58,3 +62,15 @@ def diff(a: str, b: str, as_json: bool, html_out: Path | None) -> None:
         click.echo(json.dumps(to_json(found), indent=2, ensure_ascii=False))
         return
     render(found, console())
+
+
+def _with_base(session_id: str) -> tuple[str, str]:
+    """(the session `session_id` is compared with by default, `session_id`)."""
+    from assembler.diff.page import base_of
+
+    base = base_of(session_id)
+    if base is None:
+        raise click.ClickException(
+            f"session {session_id} is no replay and has no earlier session with a database: name B"
+        )
+    return base, session_id

@@ -30,6 +30,8 @@ class CompareWith:
     session: str
     original: str | None
     """The session this one replays (`sessions.replay_of`), when it is a replay."""
+    before: str | None
+    """The latest earlier session of its project (of any project when it has none)."""
     choices: tuple[Choice, ...]
 
 
@@ -78,4 +80,13 @@ def compare_with(session_id: str, main: dict[str, Any] | None) -> CompareWith | 
                                [c for c in ordered if before and c.id == before["id"]]))  # fmt: skip
     rest = [c for c in ordered if c not in first]
     choices = tuple((first + rest)[:MAX_CHOICES])
-    return CompareWith(session_id, original, choices) if choices else None
+    return CompareWith(session_id, original, before and before["id"], choices) if choices else None
+
+
+def base_of(session_id: str) -> str | None:
+    """What `session_id` is compared with when no other session is named: its original when it is a
+    replay, else the session before it in its project."""
+    from assembler.sessiondb import main_row
+
+    found = compare_with(session_id, main_row(session_id))
+    return None if found is None else found.original or found.before

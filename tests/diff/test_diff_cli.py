@@ -63,3 +63,11 @@ def test_html_writes_the_page_as_one_file(runs, tmp_path):
     assert (
         "<style>" in page and 'href="/' not in page and "src=" not in page
     )  # self-contained, no server links
+
+
+def test_one_session_is_compared_with_the_one_before_it(runs):
+    out = run("diff", runs.changed)
+    assert out.splitlines()[0] == f"A {runs.again}  →  B {runs.changed}"
+    assert "changed: system prompt (4 calls), tools (4 calls)" in out
+    out = run("diff", runs.base, code=1)  # the first session has none before it
+    assert f"session {runs.base} is no replay and has no earlier session with a database: name B" in out
