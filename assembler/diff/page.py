@@ -11,7 +11,7 @@ from sqlite3 import Connection
 from typing import Any
 
 from assembler.diff import text
-from assembler.diff.compare import compare
+from assembler.diff.compare import CallDiff, compare
 from assembler.diff.load import load_run
 from assembler.sessiondb import MainDbMissing, db_file, open_main
 
@@ -35,6 +35,29 @@ class CompareWith:
     choices: tuple[Choice, ...]
 
 
+@dataclass(frozen=True)
+class Block:
+    """What the page shows in a row: one changed pair (`index` into the diff's calls) or a stretch
+    of unchanged pairs (`first` to `last`, `count` of them)."""
+
+    index: int
+    pair: CallDiff
+    last: CallDiff | None = None
+    count: int = 1
+
+
+def blocks(calls: tuple[CallDiff, ...]) -> list[Block]:
+    """The pairs, each changed one alone and each stretch of unchanged ones as one block."""
+    out: list[Block] = []
+    for i, pair in enumerate(calls):
+        previous = out[-1] if out else None
+        if not pair.changed and previous is not None and not previous.pair.changed:
+            out[-1] = Block(previous.index, previous.pair, pair, previous.count + 1)
+        else:
+            out.append(Block(i, pair))
+    return out
+
+
 def diff_context(
     open_session: Callable[[str], AbstractContextManager[Connection]], a: str, b: str
 ) -> dict[str, Any]:
@@ -44,8 +67,8 @@ def diff_context(
         with open_session(session_id) as conn:
             runs.append(load_run(conn, session_id))
     found = compare(*runs)
-    return {"d": found, "kinds": text.kinds_changed(found), "label": text.label, "value": text.value,
-            "signed": text.signed, "title": f"Compare {a} → {b}"}  # fmt: skip
+    return {"d": found, "blocks": blocks(found.calls), "kinds": text.kinds_changed(found), "label": text.label,
+            "value": text.value, "signed": text.signed, "title": f"Compare {a} → {b}"}  # fmt: skip
 
 
 def _label(row: dict[str, Any], why: str = "") -> str:
