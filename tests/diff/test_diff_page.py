@@ -70,7 +70,9 @@ def test_the_same_run_twice_reads_no_change(served, recorded_runs, tmp_path):
     dom = page(f"{served}/diff/{recorded_runs.base}/{recorded_runs.again}", tmp_path / "p", "same")
     words = text_of(dom)
     assert "no change but ids and timings" in words
-    assert "#1 – #4 ↔ #1 – #4 · 4 calls, the same but ids and timings" in words and 'class="card pair' not in dom
+    assert (
+        "#1 – #4 ↔ #1 – #4 · 4 calls, the same but ids and timings" in words and 'class="card pair' not in dom
+    )
 
 
 def test_a_session_page_offers_to_compare_and_the_form_leads_to_the_diff(served, recorded_runs, tmp_path):
