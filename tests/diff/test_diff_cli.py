@@ -71,3 +71,17 @@ def test_one_session_is_compared_with_the_one_before_it(runs):
     assert "changed: system prompt (4 calls), tools (4 calls)" in out
     out = run("diff", runs.base, code=1)  # the first session has none before it
     assert f"session {runs.base} is no replay and has no earlier session with a database: name B" in out
+
+
+def test_a_database_that_is_not_a_session_is_a_clear_error(runs, tmp_path, monkeypatch):
+    import shutil
+    import sqlite3
+
+    home = tmp_path / "home"
+    shutil.copytree(runs.home, home)
+    monkeypatch.setenv("CAPSEM_HOME", str(home))
+    folder = home / "sessions" / "20261125-000000-dead"
+    folder.mkdir()
+    sqlite3.connect(folder / "session.db").close()
+    out = run("diff", runs.base, "20261125-000000-dead", code=1)
+    assert "no model_calls table" in out and "Traceback" not in out
