@@ -3,7 +3,8 @@ input items, answer, tool calls and their results, usage and cost, ids and timin
 
 Items are read back as the call page reads them (`model_item_lists`, `item_contents`), as text a
 person reads, with the ids a run mints (`id`, `tool_use_id`, `tool_call_id`, `call_id`,
-thinking `signature`...) left out: two runs of the same agent differ in those by design.
+thinking `signature`..., and the checksum of Claude Code's billing line) left out: two runs of
+the same agent differ in those by design.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ _ARGUMENT_KEYS = frozenset(
     {"input", "arguments", "args", "parameters", "input_schema", "schema", "properties"}
 )
 """Keys whose values are the tool's own data: an `id` inside them is content, kept."""
+BILLING_LINE = re.compile(r"(x-anthropic-billing-header:[^\n]*?\bcch=)[0-9A-Za-z]+")
+"""Claude Code's first system block carries a checksum that differs on every request
+(`x-anthropic-billing-header: cc_version=…; cch=3f66f;`): an id, not a change of the prompt."""
 CONVERSATION = ("message", "tool_call", "tool_result")
 """Input item kinds compared as "new items" (system prompt and tools are compared on their own)."""
 
@@ -111,7 +115,7 @@ def piece_text(kind: str, content: str) -> str:
         value = json.loads(content)
     except ValueError:
         return content
-    return readable(kind, json.dumps(strip_ids(value), ensure_ascii=False))
+    return BILLING_LINE.sub(r"\1…", readable(kind, json.dumps(strip_ids(value), ensure_ascii=False)))
 
 
 def tool_def(content: str, fallback: str | None) -> ToolDef:

@@ -152,3 +152,21 @@ def test_the_printer_fits_80_columns(tmp_path):
         assert all(len(line.rstrip()) <= width for line in out.splitlines()), out
         assert "system prompt:" in out and "only in B" in out and "changed as in call 1 ↔ 1" in out
         assert "+Follow the repository's" in out and "input tokens 120 → 130 (+10)" in out
+
+
+def test_claude_codes_billing_checksum_is_an_id(tmp_path):
+    """Claude Code's first system block changes on every request (`cch=`): not a change."""
+    billing = "x-anthropic-billing-header: cc_version=2.1.197; cch={};"
+    a = session(tmp_path, "a", ["fix the test"], system=billing.format("3f66f") + "\n" + SYSTEM)
+    b = session(tmp_path, "b", ["fix the test"], system=billing.format("6ac9c") + "\n" + SYSTEM)
+    assert compare(a, b).same
+    c = session(
+        tmp_path,
+        "c",
+        ["fix the test"],
+        system=billing.format("6ac9c").replace("2.1.197", "2.2.0") + "\n" + SYSTEM,
+    )
+    (first, _second) = compare(a, c).calls
+    assert first.system[1:] == ("-x-anthropic-billing-header: cc_version=2.1.197; cch=…;",
+                                "+x-anthropic-billing-header: cc_version=2.2.0; cch=…;", " You are a careful coding agent.",
+                                " Run the tests before you answer.")  # fmt: skip
