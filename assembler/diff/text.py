@@ -3,7 +3,7 @@ stretch, then the totals; ids and timings dimmed. Also the `--json` form (`as_js
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from rich.console import Console, Group
@@ -258,7 +258,7 @@ def as_json(diff: SessionDiff) -> dict[str, Any]:
     """The diff for scripts: each pair with what changed (the calls by id, not their whole text)."""
     calls = []
     for d in diff.calls:
-        entry = {k: v for k, v in asdict(d).items() if k not in ("a", "b")}
+        entry = asdict(replace(d, a=None, b=None))  # the calls by id below, not their whole text
         for side in ("a", "b"):
             call = getattr(d, side)
             entry[side] = None if call is None else {"id": call.id, "turn": call.turn, "provider": call.provider,
