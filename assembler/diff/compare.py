@@ -35,7 +35,8 @@ class ToolChange:
     fields: tuple[str, ...] = ()
     """For a changed tool: `description`, `schema`."""
     diff: tuple[str, ...] = ()
-    """For a changed tool: a unified diff of its description and schema."""
+    """For a changed tool: a unified diff of its description and schema; for an added or removed
+    one, its description."""
 
 
 @dataclass(frozen=True)
@@ -147,8 +148,8 @@ def unified(a: str | None, b: str | None, name: str = "") -> tuple[str, ...]:
 def tool_changes(a: tuple[ToolDef, ...], b: tuple[ToolDef, ...]) -> tuple[ToolChange, ...]:
     """Tools added, removed or changed (by name; changed: description or schema differ)."""
     before, after = {t.name: t for t in a}, {t.name: t for t in b}
-    out = [ToolChange(n, "removed") for n in before if n not in after]
-    out += [ToolChange(n, "added") for n in after if n not in before]
+    out = [ToolChange(n, "removed", diff=_said("-", t)) for n, t in before.items() if n not in after]
+    out += [ToolChange(n, "added", diff=_said("+", t)) for n, t in after.items() if n not in before]
     for name in (n for n in after if n in before):
         old, new = before[name], after[name]
         fields = tuple(f for f in ("description", "schema") if getattr(old, f) != getattr(new, f))
@@ -156,6 +157,11 @@ def tool_changes(a: tuple[ToolDef, ...], b: tuple[ToolDef, ...]) -> tuple[ToolCh
             diff = unified(old.description, new.description) + unified(old.schema, new.schema)
             out.append(ToolChange(name, "changed", fields, diff))
     return tuple(out)
+
+
+def _said(mark: str, tool: ToolDef) -> tuple[str, ...]:
+    """An added or removed tool's description, a diff line each."""
+    return tuple(mark + line for line in tool.description.splitlines())
 
 
 def piece_changes(a: tuple[Piece, ...], b: tuple[Piece, ...]) -> tuple[PieceChange, ...]:

@@ -90,6 +90,7 @@ def test_a_changed_system_prompt_and_tools_show_exactly_that(tmp_path):
                             "-Never delete files.", "+Do not delete files.")  # fmt: skip
     assert {(t.name, t.change, t.fields) for t in first.tools} == {
         ("Read", "removed", ()), ("Grep", "added", ()), ("Bash", "changed", ("description",))}  # fmt: skip
+    assert {t.name: t.diff for t in first.tools}["Grep"] == ("+the Grep tool",)  # what an added tool is for
     assert not (first.items or first.answer or first.tool_uses or first.fields)
     assert second.system == first.system and second.system_as_in == 0 and second.tools_as_in == 0
     assert not (second.items or second.answer or second.tool_uses or second.fields)
