@@ -20,6 +20,7 @@ def test_the_same_agent_run_twice_is_no_change_but_ids_and_timings(runs, monkeyp
     assert "no change but ids and timings (4 calls lined up)" in out
     assert "calls 1–4 ↔ 1–4: the same but ids and timings" in out
     assert "changed" not in out.replace("no change", "")
+    assert "no change but ids and timings" in run("diff", runs.base, runs.base)  # a session with itself
     found = json.loads(run("diff", runs.base, runs.again, "--json"))
     assert found["same"] is True and len(found["calls"]) == 4
     assert all(not c["changed"] and c["a"]["id"] == c["b"]["id"] for c in found["calls"])
