@@ -14,6 +14,7 @@ _LAZY = {
     "config": "assembler.config_cli:config",
     "cost-report": "assembler.costs_cli:cost_report_cmd",
     "demo": "assembler.run_cli:demo",
+    "diff": "assembler.diff.cli:diff",
     "doctor": "assembler.doctor_cli:doctor",
     "export": "assembler.export.cli:export",
     "inspect-session": "assembler.sessions_cli:inspect_session_cmd",
