@@ -5,7 +5,7 @@ Settings (`policy:` in the YAML config)::
     policy:
       rules:
         - name: no-paste-sites          # shown in matched_rule (default: rule-<n>)
-          action: deny                  # allow | warn | deny
+          action: deny                  # allow | warn | deny | ask
           host: "*.pastebin.com"        # glob, case-insensitive
         - action: deny
           mcp_server: files             # MCP tools/call only: server name from its initialize
@@ -27,7 +27,7 @@ from typing import Any
 
 from capsem.settings import PolicyRule, Settings, SettingsError, parse
 
-DECISIONS = {"allow": "allowed", "warn": "warned", "deny": "denied"}
+DECISIONS = {"allow": "allowed", "warn": "warned", "deny": "denied", "ask": "asked"}
 McpTarget = tuple[tuple[str, ...], str]
 """An MCP tools/call: the names its server goes by (initialize name, endpoint) and the tool."""
 
@@ -72,7 +72,7 @@ class Rule(PolicyRule):
 @dataclass(frozen=True, slots=True)
 class Verdict:
     decision: str
-    """allowed | warned | denied"""
+    """allowed | warned | denied | asked (a person decides: `addons/proxy/approvals.py`)"""
     rule: str | None
 
 
@@ -82,6 +82,8 @@ ALLOW = Verdict("allowed", None)
 @dataclass(frozen=True, slots=True)
 class Policy:
     rules: tuple[Rule, ...] = ()
+    ask_timeout_s: float = 120.0
+    """How long a request an `ask` rule holds waits for a person (`policy.ask_timeout_s`)."""
 
     @property
     def has_mcp_rules(self) -> bool:
@@ -99,7 +101,9 @@ class Policy:
                 settings = parse(settings)
             except SettingsError as exc:
                 raise PolicyError(str(exc)) from exc
-        return cls(tuple(Rule.of(rule) for rule in settings.policy.rules))
+        return cls(
+            tuple(Rule.of(rule) for rule in settings.policy.rules), float(settings.policy.ask_timeout_s)
+        )
 
     def decide(self, host: str, port: int, path: str, method: str, mcp: McpTarget | None = None) -> Verdict:
         """The first matching rule's verdict; `mcp` is (server names, tool) of an MCP tools/call."""

@@ -83,8 +83,8 @@ def refusal(config: Path, text: str | bytes) -> str:
         ("exports: {}\nbudget: {}", f"exports, budget are not sections; sections are: {ALL_SECTIONS}"),
         ("policy: [1]", "policy must be a mapping of settings, got [1]"),
         # policy rules
-        ("policy: {rules: [{action: block, host: x}]}", "policy.rules[1].action must be allow, warn or deny, got 'block'"),
-        ("policy: {rules: [{host: x}]}", "policy.rules[1].action must be allow, warn or deny, got None"),
+        ("policy: {rules: [{action: block, host: x}]}", "policy.rules[1].action must be allow, warn, deny or ask, got 'block'"),
+        ("policy: {rules: [{host: x}]}", "policy.rules[1].action must be allow, warn, deny or ask, got None"),
         ("policy: {rules: [{action: deny}]}",
          "policy.rules[1] must name something to match (host, port, path, method, mcp_server, mcp_tool), "
          "got {'action': 'deny'}"),
