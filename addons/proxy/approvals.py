@@ -210,8 +210,8 @@ def refuse(
     )
     ids = [c.raw_id for c in calls if c.id is not None]
     status, body = STATUS, error_body(route, message, answer.decision)
-    if ids:  # an MCP client gets a JSON-RPC error it can show
-        body = {"jsonrpc": "2.0", "id": ids[0], "error": {"code": -32001, "message": message}}
+    if ids:  # a JSON-RPC error in a 200: the MCP client shows it for this call and keeps its session
+        status, body = 200, {"jsonrpc": "2.0", "id": ids[0], "error": {"code": -32001, "message": message}}
     headers = {"content-type": "application/json", "x-capsem-policy": rule, "x-should-retry": "false"}
     flow.response = http.Response.make(status, json.dumps(body), headers)
 
