@@ -42,8 +42,8 @@ def approvals_cmd(as_json: bool) -> None:
     width = max(40, min(out.width, 160))
     for w in waiting:
         out.print(_block(w, width), highlight=False, markup=False, soft_wrap=True)
-    out.print(f"{counted(len(waiting), 'request')} waiting. Answer with `capsem approve ID` or "
-              "`capsem deny ID [--reason TEXT]` (add --always for the rest of the session).", highlight=False)  # fmt: skip
+    out.print(f"{counted(len(waiting), 'request')} waiting. Answer with `capsem approve ID` or\n"
+              "`capsem deny ID [--reason TEXT]`; --always: for the rest of the session.", highlight=False)  # fmt: skip
 
 
 def _block(w: WaitingRequest, width: int) -> str:

@@ -121,7 +121,8 @@ def test_approve_from_the_cli_and_deny_from_the_view_while_other_flows_go_on(
         ]
         shown = run("approvals")
         assert item["id"] in shown and "rule ask-claude" in shown and "/v1/messages" in shown
-        assert all(len(line) <= 80 for line in shown.splitlines() if "Answer with" not in line), shown
+        assert all(len(line) <= 80 for line in shown.splitlines()), shown
+        print(shown)  # looked at: tests/e2e/test_ask.py -s
         assert f"approved {item['id']}" in run("approve", item["id"])
         answer = held_http.join()
         assert isinstance(answer, anthropic.types.Message), answer  # went upstream unchanged
@@ -140,8 +141,9 @@ def test_approve_from_the_cli_and_deny_from_the_view_while_other_flows_go_on(
     assert tools == ["flaky"]  # the denied call never reached the server
     assert proxy.stop() == 0
     db = only_session(capsem_home)
-    recorded = rows(db, "SELECT a.rule, a.decision, a.decided_by, a.reason, a.tool, a.arguments, n.decision AS net, "
-                        "n.status_code FROM approvals a JOIN net_events n ON n.id = a.net_event_id ORDER BY a.id")  # fmt: skip
+    recorded = rows(db, "SELECT a.rule, a.decision, a.decided_by, a.reason, a.tool, a.arguments, "
+                        "n.decision AS net, n.status_code "
+                        "FROM approvals a JOIN net_events n ON n.id = a.net_event_id ORDER BY a.id")  # fmt: skip
     assert recorded == [
         {"rule": "ask-claude", "decision": "approved", "decided_by": "cli", "reason": None, "tool": None,
          "arguments": None, "net": "asked", "status_code": 200},
