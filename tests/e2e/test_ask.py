@@ -30,6 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 from websockets.sync.client import connect
 
+from assembler.view.app import Urls, View
 from tests.bundle.conftest import CHROMIUM_FLAGS, chromium_path
 from tests.cli.conftest import run
 from tests.conftest import ARTIFACTS, only_session, rows
@@ -152,8 +153,11 @@ def test_approve_from_the_cli_and_deny_from_the_view_while_other_flows_go_on(
     ]  # fmt: skip
     (mcp_row,) = rows(db, "SELECT decision, matched_rule FROM mcp_calls WHERE tool_name = 'read_note'")
     assert mcp_row == {"decision": "asked", "matched_rule": "review-notes"}
-    inspected = run("inspect-session", only_session(capsem_home).parent.name)
+    inspected = run("inspect-session", db.parent.name)
     assert "approved by cli" in inspected and "denied by view" in inspected, inspected
+    page = View().session_page(Urls(), db.parent.name)  # the session page of `capsem view`
+    assert "held for approval: approved by cli after" in page
+    assert re.search(r"held for approval: denied by view after [\d.]+ s \(not today\)", page), page
 
 
 def test_a_request_nobody_answers_times_out_with_an_error_naming_the_rule(mitmdump, emu, capsem_home):
