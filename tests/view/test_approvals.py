@@ -32,7 +32,9 @@ def test_only_a_post_with_the_pages_token_from_loopback_answers(capsem_home):
         thread = threading.Thread(target=loop.run_forever, daemon=True)
         thread.start()
         flow = tflow.tflow(req=tutils.treq(host="x.test", port=443, path=b"/upload"), resp=False)
-        held = asyncio.run_coroutine_threadsafe(addon.requestheaders(flow), loop)  # the chain: held by PolicyGate
+        held = asyncio.run_coroutine_threadsafe(
+            addon.requestheaders(flow), loop
+        )  # the chain: held by PolicyGate
         end = time.monotonic() + 30
         while not addon.approvals.waiting:
             assert time.monotonic() < end
