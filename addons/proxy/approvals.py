@@ -71,11 +71,11 @@ class Waiting:
         return (self.rule, "http", self.method, self.host.lower(), str(self.port), self.path)
 
     def listed(self, scrub: Any, now: float) -> dict[str, Any]:
-        """The JSON the channel lists (arguments scrubbed by the one scrubber)."""
+        """The JSON the channel lists (path and arguments scrubbed by the one scrubber)."""
         name, pid = self.process or (None, None)
         return {
             "id": self.id, "rule": self.rule, "method": self.method, "host": self.host, "port": self.port,
-            "path": self.path, "mcp_server": self.mcp_server, "tool": self.tool,
+            "path": scrub(self.path), "mcp_server": self.mcp_server, "tool": self.tool,
             "arguments": scrub(self.arguments) if self.arguments else None,
             "process_name": name, "pid": pid, "asked_at": self.asked_at,
             "waiting_s": round(max(0.0, now - self.asked_at), 1),
@@ -124,8 +124,9 @@ class Approvals:
         waiting.answer = asyncio.get_running_loop().create_future()
         self.waiting[waiting.id] = waiting
         self._open_channel()
-        logger.warning("capsem: policy rule %s asks: %s %s:%s%s%s waits as %s (capsem approve|deny %s)",
-                       waiting.rule, waiting.method, waiting.host, waiting.port, waiting.path,
+        # no path or arguments in the log: either may hold a secret (`capsem approvals` shows them scrubbed)
+        logger.warning("capsem: policy rule %s asks: %s %s:%s%s waits as %s (capsem approve|deny %s)",
+                       waiting.rule, waiting.method, waiting.host, waiting.port,
                        f" tool {waiting.tool}" if waiting.tool else "", waiting.id, waiting.id)  # fmt: skip
         try:
             return await asyncio.wait_for(asyncio.shield(waiting.answer), timeout)
