@@ -286,13 +286,18 @@ class Capsem:
     @guarded
     def error(self, flow: http.HTTPFlow) -> None:
         state = self.flows.get(flow)
-        if state is not None and state.decision == "denied" and flow.response is None:
+        refused_ask = (
+            state is not None and state.approval is not None and state.approval.decision != "approved"
+        )
+        if state is not None and (state.decision == "denied" or refused_ask) and flow.response is None:
             rule = state.matched_rule or ""
             what = (
                 f"budget {rule[len(RULE_PREFIX) :]!r}"
                 if rule.startswith(RULE_PREFIX)
                 else f"policy rule {rule!r}"
             )
+            if refused_ask:  # a streamed request an `ask` rule held: not approved
+                what += f" ({state.approval.decision.replace('_', ' ')} by {state.approval.decided_by})"  # type: ignore[union-attr]
             self._finish(flow, f"denied by capsem {what}: connection closed")
             return
         message = flow.error.msg if flow.error else "unknown error"

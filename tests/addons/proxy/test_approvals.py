@@ -201,3 +201,40 @@ def test_the_channel_refuses_a_wrong_token_and_anything_not_json(capsem_home):
         assert not (
             addon.session.db_path.parent / "approvals.json"
         ).exists()  # removed when the channel closes
+
+
+def test_a_streamed_request_body_not_approved_is_killed_before_it_is_sent(capsem_home):
+    """mitmproxy cannot answer a request whose body it streams (stream_large_bodies): held on its
+    headers, then, unless approved, its connection is closed (`Capsem.requestheaders`)."""
+    rules = "    - {name: ask-upload, action: ask, host: x.test}\n"
+    with asking(capsem_home, rules) as addon:
+
+        async def scenario() -> tuple[http.HTTPFlow, http.HTTPFlow]:
+            refused, approved = flow_to("x.test", b"/big"), flow_to("x.test", b"/big")
+            for flow in (refused, approved):
+                flow.request.stream = True
+            first = await held(addon, refused)
+            (waiting,) = addon.approvals.waiting.values()
+            assert addon.approvals.decide(waiting.id, False, "cli", "too big") is None
+            await first
+            second = await held(addon, approved)
+            (waiting,) = addon.approvals.waiting.values()
+            assert addon.approvals.decide(waiting.id, True, "cli") is None
+            await second
+            return refused, approved
+
+        refused, approved = asyncio.run(scenario())
+        assert refused.response is None and refused.error is not None and not refused.live  # killed
+        assert approved.error is None and callable(approved.request.stream)  # its body goes up, tapped
+        addon.error(refused)
+        respond(addon, approved)
+        db = finish(addon, capsem_home)
+    nets = rows(db, "SELECT n.error, a.decision FROM net_events n JOIN approvals a ON a.net_event_id = n.id "
+                    "ORDER BY n.id")  # fmt: skip
+    assert nets == [
+        {
+            "error": "denied by capsem policy rule 'ask-upload' (denied by cli): connection closed",
+            "decision": "denied",
+        },
+        {"error": None, "decision": "approved"},
+    ]
