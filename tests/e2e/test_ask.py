@@ -129,6 +129,21 @@ def test_approve_from_the_cli_and_deny_from_the_view_while_other_flows_go_on(
         assert isinstance(answer, anthropic.types.Message), answer  # went upstream unchanged
         assert [e["path"] for e in emu.exchanges()][-1] == "/v1/messages"
 
+        def ask_claude() -> Any:
+            return claude(proxy, emu).messages.create(model="claude-haiku-4-5", max_tokens=20, messages=HI)
+
+        held_again = Background(ask_claude)
+        (item,) = waiting(1)
+        said = run("deny", item["id"], "--reason", "enough for today", "--always")
+        assert f"denied {item['id']}" in said and "for the rest of the session" in said
+        refused = held_again.join()
+        assert isinstance(refused, anthropic.PermissionDeniedError) and "enough for today" in refused.message
+        with_rule = Background(ask_claude).join()  # the --always answer decides at once: nothing waits
+        assert (
+            isinstance(with_rule, anthropic.PermissionDeniedError) and "denied by rule" in with_rule.message
+        )
+        assert [e["path"] for e in emu.exchanges()].count("/v1/messages") == 1
+
         held_mcp = Background(lambda: asyncio.run(mcp_call(url, proxy, "read_note", {"name": "groceries"})))
         (item,) = waiting(1)
         assert item["target"].endswith("› read_note") and item["arguments"] == {"name": "groceries"}
@@ -148,6 +163,10 @@ def test_approve_from_the_cli_and_deny_from_the_view_while_other_flows_go_on(
     assert recorded == [
         {"rule": "ask-claude", "decision": "approved", "decided_by": "cli", "reason": None, "tool": None,
          "arguments": None, "net": "asked", "status_code": 200},
+        {"rule": "ask-claude", "decision": "denied", "decided_by": "cli", "reason": "enough for today", "tool": None,
+         "arguments": None, "net": "asked", "status_code": 403},
+        {"rule": "ask-claude", "decision": "denied", "decided_by": "rule", "reason": "enough for today", "tool": None,
+         "arguments": None, "net": "asked", "status_code": 403},
         {"rule": "review-notes", "decision": "denied", "decided_by": "view", "reason": "not today", "tool": "read_note",
          "arguments": '{"name": "groceries"}', "net": "asked", "status_code": 200},
     ]  # fmt: skip
