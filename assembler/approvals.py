@@ -8,6 +8,7 @@ approvals|approve|deny` (approvals_cli.py) and the banner of `capsem view` call 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,7 +84,18 @@ def running_channels() -> list[Channel]:
             ]
     except MainDbMissing:
         return []
-    return [c for sid in ids if (c := read_channel(sid, session_dir(sid))) is not None]
+    found = [c for sid in ids if (c := read_channel(sid, session_dir(sid))) is not None]
+    return [c for c in found if c.pid is None or _alive(c.pid)]  # a mitmdump killed left its file behind
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: it exists
+        return True
+    return True
 
 
 def waiting_requests() -> tuple[list[WaitingRequest], list[str]]:

@@ -53,7 +53,11 @@ def _block(w: WaitingRequest, width: int) -> str:
     if w.arguments:
         args = w.arguments if len(w.arguments) <= ARGUMENTS_SHOWN else w.arguments[:ARGUMENTS_SHOWN] + "…"
         lines += textwrap.wrap(
-            f"arguments {args}", width - 4, initial_indent="    ", subsequent_indent="      "
+            f"arguments {args}",
+            width - 4,
+            initial_indent="    ",
+            subsequent_indent="      ",
+            break_on_hyphens=False,
         )
     return "\n".join(lines) + "\n"
 
