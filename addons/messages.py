@@ -163,7 +163,7 @@ class Approval(msgspec.Struct, frozen=True, array_like=True):
     decision: str
     """`approved`, `denied` or `timed_out`."""
     decided_by: str
-    """`cli`, `view`, `rule` (an earlier `--always` answer), `timeout` or `shutdown`."""
+    """`cli`, `view`, `rule` (an earlier `--always` answer), `timeout`, `shutdown` or `error`."""
     reason: str | None = None
     always: bool = False
     """The answer became a rule for the rest of the session."""

@@ -581,7 +581,8 @@ def m013_cache_breaks(conn: sqlite3.Connection) -> None:
 def m014_approvals(conn: sqlite3.Connection) -> None:
     """`ask`: one row per request a policy rule held for a person (its `net_events` row says
     `asked`), with the answer: `decision` approved, denied or timed_out; `decided_by` cli, view,
-    rule (an earlier `--always` answer), timeout or shutdown; how long it waited; an MCP call's
+    rule (an earlier `--always` answer), timeout, shutdown or error (capsem could not hold it); how
+    long it waited; an MCP call's
     server, tool and arguments (scrubbed)."""
     run_script(
         conn,

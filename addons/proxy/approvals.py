@@ -29,6 +29,7 @@ from addons.proxy.policy import Verdict
 if TYPE_CHECKING:
     from addons.proxy.approval_channel import ApprovalChannel
     from addons.proxy.capture import Capsem
+    from capsem.redact import Scrubber
 
 logger = logging.getLogger("addons.proxy.capture")
 STATUS = 403
@@ -39,7 +40,7 @@ class Answer:
     decision: str
     """approved | denied | timed_out"""
     by: str
-    """cli | view | rule | timeout | shutdown"""
+    """cli | view | rule | timeout | shutdown | error (capsem could not hold it)"""
     reason: str | None = None
     always: bool = False
 
@@ -90,6 +91,8 @@ class Approvals:
         self.waiting: dict[str, Waiting] = {}
         self.always: dict[tuple[str, ...], Answer] = {}
         self.channel: ApprovalChannel | None = None
+        self.scrubber: Scrubber | None = None
+        """Made at the first listing (the proxy's start does not pay for it)."""
         self.hook_failures = 0
 
     # -- holding a flow ------------------------------------------------------------------------
@@ -111,7 +114,7 @@ class Approvals:
         except Exception as exc:  # as `guarded` does for the other hooks
             self.hook_failures += 1
             logger.warning("capsem: holding %s failed: %r", flow.id, exc, exc_info=True)
-            answer = Answer("denied", "shutdown", f"capsem could not hold the request: {exc!r}")
+            answer = Answer("denied", "error", f"capsem could not hold the request: {exc!r}")
         state.approval = record_of(waiting, answer)
         if answer.decision != "approved":
             refuse(flow, state.route, calls, verdict.rule or "", answer)
@@ -122,8 +125,8 @@ class Approvals:
         if remembered is not None:
             return Answer(remembered.decision, "rule", remembered.reason)
         waiting.answer = asyncio.get_running_loop().create_future()
+        self._open_channel()  # first: a request that cannot be answered is never listed
         self.waiting[waiting.id] = waiting
-        self._open_channel()
         # no path or arguments in the log: either may hold a secret (`capsem approvals` shows them scrubbed)
         logger.warning("capsem: policy rule %s asks: %s %s:%s%s waits as %s (capsem approve|deny %s)",
                        waiting.rule, waiting.method, waiting.host, waiting.port,
@@ -175,13 +178,12 @@ class Approvals:
 
             self.channel = ApprovalChannel.open(self, session.db_path.parent)
 
-    def _scrubber(self) -> Any:
-        from capsem.redact import scrubber_for
+    def _scrubber(self) -> Scrubber:
+        if self.scrubber is None:
+            from capsem.redact import scrubber_for
 
-        scrubber = getattr(self, "_scrub", None)
-        if scrubber is None:
-            scrubber = self._scrub = scrubber_for(self.capture.settings.capture)
-        return scrubber
+            self.scrubber = scrubber_for(self.capture.settings.capture)
+        return self.scrubber
 
 
 def _arguments(call: mcp.McpRequest | None) -> str | None:

@@ -254,7 +254,9 @@ def deny_in_chromium(base: str, approval_id: str, profile: Path) -> str:
             SHOTS.mkdir(parents=True, exist_ok=True)
             shot = call("Page.captureScreenshot", format="png")
             (SHOTS / "banner.png").write_bytes(base64.b64decode(shot["data"]))
-            call("Emulation.setDeviceMetricsOverride", width=390, height=844, deviceScaleFactor=1, mobile=True)
+            call(
+                "Emulation.setDeviceMetricsOverride", width=390, height=844, deviceScaleFactor=1, mobile=True
+            )
             shot = call("Page.captureScreenshot", format="png")
             (SHOTS / "banner-phone.png").write_bytes(base64.b64decode(shot["data"]))
             call("Emulation.clearDeviceMetricsOverride")

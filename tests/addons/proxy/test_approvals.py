@@ -238,3 +238,23 @@ def test_a_streamed_request_body_not_approved_is_killed_before_it_is_sent(capsem
         },
         {"error": None, "decision": "approved"},
     ]
+
+
+def test_a_request_capsem_cannot_hold_is_denied_not_let_through(capsem_home):
+    """The rule asked for a person's yes: when the channel cannot open (here a directory sits where
+    its file goes), the request is refused and the failure recorded, as decided by `error`."""
+    with asking(capsem_home, "    - {name: ask-x, action: ask, host: x.test}\n") as addon:
+        (addon.session.db_path.parent / "approvals.tmp").mkdir()
+
+        async def scenario() -> http.HTTPFlow:
+            flow = flow_to("x.test")
+            await (await held(addon, flow))
+            return flow
+
+        flow = asyncio.run(scenario())
+        assert flow.response.status_code == 403 and not addon.approvals.waiting
+        assert addon.approvals.hook_failures == 1
+        respond(addon, flow)
+        (row,) = approvals(addon, capsem_home)
+    assert (row["decision"], row["decided_by"], row["net_decision"]) == ("denied", "error", "asked")
+    assert row["reason"].startswith("capsem could not hold the request: IsADirectoryError")
