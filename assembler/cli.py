@@ -9,11 +9,14 @@ import click
 from capsem import __version__
 
 _LAZY = {
+    "approvals": "assembler.approvals_cli:approvals_cmd",
+    "approve": "assembler.approvals_cli:approve_cmd",
     "budget": "assembler.budget:budget",
     "bundle": "assembler.bundle.cli:bundle",
     "config": "assembler.config_cli:config",
     "cost-report": "assembler.costs_cli:cost_report_cmd",
     "demo": "assembler.run_cli:demo",
+    "deny": "assembler.approvals_cli:deny_cmd",
     "diff": "assembler.diff.cli:diff",
     "doctor": "assembler.doctor_cli:doctor",
     "export": "assembler.export.cli:export",

@@ -1,11 +1,11 @@
-"""Network policy: ordered rules that allow, warn or deny requests (pure matching).
+"""Network policy: ordered rules that allow, warn, deny or ask about requests (pure matching).
 
 Settings (`policy:` in the YAML config)::
 
     policy:
       rules:
         - name: no-paste-sites          # shown in matched_rule (default: rule-<n>)
-          action: deny                  # allow | warn | deny
+          action: deny                  # allow | warn | deny | ask
           host: "*.pastebin.com"        # glob, case-insensitive
         - action: deny
           mcp_server: files             # MCP tools/call only: server name from its initialize
@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 
 from capsem.settings import PolicyRule, Settings, SettingsError, parse
 
-DECISIONS = {"allow": "allowed", "warn": "warned", "deny": "denied"}
+DECISIONS = {"allow": "allowed", "warn": "warned", "deny": "denied", "ask": "asked"}
 
 
 class McpTarget(NamedTuple):
@@ -124,7 +124,7 @@ class Rule(PolicyRule):
 @dataclass(frozen=True, slots=True)
 class Verdict:
     decision: str
-    """allowed | warned | denied"""
+    """allowed | warned | denied | asked (a person decides: `addons/proxy/approvals.py`)"""
     rule: str | None
 
 
@@ -140,6 +140,8 @@ def _strictness(verdict: Verdict) -> int:
 @dataclass(frozen=True, slots=True)
 class Policy:
     rules: tuple[Rule, ...] = ()
+    ask_timeout_s: float = 120.0
+    """How long a request an `ask` rule holds waits for a person (`policy.ask_timeout_s`)."""
 
     @property
     def has_mcp_rules(self) -> bool:
@@ -162,7 +164,9 @@ class Policy:
                 settings = parse(settings)
             except SettingsError as exc:
                 raise PolicyError(str(exc)) from exc
-        return cls(tuple(Rule.of(rule) for rule in settings.policy.rules))
+        return cls(
+            tuple(Rule.of(rule) for rule in settings.policy.rules), float(settings.policy.ask_timeout_s)
+        )
 
     def decide(
         self,

@@ -2,7 +2,8 @@
 goes upstream, after `Flows` and before the guardrails in the chain (`addons/capsem_addon.py`).
 
 A rule that denies answers 403 (a JSON-RPC error for an MCP call) so nothing reaches the upstream;
-one that warns logs a line. The decision and the rule go into the flow's `FlowState` and from there
+one that warns logs a line; one that asks returns `Approvals.hold` (approvals.py), which mitmproxy
+awaits for that flow alone until a person answers. The decision and the rule go into the flow's `FlowState` and from there
 into its `net_events` row. MCP rules name servers by endpoint or by the name an `initialize`
 answer gave: that name is learned here, on the event loop, before the client's next call.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from mitmproxy import http
@@ -36,15 +38,16 @@ class PolicyGate:
         """MCP endpoint -> initialize name, learned on the event loop for the policy's MCP rules."""
 
     @guarded
-    def requestheaders(self, flow: http.HTTPFlow) -> None:
+    def requestheaders(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         state, policy = self.capture.flows.get(flow), self.capture.policy
         if state is not None and policy.rules and (flow.request.stream or not policy.has_mcp_rules):
-            self._apply(
+            return self._apply(
                 flow, state, mcp.header_call(list(state.head.headers))
             )  # before any body byte goes up
+        return None
 
     @guarded
-    def request(self, flow: http.HTTPFlow) -> None:
+    def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         state = self.capture.flows.get(flow)
         if (
             state is None
@@ -52,10 +55,10 @@ class PolicyGate:
             or flow.request.stream
             or flow.response is not None
         ):
-            return
+            return None
         body = flow.request.get_content(strict=False) or b""  # decoded (gzip...) when it can be
         calls = mcp.parse_request(body, dict(flow.request.headers)) if state.mcp else None
-        self._apply(flow, state, calls or [])
+        return self._apply(flow, state, calls or [])
 
     @guarded
     def response(self, flow: http.HTTPFlow) -> None:
@@ -70,9 +73,12 @@ class PolicyGate:
     def websocket_end(self, flow: http.HTTPFlow) -> None:
         self._learn_mcp_name(flow)
 
-    def _apply(self, flow: http.HTTPFlow, state: FlowState, calls: list[mcp.McpRequest]) -> None:
+    def _apply(
+        self, flow: http.HTTPFlow, state: FlowState, calls: list[mcp.McpRequest]
+    ) -> Awaitable[None] | None:
         """Decide the flow (first matching rule; a batch is judged by its strictest tools/call):
-        record the decision, log a warning, or answer 403 so nothing reaches the upstream."""
+        record the decision, log a warning, answer 403 so nothing reaches the upstream, or hold
+        it for a person (the coroutine returned, which mitmproxy awaits)."""
         head = state.head
         endpoint = mcp.server_name(head.host, head.port, head.path)
         names = (endpoint, self.mcp_names[endpoint]) if endpoint in self.mcp_names else (endpoint,)
@@ -97,6 +103,9 @@ class PolicyGate:
                 json.dumps(body),
                 {"content-type": "application/json", "x-capsem-policy": str(verdict.rule)},
             )
+        elif verdict.decision == "asked":
+            return self.capture.approvals.hold(flow, state, verdict, calls, names[-1])
+        return None
 
     def _learn_mcp_name(self, flow: http.HTTPFlow) -> None:
         """An initialize answer names its server: learn it here, before the client's next call

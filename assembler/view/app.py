@@ -39,6 +39,7 @@ from assembler.sessiondb import (
     resolve,
 )
 from assembler.view import charts, queries
+from assembler.view.approvals import ApprovalRoutes
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
@@ -330,6 +331,11 @@ def create_app(view: View | None = None, hosts: tuple[str, ...] = ()) -> Starlet
     listens on, besides 127.0.0.1, ::1 and localhost (`view --host 127.0.0.2`)."""
     view = view or View()
     urls = Urls()
+    # only requests addressed to loopback by name: a web page whose host name an attacker points at
+    # 127.0.0.1 (DNS rebinding) must not read the sessions
+    allowed = ["127.0.0.1", "localhost", "[::1]", "::1"] + [h for host in hosts for h in (host, f"[{host}]")]
+    approvals = ApprovalRoutes(allowed)  # the banner of waiting requests and its guarded POST
+    view.env.globals["approvals_token"] = approvals.token
 
     def html(request: Request, make) -> HTMLResponse:
         try:
@@ -422,6 +428,7 @@ def create_app(view: View | None = None, hosts: tuple[str, ...] = ()) -> Starlet
         Route("/s/{sid}/state.json", state),
         Route("/s/{sid}/call/{cid:int}", call),
         Route("/s/{sid}/call/{cid:int}/{direction:str}", raw),
+        *approvals.routes,
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
 
@@ -430,9 +437,6 @@ def create_app(view: View | None = None, hosts: tuple[str, ...] = ()) -> Starlet
         yield
         view.files.close()
 
-    # only requests addressed to loopback by name: a web page whose host name an attacker points at
-    # 127.0.0.1 (DNS rebinding) must not read the sessions
-    allowed = ["127.0.0.1", "localhost", "[::1]", "::1"] + [h for host in hosts for h in (host, f"[{host}]")]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed)]
     return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found, Exception: not_found},
                      lifespan=lifespan, middleware=middleware)  # fmt: skip

@@ -21,8 +21,8 @@ from capsem.settings.checks import (
     _unknown,
 )
 
-Action = Literal["allow", "warn", "deny"]
-ACTIONS: tuple[Action, ...] = ("allow", "warn", "deny")
+Action = Literal["allow", "warn", "deny", "ask"]
+ACTIONS: tuple[Action, ...] = ("allow", "warn", "deny", "ask")
 MATCH_FIELDS = ("host", "port", "path", "method", "mcp_server", "mcp_tool", "mcp_args")
 RULE_FIELDS = ("name", "action", *MATCH_FIELDS)
 Scope = Literal["session", "day", "month"]
@@ -64,7 +64,7 @@ class PolicyRule:
             raise _unknown(f"{key}.", unknown, "rule field", "a rule has", RULE_FIELDS)
         action = raw.get("action")
         if not isinstance(action, str) or action.lower() not in ACTIONS:
-            raise _must(f"{key}.action", "allow, warn or deny", action)
+            raise _must(f"{key}.action", "allow, warn, deny or ask", action)
         if all(raw.get(f) is None for f in MATCH_FIELDS):
             raise _Bad(
                 key, f"must name something to match ({', '.join(MATCH_FIELDS)}), got {_shown(dict(raw))}"

@@ -94,7 +94,7 @@ def test_the_current_config_is_the_default_and_a_session_can_be_named(home, tmp_
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("policy: {rules: [{action: block, host: x}]}", "policy.rules[1].action must be allow, warn or deny"),
+        ("policy: {rules: [{action: block, host: x}]}", "policy.rules[1].action must be allow, warn, deny or ask"),
         ("policy: {rules: [{action: deny, mcp_args: {command: {regex: '('}}}]}",
          "policy.rules[1].mcp_args.command.regex is not a valid regular expression"),
         ("policy: [", "invalid YAML at line 1"),

@@ -83,8 +83,9 @@ def refusal(config: Path, text: str | bytes) -> str:
         ("exports: {}\nbudget: {}", f"exports, budget are not sections; sections are: {ALL_SECTIONS}"),
         ("policy: [1]", "policy must be a mapping of settings, got [1]"),
         # policy rules
-        ("policy: {rules: [{action: block, host: x}]}", "policy.rules[1].action must be allow, warn or deny, got 'block'"),
-        ("policy: {rules: [{host: x}]}", "policy.rules[1].action must be allow, warn or deny, got None"),
+        ("policy: {rules: [{action: block, host: x}]}",
+         "policy.rules[1].action must be allow, warn, deny or ask, got 'block'"),
+        ("policy: {rules: [{host: x}]}", "policy.rules[1].action must be allow, warn, deny or ask, got None"),
         ("policy: {rules: [{action: deny}]}",
          "policy.rules[1] must name something to match (host, port, path, method, mcp_server, mcp_tool, "
          "mcp_args), "
@@ -296,7 +297,10 @@ def test_as_dict_round_trips(config):
     config.write_text("policy:\n  rules: [{action: deny, host: x}]\nretention: {max_disk_gb: 0}\n")
     settings = load()
     assert parse(settings.as_dict()) == settings
-    assert settings.as_dict()["policy"] == {"rules": [{"name": "rule-1", "action": "deny", "host": "x"}]}
+    assert settings.as_dict()["policy"] == {
+        "rules": [{"name": "rule-1", "action": "deny", "host": "x"}],
+        "ask_timeout_s": 120,
+    }
     config.write_text("capture: {preview_bytes: lots}")
     with pytest.raises(
         ConfigError, match=r"capture\.preview_bytes must be a whole number of bytes, got 'lots'"

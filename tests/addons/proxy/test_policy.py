@@ -68,7 +68,10 @@ def test_a_raw_mapping_is_still_checked_during_the_transition():
     assert Policy.from_settings(raw) == Policy.from_settings(parse(raw))
     with pytest.raises(PolicyError) as refused:
         Policy.from_settings({"policy": {"rules": [{"action": "block", "host": "x"}]}})
-    assert str(refused.value) == "<settings>: policy.rules[1].action must be allow, warn or deny, got 'block'"
+    assert (
+        str(refused.value)
+        == "<settings>: policy.rules[1].action must be allow, warn, deny or ask, got 'block'"
+    )
     for settings in ({}, {"policy": None}, {"policy": {}}, {"policy": {"rules": None}}):
         assert Policy.from_settings(settings).rules == ()
 
