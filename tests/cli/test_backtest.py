@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from addons.proxy.policy import Policy, Verdict
+from addons.proxy.policy import Policy
 from assembler.backtest import McpCall, ModelCall, Request, Session, evaluate
 from assembler.backtest_cli import FAIL_ON, PHRASES, Tried, as_data, show
 from capsem.settings import parse
@@ -83,16 +83,14 @@ def test_a_session_budget_starts_over_in_each_session():
 
 
 @pytest.mark.parametrize(
-    ("decision", "phrase"), [("asked", "would have asked for"), ("denied", "would have denied")]
+    ("action", "decision", "phrase"),
+    [("ask", "asked", "would have asked for"), ("deny", "denied", "would have denied")],
 )
-def test_any_decision_the_policy_returns_is_reported_as_it_is(decision, phrase, capsys, monkeypatch):
-    """Decisions are not a fixed list: a new one (`asked`) is a finding, shown, and --fail-on-able."""
-
-    class Deciding(Policy):  # as a rule with the `ask` action will once it exists
-        def decide(self, host, port, path, method, mcp=None):
-            return Verdict(decision, "ask-first") if host == "ask.test" else Verdict("allowed", None)
-
-    policy = Deciding(Policy.from_settings(settings("policy: {rules: [{action: warn, host: x}]}")).rules)
+def test_every_decision_a_rule_takes_is_reported_as_it_is(action, decision, phrase, capsys, monkeypatch):
+    """Decisions are not a fixed list: an `ask` rule's `asked` is a finding, shown, and --fail-on-able."""
+    policy = Policy.from_settings(
+        settings(f"policy: {{rules: [{{name: ask-first, action: {action}, host: ask.test}}]}}")
+    )
     report = evaluate(policy, (), [Session("s", (request(1, host="ask.test"), request(2)))])
     assert [(f.request.id, f.decision) for f in report.findings] == [(1, decision)]
     assert report.decisions() & set(FAIL_ON.values()) == {decision}
