@@ -50,6 +50,9 @@ class Recording:
     session_id: str
     workspace: str | None
     calls: list[Call] = field(default_factory=list)
+    keys: set[str] = field(default_factory=set)
+    """The API-key variables the recorded agent used (`ANTHROPIC_API_KEY` when its Anthropic calls
+    carried `x-api-key`, not an OAuth token; …): the replay gives it placeholders for these only."""
 
     @property
     def model_calls(self) -> int:
@@ -80,7 +83,8 @@ def load(session_id: str) -> Recording:
         timing = _timings(conn) if "response_chunks" in tables else {}
         number = 0
         model_sql = ("SELECT c.id, c.method, c.host, c.path, c.protocol, c.model, c.stream, c.status_code, "
-                     "n.response_headers, n.conn_type, n.status_code AS net_status FROM model_calls c "
+                     "n.response_headers, n.request_headers, n.query, n.conn_type, n.status_code AS net_status "
+                     "FROM model_calls c "
                      "LEFT JOIN net_events n ON n.id = c.net_event_id ORDER BY c.id")  # fmt: skip
         for call in conn.execute(model_sql).fetchall():
             number += 1
@@ -89,6 +93,7 @@ def load(session_id: str) -> Recording:
             got = _call(conn, call, kind, number, shaper, "model_calls", timing.get(call["id"]))
             if got is not None:
                 recording.calls.append(got)
+            recording.keys |= _keys(call["host"], call["request_headers"], call["query"])
         if "mcp_calls" in tables:
             mcp_sql = ("SELECT m.id, n.method, n.domain AS host, n.path, m.status_code, n.response_headers, "
                        "n.streamed AS stream, n.status_code AS net_status FROM mcp_calls m "
@@ -119,6 +124,22 @@ def _call(conn: sqlite3.Connection, row: sqlite3.Row, kind: str, number: int, sh
     protocol = row["protocol"] if "protocol" in columns else "mcp"
     model = row["model"] if "model" in columns else None
     return Call(recorded, answer, protocol, model)
+
+
+def _keys(host: str | None, headers: str | None, query: str | None) -> set[str]:
+    """The API-key variable a recorded call's key came from, judged by where it carried it."""
+    try:
+        names = {str(k).lower() for k in json.loads(headers)} if headers else set()
+    except (ValueError, TypeError):
+        names = set()
+    host = host or ""
+    if "anthropic" in host and "x-api-key" in names:
+        return {"ANTHROPIC_API_KEY"}
+    if "openai" in host and "authorization" in names:
+        return {"OPENAI_API_KEY"}
+    if "googleapis" in host and ("x-goog-api-key" in names or "key=" in (query or "")):
+        return {"GEMINI_API_KEY"}
+    return set()
 
 
 def _headers(stored: str | None) -> list[tuple[str, str]]:

@@ -28,8 +28,10 @@ logger = logging.getLogger(__name__)
 
 PLACEHOLDER_KEYS = {"ANTHROPIC_API_KEY": "sk-ant-capsem-replay", "OPENAI_API_KEY": "sk-capsem-replay",
                     "GEMINI_API_KEY": "capsem-replay"}  # fmt: skip
-"""Keys an agent gets when its environment has none (it needs one to start; nothing leaves the
-machine, so no real key is needed). With `--live` the agent's own keys are needed and kept."""
+"""Keys an agent gets when its environment has none, for the providers whose calls the recording
+made with an API key (`Recording.keys`): it needs one to start, and nothing leaves the machine, so
+no real key is needed. An agent that logged in otherwise (Claude Code's OAuth) gets none. With
+`--live` the agent's own keys are needed and nothing is added."""
 
 
 @dataclass
@@ -78,11 +80,8 @@ def replay(original: str, command: list[str], *, options: Options, workspace: Pa
     check_agent(command, workspace)
     recording = load(original)
     replayer = Replayer(recording, options, str((workspace or Path.cwd()).resolve()))
-    env = (
-        {}
-        if options.live_from is not None
-        else {k: v for k, v in PLACEHOLDER_KEYS.items() if not os.environ.get(k)}
-    )
+    keys = recording.keys if options.live_from is None else set()
+    env = {k: v for k, v in PLACEHOLDER_KEYS.items() if k in keys and not os.environ.get(k)}
     server = Emulator(server=ReplayServer(replayer)).start()
     try:
         result = run_agent(command, workspace=workspace, mitmdump_args=mitmdump_args, signals=signals, name=name,
