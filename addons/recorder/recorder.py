@@ -38,7 +38,7 @@ from addons.recorder.traces import TraceTracker
 from addons.recorder.websocket import Turn, WebSocketTurns, close_error, request_of
 from addons.recorder.writer import SessionWriter
 from addons.spec import WS_TURN
-from capsem.redact import is_stream_type
+from capsem.redact import is_stream_type, learn_credentials
 from capsem.settings import CaptureSettings
 
 logger = logging.getLogger(__name__)
@@ -303,6 +303,10 @@ class Recorder:
         )
 
     def _ws_opened(self, msg: WsOpened) -> None:
+        # the upgrade's net_events row is written when the socket ends, after its turns: the
+        # credentials its headers carry are learned now, so the turns' bodies are scrubbed of them
+        learn_credentials(msg.request.headers, self.writer.scrubber)
+        learn_credentials(msg.response.headers, self.writer.scrubber)
         self.sockets[msg.request.key] = _Socket(self.ids.next("net_events"), msg.request,
                                                 process=msg.process or (None, None))  # fmt: skip
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from addons.recorder.bodies import segments
-from capsem.redact import Scrubber, carries_credential
+from capsem.redact import Scrubber, learn_credentials
 
 logger = logging.getLogger(__name__)
 
@@ -42,12 +42,7 @@ class RequestScrubber:
         return self.scrubber.generation
 
     def learn(self, headers: dict[str, str]) -> None:
-        for name, value in headers.items():
-            if carries_credential(name):
-                self.scrubber.learn(value)
-                if name == "cookie":
-                    for part in value.split(";"):
-                        self.scrubber.learn(part.partition("=")[2])
+        learn_credentials(headers.items(), self.scrubber)
 
     def __call__(self, data: bytes) -> bytes:
         scrub = self.scrubber.scrub
