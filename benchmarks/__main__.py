@@ -37,7 +37,10 @@ FULL = {
     "micro": {"corpus_mib": 10, "repeat": 3, "store_rows": 50_000, "calls": 2_000, "memory_mib": 200},
     "newconn": {"connections": 60, "resolve_repeat": 20},
     "startup_runs": 7,
-    "bodies": {"turns": 300, "read_turns": 500},
+    "bodies": [
+        {"shape": "history-last", "turns": 300, "read_turns": 500},
+        {"shape": "claude-code", "turns": 150, "read_turns": 500},
+    ],
     "otlp": {"calls": 150, "spec": StreamSpec(50, 200, 2)},
 }
 QUICK = {
@@ -48,7 +51,10 @@ QUICK = {
     "micro": {"corpus_mib": 1, "repeat": 1, "store_rows": 5_000, "calls": 200, "memory_mib": 20},
     "newconn": {"connections": 10, "resolve_repeat": 3},
     "startup_runs": 2,
-    "bodies": {"turns": 40, "read_turns": 60},
+    "bodies": [
+        {"shape": "history-last", "turns": 40, "read_turns": 60},
+        {"shape": "claude-code", "turns": 40, "read_turns": 60},
+    ],
     "otlp": {"calls": 30, "spec": StreamSpec(50, 200, 2)},
 }
 
@@ -90,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
             results["micro"] = run_micro(**plan["micro"], log=lambda line: print(line, flush=True))
         if args.only in (None, "bodies"):
             print("body storage", flush=True)
-            results["bodies"] = run_bodies(**plan["bodies"], log=lambda line: print(line, flush=True))
+            results["bodies"] = [
+                run_bodies(**shape, log=lambda line: print(line, flush=True)) for shape in plan["bodies"]
+            ]
         if args.only in (None, "otlp"):
             print("live OTLP export", flush=True)
             results["otlp"] = run_otlp(**plan["otlp"], workdir=Path(tmp) / "otlp",

@@ -331,33 +331,60 @@ BODIES_RATIO_GOAL = 1.5
 """session.db at most this many times the distinct content of a long conversation."""
 
 
-def bodies_section(bodies: dict) -> list[str]:
-    """Per-turn session.db growth over a long conversation beside the quadratic line, and read times."""
-    turns, stored, naive, growth = bodies["turns"], bodies["stored"], bodies["naive"], bodies["growth"]
-    ratio = stored[-1] / bodies["distinct_raw"]
-    marks = sorted({1, 2, 10, 50, 100, 200, turns} & set(range(1, turns + 1)))
+_SHAPE_TEXT = {
+    "history-last": "~30 KB system prompt and ~60 KB of tool definitions before the messages, so the change of "
+    "every turn lies at the end of the request",
+    "claude-code": "Claude Code's order: messages first, then a ~20 KB system prompt and ~50 KB of tool "
+    "definitions (~630 pieces), so the change of every turn (new messages, the cache marker moved) lies in the "
+    "middle of the request",
+}
+
+
+def bodies_section(bodies: dict | list[dict]) -> list[str]:
+    """Per-turn session.db growth over long conversations beside the quadratic line, and read times."""
     lines = [
         "## Whole bodies over a long conversation",
         "",
-        f"A {turns}-turn Claude Code-like conversation (~30 KB system prompt, ~60 KB of tool definitions, ~3 KB "
-        f"new per turn, the whole history resent every turn with `cache_control` moved to the newest block; the "
-        f"request grows from {bodies['first_body'] / 1024:.0f} KB to {bodies['last_body'] / 1024:.0f} KB) through "
-        "the real recorder and writer. session.db = the whole file (every table, previews and indexes included); "
-        "as is = the same request bodies each stored zstd-compressed whole.",
+        "Claude Code-like conversations (~3 KB new per turn, the whole history resent every turn with "
+        "`cache_control` moved to the newest block) through the real recorder and writer. session.db = the whole "
+        "file (every table, previews and indexes included); list = the bytes of the request's list of pieces "
+        "(`event_body_blobs.chunks` and `runs`); as is = the same request bodies each stored zstd-compressed whole.",
         "",
-        "| after turn | session.db MiB | this turn KB | bodies as is MiB |",
-        "|---:|---:|---:|---:|",
+    ]
+    for shape in bodies if isinstance(bodies, list) else [bodies]:
+        lines += _bodies_shape(shape)
+    return lines
+
+
+def _bodies_shape(bodies: dict) -> list[str]:
+    turns, stored, naive, growth = bodies["turns"], bodies["stored"], bodies["naive"], bodies["growth"]
+    lists = bodies.get("lists") or [0] * turns
+    ratio = stored[-1] / bodies["distinct_raw"]
+    marks = sorted({1, 2, 10, 50, 100, 150, 200, turns} & set(range(1, turns + 1)))
+    shape = bodies.get("shape", "history-last")
+    total = bodies.get("request_bytes")
+    lines = [
+        f"### {turns} turns, {shape}: {_SHAPE_TEXT[shape]}",
+        "",
+        f"The request grows from {bodies['first_body'] / 1024:.0f} KB to {bodies['last_body'] / 1024:.0f} KB"
+        + (f" ({total / 1e6:.1f} MB of request bodies in all)." if total else "."),
+        "",
+        "| after turn | session.db MiB | this turn KB | list B | bodies as is MiB |",
+        "|---:|---:|---:|---:|---:|",
     ]
     for n in marks:
         lines.append(
-            f"| {n} | {stored[n - 1] / 2**20:.2f} | {growth[n - 1] / 1024:.1f} | {naive[n - 1] / 2**20:.1f} |"
+            f"| {n} | {stored[n - 1] / 2**20:.2f} | {growth[n - 1] / 1024:.1f} | {lists[n - 1]:,} "
+            f"| {naive[n - 1] / 2**20:.1f} |"
         )
     later = growth[1:]
     lines += [
         "",
-        f"Per turn after the first: median {sorted(later)[len(later) // 2] / 1024:.1f} KB, first ten "
-        f"{sum(later[:10]) / 10 / 1024:.1f} KB, last ten {sum(later[-10:]) / 10 / 1024:.1f} KB (flat). "
-        f"session.db is {_mark(ratio, BODIES_RATIO_GOAL, '.2f')} × the distinct content "
+        f"Per turn after the first: session.db grows {statistics.mean(later) / 1024:.1f} KB on average (median "
+        f"{statistics.median(later) / 1024:.1f} KB, first ten {sum(later[:10]) / 10 / 1024:.1f} KB, last ten "
+        f"{sum(later[-10:]) / 10 / 1024:.1f} KB); the request's list of pieces takes "
+        f"{statistics.median(lists[1:]):,.0f} B (median; {statistics.mean(lists[1:]):,.0f} B on average, whole "
+        f"lists included). session.db is {_mark(ratio, BODIES_RATIO_GOAL, '.2f')} × the distinct content "
         f"({bodies['distinct_raw'] / 2**20:.2f} MiB; goal ≤ {BODIES_RATIO_GOAL:g}). Reading a call's request back "
         f"in a {bodies['read_turns']}-turn session: the last (longest) {bodies['reads']['last']['ms']:.1f} ms, "
         f"one in the middle {bodies['reads']['middle']['ms']:.1f} ms (goal < 100 ms).",

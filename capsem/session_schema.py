@@ -575,3 +575,22 @@ def m013_cache_breaks(conn: sqlite3.Connection) -> None:
         )
         """,
     )
+
+
+@SESSION.migration
+def m014_body_runs(conn: sqlite3.Connection) -> None:
+    """A body's list of pieces as runs of earlier bodies' lists (`event_body_blobs.runs`, JSON: an
+    integer n takes the next n keys of the row's own `chunks`, `[base_id, start, count]` takes keys
+    start..start+count of body base_id), so a turn whose change lies in the middle of its request
+    costs what is new plus a few bytes. The old form (the leading `base_pieces` keys of `base_id`,
+    then `chunks`) is one such list; its columns go. See addons/recorder/bodies.py."""
+    run_script(
+        conn,
+        """
+        ALTER TABLE event_body_blobs ADD COLUMN runs TEXT NOT NULL DEFAULT '[]';
+        UPDATE event_body_blobs SET runs = CASE WHEN base_id IS NULL THEN json_array(length(chunks) / 16)
+            ELSE json_array(json_array(base_id, 0, base_pieces), length(chunks) / 16) END;
+        ALTER TABLE event_body_blobs DROP COLUMN base_id;
+        ALTER TABLE event_body_blobs DROP COLUMN base_pieces
+        """,
+    )
