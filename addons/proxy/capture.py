@@ -311,6 +311,10 @@ class Capsem:
             return
         msg = flow.websocket.messages[-1]
         self.put(WsMessage(flow.id, msg.from_client, msg.content, msg.is_text, msg.timestamp))
+        # mitmproxy keeps every message of a socket until it ends (its issue #6620: a Codex session's
+        # whole traffic, never freed); capsem has its copy, and mitmproxy sends the message it holds
+        # apart, so only the current one stays for the addons after this one
+        del flow.websocket.messages[:-1]
 
     @guarded
     def websocket_end(self, flow: http.HTTPFlow) -> None:
