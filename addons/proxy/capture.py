@@ -38,6 +38,7 @@ from addons.proxy.guard import Guard
 from addons.proxy.guardrails import Guardrails
 from addons.proxy.handover import RecorderProcess
 from addons.proxy.hooks import guarded
+from addons.proxy.memory import return_large_blocks
 from addons.proxy.outbox import Barriers, Outbox
 from addons.proxy.policy import Policy, PolicyError
 from addons.proxy.policy_gate import PolicyGate
@@ -139,6 +140,8 @@ class Capsem:
         if self.session is not None:
             return
         from mitmproxy import ctx
+
+        return_large_blocks()  # a long WebSocket's growing messages must not keep mitmdump's RSS up
 
         self.start(
             session_id=ctx.options.capsem_session_id,
