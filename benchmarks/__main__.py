@@ -1,4 +1,5 @@
-"""`python -m benchmarks [--quick] [--only streaming|newconn|startup|micro|bodies|otlp]`: run, print the tables, save them.
+"""`python -m benchmarks [--quick] [--only SUITE]`: run, print the tables, save them (suites: streaming,
+newconn, startup, micro, bodies, websocket, otlp).
 
 A full run writes `benchmarks/results/latest.md` and `latest.json`; `--quick` (a smoke run of
 about a minute, too small to judge anything) writes `quick.md` and `quick.json` instead.
@@ -26,6 +27,7 @@ from benchmarks.report import render
 from benchmarks.startup import run_startup
 from benchmarks.streaming import Profile, run_suite
 from benchmarks.upstream import StreamSpec
+from benchmarks.websocket_memory import run_ws_memory
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -41,6 +43,7 @@ FULL = {
         {"shape": "history-last", "turns": 300, "read_turns": 500},
         {"shape": "claude-code", "turns": 150, "read_turns": 500},
     ],
+    "websocket": {"turns": 500, "every": 50},
     "otlp": {"calls": 150, "spec": StreamSpec(50, 200, 2)},
 }
 QUICK = {
@@ -55,6 +58,7 @@ QUICK = {
         {"shape": "history-last", "turns": 40, "read_turns": 60},
         {"shape": "claude-code", "turns": 40, "read_turns": 60},
     ],
+    "websocket": {"turns": 40, "every": 10},
     "otlp": {"calls": 30, "spec": StreamSpec(50, 200, 2)},
 }
 
@@ -64,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a short smoke run (results/quick.md)")
     parser.add_argument(
         "--only",
-        choices=["streaming", "newconn", "startup", "micro", "bodies", "otlp"],
+        choices=["streaming", "newconn", "startup", "micro", "bodies", "websocket", "otlp"],
         help="run one suite only",
     )
     args = parser.parse_args(argv)
@@ -99,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
             results["bodies"] = [
                 run_bodies(**shape, log=lambda line: print(line, flush=True)) for shape in plan["bodies"]
             ]
+        if args.only in (None, "websocket"):
+            print("memory on one long WebSocket", flush=True)
+            results["websocket"] = run_ws_memory(**plan["websocket"], workdir=Path(tmp) / "websocket",
+                                                 log=lambda line: print(line, flush=True))  # fmt: skip
         if args.only in (None, "otlp"):
             print("live OTLP export", flush=True)
             results["otlp"] = run_otlp(**plan["otlp"], workdir=Path(tmp) / "otlp",
