@@ -71,6 +71,7 @@ def handle(encoded: list[bytes], workdir: Path) -> float:
     for data in encoded:
         for message in decode(data):
             recorder.handle(message)
+        recorder.feed_held()
         if writer.pending:
             writer.commit()
     writer.commit()

@@ -50,6 +50,8 @@ ProcessInfo = tuple[str | None, int | None]
 class _Reader:
     reader: ResponseReader
     first_content: float | None = None
+    held: list[bytes] = field(default_factory=list)
+    """Chunks that came after the content started, fed together at the end of their batch."""
 
 
 @dataclass(slots=True)
@@ -91,6 +93,8 @@ class Recorder:
         self.conversations = Conversations()
         self.conversations.stored = {r[0] for r in writer.conn.execute("SELECT hash FROM item_data")}
         self.readers: dict[str, _Reader] = {}
+        self._held: list[_Reader] = []
+        """Readers holding chunks back (`feed_held`)."""
         self.sockets: dict[str, _Socket] = {}
         self.restart_missed: int | None = None
         """In a recorder restarted after its predecessor died: the flows not recorded whole so far
@@ -152,15 +156,37 @@ class Recorder:
         if state is None:
             self._write(self.mcp.stream_chunk(msg.key, msg.at, msg.data) or [])
             return
+        if state.first_content is not None:  # its time is known: the chunk waits for its batch's others
+            if not state.held:
+                self._held.append(state)
+            state.held.append(msg.data)
+            return
         state.reader.feed(msg.data)
-        if state.first_content is None and state.reader.content_started:
+        if state.reader.content_started:
             state.first_content = msg.at
+
+    def feed_held(self) -> None:
+        """Feed each reader the chunks it held back, at once: a batch carries several chunks of a
+        busy stream, and decoding and framing them in one pass costs less than one by one (the
+        reader gives the same result however a body is cut). The loop calls it after each batch;
+        a flow's end feeds them first too."""
+        held, self._held = self._held, []
+        for state in held:
+            data = state.held[0] if len(state.held) == 1 else b"".join(state.held)
+            state.held = []
+            try:
+                state.reader.feed(data)
+            except Exception as exc:  # the reader never raises; a bug must not stop the loop
+                self.failures += 1
+                logger.warning("capsem: recording failed (Chunk): %r", exc)
 
     # -- finished flows ------------------------------------------------------------------------
 
     # Long on purpose: the one place a finished flow is routed (WebSocket, MCP, model call, plain);
     # each branch is a few lines that call a builder.
     def _flow_ended(self, flow: FlowEnded) -> None:
+        if self._held:
+            self.feed_held()
         key = flow.request.key
         state = self.readers.pop(key, None)
         socket = self.sockets.pop(key, None)
