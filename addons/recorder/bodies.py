@@ -53,7 +53,9 @@ SMALL_FRAME = 256 * 1024
 SMALL_LEVEL, LARGE_LEVEL = 12, 3
 """zstd levels for frames up to `SMALL_FRAME` bytes (a turn's new content: ~0.4 ms, about 10 % smaller
 than level 3 on conversation JSON) and for larger ones (a long answer: level 3 keeps up with a stream)."""
-_CUT = re.compile(rb'(?=\{\s*"(?:role|type|name|parts|text|functionCall|functionResponse|call_id)"\s*:)')
+_CUT = re.compile(rb'\{(?=\s*"(?:role|type|name|parts|text|functionCall|functionResponse|call_id)"\s*:)')
+"""Where a piece starts: the `{` of such an object (matched, not looked ahead for: `re` then scans
+for the literal `{`, ~7x faster on a long request)."""
 _DIGEST = 16
 """Bytes of SHA-256 kept per piece key (128 bits)."""
 MAX_DEPTH = 256
@@ -98,17 +100,31 @@ def pieces(body: bytes) -> list[bytes]:
 
 class _Recent:
     """A body stored lately: its id, its whole list of keys, how many links its list follows, and
-    where each key first occurs in it."""
+    where each key occurs in it (`first`; up to `_PLACES` places of a key it repeats, `more`)."""
 
-    __slots__ = ("depth", "id", "keys", "places")
+    __slots__ = ("depth", "first", "id", "keys", "more")
 
     def __init__(self, row_id: int, keys: list[bytes], depth: int) -> None:
         self.id, self.keys, self.depth = row_id, keys, depth
-        self.places: dict[bytes, list[int]] = {}
-        for i, key in enumerate(keys):
-            at = self.places.setdefault(key, [])
-            if len(at) < _PLACES:
-                at.append(i)
+        self.first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1), strict=True))  # earliest wins
+        self.more: dict[bytes, list[int]] = {}
+        if len(self.first) < len(keys):  # some key repeats
+            first, more = self.first, self.more
+            for i, key in enumerate(keys):
+                if first[key] != i:
+                    at = more.get(key)
+                    if at is None:
+                        more[key] = [first[key], i]
+                    elif len(at) < _PLACES:
+                        at.append(i)
+
+    def places(self, key: bytes) -> Sequence[int]:
+        """Where `key` occurs (at most `_PLACES` places, earliest first)."""
+        at = self.more.get(key)
+        if at is not None:
+            return at
+        start = self.first.get(key)
+        return () if start is None else (start,)
 
 
 def _match(a: list[bytes], i: int, b: list[bytes], j: int) -> int:
@@ -136,7 +152,7 @@ def runs(keys: list[bytes], recent: Sequence[_Recent]) -> tuple[list, list[bytes
     while i < n:
         best, base, start = 0, None, 0
         for body in recent:
-            for j in body.places.get(keys[i], ()):
+            for j in body.places(keys[i]):
                 length = _match(keys, i, body.keys, j)
                 if length > best:
                     best, base, start = length, body, j
