@@ -13,6 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from benchmarks import newconn
+from benchmarks.backtest import backtest_section
 from benchmarks.otlp_export import otlp_section
 from benchmarks.proxies import BASELINE, SCENARIOS
 from benchmarks.startup import startup_table
@@ -334,6 +335,8 @@ def render(results: dict) -> str:
         parts += ws_memory_section(results["websocket"])
     if results.get("otlp"):
         parts += otlp_section(results["otlp"])
+    if results.get("backtest"):
+        parts += backtest_section(results["backtest"])
     goals = issue_goals(results)
     if goals:
         parts += [

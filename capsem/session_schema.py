@@ -578,7 +578,45 @@ def m013_cache_breaks(conn: sqlite3.Connection) -> None:
 
 
 @SESSION.migration
-def m014_body_runs(conn: sqlite3.Connection) -> None:
+def m014_approvals(conn: sqlite3.Connection) -> None:
+    """`ask`: one row per request a policy rule held for a person (its `net_events` row says
+    `asked`), with the answer: `decision` approved, denied or timed_out; `decided_by` cli, view,
+    rule (an earlier `--always` answer), timeout, shutdown or error (capsem could not hold it); how
+    long it waited; an MCP call's
+    server, tool and arguments (scrubbed)."""
+    run_script(
+        conn,
+        """
+        CREATE TABLE approvals (
+            id INTEGER PRIMARY KEY,
+            event_id TEXT NOT NULL,
+            approval_id TEXT NOT NULL,
+            net_event_id INTEGER,
+            flow_id TEXT,
+            rule TEXT NOT NULL,
+            asked_at TEXT NOT NULL,
+            decided_at TEXT NOT NULL,
+            waited_ms INTEGER NOT NULL,
+            decision TEXT NOT NULL,
+            decided_by TEXT NOT NULL,
+            reason TEXT,
+            always INTEGER NOT NULL DEFAULT 0,
+            method TEXT,
+            host TEXT,
+            path TEXT,
+            mcp_server TEXT,
+            tool TEXT,
+            arguments TEXT,
+            process_name TEXT,
+            pid INTEGER
+        );
+        CREATE INDEX idx_approvals_net_event ON approvals(net_event_id)
+        """,
+    )
+
+
+@SESSION.migration
+def m015_body_runs(conn: sqlite3.Connection) -> None:
     """A body's list of pieces as runs of earlier bodies' lists (`event_body_blobs.runs`, JSON: an
     integer n takes the next n keys of the row's own `chunks`, `[base_id, start, count]` takes keys
     start..start+count of body base_id), so a turn whose change lies in the middle of its request
@@ -590,7 +628,7 @@ def m014_body_runs(conn: sqlite3.Connection) -> None:
     run_script(
         conn,
         """
-        ALTER TABLE event_body_blobs RENAME TO _m014_event_body_blobs;
+        ALTER TABLE event_body_blobs RENAME TO _m015_event_body_blobs;
         CREATE TABLE event_body_blobs (
             id INTEGER PRIMARY KEY AUTOINCREMENT,
             event_id TEXT NOT NULL,
@@ -607,7 +645,7 @@ def m014_body_runs(conn: sqlite3.Connection) -> None:
         )
         """,
     )
-    old = conn.execute(f"SELECT {columns}, base_id, base_pieces FROM _m014_event_body_blobs ORDER BY id")
+    old = conn.execute(f"SELECT {columns}, base_id, base_pieces FROM _m015_event_body_blobs ORDER BY id")
     for row in old.fetchall():
         base, count, own = row[-2], row[-1], len(row[-3]) // 16
         runs = f"[{own}]" if base is None else f"[[{base},0,{count}],{own}]"
@@ -616,7 +654,7 @@ def m014_body_runs(conn: sqlite3.Connection) -> None:
     run_script(
         conn,
         """
-        DROP TABLE _m014_event_body_blobs;
+        DROP TABLE _m015_event_body_blobs;
         CREATE UNIQUE INDEX idx_event_body_blobs_owner ON event_body_blobs(source_table, row_id, direction);
         CREATE INDEX idx_event_body_blobs_event_id ON event_body_blobs(owner_event_id)
         """,

@@ -307,7 +307,7 @@ def _blob(conn: sqlite3.Connection, where: str, params: tuple) -> dict | None:
 
 
 def _runs(blob: dict) -> list:
-    """A body's runs; a row of a session.db written before m014 (the leading `base_pieces` keys of
+    """A body's runs; a row of a session.db written before m015 (the leading `base_pieces` keys of
     `base_id`, then its own) as the same runs."""
     if "runs" in blob:
         return json.loads(blob["runs"])

@@ -75,8 +75,8 @@ def _framing(content_type: str | None, body: bytes) -> str:
 
 
 def _decision(flow_decision: str, failed: bool) -> str:
-    """A policy verdict (denied, warned) wins; otherwise `error` when the call failed."""
-    if flow_decision in ("denied", "warned"):
+    """A policy verdict (denied, asked, warned) wins; otherwise `error` when the call failed."""
+    if flow_decision in ("denied", "asked", "warned"):
         return flow_decision
     return "error" if failed else "allowed"
 

@@ -100,7 +100,7 @@ def test_pieces_and_items_stored_before_content_frames_read_back_after_the_migra
     conn.close()
 
 
-def test_bodies_listed_as_a_prefix_of_an_earlier_body_read_back_before_and_after_m014(tmp_path):
+def test_bodies_listed_as_a_prefix_of_an_earlier_body_read_back_before_and_after_m015(tmp_path):
     """A session.db written before runs (a body = the leading pieces of an earlier one, then its own)
     reads back as it is, read-only, and the same once migrated to runs."""
     import hashlib
@@ -112,7 +112,7 @@ def test_bodies_listed_as_a_prefix_of_an_earlier_body_read_back_before_and_after
     path = tmp_path / "session.db"
     conn = sqlite3.connect(path, isolation_level=None)
     names = [name for name, _ in SESSION_MIGRATIONS]
-    migrate(conn, SESSION_MIGRATIONS[: names.index("m014_body_runs")])
+    migrate(conn, SESSION_MIGRATIONS[: names.index("m015_body_runs")])
     parts = [b'{"role": "user", "content": "a"}', b'{"type": "text", "text": "b"}', b'{"role": "c"}']
     keys = [hashlib.sha256(p).digest()[:16] for p in parts]
     conn.execute(
