@@ -112,6 +112,22 @@ class ResponseReader:
         self.raw_bytes += len(chunk)
         self._consume(self.decoder.decode(chunk))
 
+    def feed_many(self, chunks: list[bytes]) -> list[int]:
+        """Consume several raw chunks in one pass through framer and parser (each is decoded on
+        its own); returns where each ends in the decoded body."""
+        if self._summary is not None:
+            return [self.decoded_bytes] * len(chunks)
+        ends, parts, end = [], [], self.decoded_bytes
+        for chunk in chunks:
+            self.raw_bytes += len(chunk)
+            data = self.decoder.decode(chunk) if chunk else b""
+            if data:
+                parts.append(data)
+                end += len(data)
+            ends.append(end)
+        self._consume(parts[0] if len(parts) == 1 else b"".join(parts))
+        return ends
+
     def _consume(self, data: bytes) -> None:
         if not data:
             return

@@ -32,6 +32,10 @@ import msgspec
 __all__ = ["FRAMERS", "Framer", "JSONArrayDecoder", "NDJSONDecoder", "SSEDecoder", "SSEEvent", "make_framer"]
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
+_PLAIN_EVENT = re.compile(r"(event: ([^\n]*)\n)?data: ([^\n]*)\n\n")
+"""An ordinary event: `data: ` and its one line, maybe after `event: ` and its line, then a blank line."""
+_PLAIN_EVENTS = re.compile(r"\n*(?:(?:event: [^\n]*\n)?data: [^\n]*\n\n+)*")
+"""Text made of ordinary events only (extra blank lines dispatch nothing)."""
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -148,7 +152,27 @@ class SSEDecoder:
             return lines[-1]
         # every line is short enough: decode once (a line end never splits a UTF-8 sequence)
         whole = buf if cut == len(buf) else buf[:cut]
-        blocks = whole.decode("utf-8", "replace").split("\n\n")  # each ends with a blank line
+        text = whole.decode("utf-8", "replace")
+        start, end = 0, text.rfind("\n\n") + 2  # just after the last blank line
+        if end > 1 and (self._data or self._event is not None):  # the first block ends the pending event
+            start = text.find("\n\n") + 2
+            self._block(text[: start - 2], events)
+        if end > 1 and _PLAIN_EVENTS.fullmatch(text, start, end):
+            # only ordinary events up to there: read by two regex scans, no Python step per event
+            ident = self._id
+            found = _PLAIN_EVENT.findall(text, start, end)
+            events += [SSEEvent(name if line else None, data, ident) for line, name, data in found]
+            last = text[end:]
+        else:
+            last = self._blocks(text[start:], events)
+        if last:
+            for line in last.split("\n")[:-1]:
+                self._line(line, events)
+        return buf[cut:] if cut < len(buf) else b""
+
+    def _blocks(self, text: str, events: list[SSEEvent]) -> str:
+        """The events of `text` (complete lines) up to its last blank line; returns the lines after it."""
+        blocks = text.split("\n\n")  # each ends with a blank line
         last = blocks.pop()
         if blocks and (self._data or self._event is not None):
             self._block(blocks.pop(0), events)  # it continues the pending event
@@ -164,10 +188,7 @@ class SSEDecoder:
             elif not block:  # more blank lines: nothing pending, nothing to dispatch
                 continue
             self._block(block, events)
-        if last:
-            for line in last.split("\n")[:-1]:
-                self._line(line, events)
-        return buf[cut:] if cut < len(buf) else b""
+        return last
 
     def _block(self, block: str, events: list[SSEEvent]) -> None:
         """The lines before a blank line, then the blank line."""

@@ -1,6 +1,6 @@
 """`python -m benchmarks [--quick] [--only SUITE]`: run, print the tables, save them.
 
-SUITE: streaming, newconn, startup, micro, bodies, otlp, backtest or replay.
+SUITE: streaming, newconn, startup, micro, bodies, websocket, otlp, backtest or replay.
 
 A full run writes `benchmarks/results/latest.md` and `latest.json`; `--quick` (a smoke run of
 about a minute, too small to judge anything) writes `quick.md` and `quick.json` instead.
@@ -30,6 +30,7 @@ from benchmarks.report import render
 from benchmarks.startup import run_startup
 from benchmarks.streaming import Profile, run_suite
 from benchmarks.upstream import StreamSpec
+from benchmarks.websocket_memory import run_ws_memory
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -41,7 +42,11 @@ FULL = {
     "micro": {"corpus_mib": 10, "repeat": 3, "store_rows": 50_000, "calls": 2_000, "memory_mib": 200},
     "newconn": {"connections": 60, "resolve_repeat": 20},
     "startup_runs": 7,
-    "bodies": {"turns": 300, "read_turns": 500},
+    "bodies": [
+        {"shape": "history-last", "turns": 300, "read_turns": 500},
+        {"shape": "claude-code", "turns": 150, "read_turns": 500},
+    ],
+    "websocket": {"turns": 500, "every": 50},
     "otlp": {"calls": 150, "spec": StreamSpec(50, 200, 2)},
     "backtest": {"sessions": 1000, "model_calls": 40, "mcp_calls": 20, "plain": 20, "repeat": 3},
     "replay": {"turns": 300},
@@ -54,7 +59,11 @@ QUICK = {
     "micro": {"corpus_mib": 1, "repeat": 1, "store_rows": 5_000, "calls": 200, "memory_mib": 20},
     "newconn": {"connections": 10, "resolve_repeat": 3},
     "startup_runs": 2,
-    "bodies": {"turns": 40, "read_turns": 60},
+    "bodies": [
+        {"shape": "history-last", "turns": 40, "read_turns": 60},
+        {"shape": "claude-code", "turns": 40, "read_turns": 60},
+    ],
+    "websocket": {"turns": 40, "every": 10},
     "otlp": {"calls": 30, "spec": StreamSpec(50, 200, 2)},
     "backtest": {"sessions": 50, "model_calls": 10, "mcp_calls": 6, "plain": 6, "repeat": 1},
     "replay": {"turns": 40},
@@ -66,7 +75,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a short smoke run (results/quick.md)")
     parser.add_argument(
         "--only",
-        choices=["streaming", "newconn", "startup", "micro", "bodies", "otlp", "backtest", "replay"],
+        choices=[
+            "streaming",
+            "newconn",
+            "startup",
+            "micro",
+            "bodies",
+            "websocket",
+            "otlp",
+            "backtest",
+            "replay",
+        ],
         help="run one suite only",
     )
     args = parser.parse_args(argv)
@@ -98,7 +117,13 @@ def main(argv: list[str] | None = None) -> int:
             results["micro"] = run_micro(**plan["micro"], log=lambda line: print(line, flush=True))
         if args.only in (None, "bodies"):
             print("body storage", flush=True)
-            results["bodies"] = run_bodies(**plan["bodies"], log=lambda line: print(line, flush=True))
+            results["bodies"] = [
+                run_bodies(**shape, log=lambda line: print(line, flush=True)) for shape in plan["bodies"]
+            ]
+        if args.only in (None, "websocket"):
+            print("memory on one long WebSocket", flush=True)
+            results["websocket"] = run_ws_memory(**plan["websocket"], workdir=Path(tmp) / "websocket",
+                                                 log=lambda line: print(line, flush=True))  # fmt: skip
         if args.only in (None, "otlp"):
             print("live OTLP export", flush=True)
             results["otlp"] = run_otlp(**plan["otlp"], workdir=Path(tmp) / "otlp",

@@ -1,8 +1,10 @@
 """Storage of whole request bodies over a long conversation: linear, not quadratic.
 
-A scripted Claude Code-sized conversation (a ~30 KB system prompt, ~60 KB of tool definitions,
-~3 KB of new messages per turn, the whole history resent every turn with `cache_control` moved
-to the newest message, as Claude Code does) goes through the real recorder and writer
+Two scripted Claude Code-sized conversations: one with a ~30 KB system prompt and ~60 KB of tool
+definitions before the messages (the change of every turn at the end of the request), one in
+Claude Code's own order, messages first (the change of every turn in the middle); ~3 KB of new
+messages per turn, the whole history resent every turn with `cache_control` moved to the newest
+message, as Claude Code does. Each goes through the real recorder and writer
 (`Recorder` + `SessionWriter`, messages in). After every turn the session.db bytes that hold
 bodies are measured; beside them, the same bodies stored each as is (zstd-compressed whole):
 the quadratic line (compressed even). Then the time to read a call's body back (`addons.recorder.bodies.read_body`) in a
@@ -115,6 +117,45 @@ def conversation(turns: int, *, seed: int = 7) -> list[bytes]:
     return bodies
 
 
+def claude_code(turns: int, *, seed: int = 11) -> list[bytes]:
+    """Request bodies shaped as Claude Code sends them: `messages` first, then a ~20 KB `system` of
+    several blocks and ~50 KB of `tools` whose input schemas describe each property (~650 pieces
+    after the messages), ~3.6 KB new per turn, `cache_control` on the newest block only. The change
+    of every turn (the new messages, the marker moved) lies before the unchanged system and tools."""
+    rng = random.Random(seed)
+    system = [{"type": "text", "text": _text(rng, 60)}] + [
+        {"type": "text", "text": _text(rng, 4000)} for _ in range(5)
+    ]
+    tools = []
+    for i in range(24):
+        props = {f"arg_{j}": {"type": "string", "description": _text(rng, 60)} for j in range(24)}
+        schema = {"type": "object", "properties": props, "required": ["arg_0"], "additionalProperties": False}
+        tools.append({"name": f"Tool{i}", "description": _text(rng, 400), "input_schema": schema})
+    messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": _text(rng, 2500)}]}]
+    bodies = []
+    for turn in range(turns):
+        if turn:
+            call = {
+                "type": "tool_use",
+                "id": f"toolu_{turn:04d}",
+                "name": "Tool1",
+                "input": {"arg_0": f"f{turn}.py"},
+            }
+            messages.append(
+                {"role": "assistant", "content": [{"type": "text", "text": _text(rng, 500)}, call]}
+            )
+            messages.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": f"toolu_{turn:04d}", "content": _text(rng, 2600)}]})  # fmt: skip
+        for message in messages:
+            for block in message["content"]:
+                block.pop("cache_control", None)
+        messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
+        body = {"model": "claude-sonnet-4-5", "messages": messages, "temperature": 1, "system": system,
+                "tools": tools, "metadata": {"user_id": "user_0"}, "max_tokens": 32000, "stream": False}  # fmt: skip
+        bodies.append(json.dumps(body).encode())
+    return bodies
+
+
 ANSWER = json.dumps({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
                      "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
                      "usage": {"input_tokens": 10, "output_tokens": 2}}).encode()  # fmt: skip
@@ -135,14 +176,22 @@ def _db_bytes(conn: sqlite3.Connection) -> int:
     return conn.execute("PRAGMA page_count").fetchone()[0] * conn.execute("PRAGMA page_size").fetchone()[0]
 
 
-def run_bodies(turns: int, read_turns: int, log: Callable[[str], None] = print) -> dict:
-    """Per-turn storage of `turns` turns, and read times in a session of `read_turns` turns."""
-    bodies = conversation(max(turns, read_turns))
+SHAPES = {"history-last": conversation, "claude-code": claude_code}
+"""The conversations the benchmark stores: the change of each turn at the end of the request (history
+last) or in its middle (Claude Code's order: messages before system and tools)."""
+
+
+def run_bodies(
+    turns: int, read_turns: int, shape: str = "history-last", log: Callable[[str], None] = print
+) -> dict:
+    """Per-turn storage of `turns` turns of a conversation of `shape`, and read times in a session of
+    `read_turns` turns."""
+    bodies = SHAPES[shape](max(turns, read_turns))
     zstd = zstandard.ZstdCompressor(level=3)
     with tempfile.TemporaryDirectory(prefix="capsem-bench-bodies-") as tmp:
         writer = SessionWriter(Path(tmp) / "session.db", Scrubber())
         recorder = Recorder(writer, defaults().capture)
-        stored, naive, growth = [], [], []
+        stored, naive, growth, lists = [], [], [], []
         naive_total = 0
         started = time.perf_counter()
         for n, body in enumerate(bodies[:read_turns]):
@@ -154,6 +203,7 @@ def run_bodies(turns: int, read_turns: int, log: Callable[[str], None] = print) 
                 stored.append(total)
                 naive_total += len(zstd.compress(body))
                 naive.append(naive_total)
+                lists.append(_list_bytes(writer.conn, n + 1))
         seconds = time.perf_counter() - started
         distinct = sum(len(p) for p in _distinct(bodies[:turns]))
         conn = writer.conn
@@ -165,18 +215,31 @@ def run_bodies(turns: int, read_turns: int, log: Callable[[str], None] = print) 
                 t = time.perf_counter()
                 data, _blob = read_body(conn, call)  # type: ignore[misc]
                 times.append(time.perf_counter() - t)
+            if data != bodies[call - 1]:
+                raise AssertionError(f"the request of call {call} does not read back byte-identical")
             reads[label] = {"call": call, "ms": statistics.median(times) * 1000, "bytes": len(data)}
         writer.close()
         file_bytes = (Path(tmp) / "session.db").stat().st_size
     result = {
-        "turns": turns, "read_turns": read_turns, "stored": stored, "naive": naive, "growth": growth,
-        "first_body": len(bodies[0]), "last_body": len(bodies[turns - 1]), "distinct_raw": distinct,
-        "reads": reads, "file_bytes": file_bytes, "seconds": seconds,
+        "shape": shape, "turns": turns, "read_turns": read_turns, "stored": stored, "naive": naive, "growth": growth,
+        "lists": lists, "first_body": len(bodies[0]), "last_body": len(bodies[turns - 1]),
+        "request_bytes": sum(map(len, bodies[:turns])), "distinct_raw": distinct, "reads": reads,
+        "file_bytes": file_bytes, "seconds": seconds,
     }  # fmt: skip
-    log(f"  bodies: {turns} turns: session.db {stored[-1] / 2**20:.2f} MiB, {stored[-1] / distinct:.2f}x the "
-        f"distinct content (bodies as is: {naive[-1] / 2**20:.1f} MiB); read last call {reads['last']['ms']:.1f} ms "
-        f"of {read_turns}")  # fmt: skip
+    log(f"  bodies ({shape}): {turns} turns: session.db {stored[-1] / 2**20:.2f} MiB, {stored[-1] / distinct:.2f}x "
+        f"the distinct content (bodies as is: {naive[-1] / 2**20:.1f} MiB); list of pieces per turn "
+        f"{statistics.median(lists[1:]):.0f} B; read last call {reads['last']['ms']:.1f} ms of {read_turns}")  # fmt: skip
     return result
+
+
+def _list_bytes(conn: sqlite3.Connection, call: int) -> int:
+    """Bytes of a call's request list of pieces (its own keys and its runs)."""
+    sql = (
+        "SELECT LENGTH(chunks) + LENGTH(runs) FROM event_body_blobs "
+        "WHERE source_table = 'model_calls' AND row_id = ? AND direction = 'request'"
+    )
+    found = conn.execute(sql, (call,)).fetchone()
+    return found[0] if found else 0
 
 
 def _distinct(bodies: list[bytes]) -> set[bytes]:

@@ -629,3 +629,49 @@ def m015_response_chunks(conn: sqlite3.Connection) -> None:
         )
         """,
     )
+
+
+@SESSION.migration
+def m016_body_runs(conn: sqlite3.Connection) -> None:
+    """A body's list of pieces as runs of earlier bodies' lists (`event_body_blobs.runs`, JSON: an
+    integer n takes the next n keys of the row's own `chunks`, `[base_id, start, count]` takes keys
+    start..start+count of body base_id), so a turn whose change lies in the middle of its request
+    costs what is new plus a few bytes. The old form (the leading `base_pieces` keys of `base_id`,
+    then `chunks`) is one such list; its columns go (the table is rebuilt: no DROP COLUMN, which
+    older SQLite lacks). See addons/recorder/bodies.py."""
+    columns = ("id, event_id, owner_event_id, source_table, row_id, direction, size, sha256, truncated, "
+               "content_type, chunks")  # fmt: skip
+    run_script(
+        conn,
+        """
+        ALTER TABLE event_body_blobs RENAME TO _m016_event_body_blobs;
+        CREATE TABLE event_body_blobs (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            event_id TEXT NOT NULL,
+            owner_event_id TEXT NOT NULL,
+            source_table TEXT NOT NULL,
+            row_id INTEGER,
+            direction TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            sha256 TEXT NOT NULL,
+            truncated INTEGER NOT NULL DEFAULT 0,
+            content_type TEXT,
+            chunks BLOB NOT NULL,
+            runs TEXT NOT NULL
+        )
+        """,
+    )
+    old = conn.execute(f"SELECT {columns}, base_id, base_pieces FROM _m016_event_body_blobs ORDER BY id")
+    for row in old.fetchall():
+        base, count, own = row[-2], row[-1], len(row[-3]) // 16
+        runs = f"[{own}]" if base is None else f"[[{base},0,{count}],{own}]"
+        conn.execute(f"INSERT INTO event_body_blobs ({columns}, runs) VALUES ({', '.join('?' * 12)})",
+                     (*row[:-2], runs))  # fmt: skip
+    run_script(
+        conn,
+        """
+        DROP TABLE _m016_event_body_blobs;
+        CREATE UNIQUE INDEX idx_event_body_blobs_owner ON event_body_blobs(source_table, row_id, direction);
+        CREATE INDEX idx_event_body_blobs_event_id ON event_body_blobs(owner_event_id)
+        """,
+    )

@@ -23,8 +23,10 @@ from capsem.markers import MARKER_SPLIT_RE, hash_value
 
 _DELTA_RE = re.compile(
     r'"(?P<key>text|thinking|partial_json|delta|content|arguments|reasoning_content|reasoning|refusal|response)"'
-    r'[ \t]*:[ \t]*"(?P<value>(?:[^"\\]|\\.)*)"'
+    r'[ \t]*:[ \t]*"(?P<value>[^"\\]*(?:\\.[^"\\]*)*)"'
 )
+"""A delta field and its JSON string value (the loop unrolled: ~8x faster in `re` than one
+alternation per character)."""
 _MAX_CANDIDATES = 4096
 """Places tried for the end of one redacted span before giving up on placing it."""
 

@@ -42,6 +42,9 @@ _SNIPPET_CHARS = 200
 
 
 _decode = msgspec.json.Decoder().decode
+decode_json = _decode
+"""msgspec's JSON decoder: the parsers' hot loops call it first and `load_json` only when it raises
+(one Python call less per event)."""
 
 
 def load_json(data: bytes | str) -> Any | None:

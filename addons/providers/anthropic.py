@@ -41,6 +41,7 @@ from addons.providers._common import (
     as_str,
     body_object,
     content_text,
+    decode_json,
     dumps_compact,
     error_fields,
     last_assistant,
@@ -236,7 +237,10 @@ class AnthropicEvents:
         self._output_reported = False
 
     def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
-        obj = load_json(ev.data)
+        try:
+            obj = decode_json(ev.data)
+        except Exception:  # msgspec refuses it: load_json decides
+            obj = load_json(ev.data)
         if type(obj) is not dict:
             out: list[LlmEvent] = []
             if ev.event == "error":  # a proxy's plain-text error event still ends the answer

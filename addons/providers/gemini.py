@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from addons.framing import SSEEvent
-from addons.providers._common import as_int, as_str, dumps_compact, load_json, request_object
+from addons.providers._common import as_int, as_str, decode_json, dumps_compact, load_json, request_object
 from addons.providers.base import GuardedParser
 from addons.providers.events import (
     PARSE_ERROR,
@@ -171,7 +171,10 @@ class GeminiEvents:
         self._meta: tuple[Any, Any] = (None, None)  # the id and model last said (every chunk repeats them)
 
     def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
-        obj = load_json(ev.data)
+        try:
+            obj = decode_json(ev.data)
+        except Exception:  # msgspec refuses it: load_json decides
+            obj = load_json(ev.data)
         if obj is None:
             return () if ev.data.strip() in ("", "[DONE]") else _PARSE_ERROR
         if not isinstance(obj, list):

@@ -39,6 +39,7 @@ from addons.providers._common import (
     as_str,
     body_object,
     content_text,
+    decode_json,
     dumps_compact,
     error_fields,
     last_assistant,
@@ -248,7 +249,10 @@ class ChatEvents:
         self._failed = False
 
     def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
-        obj = load_json(ev.data)
+        try:
+            obj = decode_json(ev.data)
+        except Exception:  # msgspec refuses it: load_json decides
+            obj = load_json(ev.data)
         if type(obj) is not dict:
             return _DONE if ev.data.strip() == "[DONE]" else _PARSE_ERROR
         out: list[LlmEvent] = []

@@ -48,6 +48,7 @@ from addons.providers._common import (
     as_str,
     body_object,
     content_text,
+    decode_json,
     dumps_compact,
     error_fields,
     load_json,
@@ -296,7 +297,10 @@ class ResponsesEvents:
         self._content = False  # any text, thinking or tool call so far
 
     def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
-        obj = load_json(ev.data)
+        try:
+            obj = decode_json(ev.data)
+        except Exception:  # msgspec refuses it: load_json decides
+            obj = load_json(ev.data)
         if type(obj) is not dict:
             return () if ev.data.strip() == "[DONE]" else _PARSE_ERROR
         kind = obj.get("type")

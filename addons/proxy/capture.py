@@ -39,6 +39,7 @@ from addons.proxy.guard import Guard
 from addons.proxy.guardrails import Guardrails
 from addons.proxy.handover import RecorderProcess
 from addons.proxy.hooks import guarded
+from addons.proxy.memory import return_large_blocks
 from addons.proxy.outbox import Barriers, Outbox
 from addons.proxy.policy import Policy, PolicyError
 from addons.proxy.policy_gate import PolicyGate
@@ -142,6 +143,8 @@ class Capsem:
         if self.session is not None:
             return
         from mitmproxy import ctx
+
+        return_large_blocks()  # a long WebSocket's growing messages must not keep mitmdump's RSS up
 
         self.start(
             session_id=ctx.options.capsem_session_id,
@@ -320,6 +323,10 @@ class Capsem:
             return
         msg = flow.websocket.messages[-1]
         self.put(WsMessage(flow.id, msg.from_client, msg.content, msg.is_text, msg.timestamp))
+        # mitmproxy keeps every message of a socket until it ends (its issue #6620: a Codex session's
+        # whole traffic, never freed); capsem has its copy, and mitmproxy sends the message it holds
+        # apart, so only the current one stays for the addons after this one
+        del flow.websocket.messages[:-1]
 
     @guarded
     def websocket_end(self, flow: http.HTTPFlow) -> None:

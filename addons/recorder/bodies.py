@@ -6,10 +6,12 @@ number of turns. Here a body is cut into pieces at the start of every JSON objec
 role, a type or a name (`{"role"`, `{"type"`, `{"name"`…: a message, a content block, a tool
 definition; these bytes cannot occur inside a JSON string, where `"` is escaped) and at most
 `MAX_PIECE` bytes apart. Each piece is stored once per session (`body_chunks`, keyed by the
-SHA-256 of its bytes); a body is the list of its pieces' keys (`event_body_blobs.chunks`). The
-list itself grows with the history, so it is stored as the leading pieces of an earlier body
-(`base_id`, `base_pieces`: the one of the last few bodies that shares the longest prefix) plus the
-keys of the rest, with a full list every `MAX_DEPTH` links.
+SHA-256 of its bytes); a body is the list of its pieces' keys. The list itself grows with the
+history, and the change of a turn often lies in its middle (Claude Code sends `messages` before
+`system` and `tools`, and moves its cache marker every turn), so it is stored as runs of the lists
+of the last few bodies (`event_body_blobs.runs`, JSON: `[base_id, start, count]`) and the keys no
+earlier body lists (`chunks`, taken `n` at a time where `runs` holds the integer `n`): a turn costs
+its new keys and a few runs. A list is stored whole once it would follow `MAX_DEPTH` links.
 
 What one call adds (its new conversation items, the new pieces of its request, its response) is
 compressed together as one zstd frame (`content_frames`, at most `FRAME_BYTES` before
@@ -17,7 +19,7 @@ compression): the items and the pieces are mostly the same text, so together the
 what one of them would. A piece (`body_chunks`) and an item (`item_data`) name their frame, where
 they start in it and their size; the `item_contents` view reads items as text with `unzstd`.
 A turn therefore costs about what is new in it, and reading any body back follows at most
-`MAX_DEPTH` lists, one query for its pieces and one for their frames, however long the session.
+`MAX_DEPTH` links, one query for its pieces and one for their frames, however long the session.
 
 Concatenating the pieces gives the decoded body exactly, except the spans the scrubber replaced
 (every part is scrubbed before it is stored, after the flow's headers taught the scrubber: a
@@ -29,6 +31,7 @@ response whole, before it is cut). Bodies are kept up to `capture.max_body_bytes
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import sqlite3
 from collections import deque
@@ -50,13 +53,19 @@ SMALL_FRAME = 256 * 1024
 SMALL_LEVEL, LARGE_LEVEL = 12, 3
 """zstd levels for frames up to `SMALL_FRAME` bytes (a turn's new content: ~0.4 ms, about 10 % smaller
 than level 3 on conversation JSON) and for larger ones (a long answer: level 3 keeps up with a stream)."""
-_CUT = re.compile(rb'(?=\{\s*"(?:role|type|name|parts|text|functionCall|functionResponse|call_id)"\s*:)')
+_CUT = re.compile(rb'\{(?=\s*"(?:role|type|name|parts|text|functionCall|functionResponse|call_id)"\s*:)')
+"""Where a piece starts: the `{` of such an object (matched, not looked ahead for: `re` then scans
+for the literal `{`, ~7x faster on a long request)."""
 _DIGEST = 16
 """Bytes of SHA-256 kept per piece key (128 bits)."""
-MAX_DEPTH = 64
+MAX_DEPTH = 256
 """Links a body's list of pieces may follow to earlier bodies before one is stored whole."""
 _RECENT = 8
-"""Earlier bodies (per direction) a new one may take its leading pieces from."""
+"""Earlier bodies (per direction) a new one may take runs of pieces from."""
+_MIN_RUN = 2
+"""Keys a run must cover to be worth its ~15 bytes of JSON (a key listed costs 16)."""
+_PLACES = 4
+"""Places of one key remembered per earlier body (a piece repeated within a body)."""
 _SEGMENTS_KEPT = 200_000
 """Request segments remembered (~100 bytes each) before the memory starts over."""
 
@@ -90,21 +99,76 @@ def pieces(body: bytes) -> list[bytes]:
 
 
 class _Recent:
-    """A body stored lately: its id, its whole list of keys, and how many links its list follows."""
+    """A body stored lately: its id, its whole list of keys, how many links its list follows, and
+    where each key occurs in it (`first`; up to `_PLACES` places of a key it repeats, `more`)."""
 
-    __slots__ = ("depth", "id", "keys")
+    __slots__ = ("depth", "first", "id", "keys", "more")
 
     def __init__(self, row_id: int, keys: list[bytes], depth: int) -> None:
         self.id, self.keys, self.depth = row_id, keys, depth
+        self.first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1), strict=True))  # earliest wins
+        self.more: dict[bytes, list[int]] = {}
+        if len(self.first) < len(keys):  # some key repeats
+            first, more = self.first, self.more
+            for i, key in enumerate(keys):
+                if first[key] != i:
+                    at = more.get(key)
+                    if at is None:
+                        more[key] = [first[key], i]
+                    elif len(at) < _PLACES:
+                        at.append(i)
+
+    def places(self, key: bytes) -> Sequence[int]:
+        """Where `key` occurs (at most `_PLACES` places, earliest first)."""
+        at = self.more.get(key)
+        if at is not None:
+            return at
+        start = self.first.get(key)
+        return () if start is None else (start,)
 
 
-def _common(a: list[bytes], b: list[bytes]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
+def _match(a: list[bytes], i: int, b: list[bytes], j: int) -> int:
+    """How many keys of `a` from `i` equal those of `b` from `j` (galloping over slices)."""
+    n, step = 0, 8
+    limit = min(len(a) - i, len(b) - j)
+    while n < limit:
+        step = min(step, limit - n)
+        if a[i + n : i + n + step] == b[j + n : j + n + step]:
+            n, step = n + step, step * 2
+        elif step > 1:
+            step //= 2
+        else:
             break
-        n += 1
     return n
+
+
+def runs(keys: list[bytes], recent: Sequence[_Recent]) -> tuple[list, list[bytes]]:
+    """`keys` as runs of the lists of `recent` bodies (newest first): the runs (`[base_id, start,
+    count]`, or `n` for the next n keys listed) and the keys listed. Greedy: at each place, the
+    longest run any earlier body offers."""
+    out: list = []
+    listed: list[bytes] = []
+    i, n = 0, len(keys)
+    while i < n:
+        best, base, start = 0, None, 0
+        for body in recent:
+            for j in body.places(keys[i]):
+                length = _match(keys, i, body.keys, j)
+                if length > best:
+                    best, base, start = length, body, j
+            if best == n - i:
+                break
+        if best >= _MIN_RUN and base is not None:
+            out.append([base.id, start, best])
+            i += best
+            continue
+        listed.append(keys[i])
+        if out and isinstance(out[-1], int):
+            out[-1] += 1
+        else:
+            out.append(1)
+        i += 1
+    return out, listed
 
 
 class _Frames:
@@ -215,20 +279,20 @@ class BodyStore:
             scrubbed = self._scrubbed(body.data, body.content_type)
             keys = list(map(self._piece, cut(scrubbed)))
         recent = self._recent.setdefault(f"{source_table}/{body.direction}", deque(maxlen=_RECENT))
-        base, shared = max(((r, _common(r.keys, keys)) for r in recent if r.depth < MAX_DEPTH),
-                           key=lambda pair: pair[1], default=(None, 0))  # fmt: skip
-        if base is None or shared == 0:
-            base, shared = None, 0
+        bases = [r for r in reversed(recent) if r.depth < MAX_DEPTH]
+        found, listed = runs(keys, bases)
+        used = {run[0] for run in found if isinstance(run, list)}
+        depth = 1 + max((r.depth for r in bases if r.id in used), default=-1)
         blob_id = self.ids.next("event_body_blobs")
         self._rows.append(
             BodyBlob(
                 id=blob_id, event_id=new_event_id(), owner_event_id=owner, source_table=source_table, row_id=row_id,
                 direction=body.direction, size=len(body.data), sha256=keyed_hex(body.data, 64),
-                truncated=int(body.truncated), content_type=body.content_type, base_id=base.id if base else None,
-                base_pieces=shared, chunks=b"".join(keys[shared:]),
+                truncated=int(body.truncated), content_type=body.content_type, chunks=b"".join(listed),
+                runs=json.dumps(found, separators=(",", ":")),
             )
         )  # fmt: skip
-        recent.append(_Recent(blob_id, keys, base.depth + 1 if base else 0))
+        recent.append(_Recent(blob_id, keys, depth))
 
 
 def known_pieces(conn: sqlite3.Connection) -> set[bytes]:
@@ -242,24 +306,49 @@ def _blob(conn: sqlite3.Connection, where: str, params: tuple) -> dict | None:
     return None if found is None else dict(zip([d[0] for d in cursor.description], found, strict=True))
 
 
+def _runs(blob: dict) -> list:
+    """A body's runs; a row of a session.db written before m016 (the leading `base_pieces` keys of
+    `base_id`, then its own) as the same runs."""
+    if "runs" in blob:
+        return json.loads(blob["runs"])
+    own = len(blob["chunks"]) // _DIGEST
+    return [own] if blob["base_id"] is None else [[blob["base_id"], 0, blob["base_pieces"]], own]
+
+
 def _keys(conn: sqlite3.Connection, blob: dict) -> list[bytes]:
-    """A body's whole list of piece keys, following its links to earlier bodies (in a loop, so a
+    """A body's whole list of piece keys, following its runs to earlier bodies (in a loop, so a
     chain of thousands of bodies does not exhaust the stack)."""
-    chain = [blob]
-    while chain[-1]["base_id"] is not None:
-        base = _blob(conn, "id = ?", (chain[-1]["base_id"],))
-        if base is None:
-            raise ValueError(
-                f"body {chain[-1]['id']} is built on body {chain[-1]['base_id']}, which is missing"
-            )
-        chain.append(base)
-    keys: list[bytes] = []
-    for link in reversed(chain):
-        own = bytes(link["chunks"])
-        keys = (keys[: link["base_pieces"]] if link["base_id"] is not None else []) + [
-            own[i : i + _DIGEST] for i in range(0, len(own), _DIGEST)
-        ]
-    return keys
+    chain = {blob["id"]: (blob, _runs(blob))}
+    todo = [blob["id"]]
+    while todo:
+        row_id = todo.pop()
+        for run in chain[row_id][1]:
+            if isinstance(run, list) and run[0] not in chain:
+                if run[0] >= row_id:
+                    raise ValueError(f"body {row_id} is built on body {run[0]}, which is not earlier")
+                base = _blob(conn, "id = ?", (run[0],))
+                if base is None:
+                    raise ValueError(f"body {row_id} is built on body {run[0]}, which is missing")
+                chain[run[0]] = (base, _runs(base))
+                todo.append(run[0])
+    last_use = {
+        run[0]: row_id for row_id in sorted(chain) for run in chain[row_id][1] if isinstance(run, list)
+    }
+    lists: dict[int, list[bytes]] = {}
+    for row_id in sorted(chain):  # a body is built only on earlier ones
+        row, found = chain[row_id]
+        own, at, keys = bytes(row["chunks"]), 0, []
+        for run in found:
+            if isinstance(run, list):
+                keys += lists[run[0]][run[1] : run[1] + run[2]]
+            else:
+                keys += [own[i : i + _DIGEST] for i in range(at, at + run * _DIGEST, _DIGEST)]
+                at += run * _DIGEST
+        lists[row_id] = keys
+        for run in found:  # a list no later body takes from is let go
+            if isinstance(run, list) and last_use.get(run[0]) == row_id:
+                lists.pop(run[0], None)
+    return lists[blob["id"]]
 
 
 def read_body(conn: sqlite3.Connection, row_id: int, direction: str = "request",

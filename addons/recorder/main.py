@@ -167,6 +167,7 @@ def run(loop: Loop, batches: Callable[[], list[Message] | None], ack: Callable[[
                 if kind is FlowEnded:
                     loop.flows += 1
                 recorder.handle(message)
+        recorder.feed_held()
         status.health()
         if spend is not None and report is not None:
             line = spend.report()

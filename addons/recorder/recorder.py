@@ -53,6 +53,15 @@ class _Reader:
     started: float = 0.0
     chunks: list[tuple[int, int]] = field(default_factory=list)
     """(decoded end, ms after the request) of each chunk (`response_chunks`)."""
+    held: list[bytes] = field(default_factory=list)
+    """Chunks that came after the content started, fed together at the end of their batch."""
+    held_at: list[float] = field(default_factory=list)
+    """When each held chunk came."""
+
+    def note(self, end: int, at: float) -> None:
+        """Where a chunk ends in the decoded body and when it came (`response_chunks`)."""
+        if len(self.chunks) < MAX_CHUNKS and (not self.chunks or end > self.chunks[-1][0]):
+            self.chunks.append((end, max(0, round((at - self.started) * 1000))))
 
 
 MAX_CHUNKS = 100_000
@@ -98,6 +107,8 @@ class Recorder:
         self.conversations = Conversations()
         self.conversations.stored = {r[0] for r in writer.conn.execute("SELECT hash FROM item_data")}
         self.readers: dict[str, _Reader] = {}
+        self._held: list[_Reader] = []
+        """Readers holding chunks back (`feed_held`)."""
         self.sockets: dict[str, _Socket] = {}
         self.restart_missed: int | None = None
         """In a recorder restarted after its predecessor died: the flows not recorded whole so far
@@ -159,18 +170,40 @@ class Recorder:
         if state is None:
             self._write(self.mcp.stream_chunk(msg.key, msg.at, msg.data) or [])
             return
+        if state.first_content is not None:  # its time is known: the chunk waits for its batch's others
+            if not state.held:
+                self._held.append(state)
+            state.held.append(msg.data)
+            state.held_at.append(msg.at)
+            return
         state.reader.feed(msg.data)
-        end = state.reader.decoded_bytes
-        if len(state.chunks) < MAX_CHUNKS and (not state.chunks or end > state.chunks[-1][0]):
-            state.chunks.append((end, max(0, round((msg.at - state.started) * 1000))))
-        if state.first_content is None and state.reader.content_started:
+        state.note(state.reader.decoded_bytes, msg.at)
+        if state.reader.content_started:
             state.first_content = msg.at
+
+    def feed_held(self) -> None:
+        """Feed each reader the chunks it held back, at once: a batch carries several chunks of a
+        busy stream, and decoding and framing them in one pass costs less than one by one (the
+        reader gives the same result however a body is cut). The loop calls it after each batch;
+        a flow's end feeds them first too."""
+        held, self._held = self._held, []
+        for state in held:
+            chunks, times = state.held, state.held_at
+            state.held, state.held_at = [], []
+            try:
+                for end, at in zip(state.reader.feed_many(chunks), times, strict=True):
+                    state.note(end, at)
+            except Exception as exc:  # the reader never raises; a bug must not stop the loop
+                self.failures += 1
+                logger.warning("capsem: recording failed (Chunk): %r", exc)
 
     # -- finished flows ------------------------------------------------------------------------
 
     # Long on purpose: the one place a finished flow is routed (WebSocket, MCP, model call, plain);
     # each branch is a few lines that call a builder.
     def _flow_ended(self, flow: FlowEnded) -> None:
+        if self._held:
+            self.feed_held()
         key = flow.request.key
         state = self.readers.pop(key, None)
         socket = self.sockets.pop(key, None)

@@ -308,12 +308,11 @@ class BodyBlob:
     """SHA-256 of those bytes (before scrubbing)."""
     truncated: int
     content_type: str | None
-    base_id: int | None
-    """An earlier body whose leading pieces this one starts with (None: the list is whole)."""
-    base_pieces: int
-    """How many leading pieces of `base_id`'s list come first."""
     chunks: bytes
-    """The 16-byte keys of the pieces after those, in order."""
+    """The 16-byte keys of the pieces this row lists itself, in order."""
+    runs: str
+    """The whole list of piece keys, as JSON: an integer n takes the next n keys of `chunks`,
+    `[base_id, start, count]` takes keys start..start+count of the list of body `base_id`."""
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from operator import attrgetter
 from pathlib import Path
@@ -128,17 +128,26 @@ class SessionWriter:
             found = self._getters[cls] = (names, attrgetter(*names))
         return found
 
-    def _scrub(self, text: str) -> str:
-        """`Scrubber.scrub`, remembered for short texts that repeat (hosts, paths, header sets)."""
-        if len(text) > _CACHED_TEXT:
-            return self.scrubber.scrub(text) or text
+    def _scrub_fn(self) -> Callable[[str], str]:
+        """`Scrubber.scrub` for one commit, remembered for short texts that repeat (hosts, paths,
+        header sets): the cache is checked against the scrubber's generation once (the writer's
+        thread is the only one that teaches it), then it is one lookup per string."""
         if self._generation != self.scrubber.generation or len(self._scrubbed) > _CACHE_ENTRIES:
             self._scrubbed.clear()  # a newly learned secret may occur in a text scrubbed before
             self._generation = self.scrubber.generation
-        done = self._scrubbed.get(text)
-        if done is None:
-            done = self._scrubbed[text] = self.scrubber.scrub(text) or text
-        return done
+        cache, scrub = self._scrubbed, self.scrubber.scrub
+
+        def one(text: str) -> str:
+            if len(text) > _CACHED_TEXT:
+                return scrub(text) or text
+            done = cache.get(text)
+            if done is None:
+                done = scrub(text) or text
+                if len(cache) <= _CACHE_ENTRIES:
+                    cache[text] = done
+            return done
+
+        return one
 
     def _queue(self, table: str, columns: tuple[str, ...], values: tuple[Any, ...]) -> None:
         key = (table, columns)
@@ -169,12 +178,12 @@ class SessionWriter:
         tables = sorted(self._tables.values(), key=lambda t: _rank(t.sql))
         try:
             self.conn.execute("BEGIN IMMEDIATE")
-            scrub = self._scrub  # at commit, not when queued: secrets learned meanwhile count too
+            scrub = self._scrub_fn()  # at commit, not when queued: secrets learned meanwhile count too
             for table in tables:
                 if table.rows:
                     self.conn.executemany(
                         table.sql,
-                        [tuple(scrub(v) if type(v) is str else v for v in row) for row in table.rows],
+                        [tuple([scrub(v) if type(v) is str else v for v in row]) for row in table.rows],
                     )
             if self._meta:
                 scrub = self.scrubber.scrub

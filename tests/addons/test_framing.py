@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tracemalloc
 from itertools import pairwise
 
@@ -154,3 +155,37 @@ def test_roundtrip_any_split(events, ending, cuts):
     points = sorted({c for c in cuts if c <= len(wire)} | {0, len(wire)})
     got = decode(*[wire[a:b] for a, b in pairwise(points)])
     assert got == [ev("\n".join(lines), name) for name, lines in events]
+
+
+_ORDINARY = st.sampled_from(["data: x\n\n", "event: e\ndata: {\"a\": 1}\n\n", "event: \ndata: x\n\n",
+                             "data: \n\n", "data: é 🎉\n\n", "event: other\ndata: y\n\n"])  # fmt: skip
+_ODD = st.sampled_from(["data:nospace\n", "data\n", "event: e\n", "id: 7\n", "id: 8\0\n", ": comment\n",
+                        "retry: 10\n", "junk: 1\n", "\n", "data: two\n"])  # fmt: skip
+
+
+def _read(pieces: list[bytes]) -> tuple[list[SSEEvent], int]:
+    decoder = SSEDecoder()
+    events = [e for piece in pieces for e in decoder.feed(piece)] + decoder.flush()
+    return events, decoder.invalid_lines
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(_ORDINARY | _ORDINARY | _ODD, max_size=40), cuts=st.lists(st.integers(0, 600), max_size=8)
+)
+def test_ordinary_events_read_at_once_are_what_the_line_by_line_rules_give(lines, cuts):
+    """Runs of ordinary events are read by two regex scans; any mix of lines (comments, ids,
+    several data lines, blank lines, garbage), cut anywhere, gives what reading every line does."""
+    import addons.framing as framing
+
+    wire = "".join(lines).encode()
+    points = sorted({c for c in cuts if c <= len(wire)} | {0, len(wire)})
+    pieces = [wire[a:b] for a, b in pairwise(points)]
+    by_line = [line.encode() for line in lines]  # an id or a pending event from an earlier piece
+    fast = _read(pieces), _read(by_line)
+    plain = framing._PLAIN_EVENTS
+    framing._PLAIN_EVENTS = re.compile(r"(?!)")  # never matches: every line by the rules
+    try:
+        assert (_read(pieces), _read(by_line)) == fast
+    finally:
+        framing._PLAIN_EVENTS = plain

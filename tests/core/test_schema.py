@@ -98,3 +98,47 @@ def test_pieces_and_items_stored_before_content_frames_read_back_after_the_migra
         ("h1", "message", '"h\u00e9"')
     ]
     conn.close()
+
+
+def test_bodies_listed_as_a_prefix_of_an_earlier_body_read_back_before_and_after_m016(tmp_path):
+    """A session.db written before runs (a body = the leading pieces of an earlier one, then its own)
+    reads back as it is, read-only, and the same once migrated to runs."""
+    import hashlib
+
+    import zstandard
+
+    from addons.recorder.bodies import read_body
+
+    path = tmp_path / "session.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    names = [name for name, _ in SESSION_MIGRATIONS]
+    migrate(conn, SESSION_MIGRATIONS[: names.index("m016_body_runs")])
+    parts = [b'{"role": "user", "content": "a"}', b'{"type": "text", "text": "b"}', b'{"role": "c"}']
+    keys = [hashlib.sha256(p).digest()[:16] for p in parts]
+    conn.execute(
+        "INSERT INTO content_frames VALUES (1, ?, ?)",
+        (len(b"".join(parts)), zstandard.compress(b"".join(parts))),
+    )
+    for n, (key, part) in enumerate(zip(keys, parts, strict=True)):
+        conn.execute(
+            "INSERT INTO body_chunks VALUES (?, ?, 1, ?)", (key, len(part), sum(map(len, parts[:n])))
+        )
+    blobs = [(7, None, 0, keys[0] + keys[1]), (8, 1, 1, keys[2]), (9, 2, 2, b"")]
+    for row_id, base, count, own in blobs:
+        conn.execute(
+            "INSERT INTO event_body_blobs (event_id, owner_event_id, source_table, row_id, direction, size, sha256, "
+            "base_id, base_pieces, chunks) VALUES ('e', 'o', 'model_calls', ?, 'request', 0, '', ?, ?, ?)",
+            (row_id, base, count, own),
+        )
+    conn.close()
+    expected = {7: parts[0] + parts[1], 8: parts[0] + parts[2], 9: parts[0] + parts[2]}
+    with connect(path, readonly=True) as old:
+        assert {n: read_body(old, n)[0] for n in expected} == expected
+    conn = open_session_db(path)
+    assert {n: read_body(conn, n)[0] for n in expected} == expected
+    assert [r[0] for r in conn.execute("SELECT runs FROM event_body_blobs ORDER BY id")] == [
+        "[2]",
+        "[[1,0,1],1]",
+        "[[2,0,2],0]",
+    ]
+    conn.close()

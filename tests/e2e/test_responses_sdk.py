@@ -152,12 +152,15 @@ def test_responses_http_error(proxy, emu, capsem_home):
 # -- WebSocket (Codex CLI speaks Responses over a WebSocket on the same path) ----------------------
 
 
-def ws_conversation(proxy, turns: list[dict], control: str, before_close=None) -> list[list[dict]]:
-    """Connect through the proxy (CONNECT tunnel) to wss://api.openai.com/v1/responses and run turns."""
+def ws_conversation(
+    proxy, turns: list[dict], control: str, before_close=None, raw: bool = False
+) -> list[list]:
+    """Connect through the proxy (CONNECT tunnel) to wss://api.openai.com/v1/responses and run turns
+    (each turn's events parsed, or as the text received with `raw`)."""
     import websockets
     from websockets.asyncio.client import connect
 
-    async def run() -> list[list[dict]]:
+    async def run() -> list[list]:
         host, port = proxy.url.rsplit("//", 1)[1].rsplit(":", 1)
         reader, writer = await asyncio.open_connection(host, int(port))
         writer.write(b"CONNECT api.openai.com:443 HTTP/1.1\r\nHost: api.openai.com:443\r\n\r\n")
@@ -167,7 +170,7 @@ def ws_conversation(proxy, turns: list[dict], control: str, before_close=None) -
         sock = writer.get_extra_info("socket").dup()
         writer.transport.pause_reading()
         ctx = ssl.create_default_context(cafile=proxy.ca_cert)
-        out: list[list[dict]] = []
+        out: list[list] = []
         async with connect(
             "wss://api.openai.com/v1/responses",
             sock=sock,
@@ -184,8 +187,9 @@ def ws_conversation(proxy, turns: list[dict], control: str, before_close=None) -
                 await ws.send(json.dumps(t))
                 events = []
                 while True:
-                    ev = json.loads(await ws.recv())
-                    events.append(ev)
+                    text = await ws.recv()
+                    ev = json.loads(text)
+                    events.append(text if raw else ev)
                     if ev["type"] in (
                         "response.completed",
                         "response.incomplete",
@@ -295,3 +299,46 @@ def test_websocket_still_open_at_shutdown_is_recorded(proxy, emu, capsem_home):
     assert call["message_id"] == events[0]["response"]["id"] and call["complete"] == 1
     (net,) = rows(db, "SELECT id, conn_type, status_code FROM net_events")
     assert (net["conn_type"], net["status_code"]) == ("wss", 101) and call["net_event_id"] == net["id"]
+
+
+PROBE = """
+import json
+
+class Probe:
+    \"\"\"Loaded after capsem: how many messages each WebSocket flow holds when its hooks run.\"\"\"
+
+    def __init__(self):
+        self.seen, self.most = {}, {}
+
+    def websocket_message(self, flow):
+        self.seen[flow.id] = self.seen.get(flow.id, 0) + 1
+        self.most[flow.id] = max(self.most.get(flow.id, 0), len(flow.websocket.messages))
+
+    def websocket_end(self, flow):
+        with open(OUT, "a") as out:
+            out.write(json.dumps({"seen": self.seen.get(flow.id, 0), "most": self.most.get(flow.id, 0),
+                                  "at_end": len(flow.websocket.messages)}) + "\\n")
+
+addons = [Probe()]
+"""
+
+
+def test_a_long_socket_holds_one_message_and_the_client_gets_every_byte(mitmdump, emu, capsem_home, tmp_path):
+    """mitmproxy keeps every WebSocket message until the flow ends (its issue #6620); capsem lets
+    each go once it has its copy. A script after capsem sees at most one message on the flow, and
+    the client receives every message the emulator sent, byte for byte."""
+    out = tmp_path / "probe.jsonl"
+    probe = tmp_path / "probe.py"
+    probe.write_text(f"OUT = {str(out)!r}\n" + PROBE)
+    proxy = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path, args=["-s", str(probe)])
+    turns = [{"type": "response.create", "model": "gpt-5", "input": f"turn {n}"} for n in range(40)]
+    received = ws_conversation(proxy, turns, "scenario=text", raw=True)
+    db = finish(proxy, capsem_home)
+    exchanges = model_exchanges(emu)
+    assert len(exchanges) == len(received) == 40
+    for texts, ex in zip(received, exchanges, strict=True):
+        assert "\n".join(texts).encode() == base64.b64decode(ex["response_body_decoded_b64"])
+    (socket,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert socket["seen"] == 40 + sum(map(len, received))  # every message, each way, went by
+    assert socket["most"] == 1 and socket["at_end"] <= 1
+    assert len(rows(db, "SELECT id FROM model_calls WHERE complete = 1")) == 40

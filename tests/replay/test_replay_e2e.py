@@ -89,7 +89,8 @@ def test_replay_answers_every_call_as_recorded(recorded, home, tmp_path):
     # calls 6 and 7: the same request twice in a row, answered otherwise; each got its own, in order
     assert raw(original, 6, "request") == raw(original, 7, "request") and raw(original, 6) != raw(original, 7)
     assert f"replay of {original}: 13 matched, 0 missed, 0 live" in run("inspect-session", replay["id"])
-    assert f"replay of {original}" in run("list-sessions")
+    with environ(COLUMNS="400"):  # the name/tags column is cut to fit a narrower terminal
+        assert f"replay of {original}" in run("list-sessions")
     meta = {
         r["key"]: r["value"] for r in rows(db, "SELECT key, value FROM session_meta WHERE key LIKE 'replay%'")
     }

@@ -26,8 +26,8 @@ def test_a_chain_deeper_than_the_recursion_limit_reads_back(tmp_path):
         )
         conn.execute(
             "INSERT INTO event_body_blobs (id, event_id, owner_event_id, source_table, row_id, direction, size, "
-            "sha256, base_id, base_pieces, chunks) VALUES (?, 'e', 'o', 'model_calls', ?, 'request', ?, '', ?, ?, ?)",
-            (n, n, n, n - 1 if n > 1 else None, n - 1, key),
+            "sha256, chunks, runs) VALUES (?, 'e', 'o', 'model_calls', ?, 'request', ?, '', ?, ?)",
+            (n, n, n, key, f"[[{n - 1},0,{n - 1}],1]" if n > 1 else "[1]"),
         )
     hashes = call_items(conn, DEPTH)
     assert len(hashes) == DEPTH and hashes[0] == hashlib.md5(b"1").hexdigest()

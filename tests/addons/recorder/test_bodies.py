@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import sqlite3
 import time
+from dataclasses import fields
 
 import pytest
 import zstandard
@@ -14,9 +16,9 @@ from hypothesis import strategies as st
 
 from addons.items import item
 from addons.messages import Route
+from addons.recorder import bodies
 from addons.recorder.bodies import (
     FRAME_BYTES,
-    MAX_DEPTH,
     MAX_PIECE,
     Body,
     BodyStore,
@@ -26,8 +28,9 @@ from addons.recorder.bodies import (
     read_body,
 )
 from addons.recorder.rows import BodyChunk, ContentFrame, IdMinter, ItemContent
-from benchmarks.bodies import conversation
+from benchmarks.bodies import claude_code, conversation
 from capsem.redact import Scrubber
+from capsem.schema import SESSION_MIGRATIONS, migrate
 from tests.recording import RecorderHarness, ended, head, response
 
 
@@ -128,26 +131,94 @@ def test_a_segment_stored_before_a_credential_was_learned_is_scrubbed_again():
     assert b"use [redacted hash:" in frames and b"internal-credential-77" not in frames
 
 
-def test_lists_follow_at_most_max_depth_links(tmp_path):
+def _depths(conn) -> list[int]:
+    """Links each request body's list follows, as its runs say."""
+    depths: dict[int, int] = {}
+    for blob_id, found in conn.execute(
+        "SELECT id, runs FROM event_body_blobs WHERE direction = 'request' ORDER BY id"
+    ):
+        bases = [run[0] for run in json.loads(found) if isinstance(run, list)]
+        depths[blob_id] = 1 + max((depths[b] for b in bases), default=-1)
+    return list(depths.values())
+
+
+def test_lists_follow_at_most_max_depth_links(tmp_path, monkeypatch):
+    monkeypatch.setattr(bodies, "MAX_DEPTH", 12)
     rec = RecorderHarness(tmp_path)
-    bodies = conversation(MAX_DEPTH + 20)
-    for n, body in enumerate(bodies):
+    conversation = claude_code(40)
+    for n, body in enumerate(conversation):
         call(rec, n, body, ANSWER, time.time())
     rec.writer.commit()
     conn = rec.writer.conn
-    depths = []
-    for (blob_id,) in conn.execute("SELECT id FROM event_body_blobs WHERE direction = 'request' ORDER BY id"):
-        depth, blob = 0, _blob(conn, "id = ?", (blob_id,))
-        while blob["base_id"] is not None:
-            depth, blob = depth + 1, _blob(conn, "id = ?", (blob["base_id"],))
-        depths.append(depth)
-    assert (
-        max(depths) <= MAX_DEPTH and depths.count(0) >= 2
-    )  # the first, and whole lists once chains are long
+    depths = _depths(conn)
+    assert max(depths) == 12 and depths.count(0) >= 2  # the first, and a whole list once chains are long
+    (blob_id,) = conn.execute("SELECT MAX(id) FROM event_body_blobs WHERE direction = 'request'").fetchone()
     assert _keys(conn, _blob(conn, "id = ?", (blob_id,))) == [
-        hashlib.sha256(p).digest()[:16] for p in pieces(bodies[-1])
+        hashlib.sha256(p).digest()[:16] for p in pieces(conversation[-1])
     ]
     rec.shutdown()
+
+
+def test_a_turn_changed_in_the_middle_lists_only_its_new_pieces(tmp_path):
+    """Claude Code's shape: the change of every turn lies before the unchanged system and tools."""
+    rec = RecorderHarness(tmp_path)
+    conversation = claude_code(12)
+    for n, body in enumerate(conversation):
+        call(rec, n, body, ANSWER, time.time())
+    rec.writer.commit()
+    conn = rec.writer.conn
+    rows = conn.execute(
+        "SELECT LENGTH(chunks) + LENGTH(runs) FROM event_body_blobs WHERE direction = 'request' ORDER BY id"
+    ).fetchall()
+    assert rows[0][0] > 600 * 16  # the first lists every piece of system and tools
+    assert max(r[0] for r in rows[1:]) < 200  # later ones a few runs and their handful of new pieces
+    for n, body in enumerate(conversation, start=1):
+        assert read_body(conn, n)[0] == body
+    rec.shutdown()
+
+
+def _edit(rng: random.Random, body: list[str], kind: str) -> list[str]:
+    """`body` (a list of JSON blocks) changed the way a conversation changes between calls."""
+    new = [f'{{"type": "text", "text": "n{rng.random()}"}}' for _ in range(rng.randint(1, 3))]
+    at = {"start": 0, "end": len(body), "middle": len(body) // 2, "anywhere": rng.randint(0, len(body))}
+    if kind in at:
+        return body[: at[kind]] + new + body[at[kind] :]
+    if kind == "shrink" and body:
+        a = rng.randrange(len(body))
+        return body[:a] + body[a + rng.randint(1, 4) :]
+    if kind == "repeat" and body:
+        a = rng.randrange(len(body))
+        return body + body[a : a + rng.randint(1, 6)] * rng.randint(1, 3)
+    if kind == "swap" and len(body) > 2:
+        a, b = sorted(rng.sample(range(len(body)), 2))
+        return [*body[:a], body[b], *body[a + 1 : b], body[a], *body[b + 1 :]]
+    return new
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(["start", "middle", "end", "anywhere", "shrink", "repeat", "swap", "anew"]),
+                min_size=1, max_size=30), st.integers(0, 2**32))  # fmt: skip
+def test_every_body_of_any_sequence_of_edits_reads_back_byte_identical(edits, seed):
+    """Change at the start, middle or end, repeated, shrinking, reordered, replaced: each request is
+    the runs of earlier ones plus its new pieces, and reads back exactly."""
+    rng = random.Random(seed)
+    store = BodyStore(Scrubber(), IdMinter())
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    migrate(conn, SESSION_MIGRATIONS)
+    blocks = [f'{{"type": "text", "text": "b{i}"}}' for i in range(rng.randint(0, 40))]
+    sent = []
+    for n, kind in enumerate(["anew", *edits], start=1):
+        blocks = _edit(rng, blocks, kind)
+        body = ("[" + ", ".join(blocks) + "]").encode()
+        rows = store.keep(owner=f"o{n}", source_table="model_calls", row_id=n, bodies=[Body("request", body)])
+        for row in rows:
+            names = [f.name for f in fields(row)]
+            conn.execute(f"INSERT INTO {row.TABLE} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                         [getattr(row, name) for name in names])  # fmt: skip
+        sent.append(body)
+    for n, body in enumerate(sent, start=1):
+        assert read_body(conn, n)[0] == body
+    conn.close()
 
 
 def test_an_mcp_call_keeps_its_request_and_answer(tmp_path):
