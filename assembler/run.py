@@ -334,7 +334,8 @@ def run_agent(
     code: int | None = None
     try:
         from assembler.fswatch import WorkspaceWatcher
-        from assembler.procdiag import ProcessSampler, finish, scrubber_for
+        from assembler.procdiag import ProcessSampler, finish
+        from assembler.procdiag.sampler import secrets_of
 
         proxy = wait_for_mitmdump(process, confdir=confdir, log_path=log_path, ready=CAPTURING)
         _record_context(session_id, context)
@@ -352,21 +353,25 @@ def run_agent(
         tidy.start()  # after the agent started: housekeeping never delays it
         if diagnostics.enabled:
             sampler = ProcessSampler(agent.pid, session_db_path(session_id),
-                                     interval_ms=diagnostics.sample_interval_ms, scrubber=scrubber_for(env))  # fmt: skip
+                                     interval_ms=diagnostics.sample_interval_ms, learn=secrets_of(env))  # fmt: skip
             sampler.start()
         code = _wait_for_agent(agent)
     finally:
+        # the recorder is session.db's one writer: the samples, anomalies and file events go to it
+        # and are committed before mitmdump stops, so the rollup counts them
         if sampler is not None:
-            report = finish(sampler, warn=False)  # stops sampling, stores the anomalies
+            report = finish(sampler, warn=False)
         if watcher is not None:
-            watcher.stop()  # before mitmdump stops: the rollup counts the file events
+            watcher.stop()
         if proxy is not None:
             proxy.stop()
         elif process.poll() is None:
             process.kill()
             process.wait()
+        if watcher is not None and watcher.feed.pending:
+            _write_left_over(watcher)
         if sampler is not None and report is not None and report.error:
-            report = finish(sampler)  # session.db was busy; mitmdump has closed it now
+            report = finish(sampler, recorder_gone=True)
         if code is not None:
             _store_exit_code(session_id, code)
         if tidy.is_alive():
@@ -388,6 +393,16 @@ def _start_emulator() -> Emulator:
     from capsem.emulator import FRIENDLY_TEXT, Emulator
 
     return Emulator(defaults={"text": FRIENDLY_TEXT}).start()
+
+
+def _write_left_over(watcher: WorkspaceWatcher) -> None:
+    """File events no recorder took (it died for good): written once mitmdump has stopped."""
+    from assembler.offline_write import write_directly
+
+    try:
+        write_directly(watcher.db_path, [watcher.feed])
+    except Exception as exc:
+        logger.warning("capsem: %d file events could not be recorded: %r", watcher.feed.pending, exc)
 
 
 def _record_context(session_id: str, context: RunContext) -> None:

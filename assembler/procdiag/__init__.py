@@ -12,9 +12,16 @@ from assembler.procdiag.sampler import (
     ProcessSampler,
     diagnostics_settings,
     finish,
-    record_anomalies,
     scrubber_for,
 )
+
+
+def record_anomalies(db_path, *, agent_pid=None):  # type: ignore[no-untyped-def]
+    """`assembler/offline_write.py: record_anomalies` (imported when called: it loads the writer)."""
+    from assembler.offline_write import record_anomalies
+
+    return record_anomalies(db_path, agent_pid=agent_pid)
+
 
 __all__ = ["Anomaly", "Diagnostics", "DiagnosticsSettings", "ProcessSampler", "detect", "detect_process",
            "diagnostics_settings", "finish", "record_anomalies", "scrubber_for"]  # fmt: skip
