@@ -60,7 +60,7 @@ class _Filter(watchfiles.DefaultFilter):
         return not (path + os.sep).startswith(self.skip) and super().__call__(change, path)
 
 
-FLUSH_TIMEOUT = 10.0
+FLUSH_TIMEOUT = 5.0
 """Seconds `stop` waits for the recorder to commit the last changes."""
 
 

@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_MS = 1000
 MAX_PENDING_ROWS = 100_000
-FINAL_WRITE_TIMEOUT = 10.0  # seconds the last samples and the anomalies wait for the recorder's commit
+FINAL_WRITE_TIMEOUT = 5.0  # seconds the last samples and the anomalies wait for the recorder's commit
 _NOT_SECRET_SUFFIXES = ("_FILE", "_PATH", "_DIR", "_BUNDLE", "_SOCK", "_ADDRESS", "_ID")
 
 
