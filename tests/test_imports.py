@@ -274,7 +274,8 @@ def test_each_side_of_the_process_boundary_imports_only_its_own():
     assert not wrong, "\n".join(wrong)
 
 
-NEVER_IN_MITMDUMP = ("addons.recorder", "addons.body", "addons.eventstream", "addons.items", "addons.records",
+NEVER_IN_MITMDUMP = ("addons.recorder", "addons.body", "addons.eventstream", "addons.items", "addons.conversations",
+                     "addons.records",
                      "addons.providers.base", "addons.providers.collect", "addons.providers.anthropic",
                      "addons.providers.openai_chat", "addons.providers.openai_responses",
                      "addons.providers.gemini", "addons.providers.ollama", "pricing")  # fmt: skip

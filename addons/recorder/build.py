@@ -14,8 +14,9 @@ from datetime import UTC, datetime
 from typing import NamedTuple
 
 from addons.body import Preview
+from addons.conversations import SUBAGENT_TOOLS, Conversations, Spawn
 from addons.decode import BodyDecoder
-from addons.items import SUBAGENT_TOOLS, Conversations, Item, Spawn
+from addons.items import Item
 from addons.mcp.wire import mcp_tool_name
 from addons.messages import FlowEnded, RequestHead, Route
 from addons.recorder.items_rows import item_rows

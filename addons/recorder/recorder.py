@@ -18,7 +18,8 @@ from typing import Any
 import msgspec
 
 from addons.body import ResponseReader
-from addons.items import Conversations, Item, request_items
+from addons.conversations import Conversations
+from addons.items import Item, request_items
 from addons.messages import (
     Chunk,
     FlowEnded,
