@@ -52,6 +52,8 @@ logger = logging.getLogger(__name__)
 
 SOCKET_NAME = "recorder.sock"
 MAX_SOCKET_PATH = 100  # bytes: sun_path holds 104 (macOS) to 108 (Linux), with its NUL
+MAX_FRAME = 64 << 20
+"""Bytes one frame may announce (a batch is one tick's samples or one debounce window's changes)."""
 CMDLINE_MAX_CHARS = 4096
 """`proc_samples.cmdline` is cut to this after it is scrubbed (a cut first could split a secret)."""
 
@@ -155,6 +157,9 @@ class Inbox:
             self._drop(client)
             return
         client.buffer += data
+        if len(client.buffer) >= 4 and int.from_bytes(client.buffer[:4], "big") > MAX_FRAME:
+            self._reject(client, f"a frame over {MAX_FRAME} bytes")
+            return
         for payload in split_frames(client.buffer):
             try:
                 message = decode_to_recorder(payload)
@@ -180,6 +185,8 @@ class Inbox:
         with contextlib.suppress(KeyError, ValueError):
             self._selector.unregister(client.sock)
         client.sock.close()
+        with contextlib.suppress(ValueError):
+            self._clients.remove(client)
 
     # -- the recorder's loop -----------------------------------------------------------------------
 
@@ -207,7 +214,7 @@ class Inbox:
 
     def acknowledge(self) -> None:
         """After a commit: tell each client how far its batches are in session.db."""
-        for client in self._clients:
+        for client in list(self._clients):  # the socket thread may add or drop one meanwhile
             if client.handled > client.acked and client.sock.fileno() != -1:
                 try:
                     client.sock.sendall(frame(Ack(client.handled)))
@@ -224,7 +231,7 @@ class Inbox:
             announced = address_file(self.session_dir)
             if self.path is not None and announced.read_text() == str(self.path):
                 announced.unlink()
-        for client in self._clients:
+        for client in list(self._clients):
             client.sock.close()
         if self._listener is not None:
             self._listener.close()

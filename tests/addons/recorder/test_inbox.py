@@ -21,7 +21,7 @@ from addons.feed import (
     frame,
     split_frames,
 )
-from addons.recorder.inbox import CMDLINE_MAX_CHARS, Inbox
+from addons.recorder.inbox import CMDLINE_MAX_CHARS, MAX_FRAME, Inbox
 from addons.recorder.writer import SessionWriter
 from assembler.feed import Feed
 from capsem.redact import hash_value
@@ -116,6 +116,11 @@ def test_a_bad_frame_closes_its_connection_and_nothing_else(tmp_path):
         early.sendall(frame(Batch(1, ())))  # a batch before its Hello
         early.settimeout(10)
         assert early.recv(10) == b""
+        huge = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        huge.connect(address_file(session).read_text())
+        huge.sendall((MAX_FRAME + 1).to_bytes(4, "big") + b"x")  # it would have to be held in memory
+        huge.settimeout(10)
+        assert huge.recv(10) == b""
         feed = Feed(session, "fswatch")
         feed.send(FsChanges("2026-01-01T00:00:00Z", (("modified", "a", 1),)))
         assert feed.flush(10)
