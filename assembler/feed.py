@@ -88,6 +88,11 @@ class Feed:
         """Rows given but not yet acknowledged."""
         return self._waiting_rows
 
+    @property
+    def waiting(self) -> int:
+        """Batches given but not yet acknowledged (a `Meta` alone is a batch of no rows)."""
+        return len(self._unacked)
+
     def send(self, *rows: Rows) -> None:
         """Queue one batch and try to deliver what waits; returns without waiting for the recorder."""
         with self._lock:

@@ -38,7 +38,7 @@ def write_directly(db_path: Path, feeds: list[Feed]) -> int:
     if address_file(db_path.parent).exists():  # a recorder may still be finishing: it takes them
         for feed in feeds:
             feed.flush(LAST_CHANCE)
-    waiting = [(feed, feed.unacknowledged()) for feed in feeds if feed.pending]
+    waiting = [(feed, feed.unacknowledged()) for feed in feeds if feed.waiting]
     if not waiting:
         return 0
     scrubber = Scrubber()

@@ -368,7 +368,7 @@ def run_agent(
         elif process.poll() is None:
             process.kill()
             process.wait()
-        if watcher is not None and watcher.feed.pending:
+        if watcher is not None and watcher.feed.waiting:
             _write_left_over(watcher)
         if sampler is not None and report is not None and report.error:
             report = finish(sampler, recorder_gone=True)

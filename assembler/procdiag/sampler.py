@@ -234,7 +234,7 @@ def finish(sampler: ProcessSampler, *, warn: bool = True, recorder_gone: bool = 
     sampler.stop()
     result = Diagnostics(processes=len(sampler.processes))
     try:
-        if recorder_gone and sampler.pending:
+        if recorder_gone and sampler.feed.waiting:
             write_directly(sampler.db_path, [sampler.feed])
     except Exception as exc:
         logger.debug("capsem: writing the last process samples failed: %r", exc)
