@@ -108,3 +108,27 @@ def test_the_watcher_and_the_sampler_open_no_writer(tmp_path, monkeypatch):
     assert rows(db, "SELECT action, path FROM fs_events") == [{"action": "created", "path": "made.txt"}]
     assert watcher.events == 1
     assert not address_file(session).exists()
+
+
+def test_samples_no_recorder_took_are_written_once_mitmdump_has_stopped(tmp_path, monkeypatch):
+    """`capsem run`'s last resort (the recorder died for good): the first pass reports the samples
+    unwritten, the retry after mitmdump stopped writes them and their anomalies itself."""
+    from assembler.procdiag import ProcessSampler, finish
+    from assembler.procdiag import sampler as sampler_module
+
+    monkeypatch.setattr(sampler_module, "FINAL_WRITE_TIMEOUT", 0.3)
+    session = tmp_path / "s"
+    db = session / "session.db"
+    with recorder_thread(session):
+        pass  # session.db exists; no recorder runs any more
+    agent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    sampler = ProcessSampler(agent.pid, db, interval_ms=50)
+    sampler.start()
+    agent.wait()
+    first = finish(sampler, warn=False)
+    assert first.error is not None and "could not be written" in first.error
+    assert rows(db, "SELECT id FROM proc_samples") == []
+    second = finish(sampler, recorder_gone=True)
+    assert second.error is None and second.samples == len(rows(db, "SELECT id FROM proc_samples")) > 0
+    meta = {r["key"]: r["value"] for r in rows(db, "SELECT * FROM session_meta")}
+    assert meta["procdiag_agent_pid"] == str(agent.pid)
