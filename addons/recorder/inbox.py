@@ -86,6 +86,8 @@ class Inbox:
         self._selector = selectors.DefaultSelector()
         self._listener: socket.socket | None = None
         self._stop = threading.Event()
+        self._wake_r, self._wake_w = socket.socketpair()  # `close` wakes the thread: no polling
+        self._selector.register(self._wake_r, selectors.EVENT_READ)
         self._thread = threading.Thread(target=self._serve, name="capsem-inbox", daemon=True)
 
     @classmethod
@@ -128,10 +130,12 @@ class Inbox:
     def _serve(self) -> None:
         while not self._stop.is_set():
             try:
-                events = self._selector.select(0.1)
+                events = self._selector.select()
             except OSError:
                 return
             for key, _ in events:
+                if key.fileobj is self._wake_r:
+                    return
                 if key.fileobj is self._listener:
                     self._accept()
                 else:
@@ -225,6 +229,8 @@ class Inbox:
     def close(self) -> None:
         """Stop listening and remove the socket and its announcement (what came is taken first)."""
         self._stop.set()
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
         if self._thread.is_alive():
             self._thread.join(2)
         with contextlib.suppress(FileNotFoundError):
@@ -241,6 +247,8 @@ class Inbox:
         if self._own_dir is not None:
             shutil.rmtree(self._own_dir, ignore_errors=True)
         self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
 
 
 def queue_rows(writer: SessionWriter, client: str, rows: Rows) -> None:
