@@ -269,6 +269,9 @@ def _brokered() -> list[Brokered]:
     return load_secrets(settings)
 
 
+# Long on purpose: the run's steps in the order they happen (checks, mitmdump, the watcher, the
+# agent, the sampler; then the end, in `finally`), each a call or two; split, the order that
+# matters (what starts before the agent, what ends before mitmdump) would be spread out.
 def run_agent(
     command: list[str],
     *,
@@ -327,14 +330,13 @@ def run_agent(
     context = run_context(workspace or Path.cwd(), name, tags)  # while mitmdump starts
     watcher: WorkspaceWatcher | None = None
     sampler: ProcessSampler | None = None
-    report: Diagnostics | None = None
     proxy: Mitmdump | None = None
     tidied: list[RetentionReport] = []
     tidy = threading.Thread(target=_tidy_up, args=(tidied,), name="capsem-retention", daemon=True)
     code: int | None = None
     try:
         from assembler.fswatch import WorkspaceWatcher
-        from assembler.procdiag import ProcessSampler, finish
+        from assembler.procdiag import ProcessSampler
         from assembler.procdiag.sampler import secrets_of
 
         proxy = wait_for_mitmdump(process, confdir=confdir, log_path=log_path, ready=CAPTURING)
@@ -357,21 +359,7 @@ def run_agent(
             sampler.start()
         code = _wait_for_agent(agent)
     finally:
-        # the recorder is session.db's one writer: the samples, anomalies and file events go to it
-        # and are committed before mitmdump stops, so the rollup counts them
-        if sampler is not None:
-            report = finish(sampler, warn=False)
-        if watcher is not None:
-            watcher.stop()
-        if proxy is not None:
-            proxy.stop()
-        elif process.poll() is None:
-            process.kill()
-            process.wait()
-        if watcher is not None and watcher.feed.waiting:
-            _write_left_over(watcher)
-        if sampler is not None and report is not None and report.error:
-            report = finish(sampler, recorder_gone=True)
+        report = _stop_recording(process, proxy, watcher, sampler)
         if code is not None:
             _store_exit_code(session_id, code)
         if tidy.is_alive():
@@ -393,6 +381,29 @@ def _start_emulator() -> Emulator:
     from capsem.emulator import FRIENDLY_TEXT, Emulator
 
     return Emulator(defaults={"text": FRIENDLY_TEXT}).start()
+
+
+def _stop_recording(process: subprocess.Popen[bytes], proxy: Mitmdump | None, watcher: WorkspaceWatcher | None,
+                    sampler: ProcessSampler | None) -> Diagnostics | None:  # fmt: skip
+    """End the recording once the agent has exited. The recorder is session.db's one writer: the
+    last samples, their anomalies and the last file events are sent to it and committed before
+    mitmdump stops, so the rollup counts them; only what no recorder took (it died for good) is
+    written here, after mitmdump has stopped."""
+    from assembler.procdiag import finish
+
+    report = finish(sampler, warn=False) if sampler is not None else None
+    if watcher is not None:
+        watcher.stop()
+    if proxy is not None:
+        proxy.stop()
+    elif process.poll() is None:
+        process.kill()
+        process.wait()
+    if watcher is not None and watcher.feed.waiting:
+        _write_left_over(watcher)
+    if sampler is not None and report is not None and report.error:
+        report = finish(sampler, recorder_gone=True)
+    return report
 
 
 def _write_left_over(watcher: WorkspaceWatcher) -> None:
