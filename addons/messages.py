@@ -25,6 +25,7 @@ import msgspec
 
 __all__ = [
     "ABNORMAL_CLOSURE",
+    "Approval",
     "Barrier",
     "Chunk",
     "FlowEnded",
@@ -151,6 +152,27 @@ class Substitution(msgspec.Struct, frozen=True, array_like=True):
     """Why it was refused."""
 
 
+class Approval(msgspec.Struct, frozen=True, array_like=True):
+    """A request an `ask` rule held for a person, and the answer (`addons/proxy/approvals.py`)."""
+
+    id: str
+    """The id `capsem approvals` shows and `capsem approve ID` takes."""
+    rule: str
+    asked_at: float
+    decided_at: float
+    decision: str
+    """`approved`, `denied` or `timed_out`."""
+    decided_by: str
+    """`cli`, `view`, `rule` (an earlier `--always` answer), `timeout`, `shutdown` or `error`."""
+    reason: str | None = None
+    always: bool = False
+    """The answer became a rule for the rest of the session."""
+    mcp_server: str | None = None
+    tool: str | None = None
+    arguments: str | None = None
+    """The MCP tool's arguments as JSON (scrubbed by the writer like every text)."""
+
+
 class FlowEnded(msgspec.Struct, frozen=True, array_like=True, tag=5):
     """A flow is over (response, error, WebSocket end, or shutdown): everything about it."""
 
@@ -191,6 +213,8 @@ class FlowEnded(msgspec.Struct, frozen=True, array_like=True, tag=5):
     """The reason its close frame gave. Whether the close is an error of the flow is the
     recorder's decision (`addons/recorder/websocket.py: close_error`): only it knows whether a turn
     was open."""
+    approval: Approval | None = None
+    """The person's (or the timeout's) answer to a request an `ask` rule held."""
 
 
 class Barrier(msgspec.Struct, frozen=True, array_like=True, tag=6):

@@ -9,16 +9,21 @@ import click
 from capsem import __version__
 
 _LAZY = {
+    "approvals": "assembler.approvals_cli:approvals_cmd",
+    "approve": "assembler.approvals_cli:approve_cmd",
     "budget": "assembler.budget:budget",
     "bundle": "assembler.bundle.cli:bundle",
     "config": "assembler.config_cli:config",
     "cost-report": "assembler.costs_cli:cost_report_cmd",
     "demo": "assembler.run_cli:demo",
+    "deny": "assembler.approvals_cli:deny_cmd",
+    "diff": "assembler.diff.cli:diff",
     "doctor": "assembler.doctor_cli:doctor",
     "export": "assembler.export.cli:export",
     "inspect-session": "assembler.sessions_cli:inspect_session_cmd",
     "keep": "assembler.retention_cli:keep_cmd",
     "list-sessions": "assembler.sessions_cli:list_sessions_cmd",
+    "policy": "assembler.backtest_cli:policy",
     "query-session": "assembler.sessions_cli:query_session_cmd",
     "run": "assembler.run_cli:run",
     "schema": "assembler.sessions_cli:schema_cmd",

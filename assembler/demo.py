@@ -31,6 +31,7 @@ WEATHER_TOOL = {
     },
 }
 PROMPT = "What's the weather in Paris right now? Use the tool."
+SYSTEM = "You are a terse weather assistant."
 
 
 def get_weather(arguments: dict[str, Any]) -> str:
@@ -38,19 +39,21 @@ def get_weather(arguments: dict[str, Any]) -> str:
     return f"18°C and cloudy in {arguments.get('city', 'somewhere')}"
 
 
-def anthropic_loop(http_client: httpx.Client, say: Callable[[str], None]) -> None:
-    """Claude-style tool loop with the real anthropic SDK, streamed."""
+def anthropic_loop(http_client: httpx.Client, say: Callable[[str], None], system: str = SYSTEM,
+                   tool: dict[str, Any] = WEATHER_TOOL) -> None:  # fmt: skip
+    """Claude-style tool loop with the real anthropic SDK, streamed (`system` and `tool` are what
+    the agent is given: tests change them)."""
     import anthropic
 
     client = anthropic.Anthropic(
         api_key="sk-ant-demo-0000000000000000", http_client=http_client, max_retries=0
     )
-    tools = [{"name": WEATHER_TOOL["name"], "description": WEATHER_TOOL["description"],
-              "input_schema": WEATHER_TOOL["schema"]}]  # fmt: skip
+    tools = [{"name": tool["name"], "description": tool["description"],
+              "input_schema": tool["schema"]}]  # fmt: skip
     messages: list[dict[str, Any]] = [{"role": "user", "content": PROMPT}]
     for turn in (1, 2):
         with client.messages.stream(
-            model="claude-sonnet-4-5", max_tokens=1024, system="You are a terse weather assistant.",
+            model="claude-sonnet-4-5", max_tokens=1024, system=system,
             tools=tools, messages=messages,
         ) as stream:  # fmt: skip
             final = stream.get_final_message()
@@ -70,15 +73,16 @@ def anthropic_loop(http_client: httpx.Client, say: Callable[[str], None]) -> Non
         messages.append({"role": "user", "content": results})
 
 
-def openai_loop(http_client: httpx.Client, say: Callable[[str], None]) -> None:
+def openai_loop(http_client: httpx.Client, say: Callable[[str], None], system: str = SYSTEM,
+                tool: dict[str, Any] = WEATHER_TOOL) -> None:  # fmt: skip
     """The same loop with the real openai SDK, non-streamed then streamed."""
     import openai
 
     client = openai.OpenAI(api_key="sk-proj-demo00000000000000000000", http_client=http_client, max_retries=0)
-    tools = [{"type": "function", "function": {"name": WEATHER_TOOL["name"],
-              "description": WEATHER_TOOL["description"], "parameters": WEATHER_TOOL["schema"]}}]  # fmt: skip
+    tools = [{"type": "function", "function": {"name": tool["name"],
+              "description": tool["description"], "parameters": tool["schema"]}}]  # fmt: skip
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a terse weather assistant."},
+        {"role": "system", "content": system},
         {"role": "user", "content": PROMPT},
     ]
     first = client.chat.completions.create(model="gpt-4.1", messages=messages, tools=tools)

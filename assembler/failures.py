@@ -159,13 +159,15 @@ def _budget_reason(matched: str | None) -> str | None:
 def interventions(conn: sqlite3.Connection) -> list[Intervention]:
     """Every place capsem stepped in: requests denied, warned, asked, then placeholders refused."""
     marks = ", ".join(f"'{d}'" for d in INTERVENED)
+    answers = approval_answers(conn)
     out = []
     for r in conn.execute(
         "SELECT id, decision, method, domain, port, path, status_code, matched_rule, error, response_body_preview "
         f"FROM net_events WHERE decision IN ({marks}) ORDER BY id"
     ):
         rule = _rule(r["matched_rule"])
-        reason = (
+        reason = answers.get(r["id"]) if r["decision"] == "asked" else None
+        reason = reason or (
             _said(r["response_body_preview"]) or _budget_reason(r["matched_rule"]) or _one_line(r["error"])
         )
         if not reason:
@@ -183,6 +185,23 @@ def interventions(conn: sqlite3.Connection) -> list[Intervention]:
     for r in refused:
         out.append(Intervention("refused", r["id"], f"placeholder in {r['location']} to {r['host']}",
                                 f"credential {r['credential']}", _one_line(r["reason"])))  # fmt: skip
+    return out
+
+
+def approval_answers(conn: sqlite3.Connection) -> dict[int, str]:
+    """net_events id -> what became of a request an `ask` rule held (`denied by view after 4.2 s`)."""
+    try:
+        found = conn.execute(
+            "SELECT net_event_id, decision, decided_by, waited_ms, reason FROM approvals"
+        ).fetchall()
+    except sqlite3.OperationalError:  # a session.db older than `ask`
+        return {}
+    out = {}
+    for net_id, decision, by, waited_ms, reason in found:
+        answer = "timed out" if decision == "timed_out" else f"{decision} by {by}"
+        out[net_id] = f"held for approval: {answer} after {waited_ms / 1000:.1f} s" + (
+            f" ({reason})" if reason else ""
+        )
     return out
 
 

@@ -461,10 +461,36 @@ def check_cache_breaks(conn: sqlite3.Connection) -> list[Finding]:
                     f"{', …' if len(rows) > 5 else ''}; capsem show-call ID says why)")]  # fmt: skip
 
 
+SHOWN_APPROVALS = 20
+
+
+def check_approvals(conn: sqlite3.Connection) -> list[Finding]:
+    """Requests `ask` rules held: each answer, who gave it and how long the request waited (info;
+    a warning for those nobody answered)."""
+    if "approvals" not in _tables(conn):
+        return []
+    out = []
+    found = conn.execute("SELECT rule, decision, decided_by, waited_ms, reason, method, host, path, tool "
+                         "FROM approvals ORDER BY id").fetchall()  # fmt: skip
+    for rule, decision, by, waited_ms, reason, method, host, path, tool in found[:SHOWN_APPROVALS]:
+        what = f"MCP tool {tool}" if tool else f"{method} {host}{path}"
+        answer = "timed out" if decision == "timed_out" else f"{decision} by {by}"
+        out.append(Finding("warning" if decision == "timed_out" else "info", "approvals",
+                           f"rule {rule} asked about {what}: {answer} after {waited_ms / 1000:.1f} s"
+                           + (f" ({reason})" if reason and decision != "timed_out" else "")))  # fmt: skip
+    if len(found) > SHOWN_APPROVALS:
+        out.append(
+            Finding(
+                "info", "approvals", f"{len(found) - SHOWN_APPROVALS} more asked requests (table approvals)"
+            )
+        )
+    return out
+
+
 CHECKS: list[Callable[[sqlite3.Connection], list[Finding]]] = [
     check_schema, check_integrity, check_tool_lifecycle, check_references, check_provider_traffic,
     check_model_calls, check_failures, check_usage, check_decoding, check_processes, check_budgets,
-    check_credentials, check_cache_breaks,
+    check_credentials, check_cache_breaks, check_approvals,
 ]  # fmt: skip
 
 

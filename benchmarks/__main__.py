@@ -1,4 +1,6 @@
-"""`python -m benchmarks [--quick] [--only streaming|newconn|startup|micro|bodies|otlp]`: run, print the tables, save them.
+"""`python -m benchmarks [--quick] [--only SUITE]`: run, print the tables, save them.
+
+SUITE: streaming, newconn, startup, micro, bodies, otlp or backtest.
 
 A full run writes `benchmarks/results/latest.md` and `latest.json`; `--quick` (a smoke run of
 about a minute, too small to judge anything) writes `quick.md` and `quick.json` instead.
@@ -18,6 +20,7 @@ from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 
+from benchmarks.backtest import run_backtest
 from benchmarks.bodies import run_bodies
 from benchmarks.micro import run_micro
 from benchmarks.newconn import run_newconn, run_resolve
@@ -39,6 +42,7 @@ FULL = {
     "startup_runs": 7,
     "bodies": {"turns": 300, "read_turns": 500},
     "otlp": {"calls": 150, "spec": StreamSpec(50, 200, 2)},
+    "backtest": {"sessions": 1000, "model_calls": 40, "mcp_calls": 20, "plain": 20, "repeat": 3},
 }
 QUICK = {
     "profiles": [Profile("paced", StreamSpec(100, 200, 5)), Profile("unpaced", StreamSpec(300, 1000))],
@@ -50,6 +54,7 @@ QUICK = {
     "startup_runs": 2,
     "bodies": {"turns": 40, "read_turns": 60},
     "otlp": {"calls": 30, "spec": StreamSpec(50, 200, 2)},
+    "backtest": {"sessions": 50, "model_calls": 10, "mcp_calls": 6, "plain": 6, "repeat": 1},
 }
 
 
@@ -58,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a short smoke run (results/quick.md)")
     parser.add_argument(
         "--only",
-        choices=["streaming", "newconn", "startup", "micro", "bodies", "otlp"],
+        choices=["streaming", "newconn", "startup", "micro", "bodies", "otlp", "backtest"],
         help="run one suite only",
     )
     args = parser.parse_args(argv)
@@ -95,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
             print("live OTLP export", flush=True)
             results["otlp"] = run_otlp(**plan["otlp"], workdir=Path(tmp) / "otlp",
                                        log=lambda line: print(line, flush=True))  # fmt: skip
+        if args.only in (None, "backtest"):
+            print("capsem policy test", flush=True)
+            results["backtest"] = run_backtest(**plan["backtest"], log=lambda line: print(line, flush=True))
     results["meta"] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "mode": "quick" if args.quick else "full",

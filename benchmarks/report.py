@@ -13,6 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from benchmarks import newconn
+from benchmarks.backtest import backtest_section
 from benchmarks.otlp_export import otlp_section
 from benchmarks.proxies import BASELINE, SCENARIOS
 from benchmarks.startup import startup_table
@@ -324,6 +325,8 @@ def render(results: dict) -> str:
         parts += bodies_section(results["bodies"])
     if results.get("otlp"):
         parts += otlp_section(results["otlp"])
+    if results.get("backtest"):
+        parts += backtest_section(results["backtest"])
     return "\n".join(parts)
 
 

@@ -575,3 +575,41 @@ def m013_cache_breaks(conn: sqlite3.Connection) -> None:
         )
         """,
     )
+
+
+@SESSION.migration
+def m014_approvals(conn: sqlite3.Connection) -> None:
+    """`ask`: one row per request a policy rule held for a person (its `net_events` row says
+    `asked`), with the answer: `decision` approved, denied or timed_out; `decided_by` cli, view,
+    rule (an earlier `--always` answer), timeout, shutdown or error (capsem could not hold it); how
+    long it waited; an MCP call's
+    server, tool and arguments (scrubbed)."""
+    run_script(
+        conn,
+        """
+        CREATE TABLE approvals (
+            id INTEGER PRIMARY KEY,
+            event_id TEXT NOT NULL,
+            approval_id TEXT NOT NULL,
+            net_event_id INTEGER,
+            flow_id TEXT,
+            rule TEXT NOT NULL,
+            asked_at TEXT NOT NULL,
+            decided_at TEXT NOT NULL,
+            waited_ms INTEGER NOT NULL,
+            decision TEXT NOT NULL,
+            decided_by TEXT NOT NULL,
+            reason TEXT,
+            always INTEGER NOT NULL DEFAULT 0,
+            method TEXT,
+            host TEXT,
+            path TEXT,
+            mcp_server TEXT,
+            tool TEXT,
+            arguments TEXT,
+            process_name TEXT,
+            pid INTEGER
+        );
+        CREATE INDEX idx_approvals_net_event ON approvals(net_event_id)
+        """,
+    )

@@ -31,6 +31,7 @@ from addons.messages import (
     WsOpened,
 )
 from addons.providers import is_event_stream, stream_framing
+from addons.proxy.approvals import Approvals
 from addons.proxy.connection_hooks import Connections
 from addons.proxy.connections import describe
 from addons.proxy.flows import Flows, collect_request, response_head
@@ -80,6 +81,8 @@ class Capsem:
         """Brokered credentials and budgets (`addons/proxy/guardrails.py`)."""
         self.hook_failures = 0
         self.connections = Connections(self)
+        self.approvals = Approvals(self)
+        """Requests an `ask` rule holds for a person (`addons/proxy/approvals.py`)."""
         self.chain = [self.flows, self.connections, PolicyGate(self), Guard(self), self]
         """The addons in the order mitmproxy must call them (`addons/capsem_addon.py` registers them):
         each open flow's state first, then the connections, the policy, the guardrails, capture last."""
@@ -185,6 +188,7 @@ class Capsem:
     def done(self) -> None:
         if self.session is None or self.recorder is None or self.outbox is None:
             return
+        self.approvals.stop()  # held requests are denied and recorded before their flows end
         now = time.time()
         for key in list(self.flows.open):
             self._end(key, None, "capture stopped before the flow finished", now)
@@ -282,13 +286,18 @@ class Capsem:
     @guarded
     def error(self, flow: http.HTTPFlow) -> None:
         state = self.flows.get(flow)
-        if state is not None and state.decision == "denied" and flow.response is None:
+        refused_ask = (
+            state is not None and state.approval is not None and state.approval.decision != "approved"
+        )
+        if state is not None and (state.decision == "denied" or refused_ask) and flow.response is None:
             rule = state.matched_rule or ""
             what = (
                 f"budget {rule[len(RULE_PREFIX) :]!r}"
                 if rule.startswith(RULE_PREFIX)
                 else f"policy rule {rule!r}"
             )
+            if refused_ask:  # a streamed request an `ask` rule held: not approved
+                what += f" ({state.approval.decision.replace('_', ' ')} by {state.approval.decided_by})"  # type: ignore[union-attr]
             self._finish(flow, f"denied by capsem {what}: connection closed")
             return
         message = flow.error.msg if flow.error else "unknown error"
@@ -361,7 +370,7 @@ class Capsem:
                 tap_failure=tap.failure if tap is not None else None, mcp=state.mcp,
                 websocket=state.response is not None and state.response.status == 101,
                 client_status=client_status, substitutions=state.substitutions, close_code=close[0],
-                close_reason=close[1],
+                close_reason=close[1], approval=state.approval,
                 process=self.connections.process(state.head.conn),
             )
         )  # fmt: skip

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from mitmproxy import http
 
 from addons import mcp
-from addons.messages import RequestHead, ResponseHead, Route, Substitution
+from addons.messages import Approval, RequestHead, ResponseHead, Route, Substitution
 from addons.providers import detect
 from addons.providers.sniff import sniff_route
 from addons.proxy.hooks import addr, guarded
@@ -43,6 +43,7 @@ class FlowState:
     request_size: int = 0
     request_truncated: bool = False
     substitutions: tuple[Substitution, ...] = ()
+    approval: Approval | None = None
 
 
 class Flows:

@@ -1,35 +1,74 @@
-"""Network policy: ordered rules that allow, warn or deny requests (pure matching).
+"""Network policy: ordered rules that allow, warn, deny or ask about requests (pure matching).
 
 Settings (`policy:` in the YAML config)::
 
     policy:
       rules:
         - name: no-paste-sites          # shown in matched_rule (default: rule-<n>)
-          action: deny                  # allow | warn | deny
+          action: deny                  # allow | warn | deny | ask
           host: "*.pastebin.com"        # glob, case-insensitive
         - action: deny
           mcp_server: files             # MCP tools/call only: server name from its initialize
                                         # result, or its endpoint host[:port]/path (glob)
           mcp_tool: "delete_*"          # and tool name (glob)
+        - name: no-rm-rf
+          action: deny
+          mcp_args:                     # MCP tools/call only: arguments by name, each a glob on
+            command: "rm -rf *"         # the value (a value that is not text: its JSON) or
+            path: {regex: '^/etc/'}     # {regex: ...} searched in it
 
 A rule matches when every field it names matches (host, port, path, method, mcp_server,
-mcp_tool); the first matching rule decides. No rule matching means `allowed`: the default
+mcp_tool, mcp_args); the first matching rule decides. No rule matching means `allowed`: the default
 policy allows everything, so capture alone changes nothing. The rules are read and checked with
 every other setting by `capsem.settings` (`Settings.policy`); this module only matches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, NamedTuple
 
 from capsem.settings import PolicyRule, Settings, SettingsError, parse
 
-DECISIONS = {"allow": "allowed", "warn": "warned", "deny": "denied"}
-McpTarget = tuple[tuple[str, ...], str]
-"""An MCP tools/call: the names its server goes by (initialize name, endpoint) and the tool."""
+DECISIONS = {"allow": "allowed", "warn": "warned", "deny": "denied", "ask": "asked"}
+
+
+class McpTarget(NamedTuple):
+    """An MCP tools/call: the names its server goes by (endpoint, initialize name), the tool and
+    its arguments (None when unknown: a call named in headers only). A plain (servers, tool) pair
+    is accepted too."""
+
+    servers: tuple[str, ...]
+    tool: str
+    arguments: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ArgMatch:
+    """One `mcp_args` entry: the argument's value matches a glob (whole) or a regex (searched)."""
+
+    name: str
+    glob: str | None = None
+    regex: re.Pattern[str] | None = None
+
+    @classmethod
+    def of(cls, name: str, pattern: str | Mapping[str, str]) -> ArgMatch:
+        if isinstance(pattern, str):
+            return cls(name, glob=pattern)
+        return cls(name, regex=re.compile(pattern["regex"]))
+
+    def matches(self, arguments: Mapping[str, Any] | None) -> bool:
+        if not isinstance(arguments, Mapping) or self.name not in arguments:
+            return False
+        value = arguments[self.name]
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        if self.glob is not None:
+            return fnmatchcase(text, self.glob)
+        return self.regex is not None and self.regex.search(text) is not None
 
 
 class PolicyError(ValueError):
@@ -40,15 +79,25 @@ class PolicyError(ValueError):
 class Rule(PolicyRule):
     """A checked `PolicyRule` that can match requests."""
 
+    arg_matches: tuple[ArgMatch, ...] = field(default=(), compare=False)
+    """`mcp_args` compiled."""
+
     @classmethod
     def of(cls, rule: PolicyRule) -> Rule:
-        return cls(**{f.name: getattr(rule, f.name) for f in fields(rule)})
+        args = tuple(ArgMatch.of(n, p) for n, p in (rule.mcp_args or {}).items())
+        return cls(**{f.name: getattr(rule, f.name) for f in fields(rule)}, arg_matches=args)
 
     @property
     def needs_mcp(self) -> bool:
-        return self.mcp_server is not None or self.mcp_tool is not None
+        return self.mcp_server is not None or self.mcp_tool is not None or self.mcp_args is not None
 
-    def matches(self, host: str, port: int, path: str, method: str, mcp: McpTarget | None) -> bool:
+    @property
+    def needs_arguments(self) -> bool:
+        """Whether deciding needs a tools/call's arguments (its body), not only its tool name."""
+        return self.mcp_args is not None
+
+    def matches(self, host: str, port: int, path: str, method: str,
+                mcp: McpTarget | tuple[tuple[str, ...], str] | None) -> bool:  # fmt: skip
         if self.host is not None and not fnmatchcase(host.lower(), self.host.lower()):
             return False
         if self.port is not None and port != self.port:
@@ -60,11 +109,14 @@ class Rule(PolicyRule):
         if self.needs_mcp:
             if mcp is None:
                 return False
-            servers, tool = mcp
+            servers, tool = mcp[0], mcp[1]
             pattern = (self.mcp_server or "").lower()
             if self.mcp_server is not None and not any(fnmatchcase(s.lower(), pattern) for s in servers):
                 return False
             if self.mcp_tool is not None and not fnmatchcase(tool, self.mcp_tool):
+                return False
+            arguments = mcp[2] if len(mcp) > 2 else None
+            if not all(a.matches(arguments) for a in self.arg_matches):
                 return False
         return True
 
@@ -72,20 +124,33 @@ class Rule(PolicyRule):
 @dataclass(frozen=True, slots=True)
 class Verdict:
     decision: str
-    """allowed | warned | denied"""
+    """allowed | warned | denied | asked (a person decides: `addons/proxy/approvals.py`)"""
     rule: str | None
 
 
 ALLOW = Verdict("allowed", None)
+STRICTNESS = ("denied", "asked", "warned", "allowed")
+"""Decisions from the strictest; a request holding several tools/calls takes the strictest one's."""
+
+
+def _strictness(verdict: Verdict) -> int:
+    return STRICTNESS.index(verdict.decision) if verdict.decision in STRICTNESS else 1
 
 
 @dataclass(frozen=True, slots=True)
 class Policy:
     rules: tuple[Rule, ...] = ()
+    ask_timeout_s: float = 120.0
+    """How long a request an `ask` rule holds waits for a person (`policy.ask_timeout_s`)."""
 
     @property
     def has_mcp_rules(self) -> bool:
         return any(r.needs_mcp for r in self.rules)
+
+    @property
+    def needs_arguments(self) -> bool:
+        """Whether a rule matches MCP tool arguments (read from the request body)."""
+        return any(r.needs_arguments for r in self.rules)
 
     @classmethod
     def from_settings(cls, settings: Settings | Mapping[str, Any]) -> Policy:
@@ -99,11 +164,30 @@ class Policy:
                 settings = parse(settings)
             except SettingsError as exc:
                 raise PolicyError(str(exc)) from exc
-        return cls(tuple(Rule.of(rule) for rule in settings.policy.rules))
+        return cls(
+            tuple(Rule.of(rule) for rule in settings.policy.rules), float(settings.policy.ask_timeout_s)
+        )
 
-    def decide(self, host: str, port: int, path: str, method: str, mcp: McpTarget | None = None) -> Verdict:
-        """The first matching rule's verdict; `mcp` is (server names, tool) of an MCP tools/call."""
+    def decide(
+        self,
+        host: str,
+        port: int,
+        path: str,
+        method: str,
+        mcp: McpTarget | tuple[tuple[str, ...], str] | None = None,
+    ) -> Verdict:
+        """The first matching rule's verdict; `mcp` is (server names, tool, arguments) of an MCP tools/call."""
         for rule in self.rules:
             if rule.matches(host, port, path, method, mcp):
                 return Verdict(DECISIONS[rule.action], rule.name)
         return ALLOW
+
+    def decide_request(
+        self, host: str, port: int, path: str, method: str, targets: Sequence[McpTarget]
+    ) -> Verdict:
+        """A request's verdict: that of its strictest MCP tools/call (a batch may hold several),
+        or of the request itself when it holds none."""
+        verdicts = [self.decide(host, port, path, method, t) for t in targets] or [
+            self.decide(host, port, path, method)
+        ]
+        return min(verdicts, key=_strictness)

@@ -2,7 +2,8 @@
 goes upstream, after `Flows` and before the guardrails in the chain (`addons/capsem_addon.py`).
 
 A rule that denies answers 403 (a JSON-RPC error for an MCP call) so nothing reaches the upstream;
-one that warns logs a line. The decision and the rule go into the flow's `FlowState` and from there
+one that warns logs a line; one that asks returns `Approvals.hold` (approvals.py), which mitmproxy
+awaits for that flow alone until a person answers. The decision and the rule go into the flow's `FlowState` and from there
 into its `net_events` row. MCP rules name servers by endpoint or by the name an `initialize`
 answer gave: that name is learned here, on the event loop, before the client's next call.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from mitmproxy import http
@@ -18,6 +20,7 @@ from mitmproxy import http
 from addons import mcp
 from addons.proxy.flows import FlowState, collect_request
 from addons.proxy.hooks import guarded
+from addons.proxy.policy import McpTarget
 
 if TYPE_CHECKING:
     from addons.proxy.capture import Capsem
@@ -35,15 +38,16 @@ class PolicyGate:
         """MCP endpoint -> initialize name, learned on the event loop for the policy's MCP rules."""
 
     @guarded
-    def requestheaders(self, flow: http.HTTPFlow) -> None:
+    def requestheaders(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         state, policy = self.capture.flows.get(flow), self.capture.policy
         if state is not None and policy.rules and (flow.request.stream or not policy.has_mcp_rules):
-            self._apply(
+            return self._apply(
                 flow, state, mcp.header_call(list(state.head.headers))
             )  # before any body byte goes up
+        return None
 
     @guarded
-    def request(self, flow: http.HTTPFlow) -> None:
+    def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         state = self.capture.flows.get(flow)
         if (
             state is None
@@ -51,10 +55,10 @@ class PolicyGate:
             or flow.request.stream
             or flow.response is not None
         ):
-            return
+            return None
         body = flow.request.get_content(strict=False) or b""  # decoded (gzip...) when it can be
         calls = mcp.parse_request(body, dict(flow.request.headers)) if state.mcp else None
-        self._apply(flow, state, calls or [])
+        return self._apply(flow, state, calls or [])
 
     @guarded
     def response(self, flow: http.HTTPFlow) -> None:
@@ -69,17 +73,21 @@ class PolicyGate:
     def websocket_end(self, flow: http.HTTPFlow) -> None:
         self._learn_mcp_name(flow)
 
-    def _apply(self, flow: http.HTTPFlow, state: FlowState, calls: list[mcp.McpRequest]) -> None:
+    def _apply(
+        self, flow: http.HTTPFlow, state: FlowState, calls: list[mcp.McpRequest]
+    ) -> Awaitable[None] | None:
         """Decide the flow (first matching rule; a batch is judged by its strictest tools/call):
-        record the decision, log a warning, or answer 403 so nothing reaches the upstream."""
+        record the decision, log a warning, answer 403 so nothing reaches the upstream, or hold
+        it for a person (the coroutine returned, which mitmproxy awaits)."""
         head = state.head
         endpoint = mcp.server_name(head.host, head.port, head.path)
         names = (endpoint, self.mcp_names[endpoint]) if endpoint in self.mcp_names else (endpoint,)
-        targets = [(names, c.tool_name) for c in calls if c.method == "tools/call" and c.tool_name]
-        policy = self.capture.policy
-        verdicts = [policy.decide(head.host, head.port, head.path, head.method, t) for t in targets or [None]]
-        order = ("denied", "warned", "allowed")
-        verdict = min(verdicts, key=lambda v: order.index(v.decision))
+        targets = [
+            McpTarget(names, c.tool_name, _arguments(c))
+            for c in calls
+            if c.method == "tools/call" and c.tool_name
+        ]
+        verdict = self.capture.policy.decide_request(head.host, head.port, head.path, head.method, targets)
         state.decision, state.matched_rule = verdict.decision, verdict.rule
         if verdict.decision == "warned":
             logger.warning("capsem: policy rule %s warns: %s %s:%s%s", verdict.rule, head.method, head.host,
@@ -95,6 +103,9 @@ class PolicyGate:
                 json.dumps(body),
                 {"content-type": "application/json", "x-capsem-policy": str(verdict.rule)},
             )
+        elif verdict.decision == "asked":
+            return self.capture.approvals.hold(flow, state, verdict, calls, names[-1])
+        return None
 
     def _learn_mcp_name(self, flow: http.HTTPFlow) -> None:
         """An initialize answer names its server: learn it here, before the client's next call
@@ -113,3 +124,9 @@ class PolicyGate:
         name = mcp.learned_name(requests or [], answers)
         if name:
             self.mcp_names[mcp.server_name(state.head.host, state.head.port, state.head.path)] = name
+
+
+def _arguments(call: mcp.McpRequest) -> dict[str, Any] | None:
+    """A tools/call's `params.arguments` (None when its body did not carry them: a header-only call)."""
+    arguments = call.params.get("arguments") if isinstance(call.params, dict) else None
+    return arguments if isinstance(arguments, dict) else None

@@ -23,6 +23,7 @@ from addons.recorder.items_rows import item_rows
 from addons.recorder.mcp_ledger import McpLedger
 from addons.recorder.outcome import row_decision
 from addons.recorder.rows import (
+    ApprovalRow,
     IdMinter,
     ModelCall,
     NetEvent,
@@ -386,3 +387,17 @@ def substitution_events(
         )
         for s in flow.substitutions
     ]
+
+
+def approval_row(flow: FlowEnded, *, net_event_id: int, process: ProcessInfo) -> ApprovalRow | None:
+    """The `approvals` row of a request an `ask` rule held (its arguments are scrubbed by the writer)."""
+    a, req = flow.approval, flow.request
+    if a is None:
+        return None
+    return ApprovalRow(
+        event_id=new_event_id(), approval_id=a.id, rule=a.rule, asked_at=rfc3339(a.asked_at),
+        decided_at=rfc3339(a.decided_at), waited_ms=max(0, round((a.decided_at - a.asked_at) * 1000)),
+        decision=a.decision, decided_by=a.decided_by, net_event_id=net_event_id, flow_id=req.key,
+        reason=a.reason, always=int(a.always), method=req.method, host=req.host, path=req.path,
+        mcp_server=a.mcp_server, tool=a.tool, arguments=a.arguments, process_name=process[0], pid=process[1],
+    )  # fmt: skip

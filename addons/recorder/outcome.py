@@ -14,8 +14,8 @@ def call_error(connection_error: str | None, *, answered: bool) -> str | None:
 
 
 def row_decision(flow_decision: str, failed: bool) -> str:
-    """A row's `decision`: the policy's verdict (`denied`, `warned`) stands; an allowed flow that
-    failed is `error`."""
+    """A row's `decision`: the policy's verdict (`denied`, `asked`, `warned`) stands; an allowed
+    flow that failed is `error`."""
     if flow_decision != "allowed":
         return flow_decision
     return "error" if failed else "allowed"

@@ -243,6 +243,8 @@ class Recorder:
             )
         if flow.substitutions:
             self._write(build.substitution_events(flow, net_event_id=net_id, process=process))
+        if flow.approval is not None:
+            self._write([build.approval_row(flow, net_event_id=net_id, process=process)])
         if flow.mcp:
             response_body, _ = build.decode(
                 flow.response_body

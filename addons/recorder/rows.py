@@ -239,6 +239,33 @@ class SubstitutionEvent:
 
 
 @dataclass(slots=True)
+class ApprovalRow:
+    """A request an `ask` rule held, and the answer (`addons/proxy/approvals.py`)."""
+
+    TABLE: ClassVar[str] = "approvals"
+    event_id: str
+    approval_id: str
+    rule: str
+    asked_at: str
+    decided_at: str
+    waited_ms: int
+    decision: str
+    decided_by: str
+    net_event_id: int | None = None
+    flow_id: str | None = None
+    reason: str | None = None
+    always: int = 0
+    method: str | None = None
+    host: str | None = None
+    path: str | None = None
+    mcp_server: str | None = None
+    tool: str | None = None
+    arguments: str | None = None
+    process_name: str | None = None
+    pid: int | None = None
+
+
+@dataclass(slots=True)
 class BodyChunk:
     """One piece of one or more bodies, stored once per session (see addons/recorder/bodies.py)."""
 

@@ -34,7 +34,8 @@ logger = logging.getLogger(__name__)
 # Insert order inside one commit: a trigger on mcp_calls points tool_calls at it, so tool calls go first.
 _ORDER = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls", "fs_events",
           "proc_samples", "proc_anomalies", "content_frames", "body_chunks", "event_body_blobs", "item_data", "model_items",
-          "model_item_lists", "input_breakdown", "substitution_events", "cache_breaks", "compactions")  # fmt: skip
+          "model_item_lists", "input_breakdown", "substitution_events", "cache_breaks", "compactions",
+          "approvals")  # fmt: skip
 
 
 _CACHED_TEXT = 512

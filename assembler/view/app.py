@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -39,6 +39,7 @@ from assembler.sessiondb import (
     resolve,
 )
 from assembler.view import charts, queries
+from assembler.view.approvals import ApprovalRoutes
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
@@ -69,6 +70,9 @@ class Urls:
 
     def search(self, q: str = "") -> str:
         return "/search" + (f"?{urlencode({'q': q})}" if q else "")
+
+    def diff(self, a: str, b: str) -> str:
+        return f"/diff/{quote(a)}/{quote(b)}"
 
 
 class ExportUrls(Urls):
@@ -204,8 +208,27 @@ class View:
             view = queries.session_view(conn, session_id, main, page)
         live = view.status in LIVE_STATUSES and not urls.exported
         chart = charts.cumulative(view.cumulative, view.span_s)
+        from assembler.diff.page import compare_with
+
         return self.render("session.html", urls, s=view, live=live, live_url=urls.state(session_id), chart=chart,
-                           title=f"Session {session_id}")  # fmt: skip
+                           title=f"Session {session_id}", compare=compare_with(session_id, main))  # fmt: skip
+
+    def diff_page(self, urls: Urls, a: str, b: str) -> str:
+        """`/diff/A/B`: session B against session A, call by call (assembler/diff/)."""
+        from assembler.diff.page import diff_context
+
+        return self.render("diff.html", urls, **diff_context(self.files.open, a, b))
+
+    def export_diff(self, a: str, b: str) -> str:
+        """The `/diff/A/B` page as one self-contained HTML file (`capsem diff --html`)."""
+        from datetime import UTC, datetime
+
+        from assembler.diff.page import diff_context
+
+        return self.render("diff.html", ExportUrls(), **diff_context(self.files.open, a, b),
+                           inline_css=(STATIC / "view.css").read_text(encoding="utf-8"),
+                           inline_js=(STATIC / "view.js").read_text(encoding="utf-8"),
+                           exported_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))  # fmt: skip
 
     def call_page(self, urls: Urls, session_id: str, call_id: int) -> str:
         with self.files.open(session_id) as conn:
@@ -308,6 +331,11 @@ def create_app(view: View | None = None, hosts: tuple[str, ...] = ()) -> Starlet
     listens on, besides 127.0.0.1, ::1 and localhost (`view --host 127.0.0.2`)."""
     view = view or View()
     urls = Urls()
+    # only requests addressed to loopback by name: a web page whose host name an attacker points at
+    # 127.0.0.1 (DNS rebinding) must not read the sessions
+    allowed = ["127.0.0.1", "localhost", "[::1]", "::1"] + [h for host in hosts for h in (host, f"[{host}]")]
+    approvals = ApprovalRoutes(allowed)  # the banner of waiting requests and its guarded POST
+    view.env.globals["approvals_token"] = approvals.token
 
     def html(request: Request, make) -> HTMLResponse:
         try:
@@ -378,6 +406,15 @@ def create_app(view: View | None = None, hosts: tuple[str, ...] = ()) -> Starlet
         return html(request, lambda: view.render("search.html", urls, q=q, hits=run_search(q) if q else [],
                                                  title="Search"))  # fmt: skip
 
+    async def diff(request: Request) -> Response:
+        params = request.path_params or request.query_params
+        if not params.get("a") or not params.get("b"):
+            problem = Problem(400, "Bad request", "compare needs two sessions: /diff/A/B")
+            return HTMLResponse(view.error_page(urls, problem), status_code=400)
+        if not request.path_params:  # the "compare with…" form
+            return RedirectResponse(urls.diff(params["a"], params["b"]), status_code=303)
+        return html(request, lambda: view.diff_page(urls, resolve(params["a"]), resolve(params["b"])))
+
     async def not_found(request: Request, exc: Exception) -> Response:
         problem = problem_for(exc)
         return HTMLResponse(view.error_page(urls, problem), status_code=problem.status)
@@ -385,10 +422,13 @@ def create_app(view: View | None = None, hosts: tuple[str, ...] = ()) -> Starlet
     routes = [
         Route("/", home),
         Route("/search", search),
+        Route("/diff", diff),
+        Route("/diff/{a}/{b}", diff),
         Route("/s/{sid}", session),
         Route("/s/{sid}/state.json", state),
         Route("/s/{sid}/call/{cid:int}", call),
         Route("/s/{sid}/call/{cid:int}/{direction:str}", raw),
+        *approvals.routes,
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
 
@@ -397,9 +437,6 @@ def create_app(view: View | None = None, hosts: tuple[str, ...] = ()) -> Starlet
         yield
         view.files.close()
 
-    # only requests addressed to loopback by name: a web page whose host name an attacker points at
-    # 127.0.0.1 (DNS rebinding) must not read the sessions
-    allowed = ["127.0.0.1", "localhost", "[::1]", "::1"] + [h for host in hosts for h in (host, f"[{host}]")]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed)]
     return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found, Exception: not_found},
                      lifespan=lifespan, middleware=middleware)  # fmt: skip

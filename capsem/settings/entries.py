@@ -21,9 +21,9 @@ from capsem.settings.checks import (
     _unknown,
 )
 
-Action = Literal["allow", "warn", "deny"]
-ACTIONS: tuple[Action, ...] = ("allow", "warn", "deny")
-MATCH_FIELDS = ("host", "port", "path", "method", "mcp_server", "mcp_tool")
+Action = Literal["allow", "warn", "deny", "ask"]
+ACTIONS: tuple[Action, ...] = ("allow", "warn", "deny", "ask")
+MATCH_FIELDS = ("host", "port", "path", "method", "mcp_server", "mcp_tool", "mcp_args")
 RULE_FIELDS = ("name", "action", *MATCH_FIELDS)
 Scope = Literal["session", "day", "month"]
 SCOPES: tuple[Scope, ...] = ("session", "day", "month")
@@ -49,6 +49,10 @@ class PolicyRule:
     """Glob on an MCP server's initialize name or its host[:port]/path endpoint."""
     mcp_tool: str | None = None
     """Glob on the tool of an MCP tools/call."""
+    mcp_args: dict[str, str | dict[str, str]] | None = None
+    """Argument name -> a glob on its value (`"rm -rf *"`) or `{regex: ...}` (searched); every one
+    named must match. A value that is not text is matched as its JSON. Kept as plain data
+    (`capsem config show` prints it); `addons/proxy/policy.py` compiles it."""
 
     @classmethod
     def parse(cls, key: str, n: int, raw: Any) -> PolicyRule:
@@ -60,7 +64,7 @@ class PolicyRule:
             raise _unknown(f"{key}.", unknown, "rule field", "a rule has", RULE_FIELDS)
         action = raw.get("action")
         if not isinstance(action, str) or action.lower() not in ACTIONS:
-            raise _must(f"{key}.action", "allow, warn or deny", action)
+            raise _must(f"{key}.action", "allow, warn, deny or ask", action)
         if all(raw.get(f) is None for f in MATCH_FIELDS):
             raise _Bad(
                 key, f"must name something to match ({', '.join(MATCH_FIELDS)}), got {_shown(dict(raw))}"
@@ -77,7 +81,36 @@ class PolicyRule:
         label = raw.get("name")
         if label is not None and (isinstance(label, bool) or not isinstance(label, str | int)):
             raise _must(f"{key}.name", "a name (text)", label)
-        return cls(name=str(label or f"rule-{n}"), action=action.lower(), port=port, **globs)  # type: ignore[arg-type]
+        args = _mcp_args(f"{key}.mcp_args", raw.get("mcp_args"))
+        return cls(name=str(label or f"rule-{n}"), action=action.lower(), port=port, mcp_args=args, **globs)  # type: ignore[arg-type]
+
+
+def _mcp_args(key: str, raw: Any) -> dict[str, str | dict[str, str]] | None:
+    """`mcp_args`: a mapping of argument name -> glob, or -> `{regex: ...}` (which must compile)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping) or not raw:
+        raise _must(key, "a mapping of MCP argument name -> glob or {regex: ...}", raw)
+    out: dict[str, str | dict[str, str]] = {}
+    for name, pattern in raw.items():
+        if not isinstance(name, str) or not name:
+            raise _must(key, "a mapping keyed by argument names (text)", name)
+        if isinstance(pattern, str) and pattern:
+            out[name] = pattern
+            continue
+        if not (isinstance(pattern, Mapping) and list(pattern) == ["regex"]):
+            raise _must(f"{key}.{name}", "a glob (text) or {regex: ...}", pattern)
+        regex = pattern["regex"]
+        if not isinstance(regex, str) or not regex:
+            raise _must(f"{key}.{name}.regex", "a regular expression (text)", regex)
+        try:
+            re.compile(regex)
+        except re.error as exc:
+            raise _Bad(
+                f"{key}.{name}.regex", f"is not a valid regular expression ({exc}): {_shown(regex)}"
+            ) from None
+        out[name] = {"regex": regex}
+    return out
 
 
 SECRET_RULE_FIELDS = ("id", "regex", "keywords", "secret_group", "entropy", "description")

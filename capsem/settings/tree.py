@@ -83,6 +83,8 @@ class PolicySettings:
     """`policy:`: the ordered rules; the first whose fields all match decides."""
 
     rules: tuple[PolicyRule, ...] = _setting("policy.rules", _listed(PolicyRule.parse, "a list of rules"))
+    ask_timeout_s: float = _setting("policy.ask_timeout_s", _amount("seconds"))
+    """How long a request an `ask` rule holds waits for a person before it is denied."""
 
 
 @dataclass(frozen=True)

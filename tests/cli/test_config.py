@@ -113,9 +113,9 @@ def test_run_stops_before_starting_anything_on_any_bad_setting(config):
 KINDS = [
     (BAD, "capture.preview_bytes must be a whole number of bytes, got 'lots'"),
     ("policy:\n  rules: [{action: block, host: '*.example'}]\n",
-     "policy.rules[1].action must be allow, warn or deny, got 'block'"),
+     "policy.rules[1].action must be allow, warn, deny or ask, got 'block'"),
     ("policy:\n  rules: [{action: deny}]\n",
-     "policy.rules[1] must name something to match (host, port, path, method, mcp_server, mcp_tool), "
+     "policy.rules[1] must name something to match (host, port, path, method, mcp_server, mcp_tool, mcp_args), "
      "got {'action': 'deny'}"),
     ("policy:\n  rules: [{action: deny, port: 99999}]\n",
      "policy.rules[1].port must be a port number (1-65535), got 99999"),
@@ -159,7 +159,7 @@ def _mitmdump(tmp_path: Path, *args: str) -> tuple[int, str]:
     ("text", "args", "line"),
     [
         (BAD, [], "{config}: capture.preview_bytes must be a whole number of bytes, got 'lots'"),
-        (KINDS[1][0], [], "{config}: policy.rules[1].action must be allow, warn or deny, got 'block'"),
+        (KINDS[1][0], [], "{config}: policy.rules[1].action must be allow, warn, deny or ask, got 'block'"),
         # mitmdump's own --set options: the same line, not mitmproxy's traceback or a silent plain proxy
         (None, ["--set", "capsem_preview_bytes=lots"],
          "--set: capture.preview_bytes must be a whole number of bytes, got 'lots'"),

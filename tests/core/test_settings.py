@@ -34,7 +34,7 @@ CAPTURE_KEYS = (
 ALL_SECTIONS = "capture, headers, redaction, policy, diagnostics, retention, budgets, credentials, export"
 BUDGET_FIELDS = "scope, limit_usd, warn_at, provider, model, host, on_unconfirmed"
 CREDENTIAL_FIELDS = "host, header, query, env, file, placeholder, agent_env"
-RULE_FIELDS = "name, action, host, port, path, method, mcp_server, mcp_tool"
+RULE_FIELDS = "name, action, host, port, path, method, mcp_server, mcp_tool, mcp_args"
 
 
 @pytest.fixture
@@ -83,10 +83,12 @@ def refusal(config: Path, text: str | bytes) -> str:
         ("exports: {}\nbudget: {}", f"exports, budget are not sections; sections are: {ALL_SECTIONS}"),
         ("policy: [1]", "policy must be a mapping of settings, got [1]"),
         # policy rules
-        ("policy: {rules: [{action: block, host: x}]}", "policy.rules[1].action must be allow, warn or deny, got 'block'"),
-        ("policy: {rules: [{host: x}]}", "policy.rules[1].action must be allow, warn or deny, got None"),
+        ("policy: {rules: [{action: block, host: x}]}",
+         "policy.rules[1].action must be allow, warn, deny or ask, got 'block'"),
+        ("policy: {rules: [{host: x}]}", "policy.rules[1].action must be allow, warn, deny or ask, got None"),
         ("policy: {rules: [{action: deny}]}",
-         "policy.rules[1] must name something to match (host, port, path, method, mcp_server, mcp_tool), "
+         "policy.rules[1] must name something to match (host, port, path, method, mcp_server, mcp_tool, "
+         "mcp_args), "
          "got {'action': 'deny'}"),
         ("policy: {rules: [{action: deny, hosts: x}]}",
          f"policy.rules[1].hosts is not a rule field (did you mean host?); a rule has: {RULE_FIELDS}"),
@@ -98,6 +100,15 @@ def refusal(config: Path, text: str | bytes) -> str:
         ("policy: {rules: [{action: deny, host: [a, b]}]}", "policy.rules[1].host must be a glob (text), got ['a', 'b']"),
         ("policy: {rules: {a: 1}}", "policy.rules must be a list of rules, got {'a': 1}"),
         ("policy: {rules: [deny]}", f"policy.rules[1] must be a mapping of rule fields ({RULE_FIELDS}), got 'deny'"),
+        ("policy: {rules: [{action: deny, mcp_args: 'rm -rf *'}]}",
+         "policy.rules[1].mcp_args must be a mapping of MCP argument name -> glob or {regex: ...}, got 'rm -rf *'"),
+        ("policy: {rules: [{action: deny, mcp_args: {command: 3}}]}",
+         "policy.rules[1].mcp_args.command must be a glob (text) or {regex: ...}, got 3"),
+        ("policy: {rules: [{action: deny, mcp_args: {command: {glob: x}}}]}",
+         "policy.rules[1].mcp_args.command must be a glob (text) or {regex: ...}, got {'glob': 'x'}"),
+        ("policy: {rules: [{action: deny, mcp_args: {command: {regex: 'rm (-rf'}}}]}",
+         "policy.rules[1].mcp_args.command.regex is not a valid regular expression (missing ), unterminated "
+         "subpattern at position 3): 'rm (-rf'"),
         # budgets
         ("budgets: {daily_usd: 5}", f"budgets.daily_usd must be a mapping of budget fields ({BUDGET_FIELDS}), got 5"),
         ("budgets: [{scope: day}]", "budgets must be a mapping of budget names to their fields, got [{'scope': 'day'}]"),
@@ -286,7 +297,10 @@ def test_as_dict_round_trips(config):
     config.write_text("policy:\n  rules: [{action: deny, host: x}]\nretention: {max_disk_gb: 0}\n")
     settings = load()
     assert parse(settings.as_dict()) == settings
-    assert settings.as_dict()["policy"] == {"rules": [{"name": "rule-1", "action": "deny", "host": "x"}]}
+    assert settings.as_dict()["policy"] == {
+        "rules": [{"name": "rule-1", "action": "deny", "host": "x"}],
+        "ask_timeout_s": 120,
+    }
     config.write_text("capture: {preview_bytes: lots}")
     with pytest.raises(
         ConfigError, match=r"capture\.preview_bytes must be a whole number of bytes, got 'lots'"

@@ -136,10 +136,17 @@ def serve(
     json_response: bool, legacy: bool = False, stateless: bool = False
 ) -> Iterator[tuple[str, Recording]]:
     """A FastMCP server on loopback: Streamable HTTP at /mcp, or (legacy) HTTP+SSE at /sse."""
-    port = free_port()
     server = make_server(json_response, stateless)
     recording = Recording(server.sse_app() if legacy else server.streamable_http_app())
-    server = uvicorn.Server(uvicorn.Config(recording, host="127.0.0.1", port=port, log_level="warning"))
+    with asgi_server(recording) as port:
+        yield f"http://127.0.0.1:{port}/{'sse' if legacy else 'mcp'}", recording
+
+
+@contextmanager
+def asgi_server(app) -> Iterator[int]:
+    """An ASGI app served by uvicorn on a thread, on a free loopback port (yielded), until the end."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -147,7 +154,7 @@ def serve(
         assert time.monotonic() < deadline, "MCP server did not start"
         time.sleep(0.05)
     try:
-        yield f"http://127.0.0.1:{port}/{'sse' if legacy else 'mcp'}", recording
+        yield port
     finally:
         server.should_exit = True
         thread.join(10)

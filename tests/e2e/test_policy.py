@@ -93,7 +93,7 @@ def test_a_streamed_request_body_is_refused_before_it_is_sent(mitmdump, emu, cap
     [
         (
             "    - {action: block, host: x}\n",
-            "policy.rules[1].action must be allow, warn or deny, got 'block'",
+            "policy.rules[1].action must be allow, warn, deny or ask, got 'block'",
         ),
         ("    - {action: deny}\n", "policy.rules[1] must name something to match"),
         (

@@ -82,7 +82,11 @@ KEYS = {
 PUTTY = ("PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nComment: deploy@ci\nPublic-Lines: 2\n"
          "AAAAC3NzaC1lZDI1NTE5AAAAIB3vnKmPUBLICpartONLY00000000000000000000\nAAAA\nPrivate-Lines: 1\n"
          f"{KEYS['putty']}\nPrivate-MAC: {rand(64, HEX)}\n")  # fmt: skip
-CONFIG = "redaction:\n  rules:\n    - {id: acme-key, regex: '\\b(acme_[a-z0-9]{24})\\b', keywords: [acme_]}\n"
+CONFIG = (
+    "redaction:\n  rules:\n    - {id: acme-key, regex: '\\b(acme_[a-z0-9]{24})\\b', keywords: [acme_]}\n"
+    # the MCP shell call waits for a person (nobody answers): its arguments reach `approvals`
+    "policy:\n  ask_timeout_s: 0.2\n  rules:\n    - {name: ask-shell, action: ask, mcp_tool: run_command}\n"
+)
 
 # 3. a key and a private key cut by storage (requests cut every 64 KiB; a long answer)
 CUT_KEY = "sk-ant-api03-" + rand(40)
@@ -302,6 +306,8 @@ def test_1_passwords_on_command_lines_and_cookies(recorded):
     assert (
         "Set-Cookie: sid=[redacted hash:" in items and "Path=/" in items and "theme=[redacted hash:" in items
     )
+    asked = texts(home, "SELECT decision, arguments FROM approvals")  # the MCP call an `ask` rule held
+    assert "timed_out" in asked and "mysql -uroot -p[redacted hash:" in asked, asked
 
 
 def test_2_key_shapes_from_the_maintained_rule_set_and_the_config(recorded):

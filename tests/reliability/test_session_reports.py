@@ -78,5 +78,5 @@ def test_inspect_session_is_bounded_on_a_big_degraded_session_and_says_what_it_s
     assert "checks" not in found
 
     skipped = [f for f in inspect_session(sid, clock=Clock(per_check=0.0)).findings if f.check == "checks"]
-    assert skipped[0].severity == "warning" and "15 checks skipped (schema, integrity," in skipped[0].message
+    assert skipped[0].severity == "warning" and "16 checks skipped (schema, integrity," in skipped[0].message
     assert "their findings are missing" in skipped[0].message

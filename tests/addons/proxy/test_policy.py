@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from addons.proxy.policy import ALLOW, Policy, PolicyError, Verdict
+from addons.proxy.policy import ALLOW, McpTarget, Policy, PolicyError, Verdict
 from capsem.settings import load, parse
 
 CONFIG = """
@@ -68,7 +68,10 @@ def test_a_raw_mapping_is_still_checked_during_the_transition():
     assert Policy.from_settings(raw) == Policy.from_settings(parse(raw))
     with pytest.raises(PolicyError) as refused:
         Policy.from_settings({"policy": {"rules": [{"action": "block", "host": "x"}]}})
-    assert str(refused.value) == "<settings>: policy.rules[1].action must be allow, warn or deny, got 'block'"
+    assert (
+        str(refused.value)
+        == "<settings>: policy.rules[1].action must be allow, warn, deny or ask, got 'block'"
+    )
     for settings in ({}, {"policy": None}, {"policy": {}}, {"policy": {"rules": None}}):
         assert Policy.from_settings(settings).rules == ()
 
@@ -77,3 +80,56 @@ def test_rules_keep_their_order_names_and_fields(policy):
     assert [r.name for r in policy.rules] == ["no-paste", "local-admin", "watch-shell", "files-read-ok",
                                               "rule-5", "rule-6"]  # fmt: skip
     assert (policy.rules[1].port, policy.rules[1].method, policy.rules[1].action) == (9000, "delete", "deny")
+
+
+ARGS_CONFIG = """
+policy:
+  rules:
+    - {name: shell-ok, action: allow, mcp_tool: run_shell, mcp_args: {command: "ls *"}}
+    - {name: no-rm-rf, action: deny, mcp_args: {command: "rm -rf *"}}
+    - {name: no-etc, action: warn, mcp_server: files, mcp_args: {path: {regex: '^/etc/'}, mode: w}}
+    - {name: big-lists, action: deny, mcp_args: {paths: '*"/root*'}}
+"""
+
+
+def test_mcp_args_match_named_arguments_by_glob_or_regex():
+    policy = Policy.from_settings(parse(yaml.safe_load(ARGS_CONFIG)))
+    assert policy.has_mcp_rules and policy.needs_arguments
+    server = ("127.0.0.1:8000/mcp", "files")
+
+    def decide(tool, arguments):
+        return policy.decide("127.0.0.1", 8000, "/mcp", "POST", McpTarget(server, tool, arguments))
+
+    assert decide("run_shell", {"command": "ls -la"}) == Verdict("allowed", "shell-ok")
+    assert decide("run_shell", {"command": "rm -rf /tmp/x"}) == Verdict("denied", "no-rm-rf")
+    assert decide("exec", {"command": "rm -rf /"}) == Verdict("denied", "no-rm-rf")  # any tool
+    assert decide("exec", {"command": "echo rm -rf /"}) is ALLOW  # a glob matches the whole value
+    assert decide("exec", {"cmd": "rm -rf /"}) is ALLOW  # another argument name
+    assert decide("write", {"path": "/etc/passwd", "mode": "w"}) == Verdict("warned", "no-etc")
+    assert decide("write", {"path": "/etc/passwd", "mode": "r"}) is ALLOW  # every named argument must match
+    assert decide("write", {"path": "/home/etc/x", "mode": "w"}) is ALLOW  # the regex is anchored
+    assert decide("rm", {"paths": ["/root/a", "/tmp"]}) == Verdict("denied", "big-lists")  # JSON of a list
+    # no arguments known (a header-only call, or a plain (servers, tool) pair): argument rules do not match
+    assert decide("exec", None) is ALLOW
+    assert policy.decide("h", 1, "/mcp", "POST", (server, "exec")) is ALLOW
+    # not an MCP call at all
+    assert policy.decide("127.0.0.1", 8000, "/mcp", "POST") is ALLOW
+
+
+def test_a_request_is_decided_by_its_strictest_tools_call():
+    policy = Policy.from_settings(parse(yaml.safe_load(ARGS_CONFIG)))
+    server = ("127.0.0.1:8000/mcp",)
+    calls = [
+        McpTarget(server, "run_shell", {"command": "ls -l"}),
+        McpTarget(server, "x", {"command": "rm -rf /"}),
+    ]
+    assert policy.decide_request("h", 1, "/mcp", "POST", calls) == Verdict("denied", "no-rm-rf")
+    assert policy.decide_request("h", 1, "/mcp", "POST", calls[:1]) == Verdict("allowed", "shell-ok")
+    assert policy.decide_request("h", 1, "/mcp", "POST", []) is ALLOW
+
+
+def test_mcp_args_show_as_plain_data_in_the_settings():
+    settings = parse(yaml.safe_load(ARGS_CONFIG))
+    (entry,) = [e for e in settings.entries() if e.key == "policy.rules"]
+    assert entry.value[2]["mcp_args"] == {"path": {"regex": "^/etc/"}, "mode": "w"}
+    assert yaml.safe_load(yaml.safe_dump(entry.value)) == entry.value

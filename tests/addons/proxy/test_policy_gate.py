@@ -127,3 +127,24 @@ def test_the_policy_and_the_ledger_learn_server_names_by_one_rule(capsem_home):
     assert servers == [{"method": "initialize", "server_name": "127.0.0.1:9000/mcp"},
                        {"method": "initialize", "server_name": "files"},
                        {"method": "tools/call", "server_name": "files"}]  # fmt: skip
+
+
+def test_an_argument_rule_decides_on_the_tools_call_arguments(capsem_home):
+    """`mcp_args` reads the JSON-RPC body: the same tool is let through or refused by its arguments,
+    and a batch is refused when one of its calls is."""
+    rules = "    - {name: no-rm-rf, action: deny, mcp_tool: shell, mcp_args: {command: 'rm -rf *'}}\n"
+
+    def call(n: int, command: str) -> dict:
+        return {"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                "params": {"name": "shell", "arguments": {"command": command}}}  # fmt: skip
+
+    with policy(capsem_home, rules) as addon:
+        ok = through(addon, mcp_flow(call(1, "ls -la")))
+        denied = through(addon, mcp_flow(call(2, "rm -rf /")))
+        batch = through(addon, mcp_flow([call(3, "ls"), call(4, "rm -rf ~")]))  # type: ignore[arg-type]
+        assert ok.response.status_code == 200
+        assert denied.response.status_code == 403 and denied.response.headers["x-capsem-policy"] == "no-rm-rf"
+        assert json.loads(denied.response.content)["id"] == 2
+        assert batch.response.status_code == 403
+        assert [(n["decision"], n["matched_rule"]) for n in nets(addon, capsem_home)] == [
+            ("allowed", None), ("denied", "no-rm-rf"), ("denied", "no-rm-rf")]  # fmt: skip

@@ -1,0 +1,230 @@
+"""`capsem policy test`: what a policy and its budgets would have done to recorded traffic (pure).
+
+Recorded requests in, findings out. Each request is decided by `Policy.decide_request`, the code
+the proxy runs (`addons/proxy/policy_gate.py`): host, port, path, method and, for an MCP request,
+each of its `tools/call`s (the names its server went by, the tool, the arguments). Each model
+call is decided by `addons.budgets.decide`, the code the guardrails run, over the spend of the
+calls before it that would still have been made (in start order, across the sessions tested: a
+day or month budget counts every session of its day or month, a call the policy or a budget
+would have refused spends nothing). Decisions are kept as the policy returns them (`denied`,
+`warned`, `asked`...): a finding is any decision but `allowed`.
+
+Reading the sessions is `assembler/backtest_source.py`; printing is `assembler/backtest_cli.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from addons.budgets import decide, matches
+from addons.proxy.policy import McpTarget, Policy
+from capsem.settings import Budget
+
+ALLOWED = "allowed"
+
+
+@dataclass(frozen=True, slots=True)
+class McpCall:
+    """A recorded MCP `tools/call`."""
+
+    id: int
+    servers: tuple[str, ...]
+    """The names its server went by when it was made: endpoint, initialize name."""
+    tool: str
+    arguments: Mapping[str, Any] | None
+    """Its arguments (scrubbed as stored; may be read only when a rule asks for them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A recorded request (a `net_events` row) and the MCP tools/calls it carried."""
+
+    id: int
+    timestamp: str
+    host: str
+    port: int
+    path: str
+    method: str
+    process: str | None
+    pid: int | None
+    live: str
+    """The decision recorded when it was made."""
+    calls: tuple[McpCall, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCall:
+    """A recorded model call (a `model_calls` row): what a budget counts."""
+
+    id: int
+    net_id: int | None
+    timestamp: str
+    provider: str
+    model: str | None
+    host: str
+    cost: float
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    id: str
+    requests: tuple[Request, ...] = ()
+    model_calls: tuple[ModelCall, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A request the policy would not simply have allowed."""
+
+    session: str
+    rule: str
+    decision: str
+    request: Request
+    call: McpCall | None
+    """The tools/call that decided (the strictest of the request's calls), if any."""
+
+
+@dataclass(slots=True)
+class Refusal:
+    """A model call a budget would have refused."""
+
+    session: str
+    call: ModelCall
+    spent: float
+    """The budget's spend when the call came."""
+
+
+@dataclass(slots=True)
+class BudgetOutcome:
+    budget: Budget
+    refused: list[Refusal] = field(default_factory=list)
+    warned: int = 0
+    first_warned: Refusal | None = None
+
+    @property
+    def saved(self) -> float:
+        """The spend of the calls it would have refused (never sent, never billed)."""
+        return sum(r.call.cost for r in self.refused)
+
+
+@dataclass(slots=True)
+class Report:
+    sessions: list[str] = field(default_factory=list)
+    requests: int = 0
+    mcp_calls: int = 0
+    model_calls: int = 0
+    findings: list[Finding] = field(default_factory=list)
+    budgets: list[BudgetOutcome] = field(default_factory=list)
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """Sessions that could not be read (damaged, or culled meanwhile) -> why."""
+    arguments: dict[tuple[str, int], str] = field(default_factory=dict)
+    """(session, MCP call id) -> the arguments of a finding's call as stored (JSON text), for showing."""
+
+    def decisions(self) -> set[str]:
+        """Every decision other than `allowed` that a rule or budget would have taken."""
+        found = {f.decision for f in self.findings}
+        found |= {"denied" for b in self.budgets if b.refused} | {"warned" for b in self.budgets if b.warned}
+        return found
+
+
+def _period(budget: Budget, session: str, day: str) -> str:
+    return session if budget.scope == "session" else day if budget.scope == "day" else day[:7]
+
+
+class Backtest:
+    """Sessions go in one by one (`add`); `report()` decides the budgets over all of them."""
+
+    def __init__(self, policy: Policy, budgets: Iterable[Budget] = ()) -> None:
+        self.policy = policy
+        self.budgets = tuple(budgets)
+        self._report = Report(budgets=[BudgetOutcome(b) for b in self.budgets])
+        self._calls: list[tuple[str, str, ModelCall]] = []  # (timestamp, session, call) still sent
+
+    @property
+    def findings(self) -> list[Finding]:
+        """The findings so far (in the order of the sessions added)."""
+        return self._report.findings
+
+    @property
+    def arguments(self) -> dict[tuple[str, int], str]:
+        return self._report.arguments
+
+    def unreadable(self, session_id: str, reason: str) -> None:
+        """A session that could not be read: reported, the others still tested."""
+        self._report.unreadable[session_id] = reason
+
+    def add(self, session: Session) -> None:
+        report = self._report
+        report.sessions.append(session.id)
+        report.requests += len(session.requests)
+        refused: set[int] = set()
+        for request in session.requests:
+            report.mcp_calls += len(request.calls)
+            finding = self.decide(session.id, request) if self.policy.rules else None
+            if finding is None:
+                continue
+            report.findings.append(finding)
+            if finding.decision == "denied":
+                refused.add(request.id)
+        report.model_calls += len(session.model_calls)
+        if self.budgets:
+            self._calls += [
+                (c.timestamp, session.id, c) for c in session.model_calls if c.net_id not in refused
+            ]
+
+    def decide(self, session: str, request: Request) -> Finding | None:
+        """The policy's finding on one request (None: allowed)."""
+        targets = [McpTarget(c.servers, c.tool, c.arguments) for c in request.calls]
+        verdict = self.policy.decide_request(
+            request.host, request.port, request.path, request.method, targets
+        )
+        if verdict.decision == ALLOWED or verdict.rule is None:
+            return None
+        deciding = None
+        for call, target in zip(request.calls, targets, strict=True):
+            if (
+                self.policy.decide(request.host, request.port, request.path, request.method, target)
+                == verdict
+            ):
+                deciding = call
+                break
+        return Finding(session, verdict.rule, verdict.decision, request, deciding)
+
+    def report(self) -> Report:
+        """The report: the policy's findings, and each budget's refusals in start order."""
+        if self.budgets:
+            self._budgets()
+        return self._report
+
+    def _budgets(self) -> None:
+        spend: dict[tuple[str, str], float] = {}  # (budget, session / day / month) -> spend
+        outcomes = {o.budget.name: o for o in self._report.budgets}
+        for timestamp, session, call in sorted(self._calls, key=lambda c: (c[0], c[1], c[2].id)):
+            day = timestamp[:10]
+
+            def spent_of(budget: Budget, session: str = session, day: str = day) -> float:
+                return spend.get((budget.name, _period(budget, session, day)), 0.0)
+
+            verdict = decide(self.budgets, call.provider, call.model, call.host, spent_of)
+            if verdict.budget is not None:
+                outcome = outcomes[verdict.budget.name]
+                seen = Refusal(session, call, verdict.spent)
+                if verdict.decision == "denied":
+                    outcome.refused.append(seen)
+                    continue  # never sent: it spends nothing
+                outcome.warned += 1
+                outcome.first_warned = outcome.first_warned or seen
+            for budget in self.budgets:
+                if matches(budget, call.provider, call.model, call.host):
+                    key = (budget.name, _period(budget, session, day))
+                    spend[key] = spend.get(key, 0.0) + call.cost
+
+
+def evaluate(policy: Policy, budgets: Iterable[Budget], sessions: Iterable[Session]) -> Report:
+    """What `policy` and `budgets` would have done to `sessions` had they been in force."""
+    backtest = Backtest(policy, budgets)
+    for session in sessions:
+        backtest.add(session)
+    return backtest.report()
