@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import psutil
 
+from addons.feed import ProcSample
 from capsem.ids import rfc3339, utc_now
 from capsem.secret_names import join_argv, mask_secret_args
 
@@ -24,11 +25,8 @@ CMDLINE_SEND_MAX = 65536
 """A command line's characters read; the recorder scrubs them and keeps the first 4096
 (`addons/recorder/inbox.py: CMDLINE_MAX_CHARS`): this cut, 16 times further, cannot split a
 secret that could reach the kept part."""
-SAMPLE_COLUMNS = (
-    "ts", "seq", "pid", "ppid", "started_at", "name", "cmdline", "state", "rss_kb", "vms_kb", "threads",
-    "fds", "fd_limit", "ctx_switches_voluntary", "ctx_switches_involuntary", "cpu_user", "cpu_system",
-    "cpu_percent", "oom_score", "wchan", "sig_pnd", "sig_blk", "sig_cgt", "io_read_bytes", "io_write_bytes",
-)  # fmt: skip
+SAMPLE_COLUMNS: tuple[str, ...] = ProcSample.__struct_fields__
+"""The `proc_samples` columns a sample has (the message the recorder writes them from)."""
 _PROC = Path("/proc")
 
 

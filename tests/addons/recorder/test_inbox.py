@@ -126,3 +126,13 @@ def test_a_bad_frame_closes_its_connection_and_nothing_else(tmp_path):
         assert feed.flush(10)
         assert recorder.exit_reason is None
     assert len(rows(session / "session.db", "SELECT id FROM fs_events")) == 1
+
+
+def test_the_feed_rows_are_the_tables_columns(tmp_path):
+    from capsem.schema import open_session_db
+
+    conn = open_session_db(tmp_path / "session.db")
+    for struct, table in ((ProcSample, "proc_samples"), (ProcAnomaly, "proc_anomalies")):
+        columns = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        assert set(struct.__struct_fields__) == columns - {"id", "event_id"}, table
+    conn.close()
