@@ -97,7 +97,9 @@ class WorkspaceWatcher:
         self._stop.wait((self.debounce_ms + 200) / 1000)
         self._stop.set()
         self._thread.join(10)
-        return self.feed.flush(timeout)
+        done = self.feed.flush(timeout)
+        self.feed.close()  # what is left (False) is still held, and sent on a new connection if need be
+        return done
 
     def _run(self) -> None:
         watch_filter = _Filter(self.skip)

@@ -249,6 +249,7 @@ def finish(sampler: ProcessSampler, *, warn: bool = True, recorder_gone: bool = 
                 result.anomalies = sampler.send_anomalies()
         except Exception as exc:  # the session must still end cleanly
             result.error = f"anomaly detection failed: {exc!r}"
+    sampler.feed.close()  # a retry connects again
     if result.error and warn:
         logger.warning("capsem: process diagnostics: %s", result.error)
     return result
