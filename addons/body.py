@@ -67,6 +67,8 @@ class ResponseReader:
         self.decoder = BodyDecoder(content_encoding, sniff=True, max_output=max_parse_bytes)
         self.preview = Preview(preview_bytes)
         self.raw_bytes = 0
+        self.decoded_bytes = 0
+        """Decoded bytes so far (where the next chunk starts in the decoded body)."""
         self.max_parse_bytes = max_parse_bytes
         self._sse: Framer | None = None
         self._interp: StreamInterpreter | None = None
@@ -113,6 +115,7 @@ class ResponseReader:
     def _consume(self, data: bytes) -> None:
         if not data:
             return
+        self.decoded_bytes += len(data)
         self.preview.add(data)
         if self._keep and self._sse is not None:  # a whole body is kept in `_body` anyway
             room = self._keep - len(self._kept)

@@ -25,6 +25,7 @@ _LAZY = {
     "list-sessions": "assembler.sessions_cli:list_sessions_cmd",
     "policy": "assembler.backtest_cli:policy",
     "query-session": "assembler.sessions_cli:query_session_cmd",
+    "replay": "assembler.replay.cli:replay",
     "run": "assembler.run_cli:run",
     "schema": "assembler.sessions_cli:schema_cmd",
     "search": "assembler.view.cli:search",

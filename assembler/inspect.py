@@ -633,6 +633,16 @@ def last_rows(conn: sqlite3.Connection, n: int) -> dict[str, list[dict]]:
     return out
 
 
+def replay_meta(conn: sqlite3.Connection) -> dict[str, str]:
+    """The `replay_*` values of a `capsem replay` session's session_meta (empty for other sessions)."""
+    return {
+        k: v
+        for k, v in conn.execute(
+            "SELECT key, value FROM session_meta WHERE key LIKE 'replay\\_%' ESCAPE '\\'"
+        )
+    }
+
+
 @dataclass
 class Inspection:
     session_id: str
@@ -646,6 +656,8 @@ class Inspection:
     inputs: list[dict] = field(default_factory=list)
     """Where the session's input tokens went, per part (see `input_breakdown`)."""
     previews: dict[str, list[dict]] = field(default_factory=dict)
+    replay: dict[str, str] = field(default_factory=dict)
+    """A `capsem replay` session: its `replay_*` session_meta values (`replay_of`, counts, first miss)."""
 
     @property
     def problems(self) -> int:
@@ -694,7 +706,7 @@ def inspect_session(session_id: str, preview_rows: int = 5, clock: Clock | None 
                 counts = {}  # unreadable
         result = Inspection(session_id, str(path), row["status"] if row else None, counts, findings)
         skipped = []
-        for attr, fn in (("tools", tool_usage), ("mcp", mcp_usage), ("inputs", input_breakdown),
+        for attr, fn in (("tools", tool_usage), ("mcp", mcp_usage), ("inputs", input_breakdown), ("replay", replay_meta),
                          ("previews", lambda c: last_rows(c, preview_rows))):  # fmt: skip
             with clock.bounded(conn):
                 try:

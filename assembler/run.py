@@ -28,7 +28,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from addons.proxy.credentials import Brokered, broker_env, load_secrets
 from capsem.config import ConfigError
@@ -37,6 +37,17 @@ from capsem.mitm import CAPTURING, Mitmdump, spawn_mitmdump, wait_for_mitmdump
 from capsem.paths import capsem_home, session_db_path, session_dir, user_config_path
 from capsem.rollup import open_main, set_exit_code
 from capsem.settings import SettingsError, load
+
+
+class Upstream(Protocol):
+    """A loopback server `run_agent` sends every request to (`capsem replay`'s replay server)."""
+
+    proxy_url: str
+    ca_path: str
+    env: dict[str, str]
+
+    def started(self, session_id: str) -> None: ...
+
 
 if TYPE_CHECKING:  # imported in run_agent while mitmdump starts (the agent's start delay)
     from assembler.context import RunContext
@@ -283,6 +294,7 @@ def run_agent(
     emulator: bool = False,
     name: str | None = None,
     tags: tuple[str, ...] = (),
+    upstream: Upstream | None = None,
 ) -> RunResult:
     """Run `command` through a fresh capsem session; return its id and the agent's exit code.
 
@@ -293,6 +305,9 @@ def run_agent(
     `emulator`: every provider call goes to the built-in emulator (scripted answers, tool loops,
     every API; nothing leaves the machine), and the agent gets placeholder API keys.
     `name`, `tags`: stored with the workspace and its git repository, branch and commit.
+    `upstream`: a loopback server of the caller's that every request goes to instead (mitmdump's
+    upstream mode, as with the emulator: `capsem replay`); its `started` is called with the session
+    id once mitmdump runs, and its `env` is added to the agent's environment.
 
     Raises:
         AgentNotFound: before anything starts, when the command cannot be run.
@@ -304,14 +319,16 @@ def run_agent(
 
     for tag in (name, *tags) if name else tags:
         check_label("name" if tag is name else "tag", tag)
-    if emulator and "--mode" in mitmdump_args:
+    if (emulator or upstream) and "--mode" in mitmdump_args:
         raise ValueError(
-            "--emulator sets mitmdump's --mode (upstream to the emulator): drop --mode from --mitmdump-args"
+            f"{'--emulator' if emulator else 'capsem replay'} sets mitmdump's --mode (upstream to "
+            f"{'the emulator' if emulator else 'the replay server'}): drop --mode from --mitmdump-args"
         )
     emu = _start_emulator() if emulator else None
-    if emu is not None:
-        upstream = f"--mode upstream:{emu.proxy_url} --set {shlex.quote('ssl_verify_upstream_trusted_ca=' + emu.ca_path)}"
-        mitmdump_args = f"{upstream} {mitmdump_args}"
+    server = emu if emu is not None else upstream
+    if server is not None:
+        mode = f"--mode upstream:{server.proxy_url} --set {shlex.quote('ssl_verify_upstream_trusted_ca=' + server.ca_path)}"
+        mitmdump_args = f"{mode} {mitmdump_args}"
     session_id, args = mitmdump_options(session_id or new_session_id(), command, mitmdump_args)
     try:
         diagnostics = load().diagnostics  # a bad setting fails before anything starts
@@ -342,6 +359,9 @@ def run_agent(
         proxy = wait_for_mitmdump(process, confdir=confdir, log_path=log_path, ready=CAPTURING)
         _record_context(session_id, context)
         env = agent_env(proxy) | (EMULATOR_KEYS if emu is not None else {})
+        if upstream is not None:
+            upstream.started(session_id)
+            env |= upstream.env
         watcher = WorkspaceWatcher(workspace or Path.cwd(), session_db_path(session_id))
         watcher.start()  # before the agent: its first file change is recorded
         if brokered is not None:

@@ -114,7 +114,8 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
                 str(r["total_requests"]), str(r["total_tool_calls"]), str(r["total_mcp_calls"]),
                 str(r["total_file_events"]), str(r.get("total_errors") or 0), _stepped_in(r),
                 (r.get("project") or "") + (f"@{r['git_branch']}" if r.get("git_branch") else ""),
-                " ".join([*([r["name"]] if r.get("name") else []), *(f"#{t}" for t in r.get("tags") or [])]),
+                " ".join([*([r["name"]] if r.get("name") else []), *(f"#{t}" for t in r.get("tags") or []),
+                          *([f"replay of {r['replay_of']}"] if r.get("replay_of") else [])]),
                 _command(r.get("command"))]  # fmt: skip
 
     console = _console()
@@ -378,6 +379,13 @@ def _print_inspection(result: Inspection) -> None:
     where = result.path + ("  (gzipped; read from a temporary copy)" if result.path.endswith(".gz") else "")
     console.print(f"[bold]Session {result.session_id}[/bold] ({result.status or 'not in main.db'})")
     console.print(f"[dim]{escape(where)}[/dim]")
+    if result.replay.get("replay_of"):
+        meta = result.replay
+        console.print(f"replay of {meta['replay_of']}: {meta.get('replay_matched', '?')} matched, "
+                      f"{meta.get('replay_missed', '?')} missed, {meta.get('replay_live', '0')} live",
+                      highlight=False)  # fmt: skip
+        if meta.get("replay_first_miss"):
+            console.print(f"first divergence: {meta['replay_first_miss']}", markup=False, highlight=False)
     if result.counts:
         rows = [[name, "MISSING" if n is None else f"{n:,}"] for name, n in result.counts.items()]
         console.print(fit_table([Column("table", "left"), Column("rows")], rows, width, title="Tables"))

@@ -1,6 +1,6 @@
 """`python -m benchmarks [--quick] [--only SUITE]`: run, print the tables, save them.
 
-SUITE: streaming, newconn, startup, micro, bodies, otlp or backtest.
+SUITE: streaming, newconn, startup, micro, bodies, otlp, backtest or replay.
 
 A full run writes `benchmarks/results/latest.md` and `latest.json`; `--quick` (a smoke run of
 about a minute, too small to judge anything) writes `quick.md` and `quick.json` instead.
@@ -25,6 +25,7 @@ from benchmarks.bodies import run_bodies
 from benchmarks.micro import run_micro
 from benchmarks.newconn import run_newconn, run_resolve
 from benchmarks.otlp_export import run_otlp
+from benchmarks.replay import run_replay
 from benchmarks.report import render
 from benchmarks.startup import run_startup
 from benchmarks.streaming import Profile, run_suite
@@ -43,6 +44,7 @@ FULL = {
     "bodies": {"turns": 300, "read_turns": 500},
     "otlp": {"calls": 150, "spec": StreamSpec(50, 200, 2)},
     "backtest": {"sessions": 1000, "model_calls": 40, "mcp_calls": 20, "plain": 20, "repeat": 3},
+    "replay": {"turns": 300},
 }
 QUICK = {
     "profiles": [Profile("paced", StreamSpec(100, 200, 5)), Profile("unpaced", StreamSpec(300, 1000))],
@@ -55,6 +57,7 @@ QUICK = {
     "bodies": {"turns": 40, "read_turns": 60},
     "otlp": {"calls": 30, "spec": StreamSpec(50, 200, 2)},
     "backtest": {"sessions": 50, "model_calls": 10, "mcp_calls": 6, "plain": 6, "repeat": 1},
+    "replay": {"turns": 40},
 }
 
 
@@ -63,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a short smoke run (results/quick.md)")
     parser.add_argument(
         "--only",
-        choices=["streaming", "newconn", "startup", "micro", "bodies", "otlp", "backtest"],
+        choices=["streaming", "newconn", "startup", "micro", "bodies", "otlp", "backtest", "replay"],
         help="run one suite only",
     )
     args = parser.parse_args(argv)
@@ -103,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "backtest"):
             print("capsem policy test", flush=True)
             results["backtest"] = run_backtest(**plan["backtest"], log=lambda line: print(line, flush=True))
+        if args.only in (None, "replay"):
+            print("replay", flush=True)
+            results["replay"] = run_replay(**plan["replay"], log=lambda line: print(line, flush=True))
     results["meta"] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "mode": "quick" if args.quick else "full",

@@ -327,6 +327,10 @@ def render(results: dict) -> str:
         parts += otlp_section(results["otlp"])
     if results.get("backtest"):
         parts += backtest_section(results["backtest"])
+    if results.get("replay"):
+        from benchmarks.replay import replay_section
+
+        parts += replay_section(results["replay"])
     return "\n".join(parts)
 
 

@@ -272,3 +272,9 @@ def m011_cache_break_cost(conn: sqlite3.Connection) -> None:
         ALTER TABLE sessions ADD COLUMN lost_to_cache_breaks REAL NOT NULL DEFAULT 0
         """,
     )
+
+
+@MAIN.migration
+def m012_replay_of(conn: sqlite3.Connection) -> None:
+    """`capsem replay`: the session a replay session answered its calls from."""
+    conn.execute("ALTER TABLE sessions ADD COLUMN replay_of TEXT")

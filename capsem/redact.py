@@ -440,6 +440,17 @@ def carries_credential(header: str) -> bool:
     return "cookie" in name or "session" in name or is_secret_name(name)
 
 
+def learn_credentials(headers: Iterable[tuple[str, str]], scrubber: Scrubber) -> None:
+    """Teach `scrubber` the value of every credential-looking header (cookies pair by pair)."""
+    for raw_name, value in headers:
+        name = raw_name.lower()
+        if carries_credential(name):
+            scrubber.learn(value)
+            if name in ("cookie", "set-cookie"):  # each cookie's value (Set-Cookie: the first pair)
+                for part in value.split(";")[: None if name == "cookie" else 1]:
+                    scrubber.learn(part.partition("=")[2])
+
+
 def headers_json(headers: Iterable[tuple[str, str]], allowlist: frozenset[str], scrubber: Scrubber) -> str:
     """Headers as a JSON object: allowlisted values verbatim, others hashed.
 
@@ -452,11 +463,7 @@ def headers_json(headers: Iterable[tuple[str, str]], allowlist: frozenset[str], 
         if name in allowlist:
             stored = scrubber.scrub(value) or ""
         else:
-            if carries_credential(name):
-                scrubber.learn(value)
-                if name in ("cookie", "set-cookie"):  # each cookie's value (Set-Cookie: the first pair)
-                    for part in value.split(";")[: None if name == "cookie" else 1]:
-                        scrubber.learn(part.partition("=")[2])
+            learn_credentials(((name, value),), scrubber)
             stored = hash_value(value)
         previous = out.get(name)
         if previous is None:

@@ -613,3 +613,19 @@ def m014_approvals(conn: sqlite3.Connection) -> None:
         CREATE INDEX idx_approvals_net_event ON approvals(net_event_id)
         """,
     )
+
+
+@SESSION.migration
+def m015_response_chunks(conn: sqlite3.Connection) -> None:
+    """How each streamed answer arrived, for `capsem replay`: per model call, each chunk's end offset
+    in the stored response body and its ms after the request was sent (JSON [[end, ms], ...]; a
+    WebSocket turn: one chunk per server message, its end counting the newline after it)."""
+    run_script(
+        conn,
+        """
+        CREATE TABLE response_chunks (
+            model_call_id INTEGER PRIMARY KEY,
+            chunks TEXT NOT NULL
+        )
+        """,
+    )

@@ -34,13 +34,13 @@ from addons.recorder import build
 from addons.recorder.bodies import Body, BodyStore, known_pieces
 from addons.recorder.mcp_ledger import MCP_PREVIEW_BYTES, McpLedger
 from addons.recorder.outcome import call_error
-from addons.recorder.rows import IdMinter, McpCall, ModelCall, Row
+from addons.recorder.rows import IdMinter, McpCall, ModelCall, ResponseChunksRow, Row
 from addons.recorder.spend import SessionSpend
 from addons.recorder.traces import TraceTracker
 from addons.recorder.websocket import Turn, WebSocketTurns, close_error, request_of
 from addons.recorder.writer import SessionWriter
 from addons.spec import WS_TURN
-from capsem.redact import is_stream_type
+from capsem.redact import is_stream_type, learn_credentials
 from capsem.settings import CaptureSettings
 
 logger = logging.getLogger(__name__)
@@ -52,6 +52,13 @@ ProcessInfo = tuple[str | None, int | None]
 class _Reader:
     reader: ResponseReader
     first_content: float | None = None
+    started: float = 0.0
+    chunks: list[tuple[int, int]] = field(default_factory=list)
+    """(decoded end, ms after the request) of each chunk (`response_chunks`)."""
+
+
+MAX_CHUNKS = 100_000
+"""Chunks of one response whose timing is kept (`response_chunks`); the rest arrive with the last."""
 
 
 @dataclass(slots=True)
@@ -136,7 +143,7 @@ class Recorder:
                 self.mcp.open_stream(msg)
             return
         self.readers[msg.request.key] = _Reader(self._reader(msg.route, msg.framing, msg.response.header("content-encoding"),
-                                                             msg.response.status))  # fmt: skip
+                                                             msg.response.status), started=msg.request.started)  # fmt: skip
 
     def _reader(self, route, framing: str | None, encoding: str | None, status: int) -> ResponseReader:
         return ResponseReader(
@@ -155,6 +162,9 @@ class Recorder:
             self._write(self.mcp.stream_chunk(msg.key, msg.at, msg.data) or [])
             return
         state.reader.feed(msg.data)
+        end = state.reader.decoded_bytes
+        if len(state.chunks) < MAX_CHUNKS and (not state.chunks or end > state.chunks[-1][0]):
+            state.chunks.append((end, max(0, round((msg.at - state.started) * 1000))))
         if state.first_content is None and state.reader.content_started:
             state.first_content = msg.at
 
@@ -241,6 +251,8 @@ class Recorder:
             self._keep_bodies(
                 rows[0], flow, request_body, state.reader.body, state.reader.body_truncated, fresh
             )
+            if state.chunks:
+                self._write([ResponseChunksRow(rows[0].id, _chunks_json(state.chunks))])
         if flow.substitutions:
             self._write(build.substitution_events(flow, net_event_id=net_id, process=process))
         if flow.approval is not None:
@@ -293,6 +305,10 @@ class Recorder:
         )
 
     def _ws_opened(self, msg: WsOpened) -> None:
+        # the upgrade's net_events row is written when the socket ends, after its turns: the
+        # credentials its headers carry are learned now, so the turns' bodies are scrubbed of them
+        learn_credentials(msg.request.headers, self.writer.scrubber)
+        learn_credentials(msg.response.headers, self.writer.scrubber)
         self.sockets[msg.request.key] = _Socket(self.ids.next("net_events"), msg.request,
                                                 process=msg.process or (None, None))  # fmt: skip
 
@@ -336,6 +352,8 @@ class Recorder:
             self._write(rows)
             self._keep_bodies(rows[0], None, turn.request_body, turn.response_body, False, fresh,  # type: ignore[arg-type]
                               response_type="application/x-ndjson")  # fmt: skip
+            if turn.chunks:
+                self._write([ResponseChunksRow(rows[0].id, _chunks_json(turn.chunks))])
 
 
 _HANDLERS: dict[type, Callable[[Recorder, Any], None]] = {
@@ -345,6 +363,10 @@ _HANDLERS: dict[type, Callable[[Recorder, Any], None]] = {
     WsOpened: Recorder._ws_opened,
     WsMessage: Recorder._ws_message,
 }
+
+
+def _chunks_json(chunks: list[tuple[int, int]]) -> str:
+    return msgspec.json.encode(chunks).decode()
 
 
 def _json_object(body: bytes) -> dict | None:

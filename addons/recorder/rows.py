@@ -409,6 +409,17 @@ class CacheBreakRow:
 
 
 @dataclass(slots=True)
+class ResponseChunksRow:
+    """How a streamed answer arrived: each chunk's end in the stored (decoded) response body and
+    when it arrived, in ms after the request was sent, as a JSON list of [end, ms] (`capsem replay
+    --speed`). Offsets and times only: nothing of the body."""
+
+    TABLE: ClassVar[str] = "response_chunks"
+    model_call_id: int
+    chunks: str
+
+
+@dataclass(slots=True)
 class CompactionRow:
     """A call whose history is much shorter than its predecessor's: the agent summarized it."""
 
@@ -437,6 +448,7 @@ Row = (
     | SubstitutionEvent
     | CacheBreakRow
     | CompactionRow
+    | ResponseChunksRow
 )
 LINKED_TABLES = (
     "net_events",

@@ -66,6 +66,9 @@ class Turn:
     status: int = 200
     response_body: bytes = b""
     """The payloads of the server's messages of the turn, as they crossed the proxy, one after the other."""
+    chunks: list[tuple[int, int]] = field(default_factory=list)
+    """Each server message's end in `response_body` (with the newline after it) and its ms after the
+    request (`response_chunks`)."""
 
 
 def request_of(obj: dict[str, Any]) -> dict[str, Any]:
@@ -88,6 +91,7 @@ class _Open:
     last_at: float | None = None
     request_bytes: int = 0
     responses: list[bytes] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
 
 
 class WebSocketTurns:
@@ -133,6 +137,7 @@ class WebSocketTurns:
             return []
         turn.response_bytes += len(content)
         turn.responses.append(content)
+        turn.times.append(at)
         turn.last_at = at
         text = content.decode("utf-8", "replace")
         turn.interp.event(SSEEvent(None, text))
@@ -163,4 +168,14 @@ class WebSocketTurns:
             response_bytes=turn.response_bytes,
             status=turn.status,
             response_body=b"\n".join(turn.responses),  # NDJSON: one server message a line
+            chunks=_ends(turn.responses, turn.times, turn.started),
         )
+
+
+def _ends(messages: list[bytes], times: list[float], started: float) -> list[tuple[int, int]]:
+    """(end with the newline after it, ms after `started`) of each message of a turn's body."""
+    out, end = [], 0
+    for n, (message, at) in enumerate(zip(messages, times, strict=True)):
+        end += len(message) + (n < len(messages) - 1)
+        out.append((end, max(0, round((at - started) * 1000))))
+    return out

@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 _ORDER = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls", "fs_events",
           "proc_samples", "proc_anomalies", "content_frames", "body_chunks", "event_body_blobs", "item_data", "model_items",
           "model_item_lists", "input_breakdown", "substitution_events", "cache_breaks", "compactions",
-          "approvals")  # fmt: skip
+          "approvals", "response_chunks")  # fmt: skip
 
 
 _CACHED_TEXT = 512

@@ -41,8 +41,8 @@ class Emulator:
     """Runs the emulator on 127.0.0.1 in a background thread with its own event loop."""
 
     def __init__(self, defaults: dict[str, Any] | None = None, host: str = "127.0.0.1", port: int = 0,
-                 tls_port: int = 0) -> None:  # fmt: skip
-        self.server = Server(defaults)
+                 tls_port: int = 0, server: Server | None = None) -> None:  # fmt: skip
+        self.server = server or Server(defaults)
         self.host = host
         self._ports = (port, tls_port)
         self._loop = asyncio.new_event_loop()

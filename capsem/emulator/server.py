@@ -99,8 +99,7 @@ class Server:
                 # Responses over WebSocket (Codex CLI)
                 if websocket.is_upgrade(request.headers, request.target):
                     host = tunnel_host or request.headers.get("host", "").rsplit(":", 1)[0]
-                    return await websocket.serve(self, reader, writer, scheme, host, request.target,
-                                                 request.headers)  # fmt: skip
+                    return await self.websocket(reader, writer, scheme, host, request)
                 keep = await self._respond(writer, scheme, tunnel_host, request)
                 if not keep:
                     return
@@ -113,6 +112,11 @@ class Server:
                 writer.close()
             except Exception:
                 pass
+
+    async def websocket(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, scheme: str, host: str,
+                        request: Incoming) -> None:  # fmt: skip
+        """Serve an upgraded Responses WebSocket (`capsem replay` serves its own)."""
+        await websocket.serve(self, reader, writer, scheme, host, request.target, request.headers)
 
     async def _read_request(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
