@@ -1,11 +1,12 @@
 """Workspace file changes during `capsem run`, recorded as `fs_events`.
 
-A watchfiles watcher (inotify/FSEvents, debounced) runs on its own thread and writes each batch
-of changes through the session's `SessionWriter` (scrubbed, one transaction, kept and retried
-when the database is busy): `created`, `modified` or `deleted`, the path relative to the
-workspace, and the size (NULL for deletes). `.git` internals are ignored, and so is capsem's own
-folder (`$CAPSEM_HOME`: its databases, logs and CA) when it lies inside the workspace; several
-changes to one path within a batch are folded into one row.
+A watchfiles watcher (inotify/FSEvents, debounced) runs on its own thread and sends each batch
+of changes to the recorder (`assembler/feed.py`: kept until the recorder has committed it, sent
+again after a recorder restart), which writes and scrubs them as it does every row: `created`,
+`modified` or `deleted`, the path relative to the workspace, and the size (NULL for deletes).
+`.git` internals are ignored, and so is capsem's own folder (`$CAPSEM_HOME`: its databases, logs
+and CA) when it lies inside the workspace; several changes to one path within a batch are folded
+into one row. The watcher holds no writer: the recorder is session.db's one writer.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from pathlib import Path
 
 import watchfiles
 
-from addons.recorder.rows import FsEvent, new_event_id
-from addons.recorder.writer import SessionWriter
+from addons.feed import FsChanges
+from assembler.feed import Feed
 from capsem.ids import utc_now
 
 logger = logging.getLogger(__name__)
@@ -59,7 +60,13 @@ class _Filter(watchfiles.DefaultFilter):
         return not (path + os.sep).startswith(self.skip) and super().__call__(change, path)
 
 
+FLUSH_TIMEOUT = 5.0
+"""Seconds `stop` waits for the recorder to commit the last changes."""
+
+
 class WorkspaceWatcher:
+    """Watches `root` on a thread; its rows go to the recorder of the session.db at `db_path`."""
+
     def __init__(
         self, root: Path, db_path: Path, *, debounce_ms: int = 100, skip: tuple[Path, ...] | None = None
     ) -> None:
@@ -69,9 +76,8 @@ class WorkspaceWatcher:
         self.skip = tuple(p.resolve() for p in (skip if skip is not None else (capsem_home(),)))
         self.root = root.resolve()
         self.db_path = db_path
+        self.feed = Feed(db_path.parent, "fswatch")
         self.debounce_ms = debounce_ms
-        self.events = 0
-        self._writer: SessionWriter | None = None
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="capsem-fswatch", daemon=True)
@@ -80,31 +86,33 @@ class WorkspaceWatcher:
         self._thread.start()
         self._ready.wait(5)
 
-    def stop(self) -> None:
-        """Let the last debounce window pass, then stop and wait for the last batch to be written."""
+    @property
+    def events(self) -> int:
+        """File events the recorder has committed."""
+        return self.feed.committed[FsChanges]
+
+    def stop(self, timeout: float = FLUSH_TIMEOUT) -> bool:
+        """Let the last debounce window pass, stop, and wait until the recorder has committed every
+        change (False when it has not within `timeout`: `feed` still holds them)."""
         self._stop.wait((self.debounce_ms + 200) / 1000)
         self._stop.set()
         self._thread.join(10)
+        done = self.feed.flush(timeout)
+        self.feed.close()  # what is left (False) is still held, and sent on a new connection if need be
+        return done
 
     def _run(self) -> None:
         watch_filter = _Filter(self.skip)
         self._ready.set()
         try:
+            # quiet for a second: an empty set, to deliver what waited for the recorder to listen
             for changes in watchfiles.watch(self.root, watch_filter=watch_filter, debounce=self.debounce_ms,
-                                            step=50, stop_event=self._stop, raise_interrupt=False):  # fmt: skip
-                self._write(fold(changes, self.root))
+                                            step=50, stop_event=self._stop, raise_interrupt=False,
+                                            rust_timeout=1000, yield_on_timeout=True):  # fmt: skip
+                rows = fold(changes, self.root) if changes else []
+                if rows:
+                    self.feed.send(FsChanges(utc_now(), tuple(rows)))
+                else:
+                    self.feed.poke()
         except Exception as exc:  # the agent must go on even if watching fails
             logger.warning("capsem: watching %s failed: %r", self.root, exc)
-        finally:
-            if self._writer is not None:
-                self._write([])
-                self._writer.close(checkpoint=False)
-
-    def _write(self, rows: list[tuple[str, str, int | None]]) -> None:
-        if self._writer is None:
-            self._writer = SessionWriter(self.db_path)
-        now = utc_now()
-        self._writer.add(FsEvent(new_event_id(), now, *row) for row in rows)
-        before = self._writer.written
-        if self._writer.commit():
-            self.events += self._writer.written - before

@@ -280,6 +280,9 @@ def _brokered() -> list[Brokered]:
     return load_secrets(settings)
 
 
+# Long on purpose: the run's steps in the order they happen (checks, mitmdump, the watcher, the
+# agent, the sampler; then the end, in `finally`), each a call or two; split, the order that
+# matters (what starts before the agent, what ends before mitmdump) would be spread out.
 def run_agent(
     command: list[str],
     *,
@@ -344,14 +347,14 @@ def run_agent(
     context = run_context(workspace or Path.cwd(), name, tags)  # while mitmdump starts
     watcher: WorkspaceWatcher | None = None
     sampler: ProcessSampler | None = None
-    report: Diagnostics | None = None
     proxy: Mitmdump | None = None
     tidied: list[RetentionReport] = []
     tidy = threading.Thread(target=_tidy_up, args=(tidied,), name="capsem-retention", daemon=True)
     code: int | None = None
     try:
         from assembler.fswatch import WorkspaceWatcher
-        from assembler.procdiag import ProcessSampler, finish, scrubber_for
+        from assembler.procdiag import ProcessSampler
+        from assembler.procdiag.sampler import secrets_of
 
         proxy = wait_for_mitmdump(process, confdir=confdir, log_path=log_path, ready=CAPTURING)
         _record_context(session_id, context)
@@ -372,21 +375,11 @@ def run_agent(
         tidy.start()  # after the agent started: housekeeping never delays it
         if diagnostics.enabled:
             sampler = ProcessSampler(agent.pid, session_db_path(session_id),
-                                     interval_ms=diagnostics.sample_interval_ms, scrubber=scrubber_for(env))  # fmt: skip
+                                     interval_ms=diagnostics.sample_interval_ms, learn=secrets_of(env))  # fmt: skip
             sampler.start()
         code = _wait_for_agent(agent)
     finally:
-        if sampler is not None:
-            report = finish(sampler, warn=False)  # stops sampling, stores the anomalies
-        if watcher is not None:
-            watcher.stop()  # before mitmdump stops: the rollup counts the file events
-        if proxy is not None:
-            proxy.stop()
-        elif process.poll() is None:
-            process.kill()
-            process.wait()
-        if sampler is not None and report is not None and report.error:
-            report = finish(sampler)  # session.db was busy; mitmdump has closed it now
+        report = _stop_recording(process, proxy, watcher, sampler)
         if code is not None:
             _store_exit_code(session_id, code)
         if tidy.is_alive():
@@ -408,6 +401,39 @@ def _start_emulator() -> Emulator:
     from capsem.emulator import FRIENDLY_TEXT, Emulator
 
     return Emulator(defaults={"text": FRIENDLY_TEXT}).start()
+
+
+def _stop_recording(process: subprocess.Popen[bytes], proxy: Mitmdump | None, watcher: WorkspaceWatcher | None,
+                    sampler: ProcessSampler | None) -> Diagnostics | None:  # fmt: skip
+    """End the recording once the agent has exited. The recorder is session.db's one writer: the
+    last samples, their anomalies and the last file events are sent to it and committed before
+    mitmdump stops, so the rollup counts them; only what no recorder took (it died for good) is
+    written here, after mitmdump has stopped."""
+    from assembler.procdiag import finish
+
+    report = finish(sampler, warn=False) if sampler is not None else None
+    if watcher is not None:
+        watcher.stop()
+    if proxy is not None:
+        proxy.stop()
+    elif process.poll() is None:
+        process.kill()
+        process.wait()
+    if watcher is not None and watcher.feed.waiting:
+        _write_left_over(watcher)
+    if sampler is not None and report is not None and report.error:
+        report = finish(sampler, recorder_gone=True)
+    return report
+
+
+def _write_left_over(watcher: WorkspaceWatcher) -> None:
+    """File events no recorder took (it died for good): written once mitmdump has stopped."""
+    from assembler.offline_write import write_directly
+
+    try:
+        write_directly(watcher.db_path, [watcher.feed])
+    except Exception as exc:
+        logger.warning("capsem: %d file events could not be recorded: %r", watcher.feed.pending, exc)
 
 
 def _record_context(session_id: str, context: RunContext) -> None:

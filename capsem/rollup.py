@@ -133,12 +133,39 @@ FROM mcp_calls GROUP BY server_name, COALESCE(tool_name, method, '')
 """
 
 
-SPEND_SQL = """
-SELECT substr(timestamp, 1, 10), provider, COALESCE(model, ''), COALESCE(host, ''), COUNT(*),
-       COALESCE(SUM(estimated_cost_usd), 0)
-FROM model_calls GROUP BY 1, 2, 3, 4
-"""
-"""The spend ledger's rows of a session (main.db `spend`: budgets read it)."""
+SpendKey = tuple[str, str, str, str]
+"""(UTC day, provider, model or "", host or "")."""
+
+
+class SpendTotals:
+    """A session's spend by `SpendKey`: its calls and their cost. The one definition of the spend
+    ledger's rows: the recorder adds each model call as it builds it (`addons/recorder/spend.py`),
+    the rollup the calls its session.db holds (`of_session`)."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[SpendKey, list[float]] = {}
+        """key -> [cost, calls]."""
+
+    def add(
+        self, timestamp: str, provider: str, model: str | None, host: str | None, cost: float | None
+    ) -> None:
+        """Count a model call (its day is the UTC day it started, as in `model_calls.timestamp`)."""
+        total = self.by_key.setdefault((timestamp[:10], provider, model or "", host or ""), [0.0, 0])
+        total[0] += cost or 0.0
+        total[1] += 1
+
+    def rows(self) -> list[tuple]:
+        """`(day, provider, model, host, calls, cost)` rows, what `record_spend` takes."""
+        return [(*key, int(total[1]), total[0]) for key, total in self.by_key.items()]
+
+    @classmethod
+    def of_session(cls, conn: sqlite3.Connection) -> SpendTotals:
+        """The spend of the model calls a session.db holds (in the order they were written)."""
+        totals = cls()
+        for row in conn.execute("SELECT timestamp, provider, model, host, estimated_cost_usd FROM model_calls "
+                                "ORDER BY id"):  # fmt: skip
+            totals.add(*row)
+        return totals
 
 
 def record_spend(main: sqlite3.Connection, session_id: str, rows: list[tuple]) -> None:
@@ -272,7 +299,7 @@ def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = Non
         totals["lost_to_cache_breaks"] = sum(broke.values())
         tools = src.execute(_TOOL_USAGE_SQL).fetchall()
         mcp = src.execute(_MCP_USAGE_SQL).fetchall()
-        spend = src.execute(SPEND_SQL).fetchall()
+        spend = SpendTotals.of_session(src).rows()
         meta = capture_meta(src, db_path.parent)
     finally:
         src.close()

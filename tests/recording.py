@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from addons.messages import Chunk, FlowEnded, Message, RequestHead, ResponseHead, Route, StreamOpened
 from addons.recorder.recorder import Recorder
 from addons.recorder.writer import SessionWriter
+from addons.spec import RecorderSpec, spec_of
 from capsem.redact import Scrubber
 from capsem.settings import CaptureSettings, defaults
 from tests.conftest import rows
+
+if TYPE_CHECKING:
+    from addons.proxy.handover import RecorderProcess
+    from addons.recorder.thread import RecorderThread
 
 
 def head(key: str, *, started: float, scheme: str = "https", host: str = "api.anthropic.com", port: int = 443,
@@ -69,3 +76,43 @@ class RecorderHarness:
     def shutdown(self) -> None:
         self.recorder.close()
         self.writer.close()
+
+
+def recorder_spec(session_dir: Path) -> RecorderSpec:
+    """The spec of a recorder for `session_dir/session.db` (main.db beside it), as mitmdump makes it."""
+    from capsem.ids import new_session_id
+
+    session_dir.mkdir(parents=True, exist_ok=True)
+    return spec_of(defaults().capture, session_id=new_session_id(), db_path=str(session_dir / "session.db"),
+                   main_db_path=str(session_dir / "main.db"), mode="run")  # fmt: skip
+
+
+@contextmanager
+def recorder_thread(session_dir: Path) -> Iterator[RecorderThread]:
+    """The recorder's own loop on a thread of this process, on `session_dir/session.db`; stopped on exit."""
+    from addons.proxy.outbox import Outbox
+    from addons.recorder.thread import RecorderThread
+
+    recorder = RecorderThread(Outbox(), recorder_spec(session_dir))
+    recorder.start()
+    try:
+        yield recorder
+    finally:
+        assert recorder.stop() is None
+
+
+@contextmanager
+def recorder_process(session_dir: Path) -> Iterator[RecorderProcess]:
+    """The recorder process as mitmdump runs it (restarted when it dies), on `session_dir/session.db`."""
+    import msgspec
+
+    from addons.proxy.handover import RecorderProcess
+    from addons.proxy.outbox import Outbox
+
+    recorder = RecorderProcess(Outbox(), msgspec.json.encode(recorder_spec(session_dir)))
+    recorder.start()
+    assert recorder.ready.wait(30) and recorder.exit_reason is None
+    try:
+        yield recorder
+    finally:
+        assert recorder.stop() is None

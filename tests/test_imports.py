@@ -14,6 +14,9 @@ share: `addons.proxy` (mitmdump) never imports `addons.recorder`; `addons.record
 `addons.proxy` only in `thread.py`, the in-process stand-in for the recorder process; the shared
 modules (messages, spec, the parsers, budgets) import neither. Loading the addon in mitmdump loads
 no writer, no builder and no protocol parser (checked in a fresh interpreter).
+
+`capsem run`'s watcher, sampler and feed import nothing of `addons.recorder`: they send their rows
+to the recorder, session.db's one writer.
 """
 
 from __future__ import annotations
@@ -271,7 +274,8 @@ def test_each_side_of_the_process_boundary_imports_only_its_own():
     assert not wrong, "\n".join(wrong)
 
 
-NEVER_IN_MITMDUMP = ("addons.recorder", "addons.body", "addons.eventstream", "addons.items", "addons.records",
+NEVER_IN_MITMDUMP = ("addons.recorder", "addons.body", "addons.eventstream", "addons.items", "addons.conversations",
+                     "addons.records",
                      "addons.providers.base", "addons.providers.collect", "addons.providers.anthropic",
                      "addons.providers.openai_chat", "addons.providers.openai_responses",
                      "addons.providers.gemini", "addons.providers.ollama", "pricing")  # fmt: skip
@@ -287,3 +291,20 @@ def test_loading_the_addon_loads_no_writer_builder_or_parser(tmp_path):
     assert "addons.proxy.capture" in loaded
     wrong = sorted(m for m in loaded if any(m == n or m.startswith(n + ".") for n in NEVER_IN_MITMDUMP))
     assert not wrong, f"loading the addon imports {wrong}"
+
+
+# `capsem run`'s watcher and sampler send their rows to the recorder, session.db's one writer; only
+# assembler/offline_write.py writes a session.db itself, when no recorder runs it.
+SEND_ONLY = ("assembler.fswatch", "assembler.feed", "assembler.procdiag.sampler", "assembler.procdiag.sample",
+             "assembler.procdiag.anomalies", "assembler.run")  # fmt: skip
+
+
+def test_the_watcher_and_the_sampler_import_nothing_of_the_recorder():
+    wrong = [
+        str(imp) for name in SEND_ONLY for imp in imports_of(name) if _side(imp.target) == "addons.recorder"
+    ]
+    assert not wrong, "\n".join(wrong)
+    code = ("import sys, assembler.run, assembler.fswatch, assembler.procdiag, assembler.feed; "
+            "print('\\n'.join(sys.modules))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert not [m for m in out.stdout.split() if m.startswith("addons.recorder")]

@@ -14,12 +14,14 @@ from datetime import UTC, datetime
 from typing import NamedTuple
 
 from addons.body import Preview
+from addons.conversations import SUBAGENT_TOOLS, Conversations, Spawn
 from addons.decode import BodyDecoder
-from addons.items import SUBAGENT_TOOLS, Conversations, Item, Spawn
+from addons.items import Item
 from addons.mcp.wire import mcp_tool_name
 from addons.messages import FlowEnded, RequestHead, Route
 from addons.recorder.items_rows import item_rows
 from addons.recorder.mcp_ledger import McpLedger
+from addons.recorder.outcome import row_decision
 from addons.recorder.rows import (
     ApprovalRow,
     IdMinter,
@@ -132,14 +134,13 @@ def net_event(
     """The `net_events` row of a flow (header values hashed; credential values teach the scrubber)."""
     req, resp = flow.request, flow.response
     status = flow.client_status or (resp.status if resp is not None else None)
-    failed = error is not None and flow.decision == "allowed"
     return NetEvent(
         id=row_id,
         event_id=new_event_id(),
         timestamp=rfc3339(req.started),
         domain=req.host,
         port=req.port,
-        decision="error" if failed else flow.decision,
+        decision=row_decision(flow.decision, error is not None),
         method=req.method,
         path=req.path,
         flow_id=req.key,

@@ -7,7 +7,8 @@ conversation is compared with them."""
 
 from __future__ import annotations
 
-from addons.items import Conversations, Item
+from addons.conversations import Conversations
+from addons.items import Item
 from addons.recorder.rows import CacheBreakRow, CompactionRow, ModelCall, Row, new_event_id
 from addons.records import ResponseSummary
 from capsem.cache_breaks import CallFacts, Part, Rates, compaction, find_break

@@ -11,7 +11,8 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
-from addons.items import Conversations, Item, new_turn, output_items, surface_hash
+from addons.conversations import Conversations, new_turn
+from addons.items import Item, output_items, surface_hash
 from addons.recorder import breakdown
 from addons.recorder.cache_rows import cache_rows, call_facts
 from addons.recorder.rows import InputPart, ItemList, ModelCall, ModelItem, Row, new_event_id

@@ -37,6 +37,7 @@ from capsem.ids import utc_now
 
 if TYPE_CHECKING:  # imported where used: the recorder's parsers and price table (~0.2 s) load
     # while session.db opens
+    from addons.recorder.inbox import Inbox
     from addons.recorder.otlp.live import LiveExport
     from addons.recorder.recorder import Recorder
     from addons.recorder.writer import SessionWriter
@@ -58,6 +59,8 @@ class Loop:
     """OTLP export of what is committed (`export.otlp.endpoint`), on its own thread."""
     flows: int = 0
     """`FlowEnded` messages handled (mitmdump counts those a dead recorder had not committed)."""
+    inbox: Inbox | None = None
+    """The socket `capsem run`'s watcher and sampler send their rows to (`inbox.py`)."""
 
     def health(self, stop: Stop | None = None) -> dict[str, str]:
         """Every `capture_*` count of the session so far (session_meta's keys), its predecessors'
@@ -104,7 +107,19 @@ def open_recorder(spec: RecorderSpec) -> Loop:
     recorder = Recorder(writer, settings, spend)
     if spec.restart:
         recorder.restart_missed = spec.missed_flows
-    return Loop(recorder, writer, spec, live=live_export(spec))
+    return Loop(recorder, writer, spec, live=live_export(spec), inbox=open_inbox(writer))
+
+
+def open_inbox(writer: SessionWriter) -> Inbox | None:
+    """The inbox of this session's other writers' rows; None (logged) when it cannot listen: the
+    watcher and sampler then keep their rows until the session ends and write them themselves."""
+    from addons.recorder.inbox import Inbox
+
+    try:
+        return Inbox.open(writer)
+    except OSError as exc:
+        logger.warning("capsem: the recorder cannot take rows from capsem run (%r)", exc)
+        return None
 
 
 def live_export(spec: RecorderSpec) -> LiveExport | None:
@@ -180,11 +195,25 @@ def run(loop: Loop, batches: Callable[[], list[Message] | None], ack: Callable[[
         if loop.price_source is not None:  # the warm-up thread loaded the prices
             writer.set_meta(price_source=loop.price_source)
             loop.price_source = None
+        if loop.inbox is not None:
+            take_inbox(loop)
         if writer.pending and now - last_commit >= interval:
             if writer.commit():
                 committed(loop)
                 status.committed(loop.flows)
             last_commit = now
+        if loop.inbox is not None and not writer.pending:
+            loop.inbox.acknowledge()
+
+
+def take_inbox(loop: Loop) -> None:
+    """Queue the rows that came to the inbox (a failure is counted as a failed message)."""
+    assert loop.inbox is not None
+    try:
+        loop.inbox.handle(loop.writer, loop.inbox.take())
+    except Exception as exc:
+        loop.recorder.failures += 1
+        logger.warning("capsem: rows from capsem run could not be queued: %r", exc)
 
 
 class _Status:
@@ -246,6 +275,11 @@ def finish(loop: Loop, stop: Stop | None, main_db: Path | None = None,
     if stop is not None and (stop.dropped_chunks or stop.dropped_messages):
         loop.writer.set_meta(capture_dropped_chunks=str(stop.dropped_chunks),
                              capture_dropped_messages=str(stop.dropped_messages))  # fmt: skip
+    if loop.inbox is not None:  # what came before the stop (its clients flushed before it)
+        take_inbox(loop)
+        if loop.writer.commit():
+            loop.inbox.acknowledge()
+        loop.inbox.close()
     if loop.recorder.failures:
         loop.writer.set_meta(capture_failed_messages=str(loop.recorder.failures))
     loop.writer.close()

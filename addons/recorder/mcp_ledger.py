@@ -38,6 +38,7 @@ from addons.mcp.wire import (
     url_key,
 )
 from addons.messages import FlowEnded, StreamOpened
+from addons.recorder.outcome import call_error, row_decision, tool_call_decision
 from addons.recorder.rows import IdMinter, McpCall, ToolCall, new_event_id
 from capsem.ids import rfc3339
 from capsem.redact import hash_value
@@ -72,13 +73,6 @@ def _framing(content_type: str | None, body: bytes) -> str:
     if "event-stream" in kind:
         return "sse"
     return "json" if "json" in kind and body.strip() else "none"
-
-
-def _decision(flow_decision: str, failed: bool) -> str:
-    """A policy verdict (denied, asked, warned) wins; otherwise `error` when the call failed."""
-    if flow_decision in ("denied", "asked", "warned"):
-        return flow_decision
-    return "error" if failed else "allowed"
 
 
 @dataclass(slots=True)
@@ -164,10 +158,10 @@ class McpLedger:
         session = req.header("mcp-session-id") or (resp.header("mcp-session-id") if resp else None)
         key = exchange_key(req.header("mcp-session-id"), req.host, req.port, req.path, req.query)
         http_error = f"HTTP {status}" if (status or 0) >= 400 else None
-        http_failure = flow.error or http_error
         rows: list[McpCall] = []
         for call in requests:
             answer = responses.get(call.id) if call.id is not None and call.method else None
+            failure = call_error(flow.error, answered=answer is not None) or http_error
             row = McpCall(
                 id=self.ids.next("mcp_calls"),
                 event_id=new_event_id(),
@@ -177,9 +171,9 @@ class McpLedger:
                 tool_name=call.tool_name,
                 request_id=call.id,
                 request_preview=self.cap(preview(call.params), self.content_limit),
-                decision=_decision(flow.decision, bool(http_failure)),
+                decision=row_decision(flow.decision, bool(failure)),
                 duration_ms=_ms(req.started, flow.ended),
-                error_message=http_failure,
+                error_message=failure,
                 process_name=process[0],
                 pid=process[1],
                 bytes_sent=call.size,
@@ -193,9 +187,7 @@ class McpLedger:
                 response_framing=framing,
             )
             if answer is not None:
-                # a complete answer stands even if the connection broke after it (a client that
-                # closes the SSE stream once it has its answer): only an HTTP error status counts
-                self._answer(row, answer, flow.decision, http_error)
+                self._answer(row, answer, flow.decision, failure)
             if call.method == "tools/call" and call.tool_name:
                 arguments = call.params.get("arguments") if isinstance(call.params, dict) else None
                 self._link_mcp(_Side(row, server, call.tool_name, arguments or {}, req.started))
@@ -214,7 +206,7 @@ class McpLedger:
         row.bytes_received = resp.size
         row.is_error = int(resp.is_error)
         row.error_message = resp.error_message or http_failure
-        row.decision = _decision(flow_decision, bool(http_failure) or resp.error is not None)
+        row.decision = row_decision(flow_decision, bool(http_failure) or resp.error is not None)
 
     def _complete(self, waiting: _Waiting, resp: McpResponse, at: float) -> McpCall:
         row = waiting.row
@@ -297,7 +289,7 @@ class McpLedger:
             self.mcp_calls.remove(match)
             mcp: McpCall = match.row  # type: ignore[assignment]
             row.mcp_call_id, row.origin, row.server_name = mcp.id, "mcp", mcp.server_name
-            row.decision = mcp.decision if mcp.decision in ("warned", "denied") else "allowed"
+            row.decision = tool_call_decision(mcp.decision)
         else:
             self.model_calls.append(side)
 

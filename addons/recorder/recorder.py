@@ -18,7 +18,8 @@ from typing import Any
 import msgspec
 
 from addons.body import ResponseReader
-from addons.items import Conversations, Item, request_items
+from addons.conversations import Conversations
+from addons.items import Item, request_items
 from addons.messages import (
     Chunk,
     FlowEnded,
@@ -32,6 +33,7 @@ from addons.providers import parser_for, websocket_route
 from addons.recorder import build
 from addons.recorder.bodies import Body, BodyStore, known_pieces
 from addons.recorder.mcp_ledger import MCP_PREVIEW_BYTES, McpLedger
+from addons.recorder.outcome import call_error
 from addons.recorder.rows import IdMinter, McpCall, ModelCall, ResponseChunksRow, Row
 from addons.recorder.spend import SessionSpend
 from addons.recorder.traces import TraceTracker
@@ -239,9 +241,9 @@ class Recorder:
             response_preview, response_error = build.plain_preview(flow, settings.preview_bytes)
             response_preview = self._stream_scrubbed(flow, response_preview)
             decode_error = decode_error or response_error
-        error = "; ".join(e for e in (flow.error, flow.tap_failure, _dropped(flow)) if e) or None
-        if summary is not None and summary.complete and flow.error and not flow.tap_failure:
-            error = None  # the answer arrived whole; the connection ending afterwards is not an error of it
+        answered = summary is not None and summary.complete and not flow.tap_failure
+        failures = (call_error(flow.error, answered=answered), flow.tap_failure, _dropped(flow))
+        error = "; ".join(e for e in failures if e) or None
         kept = (
             route is not None and flow.decision != "denied"
         ) or flow.mcp  # whole bodies go to event_body_blobs

@@ -8,6 +8,9 @@ MCP call to the tool call it ran) is known when the row is built: rows are only 
 inserted, never updated afterwards.
 
 Field names are column names (tests check them against the schema); `None` is NULL.
+
+Over 400 lines on purpose: one dataclass per table and a field per column, the schema's mirror;
+split, the rows of one write would be looked for in several places.
 """
 
 from __future__ import annotations

@@ -13,13 +13,10 @@ from pathlib import Path
 
 from addons.budgets import SpendRow
 from addons.recorder.rows import ModelCall
-from capsem.rollup import SPEND_SQL, record_spend
+from capsem.rollup import SpendTotals, record_spend
 from capsem.schema import connect
 
 logger = logging.getLogger(__name__)
-
-Key = tuple[str, str, str, str]
-"""(day, provider, model, host)."""
 
 
 class SessionSpend:
@@ -27,8 +24,7 @@ class SessionSpend:
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
-        self.totals: dict[Key, list[float]] = {}
-        """key -> [cost, calls]."""
+        self.totals = SpendTotals()
         self._done: dict[str, int] = {}
         self._reported = self._saved = True
         self._main: sqlite3.Connection | None = None
@@ -36,17 +32,13 @@ class SessionSpend:
     def load(self, conn: sqlite3.Connection) -> None:
         """Start from the calls session.db already holds (a session id used again, or a recorder
         restarted after its predecessor died); the first report says so at once."""
-        for day, provider, model, host, calls, cost in conn.execute(SPEND_SQL):
-            self.totals[(day, provider, model, host)] = [cost, calls]
-        self._saved = not self.totals
+        self.totals = SpendTotals.of_session(conn)
+        self._saved = not self.totals.by_key
         self._reported = False
 
     def add(self, row: ModelCall) -> None:
-        """Count a model call (its day is the UTC day it started, as in `model_calls.timestamp`)."""
-        key = (row.timestamp[:10], row.provider, row.model or "", row.host or "")
-        total = self.totals.setdefault(key, [0.0, 0])
-        total[0] += row.estimated_cost_usd or 0.0
-        total[1] += 1
+        """Count a model call."""
+        self.totals.add(row.timestamp, row.provider, row.model, row.host, row.estimated_cost_usd)
         self._reported = self._saved = False
 
     def counted(self, flow_key: str, seq: int = 0) -> None:
@@ -56,7 +48,7 @@ class SessionSpend:
         self._reported = False
 
     def rows(self) -> list[SpendRow]:
-        return [(self.session_id, *key, total[0]) for key, total in self.totals.items()]
+        return [(self.session_id, *key, total[0]) for key, total in self.totals.by_key.items()]
 
     def report(self) -> str | None:
         """The `spend` status line when something changed since the last one, else None."""
@@ -64,7 +56,7 @@ class SessionSpend:
             return None
         self._reported = True
         done, self._done = [[key, seq] for key, seq in self._done.items()], {}
-        totals = [[*key, round(t[0], 12), t[1]] for key, t in self.totals.items()]
+        totals = [[*key, round(t[0], 12), t[1]] for key, t in self.totals.by_key.items()]
         return "spend " + json.dumps({"done": done, "totals": totals}, separators=(",", ":"))
 
     def save(self, main_db: Path) -> None:
@@ -76,7 +68,7 @@ class SessionSpend:
         try:
             if self._main is None:
                 self._main = connect(main_db)
-            write_spend(self._main, self.session_id, [(*k, t[1], t[0]) for k, t in self.totals.items()])
+            write_spend(self._main, self.session_id, self.totals.rows())
             self._saved = True
         except sqlite3.Error as exc:
             self.close()

@@ -1,10 +1,11 @@
 """The one write path into session.db: scrubbed, batched, retried, and honest about losses.
 
-Everything that writes session.db goes through a `SessionWriter`: the recorder (capture
-tables), `capsem run`'s workspace watcher (`fs_events`) and process sampler (`proc_samples`,
-`proc_anomalies`). Every string passes the session's `Scrubber` when it is written (not when it
-is queued, so a secret learned from a later header in the same batch is caught too), so no
-secret reaches the file by any path.
+Everything that writes session.db goes through a `SessionWriter`: the recorder's, the one
+writer while a session runs (capture tables, and `capsem run`'s `fs_events`, `proc_samples` and
+`proc_anomalies`, which reach it through its inbox, `addons/recorder/inbox.py`), or, when no
+recorder runs the session, one of `assembler/offline_write.py`. Every string passes the
+session's `Scrubber` when it is written (not when it is queued, so a secret learned from a later
+header in the same batch is caught too), so no secret reaches the file by any path.
 
 Rows are queued and written by `commit()` in one transaction, table by table with
 `executemany` (the recorder commits at least every `commit_interval`). When a commit fails

@@ -2,7 +2,9 @@
 (`proc_samples`), and the seed's anomalies detected at session end (`proc_anomalies`).
 
 `sample` reads one process (psutil and /proc, degrading to NULLs), `detect` is the pure anomaly
-detector, `sampler` runs the sampling thread and stores the results.
+detector, `anomalies` finds those a session.db does not hold yet, `sampler` runs the sampling
+thread and sends its rows to the recorder (session.db's one writer). The offline anomaly pass
+is `assembler/offline_write.py: record_anomalies`.
 """
 
 from assembler.procdiag.detect import Anomaly, detect, detect_process
@@ -12,9 +14,8 @@ from assembler.procdiag.sampler import (
     ProcessSampler,
     diagnostics_settings,
     finish,
-    record_anomalies,
     scrubber_for,
 )
 
 __all__ = ["Anomaly", "Diagnostics", "DiagnosticsSettings", "ProcessSampler", "detect", "detect_process",
-           "diagnostics_settings", "finish", "record_anomalies", "scrubber_for"]  # fmt: skip
+           "diagnostics_settings", "finish", "scrubber_for"]  # fmt: skip

@@ -15,17 +15,18 @@ from typing import Any, TypeVar
 
 import psutil
 
+from addons.feed import ProcSample
 from capsem.ids import rfc3339, utc_now
-from capsem.redact import Scrubber
+from capsem.secret_names import join_argv, mask_secret_args
 
 T = TypeVar("T")
 
-CMDLINE_MAX_CHARS = 4096
-SAMPLE_COLUMNS = (
-    "ts", "seq", "pid", "ppid", "started_at", "name", "cmdline", "state", "rss_kb", "vms_kb", "threads",
-    "fds", "fd_limit", "ctx_switches_voluntary", "ctx_switches_involuntary", "cpu_user", "cpu_system",
-    "cpu_percent", "oom_score", "wchan", "sig_pnd", "sig_blk", "sig_cgt", "io_read_bytes", "io_write_bytes",
-)  # fmt: skip
+CMDLINE_SEND_MAX = 65536
+"""A command line's characters read; the recorder scrubs them and keeps the first 4096
+(`addons/recorder/inbox.py: CMDLINE_MAX_CHARS`): this cut, 16 times further, cannot split a
+secret that could reach the kept part."""
+SAMPLE_COLUMNS: tuple[str, ...] = ProcSample.__struct_fields__
+"""The `proc_samples` columns a sample has (the message the recorder writes them from)."""
 _PROC = Path("/proc")
 
 
@@ -103,20 +104,20 @@ def _fd_limit(proc: psutil.Process) -> int | None:
 
 
 class ProcessReader:
-    """Reads samples; remembers per process what need not be read twice (scrubbed command line)."""
+    """Reads samples; remembers per process what need not be read twice (masked command line)."""
 
-    def __init__(self, scrubber: Scrubber | None = None) -> None:
-        self.scrubber = scrubber or Scrubber()
+    def __init__(self) -> None:
         self._cmdlines: dict[tuple[int, float], tuple[list[str] | None, str | None]] = {}
         self._cpu_primed: set[tuple[int, float]] = set()
 
     def _cmdline(self, proc: psutil.Process, key: tuple[int, float]) -> str | None:
-        """The command line, scrubbed (secret flags, env prefixes, known secrets) and then cut to
-        CMDLINE_MAX_CHARS; scrubbed again only when it changed (an exec)."""
+        """The command line with the values of secret flags and `NAME=VALUE` prefixes masked (the
+        recorder's scrubber does the rest), cut to CMDLINE_SEND_MAX; masked again only when it
+        changed (an exec)."""
         argv = _field(proc.cmdline)
         cached = self._cmdlines.get(key)
         if cached is None or cached[0] != argv:
-            text = self.scrubber.scrub_command(argv)[:CMDLINE_MAX_CHARS] if argv else None
+            text = join_argv(mask_secret_args(argv))[:CMDLINE_SEND_MAX] if argv else None
             cached = self._cmdlines[key] = (argv, text)
         return cached[1]
 

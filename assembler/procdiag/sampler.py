@@ -2,20 +2,22 @@
 
 `ProcessSampler` watches the agent's process tree: every `diagnostics.sample_interval_ms` it
 lists the agent and its descendants (a descendant that outlives its parent stays watched until
-it ends), reads one sample of each (`sample.ProcessReader`) and writes them to `proc_samples` in
-one short transaction on its own WAL connection, next to the addon's writer. A batch that cannot
-be written (database busy) is kept and retried with the next one. Nothing here may stop the
-agent: every failure is logged and sampling goes on.
+it ends), reads one sample of each (`sample.ProcessReader`) and sends them to the session's
+recorder (`assembler/feed.py`), the one writer of session.db, which scrubs them (having learned
+the credential values of the agent's environment from the sampler) and writes `proc_samples`.
+Samples the recorder has not taken yet (it is not listening yet, or restarts) are kept and sent
+again. Nothing here may stop the agent: every failure is logged and sampling goes on.
 
-At session end `record_anomalies` runs the pure detector over the stored samples, one process
-at a time, and adds to `proc_anomalies` the anomalies it does not hold yet (rows are never
-changed or deleted); it can be rerun on any session.db.
+At session end the detector runs over the stored samples (read-only), one process at a time,
+and the anomalies not stored yet are sent to the recorder too (`send_anomalies`), before
+mitmdump stops, so the rollup sees them. `assembler/offline_write.py: record_anomalies` does
+the same on any session.db that no recorder is writing (a rerun, or `capsem run`'s last resort
+after mitmdump stopped), writing `proc_anomalies` itself; rows are never changed or deleted.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import os
 import sqlite3
@@ -27,11 +29,12 @@ from typing import Any
 
 import psutil
 
-from addons.recorder.writer import SessionWriter
+from addons.feed import Meta, ProcAnomalies, ProcSample, ProcSamples
 from assembler.cli_support import counted
-from assembler.procdiag.detect import Anomaly, detect_process
+from assembler.feed import Feed
+from assembler.procdiag.anomalies import CLIENT, detect_stored
+from assembler.procdiag.detect import Anomaly
 from assembler.procdiag.sample import ProcessReader
-from capsem.ids import utc_now
 from capsem.redact import Scrubber, is_credential_name
 from capsem.settings import DiagnosticsSettings, Settings, SettingsError, load
 
@@ -39,10 +42,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_MS = 1000
 MAX_PENDING_ROWS = 100_000
-FINAL_WRITE_TIMEOUT = 5.0  # seconds the last write waits for the addon's transaction
+FINAL_WRITE_TIMEOUT = 5.0  # seconds the last samples and the anomalies wait for the recorder's commit
 _NOT_SECRET_SUFFIXES = ("_FILE", "_PATH", "_DIR", "_BUNDLE", "_SOCK", "_ADDRESS", "_ID")
-ANOMALY_COLUMNS = ("kind", "severity", "pid", "name", "first_ts", "last_ts", "samples", "value", "threshold",
-                   "detail", "detected_at")  # fmt: skip
 
 
 def diagnostics_settings(settings: Settings | None = None) -> DiagnosticsSettings:
@@ -60,36 +61,40 @@ def diagnostics_settings(settings: Settings | None = None) -> DiagnosticsSetting
     return settings.diagnostics
 
 
+def secrets_of(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The credential values in the agent's environment (they may show up in argv)."""
+    return tuple(value for name, value in env.items()
+                 if is_credential_name(name) and not name.upper().endswith(_NOT_SECRET_SUFFIXES)
+                 and not value.startswith(("/", "~")) and not any(c.isspace() for c in value))  # fmt: skip
+
+
 def scrubber_for(env: Mapping[str, str]) -> Scrubber:
-    """A scrubber that knows the credential values in the agent's environment (they may show up in argv)."""
+    """A scrubber that knows the credential values in the agent's environment."""
     scrubber = Scrubber()
-    for name, value in env.items():
-        if (is_credential_name(name) and not name.upper().endswith(_NOT_SECRET_SUFFIXES)
-                and not value.startswith(("/", "~")) and not any(c.isspace() for c in value)):  # fmt: skip
-            scrubber.learn(value)
+    for value in secrets_of(env):
+        scrubber.learn(value)
     return scrubber
 
 
 class ProcessSampler:
-    """Samples `root_pid` and its descendants into `db_path` on a background thread."""
+    """Samples `root_pid` and its descendants on a background thread, for the recorder of `db_path`."""
 
     def __init__(self, root_pid: int, db_path: Path, *, interval_ms: int = DEFAULT_INTERVAL_MS,
-                 scrubber: Scrubber | None = None) -> None:  # fmt: skip
+                 learn: tuple[str, ...] = ()) -> None:  # fmt: skip
+        """`learn`: values the recorder's scrubber must know first (`secrets_of` the agent's env)."""
         self.root_pid = root_pid
         self.db_path = db_path
         self.interval = interval_ms / 1000
-        self.reader = ProcessReader(scrubber)
-        self.samples = 0
-        """Rows written so far."""
+        self.reader = ProcessReader()
+        self.feed = Feed(db_path.parent, CLIENT, learn=learn, max_rows=MAX_PENDING_ROWS)
         self.processes: set[tuple[int, str | None]] = set()
         """Every (pid, start time) sampled at least once."""
         self._tracked: dict[int, psutil.Process] = {}
-        self._pending: list[dict[str, Any]] = []
+        self._pending: list[ProcSample] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="capsem-procdiag", daemon=True)
-        self._writer: SessionWriter | None = None
         self._warned: set[str] = set()
-        self._write_lock = threading.Lock()
+        self._send_lock = threading.Lock()
 
     def start(self) -> None:
         """Start sampling (call while the root process is still unreaped, right after starting it)."""
@@ -98,22 +103,28 @@ class ProcessSampler:
         except psutil.Error as exc:
             self._warn("root", f"capsem: cannot watch process {self.root_pid}: {exc!r}")
             return
+        self.feed.send(Meta({"procdiag_agent_pid": str(self.root_pid),
+                             "procdiag_interval_ms": str(round(self.interval * 1000))}))  # fmt: skip
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Take one last sample, write what is pending and stop (may be called again to retry the write)."""
+        """Take one last sample, send what is pending and stop; waits up to FINAL_WRITE_TIMEOUT
+        for the recorder to commit (may be called again)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
-        self.flush(timeout=FINAL_WRITE_TIMEOUT)
-        if self._writer is not None and not self._writer.pending:
-            self._writer.close(checkpoint=False)
-            self._writer = None
+        self.flush()
+        self.feed.flush(FINAL_WRITE_TIMEOUT)
+
+    @property
+    def samples(self) -> int:
+        """Samples in session.db (committed by the recorder, or written by `write_directly`)."""
+        return self.feed.committed[ProcSamples]
 
     @property
     def pending(self) -> int:
-        """Samples taken but not yet written (the database was busy)."""
-        return len(self._pending) + (self._writer.pending if self._writer is not None else 0)
+        """Samples taken but not yet in session.db."""
+        return len(self._pending) + self.feed.pending
 
     def _warn(self, key: str, message: str) -> None:
         if key not in self._warned:  # once per kind of failure: a log line per tick helps no one
@@ -133,7 +144,7 @@ class ProcessSampler:
             for proc in self._processes():
                 row = self.reader.read(proc, seq)
                 if row is not None and not self._is_our_unreaped_agent(row):
-                    self._pending.append(row)
+                    self._pending.append(ProcSample(**row))
                     self.processes.add((row["pid"], row["started_at"]))
         except Exception as exc:  # never let diagnostics take the run down
             self._warn(f"tick:{type(exc).__name__}", f"capsem: process sampling failed: {exc!r}")
@@ -161,78 +172,33 @@ class ProcessSampler:
                 self.reader.forget(pid)
         return list(self._tracked.values())
 
-    def _open_writer(self, timeout: float) -> SessionWriter:
-        if self._writer is None:
-            writer = SessionWriter(
-                self.db_path, self.reader.scrubber, timeout=timeout, max_queued_rows=MAX_PENDING_ROWS
-            )
-            writer.set_meta(procdiag_agent_pid=str(self.root_pid),
-                            procdiag_interval_ms=str(round(self.interval * 1000)))  # fmt: skip
-            self._writer = writer
-        self._writer.conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-        return self._writer
+    def flush(self) -> None:
+        """Send the samples taken since the last call (the feed keeps them until committed)."""
+        with self._send_lock:
+            if self._pending:
+                batch, self._pending = tuple(self._pending), []
+                self.feed.send(ProcSamples(batch))
+            else:
+                self.feed.poke()
 
-    def flush(self, timeout: float | None = None) -> None:
-        """Write the pending samples through the session's writer; keep them for later if that fails.
+    def send_anomalies(self, timeout: float = FINAL_WRITE_TIMEOUT) -> list[Anomaly]:
+        """Detect anomalies in the samples the recorder stored (read-only), send it those not
+        stored yet and wait until they are committed.
 
-        While sampling, a write waits at most half an interval for the recorder's transaction, so
-        the sampling pace holds; rows that could not be written go with the next batch.
+        Raises:
+            sqlite3.Error: session.db cannot be read. TimeoutError: the recorder did not commit them.
         """
-        with self._write_lock:
-            self._flush(timeout if timeout is not None else min(1.0, max(0.05, self.interval / 2)))
-
-    def _flush(self, timeout: float) -> None:
-        if not self._pending and (self._writer is None or not self._writer.pending):
-            return
+        conn = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=5)
         try:
-            writer = self._open_writer(timeout)
-        except (sqlite3.Error, RuntimeError, OSError) as exc:
-            logger.debug("capsem: process samples not written yet (%r); retrying with the next batch", exc)
-            del self._pending[:-MAX_PENDING_ROWS]
-            return
-        writer.add_dicts("proc_samples", self._pending)
-        self._pending.clear()
-        before = writer.written
-        if not writer.commit():
-            logger.debug("capsem: process samples not written yet (%s); retrying with the next batch",
-                         writer.health.last_error)  # fmt: skip
-        self.samples += writer.written - before
-
-
-def _anomaly_row(anomaly: Anomaly, detected_at: str) -> tuple[Any, ...]:
-    return (anomaly.kind, anomaly.severity, anomaly.pid, anomaly.name, anomaly.first_ts, anomaly.last_ts,
-            anomaly.samples, anomaly.value, anomaly.threshold, json.dumps(anomaly.detail, sort_keys=True),
-            detected_at)  # fmt: skip
-
-
-def record_anomalies(db_path: Path, *, agent_pid: int | None = None) -> list[Anomaly]:
-    """Detect anomalies in the stored samples and add those not stored yet (same kind, process
-    and start): insert-only, so a rerun keeps the rows and the `detected_at` of the first pass.
-
-    Args:
-        db_path: a session.db (migrated on open).
-        agent_pid: the process capsem started; default: the one recorded in session_meta.
-    """
-    writer = SessionWriter(db_path)
-    try:
-        conn = writer.conn
-        if agent_pid is None:
-            row = conn.execute("SELECT value FROM session_meta WHERE key = 'procdiag_agent_pid'").fetchone()
-            agent_pid = int(row[0]) if row and str(row[0]).isdigit() else None
-        rows = conn.execute("SELECT * FROM proc_samples ORDER BY pid, started_at, ts, seq")
-        found: list[Anomaly] = []
-        for (pid, _), series in itertools.groupby(rows, key=lambda r: (r["pid"], r["started_at"])):
-            found += detect_process([dict(r) for r in series], is_agent=pid == agent_pid)
-        found.sort(key=lambda a: (a.first_ts, a.pid, a.kind))
-        stored = {tuple(r) for r in conn.execute("SELECT kind, pid, first_ts FROM proc_anomalies")}
-        now = utc_now()
-        writer.add_dicts("proc_anomalies", [dict(zip(ANOMALY_COLUMNS, _anomaly_row(a, now), strict=True))
-                                            for a in found if (a.kind, a.pid, a.first_ts) not in stored])  # fmt: skip
-        if not writer.commit():
-            raise sqlite3.OperationalError(f"cannot write proc_anomalies: {writer.health.last_error}")
+            conn.row_factory = sqlite3.Row
+            found, new = detect_stored(conn, self.root_pid)
+        finally:
+            conn.close()
+        if new:
+            self.feed.send(ProcAnomalies(tuple(new)))
+        if not self.feed.flush(timeout):
+            raise TimeoutError(f"the recorder did not commit {self.feed.pending} rows within {timeout:g} s")
         return found
-    finally:
-        writer.conn.close()
 
 
 @dataclass
@@ -255,21 +221,35 @@ class Diagnostics:
                 + (f" ({', '.join(kinds)})" if kinds else ""))  # fmt: skip
 
 
-def finish(sampler: ProcessSampler, *, warn: bool = True) -> Diagnostics:
-    """Stop `sampler`, write its last samples and record their anomalies.
+def finish(sampler: ProcessSampler, *, warn: bool = True, recorder_gone: bool = False) -> Diagnostics:
+    """Stop `sampler`, have its last samples committed and record their anomalies: sent to the
+    recorder while it runs; with `recorder_gone` (mitmdump has stopped: the retry of a first call
+    that failed) what it did not take is written directly, and so are the anomalies.
 
     Failures are reported in `Diagnostics.error` (and logged if `warn`), never raised; calling
     it again retries.
     """
+    from assembler.offline_write import record_anomalies, write_directly
+
     sampler.stop()
-    result = Diagnostics(samples=sampler.samples, processes=len(sampler.processes))
+    result = Diagnostics(processes=len(sampler.processes))
+    try:
+        if recorder_gone and sampler.feed.waiting:
+            write_directly(sampler.db_path, [sampler.feed])
+    except Exception as exc:
+        logger.debug("capsem: writing the last process samples failed: %r", exc)
+    result.samples = sampler.samples
     if sampler.pending:
         result.error = f"{sampler.pending} samples could not be written to {sampler.db_path}"
     else:
         try:
-            result.anomalies = record_anomalies(sampler.db_path, agent_pid=sampler.root_pid)
+            if recorder_gone:
+                result.anomalies = record_anomalies(sampler.db_path, agent_pid=sampler.root_pid)
+            else:
+                result.anomalies = sampler.send_anomalies()
         except Exception as exc:  # the session must still end cleanly
             result.error = f"anomaly detection failed: {exc!r}"
+    sampler.feed.close()  # a retry connects again
     if result.error and warn:
         logger.warning("capsem: process diagnostics: %s", result.error)
     return result

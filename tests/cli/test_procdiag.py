@@ -29,10 +29,10 @@ from assembler.procdiag.detect import signal_names
 from assembler.procdiag.sample import ProcessReader, parse_nofile_limit, parse_status_signals
 from assembler.procdiag.sampler import scrubber_for
 from capsem.redact import hash_value
-from capsem.schema import open_session_db
 from capsem.settings import parse
 from tests.cli.conftest import run
 from tests.conftest import rows
+from tests.recording import recorder_thread
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
 ZERO = "0" * 16
@@ -77,7 +77,7 @@ def test_oom_critical_is_one_anomaly_per_run_with_its_peak():
 def test_record_anomalies_only_adds_rows(tmp_path):
     """A rerun over more samples keeps the stored anomalies as they were and adds the new ones."""
     from addons.recorder.writer import SessionWriter
-    from assembler.procdiag import record_anomalies
+    from assembler.offline_write import record_anomalies
 
     db, samples = tmp_path / "session.db", series(oom_score=[500, 701, 100, 810])
     writer = SessionWriter(db)
@@ -276,7 +276,6 @@ def test_reader_on_a_live_a_zombie_and_a_vanished_process():
 @linux_only
 def test_sampler_follows_the_tree_and_keeps_orphans(tmp_path):
     db = tmp_path / "session.db"
-    open_session_db(db).close()
     marker = tmp_path / "grandchild.pid"
     # The child starts a grandchild that outlives it, then exits: the orphan stays watched.
     code = textwrap.dedent(f"""
@@ -285,23 +284,24 @@ def test_sampler_follows_the_tree_and_keeps_orphans(tmp_path):
         pathlib.Path({str(marker)!r}).write_text(str(g.pid))
         time.sleep(0.5)
     """)
-    child = subprocess.Popen([sys.executable, "-c", code])
-    sampler = ProcessSampler(child.pid, db, interval_ms=50)
-    sampler.start()
-    child.wait()
-    grandchild = int(marker.read_text())
-    try:
-        deadline = time.monotonic() + 30
-        seen_after = 0
-        while time.monotonic() < deadline and seen_after < 2:
-            sampler.flush()
-            seen_after = len(
-                rows(db, f"SELECT 1 FROM proc_samples WHERE pid = {grandchild} AND ppid != {child.pid}")
-            )
-            time.sleep(0.05)
-        report = finish(sampler)
-    finally:
-        os.kill(grandchild, signal.SIGKILL)
+    with recorder_thread(tmp_path):  # the samples go to the recorder, session.db's one writer
+        child = subprocess.Popen([sys.executable, "-c", code])
+        sampler = ProcessSampler(child.pid, db, interval_ms=50)
+        sampler.start()
+        child.wait()
+        grandchild = int(marker.read_text())
+        try:
+            deadline = time.monotonic() + 30
+            seen_after = 0
+            while time.monotonic() < deadline and seen_after < 2:
+                sampler.flush()
+                seen_after = len(
+                    rows(db, f"SELECT 1 FROM proc_samples WHERE pid = {grandchild} AND ppid != {child.pid}")
+                )
+                time.sleep(0.05)
+            report = finish(sampler)
+        finally:
+            os.kill(grandchild, signal.SIGKILL)
     assert seen_after >= 2, "the orphaned grandchild was not followed"
     pids = {r["pid"] for r in rows(db, "SELECT DISTINCT pid FROM proc_samples")}
     assert pids == {child.pid, grandchild}

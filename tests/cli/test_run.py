@@ -42,7 +42,11 @@ def test_run_records_the_agent_and_passes_its_exit_code(emu, capsem_home, tmp_pa
         capsem_home / "sessions" / session["id"] / "session.db", "SELECT action, path, size FROM fs_events"
     )
     assert {"action": "created", "path": "answer.txt", "size": len(ex["expected"]["text"].encode())} in events
-    assert session["total_file_events"] == len(events)
+    assert session["total_file_events"] == len(events)  # committed by the recorder before its rollup
+    folder = capsem_home / "sessions" / session["id"]
+    meta = {r["key"]: r["value"] for r in rows(folder / "session.db", "SELECT * FROM session_meta")}
+    assert int(meta["fswatch_feed_seq"]) >= 1 and int(meta["procdiag_feed_seq"]) >= 1  # sent to the recorder
+    assert not (folder / "recorder.addr").exists() and not (folder / "recorder.sock").exists()
 
 
 def test_run_reports_a_missing_command_at_once_like_a_shell(capsem_home, tmp_path):
