@@ -36,6 +36,7 @@ from addons.recorder.mcp_ledger import MCP_PREVIEW_BYTES, McpLedger
 from addons.recorder.outcome import call_error
 from addons.recorder.rows import IdMinter, McpCall, ModelCall, ResponseChunksRow, Row
 from addons.recorder.spend import SessionSpend
+from addons.recorder.streams import StreamRead, chunks_json
 from addons.recorder.traces import TraceTracker
 from addons.recorder.websocket import Turn, WebSocketTurns, close_error, request_of
 from addons.recorder.writer import SessionWriter
@@ -46,28 +47,6 @@ from capsem.settings import CaptureSettings
 logger = logging.getLogger(__name__)
 
 ProcessInfo = tuple[str | None, int | None]
-
-
-@dataclass(slots=True)
-class _Reader:
-    reader: ResponseReader
-    first_content: float | None = None
-    started: float = 0.0
-    chunks: list[tuple[int, int]] = field(default_factory=list)
-    """(decoded end, ms after the request) of each chunk (`response_chunks`)."""
-    held: list[bytes] = field(default_factory=list)
-    """Chunks that came after the content started, fed together at the end of their batch."""
-    held_at: list[float] = field(default_factory=list)
-    """When each held chunk came."""
-
-    def note(self, end: int, at: float) -> None:
-        """Where a chunk ends in the decoded body and when it came (`response_chunks`)."""
-        if len(self.chunks) < MAX_CHUNKS and (not self.chunks or end > self.chunks[-1][0]):
-            self.chunks.append((end, max(0, round((at - self.started) * 1000))))
-
-
-MAX_CHUNKS = 100_000
-"""Chunks of one response whose timing is kept (`response_chunks`); the rest arrive with the last."""
 
 
 @dataclass(slots=True)
@@ -108,8 +87,8 @@ class Recorder:
         self.bodies = BodyStore(writer.scrubber, self.ids, known_pieces(writer.conn))
         self.conversations = Conversations()
         self.conversations.stored = {r[0] for r in writer.conn.execute("SELECT hash FROM item_data")}
-        self.readers: dict[str, _Reader] = {}
-        self._held: list[_Reader] = []
+        self.readers: dict[str, StreamRead] = {}
+        self._held: list[StreamRead] = []
         """Readers holding chunks back (`feed_held`)."""
         self.sockets: dict[str, _Socket] = {}
         self.restart_missed: int | None = None
@@ -153,8 +132,10 @@ class Recorder:
             if msg.mcp_stream:
                 self.mcp.open_stream(msg)
             return
-        self.readers[msg.request.key] = _Reader(self._reader(msg.route, msg.framing, msg.response.header("content-encoding"),
-                                                             msg.response.status), started=msg.request.started)  # fmt: skip
+        reader = self._reader(
+            msg.route, msg.framing, msg.response.header("content-encoding"), msg.response.status
+        )
+        self.readers[msg.request.key] = StreamRead(reader, started=msg.request.started)
 
     def _reader(self, route, framing: str | None, encoding: str | None, status: int) -> ResponseReader:
         return ResponseReader(
@@ -172,16 +153,8 @@ class Recorder:
         if state is None:
             self._write(self.mcp.stream_chunk(msg.key, msg.at, msg.data) or [])
             return
-        if state.first_content is not None:  # its time is known: the chunk waits for its batch's others
-            if not state.held:
-                self._held.append(state)
-            state.held.append(msg.data)
-            state.held_at.append(msg.at)
-            return
-        state.reader.feed(msg.data)
-        state.note(state.reader.decoded_bytes, msg.at)
-        if state.reader.content_started:
-            state.first_content = msg.at
+        if state.take(msg.data, msg.at):  # held: fed with its batch's others (`feed_held`)
+            self._held.append(state)
 
     def feed_held(self) -> None:
         """Feed each reader the chunks it held back, at once: a batch carries several chunks of a
@@ -190,11 +163,8 @@ class Recorder:
         a flow's end feeds them first too."""
         held, self._held = self._held, []
         for state in held:
-            chunks, times = state.held, state.held_at
-            state.held, state.held_at = [], []
             try:
-                for end, at in zip(state.reader.feed_many(chunks), times, strict=True):
-                    state.note(end, at)
+                state.feed_held()
             except Exception as exc:  # the reader never raises; a bug must not stop the loop
                 self.failures += 1
                 logger.warning("capsem: recording failed (Chunk): %r", exc)
@@ -227,7 +197,7 @@ class Recorder:
             if state is None and flow.streamed and self.restart_missed is not None:
                 flow = self._lost_stream(flow)
             if state is None:
-                state = _Reader(self._reader(route, None, flow.response.header("content-encoding"),
+                state = StreamRead(self._reader(route, None, flow.response.header("content-encoding"),
                                              flow.response.status))  # fmt: skip
                 state.reader.feed(flow.response_body or b"")
             summary = state.reader.finish()
@@ -285,7 +255,7 @@ class Recorder:
                 rows[0], flow, request_body, state.reader.body, state.reader.body_truncated, fresh
             )
             if state.chunks:
-                self._write([ResponseChunksRow(rows[0].id, _chunks_json(state.chunks))])
+                self._write([ResponseChunksRow(rows[0].id, chunks_json(state.chunks))])
         if flow.substitutions:
             self._write(build.substitution_events(flow, net_event_id=net_id, process=process))
         if flow.approval is not None:
@@ -386,7 +356,7 @@ class Recorder:
             self._keep_bodies(rows[0], None, turn.request_body, turn.response_body, False, fresh,  # type: ignore[arg-type]
                               response_type="application/x-ndjson")  # fmt: skip
             if turn.chunks:
-                self._write([ResponseChunksRow(rows[0].id, _chunks_json(turn.chunks))])
+                self._write([ResponseChunksRow(rows[0].id, chunks_json(turn.chunks))])
 
 
 _HANDLERS: dict[type, Callable[[Recorder, Any], None]] = {
@@ -396,10 +366,6 @@ _HANDLERS: dict[type, Callable[[Recorder, Any], None]] = {
     WsOpened: Recorder._ws_opened,
     WsMessage: Recorder._ws_message,
 }
-
-
-def _chunks_json(chunks: list[tuple[int, int]]) -> str:
-    return msgspec.json.encode(chunks).decode()
 
 
 def _json_object(body: bytes) -> dict | None:

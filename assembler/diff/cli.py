@@ -38,13 +38,12 @@ def diff(a: str, b: str | None, as_json: bool, html_out: Path | None) -> None:
         capsem diff 20260327-1544 20260327-1601 --html diff.html
     """
     from assembler.diff.compare import compare
-    from assembler.diff.load import load_run
+    from assembler.diff.load import load_session
     from assembler.diff.text import as_json as to_json
     from assembler.diff.text import render
     from assembler.sessiondb import open_session, resolve
     from assembler.view.queries import IncompleteDatabase
 
-    runs = []
     with user_errors(IncompleteDatabase, sqlite3.DatabaseError, OSError):
         ids = (resolve(a), resolve(b)) if b is not None else _with_base(resolve(a))
         if html_out is not None:
@@ -54,9 +53,7 @@ def diff(a: str, b: str | None, as_json: bool, html_out: Path | None) -> None:
             html_out.write_text(page, encoding="utf-8")
             console().print(f"wrote {html_out} ({len(page.encode()):,} bytes): {ids[0]} → {ids[1]}")
             return
-        for session_id in ids:
-            with open_session(session_id) as conn:
-                runs.append(load_run(conn, session_id))
+        runs = [load_session(open_session, session_id) for session_id in ids]
     found = compare(*runs)
     if as_json:
         click.echo(json.dumps(to_json(found), indent=2, ensure_ascii=False))

@@ -5,15 +5,33 @@ a signature that names what a call is for and not what it says: provider, endpoi
 message that started its turn, and the kinds and roles of its new conversation items. Within a
 stretch that does not line up, calls of the same provider and endpoint are paired in order; the
 rest are calls only one session made. Ids (call ids, tool call ids, turn ids) and timings
-(timestamps, durations) are never changes: they are kept apart (`CallDiff.ignored`).
+(timestamps, durations) are never changes: they are kept apart (`CallDiff.ignored`). Texts are
+compared as `capsem replay` matches requests (`assembler/replay/match.py: run_invariant`): dates,
+times, ids, Claude Code's billing line and each session's own workspace path put aside, so a
+session and its replay differ in ids and timings only.
 """
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from assembler.diff.load import Call, Piece, Run, ToolDef, ToolUse
+from assembler.replay.match import run_invariant
+
+Norm = Callable[[str], str]
+"""A text as compared (what changes on every run put aside)."""
+
+
+def _same_text(text: str) -> str:
+    return text
+
+
+def norm_of(run: Run) -> Norm:
+    """How `run`'s texts are compared: its workspace, dates, ids and billing line put aside."""
+    return lambda text: run_invariant(text, run.workspace)
+
 
 COST_EPSILON = 1e-9
 
@@ -103,17 +121,18 @@ class SessionDiff:
         return not self.changed and all(d.a == d.b for d in self.totals)
 
 
-def signature(call: Call) -> tuple:
+def signature(call: Call, norm: Norm = _same_text) -> tuple:
     """What a call is for: provider, endpoint, the user message that started its turn and the kinds
     and roles of its new conversation items."""
-    return (call.provider, call.endpoint, call.ask, tuple((p.kind, p.role) for p in call.new_items))
+    return (call.provider, call.endpoint, norm(call.ask), tuple((p.kind, p.role) for p in call.new_items))
 
 
-def align(a: tuple[Call, ...], b: tuple[Call, ...]) -> list[tuple[Call | None, Call | None]]:
+def align(a: tuple[Call, ...], b: tuple[Call, ...], na: Norm = _same_text,
+          nb: Norm = _same_text) -> list[tuple[Call | None, Call | None]]:  # fmt: skip
     """The calls of two runs paired in order; a call only one run made is paired with None."""
     pairs: list[tuple[Call | None, Call | None]] = []
     matcher = difflib.SequenceMatcher(
-        a=[signature(c) for c in a], b=[signature(c) for c in b], autojunk=False
+        a=[signature(c, na) for c in a], b=[signature(c, nb) for c in b], autojunk=False
     )
     for op, a0, a1, b0, b1 in matcher.get_opcodes():
         if op == "equal":
@@ -145,14 +164,15 @@ def unified(a: str | None, b: str | None, name: str = "") -> tuple[str, ...]:
     return tuple(line for line in lines if not line.startswith(("---", "+++")))
 
 
-def tool_changes(a: tuple[ToolDef, ...], b: tuple[ToolDef, ...]) -> tuple[ToolChange, ...]:
+def tool_changes(a: tuple[ToolDef, ...], b: tuple[ToolDef, ...], na: Norm = _same_text,
+                 nb: Norm = _same_text) -> tuple[ToolChange, ...]:  # fmt: skip
     """Tools added, removed or changed (by name; changed: description or schema differ)."""
     before, after = {t.name: t for t in a}, {t.name: t for t in b}
     out = [ToolChange(n, "removed", diff=_said("-", t)) for n, t in before.items() if n not in after]
     out += [ToolChange(n, "added", diff=_said("+", t)) for n, t in after.items() if n not in before]
     for name in (n for n in after if n in before):
         old, new = before[name], after[name]
-        fields = tuple(f for f in ("description", "schema") if getattr(old, f) != getattr(new, f))
+        fields = tuple(f for f in ("description", "schema") if na(getattr(old, f)) != nb(getattr(new, f)))
         if fields:
             diff = unified(old.description, new.description) + unified(old.schema, new.schema)
             out.append(ToolChange(name, "changed", fields, diff))
@@ -164,24 +184,28 @@ def _said(mark: str, tool: ToolDef) -> tuple[str, ...]:
     return tuple(mark + line for line in tool.description.splitlines())
 
 
-def piece_changes(a: tuple[Piece, ...], b: tuple[Piece, ...]) -> tuple[PieceChange, ...]:
+def piece_changes(a: tuple[Piece, ...], b: tuple[Piece, ...], na: Norm = _same_text,
+                  nb: Norm = _same_text) -> tuple[PieceChange, ...]:  # fmt: skip
     """Items only in A (removed) or only in B (added), in order."""
     out: list[PieceChange] = []
-    matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    matcher = difflib.SequenceMatcher(a=[(p.kind, p.role, na(p.text)) for p in a],
+                                      b=[(p.kind, p.role, nb(p.text)) for p in b], autojunk=False)  # fmt: skip
     for op, a0, a1, b0, b1 in matcher.get_opcodes():
         if op != "equal":
             out += [PieceChange("removed", p) for p in a[a0:a1]] + [PieceChange("added", p) for p in b[b0:b1]]
     return tuple(out)
 
 
-def _use_key(use: ToolUse) -> tuple:
-    return (use.name, use.arguments, use.result, use.is_error)
+def _use_key(use: ToolUse, norm: Norm = _same_text) -> tuple:
+    return (use.name, norm(use.arguments), None if use.result is None else norm(use.result), use.is_error)
 
 
-def use_changes(a: tuple[ToolUse, ...], b: tuple[ToolUse, ...]) -> tuple[UseChange, ...]:
+def use_changes(a: tuple[ToolUse, ...], b: tuple[ToolUse, ...], na: Norm = _same_text,
+                nb: Norm = _same_text) -> tuple[UseChange, ...]:  # fmt: skip
     """Tool calls made only in A or B, or made with other arguments or another result."""
     out: list[UseChange] = []
-    matcher = difflib.SequenceMatcher(a=[_use_key(u) for u in a], b=[_use_key(u) for u in b], autojunk=False)
+    matcher = difflib.SequenceMatcher(a=[_use_key(u, na) for u in a], b=[_use_key(u, nb) for u in b],
+                                      autojunk=False)  # fmt: skip
     for op, a0, a1, b0, b1 in matcher.get_opcodes():
         if op == "equal":
             continue
@@ -196,8 +220,8 @@ _FIELDS = ("model", "endpoint", "status", "error", "stop_reason", "input_tokens"
            "cache_write")  # fmt: skip
 
 
-def compare_calls(a: Call, b: Call) -> CallDiff:
-    """What changed from call `a` to call `b`."""
+def compare_calls(a: Call, b: Call, na: Norm = _same_text, nb: Norm = _same_text) -> CallDiff:
+    """What changed from call `a` to call `b` (texts compared as `na` and `nb` read them)."""
     fields = [Delta(f, getattr(a, f), getattr(b, f)) for f in _FIELDS if getattr(a, f) != getattr(b, f)]
     if abs(a.cost - b.cost) > COST_EPSILON:
         fields.append(Delta("cost", a.cost, b.cost))
@@ -206,10 +230,24 @@ def compare_calls(a: Call, b: Call) -> CallDiff:
     ids = (tuple(u.call_id for u in a.tool_uses), tuple(u.call_id for u in b.tool_uses))
     if ids[0] != ids[1]:
         ignored.append(Delta("tool call ids", ", ".join(ids[0]), ", ".join(ids[1])))
-    return CallDiff(a, b, system=unified(a.system, b.system), tools=tool_changes(a.tools, b.tools),
-                    items=piece_changes(a.new_items, b.new_items), answer=piece_changes(a.answer, b.answer),
-                    tool_uses=use_changes(a.tool_uses, b.tool_uses), fields=tuple(fields),
-                    ignored=tuple(ignored))  # fmt: skip
+    system = () if na(a.system or "") == nb(b.system or "") else unified(a.system, b.system)
+    found = CallDiff(a, b, system=system, tools=tool_changes(a.tools, b.tools, na, nb),
+                     items=piece_changes(a.new_items, b.new_items, na, nb),
+                     answer=piece_changes(a.answer, b.answer, na, nb),
+                     tool_uses=use_changes(a.tool_uses, b.tool_uses, na, nb), fields=tuple(fields))  # fmt: skip
+    if na is not _same_text or nb is not _same_text:  # what differs only in dates, ids or paths
+        exact = compare_calls(a, b)
+        put_aside = [name for name in ("system", "tools", "items", "answer", "tool_uses")
+                     if getattr(exact, name) and not getattr(found, name)]  # fmt: skip
+        if put_aside:
+            ignored.append(
+                Delta("dates, ids or paths in " + ", ".join(_NAMES[n] for n in put_aside), None, None)
+            )
+    return replace(found, ignored=tuple(ignored))
+
+
+_NAMES = {"system": "the system prompt", "tools": "tools", "items": "new items", "answer": "the answer",
+          "tool_uses": "tool calls"}  # fmt: skip
 
 
 def _once(diffs: list[CallDiff]) -> list[CallDiff]:
@@ -254,9 +292,10 @@ def alone(a: Call | None, b: Call | None) -> CallDiff:
 
 def compare(a: Run, b: Run) -> SessionDiff:
     """Run `a` against run `b`, call by call, with the totals of each."""
+    na, nb = norm_of(a), norm_of(b)
     diffs = [
-        compare_calls(x, y) if x is not None and y is not None else alone(x, y)
-        for x, y in align(a.calls, b.calls)
+        compare_calls(x, y, na, nb) if x is not None and y is not None else alone(x, y)
+        for x, y in align(a.calls, b.calls, na, nb)
     ]
     ta, tb = totals(a), totals(b)
     timing = (

@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from dataclasses import dataclass
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
 from typing import Any
 
 from addons.items import call_items
+from assembler.sessiondb import MainDbMissing, open_main
 from assembler.view.queries.call import item_content, readable
 from assembler.view.queries.common import check_session_db
 from assembler.view.queries.session import _node, _tools_for
@@ -98,6 +101,8 @@ class Call:
 class Run:
     session_id: str
     calls: tuple[Call, ...]
+    workspace: str | None = None
+    """Where it ran (`sessions.workspace`): read as `<workspace>` when compared."""
 
 
 def strip_ids(value: Any) -> Any:
@@ -137,6 +142,20 @@ def tool_def(content: str, fallback: str | None) -> ToolDef:
 
 
 _MODEL_IN_PATH = re.compile(r"(/models/)[^/:]+")
+
+
+def load_session(
+    open_session: Callable[[str], AbstractContextManager[sqlite3.Connection]], session_id: str
+) -> Run:
+    """A session's calls (`open_session(id)`: a read-only connection) and its workspace from main.db."""
+    with open_session(session_id) as conn:
+        run = load_run(conn, session_id)
+    try:
+        with open_main() as main:
+            row = main.execute("SELECT workspace FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    except (MainDbMissing, sqlite3.Error):  # an older main.db (no workspace column) or none
+        row = None
+    return replace(run, workspace=row[0] if row else None)
 
 
 def load_run(conn: sqlite3.Connection, session_id: str) -> Run:

@@ -12,7 +12,7 @@ from typing import Any
 
 from assembler.diff import text
 from assembler.diff.compare import CallDiff, compare
-from assembler.diff.load import load_run
+from assembler.diff.load import load_session
 from assembler.sessiondb import MainDbMissing, db_file, open_main
 
 MAX_CHOICES = 30
@@ -62,11 +62,7 @@ def diff_context(
     open_session: Callable[[str], AbstractContextManager[Connection]], a: str, b: str
 ) -> dict[str, Any]:
     """The template context of the `/diff/A/B` page (`open_session(id)`: a read-only connection)."""
-    runs = []
-    for session_id in (a, b):
-        with open_session(session_id) as conn:
-            runs.append(load_run(conn, session_id))
-    found = compare(*runs)
+    found = compare(*(load_session(open_session, session_id) for session_id in (a, b)))
     return {"d": found, "blocks": blocks(found.calls), "kinds": text.kinds_changed(found), "label": text.label,
             "value": text.value, "signed": text.signed, "title": f"Compare {a} → {b}"}  # fmt: skip
 

@@ -160,8 +160,8 @@ def _ignored(d: CallDiff) -> str:
             parts.append(f"call time {f.a:,} ms → {f.b:,} ms")
         elif f.what == "id":
             parts.append("call id")
-        elif f.what == "tool call ids":
-            parts.append("tool call ids")
+        elif f.what == "tool call ids" or f.what.startswith("dates, ids or paths"):
+            parts.append(f.what)
     return ", ".join(parts) or "timestamps"
 
 

@@ -103,6 +103,13 @@ def _string(text: str, workspace: str | None) -> tuple[str, tuple[str, ...]]:
     return (_ID.sub(ID, text) if ids else text), ids
 
 
+def run_invariant(text: str, workspace: str | None = None) -> str:
+    """`text` with what changes on every run by design put aside (rule 2 above, but secrets and id
+    mapping): the workspace, Claude Code's billing line, dates and times, ids. `capsem diff`
+    compares texts so."""
+    return _string(text, workspace)[0]
+
+
 @lru_cache(maxsize=16)
 def _workspace_forms(workspace: str) -> tuple[str, re.Pattern[str]]:
     """The workspace's last name, and a pattern finding the workspace as a path, as Claude Code

@@ -91,6 +91,14 @@ def test_replay_answers_every_call_as_recorded(recorded, home, tmp_path):
     assert f"replay of {original}: 13 matched, 0 missed, 0 live" in run("inspect-session", replay["id"])
     with environ(COLUMNS="400"):  # the name/tags column is cut to fit a narrower terminal
         assert f"replay of {original}" in run("list-sessions")
+    # issue 26: a session and its replay differ in ids and timings only (another workspace and
+    # date included: the diff reads texts as the replay matches them)
+    compared = json.loads(run("diff", original, replay["id"], "--json"))
+    assert compared["same"], [c for c in compared["calls"] if c["changed"]]
+    assert len(compared["calls"]) == 13
+    assert any("dates, ids or paths" in d["what"] for c in compared["calls"] for d in c["ignored"])
+    with environ(COLUMNS="80"):
+        assert "no change but ids and timings (13 calls lined up)" in run("diff", replay["id"])
     meta = {
         r["key"]: r["value"] for r in rows(db, "SELECT key, value FROM session_meta WHERE key LIKE 'replay%'")
     }
