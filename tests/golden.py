@@ -85,6 +85,8 @@ def _cell(name: str, value: object, ids: dict[str, str]) -> object:
         return _text(text, ids) if text is not None else f"<{len(value)} bytes>"
     if CLOCK_COLUMNS.search(name) and isinstance(value, (int, float)):
         return "<clock>"
+    if name == "chunks" and isinstance(value, str):  # response_chunks: [[decoded end, ms], ...]
+        return json.dumps([[end, "<clock>"] for end, _ in json.loads(value)])
     if isinstance(value, str):
         return _text(value, ids)
     return value
