@@ -91,23 +91,23 @@ class Shape:
 
 
 @lru_cache(maxsize=200_000)  # an agent resends its history: most strings were seen last turn
-def _string(text: str, workspace: str | None) -> tuple[str, tuple[str, ...]]:
+def _string(text: str, workspace: str | None, billing: bool = True) -> tuple[str, tuple[str, ...]]:
     if workspace:
         base, forms = _workspace_forms(workspace)
         if base in text:
             text = forms.sub(WORKSPACE, text)
-    if "x-anthropic-billing-header" in text:
+    if billing and "x-anthropic-billing-header" in text:
         text = _BILLING.sub(BILLING, text)
     text = _DATE.sub(DATE, text)
     ids = tuple(_ID.findall(text))
     return (_ID.sub(ID, text) if ids else text), ids
 
 
-def run_invariant(text: str, workspace: str | None = None) -> str:
+def run_invariant(text: str, workspace: str | None = None, *, billing: bool = True) -> str:
     """`text` with what changes on every run by design put aside (rule 2 above, but secrets and id
-    mapping): the workspace, Claude Code's billing line, dates and times, ids. `capsem diff`
-    compares texts so."""
-    return _string(text, workspace)[0]
+    mapping): the workspace, Claude Code's billing line (unless `billing` is False), dates and
+    times, ids. `capsem diff` compares texts so."""
+    return _string(text, workspace, billing)[0]
 
 
 @lru_cache(maxsize=16)
