@@ -17,7 +17,7 @@ import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from assembler.diff.load import BILLING_LINE, Call, Piece, Run, ToolDef, ToolUse
+from assembler.diff.load import Call, Piece, Run, ToolDef, ToolUse, mask_billing
 from assembler.replay.match import run_invariant
 
 Norm = Callable[[str], str]
@@ -31,7 +31,7 @@ def _same_text(text: str) -> str:
 def norm_of(run: Run) -> Norm:
     """How `run`'s texts are compared: its workspace, dates, ids and the checksum of Claude Code's
     billing line put aside (its `cc_version` counts: another Claude Code is a change)."""
-    return lambda text: run_invariant(BILLING_LINE.sub(r"\1…", text), run.workspace, billing=False)
+    return lambda text: run_invariant(mask_billing(text), run.workspace, billing=False)
 
 
 COST_EPSILON = 1e-9

@@ -31,9 +31,25 @@ _ARGUMENT_KEYS = frozenset(
     {"input", "arguments", "args", "parameters", "input_schema", "schema", "properties"}
 )
 """Keys whose values are the tool's own data: an `id` inside them is content, kept."""
-BILLING_LINE = re.compile(r"(x-anthropic-billing-header:[^\n]*?\bcch=)[0-9A-Za-z]+")
-"""Claude Code's first system block carries a checksum that differs on every request
-(`x-anthropic-billing-header: cc_version=…; cch=3f66f;`): an id, not a change of the prompt."""
+BILLING_LINE = re.compile(
+    r"(x-anthropic-billing-header:[^\n]*?)(?:\b(cc_version=\d+\.\d+\.\d+)\.[0-9A-Za-z]+|\b(cch=)[0-9A-Za-z]+)"
+)
+"""Claude Code's first system block carries values that differ on every request (`x-anthropic-
+billing-header: cc_version=2.0.50.c86; cch=3f66f;`: the suffix of its version and the checksum):
+ids, not a change of the prompt. The version itself (2.0.50) counts."""
+
+
+def mask_billing(text: str) -> str:
+    """`text` with the per-request values of Claude Code's billing line shown as `…`."""
+    if "x-anthropic-billing-header" not in text:
+        return text
+    while True:  # the line's two values, one substitution each
+        masked = BILLING_LINE.sub(lambda m: m[1] + (f"{m[2]}.…" if m[2] else f"{m[3]}…"), text)
+        if masked == text:
+            return text
+        text = masked
+
+
 CONVERSATION = ("message", "tool_call", "tool_result")
 """Input item kinds compared as "new items" (system prompt and tools are compared on their own)."""
 
@@ -120,7 +136,7 @@ def piece_text(kind: str, content: str) -> str:
         value = json.loads(content)
     except ValueError:
         return content
-    return BILLING_LINE.sub(r"\1…", readable(kind, json.dumps(strip_ids(value), ensure_ascii=False)))
+    return mask_billing(readable(kind, json.dumps(strip_ids(value), ensure_ascii=False)))
 
 
 def tool_def(content: str, fallback: str | None) -> ToolDef:
