@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -410,10 +411,12 @@ def _stop_recording(process: subprocess.Popen[bytes], proxy: Mitmdump | None, wa
     mitmdump stops, so the rollup counts them; only what no recorder took (it died for good) is
     written here, after mitmdump has stopped."""
     from assembler.procdiag import finish
+    from assembler.procdiag.sampler import FINAL_WRITE_TIMEOUT
 
-    report = finish(sampler, warn=False) if sampler is not None else None
+    deadline = time.monotonic() + FINAL_WRITE_TIMEOUT  # one wait for a recorder that cannot commit
+    report = finish(sampler, warn=False, deadline=deadline) if sampler is not None else None
     if watcher is not None:
-        watcher.stop()
+        watcher.stop(timeout=max(0.0, deadline - time.monotonic()))
     if proxy is not None:
         proxy.stop()
     elif process.poll() is None:

@@ -22,6 +22,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,14 +108,14 @@ class ProcessSampler:
                              "procdiag_interval_ms": str(round(self.interval * 1000))}))  # fmt: skip
         self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Take one last sample, send what is pending and stop; waits up to FINAL_WRITE_TIMEOUT
+    def stop(self, timeout: float = 10.0, flush_timeout: float = FINAL_WRITE_TIMEOUT) -> None:
+        """Take one last sample, send what is pending and stop; waits up to `flush_timeout`
         for the recorder to commit (may be called again)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
         self.flush()
-        self.feed.flush(FINAL_WRITE_TIMEOUT)
+        self.feed.flush(flush_timeout)
 
     @property
     def samples(self) -> int:
@@ -221,17 +222,22 @@ class Diagnostics:
                 + (f" ({', '.join(kinds)})" if kinds else ""))  # fmt: skip
 
 
-def finish(sampler: ProcessSampler, *, warn: bool = True, recorder_gone: bool = False) -> Diagnostics:
+def finish(sampler: ProcessSampler, *, warn: bool = True, recorder_gone: bool = False,
+           deadline: float | None = None) -> Diagnostics:  # fmt: skip
     """Stop `sampler`, have its last samples committed and record their anomalies: sent to the
     recorder while it runs; with `recorder_gone` (mitmdump has stopped: the retry of a first call
-    that failed) what it did not take is written directly, and so are the anomalies.
+    that failed) what it did not take is written directly, and so are the anomalies. `deadline`
+    (time.monotonic()) bounds the waits for the recorder's commits, FINAL_WRITE_TIMEOUT each without.
 
     Failures are reported in `Diagnostics.error` (and logged if `warn`), never raised; calling
     it again retries.
     """
     from assembler.offline_write import record_anomalies, write_directly
 
-    sampler.stop()
+    def left() -> float:
+        return FINAL_WRITE_TIMEOUT if deadline is None else max(0.0, deadline - time.monotonic())
+
+    sampler.stop(flush_timeout=0.0 if recorder_gone else left())  # no recorder is left to wait for
     result = Diagnostics(processes=len(sampler.processes))
     try:
         if recorder_gone and sampler.feed.waiting:
@@ -246,7 +252,7 @@ def finish(sampler: ProcessSampler, *, warn: bool = True, recorder_gone: bool = 
             if recorder_gone:
                 result.anomalies = record_anomalies(sampler.db_path, agent_pid=sampler.root_pid)
             else:
-                result.anomalies = sampler.send_anomalies()
+                result.anomalies = sampler.send_anomalies(left())
         except Exception as exc:  # the session must still end cleanly
             result.error = f"anomaly detection failed: {exc!r}"
     sampler.feed.close()  # a retry connects again
