@@ -340,7 +340,7 @@ def render(results: dict) -> str:
     if results.get("replay"):
         from benchmarks.replay import replay_section
 
-        parts += replay_section(results["replay"])
+        parts += [*replay_section(results["replay"]), ""]
     goals = issue_goals(results)
     if goals:
         parts += [
