@@ -52,6 +52,34 @@ def list_sessions(filters: SessionFilters) -> Listing:
     Raises:
         MainDbMissing: when main.db does not exist yet.
     """
+    where, params = _where(filters)
+    sql = "SELECT * FROM sessions"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY created_at DESC, id DESC"
+    out: list[dict[str, Any]] = []
+    matched = 0
+    with open_main() as conn:
+        tags: dict[str, list[str]] = {}
+        for session_id, tag in conn.execute("SELECT session_id, tag FROM session_tags ORDER BY rowid"):
+            tags.setdefault(session_id, []).append(tag)
+        for r in conn.execute(sql, params):
+            row = dict(r)
+            path = db_file(row["id"])
+            if filters.with_db and path is None:
+                continue
+            matched += 1
+            if filters.limit and len(out) >= filters.limit:
+                continue
+            row["tags"] = tags.get(row["id"], [])
+            row["has_db"] = path is not None
+            row["db_file"] = str(path) if path else None
+            out.append(as_shown(row))
+    return Listing(out, matched)
+
+
+def _where(filters: SessionFilters) -> tuple[list[str], list[Any]]:
+    """The WHERE conditions of `list_sessions` and their bind parameters (all but `with_db` and `limit`)."""
     where: list[str] = []
     params: list[Any] = []
     if not filters.include_culled:
@@ -79,29 +107,7 @@ def list_sessions(filters: SessionFilters) -> Listing:
     if filters.tag:
         where.append("id IN (SELECT session_id FROM session_tags WHERE tag = ?)")
         params.append(filters.tag)
-    sql = "SELECT * FROM sessions"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += " ORDER BY created_at DESC, id DESC"
-    out: list[dict[str, Any]] = []
-    matched = 0
-    with open_main() as conn:
-        tags: dict[str, list[str]] = {}
-        for session_id, tag in conn.execute("SELECT session_id, tag FROM session_tags ORDER BY rowid"):
-            tags.setdefault(session_id, []).append(tag)
-        for r in conn.execute(sql, params):
-            row = dict(r)
-            path = db_file(row["id"])
-            if filters.with_db and path is None:
-                continue
-            matched += 1
-            if filters.limit and len(out) >= filters.limit:
-                continue
-            row["tags"] = tags.get(row["id"], [])
-            row["has_db"] = path is not None
-            row["db_file"] = str(path) if path else None
-            out.append(as_shown(row))
-    return Listing(out, matched)
+    return where, params
 
 
 LOSSY = ("degraded", "failed", "unknown")

@@ -25,7 +25,10 @@ from assembler.cli_support import (
 )
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from assembler.inspect import Inspection
+    from assembler.sessions import Listing
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -68,7 +71,7 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
         capsem list-sessions --project capsem --branch main --tag ci
     """
     from assembler.sessiondb import MainDbMissing
-    from assembler.sessions import LOSSY, SessionFilters, created, duration, list_sessions
+    from assembler.sessions import SessionFilters, list_sessions
     from assembler.tables import Column, fit_table
 
     filters = SessionFilters(limit, include_culled, with_db, with_model, with_net, with_mcp, with_tools, min_cost,
@@ -76,13 +79,7 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
     try:
         listing = list_sessions(filters)
     except MainDbMissing:  # a fresh CAPSEM_HOME: nothing recorded yet is not an error
-        from capsem.paths import capsem_home
-
-        if as_json:
-            click.echo("[]")
-            return
-        click.echo(f"No sessions recorded yet in {capsem_home()}: capsem run -- AGENT records one "
-                   "(capsem run --emulator -- AGENT, or capsem demo, needs no key)")  # fmt: skip
+        _echo_nothing_recorded(as_json)
         return
     found = listing.sessions
     if as_json:
@@ -99,32 +96,55 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
                Column("capsem", "left", 8), Column("project", "left", 6, wrap=True),
                Column("name/tags", "left", 7, wrap=True), Column("Command", "left", 8, wrap=True)]  # fmt: skip
 
-    def cells(r: dict) -> list[str]:
-        cache_write, cache_read = (
-            r.get("total_cache_write_tokens") or 0,
-            r.get("total_cache_read_tokens") or 0,
-        )
-        uncached = max(0, r["total_input_tokens"] - cache_write - cache_read)
-        lossy = r.get("capture_status") in LOSSY
-        status = r["status"] + ("!" if lossy else "") + (" kept" if r.get("keep") else "")
-        return [r["id"] + ("*" if r["has_db"] else " "), created(r), duration(r), status,
-                "" if r.get("exit_code") is None else str(r["exit_code"]),
-                _cost(r["total_estimated_cost"], r.get("unpriced_calls")),
-                f"{uncached:,}", f"{cache_write:,}", f"{cache_read:,}", f"{r['total_output_tokens']:,}",
-                str(r["total_requests"]), str(r["total_tool_calls"]), str(r["total_mcp_calls"]),
-                str(r["total_file_events"]), str(r.get("total_errors") or 0), _stepped_in(r),
-                (r.get("project") or "") + (f"@{r['git_branch']}" if r.get("git_branch") else ""),
-                " ".join([*([r["name"]] if r.get("name") else []), *(f"#{t}" for t in r.get("tags") or []),
-                          *([f"replay of {r['replay_of']}"] if r.get("replay_of") else [])]),
-                _command(r.get("command"))]  # fmt: skip
-
     console = _console()
-    table = [cells(r) for r in found]
+    table = [_session_cells(r) for r in found]
     optional = {"capsem", "project", "name/tags"}  # shown when some session has one
     keep = [i for i, c in enumerate(columns) if c.name not in optional or any(row[i] for row in table)]
     console.print(
         fit_table([columns[i] for i in keep], [[row[i] for i in keep] for row in table], console.width)
     )
+    _print_listing_notes(console, listing)
+
+
+def _echo_nothing_recorded(as_json: bool) -> None:
+    """What list-sessions says when main.db does not exist yet: `[]`, or how to record a session."""
+    from capsem.paths import capsem_home
+
+    if as_json:
+        click.echo("[]")
+        return
+    click.echo(f"No sessions recorded yet in {capsem_home()}: capsem run -- AGENT records one "
+               "(capsem run --emulator -- AGENT, or capsem demo, needs no key)")  # fmt: skip
+
+
+def _session_cells(r: dict) -> list[str]:
+    """One session's row of the list-sessions table, in the order of its columns."""
+    from assembler.sessions import LOSSY, created, duration
+
+    cache_write, cache_read = (
+        r.get("total_cache_write_tokens") or 0,
+        r.get("total_cache_read_tokens") or 0,
+    )
+    uncached = max(0, r["total_input_tokens"] - cache_write - cache_read)
+    lossy = r.get("capture_status") in LOSSY
+    status = r["status"] + ("!" if lossy else "") + (" kept" if r.get("keep") else "")
+    return [r["id"] + ("*" if r["has_db"] else " "), created(r), duration(r), status,
+            "" if r.get("exit_code") is None else str(r["exit_code"]),
+            _cost(r["total_estimated_cost"], r.get("unpriced_calls")),
+            f"{uncached:,}", f"{cache_write:,}", f"{cache_read:,}", f"{r['total_output_tokens']:,}",
+            str(r["total_requests"]), str(r["total_tool_calls"]), str(r["total_mcp_calls"]),
+            str(r["total_file_events"]), str(r.get("total_errors") or 0), _stepped_in(r),
+            (r.get("project") or "") + (f"@{r['git_branch']}" if r.get("git_branch") else ""),
+            " ".join([*([r["name"]] if r.get("name") else []), *(f"#{t}" for t in r.get("tags") or []),
+                      *([f"replay of {r['replay_of']}"] if r.get("replay_of") else [])]),
+            _command(r.get("command"))]  # fmt: skip
+
+
+def _print_listing_notes(console: Console, listing: Listing) -> None:
+    """The lines under the list-sessions table: its marks and what was left out."""
+    from assembler.sessions import LOSSY
+
+    found = listing.sessions
     notes = ["* = session.db on disk (queryable)"]
     if listing.matched > len(found):
         notes.append(f"showing {len(found)} of {counted(listing.matched, 'session')} (-n 0 shows all)")
@@ -380,12 +400,7 @@ def _print_inspection(result: Inspection) -> None:
     console.print(f"[bold]Session {result.session_id}[/bold] ({result.status or 'not in main.db'})")
     console.print(f"[dim]{escape(where)}[/dim]")
     if result.replay.get("replay_of"):
-        meta = result.replay
-        console.print(f"replay of {meta['replay_of']}: {meta.get('replay_matched', '?')} matched, "
-                      f"{meta.get('replay_missed', '?')} missed, {meta.get('replay_live', '0')} live",
-                      highlight=False)  # fmt: skip
-        if meta.get("replay_first_miss"):
-            console.print(f"first divergence: {meta['replay_first_miss']}", markup=False, highlight=False)
+        _print_replay(console, result.replay)
     if result.counts:
         rows = [[name, "MISSING" if n is None else f"{n:,}"] for name, n in result.counts.items()]
         console.print(fit_table([Column("table", "left"), Column("rows")], rows, width, title="Tables"))
@@ -410,19 +425,7 @@ def _print_inspection(result: Inspection) -> None:
                  f"{r['bytes']:,}"] for r in result.mcp]  # fmt: skip
         console.print(fit_table(cols, rows, width, title="MCP usage"))
     if result.inputs:
-        top = result.inputs[0]
-        if top["cost_share"] is not None:
-            console.print(f"{top['part'].replace('_', ' ')} were {top['cost_share']:.0%} of this session's input cost "
-                          "(estimated split of the reported input tokens)")  # fmt: skip
-        table = Table(title="Input by source", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-        for col in ("part", "tokens", "share", "cached", "cost", "cost share"):
-            table.add_column(col, justify="left" if col == "part" else "right")
-        for r in result.inputs:
-            cost = "–" if r["cost_usd"] is None else f"${r['cost_usd']:.4f}"
-            share = "–" if r["cost_share"] is None else f"{r['cost_share']:.0%}"
-            table.add_row(r["part"].replace("_", " "), f"{r['tokens']:,}", f"{r['token_share']:.0%}",
-                          f"{r['cache_read']:,}", cost, share)  # fmt: skip
-        console.print(table)
+        _print_inputs(console, result.inputs)
     if result.tools:
         cols = [Column("tool", "left", 9), Column("origin", "left", 4), Column("calls", priority=8),
                 Column("results", priority=7), Column("errors", priority=8)]  # fmt: skip
@@ -434,3 +437,29 @@ def _print_inspection(result: Inspection) -> None:
         cols = [Column(c, "left", 9 - i, wrap=c in _PREVIEW_TEXT) for i, c in enumerate(names)]
         cells = [[_cut(r[c]) for c in names] for r in rows]
         console.print(fit_table(cols, cells, width, title=f"Last {counted(len(rows), 'row')} of {name}"))
+
+
+def _print_replay(console: Console, meta: dict[str, Any]) -> None:
+    """How a replayed session matched its recording, and where it first diverged."""
+    console.print(f"replay of {meta['replay_of']}: {meta.get('replay_matched', '?')} matched, "
+                  f"{meta.get('replay_missed', '?')} missed, {meta.get('replay_live', '0')} live",
+                  highlight=False)  # fmt: skip
+    if meta.get("replay_first_miss"):
+        console.print(f"first divergence: {meta['replay_first_miss']}", markup=False, highlight=False)
+
+
+def _print_inputs(console: Console, inputs: list[dict[str, Any]]) -> None:
+    """Where the session's input tokens went, per part (see `input_breakdown`), and the first part's cost share."""
+    top = inputs[0]
+    if top["cost_share"] is not None:
+        console.print(f"{top['part'].replace('_', ' ')} were {top['cost_share']:.0%} of this session's input cost "
+                      "(estimated split of the reported input tokens)")  # fmt: skip
+    table = Table(title="Input by source", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("part", "tokens", "share", "cached", "cost", "cost share"):
+        table.add_column(col, justify="left" if col == "part" else "right")
+    for r in inputs:
+        cost = "–" if r["cost_usd"] is None else f"${r['cost_usd']:.4f}"
+        share = "–" if r["cost_share"] is None else f"{r['cost_share']:.0%}"
+        table.add_row(r["part"].replace("_", " "), f"{r['tokens']:,}", f"{r['token_share']:.0%}",
+                      f"{r['cache_read']:,}", cost, share)  # fmt: skip
+    console.print(table)
