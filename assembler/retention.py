@@ -274,61 +274,76 @@ def apply_retention(
         report.running = [r["id"] for r in rows if r["status"] == "running"]
         report.spared = [(r["id"], why) for r in rows if r["status"] in KEPT and (why := spared(r, now))]
         report.disk_before = sum(_sizes(rows).values())
-        by_id = {r["id"]: r for r in rows}
-
-        def cull(plan: list[tuple[str, str]]) -> None:
-            for session_id, reason in plan:
-                if by_id[session_id]["status"] in ("running", *GONE):
-                    continue
-                if on_progress:
-                    on_progress(f"cull {session_id}")
-                if dry_run:
-                    size = disk_usage(session_dir(session_id)) if session_dir(session_id).is_dir() else 0
-                    report.actions.append(Action(session_id, "cull", reason, size, 0))
-                else:
-                    try:
-                        report.actions.append(cull_session(main, session_id, reason))
-                    except OSError as exc:
-                        report.errors.append(f"{session_id}: cannot delete {session_dir(session_id)}: {exc}")
-                        continue
-                by_id[session_id] = {**by_id[session_id], "status": "culled"}
-
-        cull(plan_age(rows, policy, now))
-        cull(plan_count(list(by_id.values()), policy, now))
+        run = _Run(main, report, {r["id"]: r for r in rows}, dry_run, on_progress)
+        run.cull(plan_age(rows, policy, now))
+        run.cull(plan_count(list(run.by_id.values()), policy, now))
         # Directories of sessions culled earlier (e.g. an interrupted run) go as well.
         leftover = [r for r in rows if r["status"] in GONE and session_dir(r["id"]).is_dir()]
         for r in leftover:
-            by_id[r["id"]] = {**r, "status": "stopped"}  # so that `cull` takes it
-        cull([(r["id"], "culled earlier; directory left over") for r in leftover])
+            run.by_id[r["id"]] = {**r, "status": "stopped"}  # so that `cull` takes it
+        run.cull([(r["id"], "culled earlier; directory left over") for r in leftover])
+        run.vacuum(rfc3339(now - vacuum_after) if vacuum_after is not None else None)
 
-        cutoff = rfc3339(now - vacuum_after) if vacuum_after is not None else None
-        for row in [r for r in by_id.values() if r["status"] in FINISHED]:
-            if cutoff and (row.get("stopped_at") or row.get("created_at") or "") > cutoff:
-                continue
-            if on_progress:
-                on_progress(f"vacuum {row['id']}")
-            if dry_run:
-                folder = session_dir(row["id"])
-                size = disk_usage(folder) if folder.is_dir() else 0
-                report.actions.append(Action(row["id"], "vacuum", "would be compressed", size,
-                                             estimate_compressed(folder, size)))  # fmt: skip
-                continue
-            try:
-                report.actions.append(vacuum_session(main, row))
-                by_id[row["id"]] = {**row, "status": "vacuumed"}
-            except (sqlite3.Error, OSError) as exc:
-                (session_dir(row["id"]) / (GZ_NAME + ".tmp")).unlink(missing_ok=True)
-                report.errors.append(f"{row['id']}: cannot vacuum {session_dir(row['id']) / DB_NAME}: {exc}")
-
-        current = list(by_id.values())
-        cull(plan_disk(current, _sizes([r for r in current if r["status"] not in GONE]), policy, now))
+        current = list(run.by_id.values())
+        run.cull(plan_disk(current, _sizes([r for r in current if r["status"] not in GONE]), policy, now))
         if not dry_run:
             main.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        live = [r for r in by_id.values() if r["status"] not in GONE]
+        live = [r for r in run.by_id.values() if r["status"] not in GONE]
         report.disk_after = sum(_sizes(live).values()) if not dry_run else _estimate_after(report)
     finally:
         main.close()
     return report
+
+
+@dataclass
+class _Run:
+    """One retention run's steps on main.db: `by_id` follows each session's status as they change it."""
+
+    main: sqlite3.Connection
+    report: RetentionReport
+    by_id: dict[str, dict[str, Any]]
+    dry_run: bool
+    on_progress: Callable[[str], None] | None
+
+    def cull(self, plan: list[tuple[str, str]]) -> None:
+        """Cull the planned sessions not running or gone already (a dry run only reports them)."""
+        for session_id, reason in plan:
+            if self.by_id[session_id]["status"] in ("running", *GONE):
+                continue
+            if self.on_progress:
+                self.on_progress(f"cull {session_id}")
+            if self.dry_run:
+                size = disk_usage(session_dir(session_id)) if session_dir(session_id).is_dir() else 0
+                self.report.actions.append(Action(session_id, "cull", reason, size, 0))
+            else:
+                try:
+                    self.report.actions.append(cull_session(self.main, session_id, reason))
+                except OSError as exc:
+                    self.report.errors.append(f"{session_id}: cannot delete {session_dir(session_id)}: {exc}")
+                    continue
+            self.by_id[session_id] = {**self.by_id[session_id], "status": "culled"}
+
+    def vacuum(self, cutoff: str | None) -> None:
+        """Compress every finished session (that stopped before `cutoff`, when given)."""
+        for row in [r for r in self.by_id.values() if r["status"] in FINISHED]:
+            if cutoff and (row.get("stopped_at") or row.get("created_at") or "") > cutoff:
+                continue
+            if self.on_progress:
+                self.on_progress(f"vacuum {row['id']}")
+            if self.dry_run:
+                folder = session_dir(row["id"])
+                size = disk_usage(folder) if folder.is_dir() else 0
+                self.report.actions.append(Action(row["id"], "vacuum", "would be compressed", size,
+                                                  estimate_compressed(folder, size)))  # fmt: skip
+                continue
+            try:
+                self.report.actions.append(vacuum_session(self.main, row))
+                self.by_id[row["id"]] = {**row, "status": "vacuumed"}
+            except (sqlite3.Error, OSError) as exc:
+                (session_dir(row["id"]) / (GZ_NAME + ".tmp")).unlink(missing_ok=True)
+                self.report.errors.append(
+                    f"{row['id']}: cannot vacuum {session_dir(row['id']) / DB_NAME}: {exc}"
+                )
 
 
 def _estimate_after(report: RetentionReport) -> int:
