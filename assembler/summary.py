@@ -288,43 +288,11 @@ def render_session(summary: SessionSummary, width: int = 80) -> Group:
         rows = [[str(c.id), _money(c.usage.cost), why(c.usage)] for c in top]
         parts += [Text(""), fit_table(cols, rows, width, title="Most expensive calls")]
     if s.tools:
-        cols = [Column("call", "left", 9), Column("tool", "left", 9), Column("arguments", "left", 5, wrap=True),
-                Column("result", "left", 6, wrap=True)]  # fmt: skip
-        rows = []
-        for t in s.tools:
-            if t["content_preview"] is None:
-                result: str | Text = Text("(no result recorded)", style="yellow")
-            else:
-                text = ("ERROR " if t["is_error"] else "") + _short(t["content_preview"], 120)
-                result = Text(text, style="red" if t["is_error"] else "")
-            rows.append([f"#{t['model_call_id']}", t["tool_name"], _short(t["arguments"], 120), result])
-        parts += [Text(""), fit_table(cols, rows, width, title="Tool calls and results")]
+        parts += [Text(""), _tool_table(s.tools, width)]
     if s.failures:
-        shown = s.failures[:MAX_ERRORS]
-        cols = [Column("what", "left", 10, wrap=True), Column("error", "left", 10, wrap=True)]
-        rows = [[f.where, Text(f.message, style="red")] for f in shown]
-        parts += [Text(""), fit_table(cols, rows, width, title=f"Errors ({len(s.failures)})")]
-        if len(s.failures) > len(shown):
-            parts.append(
-                Text(f"… and {len(s.failures) - len(shown)} more: capsem inspect-session {s.session_id}")
-            )
+        parts += _failures(s, width)
     if s.interventions:
-        shown_i = s.interventions[:MAX_ERRORS]
-        cols = [
-            Column("capsem", "left", 10),
-            Column("what", "left", 8, wrap=True),
-            Column("why", "left", 9, wrap=True),
-        ]
-        rows = [[Text(i.kind, style="red" if i.kind in ("denied", "refused") else "yellow"), i.where, i.why]
-                for i in shown_i]  # fmt: skip
-        parts += [
-            Text(""),
-            fit_table(cols, rows, width, title=f"Where capsem stepped in ({len(s.interventions)})"),
-        ]
-        if len(s.interventions) > len(shown_i):
-            parts.append(
-                Text(f"… and {len(s.interventions) - len(shown_i)} more: capsem view {s.session_id}")
-            )
+        parts += _interventions(s, width)
     if s.files or s.answer is not None:
         parts.append(Text(""))
     if s.files:
@@ -338,6 +306,55 @@ def render_session(summary: SessionSummary, width: int = 80) -> Group:
         head = Text(f"Final answer (#{call.id} {call.model}):", style="bold")
         parts.append(Group(head, Padding(Text(_short(text, ANSWER_CHARS)), (0, 0, 0, 2))))
     return Group(*parts)
+
+
+def _tool_table(tools: list[sqlite3.Row], width: int) -> RenderableType:
+    """Each tool call with its arguments and its result (an error in red, a missing result in yellow)."""
+    cols = [Column("call", "left", 9), Column("tool", "left", 9), Column("arguments", "left", 5, wrap=True),
+            Column("result", "left", 6, wrap=True)]  # fmt: skip
+    rows = []
+    for t in tools:
+        if t["content_preview"] is None:
+            result: str | Text = Text("(no result recorded)", style="yellow")
+        else:
+            text = ("ERROR " if t["is_error"] else "") + _short(t["content_preview"], 120)
+            result = Text(text, style="red" if t["is_error"] else "")
+        rows.append([f"#{t['model_call_id']}", t["tool_name"], _short(t["arguments"], 120), result])
+    return fit_table(cols, rows, width, title="Tool calls and results")
+
+
+def _failures(s: SessionSummary, width: int) -> list[RenderableType]:
+    """The first `MAX_ERRORS` errors in a table, and how many more there are."""
+    parts: list[RenderableType] = []
+    shown = s.failures[:MAX_ERRORS]
+    cols = [Column("what", "left", 10, wrap=True), Column("error", "left", 10, wrap=True)]
+    rows = [[f.where, Text(f.message, style="red")] for f in shown]
+    parts += [Text(""), fit_table(cols, rows, width, title=f"Errors ({len(s.failures)})")]
+    if len(s.failures) > len(shown):
+        parts.append(
+            Text(f"… and {len(s.failures) - len(shown)} more: capsem inspect-session {s.session_id}")
+        )
+    return parts
+
+
+def _interventions(s: SessionSummary, width: int) -> list[RenderableType]:
+    """The first `MAX_ERRORS` places capsem stepped in (denied, warned, asked, refused), and how many more."""
+    parts: list[RenderableType] = []
+    shown_i = s.interventions[:MAX_ERRORS]
+    cols = [
+        Column("capsem", "left", 10),
+        Column("what", "left", 8, wrap=True),
+        Column("why", "left", 9, wrap=True),
+    ]
+    rows = [[Text(i.kind, style="red" if i.kind in ("denied", "refused") else "yellow"), i.where, i.why]
+            for i in shown_i]  # fmt: skip
+    parts += [
+        Text(""),
+        fit_table(cols, rows, width, title=f"Where capsem stepped in ({len(s.interventions)})"),
+    ]
+    if len(s.interventions) > len(shown_i):
+        parts.append(Text(f"… and {len(s.interventions) - len(shown_i)} more: capsem view {s.session_id}"))
+    return parts
 
 
 def footer_lines(s: SessionSummary) -> list[str]:

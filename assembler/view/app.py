@@ -11,7 +11,7 @@ import shutil
 import sqlite3
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -326,6 +326,7 @@ def call_id(request: Request) -> int:
 MAX_ROW_ID = 2**63 - 1
 
 
+# Long: every route beside its handler, each handler a line or two closed over the view and its urls.
 def create_app(view: View | None = None, hosts: tuple[str, ...] = ()) -> Starlette:
     """The ASGI app serving every session under `$CAPSEM_HOME`; `hosts`: the loopback addresses it
     listens on, besides 127.0.0.1, ::1 and localhost (`view --host 127.0.0.2`)."""
@@ -338,19 +339,7 @@ def create_app(view: View | None = None, hosts: tuple[str, ...] = ()) -> Starlet
     view.env.globals["approvals_token"] = approvals.token
 
     def html(request: Request, make) -> HTMLResponse:
-        try:
-            return HTMLResponse(make())
-        except Exception as exc:
-            problem = problem_for(exc)
-            sid = request.path_params.get("sid", "")
-            if isinstance(exc, SessionNotFound) and starting(sid):
-                problem = Problem(404, "Waiting for the session to start",
-                                  f"Session {sid} has not written its database yet; this page reloads itself.")  # fmt: skip
-                return HTMLResponse(view.error_page(urls, problem, reload=True), status_code=404)
-            return HTMLResponse(view.error_page(urls, problem), status_code=problem.status)
-
-    def sid_of(request: Request) -> str:
-        return resolve(request.path_params["sid"])
+        return _html(view, urls, request, make)
 
     async def home(request: Request) -> Response:
         return html(request, lambda: view.sessions_page(urls, dict(request.query_params)))
@@ -360,44 +349,16 @@ def create_app(view: View | None = None, hosts: tuple[str, ...] = ()) -> Starlet
             page = int(request.query_params.get("page") or 1)
         except ValueError:
             page = 1
-        return html(request, lambda: view.session_page(urls, sid_of(request), page))
+        return html(request, lambda: view.session_page(urls, _sid(request), page))
 
     async def call(request: Request) -> Response:
-        return html(request, lambda: view.call_page(urls, sid_of(request), call_id(request)))
+        return html(request, lambda: view.call_page(urls, _sid(request), call_id(request)))
 
     async def raw(request: Request) -> Response:
-        from addons.recorder.bodies import read_body
-
-        direction = request.path_params["direction"]
-        if direction not in ("request", "response"):
-            return await not_found(request, HTTPException(404, f"no page {request.url.path}"))
-        try:
-            sid = sid_of(request)
-            with view.files.open(sid) as conn:
-                found = read_body(conn, call_id(request), direction)
-        except Exception as exc:
-            problem = problem_for(exc)
-            return HTMLResponse(view.error_page(urls, problem), status_code=problem.status)
-        if found is None:
-            problem = Problem(
-                404, "No stored body", f"call {request.path_params['cid']} has no stored {direction} body"
-            )
-            return HTMLResponse(view.error_page(urls, problem), status_code=404)
-        name = (
-            f"{sid}-call{request.path_params['cid']}-{direction}.{_extension(found[1].get('content_type'))}"
-        )
-        return Response(found[0], media_type="application/octet-stream",
-                        headers={"content-disposition": f'attachment; filename="{name}"'})  # fmt: skip
+        return _raw_body(view, urls, request)
 
     async def state(request: Request) -> Response:
-        try:
-            sid = sid_of(request)
-            with view.files.open(sid) as conn:
-                found = queries.live_state(conn)
-            found["status"] = (session_row(sid) or {}).get("status")
-        except Exception as exc:
-            return JSONResponse({"error": problem_for(exc).detail}, status_code=problem_for(exc).status)
-        return JSONResponse(found, headers={"cache-control": "no-store"})
+        return _live_state(view, request)
 
     async def search(request: Request) -> Response:
         from assembler.view.search import search as run_search
@@ -407,17 +368,10 @@ def create_app(view: View | None = None, hosts: tuple[str, ...] = ()) -> Starlet
                                                  title="Search"))  # fmt: skip
 
     async def diff(request: Request) -> Response:
-        params = request.path_params or request.query_params
-        if not params.get("a") or not params.get("b"):
-            problem = Problem(400, "Bad request", "compare needs two sessions: /diff/A/B")
-            return HTMLResponse(view.error_page(urls, problem), status_code=400)
-        if not request.path_params:  # the "compare with…" form
-            return RedirectResponse(urls.diff(params["a"], params["b"]), status_code=303)
-        return html(request, lambda: view.diff_page(urls, resolve(params["a"]), resolve(params["b"])))
+        return _diff(view, urls, request)
 
     async def not_found(request: Request, exc: Exception) -> Response:
-        problem = problem_for(exc)
-        return HTMLResponse(view.error_page(urls, problem), status_code=problem.status)
+        return _error_page(view, urls, problem_for(exc))
 
     routes = [
         Route("/", home),
@@ -440,6 +394,77 @@ def create_app(view: View | None = None, hosts: tuple[str, ...] = ()) -> Starlet
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed)]
     return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found, Exception: not_found},
                      lifespan=lifespan, middleware=middleware)  # fmt: skip
+
+
+def _sid(request: Request) -> str:
+    """The session id the path names (any unique start of one)."""
+    return resolve(request.path_params["sid"])
+
+
+def _html(view: View, urls: Urls, request: Request, make: Callable[[], str]) -> HTMLResponse:
+    """The page `make` renders, or its error page (one that reloads itself while a session starts)."""
+    try:
+        return HTMLResponse(make())
+    except Exception as exc:
+        problem = problem_for(exc)
+        sid = request.path_params.get("sid", "")
+        if isinstance(exc, SessionNotFound) and starting(sid):
+            problem = Problem(404, "Waiting for the session to start",
+                              f"Session {sid} has not written its database yet; this page reloads itself.")  # fmt: skip
+            return HTMLResponse(view.error_page(urls, problem, reload=True), status_code=404)
+        return HTMLResponse(view.error_page(urls, problem), status_code=problem.status)
+
+
+def _diff(view: View, urls: Urls, request: Request) -> Response:
+    """Two sessions compared (`/diff/A/B`); the "compare with…" form's `?a=&b=` redirects there."""
+    params = request.path_params or request.query_params
+    if not params.get("a") or not params.get("b"):
+        problem = Problem(400, "Bad request", "compare needs two sessions: /diff/A/B")
+        return HTMLResponse(view.error_page(urls, problem), status_code=400)
+    if not request.path_params:  # the "compare with…" form
+        return RedirectResponse(urls.diff(params["a"], params["b"]), status_code=303)
+    return _html(
+        view, urls, request, lambda: view.diff_page(urls, resolve(params["a"]), resolve(params["b"]))
+    )
+
+
+def _error_page(view: View, urls: Urls, problem: Problem) -> HTMLResponse:
+    return HTMLResponse(view.error_page(urls, problem), status_code=problem.status)
+
+
+def _raw_body(view: View, urls: Urls, request: Request) -> Response:
+    """A call's stored request or response body, as a download named after the session and call."""
+    from addons.recorder.bodies import read_body
+
+    direction = request.path_params["direction"]
+    if direction not in ("request", "response"):
+        return _error_page(view, urls, problem_for(HTTPException(404, f"no page {request.url.path}")))
+    try:
+        sid = _sid(request)
+        with view.files.open(sid) as conn:
+            found = read_body(conn, call_id(request), direction)
+    except Exception as exc:
+        return _error_page(view, urls, problem_for(exc))
+    if found is None:
+        problem = Problem(
+            404, "No stored body", f"call {request.path_params['cid']} has no stored {direction} body"
+        )
+        return HTMLResponse(view.error_page(urls, problem), status_code=404)
+    name = f"{sid}-call{request.path_params['cid']}-{direction}.{_extension(found[1].get('content_type'))}"
+    return Response(found[0], media_type="application/octet-stream",
+                    headers={"content-disposition": f'attachment; filename="{name}"'})  # fmt: skip
+
+
+def _live_state(view: View, request: Request) -> Response:
+    """The session page's live numbers (`state.json`), never cached; an error as `{"error": ...}`."""
+    try:
+        sid = _sid(request)
+        with view.files.open(sid) as conn:
+            found = queries.live_state(conn)
+        found["status"] = (session_row(sid) or {}).get("status")
+    except Exception as exc:
+        return JSONResponse({"error": problem_for(exc).detail}, status_code=problem_for(exc).status)
+    return JSONResponse(found, headers={"cache-control": "no-store"})
 
 
 def _extension(content_type: str | None) -> str:
