@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,6 +16,12 @@ from assembler.cli_support import (
     user_errors,
 )
 from assembler.cli_support import stderr_progress as _stderr_progress
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from assembler.costs import Usage
+    from assembler.reports import CostReport, CostRow
 
 
 class _Day(click.ParamType):
@@ -60,7 +66,6 @@ def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
         capsem cost-report --by provider --html cost.html
         capsem cost-report --since 30d --by project
     """
-    from assembler.costs import split_line
     from assembler.reports import cost_report, html_report
     from assembler.tables import Column, fit_table
 
@@ -87,25 +92,34 @@ def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
         return
     console = _console()
 
-    def cells(r) -> list[str]:
-        u = r.usage
-        unpriced = not u.cost and bool(u.input_tokens or u.output_tokens)
-        return [r.key, str(r.sessions), f"{u.calls:,}", f"{u.uncached_input:,}", f"{u.cache_write_tokens:,}",
-                f"{u.cache_read_tokens:,}", f"{u.output_tokens:,}", f"{u.reasoning_tokens:,}",
-                "unpriced" if unpriced else f"${u.cost:.4f}",
-                f"${u.cache_break_cost:.4f}" if u.cache_break_cost else "–"]  # fmt: skip
-
-    footer = cells(total)
+    footer = _cost_cells(total)
     footer[0] = "total"
     names = [(group_by, "left", 10), ("sessions", "right", 1), ("calls", "right", 3), ("input", "right", 8),
              ("cache\nwrite", "right", 7), ("cache\nread", "right", 7), ("output", "right", 8),
              ("reasoning", "right", 2), ("cost", "right", 10), ("lost to\ncache breaks", "right", 9)]  # fmt: skip
-    table = [cells(r) for r in rows]
+    table = [_cost_cells(r) for r in rows]
     if not total.usage.cache_break_cost:  # the column only where cache breaks cost something
         names, footer, table = names[:-1], footer[:-1], [r[:-1] for r in table]
     columns = [Column(n, j, p, footer=f) for (n, j, p), f in zip(names, footer, strict=True)]  # type: ignore[arg-type]
     console.print(fit_table(columns, table, console.width, footer=True))
-    if split := split_line(total.usage):
+    _print_cost_notes(console, report, total.usage)
+
+
+def _cost_cells(r: CostRow) -> list[str]:
+    """One row of the cost-report table (the totals row too), in the order of its columns."""
+    u = r.usage
+    unpriced = not u.cost and bool(u.input_tokens or u.output_tokens)
+    return [r.key, str(r.sessions), f"{u.calls:,}", f"{u.uncached_input:,}", f"{u.cache_write_tokens:,}",
+            f"{u.cache_read_tokens:,}", f"{u.output_tokens:,}", f"{u.reasoning_tokens:,}",
+            "unpriced" if unpriced else f"${u.cost:.4f}",
+            f"${u.cache_break_cost:.4f}" if u.cache_break_cost else "–"]  # fmt: skip
+
+
+def _print_cost_notes(console: Console, report: CostReport, total: Usage) -> None:
+    """The lines under the cost-report table: the cost by token type, unpriced calls, live sessions."""
+    from assembler.costs import split_line
+
+    if split := split_line(total):
         console.print(f"cost by token type: {split}")
     if report.unpriced_calls:
         console.print(f"{counted(report.unpriced_calls, 'model call')} with tokens but no known price "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import click
 from rich import box
@@ -18,6 +19,9 @@ from assembler.cli_support import (
     user_errors,
 )
 from assembler.cli_support import stderr_progress as _stderr_progress
+
+if TYPE_CHECKING:
+    from assembler.retention import Action
 
 
 @click.command("vacuum")
@@ -63,14 +67,7 @@ def vacuum_cmd(dry_run, as_json) -> None:
     console.print(f"retention: {_opt(p.retention_days)} days, {_opt(p.max_sessions)} sessions max, "
                   f"{_opt(p.max_disk_gb)} GB max, keep {p.min_content_keep} with content", style="dim")  # fmt: skip
     if report.actions:
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-        for col in ("session", "action", "why", "before", "after"):
-            table.add_column(col, justify="right" if col in ("before", "after") else "left")
-        for a in report.actions:
-            verb = ("would " if dry_run else "") + ("vacuum" if a.kind == "vacuum" else "cull")
-            table.add_row(a.session_id, verb, escape(a.reason), _size(a.bytes_before),
-                          ("~" if dry_run and a.kind == "vacuum" else "") + _size(a.bytes_after))  # fmt: skip
-        console.print(table)
+        console.print(_actions_table(report.actions, dry_run))
     else:
         console.print("nothing to do")
     for error in report.errors:
@@ -78,16 +75,33 @@ def vacuum_cmd(dry_run, as_json) -> None:
     if report.running:
         console.print(f"{counted(len(report.running), 'running session')} left alone", style="dim")
     if report.spared:
-        why: dict[str, int] = {}
-        for _, reason in report.spared:
-            why[reason] = why.get(reason, 0) + 1
-        console.print("never culled: " + ", ".join(f"{n} {reason}" for reason, n in why.items()), style="dim")
+        console.print("never culled: " + _spared_counts(report.spared), style="dim")
     n_v, n_c = len(report.of("vacuum")), len(report.of("cull"))
     verb = "would vacuum" if dry_run else "vacuumed"
     console.print(f"{verb} {n_v}, {'would cull' if dry_run else 'culled'} {n_c}; sessions/ "
                   f"{_size(report.disk_before)} -> {'~' if dry_run else ''}{_size(report.disk_after)}")  # fmt: skip
     if report.errors:
         sys.exit(1)
+
+
+def _actions_table(actions: list[Action], dry_run: bool) -> Table:
+    """What vacuum did (or would do) to each session, with the sizes before and after."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("session", "action", "why", "before", "after"):
+        table.add_column(col, justify="right" if col in ("before", "after") else "left")
+    for a in actions:
+        verb = ("would " if dry_run else "") + ("vacuum" if a.kind == "vacuum" else "cull")
+        table.add_row(a.session_id, verb, escape(a.reason), _size(a.bytes_before),
+                      ("~" if dry_run and a.kind == "vacuum" else "") + _size(a.bytes_after))  # fmt: skip
+    return table
+
+
+def _spared_counts(spared: list[tuple[str, str]]) -> str:
+    """`2 less than a day old, 1 marked to keep`: how many sessions each reason spared, in first-seen order."""
+    why: dict[str, int] = {}
+    for _, reason in spared:
+        why[reason] = why.get(reason, 0) + 1
+    return ", ".join(f"{n} {reason}" for reason, n in why.items())
 
 
 @click.command("keep")
