@@ -148,6 +148,8 @@ def schema(session_id: str, table: str | None = None) -> dict[str, list[tuple[st
                 for name in names if table in (None, name)}  # fmt: skip
 
 
+# Long: the limits set, the rows read and every SQLite failure named in one try, so the limits are
+# always reset.
 def query_connection(
     conn: sqlite3.Connection,
     sql: str,

@@ -14,6 +14,7 @@ MAIN = Migrations()
 """main.db's migrations, in order."""
 
 
+# Long: a migration's DDL (every table of the first schema), frozen once shipped.
 @MAIN.migration
 def m001_initial(conn: sqlite3.Connection) -> None:
     run_script(

@@ -20,6 +20,7 @@ SESSION = Migrations()
 """session.db's migrations, in order."""
 
 
+# Long: a migration's DDL (every table of the first schema), frozen once shipped.
 @SESSION.migration
 def m001_initial(conn: sqlite3.Connection) -> None:
     run_script(

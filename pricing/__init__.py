@@ -198,6 +198,7 @@ def reset_table() -> None:
         _table = None
 
 
+# Long: its docstring documents every usage field; the body is one price calculation in order.
 def price_call(
     *,
     provider: str,

@@ -51,7 +51,8 @@ def test_no_function_over_60_lines_without_a_reason_above_it():
         for path in _modules(*PACKAGES)
         for name, line, length in long_functions_without_reason(path.read_text())
     ]
-    assert not missing, "split these or write why they are long in a # comment above them:\n" + "\n".join(missing)
+    why = "split these or write why they are long in a # comment above them:\n"
+    assert not missing, why + "\n".join(missing)
 
 
 def test_no_module_under_addons_over_420_lines_without_a_reason():
@@ -62,6 +63,5 @@ def test_no_module_under_addons_over_420_lines_without_a_reason():
             doc = ast.get_docstring(ast.parse(source)) or ""
             if not re.search(r"Over \d+ lines", doc):
                 missing.append(f"{path.relative_to(ROOT)} ({len(source.splitlines())} lines)")
-    assert not missing, "split these or say why in the docstring (Over 400 lines on purpose: ...):\n" + "\n".join(
-        missing
-    )
+    why = "split these or say why in the docstring (Over 400 lines on purpose: ...):\n"
+    assert not missing, why + "\n".join(missing)

@@ -137,7 +137,11 @@ def _correlate_sessions(
                 "UPDATE sessions SET correlation = 'directory', correlated_session_id = ? WHERE session_id = ?",
                 (match, session_id),
             )
-    # children inherit their parent's match
+    _inherit_from_parents(conn, pending)
+
+
+def _inherit_from_parents(conn: sqlite3.Connection, pending: str) -> None:
+    """Children still unmatched (`pending`) inherit their parent's match."""
     for _ in range(8):  # a few levels of nesting; deeper trees are rare
         cur = conn.execute(
             f"UPDATE sessions AS s SET (correlated_session_id, correlation) = (SELECT p.correlated_session_id, "

@@ -113,6 +113,8 @@ def handle(request: Request) -> Reply:
     return _stream(rng, p, content, msg_id, response_model, usage, stop, headers, exp, controls)
 
 
+# Long: one stream's events in wire order, drawn from one seeded random generator; split, the order
+# of the draws (and so every byte the emulator sends for a request) would be spread over functions.
 def _stream(rng, p, content, msg_id, model, usage, stop, headers, exp, controls) -> Reply:
     start_usage = {**usage, "output_tokens": rng.randint(1, 5)}
     events = [sse("message_start", {"type": "message_start", "message": {

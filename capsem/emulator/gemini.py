@@ -24,6 +24,8 @@ def _parts(content: Any) -> list[dict]:
     return [p for p in parts or [] if isinstance(p, dict)]
 
 
+# Long: one answer (error, body or stream) in wire order, drawn from one seeded random generator;
+# split, the order of the draws (and so every byte sent for a request) would be spread over functions.
 def handle(request: Request) -> Reply:
     body, req, controls = request.body, request.json, request.controls
     code_assist = "v1internal" in request.path

@@ -28,6 +28,8 @@ def _trailing_results(messages: list[Any]) -> list[str]:
             for m in messages[last + 1 :] if isinstance(m, dict) and m.get("role") == "tool"]  # fmt: skip
 
 
+# Long: one answer (error, body or stream) in wire order, drawn from one seeded random generator;
+# split, the order of the draws (and so every byte sent for a request) would be spread over functions.
 def handle(request: Request) -> Reply:
     body, req, controls = request.body, request.json, request.controls
     rng = rng_for(body)

@@ -49,6 +49,8 @@ def _results(items: list[Any]) -> list[str]:
     return out
 
 
+# Long: one answer's events in wire order, drawn from one seeded random generator; split, the order
+# of the draws (and so every byte the emulator sends for a request) would be spread over functions.
 def turn(body: bytes, req: dict[str, Any], controls: dict[str, str], stream: bool) -> Turn:
     """Plan one Responses answer for a request object (HTTP body or WebSocket response.create)."""
     rng = rng_for(body)

@@ -252,6 +252,36 @@ def _thin(points: list[tuple[float, float, int]], most: int = 400) -> list[tuple
     return [points[int(i * step)] for i in range(most)] + [points[-1]]
 
 
+@dataclass
+class _RunningTotals:
+    cumulative: list[tuple[float, float, int]] = field(default_factory=list)
+    """(seconds from the start, cost so far, tokens so far) after each call."""
+    cum_at: dict[int, tuple[float, int]] = field(default_factory=dict)
+    """Call id -> (cost, tokens) so far."""
+    cache_read: int = 0
+    cache_write: int = 0
+    by_model: dict[str, list] = field(default_factory=dict)
+    """Model -> [calls, cost]."""
+
+
+def _running_totals(conn: sqlite3.Connection, start: datetime | None) -> _RunningTotals:
+    """Cost and tokens summed call after call over the whole session (cheap columns only)."""
+    out = _RunningTotals()
+    cost, tokens = 0.0, 0
+    for r in conn.execute("SELECT id, timestamp, model, estimated_cost_usd, input_tokens, output_tokens, "
+                          "usage_details FROM model_calls ORDER BY id"):  # fmt: skip
+        cost += r[3] or 0.0
+        tokens += (r[4] or 0) + (r[5] or 0)
+        read, write = _usage(dict(r))
+        out.cache_read, out.cache_write = out.cache_read + read, out.cache_write + write
+        out.cum_at[r[0]] = (cost, tokens)
+        out.cumulative.append((_offset(r[1], start), cost, tokens))
+        entry = out.by_model.setdefault(r[2] or "?", [0, 0.0])
+        entry[0] += 1
+        entry[1] += r[3] or 0.0
+    return out
+
+
 def session_view(conn: sqlite3.Connection, session_id: str, main: dict[str, Any] | None, page: int = 1,
                  page_size: int | None = None) -> SessionView:  # fmt: skip
     """The session page: page `page` (1-based, `PAGE_SIZE` calls) of its calls as a tree of turns
@@ -267,25 +297,11 @@ def session_view(conn: sqlite3.Connection, session_id: str, main: dict[str, Any]
     pages = max(1, -(-calls_total // page_size))
     page = min(max(1, page), pages)
     # cumulative figures over every call (cheap columns only), the page's calls in full
-    cumulative: list[tuple[float, float, int]] = []
-    cum_at: dict[int, tuple[float, int]] = {}
-    cost, tokens, read_total, write_total = 0.0, 0, 0, 0
-    by_model: dict[str, list] = {}
-    for r in conn.execute("SELECT id, timestamp, model, estimated_cost_usd, input_tokens, output_tokens, "
-                          "usage_details FROM model_calls ORDER BY id"):  # fmt: skip
-        cost += r[3] or 0.0
-        tokens += (r[4] or 0) + (r[5] or 0)
-        read, write = _usage(dict(r))
-        read_total, write_total = read_total + read, write_total + write
-        cum_at[r[0]] = (cost, tokens)
-        cumulative.append((_offset(r[1], start), cost, tokens))
-        entry = by_model.setdefault(r[2] or "?", [0, 0.0])
-        entry[0] += 1
-        entry[1] += r[3] or 0.0
+    run = _running_totals(conn, start)
     rows = [dict(r) for r in conn.execute("SELECT * FROM model_calls ORDER BY id LIMIT ? OFFSET ?",
                                           (page_size, (page - 1) * page_size))]  # fmt: skip
     ids = [r["id"] for r in rows]
-    nodes = {r["id"]: _node(r, start, *cum_at.get(r["id"], (0.0, 0))) for r in rows}
+    nodes = {r["id"]: _node(r, start, *run.cum_at.get(r["id"], (0.0, 0))) for r in rows}
     tools = _tools_for(conn, found, ids)
     breakdown = _breakdowns(conn, found, ids)
     by_tool_id: dict[int, ToolCall] = {}
@@ -293,21 +309,9 @@ def session_view(conn: sqlite3.Connection, session_id: str, main: dict[str, Any]
         node.tools = tools.get(call_id, [])
         node.breakdown = breakdown.get(call_id, [])
         by_tool_id.update({t.id: t for t in node.tools})
-    turns: list[Turn] = []
-    for node in nodes.values():
-        parent = by_tool_id.get(node.parent_tool_call_id) if node.parent_tool_call_id else None
-        if parent is not None:
-            parent.subagent.append(node)
-            continue
-        if not turns or node.turn_id is None or turns[-1].turn_id != node.turn_id:
-            turns.append(Turn(len(turns) + 1, node.turn_id, []))
-        turns[-1].calls.append(node)
+    turns = _turns(nodes, by_tool_id)
     if page > 1 and turns and "turn_id" in columns(conn, "model_calls"):
-        before = conn.execute("SELECT COUNT(DISTINCT turn_id) FROM model_calls WHERE id < ? AND "
-                              "parent_tool_call_id IS NULL", (ids[0],)).fetchone()[0]  # fmt: skip
-        if turns[0].turn_id and conn.execute("SELECT 1 FROM model_calls WHERE turn_id = ? AND id < ? LIMIT 1",
-                                             (turns[0].turn_id, ids[0])).fetchone():  # fmt: skip
-            before -= 1
+        before = _turns_before(conn, turns[0], ids[0])
         for t in turns:
             t.number += before
     failed, n_tools = 0, 0
@@ -317,21 +321,52 @@ def session_view(conn: sqlite3.Connection, session_id: str, main: dict[str, Any]
         n_tools = conn.execute("SELECT COUNT(*) FROM tool_calls").fetchone()[0]
     main = main or {}
     status = main.get("status") or "unknown"
-    breakdown_total: list[tuple[str, int, float]] = []
-    if "input_breakdown" in found:
-        sql = "SELECT part, SUM(tokens), SUM(cost_usd) FROM input_breakdown GROUP BY part ORDER BY SUM(tokens) DESC"
-        breakdown_total = [(r[0], r[1], r[2] or 0.0) for r in conn.execute(sql)]
+    breakdown_total = _breakdown_total(conn) if "input_breakdown" in found else []
     return SessionView(
         id=session_id, main=main, status=status, started=start.isoformat() if start else "", span_s=span,
         calls_total=calls_total, cost=totals[1], input_tokens=totals[2], output_tokens=totals[3],
-        cache_read=read_total, cache_write=write_total, tool_calls=n_tools, failed_tools=failed, turns=turns,
-        events=_events(conn, found, start), cost_by_model=sorted(((m, v[0], v[1]) for m, v in by_model.items()),
+        cache_read=run.cache_read, cache_write=run.cache_write, tool_calls=n_tools, failed_tools=failed, turns=turns,
+        events=_events(conn, found, start), cost_by_model=sorted(((m, v[0], v[1]) for m, v in run.by_model.items()),
                                                                  key=lambda x: -x[2]),
-        cumulative=_thin(cumulative), page=page, pages=pages, breakdown_total=breakdown_total,
+        cumulative=_thin(run.cumulative), page=page, pages=pages, breakdown_total=breakdown_total,
         failures=failures(conn) if {"model_calls", "net_events", "tool_responses"} <= found else [],
         interventions=interventions(conn) if "net_events" in found else [],
         **_breaks(conn, found),
     )  # fmt: skip
+
+
+def _turns(nodes: dict[int, CallNode], by_tool_id: dict[int, ToolCall]) -> list[Turn]:
+    """The page's calls grouped into turns, numbered from 1; a subagent's calls go under the tool call
+    that started them."""
+    turns: list[Turn] = []
+    for node in nodes.values():
+        parent = by_tool_id.get(node.parent_tool_call_id) if node.parent_tool_call_id else None
+        if parent is not None:
+            parent.subagent.append(node)
+            continue
+        if not turns or node.turn_id is None or turns[-1].turn_id != node.turn_id:
+            turns.append(Turn(len(turns) + 1, node.turn_id, []))
+        turns[-1].calls.append(node)
+    return turns
+
+
+def _turns_before(conn: sqlite3.Connection, first: Turn, first_id: int) -> int:
+    """How many turns began before the page's first call (`first_id`), so a later page's turns keep their
+    numbers; a turn the previous page began is not counted twice."""
+    before = conn.execute("SELECT COUNT(DISTINCT turn_id) FROM model_calls WHERE id < ? AND "
+                          "parent_tool_call_id IS NULL", (first_id,)).fetchone()[0]  # fmt: skip
+    if first.turn_id and conn.execute("SELECT 1 FROM model_calls WHERE turn_id = ? AND id < ? LIMIT 1",
+                                      (first.turn_id, first_id)).fetchone():  # fmt: skip
+        before -= 1
+    return before
+
+
+def _breakdown_total(conn: sqlite3.Connection) -> list[tuple[str, int, float]]:
+    """The session's input tokens and their cost per part, the most tokens first."""
+    sql = (
+        "SELECT part, SUM(tokens), SUM(cost_usd) FROM input_breakdown GROUP BY part ORDER BY SUM(tokens) DESC"
+    )
+    return [(r[0], r[1], r[2] or 0.0) for r in conn.execute(sql)]
 
 
 def _breaks(conn: sqlite3.Connection, found: set[str]) -> dict[str, Any]:
