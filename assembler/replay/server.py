@@ -13,8 +13,6 @@ the calls from that model call on, which go to the real provider (`live.py`).
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import json
 import threading
 import time
@@ -22,17 +20,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from wsproto import ConnectionType
 from wsproto.connection import Connection
-from wsproto.events import CloseConnection, Message, Ping, TextMessage
+from wsproto.events import TextMessage
 
 from assembler.replay import answers, live
 from assembler.replay.match import Endpoint, Hit, Matcher, Miss, Shaper
 from assembler.replay.recording import Answer, Recording
 from assembler.replay.scrub import RequestScrubber
+from capsem.emulator import websocket as ws
 from capsem.emulator.server import ROUTES, Incoming, Server
-
-_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,12 +185,7 @@ class ReplayServer(Server):
         path = request.target.partition("?")[0]
         if "://" in path:
             path = "/" + path.split("://", 1)[1].partition("/")[2]
-        key = request.headers.get("sec-websocket-key", "")
-        accept = base64.b64encode(hashlib.sha1((key + _GUID).encode()).digest()).decode()
-        writer.write((f"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n"
-                      f"sec-websocket-accept: {accept}\r\nserver: capsem-replay\r\n\r\n").encode())  # fmt: skip
-        await writer.drain()
-        conn = Connection(ConnectionType.SERVER)
+        conn = await ws.accept(writer, request.headers, "capsem-replay")
         endpoint = Endpoint("ws", "GET", host, path)
         upstream: list[live.LiveSocket] = []  # opened when the first turn goes live
 
@@ -212,30 +203,9 @@ class ReplayServer(Server):
                 socket.close()
 
     async def _socket(self, reader, writer, conn: Connection, endpoint: Endpoint, go_live, headers) -> None:
-        parts: list[str] = []
-        while True:
-            data = await reader.read(65536)
-            conn.receive_data(data or None)
-            for event in conn.events():
-                if isinstance(event, Message):
-                    parts.append(
-                        event.data if isinstance(event.data, str) else event.data.decode("utf-8", "replace")
-                    )
-                    if event.message_finished:
-                        text, parts = "".join(parts), []
-                        await self._turn(conn, writer, endpoint, text, go_live, headers)
-                elif isinstance(event, Ping):
-                    writer.write(conn.send(event.response()))
-                elif isinstance(event, CloseConnection):
-                    try:
-                        writer.write(conn.send(event.response()))
-                        await writer.drain()
-                    except Exception:
-                        pass
-                    return
-            await writer.drain()
-            if not data:
-                return
+        async for whole in ws.messages(reader, writer, conn):
+            text = whole if isinstance(whole, str) else whole.decode("utf-8", "replace")
+            await self._turn(conn, writer, endpoint, text, go_live, headers)
 
     async def _turn(self, conn: Connection, writer, endpoint: Endpoint, text: str, go_live, headers) -> None:
         obj = _json(text.encode())

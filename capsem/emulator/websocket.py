@@ -14,11 +14,12 @@ import base64
 import hashlib
 import json
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 from wsproto import ConnectionType
 from wsproto.connection import Connection
-from wsproto.events import BytesMessage, CloseConnection, Message, Ping, TextMessage
+from wsproto.events import CloseConnection, Message, Ping, TextMessage
 
 from capsem.emulator import openai_responses
 from capsem.emulator.reply import Reply, parse_controls
@@ -34,21 +35,26 @@ def is_upgrade(headers: dict[str, str], target: str) -> bool:
     return headers.get("upgrade", "").lower() == "websocket" and bool(PATH.fullmatch(path))
 
 
-async def serve(server: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, scheme: str,
-                host: str, target: str, headers: dict[str, str]) -> None:  # fmt: skip
-    """Complete the upgrade and answer `response.create` messages until the socket closes."""
+async def accept(writer: asyncio.StreamWriter, headers: dict[str, str], server_name: str) -> Connection:
+    """Complete a WebSocket upgrade (its request head already read): the 101 answer, and the
+    server side of the connection."""
     key = headers.get("sec-websocket-key", "")
-    accept = base64.b64encode(hashlib.sha1((key + _GUID).encode()).digest()).decode()
+    accept_key = base64.b64encode(hashlib.sha1((key + _GUID).encode()).digest()).decode()
     writer.write(
         (
             "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n"
-            f"sec-websocket-accept: {accept}\r\nserver: capsem-emulator\r\n\r\n"
+            f"sec-websocket-accept: {accept_key}\r\nserver: {server_name}\r\n\r\n"
         ).encode()
     )
     await writer.drain()
-    controls = parse_controls(headers.get("x-emulator"), server.defaults)
-    path, _, query = target.partition("?")
-    conn = Connection(ConnectionType.SERVER)
+    return Connection(ConnectionType.SERVER)
+
+
+async def messages(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                   conn: Connection) -> AsyncIterator[str | bytes]:  # fmt: skip
+    """Each whole message the client sends (text as str, binary as bytes), until it closes or goes
+    away; pings are answered and a close is echoed. The caller answers a message before the next
+    one is read."""
     parts: list[Any] = []
     while True:
         data = await reader.read(65536)
@@ -56,12 +62,10 @@ async def serve(server: Any, reader: asyncio.StreamReader, writer: asyncio.Strea
         for event in conn.events():
             if isinstance(event, Message):
                 parts.append(event.data)
-                if not event.message_finished:
-                    continue
-                whole = "".join(parts) if isinstance(event, TextMessage) else b"".join(parts)
-                parts = []
-                if isinstance(event, TextMessage | BytesMessage):
-                    await _answer(server, conn, writer, scheme, host, path, query, headers, whole, controls)
+                if event.message_finished:
+                    whole = "".join(parts) if isinstance(event, TextMessage) else b"".join(parts)
+                    parts = []
+                    yield whole
             elif isinstance(event, Ping):
                 writer.write(conn.send(event.response()))
             elif isinstance(event, CloseConnection):
@@ -74,6 +78,16 @@ async def serve(server: Any, reader: asyncio.StreamReader, writer: asyncio.Strea
         await writer.drain()
         if not data:
             return
+
+
+async def serve(server: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, scheme: str,
+                host: str, target: str, headers: dict[str, str]) -> None:  # fmt: skip
+    """Complete the upgrade and answer `response.create` messages until the socket closes."""
+    conn = await accept(writer, headers, "capsem-emulator")
+    controls = parse_controls(headers.get("x-emulator"), server.defaults)
+    path, _, query = target.partition("?")
+    async for whole in messages(reader, writer, conn):
+        await _answer(server, conn, writer, scheme, host, path, query, headers, whole, controls)
 
 
 async def _answer(server, conn, writer, scheme, host, path, query, headers, whole, controls) -> None:
