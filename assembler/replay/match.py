@@ -53,7 +53,7 @@ _DATE = re.compile(
     r"|\b(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day,? (?:January|February|March|April|May|June|July|August"
     r"|September|October|November|December) \d{1,2},? \d{4}\b"
     r"|\b\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\b"
-    r"|\b1[5-9]\d{8}(?:\d{3})?\b"
+    r"|\b1[5-9]\d{8}(?:\d{3})?(?:\.\d+)?\b"
 )
 _EPOCH = (1_500_000_000, 2_000_000_000)
 """Unix times in seconds (2017-2033), or in ms when a thousand times that, read as dates."""

@@ -135,3 +135,15 @@ def test_a_miss_is_compared_with_the_recorded_call_most_like_it():
                                   messages=[{"role": "user", "content": "fix it now"}]))  # fmt: skip
     assert isinstance(miss, Miss) and miss.expected.number == 2
     assert miss.difference == 'messages[0].content: recorded "fix it", now "fix it now" (from character 6)'
+
+
+def test_a_unix_time_with_a_fraction_inside_text_is_a_date():
+    """Codex puts `create_time` floats into JSON it sends as text: the whole number is the time."""
+    from assembler.replay.match import run_invariant
+
+    def item(at: float) -> str:
+        return json.dumps({"create_time": at, "turn_id": "01a21513-6d60-7e50-8685-781227deb2d5"}, indent=2)
+
+    assert run_invariant(item(1795649924.5580246)) == run_invariant(item(1795649926.9138227))
+    assert "<date>" in run_invariant(item(1795649924.5580246))
+    assert run_invariant("version 1795649924 and 42.5") == "version <date> and 42.5"
