@@ -82,6 +82,14 @@ def _text(rng: random.Random, size: int) -> str:
     return " ".join(out)[:size]
 
 
+def _tool_turn(rng: random.Random, turn: int, tool: str, argument: str, result_size: int) -> list[dict]:
+    """The assistant's text and tool call of `turn`, and the user's tool result."""
+    call = {"type": "tool_use", "id": f"toolu_{turn:04d}", "name": tool, "input": {argument: f"f{turn}.py"}}
+    said = {"role": "assistant", "content": [{"type": "text", "text": _text(rng, 500)}, call]}
+    result = {"type": "tool_result", "tool_use_id": f"toolu_{turn:04d}", "content": _text(rng, result_size)}
+    return [said, {"role": "user", "content": [result]}]
+
+
 def conversation(turns: int, *, seed: int = 7) -> list[bytes]:
     """Request bodies of a Claude Code-like conversation, one per turn (whole history resent)."""
     rng = random.Random(seed)
@@ -94,17 +102,7 @@ def conversation(turns: int, *, seed: int = 7) -> list[bytes]:
     bodies = []
     for turn in range(turns):
         if turn:
-            call = {
-                "type": "tool_use",
-                "id": f"toolu_{turn:04d}",
-                "name": "tool_1",
-                "input": {"path": f"f{turn}.py"},
-            }
-            messages.append(
-                {"role": "assistant", "content": [{"type": "text", "text": _text(rng, 500)}, call]}
-            )
-            messages.append({"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": f"toolu_{turn:04d}", "content": _text(rng, 2000)}]})  # fmt: skip
+            messages += _tool_turn(rng, turn, "tool_1", "path", 2000)
         else:
             messages.append({"role": "user", "content": [{"type": "text", "text": _text(rng, 2500)}]})
         for message in messages:  # cache_control on the newest block only, as Claude Code does
@@ -135,17 +133,7 @@ def claude_code(turns: int, *, seed: int = 11) -> list[bytes]:
     bodies = []
     for turn in range(turns):
         if turn:
-            call = {
-                "type": "tool_use",
-                "id": f"toolu_{turn:04d}",
-                "name": "Tool1",
-                "input": {"arg_0": f"f{turn}.py"},
-            }
-            messages.append(
-                {"role": "assistant", "content": [{"type": "text", "text": _text(rng, 500)}, call]}
-            )
-            messages.append({"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": f"toolu_{turn:04d}", "content": _text(rng, 2600)}]})  # fmt: skip
+            messages += _tool_turn(rng, turn, "Tool1", "arg_0", 2600)
         for message in messages:
             for block in message["content"]:
                 block.pop("cache_control", None)
