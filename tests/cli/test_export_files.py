@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 import shutil
 import sqlite3
-import subprocess
-import urllib.request
 from pathlib import Path
 
 import duckdb
@@ -20,13 +17,12 @@ import jsonschema
 import pyarrow.parquet as pq
 import zstandard
 from haralyzer import HarEntry, HarParser
-from websockets.sync.client import connect
 
 from addons.recorder.bodies import read_body
 from assembler.sessiondb import db_file
 from capsem.schema import STORAGE_TABLES
 from capsem.schema import connect as connect_db
-from tests.bundle.conftest import CHROMIUM_FLAGS, chromium_path
+from tests.bundle.conftest import devtools
 from tests.cli.conftest import recorded_id, run, session_db
 from tests.cli.export_session import NEEDLE, SECRETS, build_session
 
@@ -115,37 +111,14 @@ IMPORT_IN_DEVTOOLS = """(async () => {
 
 def devtools_import(har: str, profile: Path) -> list[dict]:
     """`har` read by Chromium's own DevTools HAR importer (the code behind Network → Import HAR)."""
-    proc = subprocess.Popen([chromium_path(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
-                             "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        for line in proc.stderr:  # type: ignore[union-attr]
-            if found := re.search(r"DevTools listening on ws://([\d.:]+)/", line):
-                break
-        else:
-            raise AssertionError("Chromium did not start its DevTools endpoint")
-        pages = json.load(urllib.request.urlopen(f"http://{found[1]}/json/list", timeout=10))
-        page = next(p for p in pages if p["type"] == "page")
-        with connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=10) as ws:
-            ids, events = iter(range(1, 1000)), []
-
-            def call(method: str, **params) -> dict:
-                n = next(ids)
-                ws.send(json.dumps({"id": n, "method": method, "params": params}))
-                while (message := json.loads(ws.recv(timeout=60))).get("id") != n:
-                    events.append(message.get("method"))
-                return message
-
-            call("Page.enable")
-            call("Page.navigate", url="devtools://devtools/bundled/devtools_app.html")
-            while "Page.loadEventFired" not in events:
-                events.append(json.loads(ws.recv(timeout=60)).get("method"))
-            got = call("Runtime.evaluate", expression=IMPORT_IN_DEVTOOLS % json.dumps(har), awaitPromise=True,
-                       returnByValue=True)  # fmt: skip
-        assert "exceptionDetails" not in got["result"], got
-        return json.loads(got["result"]["result"]["value"])
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with devtools(profile) as page:
+        page.call("Page.enable")
+        page.call("Page.navigate", url="devtools://devtools/bundled/devtools_app.html")
+        page.wait_event("Page.loadEventFired")
+        got = page.call("Runtime.evaluate", expression=IMPORT_IN_DEVTOOLS % json.dumps(har), awaitPromise=True,
+                        returnByValue=True)  # fmt: skip
+    assert "exceptionDetails" not in got["result"], got
+    return json.loads(got["result"]["result"]["value"])
 
 
 def test_har_opens_in_chromium_devtools(capsem_home, tmp_path):

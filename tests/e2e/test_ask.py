@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,10 +27,9 @@ import openai
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
-from websockets.sync.client import connect
 
 from assembler.view.app import Urls, View
-from tests.bundle.conftest import CHROMIUM_FLAGS, chromium_path
+from tests.bundle.conftest import devtools
 from tests.cli.conftest import run
 from tests.conftest import ARTIFACTS, only_session, rows
 from tests.e2e.test_mcp import proxied, serve
@@ -218,58 +216,35 @@ def view_server(home: Path) -> Iterator[str]:
 def deny_in_chromium(base: str, approval_id: str, profile: Path) -> str:
     """Open the sessions page, wait for the banner to list `approval_id`, type a reason, screenshot
     the banner, and click its Deny button with real mouse events. Returns the banner's text after."""
-    proc = subprocess.Popen([chromium_path(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
-                             "--window-size=1280,800", "about:blank"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        for line in proc.stderr:  # type: ignore[union-attr]
-            if found := re.search(r"DevTools listening on ws://([\d.:]+)/", line):
-                break
-        else:
-            raise AssertionError("Chromium did not start its DevTools endpoint")
-        pages = json.load(urllib.request.urlopen(f"http://{found[1]}/json/list", timeout=10))
-        page = next(p for p in pages if p["type"] == "page")
-        with connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=10) as ws:
-            ids = iter(range(1, 10_000))
+    with devtools(profile, "--window-size=1280,800") as page:
 
-            def call(method: str, **params) -> dict:
-                n = next(ids)
-                ws.send(json.dumps({"id": n, "method": method, "params": params}))
-                while (message := json.loads(ws.recv(timeout=60))).get("id") != n:
-                    pass
-                return message.get("result", {})
+        def call(method: str, **params) -> dict:
+            return page.call(method, **params).get("result", {})
 
-            def js(expression: str) -> Any:
-                return call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get(
-                    "value"
-                )
+        def js(expression: str) -> Any:
+            return call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
 
-            call("Page.navigate", url=f"{base}/")
-            row = f'#approvals [data-id="{approval_id}"]'
-            end = time.monotonic() + 60
-            while not js(f"!!document.querySelector('{row} button.deny')"):
-                assert time.monotonic() < end, js("document.body.innerText")
-                time.sleep(0.1)
-            js(f"document.querySelector('{row} input[type=text]').value = 'not today'")
-            SHOTS.mkdir(parents=True, exist_ok=True)
-            shot = call("Page.captureScreenshot", format="png")
-            (SHOTS / "banner.png").write_bytes(base64.b64decode(shot["data"]))
-            call(
-                "Emulation.setDeviceMetricsOverride", width=390, height=844, deviceScaleFactor=1, mobile=True
-            )
-            shot = call("Page.captureScreenshot", format="png")
-            (SHOTS / "banner-phone.png").write_bytes(base64.b64decode(shot["data"]))
-            call("Emulation.clearDeviceMetricsOverride")
-            box = js(f"JSON.stringify(document.querySelector('{row} button.deny').getBoundingClientRect())")
-            rect = json.loads(box)
-            x, y = rect["x"] + rect["width"] / 2, rect["y"] + rect["height"] / 2
-            for kind in ("mousePressed", "mouseReleased"):
-                call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
-            end = time.monotonic() + 30
-            while js(f"!!document.querySelector('{row}')"):  # the banner drops it once answered
-                assert time.monotonic() < end, js("document.getElementById('approvals').innerText")
-                time.sleep(0.1)
-            return js("document.getElementById('approvals').innerText") or ""
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        call("Page.navigate", url=f"{base}/")
+        row = f'#approvals [data-id="{approval_id}"]'
+        end = time.monotonic() + 60
+        while not js(f"!!document.querySelector('{row} button.deny')"):
+            assert time.monotonic() < end, js("document.body.innerText")
+            time.sleep(0.1)
+        js(f"document.querySelector('{row} input[type=text]').value = 'not today'")
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        shot = call("Page.captureScreenshot", format="png")
+        (SHOTS / "banner.png").write_bytes(base64.b64decode(shot["data"]))
+        call("Emulation.setDeviceMetricsOverride", width=390, height=844, deviceScaleFactor=1, mobile=True)
+        shot = call("Page.captureScreenshot", format="png")
+        (SHOTS / "banner-phone.png").write_bytes(base64.b64decode(shot["data"]))
+        call("Emulation.clearDeviceMetricsOverride")
+        box = js(f"JSON.stringify(document.querySelector('{row} button.deny').getBoundingClientRect())")
+        rect = json.loads(box)
+        x, y = rect["x"] + rect["width"] / 2, rect["y"] + rect["height"] / 2
+        for kind in ("mousePressed", "mouseReleased"):
+            call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+        end = time.monotonic() + 30
+        while js(f"!!document.querySelector('{row}')"):  # the banner drops it once answered
+            assert time.monotonic() < end, js("document.getElementById('approvals').innerText")
+            time.sleep(0.1)
+        return js("document.getElementById('approvals').innerText") or ""
