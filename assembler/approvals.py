@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from assembler.sessiondb import MainDbMissing, open_main
-from capsem.approval_wire import Channel, ChannelError, call, read_channel
+from capsem.approval_wire import Channel, ChannelError, Listed, call, read_channel
 from capsem.paths import session_dir
 
 
@@ -22,30 +22,14 @@ class ApprovalError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class WaitingRequest:
-    """One held request, as its mitmdump lists it (arguments already scrubbed there)."""
+class WaitingRequest(Listed):
+    """One held request, as its mitmdump lists it (arguments already scrubbed there), and its session."""
 
-    session_id: str
-    id: str
-    rule: str
-    method: str
-    host: str
-    port: int
-    path: str
-    waiting_s: float
-    asked_at: float
-    mcp_server: str | None = None
-    tool: str | None = None
-    arguments: str | None = None
-    process_name: str | None = None
-    pid: int | None = None
+    session_id: str = ""
 
     @classmethod
     def of(cls, session_id: str, item: dict[str, Any]) -> WaitingRequest:
-        fields = cls.__dataclass_fields__
-        return cls(
-            session_id=session_id, **{k: v for k, v in item.items() if k in fields and k != "session_id"}
-        )
+        return cls(**Listed.fields_of(item), session_id=session_id)
 
     @property
     def target(self) -> str:

@@ -47,6 +47,31 @@ class Channel:
     pid: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """One held request as the channel lists it (`list`): its path and arguments already scrubbed
+    by the proxy's scrubber."""
+
+    id: str
+    rule: str
+    method: str
+    host: str
+    port: int
+    path: str
+    waiting_s: float
+    asked_at: float
+    mcp_server: str | None = None
+    tool: str | None = None
+    arguments: str | None = None
+    process_name: str | None = None
+    pid: int | None = None
+
+    @staticmethod
+    def fields_of(item: dict[str, Any]) -> dict[str, Any]:
+        """The listed fields of a JSON item (anything else it holds is left out)."""
+        return {k: v for k, v in item.items() if k in Listed.__dataclass_fields__}
+
+
 def write_channel(directory: Path, port: int, token: str) -> Path:
     """`approvals.json` in `directory`, created 0600 (never readable by other users, even briefly)."""
     path = directory / CHANNEL_FILE

@@ -16,7 +16,7 @@ import json
 import logging
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mitmproxy import http
@@ -25,6 +25,7 @@ from addons import mcp
 from addons.messages import Approval, Route
 from addons.proxy.flows import FlowState
 from addons.proxy.policy import Verdict
+from capsem.approval_wire import Listed
 
 if TYPE_CHECKING:
     from addons.proxy.approval_channel import ApprovalChannel
@@ -74,13 +75,11 @@ class Waiting:
     def listed(self, scrub: Any, now: float) -> dict[str, Any]:
         """The JSON the channel lists (path and arguments scrubbed by the one scrubber)."""
         name, pid = self.process or (None, None)
-        return {
-            "id": self.id, "rule": self.rule, "method": self.method, "host": self.host, "port": self.port,
-            "path": scrub(self.path), "mcp_server": self.mcp_server, "tool": self.tool,
-            "arguments": scrub(self.arguments) if self.arguments else None,
-            "process_name": name, "pid": pid, "asked_at": self.asked_at,
-            "waiting_s": round(max(0.0, now - self.asked_at), 1),
-        }  # fmt: skip
+        return asdict(Listed(
+            id=self.id, rule=self.rule, method=self.method, host=self.host, port=self.port, path=scrub(self.path),
+            waiting_s=round(max(0.0, now - self.asked_at), 1), asked_at=self.asked_at, mcp_server=self.mcp_server,
+            tool=self.tool, arguments=scrub(self.arguments) if self.arguments else None, process_name=name, pid=pid,
+        ))  # fmt: skip
 
 
 class Approvals:
