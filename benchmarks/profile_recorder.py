@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         handle(encoded, Path(tmp))
         profile.disable()
     out = io.StringIO()
-    pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(args.top)
+    pstats.Stats(profile, stream=out).sort_stats(__import__("os").environ.get("SORT", "tottime")).print_stats(args.top)
     print(out.getvalue())
     return 0
 

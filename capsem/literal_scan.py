@@ -23,6 +23,10 @@ import hyperscan
 
 logger = logging.getLogger(__name__)
 
+SHORT_TEXT = 2048
+"""Below this length one Python regex scan finds a few words cheapest; above it, Hyperscan does
+(`LiteralPlaces`; Python's `re` tries every alternative at every position)."""
+
 
 class _Scanner:
     """A compiled Hyperscan database and one scratch space per thread (a scan must not share it)."""
@@ -65,6 +69,44 @@ class LiteralSet(_Scanner):
     def found(self, data: bytes) -> set[int]:
         """The indexes of the literals that occur in `data` (UTF-8)."""
         return self._hits(data) if data else set()
+
+
+class LiteralPlaces(_Scanner):
+    """Where case-less ASCII literals occur: `places(text, data)` gives their start positions."""
+
+    def __init__(self, literals: Sequence[str]) -> None:
+        super().__init__()
+        self._lengths = [len(lit) for lit in literals]
+        self._db = hyperscan.Database()
+        self._db.compile(
+            expressions=[lit.encode("ascii") for lit in literals],
+            ids=list(range(len(literals))),
+            elements=len(literals),
+            flags=[hyperscan.HS_FLAG_CASELESS] * len(literals),
+            literal=True,
+        )
+
+    def places(self, text: str, data: bytes) -> list[int]:
+        """Sorted positions in `text` (a str) where a literal starts; `data` is `text` in UTF-8.
+
+        Hyperscan gives byte offsets; an ASCII literal starts on a character boundary, so where
+        `text` is not all ASCII each offset becomes a position by decoding the bytes before it
+        (each byte once)."""
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = hyperscan.Scratch(self._db)
+        ends: list[tuple[int, int]] = []
+        self._db.scan(data, match_event_handler=lambda i, _s, e, _f, _c: ends.append((e, i)), scratch=scratch)
+        lengths = self._lengths
+        starts = sorted(end - lengths[i] for end, i in ends)
+        if len(data) == len(text) or not starts:
+            return starts
+        out, done, position = [], 0, 0
+        for start in starts:
+            position += len(data[done:start].decode("utf-8", "surrogatepass"))
+            done = start
+            out.append(position)
+        return out
 
 
 class RegexPrefilter(_Scanner):

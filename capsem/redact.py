@@ -38,11 +38,11 @@ import json
 import re
 import shlex
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote
 
-from capsem.literal_scan import LiteralSet, RegexPrefilter
+from capsem.literal_scan import SHORT_TEXT, LiteralPlaces, LiteralSet, RegexPrefilter
 from capsem.markers import MARKER_RE, hash_value
 from capsem.markers import redacted as _redacted
 from capsem.secret_names import (
@@ -91,7 +91,7 @@ _PATTERNS: list[tuple[tuple[str, ...], str]] = [
     (("npm_",), r"\bnpm_[A-Za-z0-9]{36}\b"),
     (("pypi-AgE",), r"\bpypi-AgE[A-Za-z0-9_\-]{40,}"),
     (("hf_",), r"\bhf_[A-Za-z0-9]{30,}"),  # Hugging Face
-    (("_live_",), r"\b[sr]k_live_[A-Za-z0-9]{16,}"),  # Stripe
+    (("_live_",), r"\b(?:sk|rk)_live_[A-Za-z0-9]{16,}"),  # Stripe
     # the password of a URL (`postgres://app:PASSWORD@db/app`, `https://x-access-token:TOKEN@github.com`),
     # also with JSON's escaped slashes (PHP's `postgres:\/\/app:PASSWORD@db`)
     (("://", ":\\/\\/"), r":(?:\\?/){2}[^\s/:@\"'\\]*:(?!\[redacted )(?P<s>[^\s/@\"'\\]+)@"),
@@ -110,7 +110,7 @@ _PATTERNS: list[tuple[tuple[str, ...], str]] = [
     (("/webhookb2/",), r"/webhookb2/(?P<s>[\w@/\-]+)"),  # Microsoft Teams
     (("/hooks/catch/",), r"/hooks/catch/(?P<s>[0-9]+/[A-Za-z0-9]+)"),  # Zapier
     # an Azure SAS signature, also after Go's JSON escape of `&` (`\u0026sig=`)
-    (("sig=",), r"(?:(?<=[?&;])|(?<=\\u0026))sig=(?!\[redacted )(?P<s>[^&\s\"'\\#<>]+)"),
+    (("sig=",), r"sig=(?:(?<=[?&;]sig=)|(?<=\\u0026sig=))(?!\[redacted )(?P<s>[^&\s\"'\\#<>]+)"),
     (("/bot",), r"/bot(?P<s>[0-9]{6,12}:[A-Za-z0-9_\-]{30,})"),  # a Telegram bot token in a request path
     # passwords on command lines (an agent's Bash calls) that no secret-named flag announces
     (("curl",), rf"\bcurl\b{_ARGS}\s(?:-u|--user|--proxy-user|-U)(?:[ \t]+|=){_QUOTE}[^\s:'\"\\]*:{_VALUE}"),
@@ -118,7 +118,7 @@ _PATTERNS: list[tuple[tuple[str, ...], str]] = [
     (("sshpass",), rf"\bsshpass\b{_ARGS}\s-p[ \t]*{_VALUE}"),
     (
         ("login",),
-        rf"\b(?:docker|podman|nerdctl|buildah|skopeo|helm(?:[ \t]+registry)?|oras|crane)[ \t]+login\b"
+        rf"\b(?:docker|podman|nerdctl|buildah|skopeo|helm[ \t]+registry|helm|oras|crane)[ \t]+login\b"
         rf"{_ARGS}\s(?:-p|--password)(?:[ \t]+|=){_QUOTE}{_VALUE}",
     ),
     (
@@ -138,7 +138,58 @@ _PATTERNS: list[tuple[tuple[str, ...], str]] = [
         rf"[ \t]+[^\s\-]\S*[ \t]+{_QUOTE}{_VALUE}",
     ),
 ]
-_COMPILED = [(literals, re.compile(pattern)) for literals, pattern in _PATTERNS]
+_LITERAL_RE = re.compile(r"(?:[A-Za-z0-9_\-]|\\\.)+")
+"""The literal a pattern part starts with (word characters, `-`, an escaped dot)."""
+
+
+def _split_literal(part: str) -> tuple[str, str]:
+    """(the literal `part` starts with, the rest); a quantified last character stays in the rest."""
+    m = _LITERAL_RE.match(part)
+    if m is None:
+        return "", part
+    literal = m.group(0)
+    if part[m.end() : m.end() + 1] in ("?", "*", "+", "{") and part[m.end() : m.end() + 1]:
+        literal = literal[:-2] if literal.endswith("\\.") else literal[:-1]
+    return literal, part[len(literal) :]
+
+
+_CLASS_RE = re.compile(r"\[(?:\\.|[^\]\\])*\]")
+
+
+def _alternatives(group: str) -> list[str] | None:
+    """The alternatives of a `(?:…)` group's inside, or None if it holds groups or `|` in a class."""
+    plain = _CLASS_RE.sub("", group)
+    if "(" in plain or "[" in plain or "\\|" in group or plain.count("|") != group.count("|"):
+        return None
+    return group.split("|")
+
+
+def fast_start(pattern: str) -> str:
+    """`pattern` with its leading `\\b` moved after the literal that follows, as a lookbehind:
+    `\\bsk-…` becomes `sk-(?<!\\wsk-)…`. Both match exactly the same, but Python's `re` tries a
+    pattern that starts with `\\b` at every position of the text (~60 MiB/s), and one that starts
+    with a literal only where the literal is (its fast search): 20-60x faster on a long text.
+    A pattern it cannot rewrite (no literal after `\\b`) is returned as it is."""
+    if not pattern.startswith("\\b"):
+        return pattern
+    rest = pattern[2:]
+    if rest.startswith("(?:"):
+        end = rest.find(")")
+        alternatives = _alternatives(rest[3:end]) if end > 0 else None
+        if not alternatives:
+            return pattern
+        fast = []
+        for alternative in alternatives:
+            literal, tail = _split_literal(alternative)
+            if not literal:
+                return pattern
+            fast.append(f"{literal}(?<!\\w{literal}){tail}")
+        return "(?:" + "|".join(fast) + ")" + rest[end + 1 :]
+    literal, tail = _split_literal(rest)
+    return f"{literal}(?<!\\w{literal}){tail}" if literal else pattern
+
+
+_COMPILED = [(literals, re.compile(fast_start(pattern))) for literals, pattern in _PATTERNS]
 
 
 _CREDENTIAL_HEADER_RE = re.compile(r"(?i)auth|token|secret|key|cookie|session|credential|password")
@@ -229,10 +280,30 @@ _COOKIE_ATTRIBUTES = frozenset({"path", "domain", "expires", "max-age", "samesit
                                 "priority", "partitioned", "version", "comment"})  # fmt: skip
 
 
-def _cookie_spans(text: str) -> list[tuple[int, int]]:
+_COOKIE_PLACES = LiteralPlaces(("cookie", "curl"))
+
+
+def _cookie_lines(text: str, data: bytes | None) -> Iterator[re.Match[str]]:
+    """`_COOKIE_RE.finditer(text)`; given `data` (`text` in UTF-8), only where a match can start
+    (`cookie`, `set-cookie`, `curl`, found by Hyperscan) is tried, not every position."""
+    if data is None or len(text) <= SHORT_TEXT:
+        yield from _COOKIE_RE.finditer(text)
+        return
+    done = 0
+    for place in _COOKIE_PLACES.places(text, data):
+        starts = (place - 4, place) if place >= 4 and text[place - 4 : place].lower() == "set-" else (place,)
+        for start in starts:
+            line = _COOKIE_RE.match(text, start) if start >= done else None
+            if line is not None:
+                done = line.end()
+                yield line
+                break
+
+
+def _cookie_spans(text: str, data: bytes | None = None) -> list[tuple[int, int]]:
     """The values of the cookies in `Cookie:` / `Set-Cookie:` lines and curl's `-b` (attributes kept)."""
     spans = []
-    for line in _COOKIE_RE.finditer(text):
+    for line in _cookie_lines(text, data):
         base = line.start("v")
         for pair in _COOKIE_PAIR_RE.finditer(line.group("v")):
             value = pair.group("value").rstrip()
@@ -287,9 +358,9 @@ class _Prefilter:
         for word, ids in by_word.items():
             literals.append((word, True))
             self._actions.append(("rule", tuple(ids)))
-        for word in ("cookie", *_NAME_WORDS):
+        for word in ("cookie", "curl", *_NAME_WORDS):  # `curl -b` need not say "cookie"
             literals.append((word, True))
-            self._actions.append((word if word == "cookie" else "name", ()))
+            self._actions.append(("cookie" if word in ("cookie", "curl") else "name", ()))
         self.always = tuple(i for i, r in enumerate(rules.rules) if not r.keywords)
         self._set = LiteralSet(literals)
         self.regexes = tuple(RegexPrefilter(rule.pattern, python_regex) for rule in rules.rules)
@@ -383,12 +454,12 @@ class Scrubber:
         data = text.encode("utf-8", "surrogatepass")
         patterns, rules, cookie, named = self._prefilter.passes(data)
         if named:
-            text = scrub_named_values(text)  # first, so that a value is redacted whole
+            text = scrub_named_values(text, data)  # first, so that a value is redacted whole
         text = _redact_spans(text, self._learned.spans(text, data))
         for i in patterns:
             text = _COMPILED[i][1].sub(_redact_match, text)
         if cookie:
-            text = _redact_spans(text, _cookie_spans(text))
+            text = _redact_spans(text, _cookie_spans(text, text.encode("utf-8", "surrogatepass")))
         wanted = [i for i in rules if self._prefilter.regexes[i].maybe(data)]
         return _redact_spans(text, _rule_spans(text, self.rules, wanted)) if wanted else text
 

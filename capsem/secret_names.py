@@ -13,25 +13,11 @@ from __future__ import annotations
 import functools
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-import ahocorasick
-
+from capsem.literal_scan import SHORT_TEXT, LiteralPlaces
 from capsem.markers import MARKER_RE, MARKER_SPLIT_RE
 from capsem.markers import redacted as _redacted
-
-_SHORT_TEXT = 2048
-"""Below this length one regex scan finds the name words cheapest; above it, an Aho-Corasick
-automaton does (Python's `re` tries every alternative at every position)."""
-
-
-def _automaton(words: Iterable[str]) -> ahocorasick.Automaton:
-    automaton = ahocorasick.Automaton()
-    for word in words:
-        automaton.add_word(word, word)
-    automaton.make_automaton()
-    return automaton
-
 
 # --- secret-named keys ------------------------------------------------------------------------
 # Every secret name contains one of these words (lower-cased); `is_secret_name` decides.
@@ -147,28 +133,30 @@ def _value_span(text: str, pos: int, name: str, quoted_name: bool) -> tuple[int,
 _WORD_STARTS_RE = re.compile("(?=(?:" + "|".join(_NAME_WORDS) + "))")
 
 
-_WORDS_AC = _automaton(_NAME_WORDS)
+_WORD_PLACES = LiteralPlaces(_NAME_WORDS)
 
 
-def _word_hits(lowered: str) -> list[int]:
-    """Sorted positions of the name words in the lower-cased text: one regex scan for a short
-    text, the Aho-Corasick automaton for a long one (see `_SHORT_TEXT`)."""
-    if len(lowered) <= _SHORT_TEXT:
+def _word_hits(text: str, data: bytes | None) -> list[int]:
+    """Sorted positions of the name words in `text`, any ASCII case: one regex scan of the
+    lower-cased text for a short one, a Hyperscan scan of its UTF-8 `data` for a long one (see
+    `SHORT_TEXT`). (A name is ASCII, so a word found only through a non-ASCII letter's lower case,
+    as the Kelvin sign's `k`, could never start one: both ways find the same names.)"""
+    if len(text) <= SHORT_TEXT:
+        lowered = text.lower()
+        if len(lowered) != len(text):  # a character whose lower case is longer (İ): positions differ
+            lowered = text.translate(_ASCII_LOWER)  # names are ASCII
         return [m.start() for m in _WORD_STARTS_RE.finditer(lowered)]
-    return sorted(end - len(word) + 1 for end, word in _WORDS_AC.iter(lowered))
+    return _WORD_PLACES.places(text, text.encode("utf-8", "surrogatepass") if data is None else data)
 
 
-def scrub_named_values(text: str, lowered: str | None = None) -> str:
+def scrub_named_values(text: str, data: bytes | None = None) -> str:
     """`text` with the values of secret-named keys, assignments and flags redacted.
 
-    Only the places where a name word occurs are looked at (`lowered` = `text.lower()`, if the
+    Only the places where a name word occurs are looked at (`data` = `text` in UTF-8, if the
     caller has it): from each, back to the start of its name (and its quotes), then `_NAMED_RE`."""
-    lowered = text.lower() if lowered is None else lowered
-    if len(lowered) != len(text):  # a character whose lower case is longer (İ): positions differ
-        lowered = text.translate(_ASCII_LOWER)  # names are ASCII
     out: list[str] = []
     done = scanned = 0
-    for hit in _word_hits(lowered):
+    for hit in _word_hits(text, data):
         if hit < scanned:
             continue  # inside a name already looked at, or a value already redacted
         start = hit

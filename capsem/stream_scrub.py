@@ -76,13 +76,30 @@ def _decoded(raw: str) -> str | None:
         return None
 
 
+def _decoded_all(raws: list[str]) -> list[str | None]:
+    """`_decoded` of each: the escaped ones in one `json.loads` (one by one if one is bad)."""
+    escaped = [i for i, raw in enumerate(raws) if "\\" in raw]
+    if len(escaped) < 2:
+        return [_decoded(raw) for raw in raws]
+    out: list[str | None] = list(raws)
+    try:
+        values = json.loads('["' + '","'.join(raws[i] for i in escaped) + '"]')
+    except ValueError:
+        values = None
+    if values is None or len(values) != len(escaped):  # a bad one, or one that ends in `\`
+        values = [_decoded(raws[i]) for i in escaped]
+    for i, value in zip(escaped, values, strict=True):
+        out[i] = value
+    return out
+
+
 def scrub_deltas(text: str, scrub: Callable[[str], str | None]) -> str:
     """`text` (a streamed body, already scrubbed whole) with the secrets that its deltas spell only
     together cut out of each delta."""
+    found = _DELTA_RE.findall(text)
     joined: dict[str, list[str]] = {}
-    for key, raw in _DELTA_RE.findall(text):  # first the channels' texts alone: most hold no secret
-        value = _decoded(raw)
-        if value:
+    for (key, _), value in zip(found, _decoded_all([raw for _, raw in found]), strict=True):
+        if value:  # first the channels' texts alone: most hold no secret
             joined.setdefault(key, []).append(value)
     dirty = {key for key, values in joined.items() if len(values) > 1 and _changes(scrub, "".join(values))}
     if not dirty:

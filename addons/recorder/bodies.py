@@ -49,10 +49,11 @@ MAX_PIECE = 64 * 1024
 FRAME_BYTES = 1024 * 1024
 """Bytes (before compression) after which a call's content goes on in a new frame: reading one
 piece decompresses its whole frame."""
-SMALL_FRAME = 256 * 1024
+SMALL_FRAME = 32 * 1024
 SMALL_LEVEL, LARGE_LEVEL = 12, 3
 """zstd levels for frames up to `SMALL_FRAME` bytes (a turn's new content: ~0.4 ms, about 10 % smaller
-than level 3 on conversation JSON) and for larger ones (a long answer: level 3 keeps up with a stream)."""
+than level 3 on conversation JSON) and for larger ones (a streamed answer of 160 KB: 0.5 ms at level 3,
+6.5 ms at 12 for 9 % less)."""
 _CUT = re.compile(rb'\{(?=\s*"(?:role|type|name|parts|text|functionCall|functionResponse|call_id)"\s*:)')
 """Where a piece starts: the `{` of such an object (matched, not looked ahead for: `re` then scans
 for the literal `{`, ~7x faster on a long request)."""
