@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=500)
     parser.add_argument("--size", type=int, default=200)
     parser.add_argument("--batch", type=int, default=200, help="messages per batch")
+    parser.add_argument("--sort", default="tottime", help="pstats order: tottime, cumulative...")
     parser.add_argument("--top", type=int, default=30)
     args = parser.parse_args(argv)
     spec = StreamSpec(args.events, args.size)
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         handle(encoded, Path(tmp))
         profile.disable()
     out = io.StringIO()
-    pstats.Stats(profile, stream=out).sort_stats(__import__("os").environ.get("SORT", "tottime")).print_stats(args.top)
+    pstats.Stats(profile, stream=out).sort_stats(args.sort).print_stats(args.top)
     print(out.getvalue())
     return 0
 

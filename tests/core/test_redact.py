@@ -385,13 +385,18 @@ def test_cookie_values_go_and_their_attributes_stay():
     assert "Path=/; Max-Age=3600; HttpOnly" in scrub(output)
     assert scrub("the cookie: chocolate chip") != ""  # no name=value pair: nothing to redact
     # `curl -b` need not say "cookie" anywhere (the value above did, by chance, until it was found)
-    for text in ("curl -b 'sid=s3cr3tvalue' https://x", "lorem ipsum. " * 300 + "curl -b 'sid=s3cr3tvalue' https://x"):
+    for text in (
+        "curl -b 'sid=s3cr3tvalue' https://x",
+        "lorem ipsum. " * 300 + "curl -b 'sid=s3cr3tvalue' https://x",
+    ):
         assert "s3cr3tvalue" not in scrub(text)
 
 
 _SPEEDY = st.lists(
     st.one_of(
-        st.sampled_from([lit for literals, _ in redact._PATTERNS for lit in literals] + ["curl -u a:b", " -p", "x", "_", "-"]),
+        st.sampled_from(
+            [lit for lits, _ in redact._PATTERNS for lit in lits] + ["curl -u a:b", " -p", "x", "_"]
+        ),
         st.text(alphabet="aA0_-. :/\\\"'\n|é", max_size=6),
         st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef0123456789", min_size=8, max_size=45),
     ),
