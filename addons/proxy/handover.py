@@ -67,7 +67,7 @@ class RecorderProcess(Barriers):
     `crashed` at `stop`, with those counts.
     """
 
-    def __init__(self, outbox: Outbox, spec: bytes, interval: float = 0.02,
+    def __init__(self, outbox: Outbox, spec: bytes, interval: float = 0.05,
                  max_restarts: int = MAX_RESTARTS) -> None:  # fmt: skip
         super().__init__()
         self.outbox = outbox
@@ -129,7 +129,7 @@ class RecorderProcess(Barriers):
             if not self.outbox.waiting:
                 self.outbox.wake.wait()
                 self.outbox.wake.clear()
-                if not self._stopped.is_set():
+                if not self._stopped.is_set() and not self.outbox.urgent:
                     time.sleep(self.interval)  # let a busy stream's chunks pile up into one batch
             batch = self.outbox.take()
             if not batch:
@@ -169,7 +169,8 @@ class RecorderProcess(Barriers):
                 child.flows_sent += flows  # before the write: it may die right after reading it
                 child.barriers |= barriers
                 try:
-                    child.process.stdin.write(len(frame).to_bytes(4, "big") + frame)
+                    child.process.stdin.write(len(frame).to_bytes(4, "big"))
+                    child.process.stdin.write(frame)  # (not joined: a batch can be megabytes)
                     child.process.stdin.flush()
                     written = True
                 except (OSError, ValueError):  # it died: its successor gets the batch

@@ -2,7 +2,8 @@
 
 The hooks call `Outbox.put(message)`, which appends to a deque and returns: no lock, no I/O,
 and a wake-up only when the deque was empty (or for a `Barrier` or `Stop`). The consumer thread
-then waits `interval` seconds, so the chunks of a busy stream pile up and go on as one batch.
+then waits `interval` seconds (not when a `Barrier` or `Stop` waits), so the chunks of busy
+streams pile up and go on as one batch.
 When more than `budget` bytes wait (the recorder has fallen behind), the chunks of streamed
 bodies are dropped, counted, and every later chunk of the same flow too, so the recorder sees a
 clean prefix of that body and the flow's row says how many chunks it lost (capture degrades;
@@ -58,6 +59,8 @@ class Outbox:
         self._taken_bytes = 0  # written by the consumer only
         self._dropping: dict[str, int] = {}  # flow key -> chunks dropped so far
         self.wake = threading.Event()
+        self.urgent = False
+        """A `Barrier` or `Stop` waits: the consumer goes on at once, without waiting for a batch."""
 
     @property
     def waiting(self) -> bool:
@@ -91,7 +94,10 @@ class Outbox:
         self._put_bytes += size
         items = self._items
         items.append(message)
-        if len(items) == 1 or kind in _URGENT:  # one wake-up per batch, not per chunk
+        if kind in _URGENT:
+            self.urgent = True
+            self.wake.set()
+        elif len(items) == 1:  # one wake-up per batch, not per chunk
             self.wake.set()
 
     def stop_message(self, status: str) -> Stop:
@@ -100,6 +106,7 @@ class Outbox:
 
     def take(self, max_bytes: int = 4 * 1024 * 1024) -> list[Message]:
         """What is waiting (up to about `max_bytes`), oldest first; consumer side."""
+        self.urgent = False
         out: list[Message] = []
         taken = 0
         items = self._items
