@@ -195,7 +195,22 @@ def bench_memory(mib: int, workdir: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-SCRUB_CORPORA = ("claude_code_request", "anthropic", "openai_chat")
+SCRUB_CORPORA = ("claude_code_request", "anthropic", "openai_chat", "anthropic_code")
+
+
+def code_stream(size: int) -> bytes:
+    """An Anthropic stream of about `size` bytes whose text is source code and prose (capsem's own
+    modules: names with `token`, `key`, `cookie`, `curl`, `login` on every page, as an agent's
+    answers about code have)."""
+    root = Path(__file__).resolve().parent.parent
+    text = "".join(p.read_text() for p in sorted((root / "addons").rglob("*.py")))
+    events, i = [], 0
+    while sum(map(len, events)) < size:
+        piece = text[i % len(text) : i % len(text) + 200]
+        i += 200
+        delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}
+        events.append(b"event: content_block_delta\ndata: " + json.dumps(delta).encode() + b"\n\n")
+    return b"".join(events)
 
 
 def scrub_corpus(name: str, size: int) -> str:
@@ -205,6 +220,8 @@ def scrub_corpus(name: str, size: int) -> str:
         turns = conversation(400)
         body = next((b for b in turns if len(b) >= size), turns[-1])
         return body.decode()
+    if name == "anthropic_code":
+        return code_stream(size).decode()
     return corpus(name, size).decode()
 
 

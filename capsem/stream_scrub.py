@@ -97,17 +97,17 @@ def scrub_deltas(text: str, scrub: Callable[[str], str | None]) -> str:
     """`text` (a streamed body, already scrubbed whole) with the secrets that its deltas spell only
     together cut out of each delta."""
     found = _DELTA_RE.findall(text)
+    values = _decoded_all([raw for _, raw in found])
     joined: dict[str, list[str]] = {}
-    for (key, _), value in zip(found, _decoded_all([raw for _, raw in found]), strict=True):
+    for (key, _), value in zip(found, values, strict=True):
         if value:  # first the channels' texts alone: most hold no secret
             joined.setdefault(key, []).append(value)
     dirty = {key for key, values in joined.items() if len(values) > 1 and _changes(scrub, "".join(values))}
     if not dirty:
         return text
     channels: dict[str, list[tuple[re.Match[str], str]]] = {}
-    for m in _DELTA_RE.finditer(text):
-        value = _decoded(m.group("value")) if m.group("key") in dirty else None
-        if value:
+    for m, value in zip(_DELTA_RE.finditer(text), values, strict=True):  # the same matches again
+        if value and m.group("key") in dirty:
             channels.setdefault(m.group("key"), []).append((m, value))
     edits = [edit for deltas in channels.values() for edit in _channel_edits(deltas, scrub)]
     out, done = [], 0
