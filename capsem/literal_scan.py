@@ -35,14 +35,19 @@ class _Scanner:
         self._db: hyperscan.Database | None = None
         self._local = threading.local()
 
-    def _hits(self, data: bytes) -> set[int]:
-        if self._db is None:
-            return set()
+    def _scan(self, data: bytes, on_match: Callable[..., object]) -> None:
+        """Scan `data` (a database is compiled), `on_match(id, start, end, flags, context)` per match."""
+        assert self._db is not None
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
             scratch = self._local.scratch = hyperscan.Scratch(self._db)
+        self._db.scan(data, match_event_handler=on_match, scratch=scratch)
+
+    def _hits(self, data: bytes) -> set[int]:
+        if self._db is None:
+            return set()
         hits: set[int] = set()
-        self._db.scan(data, match_event_handler=lambda i, _s, _e, _f, _c: hits.add(i), scratch=scratch)
+        self._scan(data, lambda i, _s, _e, _f, _c: hits.add(i))
         return hits
 
 
@@ -92,11 +97,8 @@ class LiteralPlaces(_Scanner):
         Hyperscan gives byte offsets; an ASCII literal starts on a character boundary, so where
         `text` is not all ASCII each offset becomes a position by decoding the bytes before it
         (each byte once)."""
-        scratch = getattr(self._local, "scratch", None)
-        if scratch is None:
-            scratch = self._local.scratch = hyperscan.Scratch(self._db)
         ends: list[tuple[int, int]] = []
-        self._db.scan(data, match_event_handler=lambda i, _s, e, _f, _c: ends.append((e, i)), scratch=scratch)
+        self._scan(data, lambda i, _s, e, _f, _c: ends.append((e, i)))
         lengths = self._lengths
         starts = sorted(end - lengths[i] for end, i in ends)
         if len(data) == len(text) or not starts:

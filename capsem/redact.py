@@ -148,7 +148,7 @@ def _split_literal(part: str) -> tuple[str, str]:
     if m is None:
         return "", part
     literal = m.group(0)
-    if part[m.end() : m.end() + 1] in ("?", "*", "+", "{") and part[m.end() : m.end() + 1]:
+    if part[m.end() : m.end() + 1] in ("?", "*", "+", "{"):
         literal = literal[:-2] if literal.endswith("\\.") else literal[:-1]
     return literal, part[len(literal) :]
 
