@@ -32,6 +32,8 @@ import msgspec
 __all__ = ["FRAMERS", "Framer", "JSONArrayDecoder", "NDJSONDecoder", "SSEDecoder", "SSEEvent", "make_framer"]
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
+_LONE_CR = re.compile(rb"\r(?!\n)")
+"""A CR that is not part of a CRLF (or ends the chunk: its LF may start the next one)."""
 _PLAIN_EVENT = re.compile(r"(event: ([^\n]*)\n)?data: ([^\n]*)\n\n")
 """An ordinary event: `data: ` and its one line, maybe after `event: ` and its line, then a blank line."""
 _PLAIN_EVENTS = re.compile(r"\n*(?:(?:event: [^\n]*\n)?data: [^\n]*\n\n+)*")
@@ -95,8 +97,11 @@ class SSEDecoder:
                 return []
             data = bytes(self._tail) + data
         if b"\r" in data:
-            self._skip_lf = data.endswith(b"\r")  # a CRLF may be split across chunks
-            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            if _LONE_CR.search(data) is None:  # CRLF line ends only (Gemini's): drop the CRs at C speed
+                data = data.translate(None, b"\r")
+            else:
+                self._skip_lf = data.endswith(b"\r")  # a CRLF may be split across chunks
+                data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         events: list[SSEEvent] = []
         rest = self._lines(data, events)
         if rest:

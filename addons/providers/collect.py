@@ -19,7 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
+import msgspec
+
 from addons.framing import SSEEvent
+from addons.providers._common import load_json
 from addons.providers.events import (
     Done,
     Error,
@@ -98,10 +101,13 @@ class Collector:
             if not call.call_id:
                 call.call_id = f"{self._rules.call_id_prefix}_{call.name}_{call.index}"
         if self._usage is not None:
+            raw = self._usage.raw
+            if type(raw) is msgspec.Raw:  # a typed reader kept the JSON text: decode the last one only
+                raw = load_json(bytes(raw))
             try:
-                s.usage = self._usage.normalize(self._usage.raw)
+                s.usage = self._usage.normalize(raw)
             except Exception:  # a bug in a normalizer: keep the raw object, count it
-                s.usage = Usage(raw=self._usage.raw)
+                s.usage = Usage(raw=raw)
                 s.parse_errors += 1
         s.complete = self._done and (self._body or s.error_type is None)
         return s

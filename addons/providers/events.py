@@ -120,6 +120,9 @@ class ToolCallEnd(_Event):
 class UsageReport(_Event):
     """The provider's usage object as received and its normalizer; the last report wins.
 
+    `raw` may also be the `msgspec.Raw` JSON text of an object (a typed reader's): only the last
+    report's is decoded, by the collector.
+
     Only the last one is normalized (at the end), so providers that repeat a running total on
     every chunk pay nothing for it.
     """

@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import msgspec
+
 from addons.framing import SSEEvent
 from addons.providers._common import as_int, as_str, decode_json, dumps_compact, load_json, request_object
 from addons.providers.base import GuardedParser
@@ -163,14 +165,94 @@ def _parse_request(body: bytes) -> RequestInfo:
 # -- responses ------------------------------------------------------------------------------
 
 
+class _Part(msgspec.Struct, gc=False):
+    """The fields of a part `GeminiEvents.chunk` reads (typed `Any`: it checks them itself)."""
+
+    text: Any = None
+    thought: Any = None
+    functionCall: Any = None
+
+
+class _Content(msgspec.Struct, gc=False):
+    parts: list[_Part] | None = None
+
+
+class _Candidate(msgspec.Struct, gc=False):
+    content: _Content | None = None
+    finishReason: Any = None
+
+
+class _Chunk(msgspec.Struct, gc=False):
+    """A plain GenerateContentResponse: only the fields read, the rest skipped by msgspec in C; the
+    usage is kept as its raw JSON (decoded only if it is the last report)."""
+
+    candidates: list[_Candidate] | None = None
+    usageMetadata: msgspec.Raw = msgspec.Raw()
+    responseId: Any = None
+    modelVersion: Any = None
+    error: Any = None
+    response: Any = None
+
+
+_decode_chunk = msgspec.json.Decoder(_Chunk).decode
+
+
 class GeminiEvents:
-    """Reads GenerateContentResponse chunks (SSE events or JSON-array elements) into neutral events."""
+    """Reads GenerateContentResponse chunks (SSE events or JSON-array elements) into neutral events.
+
+    A plain chunk is decoded into `_Chunk` and read by `typed`; anything else (an error, the
+    Code Assist envelope, a candidate or part that is not an object, an array, JSON msgspec
+    refuses) goes through `general`, the reading of the whole decoded document. Both give the
+    same events for a chunk both can read (tests/providers/test_typed_paths.py).
+    """
 
     def __init__(self) -> None:
         self._calls = 0
         self._meta: tuple[Any, Any] = (None, None)  # the id and model last said (every chunk repeats them)
 
     def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
+        try:
+            obj = _decode_chunk(ev.data)
+        except msgspec.DecodeError:  # not a plain chunk (or not JSON)
+            return self.general(ev)
+        if obj.error is not None or obj.response is not None or not obj.candidates:
+            return self.general(ev)
+        return self.typed(obj)
+
+    def typed(self, obj: _Chunk) -> list[LlmEvent]:
+        """`chunk` for a decoded plain chunk that has candidates (no error, no envelope)."""
+        out: list[LlmEvent] = []
+        meta = (obj.responseId, obj.modelVersion)
+        if meta != self._meta:
+            self._meta = meta
+            out.append(Meta(as_str(meta[0]), as_str(meta[1])))
+        usage = obj.usageMetadata
+        if memoryview(usage)[:1] == b"{":  # an object: a running total, the last one wins (decoded then)
+            out.append(UsageReport(usage, usage_from_gemini))
+        candidate = obj.candidates[0]  # type: ignore[index]  (events() checked there is one)
+        parts = candidate.content.parts if candidate.content is not None else None
+        for part in parts or ():
+            text = part.text
+            if type(text) is str and text:
+                out.append(ThinkingDelta(text) if part.thought is True else TextDelta(text))
+            if type(part.functionCall) is dict:
+                out += self._call(part.functionCall)
+        reason = candidate.finishReason
+        if type(reason) is str and reason:
+            out += [Stop(reason), Done(final=False)]
+        return out
+
+    def _call(self, call: dict[str, Any]) -> list[LlmEvent]:
+        key, self._calls = self._calls, self._calls + 1
+        args = call.get("args")
+        return [
+            ToolCallStart(key, as_str(call.get("id")) or "", as_str(call.get("name")) or ""),
+            ToolCallDelta(key, dumps_compact(args if args is not None else {})),
+            ToolCallEnd(key),
+        ]
+
+    def general(self, ev: SSEEvent) -> Sequence[LlmEvent]:
+        """Any event: the whole document decoded, then read by `chunk`."""
         try:
             obj = decode_json(ev.data)
         except Exception:  # msgspec refuses it: load_json decides
@@ -221,11 +303,7 @@ class GeminiEvents:
                 out.append(ThinkingDelta(text) if part.get("thought") is True else TextDelta(text))
             call = part.get("functionCall")
             if type(call) is dict:
-                key, self._calls = self._calls, self._calls + 1
-                args = call.get("args")
-                out.append(ToolCallStart(key, as_str(call.get("id")) or "", as_str(call.get("name")) or ""))
-                out.append(ToolCallDelta(key, dumps_compact(args if args is not None else {})))
-                out.append(ToolCallEnd(key))
+                out += self._call(call)
         reason = candidate.get("finishReason")
         if type(reason) is str and reason:
             out += [Stop(reason), Done(final=False)]
