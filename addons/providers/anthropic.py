@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
+import msgspec
+
 from addons.framing import SSEEvent
 from addons.providers._common import (
     as_int,
@@ -200,6 +202,26 @@ def _parse_request(body: bytes) -> RequestInfo:
 
 # -- responses ------------------------------------------------------------------------------
 
+
+class _Delta(msgspec.Struct, gc=False):
+    """The fields of a content_block_delta's `delta` the reader uses (`Any`: it checks them)."""
+
+    type: Any = None
+    text: Any = None
+    thinking: Any = None
+    partial_json: Any = None
+
+
+class _DeltaEvent(msgspec.Struct, gc=False):
+    """A stream event read as a content_block_delta: the rest of any event is skipped in C."""
+
+    type: Any = None
+    index: Any = None
+    delta: _Delta | None = None
+
+
+_decode_delta = msgspec.json.Decoder(_DeltaEvent).decode
+
 _PLACEHOLDER_OUTPUT = partial(usage_from_anthropic, output_reported=False)
 _PARSE_ERROR = (PARSE_ERROR,)
 _UNKNOWN = (UNKNOWN_EVENT,)
@@ -237,6 +259,22 @@ class AnthropicEvents:
         self._output_reported = False
 
     def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
+        try:
+            obj = _decode_delta(ev.data)
+        except msgspec.DecodeError:  # not a delta event's shape (or not JSON)
+            return self.general(ev)
+        delta = obj.delta
+        if obj.type != "content_block_delta" or delta is None:
+            return self.general(ev)
+        kind = delta.type
+        if kind == "text_delta":  # most events: straight there
+            text = delta.text
+            return (TextDelta(text, self._text_part),) if type(text) is str and text else ()
+        return self._delta(obj.index, kind, delta.thinking if kind == "thinking_delta" else delta.partial_json)
+
+    def general(self, ev: SSEEvent) -> Sequence[LlmEvent]:
+        """Any event: the whole document decoded, dispatched on its `type` (`events` reads the
+        content_block_delta events, most of a stream, into `_DeltaEvent` first)."""
         try:
             obj = decode_json(ev.data)
         except Exception:  # msgspec refuses it: load_json decides
@@ -321,11 +359,19 @@ class AnthropicEvents:
         if kind == "text_delta":
             text = delta.get("text")
             return (TextDelta(text, self._text_part),) if type(text) is str and text else ()
+        field = "thinking" if kind == "thinking_delta" else "partial_json"
+        return self._delta(obj.get("index"), kind, delta.get(field))
+
+    def _delta(self, index: Any, kind: Any, value: Any) -> Sequence[LlmEvent]:
+        """A content_block_delta other than text: `value` is its `thinking` for a thinking_delta,
+        its `partial_json` for anything else; `index` as sent."""
+        index = as_int(index)
+        index = index if index is not None else -1
         if kind == "thinking_delta":
-            return self._thinking(self._index(obj), delta.get("thinking"))
+            return self._thinking(index, value)
         if kind == "input_json_delta":
-            block = self._blocks.get(self._index(obj))
-            piece = delta.get("partial_json")
+            block = self._blocks.get(index)
+            piece = value
             if block is None or block.call is None or not isinstance(piece, str):
                 return _PARSE_ERROR
             if block.closed or not piece:

@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import msgspec
+
 from addons.framing import SSEEvent
 from addons.providers._common import (
     arguments_text,
@@ -216,14 +218,19 @@ def _text_events(message: dict[str, Any], refusal_prefix: str) -> tuple[list[Llm
 
     The refusal is appended after the text, behind `refusal_prefix`.
     """
-    content = message.get("content")
+    return _texts(message.get("content"), message.get("reasoning_content"), message.get("reasoning"),
+                  message.get("refusal"), refusal_prefix)  # fmt: skip
+
+
+def _texts(content: Any, reasoning: Any, other_reasoning: Any, refusal: Any,
+           refusal_prefix: str) -> tuple[list[LlmEvent], bool]:  # fmt: skip
+    """`_text_events` on the fields as sent: `reasoning` is `reasoning_content`, which wins over
+    `other_reasoning` (`reasoning`) when a server sends both."""
     text, thinking = (content, "") if type(content) is str else _content_parts(content)
-    reasoning = message.get("reasoning_content")  # it wins over `reasoning` when a server sends both
     if not (type(reasoning) is str and reasoning):
-        reasoning = message.get("reasoning")
+        reasoning = other_reasoning
     if type(reasoning) is str:
         thinking = reasoning + thinking
-    refusal = message.get("refusal")
     refused = isinstance(refusal, str) and refusal != ""
     if refused:
         text += refusal_prefix + refusal
@@ -233,6 +240,37 @@ def _text_events(message: dict[str, Any], refusal_prefix: str) -> tuple[list[Llm
     if thinking:
         out.append(ThinkingDelta(thinking))
     return out, refused
+
+
+class _Delta(msgspec.Struct, gc=False):
+    """The fields of a choice's `delta` the reader uses (`Any`: it checks them itself)."""
+
+    content: Any = None
+    reasoning_content: Any = None
+    reasoning: Any = None
+    refusal: Any = None
+    tool_calls: Any = None
+
+
+class _Choice(msgspec.Struct, gc=False):
+    index: Any = None
+    delta: _Delta | None = None
+    finish_reason: Any = None
+
+
+class _Chunk(msgspec.Struct, gc=False):
+    """A chat.completion.chunk: only the fields read, the rest skipped by msgspec in C; the usage is
+    kept as its raw JSON. `error` is UNSET when absent (its presence alone makes an event general)."""
+
+    id: Any = None
+    model: Any = None
+    object: Any = None
+    error: Any = msgspec.UNSET
+    usage: msgspec.Raw = msgspec.Raw()
+    choices: list[_Choice] | None = None
+
+
+_decode_chunk = msgspec.json.Decoder(_Chunk).decode
 
 
 class ChatEvents:
@@ -249,6 +287,33 @@ class ChatEvents:
         self._failed = False
 
     def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
+        try:
+            obj = _decode_chunk(ev.data)
+        except msgspec.DecodeError:  # not a plain chunk (or not JSON)
+            return self.general(ev)
+        choices = obj.choices
+        if obj.error is not msgspec.UNSET or obj.object == "error" or not choices or choices[0].index != 0:
+            return self.general(ev)
+        out: list[LlmEvent] = []
+        meta = (obj.id, obj.model)
+        if meta != self._meta:
+            self._meta = meta
+            out.append(Meta(as_str(meta[0]), as_str(meta[1])))
+        if memoryview(obj.usage)[:1] == b"{":  # an object (decoded only if it is the last report)
+            out.append(UsageReport(obj.usage, usage_from_openai))
+        choice = choices[0]
+        delta = choice.delta
+        if delta is not None:
+            out += self._delta(delta.content, delta.reasoning_content, delta.reasoning, delta.refusal,
+                               delta.tool_calls)  # fmt: skip
+        reason = choice.finish_reason
+        if type(reason) is str and reason:
+            out += self._finish(reason)
+        return out
+
+    def general(self, ev: SSEEvent) -> Sequence[LlmEvent]:
+        """Any event: the whole document decoded and read (`events` reads a plain chunk, whose first
+        choice is choice 0 and that is no error, into `_Chunk` first)."""
         try:
             obj = decode_json(ev.data)
         except Exception:  # msgspec refuses it: load_json decides
@@ -288,18 +353,30 @@ class ChatEvents:
         out: list[LlmEvent] = []
         delta = choice.get("delta")
         if isinstance(delta, dict):
-            out, refused = _text_events(delta, "" if self._refused else REFUSAL_PREFIX)
-            self._refused = self._refused or refused
-            fragments = delta.get("tool_calls")
-            for fragment in fragments if isinstance(fragments, list) else []:
-                if isinstance(fragment, dict):
-                    out += self._fragment(fragment)
+            out = self._delta(delta.get("content"), delta.get("reasoning_content"), delta.get("reasoning"),
+                              delta.get("refusal"), delta.get("tool_calls"))  # fmt: skip
         reason = choice.get("finish_reason")
         if isinstance(reason, str) and reason:
-            if self._stop is None:  # the first finish reason wins
-                self._stop = reason
-                out.append(Stop(reason))
-            out.append(Done(final=False))
+            out += self._finish(reason)
+        return out
+
+    def _delta(self, content: Any, reasoning: Any, other_reasoning: Any, refusal: Any,
+               fragments: Any) -> list[LlmEvent]:  # fmt: skip
+        """A choice's delta, by its fields as sent (see `_texts`)."""
+        out, refused = _texts(content, reasoning, other_reasoning, refusal, "" if self._refused else REFUSAL_PREFIX)
+        self._refused = self._refused or refused
+        for fragment in fragments if isinstance(fragments, list) else []:
+            if isinstance(fragment, dict):
+                out += self._fragment(fragment)
+        return out
+
+    def _finish(self, reason: str) -> list[LlmEvent]:
+        """A choice's non-empty finish reason."""
+        out: list[LlmEvent] = []
+        if self._stop is None:  # the first finish reason wins
+            self._stop = reason
+            out.append(Stop(reason))
+        out.append(Done(final=False))
         return out
 
     def _fragment(self, fragment: dict[str, Any]) -> list[LlmEvent]:

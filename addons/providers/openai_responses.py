@@ -41,6 +41,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import msgspec
+
 from addons.framing import SSEEvent
 from addons.providers._common import (
     arguments_text,
@@ -285,6 +287,21 @@ def body_events(body: bytes, status: int) -> Iterator[LlmEvent]:
         yield PARSE_ERROR
 
 
+class _DeltaEvent(msgspec.Struct, gc=False):
+    """A stream event read as a text (or reasoning summary) delta: the rest of any event is skipped
+    in C (`Any`: the reader checks the fields itself)."""
+
+    type: Any = None
+    item_id: Any = None
+    output_index: Any = None
+    content_index: Any = None
+    summary_index: Any = None
+    delta: Any = None
+
+
+_decode_delta = msgspec.json.Decoder(_DeltaEvent).decode
+
+
 class ResponsesEvents:
     """Reads one Responses event stream (SSE events or WebSocket messages) into neutral events."""
 
@@ -297,6 +314,20 @@ class ResponsesEvents:
         self._content = False  # any text, thinking or tool call so far
 
     def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
+        try:
+            obj = _decode_delta(ev.data)
+        except msgspec.DecodeError:  # not a delta event's shape (or not JSON)
+            return self.general(ev)
+        kind = obj.type
+        if kind == "response.output_text.delta":  # most events: straight there
+            return self._text(self._key_of(obj.item_id, obj.output_index, obj.content_index), obj.delta)
+        if kind == "response.reasoning_summary_text.delta":
+            return self._thinking(("s", *self._key_of(obj.item_id, obj.output_index, obj.summary_index)), obj.delta)
+        return self.general(ev)
+
+    def general(self, ev: SSEEvent) -> Sequence[LlmEvent]:
+        """Any event: the whole document decoded, dispatched on its `type` (`events` reads the text
+        and reasoning summary deltas, most of a stream, into `_DeltaEvent` first)."""
         try:
             obj = decode_json(ev.data)
         except Exception:  # msgspec refuses it: load_json decides
@@ -321,10 +352,13 @@ class ResponsesEvents:
     @staticmethod
     def _key(obj: dict[str, Any], index_key: str) -> tuple[Any, Any]:
         """(item id, or output index without one; part index): which part a piece belongs to."""
-        item = obj.get("item_id")
+        return ResponsesEvents._key_of(obj.get("item_id"), obj.get("output_index"), obj.get(index_key))
+
+    @staticmethod
+    def _key_of(item: Any, output_index: Any, index: Any) -> tuple[Any, Any]:
+        """`_key` from the fields as sent."""
         if not (type(item) is str and item):
-            item = as_int(obj.get("output_index"))
-        index = obj.get(index_key)
+            item = as_int(output_index)
         return item, index if type(index) is int else as_int(index)
 
     def _text(self, key: tuple[Any, Any], text: Any, whole: bool = False) -> Sequence[LlmEvent]:
