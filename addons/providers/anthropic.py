@@ -68,6 +68,7 @@ from addons.providers.events import (
     ToolCallStart,
     UsageReport,
 )
+from addons.providers.wire_shapes import decode_anthropic_delta
 from addons.records import RequestInfo, ToolResult, Usage
 
 __all__ = ["REDACTED_THINKING", "RULES", "AnthropicEvents", "AnthropicMessages", "body_events",
@@ -203,25 +204,6 @@ def _parse_request(body: bytes) -> RequestInfo:
 # -- responses ------------------------------------------------------------------------------
 
 
-class _Delta(msgspec.Struct, gc=False):
-    """The fields of a content_block_delta's `delta` the reader uses (`Any`: it checks them)."""
-
-    type: Any = None
-    text: Any = None
-    thinking: Any = None
-    partial_json: Any = None
-
-
-class _DeltaEvent(msgspec.Struct, gc=False):
-    """A stream event read as a content_block_delta: the rest of any event is skipped in C."""
-
-    type: Any = None
-    index: Any = None
-    delta: _Delta | None = None
-
-
-_decode_delta = msgspec.json.Decoder(_DeltaEvent).decode
-
 _PLACEHOLDER_OUTPUT = partial(usage_from_anthropic, output_reported=False)
 _PARSE_ERROR = (PARSE_ERROR,)
 _UNKNOWN = (UNKNOWN_EVENT,)
@@ -260,7 +242,7 @@ class AnthropicEvents:
 
     def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
         try:
-            obj = _decode_delta(ev.data)
+            obj = decode_anthropic_delta(ev.data)
         except msgspec.DecodeError:  # not a delta event's shape (or not JSON)
             return self.general(ev)
         delta = obj.delta
@@ -270,11 +252,13 @@ class AnthropicEvents:
         if kind == "text_delta":  # most events: straight there
             text = delta.text
             return (TextDelta(text, self._text_part),) if type(text) is str and text else ()
-        return self._delta(obj.index, kind, delta.thinking if kind == "thinking_delta" else delta.partial_json)
+        return self._delta(
+            obj.index, kind, delta.thinking if kind == "thinking_delta" else delta.partial_json
+        )
 
     def general(self, ev: SSEEvent) -> Sequence[LlmEvent]:
         """Any event: the whole document decoded, dispatched on its `type` (`events` reads the
-        content_block_delta events, most of a stream, into `_DeltaEvent` first)."""
+        content_block_delta events, most of a stream, into `AnthropicDeltaEvent` first)."""
         try:
             obj = decode_json(ev.data)
         except Exception:  # msgspec refuses it: load_json decides

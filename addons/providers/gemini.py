@@ -46,6 +46,7 @@ from addons.providers.events import (
     ToolCallStart,
     UsageReport,
 )
+from addons.providers.wire_shapes import GeminiChunk, decode_gemini_chunk, is_object
 from addons.records import RequestInfo, ToolResult, Usage
 
 __all__ = ["RULES", "Gemini", "GeminiEvents", "body_events", "usage_from_gemini"]
@@ -165,42 +166,10 @@ def _parse_request(body: bytes) -> RequestInfo:
 # -- responses ------------------------------------------------------------------------------
 
 
-class _Part(msgspec.Struct, gc=False):
-    """The fields of a part `GeminiEvents.chunk` reads (typed `Any`: it checks them itself)."""
-
-    text: Any = None
-    thought: Any = None
-    functionCall: Any = None
-
-
-class _Content(msgspec.Struct, gc=False):
-    parts: list[_Part] | None = None
-
-
-class _Candidate(msgspec.Struct, gc=False):
-    content: _Content | None = None
-    finishReason: Any = None
-
-
-class _Chunk(msgspec.Struct, gc=False):
-    """A plain GenerateContentResponse: only the fields read, the rest skipped by msgspec in C; the
-    usage is kept as its raw JSON (decoded only if it is the last report)."""
-
-    candidates: list[_Candidate] | None = None
-    usageMetadata: msgspec.Raw = msgspec.Raw()
-    responseId: Any = None
-    modelVersion: Any = None
-    error: Any = None
-    response: Any = None
-
-
-_decode_chunk = msgspec.json.Decoder(_Chunk).decode
-
-
 class GeminiEvents:
     """Reads GenerateContentResponse chunks (SSE events or JSON-array elements) into neutral events.
 
-    A plain chunk is decoded into `_Chunk` and read by `typed`; anything else (an error, the
+    A plain chunk is decoded into `GeminiChunk` and read by `typed`; anything else (an error, the
     Code Assist envelope, a candidate or part that is not an object, an array, JSON msgspec
     refuses) goes through `general`, the reading of the whole decoded document. Both give the
     same events for a chunk both can read (tests/providers/test_typed_paths.py).
@@ -212,14 +181,14 @@ class GeminiEvents:
 
     def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
         try:
-            obj = _decode_chunk(ev.data)
+            obj = decode_gemini_chunk(ev.data)
         except msgspec.DecodeError:  # not a plain chunk (or not JSON)
             return self.general(ev)
         if obj.error is not None or obj.response is not None or not obj.candidates:
             return self.general(ev)
         return self.typed(obj)
 
-    def typed(self, obj: _Chunk) -> list[LlmEvent]:
+    def typed(self, obj: GeminiChunk) -> list[LlmEvent]:
         """`chunk` for a decoded plain chunk that has candidates (no error, no envelope)."""
         out: list[LlmEvent] = []
         meta = (obj.responseId, obj.modelVersion)
@@ -227,7 +196,7 @@ class GeminiEvents:
             self._meta = meta
             out.append(Meta(as_str(meta[0]), as_str(meta[1])))
         usage = obj.usageMetadata
-        if memoryview(usage)[:1] == b"{":  # an object: a running total, the last one wins (decoded then)
+        if is_object(usage):  # an object: a running total, the last one wins (decoded then)
             out.append(UsageReport(usage, usage_from_gemini))
         candidate = obj.candidates[0]  # type: ignore[index]  (events() checked there is one)
         parts = candidate.content.parts if candidate.content is not None else None

@@ -65,6 +65,7 @@ from addons.providers.events import (
     ToolCallStart,
     UsageReport,
 )
+from addons.providers.wire_shapes import decode_chat_chunk, is_object
 from addons.records import RequestInfo, ToolResult, Usage
 
 __all__ = ["REFUSAL_PREFIX", "RULES", "ChatEvents", "OpenAIChat", "body_events", "usage_from_openai"]
@@ -242,37 +243,6 @@ def _texts(content: Any, reasoning: Any, other_reasoning: Any, refusal: Any,
     return out, refused
 
 
-class _Delta(msgspec.Struct, gc=False):
-    """The fields of a choice's `delta` the reader uses (`Any`: it checks them itself)."""
-
-    content: Any = None
-    reasoning_content: Any = None
-    reasoning: Any = None
-    refusal: Any = None
-    tool_calls: Any = None
-
-
-class _Choice(msgspec.Struct, gc=False):
-    index: Any = None
-    delta: _Delta | None = None
-    finish_reason: Any = None
-
-
-class _Chunk(msgspec.Struct, gc=False):
-    """A chat.completion.chunk: only the fields read, the rest skipped by msgspec in C; the usage is
-    kept as its raw JSON. `error` is UNSET when absent (its presence alone makes an event general)."""
-
-    id: Any = None
-    model: Any = None
-    object: Any = None
-    error: Any = msgspec.UNSET
-    usage: msgspec.Raw = msgspec.Raw()
-    choices: list[_Choice] | None = None
-
-
-_decode_chunk = msgspec.json.Decoder(_Chunk).decode
-
-
 class ChatEvents:
     """Reads one Chat Completions stream (choice 0) into neutral events."""
 
@@ -288,7 +258,7 @@ class ChatEvents:
 
     def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
         try:
-            obj = _decode_chunk(ev.data)
+            obj = decode_chat_chunk(ev.data)
         except msgspec.DecodeError:  # not a plain chunk (or not JSON)
             return self.general(ev)
         choices = obj.choices
@@ -299,7 +269,7 @@ class ChatEvents:
         if meta != self._meta:
             self._meta = meta
             out.append(Meta(as_str(meta[0]), as_str(meta[1])))
-        if memoryview(obj.usage)[:1] == b"{":  # an object (decoded only if it is the last report)
+        if is_object(obj.usage):  # an object (decoded only if it is the last report)
             out.append(UsageReport(obj.usage, usage_from_openai))
         choice = choices[0]
         delta = choice.delta
@@ -313,7 +283,7 @@ class ChatEvents:
 
     def general(self, ev: SSEEvent) -> Sequence[LlmEvent]:
         """Any event: the whole document decoded and read (`events` reads a plain chunk, whose first
-        choice is choice 0 and that is no error, into `_Chunk` first)."""
+        choice is choice 0 and that is no error, into `ChatChunk` first)."""
         try:
             obj = decode_json(ev.data)
         except Exception:  # msgspec refuses it: load_json decides
@@ -363,7 +333,9 @@ class ChatEvents:
     def _delta(self, content: Any, reasoning: Any, other_reasoning: Any, refusal: Any,
                fragments: Any) -> list[LlmEvent]:  # fmt: skip
         """A choice's delta, by its fields as sent (see `_texts`)."""
-        out, refused = _texts(content, reasoning, other_reasoning, refusal, "" if self._refused else REFUSAL_PREFIX)
+        out, refused = _texts(
+            content, reasoning, other_reasoning, refusal, "" if self._refused else REFUSAL_PREFIX
+        )
         self._refused = self._refused or refused
         for fragment in fragments if isinstance(fragments, list) else []:
             if isinstance(fragment, dict):

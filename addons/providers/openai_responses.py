@@ -79,6 +79,7 @@ from addons.providers.events import (
     UsageReport,
 )
 from addons.providers.openai_chat import REFUSAL_PREFIX, usage_from_openai
+from addons.providers.wire_shapes import decode_responses_delta
 from addons.records import RequestInfo, ToolResult, Usage
 
 __all__ = [
@@ -287,21 +288,6 @@ def body_events(body: bytes, status: int) -> Iterator[LlmEvent]:
         yield PARSE_ERROR
 
 
-class _DeltaEvent(msgspec.Struct, gc=False):
-    """A stream event read as a text (or reasoning summary) delta: the rest of any event is skipped
-    in C (`Any`: the reader checks the fields itself)."""
-
-    type: Any = None
-    item_id: Any = None
-    output_index: Any = None
-    content_index: Any = None
-    summary_index: Any = None
-    delta: Any = None
-
-
-_decode_delta = msgspec.json.Decoder(_DeltaEvent).decode
-
-
 class ResponsesEvents:
     """Reads one Responses event stream (SSE events or WebSocket messages) into neutral events."""
 
@@ -315,19 +301,21 @@ class ResponsesEvents:
 
     def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
         try:
-            obj = _decode_delta(ev.data)
+            obj = decode_responses_delta(ev.data)
         except msgspec.DecodeError:  # not a delta event's shape (or not JSON)
             return self.general(ev)
         kind = obj.type
         if kind == "response.output_text.delta":  # most events: straight there
             return self._text(self._key_of(obj.item_id, obj.output_index, obj.content_index), obj.delta)
         if kind == "response.reasoning_summary_text.delta":
-            return self._thinking(("s", *self._key_of(obj.item_id, obj.output_index, obj.summary_index)), obj.delta)
+            return self._thinking(
+                ("s", *self._key_of(obj.item_id, obj.output_index, obj.summary_index)), obj.delta
+            )
         return self.general(ev)
 
     def general(self, ev: SSEEvent) -> Sequence[LlmEvent]:
         """Any event: the whole document decoded, dispatched on its `type` (`events` reads the text
-        and reasoning summary deltas, most of a stream, into `_DeltaEvent` first)."""
+        and reasoning summary deltas, most of a stream, into `ResponsesDeltaEvent` first)."""
         try:
             obj = decode_json(ev.data)
         except Exception:  # msgspec refuses it: load_json decides
