@@ -13,6 +13,8 @@ of the answer is missing.
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 import addons.eventstream  # noqa: F401  (registers the "eventstream" framer: Bedrock streams)
 from addons.decode import BodyDecoder
 from addons.framing import Framer, make_framer
@@ -117,9 +119,15 @@ class ResponseReader:
         its own); returns where each ends in the decoded body."""
         if self._summary is not None:
             return [self.decoded_bytes] * len(chunks)
+        sizes = list(map(len, chunks))
+        size = sum(sizes)
+        self.raw_bytes += size
+        if self.decoder.passes(size):  # nothing to undo (most streams): no step per chunk
+            ends = list(accumulate(sizes, initial=self.decoded_bytes))
+            self._consume(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+            return ends[1:]
         ends, parts, end = [], [], self.decoded_bytes
         for chunk in chunks:
-            self.raw_bytes += len(chunk)
             data = self.decoder.decode(chunk) if chunk else b""
             if data:
                 parts.append(data)
@@ -140,9 +148,7 @@ class ResponseReader:
             if room > 0:
                 self._kept += data[:room]
         if self._sse is not None and self._interp is not None:
-            event = self._interp.event
-            for ev in self._sse.feed(data):
-                event(ev)
+            self._interp.feed(self._sse.feed(data))
         elif len(self._body) + len(data) <= self.max_parse_bytes:
             self._body += data
         else:
@@ -156,8 +162,7 @@ class ResponseReader:
         if self.decoder.error and "exceeds" in self.decoder.error:
             self.body_truncated = True
         if self._sse is not None and self._interp is not None:
-            for ev in self._sse.flush():
-                self._interp.event(ev)
+            self._interp.feed(self._sse.flush())
             summary = self._interp.finish()
             summary.parse_errors += self._sse.invalid_lines + self._sse.overlong_lines
             if self._sse.overlong_lines:

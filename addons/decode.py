@@ -200,6 +200,17 @@ class BodyDecoder:
         except Exception as exc:
             return self._fail(chunk, exc)
 
+    def passes(self, size: int) -> bool:
+        """Whether `size` more bytes pass through as they are (no encoding to undo or sniff, room
+        under the cap): then they are counted as decoded and the caller uses them as they are
+        (what `decode` would return); else nothing is counted and each goes through `decode`."""
+        if self._stages or self._sniff_buf is not None or self._stopped:
+            return False
+        if self._produced + size > self.max_output:
+            return False
+        self._produced += size
+        return True
+
     def _sniff(self, chunk: bytes) -> bytes:
         buf = (self._sniff_buf or b"") + chunk
         if len(buf) < 2 or (len(buf) < 4 and _ZSTD_MAGIC.startswith(buf)):

@@ -28,6 +28,9 @@ class StreamInterpreter(Protocol):
     def event(self, ev: SSEEvent) -> None:
         """Consume one event; never raises."""
 
+    def feed(self, evs: list[SSEEvent]) -> None:
+        """`event` for each of `evs`, in order."""
+
     def finish(self) -> ResponseSummary:
         """End of stream: close open tool calls, decide `complete`, return the summary."""
 

@@ -258,6 +258,18 @@ class Stream:
         except Exception:  # a bug must never reach mitmproxy
             collector.summary.parse_errors += 1
 
+    def feed(self, evs: list[SSEEvent]) -> None:
+        """`event` for each of `evs` in order (a chunk's events in one call, no call per event)."""
+        collector, read, apply = self._collector, self._events, _APPLY
+        for ev in evs:
+            if collector.closed:
+                return
+            try:
+                for event in read(ev):
+                    apply[type(event)](collector, event)
+            except Exception:  # a bug must never reach mitmproxy
+                collector.summary.parse_errors += 1
+
     def read(self, ev: SSEEvent) -> None:
         """`event` without the guard (tests use it to see the bugs the guard would hide)."""
         if not self._collector.closed:

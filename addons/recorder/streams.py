@@ -45,8 +45,12 @@ class StreamRead:
         than one by one, and gives the same result (each is decoded on its own, so its end is known)."""
         chunks, times = self.held, self.held_at
         self.held, self.held_at = [], []
-        for end, at in zip(self.reader.feed_many(chunks), times, strict=True):
-            self._note(end, at)
+        noted, started = self.chunks, self.started
+        last = noted[-1][0] if noted else -1
+        for end, at in zip(self.reader.feed_many(chunks), times, strict=True):  # `_note`, inlined
+            if end > last and len(noted) < MAX_CHUNKS:
+                noted.append((end, max(0, round((at - started) * 1000))))
+                last = end
 
     def _note(self, end: int, at: float) -> None:
         if len(self.chunks) < MAX_CHUNKS and (not self.chunks or end > self.chunks[-1][0]):

@@ -103,3 +103,37 @@ def test_a_line_past_the_limit_leaves_the_call_incomplete():
     summary = reader.finish()
     assert summary.text == "The capital of France is Paris."  # the dropped line's text is missing
     assert (summary.stop_reason, summary.parse_errors, summary.complete) == ("end_turn", 1, False)
+
+
+@pytest.mark.parametrize(
+    ("encoding", "compressed", "cap"),
+    [(None, None, None), (None, None, 700), ("gzip", "gzip", None), (None, "gzip", None), ("zstd", "zstd", 700)],
+)
+def test_feed_many_gives_what_feeding_one_by_one_gives(encoding, compressed, cap):
+    """`feed_many` (one pass for several chunks; with nothing to decode, no step per chunk) gives
+    the summary, the decoded end of each chunk, the kept body and its flags of feeding the chunks
+    one by one: plain, compressed, sniffed, and cut by the decoded-size cap mid-batch."""
+    wire = (FIXTURES / "anthropic" / "stream_thinking_tools.sse").read_bytes()
+    body = compress(wire, compressed) if compressed else wire
+    pieces = [body[i : i + 97] for i in range(0, len(body), 97)]
+    pieces[3:3] = [b""]  # an empty chunk ends where the one before it did
+    limits = {"max_parse_bytes": cap} if cap else {}
+
+    def reader() -> ResponseReader:
+        return ResponseReader(parser_for("anthropic"), framing="sse", content_encoding=encoding, status=200,
+                              keep_bytes=1000, **limits)  # fmt: skip
+
+    one, ends_one = reader(), []
+    for piece in pieces:
+        one.feed(piece)
+        ends_one.append(one.decoded_bytes)
+    assert ends_one[-1] == (cap or len(wire))
+    summary = asdict(one.finish())
+    for batch in (2, 5):
+        many, ends_many = reader(), []
+        for start in range(0, len(pieces), batch):
+            ends_many += many.feed_many(pieces[start : start + batch])
+        assert ends_many == ends_one
+        assert asdict(many.finish()) == summary
+        assert (many.body, many.body_truncated, many.raw_bytes) == (one.body, one.body_truncated, one.raw_bytes)
+        assert (many.decode_error, many.preview.text()) == (one.decode_error, one.preview.text())

@@ -55,6 +55,7 @@ def unguarded() -> Iterator[None]:
     parse error: under test, a bug the guard would hide fails."""
     with (
         mock.patch.object(Stream, "event", Stream.read),
+        mock.patch.object(Stream, "feed", lambda self, evs: [self.read(ev) for ev in evs]),
         mock.patch.object(GuardedParser, "parse_request", lambda self, body: self.request_fn(body)),
         mock.patch.object(GuardedParser, "parse_response", GuardedParser.read_response),
     ):
