@@ -107,7 +107,13 @@ def test_a_line_past_the_limit_leaves_the_call_incomplete():
 
 @pytest.mark.parametrize(
     ("encoding", "compressed", "cap"),
-    [(None, None, None), (None, None, 700), ("gzip", "gzip", None), (None, "gzip", None), ("zstd", "zstd", 700)],
+    [
+        (None, None, None),
+        (None, None, 700),
+        ("gzip", "gzip", None),
+        (None, "gzip", None),
+        ("zstd", "zstd", 700),
+    ],
 )
 def test_feed_many_gives_what_feeding_one_by_one_gives(encoding, compressed, cap):
     """`feed_many` (one pass for several chunks; with nothing to decode, no step per chunk) gives
@@ -135,5 +141,9 @@ def test_feed_many_gives_what_feeding_one_by_one_gives(encoding, compressed, cap
             ends_many += many.feed_many(pieces[start : start + batch])
         assert ends_many == ends_one
         assert asdict(many.finish()) == summary
-        assert (many.body, many.body_truncated, many.raw_bytes) == (one.body, one.body_truncated, one.raw_bytes)
+        assert (many.body, many.body_truncated, many.raw_bytes) == (
+            one.body,
+            one.body_truncated,
+            one.raw_bytes,
+        )
         assert (many.decode_error, many.preview.text()) == (one.decode_error, one.preview.text())
