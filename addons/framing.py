@@ -290,16 +290,32 @@ class NDJSONDecoder:
 
 
 _OUTSIDE = re.compile(rb"[^ \t\r\n,\[\]]")  # between elements: the next byte that is not , [ ] or space
-_STRUCTURE = re.compile(rb'["{}\[\]]')  # in an element, outside strings
+_IN_ELEMENT = re.compile(rb'[^"{}\[\]]*+(?:"[^"\\]*+(?:\\.[^"\\]*+)*+"[^"{}\[\]]*+)*+', re.DOTALL)
+"""In an element, outside strings: the run of bytes and whole strings before the next bracket (or
+before a string not closed in this chunk), in one scan."""
 _IN_STRING = re.compile(rb'["\\]')
+
+
+def _element_pattern(levels: int) -> re.Pattern[bytes]:
+    """A whole element nested at most `levels` deep, as the decoder reads one: from its `{` to the
+    bracket that closes it, any bracket counting (`{`, `[` open, `}`, `]` close), strings skipped."""
+    string = rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+    inner = rb'(?:[^"{}\[\]]++|' + string + rb")*+"
+    for _ in range(levels):
+        inner = rb'(?:[^"{}\[\]]++|' + string + rb"|[{\[]" + inner + rb"[}\]])*+"
+    return re.compile(rb"\{" + inner + rb"[}\]]", re.DOTALL)
+
+
+_ELEMENT = _element_pattern(12)
+"""A whole element in one scan (Gemini's nest about 6 deep); others are read bracket by bracket."""
 
 
 class JSONArrayDecoder:
     """Top-level objects of a streamed JSON array (`[{...}\\n,\\r\\n{...}]`), one event each.
 
     Tracks string and escape state and bracket depth inside elements, so brackets and braces
-    inside strings never confuse it; it jumps from one significant byte to the next with
-    regular expressions (linear time, no Python step per byte). Anything outside the array's
+    inside strings never confuse it; it jumps from one bracket to the next with regular
+    expressions, over whole strings (linear time, a Python step per bracket, not per byte). Anything outside the array's
     elements other than `[`, `]`, `,` and whitespace is counted as invalid.
     """
 
@@ -325,6 +341,11 @@ class JSONArrayDecoder:
                     break
                 pos = match.start()
                 if data[pos] == 0x7B:  # "{" starts an element
+                    whole = _ELEMENT.match(data, pos)
+                    if whole is not None:  # all of it is here: one event, no step per bracket
+                        events.append(SSEEvent(None, data[pos : whole.end()].decode("utf-8", "replace")))
+                        pos = whole.end()
+                        continue
                     depth, start = 1, pos
                 else:
                     stray = True
@@ -342,10 +363,9 @@ class JSONArrayDecoder:
                     in_str = False
                 pos += 1
             else:
-                match = _STRUCTURE.search(data, pos)
-                if match is None:
+                pos = _IN_ELEMENT.match(data, pos).end()  # type: ignore[union-attr]  (always matches)
+                if pos == end:
                     break
-                pos = match.start()
                 byte = data[pos]
                 if byte == 0x22:
                     in_str = True

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addons.framing import SSEDecoder, SSEEvent, make_framer
+from addons.framing import JSONArrayDecoder, SSEDecoder, SSEEvent, make_framer
 
 
 def decode(*pieces: bytes) -> list[SSEEvent]:
@@ -189,3 +189,84 @@ def test_ordinary_events_read_at_once_are_what_the_line_by_line_rules_give(lines
         assert (_read(pieces), _read(by_line)) == fast
     finally:
         framing._PLAIN_EVENTS = plain
+
+
+class ByteByByte:
+    """The JSON-array framing rules read one byte at a time: the oracle `JSONArrayDecoder`, which
+    jumps over whole elements, strings and runs of bytes, must agree with at any chunking."""
+
+    def __init__(self, max_element: int) -> None:
+        self.max_element, self.invalid_lines, self.overlong_lines = max_element, 0, 0
+        self.elem, self.depth, self.in_str, self.escape = bytearray(), 0, False, False
+
+    def feed(self, data: bytes) -> list[SSEEvent]:
+        events, stray = [], False
+        for byte in (data[i : i + 1] for i in range(len(data))):
+            if self.depth == 0:
+                if byte == b"{":
+                    self.depth, self.elem = 1, bytearray(byte)
+                elif byte not in b" \t\r\n,[]":
+                    stray = True
+                continue
+            self.elem += byte
+            if self.escape:
+                self.escape = False
+            elif self.in_str:
+                self.escape, self.in_str = byte == b"\\", byte != b'"'
+            elif byte == b'"':
+                self.in_str = True
+            elif byte in (b"{", b"["):
+                self.depth += 1
+            elif byte in (b"}", b"]"):
+                self.depth -= 1
+                if self.depth == 0:
+                    events.append(SSEEvent(None, self.elem.decode("utf-8", "replace")))
+        if self.depth and len(self.elem) > self.max_element:
+            self.overlong_lines += 1
+            self.elem, self.depth, self.in_str, self.escape = bytearray(), 0, False, False
+        self.invalid_lines += stray
+        return events
+
+    def flush(self) -> list[SSEEvent]:
+        text = self.elem.decode("utf-8", "replace") if self.depth and self.elem else None
+        self.elem, self.depth = bytearray(), 0
+        return [] if text is None else [SSEEvent(None, text)]
+
+
+def json_array_reads(framer, pieces: list[bytes]) -> tuple:
+    events = [e for p in pieces for e in framer.feed(p)]
+    return events, framer.flush(), framer.invalid_lines, framer.overlong_lines
+
+
+JSON_BITS = [b"{", b"}", b"[", b"]", b'"', b"\\", b",", b" ", b"\r\n", b"a", b"\xc3\xa9", b"\xff", b'{"a":"x"}',
+             b'"k":[1,{"t":"}]\\"["}]', b"{" * 14, b"}" * 14]  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    bits=st.lists(st.sampled_from(JSON_BITS), max_size=60),
+    cuts=st.lists(st.integers(0, 400), max_size=6),
+    max_element=st.sampled_from([16, 64 * 2**20]),
+)
+def test_json_array_reads_as_byte_by_byte_at_any_chunking(bits, cuts, max_element):
+    """Whole elements in one scan, strings and runs skipped at once: the same events, invalid and
+    overlong counts and flushed rest as reading one byte at a time, however the bytes are cut
+    (elements nested deeper than the one-scan pattern, split anywhere, too long, stray bytes)."""
+    data = b"[" + b"".join(bits) + b"]"
+    bounds = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
+    pieces = [data[a:b] for a, b in pairwise(bounds)]
+    expected = json_array_reads(ByteByByte(max_element), pieces)
+    assert json_array_reads(JSONArrayDecoder(max_element), pieces) == expected
+    whole = json_array_reads(ByteByByte(max_element), [data])
+    assert json_array_reads(JSONArrayDecoder(max_element), [data]) == whole
+
+
+def test_json_array_elements_nested_deeper_than_one_scan_reads():
+    deep = b'{"a":' + b"[" * 30 + b'"]}"' + b"]" * 30 + b"}"
+    wire = b"[" + deep + b",\r\n" + b'{"b":{"c":[1,"\\"}"]}}' + b"]"
+    for size in (1, 3, len(wire)):
+        events = json_array_reads(
+            make_framer("json-array"), [wire[i : i + size] for i in range(0, len(wire), size)]
+        )
+        assert [e.data for e in events[0]] == [deep.decode(), '{"b":{"c":[1,"\\"}"]}}']
+        assert events[1:] == ([], 0, 0)
