@@ -111,20 +111,24 @@ class ResponseReader:
         """Consume the next raw (still content-encoded) body bytes."""
         if not chunk or self._summary is not None:
             return
-        self.raw_bytes += len(chunk)
-        self._consume(self.decoder.decode(chunk))
+        size = len(chunk)
+        self.raw_bytes += size
+        self._consume(chunk if self.decoder.passes(size) else self.decoder.decode(chunk))
 
     def feed_many(self, chunks: list[bytes]) -> list[int]:
         """Consume several raw chunks in one pass through framer and parser (each is decoded on
         its own); returns where each ends in the decoded body."""
         if self._summary is not None:
             return [self.decoded_bytes] * len(chunks)
+        if len(chunks) == 1:
+            self.feed(chunks[0])
+            return [self.decoded_bytes]
         sizes = list(map(len, chunks))
         size = sum(sizes)
         self.raw_bytes += size
         if self.decoder.passes(size):  # nothing to undo (most streams): no step per chunk
             ends = list(accumulate(sizes, initial=self.decoded_bytes))
-            self._consume(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+            self._consume(b"".join(chunks))
             return ends[1:]
         ends, parts, end = [], [], self.decoded_bytes
         for chunk in chunks:
@@ -137,16 +141,23 @@ class ResponseReader:
         return ends
 
     def _consume(self, data: bytes) -> None:
-        if not data:
+        size = len(data)
+        if not size:
             return
-        self.decoded_bytes += len(data)
-        self.preview.add(data)
+        self.decoded_bytes += size
+        preview = self.preview
+        if preview.total < preview.limit:
+            preview.add(data)
+        else:  # (full: only counted)
+            preview.total += size
         if self._keep and self._sse is not None:  # a whole body is kept in `_body` anyway
             room = self._keep - len(self._kept)
-            if len(data) > room:
+            if size <= room:
+                self._kept += data
+            else:
                 self.body_truncated = True
-            if room > 0:
-                self._kept += data[:room]
+                if room > 0:
+                    self._kept += data[:room]
         if self._sse is not None and self._interp is not None:
             self._interp.feed(self._sse.feed(data))
         elif len(self._body) + len(data) <= self.max_parse_bytes:
