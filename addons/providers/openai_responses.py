@@ -288,6 +288,9 @@ def body_events(body: bytes, status: int) -> Iterator[LlmEvent]:
         yield PARSE_ERROR
 
 
+_ARGUMENT_DELTAS = ("response.function_call_arguments.delta", "response.custom_tool_call_input.delta")
+
+
 class ResponsesEvents:
     """Reads one Responses event stream (SSE events or WebSocket messages) into neutral events."""
 
@@ -311,11 +314,17 @@ class ResponsesEvents:
             return self._thinking(
                 ("s", *self._key_of(obj.item_id, obj.output_index, obj.summary_index)), obj.delta
             )
+        if kind in _ARGUMENT_DELTAS:
+            return self._args_piece(obj.item_id, obj.output_index, obj.delta)
+        if kind == "response.reasoning_text.delta":
+            return self._thinking(
+                ("r", *self._key_of(obj.item_id, obj.output_index, obj.content_index)), obj.delta
+            )
         return self.general(ev)
 
     def general(self, ev: SSEEvent) -> Sequence[LlmEvent]:
-        """Any event: the whole document decoded, dispatched on its `type` (`events` reads the text
-        and reasoning summary deltas, most of a stream, into `ResponsesDeltaEvent` first)."""
+        """Any event: the whole document decoded, dispatched on its `type` (`events` reads the text,
+        reasoning and tool argument deltas, most of a stream, into `ResponsesDeltaEvent` first)."""
         try:
             obj = decode_json(ev.data)
         except Exception:  # msgspec refuses it: load_json decides
@@ -431,8 +440,11 @@ class ResponsesEvents:
         return out
 
     def _args_delta(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
-        key = self._call_for(obj.get("item_id"), obj.get("output_index"))
-        delta = obj.get("delta")
+        return self._args_piece(obj.get("item_id"), obj.get("output_index"), obj.get("delta"))
+
+    def _args_piece(self, item_id: Any, output_index: Any, delta: Any) -> Sequence[LlmEvent]:
+        """`_args_delta` from the fields as sent."""
+        key = self._call_for(item_id, output_index)
         return (ToolCallDelta(key, delta),) if key is not None and isinstance(delta, str) else ()
 
     def _args_done(self, obj: dict[str, Any], field: str = "arguments") -> Sequence[LlmEvent]:

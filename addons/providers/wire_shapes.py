@@ -100,11 +100,11 @@ class ChatChunk(msgspec.Struct, gc=False):
 decode_chat_chunk = msgspec.json.Decoder(ChatChunk).decode
 
 
-# -- OpenAI Responses: text and reasoning summary deltas -------------------------------------
+# -- OpenAI Responses: text, reasoning and tool argument deltas ------------------------------
 
 
 class ResponsesDeltaEvent(msgspec.Struct, gc=False):
-    """Any stream event read as a text or reasoning summary delta (the reader checks `type`)."""
+    """Any stream event read as a text, reasoning or tool argument delta (the reader checks `type`)."""
 
     type: Any = None
     item_id: Any = None

@@ -147,10 +147,10 @@ def wrong_types(event: dict, fields: list[tuple[str, ...]]) -> list[str]:
     return [with_value(event, path, raw) for path in fields for raw in WRONG]
 
 
-def placed(protocol: str, odd: bytes) -> list[bytes]:
+def placed(protocol: str, odd: bytes, fixture: str | None = None) -> list[bytes]:
     """The hot fixture with `odd` after its first third, before its last event (a terminal one, after
     which events are ignored) and after its end (a usage report last is the one that counts)."""
-    wire = (FIXTURES / FOLDERS[protocol] / HOT[protocol]).read_bytes()
+    wire = (FIXTURES / FOLDERS[protocol] / (fixture or HOT[protocol])).read_bytes()
     sep = b"\r\n\r\n" if b"\r\n" in wire else b"\n\n"
     blocks = wire.split(sep)
     cut = max(1, len(blocks) // 3)
@@ -159,8 +159,8 @@ def placed(protocol: str, odd: bytes) -> list[bytes]:
             sep.join(blocks[:last]) + sep + odd + sep.join(blocks[last:]), wire + odd]  # fmt: skip
 
 
-def both_placed(protocol: str, odd: bytes) -> None:
-    for wire in placed(protocol, odd):
+def both_placed(protocol: str, odd: bytes, fixture: str | None = None) -> None:
+    for wire in placed(protocol, odd, fixture):
         both(protocol, [wire])
 
 
@@ -209,7 +209,17 @@ def test_chat_odd_events_read_the_same_both_ways(data: str) -> None:
 RESPONSES_EVENT = {"type": "response.output_text.delta", "item_id": "msg", "output_index": 0,
                    "content_index": 0, "summary_index": 0, "delta": "t"}  # fmt: skip
 RESPONSES_FIELDS = [(key,) for key in RESPONSES_EVENT]
+RESPONSES_TYPES = ["response.output_text.delta", "response.reasoning_summary_text.delta", "response.reasoning_text.delta",
+                   "response.function_call_arguments.delta", "response.custom_tool_call_input.delta"]  # fmt: skip
 RESPONSES_ODD = [
+    '{"type":"response.function_call_arguments.delta","item_id":"fc_1","output_index":1,"delta":"{\\"x\\""}',
+    '{"type":"response.function_call_arguments.delta","output_index":1,"delta":":2}"}',
+    '{"type":"response.function_call_arguments.delta","item_id":"nope","output_index":7,"delta":"lost"}',
+    '{"type":"response.custom_tool_call_input.delta","output_index":"1","delta":"patch"}',
+    '{"type":"response.reasoning_text.delta","item_id":"rs","content_index":0,"delta":"raw reasoning"}',
+    '{"type":"response.reasoning_text.delta","item_id":"rs_1","content_index":0,"delta":"beside the summary"}',
+    '{"type":"response.function_call_arguments.delta","item_id":"fc_68d9303f2ea08193a7a3a5e4f5b36e3d0f3f6b5bdbbe0ec1",'
+    '"output_index":7,"delta":"by item id"}',
     '{"type":"response.output_text.delta","output_index":3,"content_index":"1","delta":"no item"}',
     '{"type":"response.reasoning_summary_text.delta","item_id":"rs","summary_index":2,"delta":"think"}',
     '{"type":"response.output_text.delta","item_id":"","output_index":1.0,"delta":"empty item"}',
@@ -220,11 +230,19 @@ RESPONSES_ODD = [
 
 
 @pytest.mark.parametrize(
-    "data", RESPONSES_ODD + wrong_types(RESPONSES_EVENT, RESPONSES_FIELDS), ids=lambda d: d[:60]
+    "data",
+    RESPONSES_ODD
+    + [
+        odd
+        for kind in RESPONSES_TYPES
+        for odd in wrong_types({**RESPONSES_EVENT, "type": kind}, RESPONSES_FIELDS)
+    ],
+    ids=lambda d: d[:60],
 )
 def test_responses_odd_events_read_the_same_both_ways(data: str) -> None:
-    for name in (None, "response.output_text.delta", "response.reasoning_summary_text.delta"):
+    for name in (None, "response.output_text.delta", "response.function_call_arguments.delta"):
         both_placed("openai_responses", sse(data, event=name))
+        both_placed("openai_responses", sse(data, event=name), "stream_gpt5_tool.sse")  # (calls started)
 
 
 GEMINI_EVENT = {"candidates": [{"content": {"parts": [{"text": "t", "thought": True,
