@@ -34,9 +34,9 @@ __all__ = ["FRAMERS", "Framer", "JSONArrayDecoder", "NDJSONDecoder", "SSEDecoder
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _LONE_CR = re.compile(rb"\r(?!\n)")
 """A CR that is not part of a CRLF (or ends the chunk: its LF may start the next one)."""
-_PLAIN_EVENT = re.compile(r"(event: ([^\n]*)\n)?data: ([^\n]*)\n\n")
+_PLAIN_EVENT = re.compile(r"(event: ([^\n]*+)\n)?data: ([^\n]*+)\n\n")
 """An ordinary event: `data: ` and its one line, maybe after `event: ` and its line, then a blank line."""
-_PLAIN_EVENTS = re.compile(r"\n*(?:(?:event: [^\n]*\n)?data: [^\n]*\n\n+)*")
+_PLAIN_EVENTS = re.compile(r"\n*+(?:(?:event: [^\n]*+\n)?data: [^\n]*+\n\n++)*+")
 """Text made of ordinary events only (extra blank lines dispatch nothing)."""
 _BOM = b"\xef\xbb\xbf"
 
@@ -162,7 +162,11 @@ class SSEDecoder:
         if end > 1 and (self._data or self._event is not None):  # the first block ends the pending event
             start = text.find("\n\n") + 2
             self._block(text[: start - 2], events)
-        if end > 1 and _PLAIN_EVENTS.fullmatch(text, start, end):
+        one = _PLAIN_EVENT.fullmatch(text, start, end) if end > 1 else None
+        if one is not None:  # exactly one ordinary event (most chunks of a paced stream)
+            events.append(SSEEvent(one[2] if one[1] else None, one[3], self._id))
+            last = text[end:]
+        elif end > 1 and _PLAIN_EVENTS.fullmatch(text, start, end):
             # only ordinary events up to there: read by two regex scans, no Python step per event
             ident = self._id
             found = _PLAIN_EVENT.findall(text, start, end)

@@ -174,8 +174,9 @@ def _read(pieces: list[bytes]) -> tuple[list[SSEEvent], int]:
     lines=st.lists(_ORDINARY | _ORDINARY | _ODD, max_size=40), cuts=st.lists(st.integers(0, 600), max_size=8)
 )
 def test_ordinary_events_read_at_once_are_what_the_line_by_line_rules_give(lines, cuts):
-    """Runs of ordinary events are read by two regex scans; any mix of lines (comments, ids,
-    several data lines, blank lines, garbage), cut anywhere, gives what reading every line does."""
+    """Runs of ordinary events are read by two regex scans, one event alone by one; any mix of lines
+    (comments, ids, several data lines, blank lines, garbage), cut anywhere, with LF or CRLF line
+    ends, gives what reading every line does."""
     import addons.framing as framing
 
     wire = "".join(lines).encode()
@@ -183,12 +184,14 @@ def test_ordinary_events_read_at_once_are_what_the_line_by_line_rules_give(lines
     pieces = [wire[a:b] for a, b in pairwise(points)]
     by_line = [line.encode() for line in lines]  # an id or a pending event from an earlier piece
     fast = _read(pieces), _read(by_line)
-    plain = framing._PLAIN_EVENTS
-    framing._PLAIN_EVENTS = re.compile(r"(?!)")  # never matches: every line by the rules
+    crlf = [piece.replace(b"\n", b"\r\n") for piece in pieces]  # CRLF-only text: its CRs dropped at once
+    assert (_read(crlf), _read([line.replace(b"\n", b"\r\n") for line in by_line])) == fast
+    plain, one = framing._PLAIN_EVENTS, framing._PLAIN_EVENT
+    framing._PLAIN_EVENTS = framing._PLAIN_EVENT = re.compile(r"(?!)")  # never match: every line by the rules
     try:
         assert (_read(pieces), _read(by_line)) == fast
     finally:
-        framing._PLAIN_EVENTS = plain
+        framing._PLAIN_EVENTS, framing._PLAIN_EVENT = plain, one
 
 
 class ByteByByte:
