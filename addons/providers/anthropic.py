@@ -203,7 +203,6 @@ def _parse_request(body: bytes) -> RequestInfo:
 
 # -- responses ------------------------------------------------------------------------------
 
-
 _PLACEHOLDER_OUTPUT = partial(usage_from_anthropic, output_reported=False)
 _PARSE_ERROR = (PARSE_ERROR,)
 _UNKNOWN = (UNKNOWN_EVENT,)

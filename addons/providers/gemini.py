@@ -172,7 +172,7 @@ class GeminiEvents:
     A plain chunk is decoded into `GeminiChunk` and read by `typed`; anything else (an error, the
     Code Assist envelope, a candidate or part that is not an object, an array, JSON msgspec
     refuses) goes through `general`, the reading of the whole decoded document. Both give the
-    same events for a chunk both can read (tests/providers/test_typed_paths.py).
+    same summary for a chunk both can read (tests/providers/test_typed_paths.py).
     """
 
     def __init__(self) -> None:

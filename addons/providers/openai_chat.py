@@ -25,6 +25,9 @@ Protocol quirks handled:
 
 Text rule (the same for bodies and streams): `content` pieces are concatenated as sent; a
 refusal is appended once as ``[refusal] `` + its text.
+
+Over 400 lines on purpose: one protocol's wire knowledge (requests, stream chunks read typed and
+in general, whole bodies, errors) in one file, as for every provider.
 """
 
 from __future__ import annotations
@@ -214,19 +217,12 @@ def _first_choice(choices: list[Any]) -> dict[str, Any] | None:
     return None
 
 
-def _text_events(message: dict[str, Any], refusal_prefix: str) -> tuple[list[LlmEvent], bool]:
-    """Text and thinking of a message (body) or a delta (stream), and whether it held a refusal.
-
-    The refusal is appended after the text, behind `refusal_prefix`.
-    """
-    return _texts(message.get("content"), message.get("reasoning_content"), message.get("reasoning"),
-                  message.get("refusal"), refusal_prefix)  # fmt: skip
-
-
-def _texts(content: Any, reasoning: Any, other_reasoning: Any, refusal: Any,
-           refusal_prefix: str) -> tuple[list[LlmEvent], bool]:  # fmt: skip
-    """`_text_events` on the fields as sent: `reasoning` is `reasoning_content`, which wins over
-    `other_reasoning` (`reasoning`) when a server sends both."""
+def _text_events(content: Any, reasoning: Any, other_reasoning: Any, refusal: Any,
+                 refusal_prefix: str) -> tuple[list[LlmEvent], bool]:  # fmt: skip
+    """Text and thinking of a message (body) or a delta (stream), by its fields as sent, and whether
+    it held a refusal. `reasoning` is `reasoning_content`, which wins over `other_reasoning`
+    (`reasoning`) when a server sends both; the refusal is appended after the text, behind
+    `refusal_prefix`."""
     text, thinking = (content, "") if type(content) is str else _content_parts(content)
     if not (type(reasoning) is str and reasoning):
         reasoning = other_reasoning
@@ -332,10 +328,9 @@ class ChatEvents:
 
     def _delta(self, content: Any, reasoning: Any, other_reasoning: Any, refusal: Any,
                fragments: Any) -> list[LlmEvent]:  # fmt: skip
-        """A choice's delta, by its fields as sent (see `_texts`)."""
-        out, refused = _texts(
-            content, reasoning, other_reasoning, refusal, "" if self._refused else REFUSAL_PREFIX
-        )
+        """A choice's delta, by its fields as sent (see `_text_events`)."""
+        prefix = "" if self._refused else REFUSAL_PREFIX
+        out, refused = _text_events(content, reasoning, other_reasoning, refusal, prefix)
         self._refused = self._refused or refused
         for fragment in fragments if isinstance(fragments, list) else []:
             if isinstance(fragment, dict):
@@ -396,7 +391,8 @@ def body_events(body: bytes, status: int) -> Iterator[LlmEvent]:
     message = choice.get("message") if choice else None
     calls = 0
     if isinstance(message, dict):
-        yield from _text_events(message, REFUSAL_PREFIX)[0]
+        texts = (message.get(k) for k in ("content", "reasoning_content", "reasoning", "refusal"))
+        yield from _text_events(*texts, REFUSAL_PREFIX)[0]
         tool_calls = message.get("tool_calls")
         for call in tool_calls if isinstance(tool_calls, list) else []:
             fn = call.get("function") if isinstance(call, dict) else None
