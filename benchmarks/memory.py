@@ -1,7 +1,9 @@
 """Peak memory of the addon's `ResponseReader` while it reads one huge streamed response.
 
 Run in a fresh process (``python -m benchmarks.memory MIB``) so that the peak resident size
-(`ru_maxrss`) belongs to this measurement only; prints one JSON object. The stream is an
+(`VmHWM`, this process image's; not `ru_maxrss`, which on Linux survives fork and exec, so a
+child of a big benchmark run would report its parent's peak) belongs to this measurement only;
+prints one JSON object. The stream is an
 Anthropic Messages SSE body of about MIB MiB of ~1 KiB text deltas, built on the fly in 64 KiB
 pieces (never held whole) and read with capsem's settings (`capture.max_parse_bytes` bounds
 what is decoded and parsed; the rest is counted, not kept).
@@ -14,6 +16,7 @@ import resource
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 
@@ -39,6 +42,17 @@ def pieces(total: int, size: int = 1000) -> Iterator[bytes]:
         yield b"".join(buf)
 
 
+def peak_rss() -> int:
+    """This process image's peak resident size in bytes (`VmHWM`; `ru_maxrss` where there is no /proc)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
 def measure(mib: int) -> dict:
     settings = load().capture
     reader = ResponseReader(
@@ -55,7 +69,7 @@ def measure(mib: int) -> dict:
         reader.feed(piece)
     summary = reader.finish()
     seconds = time.perf_counter() - started
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    peak = peak_rss()
     return {
         "body_mib": reader.raw_bytes / 2**20,
         "max_parse_mib": settings.max_parse_bytes / 2**20,
