@@ -22,13 +22,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-
-import genai_prices
-from genai_prices import Usage as _GPUsage
-from genai_prices.data_snapshot import DataSnapshot, _bundled_snapshot
-from genai_prices.types import calc_mtok_price, providers_schema
+from typing import TYPE_CHECKING
 
 from capsem.paths import capsem_home, shipped_config_path
+
+if TYPE_CHECKING:
+    from genai_prices.data_snapshot import DataSnapshot
+
+# genai-prices (with httpx and pydantic) is imported where a price is needed, not with this module:
+# the recorder process would otherwise take 0.2 s longer to start (its warm-up thread loads prices)
 
 __all__ = [
     "PARTS",
@@ -134,6 +136,9 @@ def _parse(path: Path) -> tuple[DataSnapshot, str]:
         OSError: the file cannot be read.
         ValueError: the file is not a valid genai-prices data file.
     """
+    from genai_prices.data_snapshot import DataSnapshot
+    from genai_prices.types import providers_schema
+
     raw = path.read_bytes()
     try:
         providers = providers_schema.validate_json(raw)
@@ -144,6 +149,9 @@ def _parse(path: Path) -> tuple[DataSnapshot, str]:
 
 def bundled_table() -> PriceTable:
     """The table bundled inside the installed genai-prices package (older than the default)."""
+    import genai_prices
+    from genai_prices.data_snapshot import _bundled_snapshot
+
     return PriceTable(_bundled_snapshot(), f"genai-prices {genai_prices.__version__} (bundled)")
 
 
@@ -234,6 +242,9 @@ def price_call(
         return None
     if input_tokens is None and output_tokens is None:
         return None
+    from genai_prices import Usage as _GPUsage
+    from genai_prices.types import calc_mtok_price
+
     table = table or current_table()
     usage = _GPUsage(
         input_tokens=input_tokens or 0,

@@ -387,4 +387,8 @@ def _recover_crashed(spec: RecorderSpec) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # all is closed: the interpreter's teardown (~90 ms) would only delay mitmdump's stop
