@@ -48,8 +48,14 @@ $(PHOENIX)/.installed: | $(UV)
 demo: install
 	$(RUN) capsem demo
 
+# In-process tests run on both cores (pytest-xdist); the rest (real mitmdump, Chromium, the
+# reliability suite's faults and timings) one at a time, as a user's machine runs them.
+IN_PROCESS_TESTS := tests/providers tests/addons tests/core tests/emulator tests/test_imports.py \
+	tests/test_layout.py tests/test_capsem_check_session.py
+
 test: install system-deps test-backends
-	$(RUN) pytest -q
+	$(RUN) pytest -q -n 2 $(IN_PROCESS_TESTS)
+	$(RUN) pytest -q $(addprefix --ignore=,$(IN_PROCESS_TESTS))
 
 lint: install
 	$(RUN) ruff check .
