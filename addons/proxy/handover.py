@@ -67,7 +67,7 @@ class RecorderProcess(Barriers):
     `crashed` at `stop`, with those counts.
     """
 
-    def __init__(self, outbox: Outbox, spec: bytes, interval: float = 0.05,
+    def __init__(self, outbox: Outbox, spec: bytes, interval: float = 0.02,
                  max_restarts: int = MAX_RESTARTS) -> None:  # fmt: skip
         super().__init__()
         self.outbox = outbox
