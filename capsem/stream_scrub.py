@@ -102,14 +102,19 @@ def scrub_deltas(text: str, scrub: Callable[[str], str | None]) -> str:
     for (key, _), value in zip(found, values, strict=True):
         if value:  # first the channels' texts alone: most hold no secret
             joined.setdefault(key, []).append(value)
-    dirty = {key for key, values in joined.items() if len(values) > 1 and _changes(scrub, "".join(values))}
+    dirty: dict[str, tuple[str, str]] = {}  # channel -> its joined text, scrubbed
+    for key, parts in joined.items():
+        whole = "".join(parts)
+        scrubbed = (scrub(whole) or whole) if len(parts) > 1 else whole
+        if scrubbed != whole:
+            dirty[key] = (whole, scrubbed)
     if not dirty:
         return text
     channels: dict[str, list[tuple[re.Match[str], str]]] = {}
     for m, value in zip(_DELTA_RE.finditer(text), values, strict=True):  # the same matches again
         if value and m.group("key") in dirty:
             channels.setdefault(m.group("key"), []).append((m, value))
-    edits = [edit for deltas in channels.values() for edit in _channel_edits(deltas, scrub)]
+    edits = [edit for key, deltas in channels.items() for edit in _channel_edits(deltas, *dirty[key])]
     out, done = [], 0
     for start, end, replacement in sorted(edits):
         out += [text[done:start], replacement]
@@ -117,17 +122,10 @@ def scrub_deltas(text: str, scrub: Callable[[str], str | None]) -> str:
     return "".join(out) + text[done:]
 
 
-def _changes(scrub: Callable[[str], str | None], text: str) -> bool:
-    return (scrub(text) or text) != text
-
-
 def _channel_edits(
-    deltas: list[tuple[re.Match[str], str]], scrub: Callable[[str], str | None]
+    deltas: list[tuple[re.Match[str], str]], joined: str, scrubbed: str
 ) -> list[tuple[int, int, str]]:
-    joined = "".join(value for _, value in deltas)
-    scrubbed = scrub(joined) or joined
-    if scrubbed == joined:
-        return []
+    """The edits that cut a channel's redactions (`scrubbed` of its `joined` deltas) out of them."""
     spans = marker_spans(joined, scrubbed)
     if spans is None:  # cannot place the redactions: every delta of the channel goes
         spans = [(0, len(joined))]
