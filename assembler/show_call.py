@@ -1,8 +1,8 @@
 """`capsem show-call ID`: one model call's exact request and response, raw or readable.
 
-`call_bodies()` reads the stored bodies (addons/recorder/bodies.py); `render()` turns them into text a
-person reads: the request as indented JSON, the response as indented JSON or, for a stream,
-one line per event with the JSON data indented.
+`call_bodies()` reads the stored bodies (addons/recorder/bodies.py); `document()` makes them one
+JSON document (`--json`): the call's row, and each body as the JSON it is or, for a stream, the
+list of its events. The readable form is assembler/show_call_text.py's.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from addons.framing import SSEDecoder
 from addons.recorder.bodies import read_body
 from assembler.sessiondb import open_session
 
@@ -70,22 +71,39 @@ def call_bodies(session_id: str, call_id: int) -> CallBodies:
     return CallBodies(dict(row), bodies["request"], bodies["response"], inputs)
 
 
-def render(body: StoredBody) -> str:
-    """A body as a person reads it: pretty JSON, or an event stream one event per block."""
-    text = body.data.decode("utf-8", "replace")
-    note = f"\n[… truncated: {body.size} bytes kept]" if body.truncated else ""
+def _value(text: str) -> object:
+    """`text` as JSON when it is JSON, else the text itself."""
     try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False) + note
+        return json.loads(text)
     except ValueError:
-        pass
-    lines = []
-    for line in text.splitlines():
-        if line.startswith("data:"):
-            payload = line[5:].strip()
-            try:
-                lines.append("data: " + json.dumps(json.loads(payload), indent=2, ensure_ascii=False))
-                continue
-            except ValueError:
-                pass
-        lines.append(line)
-    return "\n".join(lines) + note
+        return text
+
+
+def body_value(body: StoredBody) -> object:
+    """A body as one JSON value: the JSON it is; an event stream as a list of `{event, data, id}`
+    with each event's data as JSON where it is JSON; NDJSON as a list; anything else as text."""
+    text = body.data.decode("utf-8", "replace")
+    whole = _value(text)
+    if whole is not text or not text.strip():
+        return whole
+    if "event-stream" in (body.content_type or "") or text.lstrip().startswith(("data:", "event:", ":")):
+        decoder = SSEDecoder()
+        events = decoder.feed(body.data) + decoder.flush()
+        return [{"event": e.event, "data": _value(e.data), "id": e.id} for e in events]
+    lines = [line for line in text.splitlines() if line.strip()]
+    values = [_value(line) for line in lines]
+    return values if lines and all(v is not line for v, line in zip(values, lines, strict=True)) else text
+
+
+def document(bodies: CallBodies, which: str | None) -> dict:
+    """`show-call --json`: the call's row and its bodies (`which`: only that one) as one JSON document."""
+    out: dict = {"call": bodies.call}
+    for body in (bodies.request, bodies.response):
+        if body is not None and which in (None, body.direction):
+            out[body.direction] = {
+                "content_type": body.content_type,
+                "size": body.size,
+                "truncated": body.truncated,
+                "body": body_value(body),
+            }
+    return out

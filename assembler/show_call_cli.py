@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import click
@@ -18,7 +19,7 @@ from assembler.cli_support import user_errors
     "--json",
     "as_json",
     is_flag=True,
-    help="The stored bodies as indented JSON, a stream one event per block.",
+    help="One JSON document: the model_calls row and each stored body (a stream as a list of events).",
 )
 @click.option("--raw", is_flag=True, help="The exact stored bytes on stdout (needs --request or --response).")
 def show_call(call_id: int, session_id: str | None, which: str | None, as_json: bool, raw: bool) -> None:
@@ -27,9 +28,10 @@ def show_call(call_id: int, session_id: str | None, which: str | None, as_json: 
     By default it reads as `capsem view`'s call page does: model, status, tokens, cost and where
     the input tokens went; the system prompt and each tool definition on a line (new in this call
     or as before); the conversation with its new items marked +, tool calls beside their results;
-    then the answer assembled. On a terminal it opens in a pager. --json shows the whole stored
-    bodies as JSON, --raw the exact bytes: what crossed the proxy, decoded (gzip, br, zstd…),
-    except spans the scrubber replaced (`[redacted hash:…]`).
+    then the answer assembled. On a terminal it opens in a pager. --json prints one JSON
+    document (the call's row and its stored bodies, for jq), --raw the exact bytes: what
+    crossed the proxy, decoded (gzip, br, zstd…), except spans the scrubber replaced
+    (`[redacted hash:…]`).
 
     \b
     Examples:
@@ -39,7 +41,7 @@ def show_call(call_id: int, session_id: str | None, which: str | None, as_json: 
         capsem show-call 3 20260327-154418-f907 --response --json
     """
     from assembler.sessiondb import resolve
-    from assembler.show_call import CallNotFound, call_bodies, render
+    from assembler.show_call import CallNotFound, call_bodies, document
 
     if raw and which is None:
         raise click.UsageError("--raw writes one body: add --request or --response")
@@ -60,14 +62,7 @@ def show_call(call_id: int, session_id: str | None, which: str | None, as_json: 
     if raw:
         sys.stdout.buffer.write(chosen[0].data)
         return
-    call = bodies.call
-    click.echo(
-        f"model call {call_id}: {call['provider']} {call['model'] or '?'}, status {call['status_code']}"
-    )
-    for body in chosen:
-        cut = ", truncated" if body.truncated else ""
-        click.secho(f"\n── {body.direction} ({body.size:,} bytes{cut}) ──", bold=True)
-        click.echo(render(body))
+    click.echo(json.dumps(document(bodies, which), indent=2, ensure_ascii=False, default=str))
 
 
 def _readable(session_id: str, call_id: int) -> None:

@@ -40,10 +40,15 @@ def test_show_call_readable_raw_and_errors(capsem_home):
     runner = CliRunner()
     raw = runner.invoke(cli, ["show-call", "1", "--response", "--raw"], catch_exceptions=False)
     assert raw.exit_code == 0 and raw.stdout_bytes == reply
-    as_json = runner.invoke(cli, ["show-call", "1", "--json"], catch_exceptions=False, env={"COLUMNS": "80"})
-    assert (
-        as_json.exit_code == 0 and '"max_tokens": 100' in as_json.output and "── response" in as_json.output
-    )
+    for args in (["--json"], ["--request", "--json"], ["--request"], ["--response", "--json"]):
+        shown = runner.invoke(cli, ["show-call", "1", *args], catch_exceptions=False, env={"COLUMNS": "80"})
+        document = json.loads(shown.output)  # one JSON document, nothing before or after it
+        assert document["call"]["id"] == 1 and document["call"]["model"] == "claude-sonnet-4-5"
+        assert ("request" in document) == ("--response" not in args)
+        assert ("response" in document) == ("--request" not in args)
+    whole = json.loads(runner.invoke(cli, ["show-call", "1", "--json"]).output)
+    assert whole["request"]["body"] == REQUEST and whole["request"]["truncated"] is False
+    assert whole["response"]["body"] == json.loads(reply) and whole["response"]["size"] == len(reply)
     for columns in ("80", "160"):  # readable: what the call page shows, folded to the terminal
         shown = runner.invoke(cli, ["show-call", "1"], catch_exceptions=False, env={"COLUMNS": columns})
         assert shown.exit_code == 0, shown.output
@@ -60,3 +65,19 @@ def test_show_call_readable_raw_and_errors(capsem_home):
     assert runner.invoke(cli, ["show-call", "1", "--raw"]).exit_code == 2  # --raw needs one body
     inspected = runner.invoke(cli, ["inspect-session"], catch_exceptions=False, env={"COLUMNS": "200"})
     assert "of this session's input cost" in inspected.output and "Input by source" in inspected.output
+
+
+def test_show_call_json_reads_a_stream_as_its_events():
+    from assembler.show_call import StoredBody, body_value
+
+    def value(data: bytes, content_type: str | None = None) -> object:
+        return body_value(StoredBody("response", data, content_type, False, len(data)))
+
+    sse = b'event: message_start\ndata: {"type":"message_start"}\n\ndata: [DONE]\n\n'
+    assert value(sse, "text/event-stream") == [
+        {"event": "message_start", "data": {"type": "message_start"}, "id": None},
+        {"event": None, "data": "[DONE]", "id": None},
+    ]
+    assert value(b'{"a":1}\n{"b":2}\n', "application/x-ndjson") == [{"a": 1}, {"b": 2}]
+    assert value(b"plain words", "text/plain") == "plain words"
+    assert value(b'[{"candidates":[]}]', "application/json") == [{"candidates": []}]
