@@ -84,6 +84,28 @@ def budget_states(
     return out
 
 
+def known_session(session_id: str) -> str:
+    """A session id of main.db as given, or the one session it starts (as elsewhere).
+
+    Raises:
+        SessionNotFound: no session has that id or prefix, or several share the prefix.
+    """
+    from assembler.sessiondb import SessionNotFound
+
+    try:
+        with open_main() as main:
+            sql = "SELECT id FROM sessions WHERE substr(id, 1, ?) = ? ORDER BY id"
+            found = [r[0] for r in main.execute(sql, (len(session_id), session_id))]
+    except MainDbMissing:
+        found = []
+    if session_id in found or len(found) == 1:
+        return session_id if session_id in found else found[0]
+    if found:
+        raise SessionNotFound(f"{len(found)} sessions start with {session_id!r}: {', '.join(found[:5])}"
+                              f"{' …' if len(found) > 5 else ''}; give more of the id")  # fmt: skip
+    raise SessionNotFound(f"no session {session_id!r} in main.db (capsem list-sessions shows them)")
+
+
 @click.command("budget")
 @click.option("--session", "session_id", metavar="SESSION_ID",
               help="The session whose spend session budgets show (default: the newest).")  # fmt: skip
@@ -111,6 +133,8 @@ def budget(session_id, user_file, as_json) -> None:
 
     with user_errors():
         settings = load(user_file)
+        if session_id is not None:
+            session_id = known_session(session_id)
         states = budget_states(settings.budgets.entries, session_id=session_id)
     if as_json:
         click.echo(json.dumps([asdict(s) for s in states], indent=2))

@@ -52,6 +52,10 @@ def test_each_budget_shows_its_spend_limit_and_state(capsem_home):
     assert (states["one-run"]["spent_usd"], states["one-run"]["state"]) == (0.25, "ok")
     older = {s["name"]: s for s in json.loads(run("budget", "--json", "--session", "20260101-000000-aaaa"))}
     assert older["one-run"]["spent_usd"] == 900.0 and older["one-run"]["state"] == "denied"
+    by_prefix = {s["name"]: s for s in json.loads(run("budget", "--json", "--session", "20260101"))}
+    assert by_prefix["one-run"]["period"] == "20260101-000000-aaaa" and by_prefix == older
+    assert "no session '20251231' in main.db" in run("budget", "--session", "20251231", code=1)
+    assert "2 sessions start with '20261'" in run("budget", "--session", "20261", code=1)
     table = run("budget")
     assert "daily" in table and "opus-month" in table and "claude-opus-*" in table and "$200.00" in table
     assert "warn: calls go through" in table
