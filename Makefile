@@ -14,7 +14,7 @@ unexport PYTHONDONTWRITEBYTECODE
 RUN := $(UV) run --frozen --python $(PYTHON_VERSION)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: install system-deps test-backends demo test lint format docs bench soak clean
+.PHONY: install install-cli system-deps test-backends demo test lint format docs bench soak clean
 
 $(CURDIR)/.tools/bin/uv:
 	python3 -m venv $(CURDIR)/.tools
@@ -45,8 +45,21 @@ $(PHOENIX)/.installed: | $(UV)
 	$(UV) pip install -q --compile-bytecode --python $(PHOENIX)/bin/python "arize-phoenix==$(PHOENIX_VERSION)"
 	@touch $@
 
-demo: install
-	$(RUN) capsem demo
+# `capsem` on your PATH: a link to .venv/bin/capsem in BIN_DIR (the per-user bin directory that
+# uv tool and pipx use), with the line to add to your shell's rc file when BIN_DIR is not on PATH.
+BIN_DIR ?= $(HOME)/.local/bin
+install-cli: install
+	@mkdir -p "$(BIN_DIR)" && ln -sf "$(CURDIR)/.venv/bin/capsem" "$(BIN_DIR)/capsem"
+	@case ":$$PATH:" in \
+	  *":$(BIN_DIR):"*) echo "capsem: $(BIN_DIR)/capsem (on your PATH)";; \
+	  *) echo "capsem: linked $(BIN_DIR)/capsem; $(BIN_DIR) is not on your PATH: add it with"; \
+	     echo "  echo 'export PATH=\"$(BIN_DIR):\$$PATH\"' >> ~/.bashrc   (or run $(CURDIR)/.venv/bin/capsem)";; \
+	esac
+
+# Run without `uv run`, which would put .venv/bin on PATH: the commands the demo suggests are
+# then spelled as they work in a new shell of yours (`capsem` once it is on PATH).
+demo: install-cli
+	.venv/bin/capsem demo
 
 # In-process tests run on both cores (pytest-xdist); the rest (real mitmdump, Chromium, the
 # reliability suite's faults and timings) one at a time, as a user's machine runs them.

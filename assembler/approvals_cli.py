@@ -9,7 +9,7 @@ import textwrap
 import click
 
 from assembler.approvals import ApprovalError, WaitingRequest, decide, waiting_requests
-from assembler.cli_support import console, counted, json_option, user_errors
+from assembler.cli_support import capsem_command, console, counted, json_option, user_errors
 
 ARGUMENTS_SHOWN = 300
 """Characters of a tool's arguments shown in the listing (`--json` has them whole)."""
@@ -42,8 +42,9 @@ def approvals_cmd(as_json: bool) -> None:
     width = max(40, min(out.width, 160))
     for w in waiting:
         out.print(_block(w, width), highlight=False, markup=False, soft_wrap=True)
-    out.print(f"{counted(len(waiting), 'request')} waiting. Answer with `capsem approve ID` or\n"
-              "`capsem deny ID [--reason TEXT]`; --always: for the rest of the session.", highlight=False)  # fmt: skip
+    capsem = capsem_command()
+    out.print(f"{counted(len(waiting), 'request')} waiting. Answer with `{capsem} approve ID` or\n"
+              f"`{capsem} deny ID [--reason TEXT]`; --always: for the rest of the session.", highlight=False)  # fmt: skip
 
 
 def _block(w: WaitingRequest, width: int) -> str:

@@ -26,6 +26,26 @@ from rich.progress import (
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def capsem_command() -> str:
+    """How to run this capsem from a new shell: `capsem` when that name on PATH is this very
+    program, else its absolute path (`/home/me/capsem/.venv/bin/capsem`), else this Python with
+    `-m assembler`. Every command capsem suggests starts with it, so a pasted line works."""
+    import shlex
+    import shutil
+    from pathlib import Path
+
+    running = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if running is not None and running.name == "capsem" and running.exists():
+        on_path = shutil.which("capsem")
+        if on_path is not None and Path(on_path).resolve() == running.resolve():
+            return "capsem"
+        return shlex.quote(str(running.absolute()))
+    on_path = shutil.which("capsem")
+    if on_path is not None and Path(on_path).absolute().parent == Path(sys.executable).absolute().parent:
+        return "capsem"
+    return f"{shlex.quote(sys.executable)} -m assembler"
+
+
 def query_options(f: F) -> F:
     """`-p/--param`, `--format`, `--max-rows`, `--timeout`: the flags of the commands that run one SQL query."""
     for option in reversed([

@@ -15,14 +15,15 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from assembler.cli_support import console as _console
 from assembler.cli_support import (
+    capsem_command,
     counted,
     json_option,
     query_options,
     session_argument,
     user_errors,
 )
+from assembler.cli_support import console as _console
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -315,7 +316,7 @@ def tail_cmd(session_id, last, interval) -> None:
 
     row = main_row(session)
     console.print(f"{counted(n, 'event')}; session {session} is {row['status'] if row else 'not in main.db'}: "
-                  f"capsem inspect-session {session}", style="dim", highlight=False)  # fmt: skip
+                  f"{capsem_command()} inspect-session {session}", style="dim", highlight=False)  # fmt: skip
 
 
 def _newest_running() -> str | None:

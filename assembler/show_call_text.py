@@ -14,6 +14,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Iterable
 
+from assembler.cli_support import capsem_command
 from assembler.view.queries import CallView, Item, break_sentence
 
 LINES_PER_ITEM = 4
@@ -158,8 +159,8 @@ def render_call(view: CallView, width: int = 80) -> str:
     lines += ["", "answer:", *_answer(view, width)]
     lines += [
         "",
-        f"more: capsem show-call {view.node.id} {view.session_id} --json (the whole bodies)",
-        f"      capsem view {view.session_id}",
+        f"more: {capsem_command()} show-call {view.node.id} {view.session_id} --json (the whole bodies)",
+        f"      {capsem_command()} view {view.session_id}",
     ]
     return "\n".join(_fit(lines, width))
 

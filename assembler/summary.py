@@ -18,7 +18,7 @@ from rich.padding import Padding
 from rich.rule import Rule
 from rich.text import Text
 
-from assembler.cli_support import counted
+from assembler.cli_support import capsem_command, counted
 from assembler.costs import Usage, call_usage, split_line, why
 from assembler.failures import Failure, Intervention, failures, intervention_counts, interventions
 from assembler.sessiondb import main_row
@@ -275,7 +275,9 @@ def render_session(summary: SessionSummary, width: int = 80) -> Group:
     parts: list[RenderableType] = [Text(s.label, style="bold")] if s.label else []
     parts.append(_headline(s))
     if s.capture:
-        parts.append(Text(f"{s.capture} (capsem inspect-session {s.session_id})", style="bold red"))
+        parts.append(
+            Text(f"{s.capture} ({capsem_command()} inspect-session {s.session_id})", style="bold red")
+        )
     if s.calls:
         parts.append(_tokens_line(total))
         if split := split_line(total):
@@ -332,7 +334,9 @@ def _failures(s: SessionSummary, width: int) -> list[RenderableType]:
     parts += [Text(""), fit_table(cols, rows, width, title=f"Errors ({len(s.failures)})")]
     if len(s.failures) > len(shown):
         parts.append(
-            Text(f"… and {len(s.failures) - len(shown)} more: capsem inspect-session {s.session_id}")
+            Text(
+                f"… and {len(s.failures) - len(shown)} more: {capsem_command()} inspect-session {s.session_id}"
+            )
         )
     return parts
 
@@ -353,19 +357,22 @@ def _interventions(s: SessionSummary, width: int) -> list[RenderableType]:
         fit_table(cols, rows, width, title=f"Where capsem stepped in ({len(s.interventions)})"),
     ]
     if len(s.interventions) > len(shown_i):
-        parts.append(Text(f"… and {len(s.interventions) - len(shown_i)} more: capsem view {s.session_id}"))
+        parts.append(
+            Text(f"… and {len(s.interventions) - len(shown_i)} more: {capsem_command()} view {s.session_id}")
+        )
     return parts
 
 
 def footer_lines(s: SessionSummary) -> list[str]:
     """Where the database is and what to run next: text meant to be copied, so it is printed with
     soft wrapping (the terminal folds a long line; no newline is ever put inside a path or command)."""
+    capsem = capsem_command()
     return [
         "",
         f"database  {s.db_path}",
-        f"next      capsem view {s.session_id}",
-        f"          capsem inspect-session {s.session_id}",
-        f'          capsem query-session "SELECT * FROM model_calls" {s.session_id}',
+        f"next      {capsem} view {s.session_id}",
+        f"          {capsem} inspect-session {s.session_id}",
+        f'          {capsem} query-session "SELECT * FROM model_calls" {s.session_id}',
     ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +14,14 @@ from capsem.mitm import Mitmdump, start_mitmdump
 from capsem.schema import connect
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # as under `uv run` (and with capsem installed): its bin directory on PATH, so the commands
+    # capsem suggests read `capsem ...` however pytest was started (test_cli_support.py tries both)
+    bin_dir = str(Path(sys.executable).parent)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
