@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from assembler.sessiondb import db_file, open_main
-from capsem.rollup import NOT_RECORDED_END, process_alive
+from capsem.rollup import NOT_RECORDED_END, live_totals, process_alive
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,8 @@ LOSSY = ("degraded", "failed", "unknown")
 def as_shown(row: dict[str, Any]) -> dict[str, Any]:
     """A main.db `sessions` row as every command shows it: a `running` session whose process is
     gone is `crashed` (`process_gone` set; main.db says so after the next start or `capsem
-    vacuum`), its capture `unknown` (nobody recorded its end)."""
+    vacuum`), its capture `unknown` (nobody recorded its end); a live one has its totals read now
+    from its session.db (`live_totals`: main.db holds them once it stops)."""
     row["process_gone"] = (row["status"] == "running" and row.get("pid") is not None
                            and not process_alive(row["pid"], row.get("pid_started_at")))  # fmt: skip
     if row["process_gone"]:
@@ -125,6 +126,8 @@ def as_shown(row: dict[str, Any]) -> dict[str, Any]:
         if row.get("capture_status") in (None, "ok"):
             row["capture_status"] = "unknown"
             row["capture_error"] = NOT_RECORDED_END
+    elif row["status"] == "running":  # main.db has its totals only once it stops: read them live
+        row.update(live_totals(row["id"]) or {})
     return row
 
 

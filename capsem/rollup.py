@@ -282,6 +282,29 @@ def cache_break_costs(conn: sqlite3.Connection) -> dict[tuple[str, str], float]:
     return {(provider, model): cost for provider, model, cost in rows}
 
 
+def read_totals(src: sqlite3.Connection) -> dict:
+    """A session's totals as main.db's `sessions` columns hold them, read from its session.db: the one
+    reading behind the rollup and every live view of a running session (`live_totals`)."""
+    totals = dict(src.execute(TOTALS_SQL).fetchone())
+    totals["refused_placeholders"] = refused_placeholders(src)  # a table older session.dbs lack
+    return totals
+
+
+def live_totals(session_id: str) -> dict | None:
+    """A running session's totals read now from its session.db (None when it cannot be read)."""
+    db_path = session_db_path(session_id)
+    if not db_path.is_file():
+        return None
+    try:
+        src = connect(db_path, readonly=True)
+        try:
+            return read_totals(src)
+        finally:
+            src.close()
+    except sqlite3.Error:
+        return None
+
+
 def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = None) -> bool:
     """Recompute a session's totals and usage rows from its session.db.
 
@@ -292,8 +315,7 @@ def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = Non
         return False
     src = connect(db_path, readonly=True)
     try:
-        totals = dict(src.execute(TOTALS_SQL).fetchone())
-        totals["refused_placeholders"] = refused_placeholders(src)  # a table older session.dbs lack
+        totals = read_totals(src)
         broke = cache_break_costs(src)
         ai = [(*r, broke.get((r[0], r[1]), 0.0)) for r in src.execute(AI_USAGE_SQL).fetchall()]
         totals["lost_to_cache_breaks"] = sum(broke.values())

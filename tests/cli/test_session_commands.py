@@ -97,6 +97,16 @@ def test_list_sessions_filters_order_and_durations(home):
     assert "running" in next(line for line in out.splitlines() if running in line)
     assert "3m00s" in next(line for line in out.splitlines() if vacuumed in line)
     assert [r["id"] for r in json.loads(run("list-sessions", "--json", "--with-db", "-n", "1"))] == [running]
+    # a running session's totals are read live (main.db keeps zeros until it stops), as cost-report reads it
+    live, recorded = (next(r for r in rows if r["id"] == sid) for sid in (running, recorded_id(home)))
+    assert live["total_estimated_cost"] > 0 and live["total_requests"] > 0
+    for column in ("total_requests", "total_input_tokens", "total_output_tokens", "total_estimated_cost",
+                   "total_tool_calls", "total_model_calls"):  # fmt: skip
+        assert live[column] == recorded[column], column
+    report = json.loads(run("cost-report", "--json", "--by", "session"))
+    assert running in report["totals"]["live_sessions"]
+    costs = {r["key"]: r for r in report["rows"]}
+    assert costs[running]["cost"] == pytest.approx(live["total_estimated_cost"]), costs[running]
     assert empty not in run("list-sessions", "--with-net")
     # --min-cost is a bind parameter: SQL in it is just a bad number
     assert "is not a valid float" in run("list-sessions", "--min-cost", "0 OR 1=1", code=2)
