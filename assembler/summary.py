@@ -228,6 +228,9 @@ def _tokens_line(total: Usage) -> Text:
     return line
 
 
+ESTIMATED_NOTE = "~ = estimated with a tokenizer: the provider reported no token counts for that call"
+
+
 def _call_table(calls: list[Call], width: int) -> RenderableType:
     """One row per model call; the provider column only when there are several, reasoning only
     when some call reasoned."""
@@ -250,7 +253,7 @@ def _call_table(calls: list[Call], width: int) -> RenderableType:
         (Column("#", priority=10), lambda c: str(c.id)),
         (Column("provider", "left", 4), lambda c: c.provider) if several else None,
         (Column("model", "left", 9), lambda c: c.model),
-        (Column("", "left", 0), lambda c: "sse" if c.stream else "json"),
+        (Column("via", "left", 0), lambda c: "sse" if c.stream else "json"),
         (Column("input", priority=8), lambda c: f"{c.usage.uncached_input:,}{mark(c)}"),
         (Column("cache\nwrite", priority=7), lambda c: f"{c.usage.cache_write_tokens:,}"),
         (Column("cache\nread", priority=7), lambda c: f"{c.usage.cache_read_tokens:,}"),
@@ -283,6 +286,8 @@ def render_session(summary: SessionSummary, width: int = 80) -> Group:
         if split := split_line(total):
             parts.append(Text("cost by token type: ", style="dim") + Text(split))
         parts += [Text(""), _call_table(s.calls, width)]
+        if any(c.estimated for c in s.calls):
+            parts.append(Text(ESTIMATED_NOTE, style="dim"))
     priced = [c for c in s.calls if c.usage.cost > 0]
     if len(priced) > 1:
         top = sorted(priced, key=lambda c: -c.usage.cost)[:MAX_TOP]

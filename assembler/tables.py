@@ -50,8 +50,36 @@ def _table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], keep: list
         table.add_column(escape(c.name), justify=c.justify, no_wrap=not c.wrap, overflow="fold",
                          footer=escape(c.footer), min_width=_wrap_width(c, rows, i) if c.wrap else None)  # fmt: skip
     for r in rows:
-        table.add_row(*(r[i] if isinstance(r[i], Text) else escape(r[i]) for i in keep))
+        table.add_row(*(_cell(r[i], columns[i].wrap) for i in keep))
     return table
+
+
+def _cell(cell: Cell, wrap: bool) -> Cell:
+    """A cell as rich prints it: markup escaped; in a wrapping column, a host or path longer than
+    `_WORD_MAX` shortened in its middle at a `/` (`github.com/…/info/refs`) rather than folded
+    mid-word."""
+    if isinstance(cell, Text):
+        return cell
+    if wrap and any(len(w) > _WORD_MAX and "/" in w for w in cell.split()):
+        cell = " ".join(short_path(w) for w in cell.split(" "))
+    return escape(cell)
+
+
+def short_path(word: str, limit: int = _WORD_MAX) -> str:
+    """`word` as is when it fits `limit` or is no path; else its first segment (the host), `…` and
+    as many of its last segments as fit (at least the last one, itself shortened if need be)."""
+    if len(word) <= limit or "/" not in word:
+        return word
+    head, _, rest = word.partition("/")
+    tail: list[str] = []
+    for segment in reversed(rest.split("/")):
+        if tail and len(head) + 2 + len("/".join([segment, *tail])) + 1 > limit:
+            break
+        tail.insert(0, segment)
+    kept = "/".join(tail)
+    if len(head) + 3 + len(kept) > limit:  # even the host and the last segment are too long
+        return word[: limit // 2 - 1] + "…" + word[-(limit - limit // 2) :]
+    return f"{head}/…/{kept}"
 
 
 def _cells(cell: Cell | str) -> int:

@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from assembler.summary import render_session, session_summary
-from tests.cli.conftest import run
+from tests.cli.conftest import execute, run
 from tests.conftest import environ
 
 AGENT = """
@@ -97,7 +98,19 @@ def test_the_summary_at_200_columns_has_every_column(cached_run, monkeypatch):
     wide = console.export_text()
     assert all(len(line) <= 200 for line in wide.splitlines())
     header = next(line for line in wide.splitlines() if line.startswith("#  model"))
-    assert header.split() == ["#", "model", "input", "write", "read", "out", "cost", "stop", "ttft", "trace"]
+    assert header.split() == [
+        "#",
+        "model",
+        "via",
+        "input",
+        "write",
+        "read",
+        "out",
+        "cost",
+        "stop",
+        "ttft",
+        "trace",
+    ]
 
 
 def test_list_sessions_and_cost_report_show_cache_tokens_and_the_split(home, tmp_path, monkeypatch):
@@ -162,3 +175,16 @@ def test_the_demo_leaves_nothing_in_tmp_and_reads_plainly(capsem_home, tmp_path,
     # issue 25, point 8: the final answer says where it comes from (no test strings that read like a bug)
     assert "no model was called and nothing was spent" in words(out) and "ünïcode" not in out
     assert all(len(line) <= 80 for line in out.splitlines() if not line.startswith("database  ")), out
+
+
+def test_an_estimated_token_count_is_marked_and_the_mark_explained(home, cached_run):
+    from assembler.summary import ESTIMATED_NOTE
+
+    sid = cached_run[1]
+    execute(home / "sessions" / sid / "session.db", """UPDATE model_calls SET usage_details = json_set(COALESCE(usage_details, '{}'),
+                                 '$.estimated', json('true')) WHERE id = 1""")  # fmt: skip
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(render_session(session_summary(sid), 80))
+    out = console.export_text()
+    row = next(line for line in out.splitlines() if line.startswith("1 "))
+    assert "~" in row and ESTIMATED_NOTE in " ".join(out.split())

@@ -81,3 +81,20 @@ def test_doctor_never_breaks_a_url(width):
                                    f"capsem update-prices --from {url} installs the newest"))  # fmt: skip
     out = console.export_text()
     assert any(url in line for line in out.splitlines()), out
+
+
+@pytest.mark.parametrize("width", (80, 160))
+def test_a_long_host_and_path_is_shortened_at_a_slash_not_cut_mid_word(width):
+    """Issue 35, point 7: the run summary's errors showed `…plugins.git/info/r` / `efs HTTP 404`."""
+    from assembler.tables import Column, fit_table
+
+    where = "GET github.com/anthropics/claude-plugins-official.git/info/refs HTTP 404"
+    cols = [Column("what", "left", 10, wrap=True), Column("error", "left", 10, wrap=True)]
+    table = fit_table(cols, [[where, "Not Found: the repository has no such ref, or it is private"]], width)
+    console = Console(width=width, record=True)
+    console.print(table)
+    out = console.export_text()
+    fits(out, width)
+    words = out.split()
+    assert "github.com/…/info/refs" in words and "404" in words and "HTTP" in words
+    assert not any(w.startswith(("efs", "refs")) or w.endswith("/r") for w in words)
