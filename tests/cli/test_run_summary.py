@@ -181,8 +181,8 @@ def test_an_estimated_token_count_is_marked_and_the_mark_explained(home, cached_
     from assembler.summary import ESTIMATED_NOTE
 
     sid = cached_run[1]
-    execute(home / "sessions" / sid / "session.db", """UPDATE model_calls SET usage_details = json_set(COALESCE(usage_details, '{}'),
-                                 '$.estimated', json('true')) WHERE id = 1""")  # fmt: skip
+    sql = "UPDATE model_calls SET usage_details = json_set(usage_details, '$.estimated', json('true')) WHERE id = 1"
+    execute(home / "sessions" / sid / "session.db", sql)
     console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(render_session(session_summary(sid), 80))
     out = console.export_text()
