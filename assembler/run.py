@@ -51,6 +51,7 @@ class Upstream(Protocol):
 
 
 if TYPE_CHECKING:  # imported in run_agent while mitmdump starts (the agent's start delay)
+    from assembler.ask_notice import AskNotices
     from assembler.context import RunContext
     from assembler.fswatch import WorkspaceWatcher
     from assembler.procdiag import Diagnostics, ProcessSampler
@@ -352,7 +353,9 @@ def run_agent(
     tidied: list[RetentionReport] = []
     tidy = threading.Thread(target=_tidy_up, args=(tidied,), name="capsem-retention", daemon=True)
     code: int | None = None
+    notices: AskNotices | None = None
     try:
+        from assembler.ask_notice import AskNotices
         from assembler.fswatch import WorkspaceWatcher
         from assembler.procdiag import ProcessSampler
         from assembler.procdiag.sampler import secrets_of
@@ -373,6 +376,7 @@ def run_agent(
             agent = signals.agent = subprocess.Popen(command, cwd=workspace, env=env)
         except OSError as exc:
             raise AgentNotFound(f"{command[0]}: {exc.strerror or exc}", 126) from exc
+        notices = AskNotices(session_id, _say).start()  # a request an `ask` rule holds: say so
         tidy.start()  # after the agent started: housekeeping never delays it
         if diagnostics.enabled:
             sampler = ProcessSampler(agent.pid, session_db_path(session_id),
@@ -380,6 +384,8 @@ def run_agent(
             sampler.start()
         code = _wait_for_agent(agent)
     finally:
+        if notices is not None:
+            notices.stop()
         report = _stop_recording(process, proxy, watcher, sampler)
         if code is not None:
             _store_exit_code(session_id, code)

@@ -238,6 +238,7 @@ class Recorder:
                 first_content=state.first_content if state else None, error=error, process=process,
                 net_event_id=net_id, items=tuple(request_items(route.protocol, request_obj or b"")),
                 previous_response_id=_previous_response(request_obj),
+                released=flow.approval.decided_at if flow.approval and flow.approval.decision == "approved" else None,
             )  # fmt: skip
             rows, trace, fresh = build.model_call(call, ids=self.ids, traces=self.traces, mcp=self.mcp,
                                                   settings=settings, conversations=self.conversations)  # fmt: skip
