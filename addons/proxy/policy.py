@@ -82,7 +82,7 @@ class Rule(PolicyRule):
             return False
         if self.method is not None and method.upper() != self.method.upper():
             return False
-        if self.needs_mcp:
+        if self.needs_mcp and mcp is not UNREADABLE:
             if mcp is None:
                 return False
             servers, tool = mcp[0], mcp[1]
@@ -95,6 +95,11 @@ class Rule(PolicyRule):
             if not all(a.matches(arguments) for a in self.arg_matches):
                 return False
         return True
+
+
+UNREADABLE = McpTarget(("*",), "*", None)
+"""An MCP body that cannot be read whole (`addons/mcp/jsonrpc.py`): it could hold any tools/call,
+so it is taken as one that matches every MCP condition of every rule."""
 
 
 @dataclass(frozen=True, slots=True)
