@@ -25,9 +25,10 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from functools import cache
 from typing import Any
 
 from capsem.shell_commands import Command, commands, words_of
@@ -54,6 +55,14 @@ FLAG_SYNONYMS: dict[str, dict[str, str]] = {
 }  # fmt: skip
 WORD_OPTIONS = frozenset({"find"})
 """Programs whose options are whole words after one dash (`find -delete`): never split into letters."""
+
+
+_UNQUOTE = str.maketrans("", "", "'\"\\")
+
+
+@cache
+def _name_pattern(program: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![\w.-]){re.escape(program)}(?![\w.-])", re.IGNORECASE)
 
 
 class ArgPatternError(ValueError):
@@ -114,6 +123,19 @@ class ShellPattern:
         flags, words = _flags(program, parts[1:])
         return cls(program, frozenset(flags), tuple(words))
 
+    def may_run(self, line: str) -> bool:
+        """A cheap test first (a C-speed search): a literal program's name must be in the line as
+        a word once quotes and backslashes are taken out (`r''m`, `\\rm`, `{rm,-rf}` keep it)."""
+        if self._name is None:
+            return True
+        return self._name.search(line.translate(_UNQUOTE)) is not None
+
+    @property
+    def _name(self) -> re.Pattern[str] | None:
+        if any(c in self.program for c in "*?["):
+            return None
+        return _name_pattern(self.program)
+
     def runs(self, command: Command) -> bool:
         if not fnmatchcase(command.program, self.program):
             return False
@@ -134,7 +156,7 @@ class Matcher:
     def matches(self, value: Any) -> bool:
         if self.kind == "shell":
             assert self.shell is not None
-            return any(self.shell.runs(c) for c in _commands(value))
+            return any(self.shell.runs(c) for c in _commands(value, self.shell.may_run))
         if self.kind == "any":
             return any(fnmatchcase(s, self.glob or "") for s in _strings(value))
         if self.regex is not None:
@@ -216,13 +238,15 @@ def _is_argv(value: Any) -> bool:
     )
 
 
-def _commands(value: Any) -> Iterator[Command]:
-    """The commands in a value: each string a command line, each argv one command, at any depth."""
+def _commands(value: Any, may_run: Callable[[str], bool]) -> Iterator[Command]:
+    """The commands in a value: each string a command line (when `may_run` it), each argv one
+    command, at any depth."""
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            yield from commands(item)
+            if may_run(item):
+                yield from commands(item)
         elif _is_argv(item):
             yield from words_of(item)
         elif isinstance(item, Mapping):

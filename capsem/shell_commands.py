@@ -70,6 +70,8 @@ _SEPARATOR = re.compile(r"[;&|()<>]*[;|()][;&|()<>]*|&&?")
 """An operator that ends a command (shlex joins neighbouring operators: `);(`); not a redirection."""
 _REDIRECT = re.compile(r"^[0-9]*(?:[<>]+&?|&>>?|<>)$")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]*\])?\+?=")
+_BACKTICKS = re.compile(r"`([^`]*)`?")
+"""A backtick substitution, read as `$(…)` (an unclosed one runs to the end)."""
 _BRACES = re.compile(r"^\{([^{}\s]*,[^{}\s]*)\}$")
 _MAX_DEPTH = 8
 """Nesting read at most (`bash -c "bash -c '…'"`): deeper input is read as plain words."""
@@ -96,10 +98,9 @@ def words_of(argv: list[str] | tuple[str, ...]) -> Iterator[Command]:
 def _line(line: str, depth: int) -> Iterator[Command]:
     if depth > _MAX_DEPTH or not line.strip():
         return
-    for inner in _substitutions(line):
-        yield from _line(inner, depth + 1)
     text = (
-        line.replace("\\\n", "")
+        _BACKTICKS.sub(r"$(\1)", line)
+        .replace("\\\n", "")
         .replace("\r", "\n")
         .replace("\n", " ; ")
         .replace("$'", "'")
@@ -116,6 +117,9 @@ def _line(line: str, depth: int) -> Iterator[Command]:
             current = []
         else:
             current.append(token)
+            if "$(" in token or "<(" in token or ">(" in token:  # quoted: a word holds what it runs
+                for inner in _substitutions(token):
+                    yield from _line(inner, depth + 1)
     pipeline.append(current)
     yield from _pipeline(pipeline, depth)
 
@@ -155,25 +159,23 @@ def _tokens(text: str) -> list[str]:
     return text.split()
 
 
-def _substitutions(line: str) -> Iterator[str]:
-    """The bodies of `$(…)`, `<(…)`, `>(…)` and backticks anywhere in `line` (the outermost)."""
-    n, size = 0, len(line)
+def _substitutions(word: str) -> Iterator[str]:
+    """The bodies of `$(…)`, `<(…)`, `>(…)` in a word (the outermost; unquoted ones are split into
+    commands by their parentheses already)."""
+    n, size = 0, len(word)
     while n < size:
-        char = line[n]
-        if char == "`":
-            end = line.find("`", n + 1)
-            end = size if end < 0 else end
-            yield line[n + 1 : end]
-            n = end + 1
-        elif char == "(" and n and line[n - 1] in "$<>":
-            level, end = 1, n + 1
-            while end < size and level:
-                level += {"(": 1, ")": -1}.get(line[end], 0)
-                end += 1
-            yield line[n + 1 : end - 1 if not level else end]
-            n = end
-        else:
-            n += 1
+        start = word.find("(", n)
+        if start < 1:
+            return
+        if word[start - 1] not in "$<>":
+            n = start + 1
+            continue
+        level, end = 1, start + 1
+        while end < size and level:
+            level += 1 if word[end] == "(" else -1 if word[end] == ")" else 0
+            end += 1
+        yield word[start + 1 : end - 1 if not level else end]
+        n = end
 
 
 def _base(word: str) -> str:

@@ -62,9 +62,7 @@ def _qualifies(jsonrpc: Any, method: Any) -> bool:
 
 def _utf8(body: bytes) -> bytes:
     """The JSON text as UTF-8 (RFC 8259's encoding; a BOM or UTF-16/32 text, as some parsers take it)."""
-    if body[:1] in (b"{", b"[", b" ") or not body:
-        return body
-    encoding = json.detect_encoding(body)
+    encoding = json.detect_encoding(body[:4])  # by its first bytes: cheap
     if encoding == "utf-8":
         return body
     try:
