@@ -125,3 +125,21 @@ def test_an_mcp_call_in_any_form_is_recorded_without_rules(mitmdump, emu, capsem
     assert proxy.stop() == 0
     (row,) = rows(only_session(capsem_home), "SELECT method, tool_name, request_id FROM mcp_calls")
     assert row == {"method": "tools/call", "tool_name": "read_note", "request_id": "7"}
+
+
+def test_a_tool_rule_of_the_first_version_refuses_every_form(mitmdump, emu, capsem_home):
+    """Rules written as before (`mcp_tool`, an `mcp_args` glob): every form is refused."""
+    capsem_home.mkdir(parents=True, exist_ok=True)
+    (capsem_home / "config.yaml").write_text(
+        "policy:\n  rules:\n    - {name: no-delete, action: deny, mcp_tool: 'delete_*'}\n"
+        "    - {name: no-etc, action: deny, mcp_args: {path: '/etc/*'}}\n"
+    )
+    proxy = mitmdump()
+    with httpx.Client(proxy=proxy.url, timeout=30) as http:
+        for n, form in enumerate(FORMS):
+            for tool, arguments, rule in (("delete_all", {}, "no-delete"), ("write", {"path": "/etc/x"}, "no-etc")):
+                path, body, headers = form(tools_call(n, tool, arguments))
+                answer = http.post(f"{emu.http_url}{path}", content=body, headers=headers)
+                assert (answer.status_code, answer.headers.get("x-capsem-policy")) == (403, rule), form.__name__
+    assert emu.exchanges() == []
+    assert proxy.stop() == 0
