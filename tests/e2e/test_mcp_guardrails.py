@@ -44,12 +44,21 @@ def escaped(call: dict) -> tuple[str, bytes, dict]:
 
 def model_keys(call: dict) -> tuple[str, bytes, dict]:
     """Extra `model`/`messages` keys, POSTed to a model-call path on a host that is no provider's."""
-    body = {**call, "model": "claude-haiku-4-5", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    body = {
+        **call,
+        "model": "claude-haiku-4-5",
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     return "/v1/messages", json.dumps(body).encode(), {"content-type": "application/json"}
 
 
 def gzipped_text(call: dict) -> tuple[str, bytes, dict]:
-    return "/mcp", gzip.compress(json.dumps(call).encode()), {"content-type": "text/plain", "content-encoding": "gzip"}
+    return (
+        "/mcp",
+        gzip.compress(json.dumps(call).encode()),
+        {"content-type": "text/plain", "content-encoding": "gzip"},
+    )
 
 
 FORMS = [late_key, escaped, model_keys, gzipped_text]
@@ -62,7 +71,12 @@ RM_SPELLINGS = [
 
 
 def tools_call(n: int, tool: str, arguments: dict) -> dict:
-    return {"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
+    return {
+        "jsonrpc": "2.0",
+        "id": n,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    }
 
 
 def test_every_bypass_is_decided_recorded_and_backtested(mitmdump, emu, capsem_home):
@@ -109,7 +123,9 @@ def test_every_bypass_is_decided_recorded_and_backtested(mitmdump, emu, capsem_h
     # the backtest decides the recorded session with the same code: the same calls, the same rules
     data = json.loads(run("policy", "test", "--json"))
     by_net = {r["net_event_id"]: int(r["request_id"]) for r in recorded}
-    found = {by_net[f["net_event_id"]]: (f["mcp"]["tool"], f["decision"], f["rule"]) for f in data["findings"]}
+    found = {
+        by_net[f["net_event_id"]]: (f["mcp"]["tool"], f["decision"], f["rule"]) for f in data["findings"]
+    }
     assert found == {
         n: (tool, decision, rule) for n, (tool, decision, rule) in expected.items() if rule is not None
     }
@@ -137,9 +153,14 @@ def test_a_tool_rule_of_the_first_version_refuses_every_form(mitmdump, emu, caps
     proxy = mitmdump()
     with httpx.Client(proxy=proxy.url, timeout=30) as http:
         for n, form in enumerate(FORMS):
-            for tool, arguments, rule in (("delete_all", {}, "no-delete"), ("write", {"path": "/etc/x"}, "no-etc")):
+            for tool, arguments, rule in (
+                ("delete_all", {}, "no-delete"),
+                ("write", {"path": "/etc/x"}, "no-etc"),
+            ):
                 path, body, headers = form(tools_call(n, tool, arguments))
                 answer = http.post(f"{emu.http_url}{path}", content=body, headers=headers)
-                assert (answer.status_code, answer.headers.get("x-capsem-policy")) == (403, rule), form.__name__
+                assert (answer.status_code, answer.headers.get("x-capsem-policy")) == (403, rule), (
+                    form.__name__
+                )
     assert emu.exchanges() == []
     assert proxy.stop() == 0
