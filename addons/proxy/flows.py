@@ -2,8 +2,11 @@
 
 `Flows` runs before the other addons (`addons/capsem_addon.py`): at `requestheaders` it copies
 the request head and decides the flow's route (`addons/providers/__init__.py: detect`); at
-`request` it keeps the body, sniffs the route of a POST to an unknown path and says whether the
-flow is an MCP call. The addons after it (policy, guardrails, capture) read and complete the
+`request` it keeps the body, says whether the flow is an MCP call (`addons/mcp/jsonrpc.py`: its
+decoded body parsed, decided here once for the policy and the recorder) and sniffs the route of
+another POST to an unknown path. A JSON-RPC body is MCP even on a model-call path; only a
+model-call path on a known provider's own host (`api.anthropic.com/v1/messages`) is not parsed
+for it, since no MCP server answers there. The addons after it (policy, guardrails, capture) read and complete the
 same `FlowState`; `Capsem` hands it over as one `FlowEnded` and forgets it.
 """
 
@@ -16,9 +19,9 @@ from urllib.parse import urlsplit
 
 from mitmproxy import http
 
-from addons import mcp
+from addons.mcp.jsonrpc import Kind, read_request
 from addons.messages import Approval, RequestHead, ResponseHead, Route, Substitution
-from addons.providers import detect
+from addons.providers import detect, provider_for_host
 from addons.providers.sniff import sniff_route
 from addons.proxy.hooks import addr, guarded
 from addons.proxy.tap import RequestTap, ResponseTap
@@ -39,6 +42,10 @@ class FlowState:
     response_tap: ResponseTap | None = None
     response: ResponseHead | None = None
     mcp: bool = False
+    mcp_body: bytes | None = None
+    """The decoded body of an MCP request (what the policy reads its calls from)."""
+    mcp_unreadable: bool = False
+    """An MCP body that cannot be read whole: the policy takes it as any call."""
     request_body: bytes | None = None
     request_size: int = 0
     request_truncated: bool = False
@@ -79,16 +86,26 @@ class Flows:
             return
         collect_request(flow, state)
         head = state.head
-        if (
-            state.route is None and head.method == "POST"
-        ):  # an unknown path: does the body look like a model call?
+        if not _model_api(state):
+            kind, state.mcp_body = read_request(list(head.headers), head.method, state.request_body,
+                                                self.capture.settings.capture.max_body_bytes,
+                                                cut=state.request_truncated)  # fmt: skip
+            state.mcp, state.mcp_unreadable = kind is not Kind.NOT_MCP, kind is Kind.UNREADABLE
+        if state.mcp and not state.mcp_unreadable:
+            state.route = None  # a JSON-RPC body is no model call, whatever its path or keys
+        elif state.route is None and head.method == "POST":  # an unknown path: a model call's body?
             state.route = sniff_route(head.host, head.path, head.header("content-type"),
                                       head.header("content-encoding"), state.request_body, port=head.port)  # fmt: skip
-        state.mcp = (
-            state.route is None
-            and head.method == "POST"
-            and mcp.looks_like_mcp(list(head.headers), state.request_body)
-        )
+
+
+def _model_api(state: FlowState) -> bool:
+    """A model-call path on a known provider's own host (every name the request gives for it): no
+    MCP server answers there. A model-call path elsewhere (any host may serve MCP) is parsed."""
+    if state.route is None:
+        return False
+    authority = state.head.header("host") or state.head.host
+    names = {state.head.host, authority.rsplit(":", 1)[0] if not authority.endswith("]") else authority}
+    return all(provider_for_host(name) is not None for name in names)
 
 
 def collect_request(flow: http.HTTPFlow, state: FlowState) -> None:

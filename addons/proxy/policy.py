@@ -13,9 +13,10 @@ Settings (`policy:` in the YAML config)::
           mcp_tool: "delete_*"          # and tool name (glob)
         - name: no-rm-rf
           action: deny
-          mcp_args:                     # MCP tools/call only: arguments by name, each a glob on
-            command: "rm -rf *"         # the value (a value that is not text: its JSON) or
-            path: {regex: '^/etc/'}     # {regex: ...} searched in it
+          mcp_args:                     # MCP tools/call only: arguments by name (or name glob),
+            command: {shell: "rm -rf"}  # each a pattern of capsem/argmatch.py: the command it
+            path: {regex: '^/etc/'}     # runs, a regex searched, a glob ("/etc/*") on the value,
+            "*": {any: "*169.254.*"}    # or {any: GLOB} on any string at any depth
 
 A rule matches when every field it names matches (host, port, path, method, mcp_server,
 mcp_tool, mcp_args); the first matching rule decides. No rule matching means `allowed`: the default
@@ -25,13 +26,12 @@ every other setting by `capsem.settings` (`Settings.policy`); this module only m
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from fnmatch import fnmatchcase
 from typing import Any, NamedTuple
 
+from capsem.argmatch import ArgMatch
 from capsem.settings import PolicyRule, Settings, SettingsError, parse
 
 DECISIONS = {"allow": "allowed", "warn": "warned", "deny": "denied", "ask": "asked"}
@@ -45,30 +45,6 @@ class McpTarget(NamedTuple):
     servers: tuple[str, ...]
     tool: str
     arguments: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ArgMatch:
-    """One `mcp_args` entry: the argument's value matches a glob (whole) or a regex (searched)."""
-
-    name: str
-    glob: str | None = None
-    regex: re.Pattern[str] | None = None
-
-    @classmethod
-    def of(cls, name: str, pattern: str | Mapping[str, str]) -> ArgMatch:
-        if isinstance(pattern, str):
-            return cls(name, glob=pattern)
-        return cls(name, regex=re.compile(pattern["regex"]))
-
-    def matches(self, arguments: Mapping[str, Any] | None) -> bool:
-        if not isinstance(arguments, Mapping) or self.name not in arguments:
-            return False
-        value = arguments[self.name]
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        if self.glob is not None:
-            return fnmatchcase(text, self.glob)
-        return self.regex is not None and self.regex.search(text) is not None
 
 
 class PolicyError(ValueError):
@@ -106,7 +82,7 @@ class Rule(PolicyRule):
             return False
         if self.method is not None and method.upper() != self.method.upper():
             return False
-        if self.needs_mcp:
+        if self.needs_mcp and mcp is not UNREADABLE:
             if mcp is None:
                 return False
             servers, tool = mcp[0], mcp[1]
@@ -119,6 +95,11 @@ class Rule(PolicyRule):
             if not all(a.matches(arguments) for a in self.arg_matches):
                 return False
         return True
+
+
+UNREADABLE = McpTarget(("*",), "*", None)
+"""An MCP body that cannot be read whole (`addons/mcp/jsonrpc.py`): it could hold any tools/call,
+so it is taken as one that matches every MCP condition of every rule."""
 
 
 @dataclass(frozen=True, slots=True)

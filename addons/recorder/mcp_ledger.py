@@ -139,10 +139,11 @@ class McpLedger:
         response_body: bytes,
         process: tuple[str | None, int | None],
     ) -> list[McpCall]:
-        """The rows of the JSON-RPC messages in the POST body (none when it is not MCP); rows
-        whose answer is to come on a GET stream are held back (see `answered`, `expired`)."""
+        """The rows of the JSON-RPC messages in the body of a request mitmdump decided is MCP
+        (`FlowEnded.mcp`; none when it cannot be read); rows whose answer is to come on a GET
+        stream are held back (see `answered`, `expired`)."""
         req = flow.request
-        requests = parse_request(request_body, {k.lower(): v for k, v in req.headers})
+        requests = parse_request(request_body)
         if requests is None:
             return []
         resp = flow.response

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from capsem.argmatch import ArgPatternError, matcher
 from capsem.settings.checks import (
     _HEADER_RE,
     _Bad,
@@ -50,9 +51,10 @@ class PolicyRule:
     mcp_tool: str | None = None
     """Glob on the tool of an MCP tools/call."""
     mcp_args: dict[str, str | dict[str, str]] | None = None
-    """Argument name -> a glob on its value (`"rm -rf *"`) or `{regex: ...}` (searched); every one
-    named must match. A value that is not text is matched as its JSON. Kept as plain data
-    (`capsem config show` prints it); `addons/proxy/policy.py` compiles it."""
+    """Argument name (or a glob on names) -> a pattern on its value: a glob (`"rm -rf *"`),
+    `{regex: ...}` (searched), `{shell: "rm -rf"}` (the command it runs) or `{any: GLOB}` (any
+    string at any depth), see `capsem/argmatch.py`; every one named must match. Kept as plain
+    data (`capsem config show` prints it); `addons/proxy/policy.py` compiles it."""
 
     @classmethod
     def parse(cls, key: str, n: int, raw: Any) -> PolicyRule:
@@ -86,30 +88,24 @@ class PolicyRule:
 
 
 def _mcp_args(key: str, raw: Any) -> dict[str, str | dict[str, str]] | None:
-    """`mcp_args`: a mapping of argument name -> glob, or -> `{regex: ...}` (which must compile)."""
+    """`mcp_args`: a mapping of argument name (or glob on names) -> a pattern of
+    `capsem/argmatch.py` (a glob, `{regex: ...}`, `{shell: ...}`, `{any: ...}`), which must compile."""
     if raw is None:
         return None
     if not isinstance(raw, Mapping) or not raw:
-        raise _must(key, "a mapping of MCP argument name -> glob or {regex: ...}", raw)
+        raise _must(
+            key, "a mapping of MCP argument name -> glob, {regex: ...}, {shell: ...} or {any: ...}", raw
+        )
     out: dict[str, str | dict[str, str]] = {}
     for name, pattern in raw.items():
         if not isinstance(name, str) or not name:
             raise _must(key, "a mapping keyed by argument names (text)", name)
-        if isinstance(pattern, str) and pattern:
-            out[name] = pattern
-            continue
-        if not (isinstance(pattern, Mapping) and list(pattern) == ["regex"]):
-            raise _must(f"{key}.{name}", "a glob (text) or {regex: ...}", pattern)
-        regex = pattern["regex"]
-        if not isinstance(regex, str) or not regex:
-            raise _must(f"{key}.{name}.regex", "a regular expression (text)", regex)
         try:
-            re.compile(regex)
-        except re.error as exc:
-            raise _Bad(
-                f"{key}.{name}.regex", f"is not a valid regular expression ({exc}): {_shown(regex)}"
-            ) from None
-        out[name] = {"regex": regex}
+            matcher(pattern)
+        except ArgPatternError as exc:
+            shown = pattern[exc.where[1:]] if exc.where else pattern
+            raise _Bad(f"{key}.{name}{exc.where}", f"{exc}, got {_shown(shown)}") from None
+        out[name] = pattern if isinstance(pattern, str) else dict(pattern)
     return out
 
 

@@ -101,14 +101,25 @@ def refusal(config: Path, text: str | bytes) -> str:
         ("policy: {rules: {a: 1}}", "policy.rules must be a list of rules, got {'a': 1}"),
         ("policy: {rules: [deny]}", f"policy.rules[1] must be a mapping of rule fields ({RULE_FIELDS}), got 'deny'"),
         ("policy: {rules: [{action: deny, mcp_args: 'rm -rf *'}]}",
-         "policy.rules[1].mcp_args must be a mapping of MCP argument name -> glob or {regex: ...}, got 'rm -rf *'"),
+         "policy.rules[1].mcp_args must be a mapping of MCP argument name -> glob, {regex: ...}, {shell: ...} or "
+         "{any: ...}, got 'rm -rf *'"),
         ("policy: {rules: [{action: deny, mcp_args: {command: 3}}]}",
-         "policy.rules[1].mcp_args.command must be a glob (text) or {regex: ...}, got 3"),
+         "policy.rules[1].mcp_args.command must be a glob (text), {regex: ...}, {shell: ...} or {any: ...}, got 3"),
         ("policy: {rules: [{action: deny, mcp_args: {command: {glob: x}}}]}",
-         "policy.rules[1].mcp_args.command must be a glob (text) or {regex: ...}, got {'glob': 'x'}"),
+         "policy.rules[1].mcp_args.command must be a glob (text), {regex: ...}, {shell: ...} or {any: ...}, "
+         "got {'glob': 'x'}"),
         ("policy: {rules: [{action: deny, mcp_args: {command: {regex: 'rm (-rf'}}}]}",
          "policy.rules[1].mcp_args.command.regex is not a valid regular expression (missing ), unterminated "
-         "subpattern at position 3): 'rm (-rf'"),
+         "subpattern at position 3), got 'rm (-rf'"),
+        ("policy: {rules: [{action: deny, mcp_args: {command: {shell: '-rf'}}}]}",
+         "policy.rules[1].mcp_args.command.shell must start with a program (e.g. 'rm -rf'), got '-rf'"),
+        ("policy: {rules: [{action: deny, mcp_args: {command: {shell: \"rm 'x\"}}}]}",
+         "policy.rules[1].mcp_args.command.shell is not a command line (No closing quotation), got \"rm 'x\""),
+        ("policy: {rules: [{action: deny, mcp_args: {command: {any: 3}}}]}",
+         "policy.rules[1].mcp_args.command.any must be a glob (text), got 3"),
+        ("policy: {rules: [{action: deny, mcp_args: {command: {shell: rm, any: x}}}]}",
+         "policy.rules[1].mcp_args.command must be a glob (text), {regex: ...}, {shell: ...} or {any: ...}, "
+         "got {'shell': 'rm', 'any': 'x'}"),
         # budgets
         ("budgets: {daily_usd: 5}", f"budgets.daily_usd must be a mapping of budget fields ({BUDGET_FIELDS}), got 5"),
         ("budgets: [{scope: day}]", "budgets must be a mapping of budget names to their fields, got [{'scope': 'day'}]"),
