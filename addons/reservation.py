@@ -27,10 +27,14 @@ msgspec decodes only these fields (the rest is skipped at C speed, as `model_of`
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+
+from addons.budgets import Worst
+from capsem.settings import Budget
 
 TOOL_PROMPT_TOKENS = 2048
 """Input tokens allowed beyond the body when a request declares tools: the tool-use system prompt
@@ -274,3 +278,15 @@ def worst_tokens(b: Bound, context_window: int | None, reserve_output: int | Non
         return input_tokens, reserve_output, "reserve_output_tokens, as it sets no output limit"
     output = min(context_window or OUTPUT_CEILING, OUTPUT_CEILING)
     return input_tokens, output, "the model's output ceiling, as it sets no output limit"
+
+
+def worst_of(matched: Iterable[Budget], tokens: Bound, model: str | None, rates: Any,
+             price: Callable[[Any, int, int], float]) -> Worst:  # fmt: skip
+    """The reservation of a call the `matched` budgets check: its tokens (`tokens`, the largest
+    `reserve_output_tokens` among them), priced by `price(rates, input, output)` (`pricing/worst.py`);
+    `rates` None: its model has no price."""
+    window = rates.context_window if rates is not None else None
+    choices = {b.reserve_output_tokens for b in matched}
+    inputs, outputs, why = max((worst_tokens(tokens, window, r) for r in choices), key=lambda t: t[1])
+    usd = price(rates, inputs, outputs) if rates is not None else None
+    return Worst(usd, model, inputs, outputs, why, tokens.referenced)

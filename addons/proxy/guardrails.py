@@ -37,7 +37,7 @@ from addons.budgets import (
 from addons.messages import Route, Substitution
 from addons.proxy.credentials import REFUSED, Broker, Brokered, load_secrets
 from addons.proxy.spend import SETTLE_SECONDS, SpendView
-from addons.reservation import Bound, bound, worst_tokens, ws_bound
+from addons.reservation import Bound, bound, worst_of, ws_bound
 from addons.spec import WS_TURN
 from capsem.settings import Budget, Settings
 
@@ -57,7 +57,10 @@ class Guardrails:
         self.budgets = tuple(budgets)
         self.broker = Broker(brokered)
         self.view: SpendView | None = None
-        self._prices: Future[Callable[[str, str | None], Rates | None]] | None = None  # pricing.worst.rates
+        self._prices: (
+            Future[tuple[Callable[[str, str | None], Rates | None], Callable[[Rates, int, int], float]]]
+            | None
+        ) = None  # pricing.worst: rates, worst_cost
         self._announced: dict[str, str] = {}  # budget name -> the decision last logged
         self._ws_received: dict[str, int] = {}  # WebSocket flow key -> server messages seen
         self._ws_turns: dict[str, list[str]] = {}  # WebSocket flow key -> reservations of its open turns
@@ -181,21 +184,13 @@ class Guardrails:
         matched = [b for b in self.budgets if matches(b, route.provider, model, host)]
         if not matched:
             return None
-        rates = self._rates(route.provider, model)
-        window = rates.context_window if rates else None
-        inputs, outputs, why = max((worst_tokens(tokens, window, r) for r in {b.reserve_output_tokens for b in matched}),
-                                   key=lambda t: t[1])  # fmt: skip
-        if rates is None:
-            return Worst(None, model, inputs, outputs, why, tokens.referenced)
-        from pricing.worst import worst_cost  # loaded by the prices' thread before any check runs
-
-        return Worst(worst_cost(rates, inputs, outputs), model, inputs, outputs, why, tokens.referenced)
-
-    def _rates(self, provider: str, model: str | None) -> Rates | None:
         prices = self._prices
         if prices is None or not prices.done() or prices.exception() is not None:
-            return None  # the price table could not be loaded (logged): every model is unpriced
-        return prices.result()(provider, model)
+            return worst_of(
+                matched, tokens, model, None, _no_price
+            )  # no table (logged): every model unpriced
+        rates, worst_cost = prices.result()
+        return worst_of(matched, tokens, model, rates(route.provider, model), worst_cost)
 
     def reserve(self, key: str, route: Route, host: str, verdict: Verdict, worst: Worst | None) -> None:
         """Hold the call's reservation, when the budgets let it through and it has a price."""
@@ -268,11 +263,15 @@ class Guardrails:
 def _load_prices(future: Future) -> None:
     """The prices' thread: genai-prices and the price table loaded off the event loop."""
     try:
-        from pricing.worst import rates, warm
+        from pricing.worst import rates, warm, worst_cost
 
         warm()
-        future.set_result(rates)
+        future.set_result((rates, worst_cost))
     except Exception as exc:
         logger.warning("capsem: the price table could not be loaded (%r): budgets count every model as "
                        "unpriced (their on_unpriced decides)", exc)  # fmt: skip
         future.set_exception(exc)
+
+
+def _no_price(rates: object, inputs: int, outputs: int) -> float:
+    raise AssertionError("never called: no rates")
