@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from addons.mcp import parse_request
 from addons.proxy.policy import Policy
 from addons.recorder.bodies import read_body
+from addons.reservation import Bound, bound, ws_bound
 from assembler.backtest import Backtest, McpCall, ModelCall, Report, Request, Session
 from assembler.sessiondb import (
     MainDbMissing,
@@ -153,11 +154,26 @@ def read_session(conn: sqlite3.Connection, session_id: str, needs: Needs) -> Ses
     if needs.model_calls:
         model_calls = [
             ModelCall(r["id"], r["net_event_id"], r["timestamp"], r["provider"], r["model"], r["host"] or "",
-                      r["estimated_cost_usd"] or 0.0)
-            for r in conn.execute("SELECT id, net_event_id, timestamp, provider, model, host, estimated_cost_usd "
-                                  "FROM model_calls ORDER BY id")
+                      r["estimated_cost_usd"] or 0.0, call_tokens(conn, r["id"], r["protocol"]))
+            for r in conn.execute("SELECT id, net_event_id, timestamp, provider, model, host, estimated_cost_usd, "
+                                  "protocol FROM model_calls ORDER BY id")
         ]  # fmt: skip
     return Session(session_id, tuple(requests), tuple(model_calls))
+
+
+def call_tokens(conn: sqlite3.Connection, call_id: int, protocol: str | None) -> Bound | None:
+    """The most model call `call_id` could use, from its stored request body, as the proxy bounds
+    it (`addons/reservation.py`; the input by the body's size as sent); None when no body is stored."""
+    try:
+        found = read_body(conn, call_id, "request")
+    except (sqlite3.Error, RuntimeError, ValueError):
+        found = None
+    if found is None or not protocol:
+        return None
+    body, blob = found
+    ws = protocol == "openai_responses" and b'"response.create"' in body[:4096]
+    tokens = ws_bound(body) if ws else bound(protocol, body)
+    return replace(tokens, input_tokens=tokens.input_tokens - len(body) + max(len(body), blob["size"] or 0))
 
 
 class LazyArguments(Mapping[str, Any]):

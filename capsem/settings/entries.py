@@ -28,7 +28,17 @@ MATCH_FIELDS = ("host", "port", "path", "method", "mcp_server", "mcp_tool", "mcp
 RULE_FIELDS = ("name", "action", *MATCH_FIELDS)
 Scope = Literal["session", "day", "month"]
 SCOPES: tuple[Scope, ...] = ("session", "day", "month")
-BUDGET_FIELDS = ("scope", "limit_usd", "warn_at", "provider", "model", "host", "on_unconfirmed")
+BUDGET_FIELDS = (
+    "scope",
+    "limit_usd",
+    "warn_at",
+    "provider",
+    "model",
+    "host",
+    "on_unconfirmed",
+    "on_unpriced",
+    "reserve_output_tokens",
+)
 CREDENTIAL_FIELDS = ("host", "header", "query", "env", "file", "placeholder", "agent_env")
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_.\-]{8,}")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -177,6 +187,14 @@ class Budget:
     """What a matched call gets while this session's spend cannot be confirmed (its recorder is not
     answering): `deny` (refused with the budget's 402) or `allow` (let through unchecked, logged and
     recorded as such)."""
+    on_unpriced: Literal["deny", "allow"] = "deny"
+    """What a matched call gets when the price table has no price for its model (its cost could not
+    be counted): `deny` (refused with the budget's 402, saying how to allow it) or `allow` (let
+    through uncounted, recorded `warned` with matched_rule `budget:<name> (unpriced)`)."""
+    reserve_output_tokens: int | None = None
+    """Output tokens reserved for a call that sets no output limit (`max_tokens` or its provider's
+    field); None: 131,072 (above every output limit providers document), or the model's context
+    window in the price table when that is smaller."""
 
     @classmethod
     def parse(cls, key: str, name: str, raw: Any) -> Budget:
@@ -195,8 +213,16 @@ class Budget:
         unconfirmed = raw.get("on_unconfirmed", "deny")
         if unconfirmed not in ("deny", "allow"):
             raise _must(f"{key}.on_unconfirmed", "deny or allow", unconfirmed)
+        unpriced = raw.get("on_unpriced", "deny")
+        if unpriced not in ("deny", "allow"):
+            raise _must(f"{key}.on_unpriced", "deny or allow", unpriced)
+        output = raw.get("reserve_output_tokens")
+        if output is not None and (not isinstance(output, int) or isinstance(output, bool) or output < 1):
+            raise _must(f"{key}.reserve_output_tokens", "a whole number of tokens >= 1 (null: the model's "
+                        "output ceiling)", output)  # fmt: skip
         return cls(name=name, scope=scope.lower(), limit_usd=float(limit), warn_at=warn,  # type: ignore[arg-type]
-                   on_unconfirmed=unconfirmed, **globs)  # fmt: skip
+                   on_unconfirmed=unconfirmed, on_unpriced=unpriced, reserve_output_tokens=output,  # type: ignore[arg-type]
+                   **globs)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

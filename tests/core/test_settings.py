@@ -32,7 +32,9 @@ CAPTURE_KEYS = (
     "preview_bytes, content_max_bytes, max_parse_bytes, max_body_bytes, commit_interval_ms, max_pending_calls"
 )
 ALL_SECTIONS = "capture, headers, redaction, policy, diagnostics, retention, budgets, credentials, export"
-BUDGET_FIELDS = "scope, limit_usd, warn_at, provider, model, host, on_unconfirmed"
+BUDGET_FIELDS = (
+    "scope, limit_usd, warn_at, provider, model, host, on_unconfirmed, on_unpriced, reserve_output_tokens"
+)
 CREDENTIAL_FIELDS = "host, header, query, env, file, placeholder, agent_env"
 RULE_FIELDS = "name, action, host, port, path, method, mcp_server, mcp_tool, mcp_args"
 
@@ -134,6 +136,11 @@ def refusal(config: Path, text: str | bytes) -> str:
          "budgets.daily.warn_at must be a fraction of the limit above 0 and at most 1 (null: never), got 80"),
         ("budgets: {daily: {scope: day, limit_usd: 5, on_unconfirmed: maybe}}",
          "budgets.daily.on_unconfirmed must be deny or allow, got 'maybe'"),
+        ("budgets: {daily: {scope: day, limit_usd: 5, on_unpriced: count}}",
+         "budgets.daily.on_unpriced must be deny or allow, got 'count'"),
+        ("budgets: {daily: {scope: day, limit_usd: 5, reserve_output_tokens: 0}}",
+         "budgets.daily.reserve_output_tokens must be a whole number of tokens >= 1 (null: the model's output "
+         "ceiling), got 0"),
         ("budgets: {daily: {scope: day, limit_usd: 5, models: 'x*'}}",
          f"budgets.daily.models is not a budget field (did you mean model?); a budget has: {BUDGET_FIELDS}"),
         ("budgets: {daily: {scope: day, limit_usd: 5, host: 443}}", "budgets.daily.host must be a glob (text), got 443"),
@@ -324,7 +331,8 @@ def test_budgets_and_credentials_are_named_entries_replaced_whole(config, tmp_pa
         "budgets:\n"
         "  daily: {scope: Day, limit_usd: 20}\n"
         "  opus-month: {scope: month, limit_usd: 200.5, model: 'claude-opus-*', warn_at: 0.5, host: '*.anthropic.com'}\n"
-        "  one-run: {scope: session, limit_usd: 0, provider: openai, warn_at: null, on_unconfirmed: allow}\n"
+        "  one-run: {scope: session, limit_usd: 0, provider: openai, warn_at: null, on_unconfirmed: allow,"
+        " on_unpriced: allow, reserve_output_tokens: 4096}\n"
         "credentials:\n"
         "  anthropic: {host: api.anthropic.com, header: X-Api-Key, env: ANTHROPIC_API_KEY}\n"
         "  gemini: {host: '*.googleapis.com', query: key, file: ~/gemini.key, placeholder: capsem-gemini-x,"
@@ -334,7 +342,16 @@ def test_budgets_and_credentials_are_named_entries_replaced_whole(config, tmp_pa
     assert settings.budgets.entries == (
         Budget("daily", "day", 20.0),
         Budget("opus-month", "month", 200.5, 0.5, model="claude-opus-*", host="*.anthropic.com"),
-        Budget("one-run", "session", 0.0, None, provider="openai", on_unconfirmed="allow"),
+        Budget(
+            "one-run",
+            "session",
+            0.0,
+            None,
+            provider="openai",
+            on_unconfirmed="allow",
+            on_unpriced="allow",
+            reserve_output_tokens=4096,
+        ),
     )
     anthropic, gemini = settings.credentials.entries
     assert anthropic == Credential("anthropic", "api.anthropic.com", "x-api-key", None, "ANTHROPIC_API_KEY", None,
@@ -344,7 +361,8 @@ def test_budgets_and_credentials_are_named_entries_replaced_whole(config, tmp_pa
     assert settings.origins["budgets"] == settings.origins["credentials"] == str(config)
     assert parse(settings.as_dict()) == settings  # `capsem config show` prints what reads back the same
     assert settings.as_dict()["budgets"]["one-run"] == {"scope": "session", "limit_usd": 0.0, "warn_at": None,
-                                                        "provider": "openai", "on_unconfirmed": "allow"}  # fmt: skip
+                                                        "provider": "openai", "on_unconfirmed": "allow",
+                                                        "on_unpriced": "allow", "reserve_output_tokens": 4096}  # fmt: skip
     assert load(overrides={"budgets": {"x": {"scope": "day", "limit_usd": 1}}}).budgets.entries == (
         Budget("x", "day", 1.0),)  # fmt: skip
 
