@@ -45,6 +45,7 @@ from assembler.runtimes import (
 )
 from capsem.mitm import ADDON_PATH, Mitmdump, MitmdumpError, mitmdump_executable, start_mitmdump
 from capsem.paths import capsem_home, main_db_path, sessions_dir
+from capsem.private import private_dir
 
 Status = Literal["ok", "warn", "fail", "skip"]
 
@@ -159,7 +160,7 @@ def check_home() -> Finding:
     home = capsem_home()
     fix = "make it writable (permissions, a read-write mount), or point CAPSEM_HOME at a writable directory"
     try:
-        sessions_dir().mkdir(parents=True, exist_ok=True)
+        private_dir(sessions_dir())
         with tempfile.NamedTemporaryFile(dir=sessions_dir(), prefix=".doctor-") as f:
             f.write(b"capsem")
             f.flush()

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from capsem.private import CHILD_UMASK, open_private, private_dir
+
 ADDON_PATH = Path(__file__).resolve().parent.parent / "addons" / "capsem_addon.py"
 _LISTENING = re.compile(rb"proxy(?: \([a-z ]+\))? listening at \*?\[?([0-9a-fA-F.:]+?)\]?:(\d+)")
 
@@ -114,7 +116,7 @@ def spawn_mitmdump(
         new_session: in a session (and process group) of its own: signals sent to ours (a
             terminal's Ctrl-C) do not reach it (`capsem run`).
     """
-    confdir.mkdir(parents=True, exist_ok=True)
+    private_dir(confdir)
     cmd = [
         mitmdump_executable(),
         "--listen-host", "127.0.0.1",
@@ -126,9 +128,10 @@ def spawn_mitmdump(
     if addon:
         cmd += ["-s", str(ADDON_PATH)]
     cmd += args or []
-    with log_path.open("wb") as log:
+    with open_private(log_path, "wb") as log:  # mitmdump and its recorder write only private files
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env or dict(os.environ), start_new_session=new_session)  # fmt: skip
+                                env=env or dict(os.environ), start_new_session=new_session,
+                                umask=CHILD_UMASK)  # fmt: skip
 
 
 def wait_for_mitmdump(
