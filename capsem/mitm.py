@@ -104,6 +104,7 @@ def spawn_mitmdump(
     addon: bool = True,
     env: dict[str, str] | None = None,
     new_session: bool = False,
+    umask: int = CHILD_UMASK,
 ) -> subprocess.Popen[bytes]:
     """Start mitmdump on 127.0.0.1 and a free port, without waiting (`wait_for_mitmdump` waits).
 
@@ -115,6 +116,8 @@ def spawn_mitmdump(
         env: environment for the process (default: ours).
         new_session: in a session (and process group) of its own: signals sent to ours (a
             terminal's Ctrl-C) do not reach it (`capsem run`).
+        umask: its umask: 077, so that all it writes (mitmproxy's CA, the session's files) is
+            private (tests pass another to play a mitmdump the user started).
     """
     private_dir(confdir)
     cmd = [
@@ -123,7 +126,7 @@ def spawn_mitmdump(
         "-p", "0",
         "--set", f"confdir={confdir}",
         "--set", "termlog_verbosity=info",
-        "--set", "flow_detail=0",
+        "--set", "flow_detail=0",  # no flow lines (URLs, headers): session.db holds the flows, scrubbed
     ]  # fmt: skip
     if addon:
         cmd += ["-s", str(ADDON_PATH)]
@@ -131,7 +134,7 @@ def spawn_mitmdump(
     with open_private(log_path, "wb") as log:  # mitmdump and its recorder write only private files
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env or dict(os.environ), start_new_session=new_session,
-                                umask=CHILD_UMASK)  # fmt: skip
+                                umask=umask)  # fmt: skip
 
 
 def wait_for_mitmdump(
@@ -206,6 +209,7 @@ def start_mitmdump(
     addon: bool = True,
     env: dict[str, str] | None = None,
     timeout: float = 30.0,
+    umask: int = CHILD_UMASK,
 ) -> Mitmdump:
     """Start mitmdump on 127.0.0.1 and a free port; return once it listens (`spawn_mitmdump`'s
     arguments).
@@ -213,5 +217,5 @@ def start_mitmdump(
     Raises:
         MitmdumpError: when mitmdump exits or does not listen within `timeout`, saying why.
     """
-    process = spawn_mitmdump(confdir=confdir, log_path=log_path, args=args, addon=addon, env=env)
+    process = spawn_mitmdump(confdir=confdir, log_path=log_path, args=args, addon=addon, env=env, umask=umask)
     return wait_for_mitmdump(process, confdir=confdir, log_path=log_path, addon=addon, timeout=timeout)
