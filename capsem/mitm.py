@@ -126,11 +126,13 @@ def spawn_mitmdump(
         "-p", "0",
         "--set", f"confdir={confdir}",
         "--set", "termlog_verbosity=info",
-        "--set", "flow_detail=0",  # no flow lines (URLs, headers): session.db holds the flows, scrubbed
     ]  # fmt: skip
+    args = args or []
+    if not any(a.startswith("flow_detail=") for a in args):  # (mitmproxy refuses an option set twice)
+        cmd += ["--set", "flow_detail=0"]  # no flow lines (URLs, headers): session.db holds the flows, scrubbed
     if addon:
         cmd += ["-s", str(ADDON_PATH)]
-    cmd += args or []
+    cmd += args
     with open_private(log_path, "wb") as log:  # mitmdump and its recorder write only private files
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env or dict(os.environ), start_new_session=new_session,
