@@ -128,8 +128,10 @@ def spawn_mitmdump(
         "--set", "termlog_verbosity=info",
     ]  # fmt: skip
     args = args or []
-    if not any(a.startswith("flow_detail=") for a in args):  # (mitmproxy refuses an option set twice)
-        cmd += ["--set", "flow_detail=0"]  # no flow lines (URLs, headers): session.db holds the flows, scrubbed
+    # no flow lines (URLs, headers): session.db holds the flows, scrubbed (unless the caller sets
+    # flow_detail: mitmproxy refuses an option set twice)
+    if not any(a.startswith("flow_detail=") for a in args):
+        cmd += ["--set", "flow_detail=0"]
     if addon:
         cmd += ["-s", str(ADDON_PATH)]
     cmd += args
