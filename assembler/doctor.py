@@ -47,7 +47,7 @@ from assembler.runtimes import (
 )
 from capsem.mitm import ADDON_PATH, Mitmdump, MitmdumpError, mitmdump_executable, start_mitmdump
 from capsem.paths import capsem_home, main_db_path, sessions_dir
-from capsem.private import open_to_others, private_dir
+from capsem.private import make_private, open_to_others, private_dir
 
 Status = Literal["ok", "warn", "fail", "skip"]
 
@@ -200,13 +200,21 @@ def check_home() -> Finding:
 
 def open_to_others_under(home: Path) -> list[Path]:
     """`home` and what is under it that the group or other users may read, write or enter (capsem
-    makes them 0700 and 0600; a home from before, or copied with another umask, may be open)."""
+    makes them 0700 and 0600; a home from before, or copied with another umask, may be open). What
+    sits in a folder they cannot enter is out of their reach, whatever its own mode."""
     found = []
     for folder, dirs, files in os.walk(home):
-        for path in (Path(folder), *(Path(folder) / name for name in files)):
-            with contextlib.suppress(OSError):  # gone meanwhile (a session vacuumed)
-                if not path.is_symlink() and open_to_others(path):
-                    found.append(path)
+        here = Path(folder)
+        with contextlib.suppress(OSError):  # gone meanwhile (a session vacuumed)
+            if open_to_others(here):
+                found.append(here)
+            if not here.stat().st_mode & 0o011:  # neither the group nor others may enter it
+                dirs.clear()
+                continue
+        for name in files:
+            with contextlib.suppress(OSError):
+                if not (here / name).is_symlink() and open_to_others(here / name):
+                    found.append(here / name)
         dirs.sort()
     return found
 
@@ -222,7 +230,9 @@ def check_ca() -> Finding:
         try:
             from mitmproxy.certs import CertStore
 
-            CertStore.from_store(confdir, "mitmproxy", 2048)
+            CertStore.from_store(private_dir(confdir), "mitmproxy", 2048)
+            for made_here in confdir.iterdir():  # mitmproxy writes its certificates with the umask's mode
+                make_private(made_here)
         except OSError as exc:
             return Finding("CA", "fail", f"there is no CA in {confdir} and none can be made: {exc.strerror or exc}",
                            "make CAPSEM_HOME writable (see above)")  # fmt: skip

@@ -32,7 +32,7 @@ def private_dir(path: Path) -> Path:
     """`path` as a folder, it and each missing parent made with mode 0700 (an existing one is kept)."""
     missing = []
     for level in (path, *path.parents):
-        if level.is_dir():
+        if level.exists() or level.is_symlink():  # (a file there: mkdir says it is not a folder)
             break
         missing.append(level)
     for level in reversed(missing):
