@@ -16,6 +16,7 @@ from assembler.cli_support import (
     user_errors,
 )
 from assembler.cli_support import stderr_progress as _stderr_progress
+from capsem.private import write_private
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -78,7 +79,7 @@ def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
         )
     if html_path:
         try:
-            html_path.write_text(html_report(report), encoding="utf-8")
+            write_private(html_path, html_report(report))
         except OSError as exc:
             raise click.ClickException(f"cannot write {html_path}: {exc}") from exc
         click.echo(f"wrote {html_path}", err=True)

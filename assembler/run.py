@@ -36,6 +36,7 @@ from capsem.config import ConfigError
 from capsem.ids import SESSION_ID, new_session_id
 from capsem.mitm import CAPTURING, Mitmdump, spawn_mitmdump, wait_for_mitmdump
 from capsem.paths import capsem_home, session_db_path, session_dir, user_config_path
+from capsem.private import private_dir
 from capsem.rollup import open_main, set_exit_code
 from capsem.settings import SettingsError, load
 
@@ -338,7 +339,7 @@ def run_agent(
         raise RuntimeError(str(exc)) from exc
     brokered = _brokered() if broker else None
     folder = session_dir(session_id)
-    folder.mkdir(parents=True, exist_ok=True)
+    private_dir(folder)
     log_path = folder / "mitmdump.log"
     confdir = capsem_home() / "mitmproxy"
     own = signals is None

@@ -249,9 +249,16 @@ def open_main(path: Path | None = None) -> sqlite3.Connection:
 
 
 def register_session(
-    main: sqlite3.Connection, session_id: str, *, mode: str, command: str | None, created_at: str
+    main: sqlite3.Connection,
+    session_id: str,
+    *,
+    mode: str,
+    command: str | None,
+    created_at: str,
+    scrubber: Scrubber | None = None,
 ) -> None:
-    """Insert the `running` row for a session owned by this process (its command line scrubbed)."""
+    """Insert the `running` row for a session owned by this process (its command line scrubbed by
+    `scrubber`, the configured rules' one; the shipped rules' without it)."""
     me = psutil.Process()
     main.execute(
         """INSERT INTO sessions (id, mode, command, status, created_at, capsem_version, pid,
@@ -262,7 +269,7 @@ def register_session(
         (
             session_id,
             mode,
-            Scrubber().scrub_command(command),
+            (scrubber or Scrubber()).scrub_command(command),
             created_at,
             __version__,
             os.getpid(),

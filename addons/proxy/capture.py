@@ -48,6 +48,7 @@ from addons.proxy.tap import RequestTap, ResponseTap
 from addons.spec import RecorderSpec, otlp_of, spec_of
 from capsem.ids import SESSION_ID
 from capsem.paths import main_db_path
+from capsem.redact import scrubber_for
 from capsem.settings import Settings, SettingsError, defaults, load
 
 logger = logging.getLogger(__name__)
@@ -156,7 +157,8 @@ class Capsem:
         self, session_id: str | None = None, mode: str = "mitmdump", command: str | None = None
     ) -> None:
         """Register the session and start the recorder (called by `running`; tests call it directly)."""
-        session = self.session = Session.register(session_id, mode=mode, command=command)
+        session = self.session = Session.register(session_id, mode=mode, command=command,
+                                                  scrubber=scrubber_for(self.settings.capture))  # fmt: skip
         spec = spec_of(self.settings.capture, session_id=session.id, db_path=str(session.db_path),
                        main_db_path=str(main_db_path()), mode=mode, track_spend=bool(self.guard.budgets),
                        learn=self.guard.broker.secrets, otlp=otlp_of(self.settings.export))  # fmt: skip

@@ -28,6 +28,7 @@ from assembler.bundle.views import create_views
 from assembler.procdiag import scrubber_for
 from capsem import __version__
 from capsem.ids import utc_now
+from capsem.private import private_file
 
 logger = logging.getLogger("assembler.bundle")
 
@@ -172,7 +173,7 @@ def build_bundle(
     detected.sort(key=lambda pd: order.index(pd[1].kind) if pd[1].kind in order else len(order))
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp.unlink(missing_ok=True)
-    conn = sqlite3.connect(tmp, isolation_level=None)
+    conn = sqlite3.connect(private_file(tmp), isolation_level=None)  # a bundle holds the session: 0600
     try:
         conn.execute("PRAGMA synchronous = OFF")  # a temporary file: a crash discards it anyway
         conn.execute("BEGIN")
