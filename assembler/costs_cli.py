@@ -47,8 +47,10 @@ class _Day(click.ParamType):
               "branch", "tag"]), default="model", show_default=True, help="How to group the rows.")  # fmt: skip
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Also write one self-contained HTML page with charts (no scripts, no network).")  # fmt: skip
+@click.option("--include-emulated", is_flag=True,
+              help="Count emulated sessions too (run --emulator, demo, replays: nothing was spent).")  # fmt: skip
 @json_option
-def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
+def cost_report_cmd(since, until, group_by, html_path, include_emulated, as_json) -> None:
     """Cost and tokens by model, provider, session, day, week, month, project, branch or tag.
 
     Numbers come from the main.db rollup over a date range (UTC days of session start), so
@@ -57,7 +59,8 @@ def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
     read, output (reasoning included) and reasoning; the cost is split by token type below the
     table. Unpriced models count as $0 and are reported. Project (the git repository's or
     workspace's folder), branch (project@branch) and tags are those capsem run recorded; a
-    session with several tags counts under each.
+    session with several tags counts under each. Sessions whose answers cost nothing (`run
+    --emulator`, `demo`, replays) are left out unless --include-emulated.
 
     \b
     Examples:
@@ -74,9 +77,8 @@ def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
         raise click.BadParameter(f"--since {since} is after --until {until}")
     with user_errors(), _stderr_progress() as progress:
         task = progress.add_task("aggregating sessions", total=None)
-        report = cost_report(
-            since, until, lambda done, total: progress.update(task, completed=done, total=total)
-        )
+        report = cost_report(since, until, lambda done, total: progress.update(task, completed=done, total=total),
+                             include_emulated=include_emulated)  # fmt: skip
     if html_path:
         try:
             write_private(html_path, html_report(report))
@@ -90,6 +92,8 @@ def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
     if not rows:
         click.echo(f"No model calls between {since or 'the first session'} and {until or 'now'} "
                    f"({counted(report.sessions, 'session')})")  # fmt: skip
+        if report.emulated and not include_emulated:
+            click.echo(_emulated_note(report))
         return
     console = _console()
 
@@ -129,6 +133,15 @@ def _print_cost_notes(console: Console, report: CostReport, total: Usage) -> Non
         console.print(
             f"{counted(len(report.live), 'running session')} read live from session.db", style="dim"
         )
+    if report.emulated:
+        console.print(_emulated_note(report), style="dim", highlight=False)
+
+
+def _emulated_note(report: CostReport) -> str:
+    if report.include_emulated:
+        return f"{counted(report.emulated, 'emulated session')} counted (nothing was spent in them)"
+    return (f"{counted(report.emulated, 'emulated session')} left out (run --emulator, demo, replays: "
+            "nothing was spent); --include-emulated counts them")  # fmt: skip
 
 
 @click.command("update-prices")

@@ -116,7 +116,7 @@ def run_demo(console: Console | None = None) -> str:
             confdir=capsem_home() / "mitmproxy",
             log_path=folder / "mitmdump.log",
             args=["--mode", f"upstream:{emu.proxy_url}", "--set", f"ssl_verify_upstream_trusted_ca={emu.ca_path}",
-                  "--set", f"capsem_session_id={session_id}", "--set", "capsem_mode=demo",
+                  "--set", f"capsem_session_id={session_id}", "--set", "capsem_mode=demo", "--set", "capsem_emulated=true",
                   "--set", "capsem_command=capsem demo"],
         )  # fmt: skip
         say(f"mitmdump with the capsem addon listening at {proxy.url} (log: {proxy.log_path})")

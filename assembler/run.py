@@ -47,6 +47,9 @@ class Upstream(Protocol):
     proxy_url: str
     ca_path: str
     env: dict[str, str]
+    emulated: bool
+    """Whether its answers cost nothing (a replay from the recording, not `--live`): the session is
+    marked emulated, so budgets and cost totals leave it out."""
 
     def started(self, session_id: str) -> None: ...
 
@@ -136,7 +139,9 @@ def check_agent(command: list[str], workspace: Path | None = None) -> str:
     return found
 
 
-def mitmdump_options(session_id: str, command: list[str], extra: str) -> tuple[str, list[str]]:
+def mitmdump_options(
+    session_id: str, command: list[str], extra: str, *, emulated: bool = False
+) -> tuple[str, list[str]]:
     """(session id, mitmdump arguments): capsem's own `--set capsem_*` options plus `extra`. An
     option `extra` sets itself replaces capsem's (mitmdump would drop the addon silently on a
     duplicate); a `capsem_session_id` there names the session.
@@ -159,6 +164,8 @@ def mitmdump_options(session_id: str, command: list[str], extra: str) -> tuple[s
         if not SESSION_ID.fullmatch(session_id):
             raise ValueError(f"--mitmdump-args: capsem_session_id {session_id!r} is not YYYYMMDD-HHMMSS-xxxx")
     ours = {"capsem_session_id": session_id, "capsem_mode": "run", "capsem_command": shlex.join(command)}
+    if emulated:  # nothing it answers is spent: budgets and cost totals leave the session out
+        ours["capsem_emulated"] = "true"
     options = [x for name, value in ours.items() if name not in given for x in ("--set", f"{name}={value}")]
     return session_id, options + args
 
@@ -332,7 +339,10 @@ def run_agent(
     if server is not None:
         mode = f"--mode upstream:{server.proxy_url} --set {shlex.quote('ssl_verify_upstream_trusted_ca=' + server.ca_path)}"
         mitmdump_args = f"{mode} {mitmdump_args}"
-    session_id, args = mitmdump_options(session_id or new_session_id(), command, mitmdump_args)
+    emulated = emulator or (upstream is not None and upstream.emulated)
+    session_id, args = mitmdump_options(
+        session_id or new_session_id(), command, mitmdump_args, emulated=emulated
+    )
     try:
         diagnostics = load().diagnostics  # a bad setting fails before anything starts
     except SettingsError as exc:

@@ -256,14 +256,16 @@ def register_session(
     command: str | None,
     created_at: str,
     scrubber: Scrubber | None = None,
+    emulated: bool = False,
 ) -> None:
     """Insert the `running` row for a session owned by this process (its command line scrubbed by
-    `scrubber`, the configured rules' one; the shipped rules' without it)."""
+    `scrubber`, the configured rules' one; the shipped rules' without it); `emulated`: its answers
+    cost nothing (left out of budgets and cost totals)."""
     me = psutil.Process()
     main.execute(
         """INSERT INTO sessions (id, mode, command, status, created_at, capsem_version, pid,
-                                 pid_started_at, hostname)
-           VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?)
+                                 pid_started_at, hostname, emulated)
+           VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)
            ON CONFLICT(id) DO UPDATE SET status='running', stopped_at=NULL, pid=excluded.pid,
                                          pid_started_at=excluded.pid_started_at""",
         (
@@ -275,6 +277,7 @@ def register_session(
             os.getpid(),
             me.create_time(),
             socket.gethostname(),
+            int(emulated),
         ),
     )
 

@@ -37,6 +37,7 @@ class Session:
         mode: str = "mitmdump",
         command: str | None = None,
         scrubber: Scrubber | None = None,
+        emulated: bool = False,
     ) -> Session:
         """Create the session's directory (0700) and its `running` row in main.db (the command line
         scrubbed by `scrubber`)."""
@@ -45,7 +46,13 @@ class Session:
         main = open_main()
         try:
             register_session(
-                main, session.id, mode=mode, command=command, created_at=utc_now(), scrubber=scrubber
+                main,
+                session.id,
+                mode=mode,
+                command=command,
+                created_at=utc_now(),
+                scrubber=scrubber,
+                emulated=emulated,
             )
         finally:
             main.close()
