@@ -39,6 +39,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from functools import lru_cache
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -180,6 +181,7 @@ def _host_of(authority: str) -> str:
     return host
 
 
+@lru_cache(maxsize=4096)  # an agent talks to a few hosts: each spelling is read once, not per request
 def canonical_name(authority: str) -> Name | None:
     """The canonical name of a host as a request carries it (Host header, SNI, `:authority`, URI
     or CONNECT target, with or without a port); None when empty."""
@@ -208,8 +210,12 @@ class CanonicalRequest:
     @classmethod
     def of(cls, method: str, port: int, path: str, names: Iterable[str]) -> CanonicalRequest:
         """`path` as sent (without the query); `names` as carried (the destination first)."""
-        canonical = tuple(dict.fromkeys(n for n in map(canonical_name, names) if n is not None))
-        return cls(method.upper(), port, path_readings(path), canonical or (Name(""),))
+        canonical: list[Name] = []
+        for text in dict.fromkeys(names):  # the same spelling is read once
+            name = canonical_name(text)
+            if name is not None and name not in canonical:
+                canonical.append(name)
+        return cls(method.upper(), port, path_readings(path), tuple(canonical) or (Name(""),))
 
 
 @dataclass(frozen=True, slots=True)
