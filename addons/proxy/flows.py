@@ -88,7 +88,7 @@ class Flows:
         if (
             state.route is None and head.method == "POST"
         ):  # an unknown path: does the body look like a model call?
-            state.route = sniff_route(head.host, state.request.path, head.header("content-type"),
+            state.route = sniff_route(head.host, head.path, head.header("content-type"),
                                       head.header("content-encoding"), state.request_body, port=head.port)  # fmt: skip
         state.mcp = (
             state.route is None
