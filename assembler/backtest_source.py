@@ -125,6 +125,19 @@ def run(backtest: Backtest, session_ids: list[str], needs: Needs,
     return backtest.report()
 
 
+def _host_headers(value: str | None) -> tuple[str, ...]:
+    """The recorded Host header(s): `request_headers` keeps it verbatim, a repeated one as a list."""
+    if not value:
+        return ()
+    if value.startswith("["):
+        try:
+            listed = json.loads(value)
+        except ValueError:
+            return (value,)
+        return tuple(v for v in listed if isinstance(v, str))
+    return (value,)
+
+
 def read_session(conn: sqlite3.Connection, session_id: str, needs: Needs) -> Session:
     """The requests (with their tools/calls) and model calls of one session.db."""
     calls: dict[int, list[McpCall]] = {}
@@ -161,19 +174,6 @@ def read_session(conn: sqlite3.Connection, session_id: str, needs: Needs) -> Ses
                                   "FROM model_calls ORDER BY id")
         ]  # fmt: skip
     return Session(session_id, tuple(requests), tuple(model_calls))
-
-
-def _host_headers(value: str | None) -> tuple[str, ...]:
-    """The recorded Host header(s): `request_headers` keeps it verbatim, a repeated one as a list."""
-    if not value:
-        return ()
-    if value.startswith("["):
-        try:
-            listed = json.loads(value)
-        except ValueError:
-            return (value,)
-        return tuple(v for v in listed if isinstance(v, str))
-    return (value,)
 
 
 class LazyArguments(Mapping[str, Any]):
