@@ -1,7 +1,9 @@
 """`capsem policy test`: what a policy and its budgets would have done to recorded traffic (pure).
 
 Recorded requests in, findings out. Each request is decided by `Policy.decide_request`, the code
-the proxy runs (`addons/proxy/policy_gate.py`): host, port, path, method and, for an MCP request,
+the proxy runs (`addons/proxy/policy_gate.py`), on the same canonical request
+(`addons/canonical.py`, from the recorded path as sent, its host and its Host header): host, port,
+path, method and, for an MCP request,
 each of its `tools/call`s (the names its server went by, the tool, the arguments). Each model
 call is decided by `addons.budgets.decide`, the code the guardrails run, over the spend of the
 calls before it that would still have been made (in start order, across the sessions tested: a
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from addons.budgets import Worst, decide, matches
+from addons.canonical import CanonicalRequest
 from addons.proxy.policy import McpTarget, Policy
 from addons.reservation import Bound, worst_of
 from capsem.settings import Budget
@@ -58,6 +61,12 @@ class Request:
     live: str
     """The decision recorded when it was made."""
     calls: tuple[McpCall, ...] = ()
+    names: tuple[str, ...] = ()
+    """The other names it carried, as recorded (its Host header)."""
+
+    def canonical(self) -> CanonicalRequest:
+        """What the policy decides on, computed as the proxy computes it."""
+        return CanonicalRequest.of(self.method, self.port, self.path, (self.host, *self.names))
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,17 +200,13 @@ class Backtest:
     def decide(self, session: str, request: Request) -> Finding | None:
         """The policy's finding on one request (None: allowed)."""
         targets = [McpTarget(c.servers, c.tool, c.arguments) for c in request.calls]
-        verdict = self.policy.decide_request(
-            request.host, request.port, request.path, request.method, targets
-        )
+        canonical = request.canonical()
+        verdict = self.policy.decide_request(canonical, targets)
         if verdict.decision == ALLOWED or verdict.rule is None:
             return None
         deciding = None
         for call, target in zip(request.calls, targets, strict=True):
-            if (
-                self.policy.decide(request.host, request.port, request.path, request.method, target)
-                == verdict
-            ):
+            if self.policy.decide(canonical, target) == verdict:
                 deciding = call
                 break
         return Finding(session, verdict.rule, verdict.decision, request, deciding)

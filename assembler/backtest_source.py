@@ -126,6 +126,19 @@ def run(backtest: Backtest, session_ids: list[str], needs: Needs,
     return backtest.report()
 
 
+def _host_headers(value: str | None) -> tuple[str, ...]:
+    """The recorded Host header(s): `request_headers` keeps it verbatim, a repeated one as a list."""
+    if not value:
+        return ()
+    if value.startswith("["):
+        try:
+            listed = json.loads(value)
+        except ValueError:
+            return (value,)
+        return tuple(v for v in listed if isinstance(v, str))
+    return (value,)
+
+
 def read_session(conn: sqlite3.Connection, session_id: str, needs: Needs) -> Session:
     """The requests (with their tools/calls) and model calls of one session.db."""
     calls: dict[int, list[McpCall]] = {}
@@ -144,9 +157,12 @@ def read_session(conn: sqlite3.Connection, session_id: str, needs: Needs) -> Ses
         where = f" AND id IN ({','.join(map(str, calls))})" if needs.mcp_only else ""
         requests = [
             Request(r["id"], r["timestamp"], r["domain"], r["port"] or 0, r["path"] or "", r["method"],
-                    r["process_name"], r["pid"], r["decision"], tuple(calls.get(r["id"], ())))
+                    r["process_name"], r["pid"], r["decision"], tuple(calls.get(r["id"], ())),
+                    _host_headers(r["host_header"]))
             for r in conn.execute(
-                "SELECT id, timestamp, domain, port, path, method, process_name, pid, decision FROM net_events "
+                "SELECT id, timestamp, domain, port, path, method, process_name, pid, decision, "
+                "CASE WHEN json_valid(request_headers) THEN json_extract(request_headers, '$.host') END "
+                "AS host_header FROM net_events "
                 f"WHERE method IS NOT NULL AND method != 'CONNECT'{where} ORDER BY id"
             )
         ]  # fmt: skip

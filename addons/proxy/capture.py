@@ -279,7 +279,9 @@ class Capsem:
             return
         state.response = response_head(resp)
         content_type = resp.headers.get("content-type")
-        framing = stream_framing(state.route.protocol, content_type, state.head.path) if state.route else None
+        framing = (
+            stream_framing(state.route.protocol, content_type, state.request.path) if state.route else None
+        )
         event_stream = is_event_stream(content_type)
         if not (framing or event_stream or resp.stream):
             return

@@ -6,7 +6,9 @@ Settings (`policy:` in the YAML config)::
       rules:
         - name: no-paste-sites          # shown in matched_rule (default: rule-<n>)
           action: deny                  # allow | warn | deny | ask
-          host: "*.pastebin.com"        # glob, case-insensitive
+          host: "*.pastebin.com"        # glob on the canonical name, or an address / CIDR range
+        - action: deny
+          host: 127.0.0.0/8             # any spelling: 127.1, 2130706433, 0x7f000001, ::ffff:7f00:1
         - action: deny
           mcp_server: files             # MCP tools/call only: server name from its initialize
                                         # result, or its endpoint host[:port]/path (glob)
@@ -19,7 +21,11 @@ Settings (`policy:` in the YAML config)::
             "*": {any: "*169.254.*"}    # or {any: GLOB} on any string at any depth
 
 A rule matches when every field it names matches (host, port, path, method, mcp_server,
-mcp_tool, mcp_args); the first matching rule decides. No rule matching means `allowed`: the default
+mcp_tool, mcp_args); the first matching rule decides. Rules decide on the canonical request
+(`addons/canonical.py`), never on the text as written: `host` on every name the request carries
+(destination, Host header, `:authority`, TLS SNI), `path` on the canonical path. A rule that denies,
+asks or warns matches when any name (and any reading of the path) matches; an allow only when every
+one does, so neither can be walked round by a second name or a rewritten path. No rule matching means `allowed`: the default
 policy allows everything, so capture alone changes nothing. The rules are read and checked with
 every other setting by `capsem.settings` (`Settings.policy`); this module only matches.
 """
@@ -31,6 +37,7 @@ from dataclasses import dataclass, field, fields
 from fnmatch import fnmatchcase
 from typing import Any, NamedTuple
 
+from addons.canonical import CanonicalRequest, HostPattern
 from capsem.argmatch import ArgMatch
 from capsem.settings import PolicyRule, Settings, SettingsError, parse
 
@@ -57,11 +64,16 @@ class Rule(PolicyRule):
 
     arg_matches: tuple[ArgMatch, ...] = field(default=(), compare=False)
     """`mcp_args` compiled."""
+    host_pattern: HostPattern | None = field(default=None, compare=False)
+    """`host` compiled: an address range or a glob on canonical names."""
 
     @classmethod
     def of(cls, rule: PolicyRule) -> Rule:
         args = tuple(ArgMatch.of(n, p) for n, p in (rule.mcp_args or {}).items())
-        return cls(**{f.name: getattr(rule, f.name) for f in fields(rule)}, arg_matches=args)
+        host = HostPattern.of(rule.host) if rule.host is not None else None
+        return cls(
+            **{f.name: getattr(rule, f.name) for f in fields(rule)}, arg_matches=args, host_pattern=host
+        )
 
     @property
     def needs_mcp(self) -> bool:
@@ -72,15 +84,16 @@ class Rule(PolicyRule):
         """Whether deciding needs a tools/call's arguments (its body), not only its tool name."""
         return self.mcp_args is not None
 
-    def matches(self, host: str, port: int, path: str, method: str,
-                mcp: McpTarget | tuple[tuple[str, ...], str] | None) -> bool:  # fmt: skip
-        if self.host is not None and not fnmatchcase(host.lower(), self.host.lower()):
+    def matches(self, request: CanonicalRequest, mcp: McpTarget | tuple[tuple[str, ...], str] | None) -> bool:
+        every = all if self.action == "allow" else any  # an allow must hold for every name and reading
+        host = self.host_pattern
+        if host is not None and not every(host.matches(name) for name in request.names):
             return False
-        if self.port is not None and port != self.port:
+        if self.port is not None and request.port != self.port:
             return False
-        if self.path is not None and not fnmatchcase(path, self.path):
+        if self.path is not None and not every(fnmatchcase(p, self.path) for p in request.paths):
             return False
-        if self.method is not None and method.upper() != self.method.upper():
+        if self.method is not None and request.method != self.method.upper():
             return False
         if self.needs_mcp and mcp is not UNREADABLE:
             if mcp is None:
@@ -150,25 +163,16 @@ class Policy:
         )
 
     def decide(
-        self,
-        host: str,
-        port: int,
-        path: str,
-        method: str,
-        mcp: McpTarget | tuple[tuple[str, ...], str] | None = None,
+        self, request: CanonicalRequest, mcp: McpTarget | tuple[tuple[str, ...], str] | None = None
     ) -> Verdict:
         """The first matching rule's verdict; `mcp` is (server names, tool, arguments) of an MCP tools/call."""
         for rule in self.rules:
-            if rule.matches(host, port, path, method, mcp):
+            if rule.matches(request, mcp):
                 return Verdict(DECISIONS[rule.action], rule.name)
         return ALLOW
 
-    def decide_request(
-        self, host: str, port: int, path: str, method: str, targets: Sequence[McpTarget]
-    ) -> Verdict:
+    def decide_request(self, request: CanonicalRequest, targets: Sequence[McpTarget]) -> Verdict:
         """A request's verdict: that of its strictest MCP tools/call (a batch may hold several),
         or of the request itself when it holds none."""
-        verdicts = [self.decide(host, port, path, method, t) for t in targets] or [
-            self.decide(host, port, path, method)
-        ]
+        verdicts = [self.decide(request, t) for t in targets] or [self.decide(request)]
         return min(verdicts, key=_strictness)

@@ -81,14 +81,14 @@ class PolicyGate:
         record the decision, log a warning, answer 403 so nothing reaches the upstream, or hold
         it for a person (the coroutine returned, which mitmproxy awaits)."""
         head = state.head
-        endpoint = mcp.server_name(head.host, head.port, head.path)
+        endpoint = _endpoint(state)
         names = (endpoint, self.mcp_names[endpoint]) if endpoint in self.mcp_names else (endpoint,)
         targets = [
             McpTarget(names, c.tool_name, _arguments(c))
             for c in calls
             if c.method == "tools/call" and c.tool_name
         ] or ([UNREADABLE] if unreadable else [])
-        verdict = self.capture.policy.decide_request(head.host, head.port, head.path, head.method, targets)
+        verdict = self.capture.policy.decide_request(state.request, targets)
         state.decision, state.matched_rule = verdict.decision, verdict.rule
         if verdict.decision == "warned":
             logger.warning("capsem: policy rule %s warns: %s %s:%s%s", verdict.rule, head.method, head.host,
@@ -123,7 +123,12 @@ class PolicyGate:
         answers = {a.id: a for a in mcp.parse_response(body or b"", content_type)}
         name = mcp.learned_name(requests or [], answers)
         if name:
-            self.mcp_names[mcp.server_name(state.head.host, state.head.port, state.head.path)] = name
+            self.mcp_names[_endpoint(state)] = name
+
+
+def _endpoint(state: FlowState) -> str:
+    """An MCP server's endpoint name, from the canonical request (the destination and path it means)."""
+    return mcp.server_name(state.request.names[0].host, state.head.port, state.request.path)
 
 
 def _arguments(call: mcp.McpRequest) -> dict[str, Any] | None:

@@ -143,6 +143,7 @@ def net_event(
         decision=row_decision(flow.decision, error is not None),
         method=req.method,
         path=req.path,
+        canonical_path=req.canonical_path,
         flow_id=req.key,
         http_version=req.http_version,
         conn_type=conn_type or req.scheme,

@@ -150,7 +150,7 @@ class McpLedger:
         status = resp.status if resp is not None else None
         content_type = resp.header("content-type") if resp is not None else None
         responses = {r.id: r for r in parse_response(response_body, content_type)}
-        endpoint = server_name(req.host, req.port, req.path)
+        endpoint = server_name(req.host, req.port, req.canonical_path or req.path)
         name = learned_name(requests, responses)
         if name:
             self.names[endpoint] = name

@@ -3,6 +3,7 @@ checked field by field (`policy.rules[2].port`, `budgets.daily.limit_usd`)."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -51,10 +52,13 @@ class PolicyRule:
     name: str
     action: Action
     host: str | None = None
-    """Glob, case-insensitive."""
+    """A glob on every canonical name the request carries (lower-case, no trailing dot, IDNA), or
+    an address or CIDR range (`127.0.0.0/8`, `::1`) matching an IP literal in any spelling
+    (`addons/canonical.py`)."""
     port: int | None = None
     path: str | None = None
-    """Glob on the path without the query."""
+    """Glob on the canonical path (dot segments removed, slashes merged, unreserved escapes
+    decoded, `;params` set aside), without the query."""
     method: str | None = None
     mcp_server: str | None = None
     """Glob on an MCP server's initialize name or its host[:port]/path endpoint."""
@@ -90,6 +94,14 @@ class PolicyRule:
             if value is not None and not (isinstance(value, str) and value):
                 raise _must(f"{key}.{name}", "an HTTP method" if name == "method" else "a glob (text)", value)
             globs[name] = value
+        host = globs["host"]
+        if host is not None and "/" in host:
+            try:
+                ipaddress.ip_network(host.strip().strip("[]"), strict=False)
+            except ValueError:
+                raise _must(
+                    f"{key}.host", "a glob or an address range (10.0.0.0/8, fd00::/8)", host
+                ) from None
         label = raw.get("name")
         if label is not None and (isinstance(label, bool) or not isinstance(label, str | int)):
             raise _must(f"{key}.name", "a name (text)", label)

@@ -72,3 +72,23 @@ def test_non_model_endpoints_get_only_net_events(capsem, capsem_home):
         "/v1/models",
         "/v1/messages/count_tokens",
     ]
+
+
+def test_the_canonical_request_is_computed_once_from_every_name_the_request_carries(capsem):
+    """The destination, each Host header, `:authority`, SNI and the server address: one `Name` each,
+    canonical, on the flow's state beside the head, which keeps the path and query as sent."""
+    req = tutils.treq(host="api.openai.com", port=443, scheme="https", method=b"GET",
+                      path=b"//admin/./users;x=1?a=1?b",
+                      headers=http.Headers([(b"Host", b"API.OpenAI.com."), (b"Host", b"0x7f000001:8080")]))  # fmt: skip
+    req.authority = "x.PASTEBIN.com:443"
+    flow = tflow.tflow(req=req, resp=False)
+    flow.client_conn.sni = "ｓｎｉ.example"
+    flow.server_conn.address = ("[::ffff:10.0.0.1]", 443)
+    capsem.requestheaders(flow)
+    state = capsem.flows.get(flow)
+    assert (state.head.path, state.head.query) == ("//admin/./users;x=1", "a=1?b")
+    assert state.head.canonical_path == state.request.path == "/admin/users"
+    assert [n.host for n in state.request.names] == [
+        "api.openai.com", "127.0.0.1", "x.pastebin.com", "sni.example", "10.0.0.1"
+    ]  # fmt: skip
+    assert (state.request.method, state.request.port) == ("GET", 443)
