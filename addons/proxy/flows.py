@@ -82,7 +82,7 @@ class Flows:
             query=query, http_version=req.http_version, headers=tuple(req.headers.items(multi=True)),
             client_addr=addr(flow.client_conn.peername), canonical_path=canonical.path,
         )  # fmt: skip
-        route = detect(req.host, canonical.path, req.method, req.port)
+        route = detect(canonical.names[0].host or req.host, canonical.path, req.method, req.port)
         self.open[flow.id] = FlowState(head, canonical, route)
 
     @guarded

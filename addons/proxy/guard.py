@@ -82,12 +82,13 @@ class Guard:
         head, guard, route = state.head, self.capture.guard, state.route
         tokens = guard.tokens_of(flow, route)
         model = route.model or tokens.model
-        worst = guard.worst(route, model, head.host, tokens)
+        host = state.request.names[0].host or head.host  # canonical: `api.openai.com.` is api.openai.com
+        worst = guard.worst(route, model, host, tokens)
         verdict = guard.verdict(
-            route, model, head.host, f"{head.method} {head.host}{head.path} ({flow.id})", worst
+            route, model, host, f"{head.method} {head.host}{head.path} ({flow.id})", worst
         )
         record(state, verdict)
-        guard.reserve(flow.id, route, head.host, verdict, worst)
+        guard.reserve(flow.id, route, host, verdict, worst)
         if verdict.decision == "denied":
             status, body, headers = guard.refusal(state.route, verdict)
             flow.response = http.Response.make(status, body, headers)
@@ -114,7 +115,8 @@ class Guard:
         state, guard = self.capture.flows.get(flow), self.capture.guard
         if state is None:
             return
-        host, route, tokens = state.head.host, websocket_route(state.head.host), guard.ws_bound(msg.content)
+        host = state.request.names[0].host or state.head.host
+        route, tokens = websocket_route(host), guard.ws_bound(msg.content)
         worst = guard.worst(route, tokens.model, host, tokens)
         verdict = guard.verdict(route, tokens.model, host, f"WebSocket turn on {host}{state.head.path} ({flow.id})",
                                 worst)  # fmt: skip

@@ -26,6 +26,17 @@ def test_the_route_comes_from_the_head_and_the_model_from_the_url(capsem):
     assert state.head.host == "bedrock-runtime.us-east-1.amazonaws.com" and state.head.method == "POST"
 
 
+def test_the_route_is_decided_on_the_canonical_host(capsem):
+    """A trailing dot or upper case reaches the same provider: the call is a model call (recorded,
+    budgeted) however its host is written; the head keeps the host as sent."""
+    for host in ("API.Anthropic.com.", "api.anthropic.com.."):
+        flow = post(host, b"/v1/messages", {})
+        capsem.requestheaders(flow)
+        state = capsem.flows.get(flow)
+        assert state.route is not None and state.route.provider == "anthropic", host
+        assert state.head.host == host
+
+
 def test_an_unknown_path_is_sniffed_from_the_body(capsem):
     flow = post("gateway.example", b"/llm", {"model": "claude-x", "max_tokens": 9, "messages": []})
     capsem.requestheaders(flow)
