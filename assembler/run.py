@@ -401,7 +401,7 @@ def _start_emulator() -> Emulator:
     """The built-in provider emulator, started on loopback (`capsem run --emulator`)."""
     from capsem.emulator import FRIENDLY_TEXT, Emulator
 
-    return Emulator(defaults={"text": FRIENDLY_TEXT}).start()
+    return Emulator(defaults={"text": FRIENDLY_TEXT, "scenario": "agent"}).start()
 
 
 def _stop_recording(process: subprocess.Popen[bytes], proxy: Mitmdump | None, watcher: WorkspaceWatcher | None,
