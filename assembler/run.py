@@ -393,7 +393,7 @@ def run_agent(
 
 
 EMULATOR_KEYS = {"ANTHROPIC_API_KEY": "sk-ant-capsem-emulator", "OPENAI_API_KEY": "sk-capsem-emulator",
-                 "GEMINI_API_KEY": "capsem-emulator", "GOOGLE_API_KEY": "capsem-emulator"}  # fmt: skip
+                 "GEMINI_API_KEY": "capsem-emulator-key", "GOOGLE_API_KEY": "capsem-emulator-key"}  # fmt: skip
 """The keys an agent gets under `capsem run --emulator` (its real ones never leave capsem)."""
 
 
