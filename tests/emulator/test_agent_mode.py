@@ -17,11 +17,16 @@ from typing import Any
 import httpx
 import jsonschema
 import pytest
+from rich.console import Console
 from websockets.sync.client import connect as ws_connect
 
+from assembler.failures import failures, not_emulated
+from assembler.summary import render_session, session_summary
 from capsem.emulator import Emulator
 from capsem.emulator.agent import CODE_MODE, COMMAND, FILE, GREETING, PATCH, value
 from capsem.emulator.housekeeping import NOT_EMULATED_SERVER
+from capsem.outcomes import ERRORS_SQL
+from capsem.schema import open_session_db
 
 # the shell and write tools as Claude Code declares them (draft 2020-12, additionalProperties false)
 BASH = {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object", "additionalProperties": False,
@@ -379,10 +384,6 @@ def test_hosts_the_emulator_does_not_play_get_a_marked_404_and_model_apis_their_
 
 
 def test_what_the_emulator_does_not_play_is_not_counted_as_an_error(tmp_path: Path):
-    from assembler.failures import failures, not_emulated
-    from capsem.outcomes import ERRORS_SQL
-    from capsem.schema import open_session_db
-
     conn = open_session_db(tmp_path / "session.db")
     for domain, server in [("github.com", NOT_EMULATED_SERVER), ("api.anthropic.com", "capsem-emulator"),
                            ("example.com", "nginx")]:  # fmt: skip
@@ -399,3 +400,10 @@ def test_what_the_emulator_does_not_play_is_not_counted_as_an_error(tmp_path: Pa
     assert wheres == ["GET api.anthropic.com:443/x HTTP 404", "GET example.com:443/x HTTP 404", "None a:443"]
     assert [f.where for f in not_emulated(conn)] == ["GET github.com:443/x HTTP 404"]
     assert conn.execute(f"SELECT {ERRORS_SQL}").fetchone()[0] == 3
+    conn.close()
+    console = Console(width=100, record=True)
+    console.print(render_session(session_summary("20250101-000000-abcd", tmp_path / "session.db"), 100))
+    shown = " ".join(console.export_text().split())
+    assert "· 3 errors · 1 request not emulated" in shown
+    assert "Not emulated (not errors; nothing left the machine): GET github.com:443/x HTTP 404" in shown
+    assert "Errors (3)" in shown
