@@ -14,7 +14,7 @@ unexport PYTHONDONTWRITEBYTECODE
 RUN := $(UV) run --frozen --python $(PYTHON_VERSION)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: install install-cli system-deps test-backends demo test lint format docs bench soak clean
+.PHONY: install install-cli system-deps test-backends test-agents demo test lint format docs bench soak clean
 
 $(CURDIR)/.tools/bin/uv:
 	python3 -m venv $(CURDIR)/.tools
@@ -45,6 +45,21 @@ $(PHOENIX)/.installed: | $(UV)
 	$(UV) pip install -q --compile-bytecode --python $(PHOENIX)/bin/python "arize-phoenix==$(PHOENIX_VERSION)"
 	@touch $@
 
+# The real agent CLIs the end-to-end tests run under `capsem run --emulator` (tests/e2e/
+# test_real_agents.py), from npm into .tools/agents (never a global install), once; without npm the
+# tests skip and say why.
+AGENT_CLIS := @anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0 @google/gemini-cli@0.61.0
+AGENTS_DIR := $(CURDIR)/.tools/agents
+test-agents:
+	@if ! command -v npm >/dev/null 2>&1; then \
+	  echo "npm not found: the real-agent tests will skip (install Node.js 20+ and npm to run them)"; \
+	elif ! grep -qxF "$(AGENT_CLIS)" $(AGENTS_DIR)/.installed 2>/dev/null; then \
+	  mkdir -p $(AGENTS_DIR) && \
+	  { npm install --prefix $(AGENTS_DIR) --no-audit --no-fund --loglevel=error $(AGENT_CLIS) && \
+	    echo "$(AGENT_CLIS)" > $(AGENTS_DIR)/.installed; } || \
+	  echo "npm install failed: the real-agent tests will skip"; \
+	fi
+
 # `capsem` on your PATH: a link to .venv/bin/capsem in BIN_DIR (the per-user bin directory that
 # uv tool and pipx use), with the line to add to your shell's rc file when BIN_DIR is not on PATH.
 BIN_DIR ?= $(HOME)/.local/bin
@@ -66,7 +81,7 @@ demo: install-cli
 IN_PROCESS_TESTS := tests/providers tests/addons tests/core tests/emulator tests/test_imports.py \
 	tests/test_layout.py tests/test_capsem_check_session.py
 
-test: install system-deps test-backends
+test: install system-deps test-backends test-agents
 	$(RUN) pytest -q -n 2 $(IN_PROCESS_TESTS)
 	$(RUN) pytest -q $(addprefix --ignore=,$(IN_PROCESS_TESTS))
 

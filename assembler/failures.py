@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Literal
 
-from capsem.outcomes import FAILED_MODEL_CALL, FAILED_REQUEST, FAILED_TOOL, INTERVENED
+from capsem.outcomes import FAILED_MODEL_CALL, FAILED_REQUEST, FAILED_TOOL, INTERVENED, NOT_EMULATED
 
 Kind = Literal["model", "network", "tool"]
 
@@ -49,14 +49,14 @@ def model_failures(conn: sqlite3.Connection) -> list[Failure]:
     return out
 
 
-def network_failures(conn: sqlite3.Connection) -> list[Failure]:
+def network_failures(conn: sqlite3.Connection, where: str = FAILED_REQUEST) -> list[Failure]:
     """Requests and connections that failed (`decision='error'`, or an HTTP error from upstream) and
-    are not a model call."""
+    are not a model call (`where`: another condition on `net_events n`)."""
     out = []
     for r in conn.execute(
         "SELECT n.id, n.method, n.domain, n.port, n.path, n.status_code, n.error, n.response_body_preview "
         "FROM net_events n "
-        f"WHERE {FAILED_REQUEST} ORDER BY n.id"
+        f"WHERE {where} ORDER BY n.id"
     ):
         target = f"{r['domain']}:{r['port']}" + ("" if r["method"] == "CONNECT" else r["path"] or "")
         status = f" HTTP {r['status_code']}" if r["status_code"] else ""
@@ -64,6 +64,12 @@ def network_failures(conn: sqlite3.Connection) -> list[Failure]:
                            _one_line(r["error"]) or _said(r["response_body_preview"]) or
                            "(no error text recorded)"))  # fmt: skip
     return out
+
+
+def not_emulated(conn: sqlite3.Connection) -> list[Failure]:
+    """Requests capsem's provider emulator answered with "not emulated" (a host it does not play, under
+    `capsem run --emulator` or a replay of such a run): listed apart, never counted as errors."""
+    return network_failures(conn, NOT_EMULATED)
 
 
 def tool_failures(conn: sqlite3.Connection) -> list[Failure]:

@@ -410,7 +410,7 @@ def run_agent(
 
 
 EMULATOR_KEYS = {"ANTHROPIC_API_KEY": "sk-ant-capsem-emulator", "OPENAI_API_KEY": "sk-capsem-emulator",
-                 "GEMINI_API_KEY": "capsem-emulator", "GOOGLE_API_KEY": "capsem-emulator"}  # fmt: skip
+                 "GEMINI_API_KEY": "capsem-emulator-key", "GOOGLE_API_KEY": "capsem-emulator-key"}  # fmt: skip
 """The keys an agent gets under `capsem run --emulator` (its real ones never leave capsem)."""
 
 
@@ -418,7 +418,7 @@ def _start_emulator() -> Emulator:
     """The built-in provider emulator, started on loopback (`capsem run --emulator`)."""
     from capsem.emulator import FRIENDLY_TEXT, Emulator
 
-    return Emulator(defaults={"text": FRIENDLY_TEXT}).start()
+    return Emulator(defaults={"text": FRIENDLY_TEXT, "scenario": "agent"}).start()
 
 
 def _stop_recording(process: subprocess.Popen[bytes], proxy: Mitmdump | None, watcher: WorkspaceWatcher | None,

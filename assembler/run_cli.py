@@ -21,8 +21,9 @@ from rich.console import Console
               help="Open the session's live page in the browser (capsem view); it stays up after the agent "
                    "ends, until Ctrl-C.")  # fmt: skip
 @click.option("--emulator", is_flag=True,
-              help="Send every provider call to the built-in emulator (scripted answers, tool loops, every "
-                   "API): try capsem without a key or spending money.")  # fmt: skip
+              help="Send every provider call to the built-in emulator (every API; it answers as a model "
+                   "would: a call of the agent's own shell tool, then a final text): try capsem without a key "
+                   "or spending money.")  # fmt: skip
 @click.option("--name", metavar="NAME", help="A name for this session (list-sessions, the web list).")
 @click.option("--tag", "tags", multiple=True, metavar="TAG",
               help="A tag for this session (repeatable); cost-report --by tag, list-sessions --tag.")  # fmt: skip

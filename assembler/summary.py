@@ -20,7 +20,14 @@ from rich.text import Text
 
 from assembler.cli_support import capsem_command, counted
 from assembler.costs import Usage, call_usage, split_line, why
-from assembler.failures import Failure, Intervention, failures, intervention_counts, interventions
+from assembler.failures import (
+    Failure,
+    Intervention,
+    failures,
+    intervention_counts,
+    interventions,
+    not_emulated,
+)
 from assembler.sessiondb import main_row
 from assembler.sessions import as_shown, duration
 from assembler.tables import Column, fit_table
@@ -63,6 +70,8 @@ class SessionSummary:
     failed_flows: int = 0
     tools: list[sqlite3.Row] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
+    not_emulated: list[Failure] = field(default_factory=list)
+    """Requests the emulator does not play (`--emulator`): shown apart, not errors."""
     interventions: list[Intervention] = field(default_factory=list)
     """Requests capsem denied (policy, budget), warned or asked about; placeholders it refused."""
     files: list[tuple[str, str]] = field(default_factory=list)
@@ -145,6 +154,7 @@ def session_summary(session_id: str, db_path: Path | None = None) -> SessionSumm
             "SELECT COUNT(*), COALESCE(SUM(decision = 'error'), 0) FROM net_events"
         ).fetchone()
         out.failures = failures(conn)
+        out.not_emulated = not_emulated(conn)
         out.interventions = interventions(conn)
         out.files = _files(conn)
     finally:
@@ -202,6 +212,8 @@ def _headline(s: SessionSummary) -> Text:
             line.append(f" ({counted(unpriced, 'call')} unpriced)", style="yellow")
     line.append(" · ")
     line.append(counted(len(s.failures), "error"), style="bold red" if s.failures else "")
+    if s.not_emulated:
+        line.append(f" · {counted(len(s.not_emulated), 'request')} not emulated", style="dim")
     if s.interventions:
         line.append(" · ")
         line.append(stepped_in(s.interventions), style="bold yellow")
@@ -298,6 +310,8 @@ def render_session(summary: SessionSummary, width: int = 80) -> Group:
         parts += [Text(""), _tool_table(s.tools, width)]
     if s.failures:
         parts += _failures(s, width)
+    if s.not_emulated:
+        parts += _not_emulated(s)
     if s.interventions:
         parts += _interventions(s, width)
     if s.files or s.answer is not None:
@@ -344,6 +358,14 @@ def _failures(s: SessionSummary, width: int) -> list[RenderableType]:
             )
         )
     return parts
+
+
+def _not_emulated(s: SessionSummary) -> list[RenderableType]:
+    """The requests the emulator does not play, in one dim line: where they went, not errors."""
+    shown = ", ".join(f.where for f in s.not_emulated[:MAX_TOP])
+    more = f" and {len(s.not_emulated) - MAX_TOP} more" if len(s.not_emulated) > MAX_TOP else ""
+    text = f"Not emulated (not errors; nothing left the machine): {shown}{more}"
+    return [Text(""), Text(text, style="dim")]
 
 
 def _interventions(s: SessionSummary, width: int) -> list[RenderableType]:

@@ -5,7 +5,8 @@ web pages all share, so that each counts and names the same things.
 An error is one of:
 - a model call that failed (HTTP >= 400, no answer, or an error event in its stream);
 - any other request that failed or got an HTTP error (>= 400) from upstream, connections that never
-  reached the provider included (capsem's own refusals are not errors: they are interventions);
+  reached the provider included (capsem's own refusals are not errors: they are interventions; nor
+  is the emulator's answer for a host it does not play, `NOT_EMULATED`: it is listed apart);
 - a tool result the agent marked as an error.
 
 An intervention is a request capsem denied (a policy rule or a budget: `matched_rule` says which),
@@ -21,11 +22,21 @@ FAILED_MODEL_CALL = (
 )
 """`model_calls` rows that failed."""
 
+NOT_EMULATED = (
+    "(CASE WHEN json_valid(n.response_headers) THEN json_extract(n.response_headers, '$.server') END"
+    " = 'not-emulated (capsem)')"
+)
+"""`net_events n` rows answered by capsem's provider emulator for something it does not play (another
+host's content, a git repository: `capsem.emulator.housekeeping`): under `--emulator`, an artefact of
+the emulation, not the agent's error; shown apart."""
+
 FAILED_REQUEST = (
     "(n.decision = 'error' OR (n.status_code >= 400 AND n.decision NOT IN ('denied', 'asked'))) "
-    "AND NOT EXISTS (SELECT 1 FROM model_calls m WHERE m.net_event_id = n.id)"
+    "AND NOT EXISTS (SELECT 1 FROM model_calls m WHERE m.net_event_id = n.id) "
+    f"AND NOT COALESCE({NOT_EMULATED}, 0)"
 )
-"""`net_events n` rows that failed and are not a model call (those count as the model call)."""
+"""`net_events n` rows that failed and are not a model call (those count as the model call), nor
+`NOT_EMULATED`."""
 
 FAILED_TOOL = "is_error = 1"
 """`tool_responses` rows the agent marked as errors."""

@@ -5,8 +5,10 @@ CA, absolute-form requests) with another answer: each model or MCP request is ma
 recorded call (assembler/replay/match.py) and answered with its recorded status, headers and body,
 streamed in the chunks it was received in (at once, or at the recorded pace times `speed`); a
 Responses WebSocket turn is answered with its recorded messages, one frame each. A miss is an error
-in the provider's shape (assembler/replay/answers.py). Any other request (telemetry, model lists)
-gets a 404 that says it was not replayed. Nothing leaves the machine — except, with `live_from`,
+in the provider's shape (assembler/replay/answers.py). Any other request gets what the emulator
+answers the agents' housekeeping (settings, telemetry: capsem/emulator/housekeeping.py), else a 404
+that says it was not replayed, marked as the emulator marks what it does not play (so it is listed
+apart from the agent's errors). Nothing leaves the machine — except, with `live_from`,
 the calls from that model call on, which go to the real provider (`live.py`).
 """
 
@@ -27,6 +29,7 @@ from assembler.replay import answers, live
 from assembler.replay.match import Endpoint, Hit, Matcher, Miss, Shaper
 from assembler.replay.recording import Answer, Recording
 from assembler.replay.scrub import RequestScrubber
+from capsem.emulator import housekeeping
 from capsem.emulator import websocket as ws
 from capsem.emulator.server import ROUTES, Incoming, Server
 
@@ -148,19 +151,20 @@ class ReplayServer(Server):
             self.replayer.count("live")
             await live.forward(writer, request, host, port, scheme, self.replayer.options)
             return False
-        if not call:
+        if not call:  # the agent's housekeeping as the emulator answers it; anything else is not replayed
             self.replayer.count("other")
+            known = housekeeping.answer(request.method, host, path, request.headers.get("content-type", ""))
+            if known is not None:
+                await _send(writer, known.status, known.headers, [(known.body or b"", None)])
+                return True
             status = (
                 405
                 if request.method in ("GET", "DELETE") and (host, path) in self.replayer._endpoints
                 else 404
             )
-            await _send(
-                writer,
-                status,
-                [("content-type", "application/json")],
-                [(answers.not_replayed(request.method, host, path), None)],
-            )
+            # marked as the emulator marks what it does not play: listed apart from the agent's errors
+            head = [("content-type", "application/json"), ("server", housekeeping.NOT_EMULATED_SERVER)]
+            await _send(writer, status, head, [(answers.not_replayed(request.method, host, path), None)])
             return True
         if mcp and "id" not in obj and "method" in obj:  # a notification: nothing to answer
             found = self.replayer.answer(Endpoint("mcp", request.method, host, path), body, request.headers)
@@ -278,4 +282,5 @@ def _json(body: bytes) -> object:
         return None
 
 
-_REASONS = {200: "OK", 202: "Accepted", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
+_REASONS = {200: "OK", 202: "Accepted", 204: "No Content", 400: "Bad Request", 404: "Not Found",
+            405: "Method Not Allowed"}  # fmt: skip

@@ -12,10 +12,12 @@ Bedrock/Vertex, WebSocket turns).
 
 Per-request behaviour comes from the `x-emulator: key=value; ...` header merged over
 `Emulator(defaults=...)`: scenario (auto, text, tool_call, thinking, error, midstream_error,
-malformed), status, kind, tools, redacted_thinking, cache_read, cache_write, cache_write_1h,
-reasoning, text, encoding, lie_encoding, chunk, delay_ms, truncate, model_suffix.
-Also served: `GET /v1/models`, `POST /v1/messages/count_tokens`, and the admin endpoints
-`GET|DELETE /_emulator/exchanges`, `GET /_emulator/health`.
+malformed, and agent: answers a real agent can act on, which `capsem run --emulator` selects:
+`agent.py`), status, kind, tools, redacted_thinking, cache_read, cache_write, cache_write_1h,
+reasoning, text, encoding, lie_encoding, chunk, delay_ms, truncate, model_suffix, seed.
+Also served: `GET /v1/models`, `POST /v1/messages/count_tokens`, the agents' own housekeeping
+endpoints (settings, feature flags, telemetry: `housekeeping.py`; other hosts get a 404 marked
+"not emulated"), and the admin endpoints `GET|DELETE /_emulator/exchanges`, `GET /_emulator/health`.
 """
 
 from __future__ import annotations

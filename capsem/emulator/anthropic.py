@@ -11,8 +11,9 @@ import json
 import time
 from typing import Any
 
+from capsem.emulator import asks
 from capsem.emulator.reply import Reply, Request, base_expected, json_reply, sse
-from capsem.emulator.script import fragments, ident, plan, rng_for
+from capsem.emulator.script import fragments, ident, plan, rng_for, seed_of
 
 _ERRORS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
            404: "not_found_error", 429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}  # fmt: skip
@@ -51,30 +52,34 @@ def count_tokens(req: dict[str, Any]) -> int:
     return max(1, _prompt_chars(req) // 4)
 
 
+def _error(status: int, request_id: str, headers: list[tuple[str, str]], exp: dict[str, Any]) -> Reply:
+    """scenario=error: the API's error body, with its retry and rate-limit headers."""
+    obj, etype = error_body(status, request_id)
+    exp["error_type"] = etype
+    extra = [("retry-after", "1"), ("x-should-retry", "false")] if status in (429, 529) else []
+    if status == 429:
+        reset = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 1))
+        extra += [("anthropic-ratelimit-requests-limit", "50"), ("anthropic-ratelimit-requests-remaining", "0"),
+                  ("anthropic-ratelimit-requests-reset", reset)]  # fmt: skip
+    return json_reply(status, obj, headers=headers + extra, expected=exp)
+
+
 def handle(request: Request) -> Reply:
     body, req, controls = request.body, request.json, request.controls
-    rng = rng_for(body)
     model = req.get("model")
+    messages = req.get("messages") if isinstance(req.get("messages"), list) else []
+    tools = [(t.get("name"), t.get("input_schema")) for t in req.get("tools") or [] if isinstance(t, dict)]
+    body = seed_of(body, controls, [model, messages, [t[0] for t in tools]])
+    rng = rng_for(body)
     stream = req.get("stream") is True
     exp = base_expected("anthropic", model, stream)
     request_id = ident(rng, "req_011C", 20)
     headers = [("request-id", request_id), ("anthropic-organization-id", "org-emulator")]
-    scenario = controls.get("scenario", "auto")
-    if scenario == "error":
-        status = int(controls.get("status", "429"))
-        obj, etype = error_body(status, request_id)
-        exp["error_type"] = etype
-        extra = [("retry-after", "1"), ("x-should-retry", "false")] if status in (429, 529) else []
-        if status == 429:
-            reset = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 1))
-            extra += [("anthropic-ratelimit-requests-limit", "50"), ("anthropic-ratelimit-requests-remaining", "0"),
-                      ("anthropic-ratelimit-requests-reset", reset)]  # fmt: skip
-        return json_reply(status, obj, headers=headers + extra, expected=exp)
-    messages = req.get("messages") if isinstance(req.get("messages"), list) else []
-    tools = [(t.get("name"), t.get("input_schema")) for t in req.get("tools") or [] if isinstance(t, dict)]
+    if controls.get("scenario", "auto") == "error":
+        return _error(int(controls.get("status", "429")), request_id, headers, exp)
     results = _trailing_results(messages)
     p = plan(body=body, controls=controls, declared=tools, has_results=bool(results), result_texts=results,
-             prompt_chars=_prompt_chars(req), call_prefix="toolu_01", call_len=22)  # fmt: skip
+             prompt_chars=_prompt_chars(req), call_prefix="toolu_01", call_len=22, ask=asks.anthropic(req))  # fmt: skip
     msg_id = ident(rng, "msg_01", 22)
     response_model = (model or "claude") + controls.get("model_suffix", "")
     stop = "tool_use" if p.tools else "end_turn"

@@ -12,8 +12,9 @@ import base64
 import json
 from typing import Any
 
+from capsem.emulator import asks
 from capsem.emulator.reply import Reply, Request, base_expected, json_reply
-from capsem.emulator.script import fragments, ident, plan, rng_for
+from capsem.emulator.script import fragments, ident, plan, rng_for, seed_of
 
 _STATUS = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL",
            503: "UNAVAILABLE"}  # fmt: skip
@@ -33,6 +34,11 @@ def handle(request: Request) -> Reply:
     model = (request.match.groupdict().get("model") if request.match else None) or req.get("model")
     stream = "streamGenerateContent" in request.path
     sse_mode = "alt=sse" in request.query
+    contents = inner.get("contents") if isinstance(inner.get("contents"), list) else []
+    declared = [(d.get("name"), d.get("parameters") or d.get("parametersJsonSchema"))
+                for t in inner.get("tools") or [] if isinstance(t, dict)
+                for d in t.get("functionDeclarations") or [] if isinstance(d, dict)]  # fmt: skip
+    body = seed_of(body, controls, [model, contents, [d[0] for d in declared]])
     rng = rng_for(body)
     exp = base_expected("gemini", model, stream)
     wrap = (lambda r: {"response": r, "traceId": ident(rng, "", 16, "0123456789abcdef")}) if code_assist else (
@@ -44,16 +50,12 @@ def handle(request: Request) -> Reply:
             "error": {"code": status, "message": f"emulated {exp['error_type']}", "status": exp["error_type"]}
         }
         return json_reply(status, [err] if stream and not sse_mode else err, pretty=True, expected=exp)
-    contents = inner.get("contents") if isinstance(inner.get("contents"), list) else []
-    declared = [(d.get("name"), d.get("parameters") or d.get("parametersJsonSchema"))
-                for t in inner.get("tools") or [] if isinstance(t, dict)
-                for d in t.get("functionDeclarations") or [] if isinstance(d, dict)]  # fmt: skip
     last = _parts(contents[-1]) if contents else []
     results = [json.dumps(p["functionResponse"].get("response")) for p in last
                if isinstance(p.get("functionResponse"), dict)]  # fmt: skip
     prompt = json.dumps([inner.get("systemInstruction"), contents, inner.get("tools")], ensure_ascii=False)
     p = plan(body=body, controls=controls, declared=declared, has_results=bool(results), result_texts=results,
-             prompt_chars=len(prompt), call_prefix="", call_len=8)  # fmt: skip
+             prompt_chars=len(prompt), call_prefix="", call_len=8, ask=asks.gemini(inner))  # fmt: skip
     with_ids = controls.get("gemini_ids", "1") == "1"
     thoughts = len(p.thinking) // 4 if p.thinking else 0
     candidates_total = p.output_tokens

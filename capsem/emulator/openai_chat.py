@@ -11,9 +11,10 @@ import json
 import time
 from typing import Any
 
+from capsem.emulator import asks
 from capsem.emulator.anthropic import with_malformed
 from capsem.emulator.reply import Reply, Request, base_expected, json_reply, sse
-from capsem.emulator.script import fragments, ident, plan, rng_for
+from capsem.emulator.script import fragments, ident, plan, rng_for, seed_of
 
 _ERRORS = {400: ("invalid_request_error", "context_length_exceeded"), 401: ("invalid_request_error", "invalid_api_key"),
            429: ("requests", "rate_limit_exceeded"), 500: ("server_error", None)}  # fmt: skip
@@ -32,8 +33,12 @@ def _trailing_results(messages: list[Any]) -> list[str]:
 # split, the order of the draws (and so every byte sent for a request) would be spread over functions.
 def handle(request: Request) -> Reply:
     body, req, controls = request.body, request.json, request.controls
-    rng = rng_for(body)
     model = req.get("model")
+    messages = req.get("messages") if isinstance(req.get("messages"), list) else []
+    tools = [(t["function"].get("name"), t["function"].get("parameters")) for t in req.get("tools") or []
+             if isinstance(t, dict) and isinstance(t.get("function"), dict)]  # fmt: skip
+    body = seed_of(body, controls, [model, messages, [t[0] for t in tools]])
+    rng = rng_for(body)
     stream = req.get("stream") is True
     exp = base_expected("openai_chat", model, stream)
     headers = [("x-request-id", ident(rng, "req_", 32, "0123456789abcdef")), ("openai-processing-ms", "42"),
@@ -47,9 +52,6 @@ def handle(request: Request) -> Reply:
             headers += [("x-ratelimit-limit-requests", "500"), ("x-ratelimit-remaining-requests", "0"),
                         ("x-ratelimit-reset-requests", "1s"), ("retry-after", "1")]  # fmt: skip
         return json_reply(status, obj, pretty=True, headers=headers, expected=exp)
-    messages = req.get("messages") if isinstance(req.get("messages"), list) else []
-    tools = [(t["function"].get("name"), t["function"].get("parameters")) for t in req.get("tools") or []
-             if isinstance(t, dict) and isinstance(t.get("function"), dict)]  # fmt: skip
     results = _trailing_results(messages)
     # self-hosted servers: vLLM streams thinking as `reasoning`, llama.cpp as `reasoning_content` and puts
     # usage (plus `timings`) on the finish chunk itself
@@ -58,7 +60,7 @@ def handle(request: Request) -> Reply:
     prompt = json.dumps([messages, req.get("tools")], ensure_ascii=False)
     p = plan(body=body, controls=controls, declared=tools, has_results=bool(results), result_texts=results,
              prompt_chars=len(prompt), call_prefix="chatcmpl-tool-" if server == "vllm" else "call_",
-             call_len=32 if server == "vllm" else 24)  # fmt: skip
+             call_len=32 if server == "vllm" else 24, ask=asks.openai_chat(req))  # fmt: skip
     cid = ident(rng, "chatcmpl-", 29)
     response_model = (model or "gpt") + controls.get("model_suffix", "")
     finish = "tool_calls" if p.tools else "stop"

@@ -19,10 +19,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from capsem.emulator import asks
 from capsem.emulator.anthropic import with_malformed
 from capsem.emulator.openai_chat import _ERRORS
 from capsem.emulator.reply import Reply, Request, base_expected, json_reply, sse
-from capsem.emulator.script import fragments, ident, plan, rng_for
+from capsem.emulator.script import fragments, ident, plan, rng_for, seed_of
 
 if TYPE_CHECKING:
     import random
@@ -48,10 +49,23 @@ class Turn:
 def _results(items: list[Any]) -> list[str]:
     out = []
     for item in items:
-        if isinstance(item, dict) and item.get("type") == "function_call_output":
+        if isinstance(item, dict) and item.get("type") in ("function_call_output", "custom_tool_call_output"):
             output = item.get("output")
             out.append(output if isinstance(output, str) else json.dumps(output, ensure_ascii=False))
     return out
+
+
+def _stable(item: Any) -> Any:
+    """An input item without what changes from run to run (item ids, client metadata), for seeding."""
+    if not isinstance(item, dict):
+        return item
+    if item.get("type") == "additional_tools":
+        return {"type": "additional_tools"}
+    return {
+        k: v
+        for k, v in item.items()
+        if k in ("type", "role", "content", "output", "name", "arguments", "input")
+    }
 
 
 def _usage(p: Plan) -> dict[str, Any]:
@@ -158,17 +172,19 @@ def _message_item(st: _Events, idx: int, text: str, midstream: bool) -> str:
 
 
 def _function_call_item(st: _Events, idx: int, t: ToolPlan) -> None:
-    """A function_call item, its arguments streamed in pieces."""
+    """A function_call item, its arguments streamed in pieces (a custom tool's `custom_tool_call`,
+    its `input` text streamed)."""
     rng, emit = st.rng, st.emit
-    fc_id = ident(rng, "fc_", 48, _HEX)
+    kind, field, events = ("custom_tool_call", "input", "response.custom_tool_call_input") if t.freeform else (
+        "function_call", "arguments", "response.function_call_arguments")  # fmt: skip
+    fc_id = ident(rng, "ctc_" if t.freeform else "fc_", 48, _HEX)
     emit("response.output_item.added", output_index=idx,
-         item={"id": fc_id, "type": "function_call", "status": "in_progress", "arguments": "",
+         item={"id": fc_id, "type": kind, "status": "in_progress", field: "",
                "call_id": t.call_id, "name": t.name})  # fmt: skip
     for piece in fragments(rng, t.arguments):
-        emit("response.function_call_arguments.delta", item_id=fc_id, output_index=idx, delta=piece,
-             obfuscation=st.obfuscation())  # fmt: skip
-    emit("response.function_call_arguments.done", item_id=fc_id, output_index=idx, arguments=t.arguments)
-    fc_item = {"id": fc_id, "type": "function_call", "status": "completed", "arguments": t.arguments,
+        emit(f"{events}.delta", item_id=fc_id, output_index=idx, delta=piece, obfuscation=st.obfuscation())
+    emit(f"{events}.done", item_id=fc_id, output_index=idx, **{field: t.arguments})
+    fc_item = {"id": fc_id, "type": kind, "status": "completed", field: t.arguments,
                "call_id": t.call_id, "name": t.name}  # fmt: skip
     emit("response.output_item.done", output_index=idx, item=fc_item)
     st.output.append(fc_item)
@@ -204,8 +220,12 @@ def _completed(
 
 def turn(body: bytes, req: dict[str, Any], controls: dict[str, str], stream: bool) -> Turn:
     """Plan one Responses answer for a request object (HTTP body or WebSocket response.create)."""
-    rng = rng_for(body)
     model = req.get("model") if isinstance(req.get("model"), str) else None
+    raw_input = req.get("input")
+    items = raw_input if isinstance(raw_input, list) else [{"role": "user", "content": raw_input or ""}]
+    declared = asks.responses_tools(req, items)
+    body = seed_of(body, controls, [model, [_stable(i) for i in items], [t.name for t in declared]])
+    rng = rng_for(body)
     exp = base_expected("openai_responses", model, stream)
     scenario = controls.get("scenario", "auto")
     if scenario == "error":
@@ -214,14 +234,12 @@ def turn(body: bytes, req: dict[str, Any], controls: dict[str, str], stream: boo
         exp["error_type"] = etype
         return Turn(exp, error=(status, {"error": {"message": f"emulated {etype}", "type": etype, "param": None,
                                                    "code": code}}))  # fmt: skip
-    raw_input = req.get("input")
-    items = raw_input if isinstance(raw_input, list) else [{"role": "user", "content": raw_input or ""}]
-    tools = [(t.get("name"), t.get("parameters")) for t in req.get("tools") or []
-             if isinstance(t, dict) and t.get("type") == "function"]  # fmt: skip
     results = _results(items)
     prompt = json.dumps([req.get("instructions"), items, req.get("tools")], ensure_ascii=False)
-    p = plan(body=body, controls=controls, declared=tools, has_results=bool(results), result_texts=results,
-             prompt_chars=len(prompt), call_prefix="call_", call_len=24)  # fmt: skip
+    if req.get("generate") is False:  # a warm-up (Codex CLI's prewarm): nothing is generated
+        scenario, declared, controls = "text", [], {**controls, "scenario": "text", "text": ""}
+    p = plan(body=body, controls=controls, declared=declared, has_results=bool(results), result_texts=results,
+             prompt_chars=len(prompt), call_prefix="call_", call_len=24, ask=asks.responses(req))  # fmt: skip
     summaries: list[str] = []
     if p.thinking:
         summaries = ["**Weighing the question**", p.thinking]

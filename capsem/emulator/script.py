@@ -2,7 +2,10 @@
 
 `plan()` reads a request (already parsed JSON, protocol-neutral bits passed in) and the
 controls, and decides: text, thinking, tool calls with arguments built from the declared
-tools' JSON schemas, and token counts. The same request always gives the same plan.
+tools' JSON schemas, and token counts. The same request always gives the same plan. Scenario
+`agent` (what `capsem run --emulator` selects) leaves the answer to `agent.py`: a sensible call
+of the agent's own tool, then a final text; every scenario honours a request's demand for JSON
+and its `tool_choice` (`Ask`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import json
 import random
 from dataclasses import dataclass, field
 from typing import Any
+
+from capsem.emulator.agent import NO_ASK, Ask, Tool, final_text, json_answer, pick
 
 SENTENCES = [
     "Here is what I found.",
@@ -31,7 +36,9 @@ class ToolPlan:
     call_id: str
     name: str
     arguments: str
-    """Exact JSON text of the arguments."""
+    """Exact JSON text of the arguments (the input text of a freeform tool)."""
+    freeform: bool = False
+    """A custom tool's call (OpenAI Responses `custom_tool_call`)."""
 
 
 @dataclass
@@ -53,6 +60,17 @@ class Plan:
 
 def rng_for(body: bytes) -> random.Random:
     return random.Random(hashlib.sha256(body).digest())
+
+
+def seed_of(body: bytes, controls: dict[str, str], asked: Any) -> bytes:
+    """What an answer's randomness (ids, stream splits, fuzz) is drawn from: the `seed` control;
+    under scenario `agent`, what the request asks (`asked`: model, conversation, tools), so that a
+    real agent's per-run noise (session ids in metadata) does not change the answer; else the body."""
+    if "seed" in controls:
+        return controls["seed"].encode()
+    if controls.get("scenario") == "agent":
+        return json.dumps(asked, sort_keys=True, ensure_ascii=False, default=str).encode()
+    return body
 
 
 def ident(rng: random.Random, prefix: str, length: int, alphabet: str | None = None) -> str:
@@ -87,25 +105,40 @@ def plan(
     *,
     body: bytes,
     controls: dict[str, str],
-    declared: list[tuple[str, Any]],
+    declared: list[tuple[str, Any]] | list[Tool],
     has_results: bool,
     result_texts: list[str],
     prompt_chars: int,
     call_prefix: str,
     call_len: int,
+    ask: Ask = NO_ASK,
 ) -> Plan:
-    """Decide the answer. `declared` = [(tool name, JSON schema)] in request order.
+    """Decide the answer. `declared` = the tools ((name, JSON schema) or `Tool`) in request order;
+    `ask`: the JSON or tool call the request demands.
 
     The `seed` control replaces the body as the source of randomness, so that a streamed and a
     non-streamed request (whose bodies differ) get the same answer."""
     rng = rng_for(controls["seed"].encode() if "seed" in controls else body)
     scenario = controls.get("scenario", "auto")
+    tools = [d if isinstance(d, Tool) else Tool(d[0], d[1]) for d in declared]
+    if scenario == "agent":
+        p = _agent_plan(rng, tools, ask, controls, has_results, result_texts, call_prefix, call_len)
+        return _counted(p, controls, prompt_chars)
+    forced = [t for t in tools if t.name == ask.forced]
+    if forced:  # the forced tool first
+        tools = forced + [t for t in tools if t.name != ask.forced]
+    declared = [(t.name, t.schema) for t in tools if not t.freeform]  # fuzz: JSON arguments only
     want_tools = scenario == "tool_call" or (
-        scenario in ("auto", "thinking") and declared and not has_results
+        scenario in ("auto", "thinking")
+        and declared
+        and ask.tool_choice != "none"
+        and (not has_results or ask.tool_choice == "forced")
     )
     p = Plan(kind="tool_call" if want_tools and declared else "text")
     if "text" in controls:  # `repeat=N`: the text N times (a long answer without a long header)
         p.text = controls["text"] * max(1, int(controls.get("repeat", "1") or 1))
+    elif p.kind == "text" and ask.json:
+        p.text = json_answer(ask)
     elif p.kind == "text":
         chosen = [rng.choice(SENTENCES) for _ in range(rng.randint(1, 3))]
         chosen.insert(rng.randint(0, len(chosen)), ANCHOR)
@@ -122,6 +155,24 @@ def plan(
         for i in range(count):
             name, schema = declared[i % len(declared)]
             p.tools.append(ToolPlan(ident(rng, call_prefix, call_len), name, arguments_for(rng, schema, i)))
+    return _counted(p, controls, prompt_chars)
+
+
+def _agent_plan(rng: random.Random, tools: list[Tool], ask: Ask, controls: dict[str, str], has_results: bool,
+                result_texts: list[str], call_prefix: str, call_len: int) -> Plan:  # fmt: skip
+    """Scenario `agent`: one sensible call of a declared tool, then (its result in) a final text."""
+    chosen = None if has_results else pick(tools, ask)
+    if chosen is not None:
+        tool, arguments = chosen
+        return Plan(kind="tool_call", tools=[ToolPlan(ident(rng, call_prefix, call_len), tool.name, arguments,
+                                                      tool.freeform)])  # fmt: skip
+    if ask.json:
+        return Plan(kind="text", text=json_answer(ask))
+    return Plan(kind="text", text=final_text(result_texts, controls.get("text")))
+
+
+def _counted(p: Plan, controls: dict[str, str], prompt_chars: int) -> Plan:
+    """The plan with its cache, reasoning and token numbers."""
     p.cache_read = int(controls.get("cache_read", 0))
     # cache_write is the total written; cache_write_1h the part of it with the 1h TTL
     p.cache_write_1h = int(controls.get("cache_write_1h", 0))

@@ -22,7 +22,16 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from capsem.emulator import anthropic, bedrock, gemini, ollama, openai_chat, openai_responses, websocket
+from capsem.emulator import (
+    anthropic,
+    bedrock,
+    gemini,
+    housekeeping,
+    ollama,
+    openai_chat,
+    openai_responses,
+    websocket,
+)
 from capsem.emulator.encoding import Encoder, decode_request, header_value
 from capsem.emulator.reply import Reply, Request, json_reply, parse_controls
 from capsem.emulator.tls import CertificateAuthority
@@ -213,7 +222,12 @@ class Server:
                         400, {"error": {"type": "invalid_request_error", "message": "body is not JSON"}}
                     )
                 return handler(Request(method, host, path, query, headers, body, req, controls, match))
-        return json_reply(404, {"error": {"type": "not_found_error", "message": f"no route {method} {path}"}})
+        found = housekeeping.answer(method, host, path, headers.get("content-type", ""))
+        if found is None:
+            found = housekeeping.not_emulated(method, host, path)
+        return found or json_reply(
+            404, {"error": {"type": "not_found_error", "message": f"no route {method} {path}"}}
+        )
 
     async def _admin(self, writer, method: str, path: str) -> bool:
         if path == "/_emulator/exchanges" and method == "DELETE":
@@ -281,7 +295,8 @@ def _prepare(reply: Reply, encoding: str, controls: dict[str, str]) -> Wire:
     chunk = int(controls.get("chunk", 0)) or None
     truncate = int(controls["truncate"]) if "truncate" in controls else None
     date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime())
-    head = [("date", date), ("server", "capsem-emulator"), *reply.headers]
+    own = [("server", "capsem-emulator")] if not any(k.lower() == "server" for k, _ in reply.headers) else []
+    head = [("date", date), *own, *reply.headers]
     content_encoding = lie or header_value(encoding)
     if content_encoding:
         head.append(("content-encoding", content_encoding))
@@ -291,7 +306,8 @@ def _prepare(reply: Reply, encoding: str, controls: dict[str, str]) -> Wire:
         head.append(("transfer-encoding", "chunked"))
     else:
         pieces = [encoder.whole(reply.body or b"")]
-        head.append(("content-length", str(len(pieces[0]))))
+        if reply.status != 204:  # RFC 9110: no Content-Length on a 204
+            head.append(("content-length", str(len(pieces[0]))))
     parts = [part for piece in pieces for part in _split(piece, chunk)]
     whole = True
     if truncate is not None and sum(map(len, parts)) > truncate:
@@ -347,8 +363,8 @@ def _split(data: bytes, size: int | None) -> list[bytes]:
     return [data[i : i + size] for i in range(0, len(data), size)]
 
 
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests",
-            500: "Internal Server Error", 529: "Overloaded"}  # fmt: skip
+_REASONS = {200: "OK", 204: "No Content", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+            429: "Too Many Requests", 500: "Internal Server Error", 529: "Overloaded"}  # fmt: skip
 
 
 _ANTHROPIC_MODELS = {"claude-sonnet-4-5-20250929": "Claude Sonnet 4.5", "claude-haiku-4-5-20251001": "Claude Haiku 4.5",
