@@ -74,8 +74,6 @@ class Capsem:
         self.make_recorder = recorder
         self.settings: Settings = defaults()
         self.session: Session | None = None
-        self.emulated = False
-        """The session's answers cost nothing (`capsem_emulated`): no budget checks or counts it."""
         self.outbox: Outbox | None = None
         self.recorder: Barriers | None = None
         self.flows = Flows(self)
@@ -142,7 +140,7 @@ class Capsem:
         """Use `settings` (configure's job; in-process tests call it directly)."""
         self.policy = Policy.from_settings(settings)
         guard = Guardrails.from_settings(settings)  # reads the credentials' sources
-        if self.session is not None and self.recorder is not None and not self.emulated:  # options changed
+        if self.session is not None and self.recorder is not None:  # options changed while running
             self.guard.stop()
             guard.start(self.recorder, self.session.id, main_db_path())
         self.guard = guard
@@ -170,12 +168,12 @@ class Capsem:
         emulated: bool = False,
     ) -> None:
         """Register the session and start the recorder (called by `running`; tests call it directly).
-        An `emulated` session's answers cost nothing: no budget checks or counts its calls."""
-        self.emulated = emulated
+        An `emulated` session's answers cost nothing: its budgets count its own calls (a budget can
+        be tried on the emulator), but no other session's budget counts them (main.db's `spend`)."""
         session = self.session = Session.register(session_id, mode=mode, command=command, emulated=emulated,
                                                   scrubber=scrubber_for(self.settings.capture))  # fmt: skip
         spec = spec_of(self.settings.capture, session_id=session.id, db_path=str(session.db_path),
-                       main_db_path=str(main_db_path()), mode=mode, track_spend=bool(self.guard.budgets) and not emulated,
+                       main_db_path=str(main_db_path()), mode=mode, track_spend=bool(self.guard.budgets),
                        learn=self.guard.broker.secrets, otlp=otlp_of(self.settings.export))  # fmt: skip
         self.outbox = Outbox()
         self.connections.start()
@@ -196,8 +194,7 @@ class Capsem:
             process.on_ready = announce  # session.db is open
             self.recorder = process
             process.start()
-        if not emulated:
-            self.guard.start(self.recorder, session.id, main_db_path())
+        self.guard.start(self.recorder, session.id, main_db_path())
         # `capsem run` starts the agent on this line, ~0.2 s before the recorder has opened
         # session.db: flows wait in the outbox meanwhile
         logger.info(f"capsem: session {session.id} registered; capture started")

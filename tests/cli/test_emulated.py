@@ -19,14 +19,15 @@ for _ in range(2):
 
 
 def test_an_emulated_run_spends_nothing_and_a_real_run_is_not_refused_for_it(emu, capsem_home, tmp_path):
-    capsem_home.mkdir(parents=True, exist_ok=True)
-    (capsem_home / "config.yaml").write_text("budgets:\n  daily: {scope: day, limit_usd: 0.05}\n")
     script = tmp_path / "agent.py"
     script.write_text(AGENT)
     # long prompts to an expensive model: priced far past the daily limit, but nothing was spent
     run("run", "-q", "--emulator", "--workspace", str(tmp_path), "--", sys.executable, str(script),
         "claude-opus-4-1", "20000")  # fmt: skip
     (emulated,) = json.loads(run("list-sessions", "--json"))
+    # a daily budget, set after: an emulated session's own budgets count its own calls (a budget can
+    # be tried on the emulator), no other session's do
+    (capsem_home / "config.yaml").write_text("budgets:\n  daily: {scope: day, limit_usd: 0.05}\n")
     assert emulated["emulated"] == 1 and emulated["total_estimated_cost"] > 0.05
     assert [b["spent_usd"] for b in json.loads(run("budget", "--json"))] == [0]
     listed = run("list-sessions")

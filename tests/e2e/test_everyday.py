@@ -206,16 +206,19 @@ def test_point_7_workspace_git_name_and_tags_group_and_filter(everyday, home):
         w in listed.split() for w in ("checkout-fix", "#team-a", "#ci")
     )
     assert "\ncheckout-fix · shop-app@feature-x\n" in everyday[2]  # the run's summary names it
-    by_tag = json.loads(run("cost-report", "--by", "tag", "--json"))
+    # an emulated session (nothing spent) counts only when asked for
+    assert json.loads(run("cost-report", "--by", "tag", "--json"))["rows"] == []
+    by_tag = json.loads(run("cost-report", "--by", "tag", "--json", "--include-emulated"))
     assert {r["key"] for r in by_tag["rows"]} == {"team-a", "ci"}
-    assert [r["key"] for r in json.loads(run("cost-report", "--by", "project", "--json"))["rows"]] == [
-        "shop-app"
-    ]
-    assert [r["key"] for r in json.loads(run("cost-report", "--by", "branch", "--json"))["rows"]] == [
+    assert [
+        r["key"]
+        for r in json.loads(run("cost-report", "--by", "project", "--json", "--include-emulated"))["rows"]
+    ] == ["shop-app"]
+    assert [r["key"] for r in json.loads(run("cost-report", "--by", "branch", "--json", "--include-emulated"))["rows"]] == [
         "shop-app@feature-x"]  # fmt: skip
     for width in ("80", "160"):
         os.environ["COLUMNS"] = width
-        table = run("cost-report", "--by", "project")
+        table = run("cost-report", "--by", "project", "--include-emulated")
         assert "shop-app" in table and all(len(x) <= int(width) for x in table.splitlines())
 
     from starlette.testclient import TestClient
