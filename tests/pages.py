@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +18,22 @@ from typing import Any
 from tests.bundle.conftest import DevTools, devtools
 
 OFFLINE = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
+
+
+@contextmanager
+def view_of(home: Path) -> Iterator[str]:
+    """`capsem view` on `home` as a real process; its base URL."""
+    server = subprocess.Popen([sys.executable, "-m", "assembler", "view", "--no-open", "--port", "0"],
+                              env={**os.environ, "CAPSEM_HOME": str(home)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        line = server.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:\d+", line)
+        assert match, line + server.stdout.read()
+        yield match.group(0)
+    finally:
+        server.kill()
+        server.wait()
 
 
 class LaidOut:

@@ -5,40 +5,18 @@ page's "compare with…" form. Screenshots go to test-artifacts/diff/."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from html import unescape
-from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.bundle.conftest import chromium
 from tests.conftest import ARTIFACTS
-from tests.pages import LINES_OF, laid_out
+from tests.pages import LINES_OF, SIDEWAYS, laid_out, view_of
 
 SHOTS = ARTIFACTS / "diff"
 OFFLINE = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
-
-
-@contextmanager
-def view_of(home: Path) -> Iterator[str]:
-    """`capsem view` on `home` as a real process; its base URL."""
-    server = subprocess.Popen([sys.executable, "-m", "assembler", "view", "--no-open", "--port", "0"],
-                              env={**os.environ, "CAPSEM_HOME": str(home)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    try:
-        line = server.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:\d+", line)
-        assert match, line + server.stdout.read()
-        yield match.group(0)
-    finally:
-        server.kill()
-        server.wait()
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +124,8 @@ def test_tool_names_stay_whole_and_totals_count_errors_and_unpriced_calls(agent_
         totals = dict(page.js("[...document.querySelectorAll('.diff-totals tbody tr')].map(tr => "
                               "[tr.cells[0].textContent, [...tr.cells].slice(1).map(c => c.textContent)])"))  # fmt: skip
         alone = page.js("document.querySelector('.pair.only-a').innerText")
+        wide, screen = page.js(SIDEWAYS)
+    assert wide <= screen  # no sideways scroll, on a phone too
     assert names == [["Agent", 1], ["Agent", 1]]  # A's call and B's, each on one line
     counted = []
     for session in (runs.a, runs.b):
