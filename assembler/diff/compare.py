@@ -28,10 +28,12 @@ def _same_text(text: str) -> str:
     return text
 
 
-def norm_of(run: Run) -> Norm:
-    """How `run`'s texts are compared: its workspace, dates, ids and the checksum of Claude Code's
-    billing line put aside (its `cc_version` counts: another Claude Code is a change)."""
-    return lambda text: run_invariant(mask_billing(text), run.workspace, billing=False)
+def norm_of(run: Run, workspace: bool = True) -> Norm:
+    """How `run`'s texts are compared: its workspace (unless `workspace` is False), dates, ids and
+    the checksum of Claude Code's billing line put aside (its `cc_version` counts: another Claude
+    Code is a change)."""
+    where = run.workspace if workspace else None
+    return lambda text: run_invariant(mask_billing(text), where, billing=False)
 
 
 COST_EPSILON = 1e-9
@@ -300,7 +302,8 @@ def alone(a: Call | None, b: Call | None) -> CallDiff:
 
 def compare(a: Run, b: Run) -> SessionDiff:
     """Run `a` against run `b`, call by call, with the totals of each."""
-    na, nb = norm_of(a), norm_of(b)
+    both = bool(a.workspace and b.workspace)  # as a replay matches: a workspace on both sides or none
+    na, nb = norm_of(a, both), norm_of(b, both)
     diffs = [
         compare_calls(x, y, na, nb) if x is not None and y is not None else alone(x, y)
         for x, y in align(a.calls, b.calls, na, nb)
