@@ -12,6 +12,12 @@ While this session's spend cannot be confirmed (its recorder is not answering), 
 that is not already spent decides by its `on_unconfirmed`: `deny` (the default: refused, saying
 why) or `allow` (let through unchecked, recorded `warned` with matched_rule
 `budget:<name> (unconfirmed)`).
+Before a matched call goes upstream, its most expensive outcome is reserved (`Worst`: its tokens
+bounded by `addons/reservation.py`, priced by `pricing/worst.py`): it is `denied` when what is
+spent, plus what the calls in flight hold, plus its own reservation passes the limit; the
+reservation is replaced by the real cost when the call ends (`addons/proxy/spend.py`). A call
+whose model has no known price decides by the budget's `on_unpriced`: `deny` (the default) or
+`allow` (let through uncounted, recorded `warned` with matched_rule `budget:<name> (unpriced)`).
 A denied call is answered by capsem in the provider's own error shape, status 402 (Payment
 Required: the SDKs raise it at once and never retry it, unlike 429 and 5xx), with
 `x-should-retry: false` for the SDKs that read it.
@@ -38,6 +44,10 @@ RULE_PREFIX = "budget:"
 """`matched_rule` of a call a budget warned or denied: `budget:<name>`."""
 UNCONFIRMED = " (unconfirmed)"
 """Suffix of the `matched_rule` of a call decided while the budget's spend could not be confirmed."""
+UNPRICED = " (unpriced)"
+"""Suffix of the `matched_rule` of a call whose model has no known price."""
+SLACK = 1e-12
+"""Sums of float costs may land a hair past a limit they meet exactly."""
 CANNOT_CONFIRM = "capsem cannot confirm this budget's spend: its recorder is not answering"
 _ORDER = ("denied", "warned", "allowed")
 
@@ -81,6 +91,31 @@ def spent(budget: Budget, rows: Iterable[SpendRow], *, day: str, session_id: str
 
 
 @dataclass(frozen=True, slots=True)
+class Worst:
+    """What a call could cost at most: the amount a budget reserves for it."""
+
+    usd: float | None
+    """None: the price table has no price for its model."""
+    model: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    output_from: str = ""
+    """Where the output bound comes from (`its max_tokens`...)."""
+    referenced: str | None = None
+    """What the request brings in beyond its body (its input is then bounded by the context window)."""
+
+    @property
+    def tokens(self) -> str:
+        """`1,234 input tokens at most and 200 output tokens (its max_tokens)`, for messages."""
+        inputs = f"{self.input_tokens:,} input tokens at most" + (
+            f" (the model's context window: the request brings in {self.referenced})"
+            if self.referenced
+            else ""
+        )
+        return f"{inputs} and {self.output_tokens:,} output tokens ({self.output_from})"
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
     decision: str
     """allowed | warned | denied"""
@@ -88,12 +123,25 @@ class Verdict:
     spent: float = 0.0
     unconfirmed: bool = False
     """Decided while this session's spend could not be confirmed (by the budget's `on_unconfirmed`)."""
+    reserved: float = 0.0
+    """What the calls in flight hold of the budget."""
+    worst: Worst | None = None
+    """This call's reservation, when it decided (it did not fit, or its model has no price)."""
+
+    @property
+    def unpriced(self) -> bool:
+        """Decided by the budget's `on_unpriced`."""
+        return self.worst is not None and self.worst.usd is None
 
     @property
     def rule(self) -> str | None:
         if self.budget is None:
             return None
-        return RULE_PREFIX + self.budget.name + (UNCONFIRMED if self.unconfirmed else "")
+        return (
+            RULE_PREFIX
+            + self.budget.name
+            + (UNCONFIRMED if self.unconfirmed else UNPRICED if self.unpriced else "")
+        )
 
     @property
     def message(self) -> str:
@@ -101,6 +149,8 @@ class Verdict:
         if self.budget is None:
             return ""
         b = self.budget
+        if self.worst is not None:
+            return self._reservation_message(b, self.worst)
         if self.unconfirmed:
             known = f"{usd(self.spent)} of its {usd(b.limit_usd)} limit per {b.scope} is counted so far"
             if self.decision == "denied":
@@ -119,14 +169,33 @@ class Verdict:
         return (f"capsem budget {b.name!r} is spent: {used}; this call was not sent to the provider. "
                 f"Raise budgets.{b.name}.limit_usd in the capsem config, or {renew}")  # fmt: skip
 
+    def _reservation_message(self, b: Budget, worst: Worst) -> str:
+        if worst.usd is None:
+            what = f"model {worst.model!r}" if worst.model else "a model capsem cannot read from the request"
+            if self.decision == "denied":
+                return (f"capsem budget {b.name!r} cannot count this call's cost: capsem's price table has no "
+                        f"price for {what}; this call was not sent to the provider. Set "
+                        f"budgets.{b.name}.on_unpriced: allow in the capsem config to let such calls through "
+                        "uncounted, or narrow the budget (provider, model, host)")  # fmt: skip
+            return (f"capsem budget {b.name!r} cannot count the cost of {what} (no price in capsem's price "
+                    f"table): the call goes through uncounted (budgets.{b.name}.on_unpriced: allow)")  # fmt: skip
+        when = {"session": "in this session", "day": "today (UTC)", "month": "this month (UTC)"}[b.scope]
+        return (f"capsem budget {b.name!r} cannot cover this call: it could cost up to {usd(worst.usd)} "
+                f"({worst.tokens}), and {usd(self.spent)} is used {when} and {usd(self.reserved)} held by calls "
+                f"in flight, of its {usd(b.limit_usd)} limit per {b.scope}; this call was not sent to the provider. "
+                "Give the call a lower output limit, wait for the calls in flight to end, or raise "
+                f"budgets.{b.name}.limit_usd in the capsem config")  # fmt: skip
+
 
 ALLOWED = Verdict("allowed")
 
 
 def decide(budgets: Iterable[Budget], provider: str, model: str | None, host: str,
-           spent_of: Callable[[Budget], float], *, confirmed: bool = True) -> Verdict:  # fmt: skip
+           spent_of: Callable[[Budget], float], *, confirmed: bool = True,
+           reserved_of: Callable[[Budget], float] | None = None, worst: Worst | None = None) -> Verdict:  # fmt: skip
     """The strictest verdict of the budgets the call matches (`spent_of(budget)`: its spend so far;
-    `confirmed`: whether this session's spend is known to be whole)."""
+    `confirmed`: whether this session's spend is known to be whole; `reserved_of(budget)`: what
+    the calls in flight hold of it; `worst`: this call's reservation, None to check the spend only)."""
     verdict = ALLOWED
     for budget in budgets:
         if not matches(budget, provider, model, host):
@@ -134,12 +203,25 @@ def decide(budgets: Iterable[Budget], provider: str, model: str | None, host: st
         amount = spent_of(budget)
         if amount >= budget.limit_usd:
             return Verdict("denied", budget, amount)
+        held = reserved_of(budget) if reserved_of is not None else 0.0
+        if worst is not None and worst.usd is None:
+            if budget.on_unpriced == "deny":
+                return Verdict("denied", budget, amount, reserved=held, worst=worst)
+            if verdict is ALLOWED or not (verdict.unconfirmed or verdict.unpriced):
+                verdict = Verdict("warned", budget, amount, reserved=held, worst=worst)
+            continue
         if not confirmed:
             if budget.on_unconfirmed == "deny":
                 return Verdict("denied", budget, amount, unconfirmed=True)
-            if verdict is ALLOWED or not verdict.unconfirmed:
+            if verdict is ALLOWED or not (verdict.unconfirmed or verdict.unpriced):
                 verdict = Verdict("warned", budget, amount, unconfirmed=True)
-            continue
+            continue  # let through unchecked: its reservation is not checked either
+        if (
+            worst is not None
+            and worst.usd is not None
+            and amount + held + worst.usd > budget.limit_usd + SLACK
+        ):
+            return Verdict("denied", budget, amount, reserved=held, worst=worst)
         if budget.warn_at is not None and amount >= budget.warn_at * budget.limit_usd and verdict is ALLOWED:
             verdict = Verdict("warned", budget, amount)
     return verdict

@@ -79,11 +79,13 @@ class RequestHead(msgspec.Struct, frozen=True, array_like=True):
     port: int
     method: str
     path: str
-    """Path without the query string."""
+    """The path exactly as sent, without the query string (split at its first `?` only)."""
     query: str
     http_version: str
     headers: Headers
     client_addr: str | None = None
+    canonical_path: str | None = None
+    """The path the policy decided on (`addons/canonical.py`), computed once by the hook."""
 
     def header(self, name: str) -> str | None:
         return _find(self.headers, name)

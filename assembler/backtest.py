@@ -1,12 +1,19 @@
 """`capsem policy test`: what a policy and its budgets would have done to recorded traffic (pure).
 
 Recorded requests in, findings out. Each request is decided by `Policy.decide_request`, the code
-the proxy runs (`addons/proxy/policy_gate.py`): host, port, path, method and, for an MCP request,
+the proxy runs (`addons/proxy/policy_gate.py`), on the same canonical request
+(`addons/canonical.py`, from the recorded path as sent, its host and its Host header): host, port,
+path, method and, for an MCP request,
 each of its `tools/call`s (the names its server went by, the tool, the arguments). Each model
 call is decided by `addons.budgets.decide`, the code the guardrails run, over the spend of the
 calls before it that would still have been made (in start order, across the sessions tested: a
 day or month budget counts every session of its day or month, a call the policy or a budget
-would have refused spends nothing). Decisions are kept as the policy returns them (`denied`,
+would have refused spends nothing). As live, a call is refused when the spend before it plus its
+own reservation passes a limit: its most expensive outcome, bounded from its stored request by
+the code the proxy runs (`addons/reservation.py`) and priced by `pricing/worst.py`, or its
+recorded cost when its request body was not stored; calls replayed one after the other hold no
+reservation of each other (each is settled at its real cost before the next). A model with no
+price decides by the budget's `on_unpriced`. Decisions are kept as the policy returns them (`denied`,
 `warned`, `asked`...): a finding is any decision but `allowed`.
 
 Reading the sessions is `assembler/backtest_source.py`; printing is `assembler/backtest_cli.py`.
@@ -14,12 +21,14 @@ Reading the sessions is `assembler/backtest_source.py`; printing is `assembler/b
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from addons.budgets import decide, matches
+from addons.budgets import Worst, decide, matches
+from addons.canonical import CanonicalRequest
 from addons.proxy.policy import McpTarget, Policy
+from addons.reservation import Bound, worst_of
 from capsem.settings import Budget
 
 ALLOWED = "allowed"
@@ -52,6 +61,12 @@ class Request:
     live: str
     """The decision recorded when it was made."""
     calls: tuple[McpCall, ...] = ()
+    names: tuple[str, ...] = ()
+    """The other names it carried, as recorded (its Host header)."""
+
+    def canonical(self) -> CanonicalRequest:
+        """What the policy decides on, computed as the proxy computes it."""
+        return CanonicalRequest.of(self.method, self.port, self.path, (self.host, *self.names))
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +80,12 @@ class ModelCall:
     model: str | None
     host: str
     cost: float
+    tokens: Bound | None = None
+    """The most its stored request could use (None: no body stored)."""
+
+
+Pricer = tuple[Callable[[str, str | None], Any], Callable[[Any, int, int], float]]
+"""`pricing.worst`'s `rates` and `worst_cost`: the budgets' prices."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,9 +157,11 @@ def _period(budget: Budget, session: str, day: str) -> str:
 class Backtest:
     """Sessions go in one by one (`add`); `report()` decides the budgets over all of them."""
 
-    def __init__(self, policy: Policy, budgets: Iterable[Budget] = ()) -> None:
+    def __init__(self, policy: Policy, budgets: Iterable[Budget] = (), pricer: Pricer | None = None) -> None:
         self.policy = policy
         self.budgets = tuple(budgets)
+        self.pricer = pricer
+        """None: the budgets decide on the spend only, as before reservations (no price table)."""
         self._report = Report(budgets=[BudgetOutcome(b) for b in self.budgets])
         self._calls: list[tuple[str, str, ModelCall]] = []  # (timestamp, session, call) still sent
 
@@ -177,17 +200,13 @@ class Backtest:
     def decide(self, session: str, request: Request) -> Finding | None:
         """The policy's finding on one request (None: allowed)."""
         targets = [McpTarget(c.servers, c.tool, c.arguments) for c in request.calls]
-        verdict = self.policy.decide_request(
-            request.host, request.port, request.path, request.method, targets
-        )
+        canonical = request.canonical()
+        verdict = self.policy.decide_request(canonical, targets)
         if verdict.decision == ALLOWED or verdict.rule is None:
             return None
         deciding = None
         for call, target in zip(request.calls, targets, strict=True):
-            if (
-                self.policy.decide(request.host, request.port, request.path, request.method, target)
-                == verdict
-            ):
+            if self.policy.decide(canonical, target) == verdict:
                 deciding = call
                 break
         return Finding(session, verdict.rule, verdict.decision, request, deciding)
@@ -207,7 +226,9 @@ class Backtest:
             def spent_of(budget: Budget, session: str = session, day: str = day) -> float:
                 return spend.get((budget.name, _period(budget, session, day)), 0.0)
 
-            verdict = decide(self.budgets, call.provider, call.model, call.host, spent_of)
+            verdict = decide(
+                self.budgets, call.provider, call.model, call.host, spent_of, worst=self._worst(call)
+            )
             if verdict.budget is not None:
                 outcome = outcomes[verdict.budget.name]
                 seen = Refusal(session, call, verdict.spent)
@@ -221,10 +242,22 @@ class Backtest:
                     key = (budget.name, _period(budget, session, day))
                     spend[key] = spend.get(key, 0.0) + call.cost
 
+    def _worst(self, call: ModelCall) -> Worst | None:
+        """The call's reservation, as the proxy would have made it (None: no budget matches)."""
+        matched = [b for b in self.budgets if matches(b, call.provider, call.model, call.host)]
+        if self.pricer is None or not matched:
+            return None
+        rates, price = self.pricer
+        found = rates(call.provider, call.model)
+        if call.tokens is None:
+            return Worst(call.cost if found is not None else None, call.model)
+        return worst_of(matched, call.tokens, call.model, found, price)
 
-def evaluate(policy: Policy, budgets: Iterable[Budget], sessions: Iterable[Session]) -> Report:
+
+def evaluate(policy: Policy, budgets: Iterable[Budget], sessions: Iterable[Session],
+             pricer: Pricer | None = None) -> Report:  # fmt: skip
     """What `policy` and `budgets` would have done to `sessions` had they been in force."""
-    backtest = Backtest(policy, budgets)
+    backtest = Backtest(policy, budgets, pricer)
     for session in sessions:
         backtest.add(session)
     return backtest.report()

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from addons.budgets import usd
-from assembler.backtest import Finding, Refusal, Report
+from assembler.backtest import Finding, Pricer, Refusal, Report
 from assembler.cli_support import counted, json_option, user_errors
 
 FAIL_ON = {"deny": "denied", "warn": "warned", "ask": "asked"}
@@ -89,7 +89,7 @@ def test_cmd(args: tuple[str, ...], since: str | None, fail_on: tuple[str, ...],
         picked = pick(sessions, since, needs)
         with stderr_progress() as progress:
             task = progress.add_task("testing sessions", total=len(picked.sessions))
-            report = run(Backtest(rules, budgets), picked.sessions, needs,
+            report = run(Backtest(rules, budgets, _pricer() if budgets else None), picked.sessions, needs,
                          lambda done, total: progress.update(task, completed=done, total=total))  # fmt: skip
     tried = Tried(source, len(rules.rules), len(budgets), picked.skipped, picked.missing, needs.mcp_only)
     if as_json:
@@ -267,3 +267,10 @@ def _budgets(out: Any, report: Report) -> None:
         for line in (f"  model call {c.id} ({c.model or c.provider}) with {usd(first.spent)} spent",
                      f"    session {first.session}, {c.timestamp[11:19]}"):  # fmt: skip
             out.print(escape(_cut(line, out.width)), highlight=False, crop=True)
+
+
+def _pricer() -> Pricer:
+    """The budgets' prices (`pricing/worst.py`), as the proxy reserves them."""
+    from pricing.worst import rates, worst_cost
+
+    return rates, worst_cost

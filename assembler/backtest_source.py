@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from addons.mcp import parse_request
 from addons.proxy.policy import Policy
 from addons.recorder.bodies import read_body
+from addons.reservation import Bound, bound, ws_bound
 from assembler.backtest import Backtest, McpCall, ModelCall, Report, Request, Session
 from assembler.sessiondb import (
     MainDbMissing,
@@ -125,6 +126,19 @@ def run(backtest: Backtest, session_ids: list[str], needs: Needs,
     return backtest.report()
 
 
+def _host_headers(value: str | None) -> tuple[str, ...]:
+    """The recorded Host header(s): `request_headers` keeps it verbatim, a repeated one as a list."""
+    if not value:
+        return ()
+    if value.startswith("["):
+        try:
+            listed = json.loads(value)
+        except ValueError:
+            return (value,)
+        return tuple(v for v in listed if isinstance(v, str))
+    return (value,)
+
+
 def read_session(conn: sqlite3.Connection, session_id: str, needs: Needs) -> Session:
     """The requests (with their tools/calls) and model calls of one session.db."""
     calls: dict[int, list[McpCall]] = {}
@@ -143,9 +157,12 @@ def read_session(conn: sqlite3.Connection, session_id: str, needs: Needs) -> Ses
         where = f" AND id IN ({','.join(map(str, calls))})" if needs.mcp_only else ""
         requests = [
             Request(r["id"], r["timestamp"], r["domain"], r["port"] or 0, r["path"] or "", r["method"],
-                    r["process_name"], r["pid"], r["decision"], tuple(calls.get(r["id"], ())))
+                    r["process_name"], r["pid"], r["decision"], tuple(calls.get(r["id"], ())),
+                    _host_headers(r["host_header"]))
             for r in conn.execute(
-                "SELECT id, timestamp, domain, port, path, method, process_name, pid, decision FROM net_events "
+                "SELECT id, timestamp, domain, port, path, method, process_name, pid, decision, "
+                "CASE WHEN json_valid(request_headers) THEN json_extract(request_headers, '$.host') END "
+                "AS host_header FROM net_events "
                 f"WHERE method IS NOT NULL AND method != 'CONNECT'{where} ORDER BY id"
             )
         ]  # fmt: skip
@@ -153,11 +170,26 @@ def read_session(conn: sqlite3.Connection, session_id: str, needs: Needs) -> Ses
     if needs.model_calls:
         model_calls = [
             ModelCall(r["id"], r["net_event_id"], r["timestamp"], r["provider"], r["model"], r["host"] or "",
-                      r["estimated_cost_usd"] or 0.0)
-            for r in conn.execute("SELECT id, net_event_id, timestamp, provider, model, host, estimated_cost_usd "
-                                  "FROM model_calls ORDER BY id")
+                      r["estimated_cost_usd"] or 0.0, call_tokens(conn, r["id"], r["protocol"]))
+            for r in conn.execute("SELECT id, net_event_id, timestamp, provider, model, host, estimated_cost_usd, "
+                                  "protocol FROM model_calls ORDER BY id")
         ]  # fmt: skip
     return Session(session_id, tuple(requests), tuple(model_calls))
+
+
+def call_tokens(conn: sqlite3.Connection, call_id: int, protocol: str | None) -> Bound | None:
+    """The most model call `call_id` could use, from its stored request body, as the proxy bounds
+    it (`addons/reservation.py`; the input by the body's size as sent); None when no body is stored."""
+    try:
+        found = read_body(conn, call_id, "request")
+    except (sqlite3.Error, RuntimeError, ValueError):
+        found = None
+    if found is None or not protocol:
+        return None
+    body, blob = found
+    ws = protocol == "openai_responses" and b'"response.create"' in body[:4096]
+    tokens = ws_bound(body) if ws else bound(protocol, body)
+    return replace(tokens, input_tokens=tokens.input_tokens - len(body) + max(len(body), blob["size"] or 0))
 
 
 class LazyArguments(Mapping[str, Any]):

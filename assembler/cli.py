@@ -61,6 +61,9 @@ def cli() -> None:
     Capture runs inside mitmdump (`mitmdump -s addons/capsem_addon.py`); these commands work on
     what it recorded under $CAPSEM_HOME (default ~/.capsem).
     """
+    from capsem.log_scrub import scrub_logs
+
+    scrub_logs()  # every line a command logs goes through the scrubber (its rules loaded at the first)
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from capsem.rollup import open_main
@@ -64,8 +64,21 @@ def run_context(workspace: Path, name: str | None = None, tags: tuple[str, ...] 
     return RunContext(str(workspace), project, repo, branch, commit, name, tuple(dict.fromkeys(tags)))
 
 
+def scrubbed(context: RunContext) -> RunContext:
+    """`context` with every text through the one scrubber, as stored: a name, a tag, a branch or a
+    folder may hold a secret (`--tag token=ghp_…`)."""
+    from capsem.scrubbers import configured_scrubber
+
+    scrub = configured_scrubber().scrub
+    texts = {f.name: scrub(value) if isinstance(value := getattr(context, f.name), str) else value
+             for f in fields(context)}  # fmt: skip
+    texts["tags"] = tuple(dict.fromkeys(scrub(tag) or "" for tag in context.tags))
+    return RunContext(**texts)
+
+
 def record_context(session_id: str, context: RunContext) -> None:
-    """Store `context` on the session's main.db row (which mitmdump registered at start)."""
+    """Store `context`, scrubbed, on the session's main.db row (which mitmdump registered at start)."""
+    context = scrubbed(context)
     main = open_main()
     try:
         with main:

@@ -16,6 +16,7 @@ from assembler.cli_support import (
     user_errors,
 )
 from assembler.cli_support import stderr_progress as _stderr_progress
+from capsem.private import write_private
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -46,8 +47,10 @@ class _Day(click.ParamType):
               "branch", "tag"]), default="model", show_default=True, help="How to group the rows.")  # fmt: skip
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Also write one self-contained HTML page with charts (no scripts, no network).")  # fmt: skip
+@click.option("--include-emulated", is_flag=True,
+              help="Count emulated sessions too (run --emulator, demo, replays: nothing was spent).")  # fmt: skip
 @json_option
-def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
+def cost_report_cmd(since, until, group_by, html_path, include_emulated, as_json) -> None:
     """Cost and tokens by model, provider, session, day, week, month, project, branch or tag.
 
     Numbers come from the main.db rollup over a date range (UTC days of session start), so
@@ -56,7 +59,8 @@ def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
     read, output (reasoning included) and reasoning; the cost is split by token type below the
     table. Unpriced models count as $0 and are reported. Project (the git repository's or
     workspace's folder), branch (project@branch) and tags are those capsem run recorded; a
-    session with several tags counts under each.
+    session with several tags counts under each. Sessions whose answers cost nothing (`run
+    --emulator`, `demo`, replays) are left out unless --include-emulated.
 
     \b
     Examples:
@@ -73,12 +77,11 @@ def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
         raise click.BadParameter(f"--since {since} is after --until {until}")
     with user_errors(), _stderr_progress() as progress:
         task = progress.add_task("aggregating sessions", total=None)
-        report = cost_report(
-            since, until, lambda done, total: progress.update(task, completed=done, total=total)
-        )
+        report = cost_report(since, until, lambda done, total: progress.update(task, completed=done, total=total),
+                             include_emulated=include_emulated)  # fmt: skip
     if html_path:
         try:
-            html_path.write_text(html_report(report), encoding="utf-8")
+            write_private(html_path, html_report(report))
         except OSError as exc:
             raise click.ClickException(f"cannot write {html_path}: {exc}") from exc
         click.echo(f"wrote {html_path}", err=True)
@@ -89,6 +92,8 @@ def cost_report_cmd(since, until, group_by, html_path, as_json) -> None:
     if not rows:
         click.echo(f"No model calls between {since or 'the first session'} and {until or 'now'} "
                    f"({counted(report.sessions, 'session')})")  # fmt: skip
+        if report.emulated and not include_emulated:
+            click.echo(_emulated_note(report))
         return
     console = _console()
 
@@ -128,6 +133,15 @@ def _print_cost_notes(console: Console, report: CostReport, total: Usage) -> Non
         console.print(
             f"{counted(len(report.live), 'running session')} read live from session.db", style="dim"
         )
+    if report.emulated:
+        console.print(_emulated_note(report), style="dim", highlight=False)
+
+
+def _emulated_note(report: CostReport) -> str:
+    if report.include_emulated:
+        return f"{counted(report.emulated, 'emulated session')} counted (nothing was spent in them)"
+    return (f"{counted(report.emulated, 'emulated session')} left out (run --emulator, demo, replays: "
+            "nothing was spent); --include-emulated counts them")  # fmt: skip
 
 
 @click.command("update-prices")

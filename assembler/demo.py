@@ -20,6 +20,7 @@ from assembler.summary import print_session
 from capsem.ids import new_session_id
 from capsem.mitm import start_mitmdump
 from capsem.paths import capsem_home, session_dir
+from capsem.private import private_dir
 
 WEATHER_TOOL = {
     "name": "get_weather",
@@ -108,14 +109,14 @@ def run_demo(console: Console | None = None) -> str:
     say = lambda msg: console.print(f"[dim]•[/dim] {msg}")  # noqa: E731
     session_id = new_session_id()
     folder = session_dir(session_id)
-    folder.mkdir(parents=True, exist_ok=True)
+    private_dir(folder)
     with Emulator(defaults={"text": FRIENDLY_TEXT}) as emu:
         say(f"provider emulator listening at {emu.http_url} (plays api.anthropic.com and api.openai.com)")
         proxy = start_mitmdump(
             confdir=capsem_home() / "mitmproxy",
             log_path=folder / "mitmdump.log",
             args=["--mode", f"upstream:{emu.proxy_url}", "--set", f"ssl_verify_upstream_trusted_ca={emu.ca_path}",
-                  "--set", f"capsem_session_id={session_id}", "--set", "capsem_mode=demo",
+                  "--set", f"capsem_session_id={session_id}", "--set", "capsem_mode=demo", "--set", "capsem_emulated=true",
                   "--set", "capsem_command=capsem demo"],
         )  # fmt: skip
         say(f"mitmdump with the capsem addon listening at {proxy.url} (log: {proxy.log_path})")

@@ -1,14 +1,14 @@
 """`capsem doctor [-- AGENT…]`: check what recording needs, and say what to do about each problem.
 
-The checks, in order: mitmdump and the addon load; the configuration is valid; `$CAPSEM_HOME`
-is writable with free space; mitmproxy's CA is there (made here when there is none yet, as the
-first `capsem run` would); the price table, and whether it prices the models seen lately. With
-an agent command: the agent's runtime and the variables `capsem run` gives it. Then, when nothing
-failed, a live self-test: one streamed request through a fresh mitmdump with the addon to the
-built-in emulator, recorded and read back; it runs in a temporary CAPSEM_HOME holding a copy of
-your config.yaml and prices.json (your sessions are not touched) with your CA, and, with an agent
-command, the agent's runtime makes one HTTPS request through the same mitmdump with exactly the
-environment `capsem run` gives the agent, which proves that the runtime trusts the CA.
+The checks, in order: mitmdump and the addon load; the configuration is valid; `$CAPSEM_HOME` is
+writable with free space, and closed to other users; mitmproxy's CA is there (made here when there
+is none yet, as the first `capsem run` would); the price table, and whether it prices the models
+seen lately. With an agent command: the agent's runtime and the variables `capsem run` gives it.
+Then, when nothing failed, a live self-test: one streamed request through a fresh mitmdump with the
+addon to the built-in emulator, recorded and read back; it runs in a temporary CAPSEM_HOME holding
+a copy of your config.yaml and prices.json (your sessions are not touched) with your CA, and, with
+an agent command, the agent's runtime makes one HTTPS request through the same mitmdump with
+exactly the environment `capsem run` gives the agent, which proves that the runtime trusts the CA.
 
 Each check gives one `Finding`: `ok`; `warn` (recording works, something deserves attention);
 `fail` (recording would not work, or would lose data); `skip`. A problem says what to do about it.
@@ -16,10 +16,12 @@ Each check gives one `Finding`: `ok`; `warn` (recording works, something deserve
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import os
 import re
+import shlex
 import shutil
 import sqlite3
 import ssl
@@ -45,6 +47,7 @@ from assembler.runtimes import (
 )
 from capsem.mitm import ADDON_PATH, Mitmdump, MitmdumpError, mitmdump_executable, start_mitmdump
 from capsem.paths import capsem_home, main_db_path, sessions_dir
+from capsem.private import make_private, open_to_others, private_dir
 
 Status = Literal["ok", "warn", "fail", "skip"]
 
@@ -159,7 +162,7 @@ def check_home() -> Finding:
     home = capsem_home()
     fix = "make it writable (permissions, a read-write mount), or point CAPSEM_HOME at a writable directory"
     try:
-        sessions_dir().mkdir(parents=True, exist_ok=True)
+        private_dir(sessions_dir())
         with tempfile.NamedTemporaryFile(dir=sessions_dir(), prefix=".doctor-") as f:
             f.write(b"capsem")
             f.flush()
@@ -182,11 +185,38 @@ def check_home() -> Finding:
                            "another process may hold it locked; else " + fix)  # fmt: skip
     free = shutil.disk_usage(home).free
     detail = f"{home} is writable; {free / (1 << 30):.1f} GB free"
+    if exposed := open_to_others_under(home):
+        shown = ", ".join(str(p) for p in exposed[:3]) + (", …" if len(exposed) > 3 else "")
+        what = counted(len(exposed), "file or folder", "files and folders")
+        return Finding("CAPSEM_HOME", "warn",
+                       f"{detail}; but other users can read {what} in it, and so what it recorded ({shown})",
+                       f"chmod -R go-rwx {shlex.quote(str(home))}")  # fmt: skip
     if free < MIN_FREE_BYTES:
         return Finding("CAPSEM_HOME", "warn", detail,
                        "free some space: `capsem vacuum` compresses and culls old sessions (retention: in "
                        "the config)")  # fmt: skip
     return Finding("CAPSEM_HOME", "ok", detail)
+
+
+def open_to_others_under(home: Path) -> list[Path]:
+    """`home` and what is under it that the group or other users may read, write or enter (capsem
+    makes them 0700 and 0600; a home from before, or copied with another umask, may be open). What
+    sits in a folder they cannot enter is out of their reach, whatever its own mode."""
+    found = []
+    for folder, dirs, files in os.walk(home):
+        here = Path(folder)
+        with contextlib.suppress(OSError):  # gone meanwhile (a session vacuumed)
+            if open_to_others(here):
+                found.append(here)
+            if not here.stat().st_mode & 0o011:  # neither the group nor others may enter it
+                dirs.clear()
+                continue
+        for name in files:
+            with contextlib.suppress(OSError):
+                if not (here / name).is_symlink() and open_to_others(here / name):
+                    found.append(here / name)
+        dirs.sort()
+    return found
 
 
 def check_ca() -> Finding:
@@ -200,7 +230,9 @@ def check_ca() -> Finding:
         try:
             from mitmproxy.certs import CertStore
 
-            CertStore.from_store(confdir, "mitmproxy", 2048)
+            CertStore.from_store(private_dir(confdir), "mitmproxy", 2048)
+            for made_here in confdir.iterdir():  # mitmproxy writes its certificates with the umask's mode
+                make_private(made_here)
         except OSError as exc:
             return Finding("CA", "fail", f"there is no CA in {confdir} and none can be made: {exc.strerror or exc}",
                            "make CAPSEM_HOME writable (see above)")  # fmt: skip

@@ -152,7 +152,9 @@ def _budget_reason(matched: str | None) -> str | None:
                 b.scope, b.scope
             )
             limit = format(Decimal(repr(float(b.limit_usd))), "f")  # $0.000001, never $1e-06
-            said.append(f"the {name} budget of ${limit} for {scope} was spent")
+            said.append(
+                f"the {name} budget of ${limit} for {scope} could not cover it (spent, or no room for its reservation)"
+            )
     return "; ".join(said) or None
 
 

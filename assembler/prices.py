@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
+from capsem.private import FILE_MODE, private_dir
 from pricing import PriceTable, default_table, load_table, reset_table, user_prices_path
 
 MAX_DOWNLOAD_BYTES = 64 * 1024 * 1024
@@ -139,14 +140,14 @@ def _current() -> tuple[PriceTable | None, str]:
 
 
 def _write_atomically(data: bytes, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(target.parent)
     handle, tmp = tempfile.mkstemp(dir=target.parent, prefix=".prices-", suffix=".json.tmp")
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

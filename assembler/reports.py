@@ -98,6 +98,10 @@ class CostReport:
     """Model calls with tokens but no known price (counted as $0)."""
     live: list[str] = field(default_factory=list)
     """Sessions read from their session.db because they are running or were never rolled up."""
+    emulated: int = 0
+    """Emulated sessions in the range (`run --emulator`, `demo`, replays), counted or not."""
+    include_emulated: bool = False
+    """Whether they are counted (`--include-emulated`)."""
 
     def rows(self, by: GroupBy) -> list[CostRow]:
         return group(self.usage, by)
@@ -109,7 +113,8 @@ class CostReport:
         return {
             "since": self.since, "until": self.until, "by": by, "rows": [r.to_json() for r in self.rows(by)],
             "totals": {**self.totals().to_json(), "sessions_in_range": self.sessions,
-                       "unpriced_calls": self.unpriced_calls, "live_sessions": self.live},
+                       "unpriced_calls": self.unpriced_calls, "live_sessions": self.live,
+                       "emulated_sessions": self.emulated, "emulated_included": self.include_emulated},
         }  # fmt: skip
 
 
@@ -186,8 +191,11 @@ def cost_report(
     since: str | None = None,
     until: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    *,
+    include_emulated: bool = False,
 ) -> CostReport:
-    """Usage of the sessions created in [since, until] (ISO dates, inclusive, UTC days).
+    """Usage of the sessions created in [since, until] (ISO dates, inclusive, UTC days); emulated
+    sessions (`run --emulator`, `demo`, replays: nothing was spent) only with `include_emulated`.
 
     `on_progress(done, total)` is called as sessions are aggregated.
 
@@ -203,6 +211,11 @@ def cost_report(
         params.append(until)
     cond = " AND ".join(where)
     with open_main() as conn:
+        emulated = conn.execute(
+            f"SELECT COUNT(*) FROM sessions WHERE {cond} AND emulated = 1", params
+        ).fetchone()[0]
+        if not include_emulated:
+            cond += " AND emulated = 0"
         sessions = conn.execute(
             f"SELECT id, substr(created_at, 1, 10) AS day, status, rolled_up_at, unpriced_calls, project, "
             f"git_branch FROM sessions WHERE {cond} ORDER BY created_at, id",
@@ -216,7 +229,8 @@ def cost_report(
             f"SELECT * FROM ai_usage WHERE session_id IN (SELECT id FROM sessions WHERE {cond})", params
         ):
             stored.setdefault(r["session_id"], []).append(dict(r))
-    report = CostReport(since, until, sessions=len(sessions))
+    report = CostReport(since, until, sessions=len(sessions), emulated=emulated,
+                        include_emulated=include_emulated)  # fmt: skip
     for i, s in enumerate(sessions, 1):
         live = s["status"] == "running" or s["rolled_up_at"] is None
         rows = _live_usage(s["id"]) if live and db_file(s["id"]) is not None else None

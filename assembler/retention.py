@@ -41,6 +41,7 @@ from assembler.sessiondb import DB_NAME, GZ_NAME, MainDbMissing, disk_usage
 from capsem import health
 from capsem.ids import rfc3339, utc_now
 from capsem.paths import main_db_path, session_dir
+from capsem.private import open_private
 from capsem.rollup import open_main, rollup
 from capsem.settings import Settings, load
 
@@ -207,7 +208,11 @@ def vacuum_session(main: sqlite3.Connection, row: dict[str, Any]) -> Action:
         finally:
             conn.close()
         tmp = folder / (GZ_NAME + ".tmp")
-        with open(db, "rb") as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
+        with (
+            open(db, "rb") as src,
+            open_private(tmp, "wb") as raw,
+            gzip.open(raw, "wb", compresslevel=6) as dst,
+        ):
             shutil.copyfileobj(src, dst, 1 << 20)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
@@ -412,7 +417,7 @@ def auto_retention(settings: Settings | None = None) -> RetentionReport | None:
     if not settings.retention.auto or not main_db_path().is_file():
         return None
     policy = RetentionPolicy.from_settings(settings)
-    with open(main_db_path().parent / AUTO_LOCK, "a") as lock:
+    with open_private(main_db_path().parent / AUTO_LOCK, "a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

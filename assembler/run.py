@@ -36,6 +36,7 @@ from capsem.config import ConfigError
 from capsem.ids import SESSION_ID, new_session_id
 from capsem.mitm import CAPTURING, Mitmdump, spawn_mitmdump, wait_for_mitmdump
 from capsem.paths import capsem_home, session_db_path, session_dir, user_config_path
+from capsem.private import private_dir
 from capsem.rollup import open_main, set_exit_code
 from capsem.settings import SettingsError, load
 
@@ -46,11 +47,15 @@ class Upstream(Protocol):
     proxy_url: str
     ca_path: str
     env: dict[str, str]
+    emulated: bool
+    """Whether its answers cost nothing (a replay from the recording, not `--live`): the session is
+    marked emulated, so budgets and cost totals leave it out."""
 
     def started(self, session_id: str) -> None: ...
 
 
 if TYPE_CHECKING:  # imported in run_agent while mitmdump starts (the agent's start delay)
+    from assembler.ask_notice import AskNotices
     from assembler.context import RunContext
     from assembler.fswatch import WorkspaceWatcher
     from assembler.procdiag import Diagnostics, ProcessSampler
@@ -134,7 +139,9 @@ def check_agent(command: list[str], workspace: Path | None = None) -> str:
     return found
 
 
-def mitmdump_options(session_id: str, command: list[str], extra: str) -> tuple[str, list[str]]:
+def mitmdump_options(
+    session_id: str, command: list[str], extra: str, *, emulated: bool = False
+) -> tuple[str, list[str]]:
     """(session id, mitmdump arguments): capsem's own `--set capsem_*` options plus `extra`. An
     option `extra` sets itself replaces capsem's (mitmdump would drop the addon silently on a
     duplicate); a `capsem_session_id` there names the session.
@@ -157,6 +164,8 @@ def mitmdump_options(session_id: str, command: list[str], extra: str) -> tuple[s
         if not SESSION_ID.fullmatch(session_id):
             raise ValueError(f"--mitmdump-args: capsem_session_id {session_id!r} is not YYYYMMDD-HHMMSS-xxxx")
     ours = {"capsem_session_id": session_id, "capsem_mode": "run", "capsem_command": shlex.join(command)}
+    if emulated:  # nothing it answers is spent: budgets and cost totals leave the session out
+        ours["capsem_emulated"] = "true"
     options = [x for name, value in ours.items() if name not in given for x in ("--set", f"{name}={value}")]
     return session_id, options + args
 
@@ -330,14 +339,17 @@ def run_agent(
     if server is not None:
         mode = f"--mode upstream:{server.proxy_url} --set {shlex.quote('ssl_verify_upstream_trusted_ca=' + server.ca_path)}"
         mitmdump_args = f"{mode} {mitmdump_args}"
-    session_id, args = mitmdump_options(session_id or new_session_id(), command, mitmdump_args)
+    emulated = emulator or (upstream is not None and upstream.emulated)
+    session_id, args = mitmdump_options(
+        session_id or new_session_id(), command, mitmdump_args, emulated=emulated
+    )
     try:
         diagnostics = load().diagnostics  # a bad setting fails before anything starts
     except SettingsError as exc:
         raise RuntimeError(str(exc)) from exc
     brokered = _brokered() if broker else None
     folder = session_dir(session_id)
-    folder.mkdir(parents=True, exist_ok=True)
+    private_dir(folder)
     log_path = folder / "mitmdump.log"
     confdir = capsem_home() / "mitmproxy"
     own = signals is None
@@ -352,7 +364,9 @@ def run_agent(
     tidied: list[RetentionReport] = []
     tidy = threading.Thread(target=_tidy_up, args=(tidied,), name="capsem-retention", daemon=True)
     code: int | None = None
+    notices: AskNotices | None = None
     try:
+        from assembler.ask_notice import AskNotices
         from assembler.fswatch import WorkspaceWatcher
         from assembler.procdiag import ProcessSampler
         from assembler.procdiag.sampler import secrets_of
@@ -373,6 +387,7 @@ def run_agent(
             agent = signals.agent = subprocess.Popen(command, cwd=workspace, env=env)
         except OSError as exc:
             raise AgentNotFound(f"{command[0]}: {exc.strerror or exc}", 126) from exc
+        notices = AskNotices(session_id, _say).start()  # a request an `ask` rule holds: say so
         tidy.start()  # after the agent started: housekeeping never delays it
         if diagnostics.enabled:
             sampler = ProcessSampler(agent.pid, session_db_path(session_id),
@@ -380,6 +395,8 @@ def run_agent(
             sampler.start()
         code = _wait_for_agent(agent)
     finally:
+        if notices is not None:
+            notices.stop()
         report = _stop_recording(process, proxy, watcher, sampler)
         if code is not None:
             _store_exit_code(session_id, code)

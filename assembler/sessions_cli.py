@@ -128,7 +128,12 @@ def _session_cells(r: dict) -> list[str]:
     )
     uncached = max(0, r["total_input_tokens"] - cache_write - cache_read)
     lossy = r.get("capture_status") in LOSSY
-    status = r["status"] + ("!" if lossy else "") + (" kept" if r.get("keep") else "")
+    status = (
+        r["status"]
+        + ("!" if lossy else "")
+        + (" kept" if r.get("keep") else "")
+        + (" emu" if r.get("emulated") else "")
+    )
     return [r["id"] + ("*" if r["has_db"] else " "), created(r), duration(r), status,
             "" if r.get("exit_code") is None else str(r["exit_code"]),
             _cost(r["total_estimated_cost"], r.get("unpriced_calls")),
@@ -150,6 +155,9 @@ def _print_listing_notes(console: Console, listing: Listing) -> None:
     if listing.matched > len(found):
         notes.append(f"showing {len(found)} of {counted(listing.matched, 'session')} (-n 0 shows all)")
     console.print("; ".join(notes), highlight=False)
+    if any(r.get("emulated") for r in found):
+        console.print("emu = emulated (run --emulator, demo, replay): nothing was spent; left out of budgets and "
+                      "cost-report", highlight=False)  # fmt: skip
     if any(_stepped_in(r) for r in found):
         console.print("capsem = requests capsem denied (d: policy or budget), warned (w) or asked (a) about, "
                       "placeholders it refused (r): capsem view ID says why", highlight=False)  # fmt: skip

@@ -8,7 +8,10 @@
   batched commits (scrubbed), and whole non-streamed Anthropic calls through the recorder's
   real loop on a thread (`RecorderThread`: messages in, net_events, model_calls, tool_calls and
   tool_responses rows out, priced, scrubbed);
-- memory of a 200 MiB streamed response read by `ResponseReader` (in a subprocess: memory.py).
+- memory of a 200 MiB streamed response read by `ResponseReader` (in a subprocess: memory.py);
+- the canonical request (`addons.canonical.CanonicalRequest.of`), what `Flows.requestheaders`
+  computes for every flow, in µs per request: for plain API requests (the common case: no escape,
+  dot segment or odd host) and for rewritten ones, beside the `urlsplit` it replaced.
 
 Each corpus repeats the content events of a wire fixture in tests/fixtures/ (head and tail
 events kept once) up to the size asked, so the parsers see the real shapes. Framing and parsing
@@ -30,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from addons.body import ResponseReader
+from addons.canonical import CanonicalRequest
 from addons.framing import SSEDecoder, SSEEvent
 from addons.messages import FlowEnded, RequestHead, ResponseHead, Route
 from addons.providers import parser_for
@@ -242,12 +246,37 @@ def bench_scrubber(size: int, repeat: int) -> dict:
     return out
 
 
+PLAIN = [("POST", 443, "/v1/messages", ("api.anthropic.com", "api.anthropic.com")),
+         ("POST", 443, "/v1/chat/completions", ("api.openai.com", "api.openai.com", "api.openai.com")),
+         ("GET", 8080, "/v1/models", ("127.0.0.1", "127.0.0.1:8080"))]  # fmt: skip
+REWRITTEN = [("GET", 80, "//admin/./x/../users;x=1", ("0x7f000001", "X.PASTEBIN.COM.")),
+             ("GET", 443, "/%61dmin%2Fusers", ("api.example.com", "[::ffff:7f00:1]:443", "bücher.de"))]  # fmt: skip
+
+
+def bench_canonical(repeat: int, n: int = 20_000) -> dict:
+    """µs of CPU per `CanonicalRequest.of` (the requests above, round robin), and per `urlsplit`."""
+    from urllib.parse import urlsplit
+
+    def per_request(fn: Callable[[], object], count: int) -> float:
+        return best_time(fn, repeat) / count * 1e6
+
+    def canonical(requests: list) -> Callable[[], object]:
+        return lambda: [CanonicalRequest.of(*r) for _ in range(n // len(requests)) for r in requests]
+
+    split = per_request(lambda: [urlsplit(r[2]) for _ in range(n // len(PLAIN)) for r in PLAIN], n)
+    return {"plain_us": per_request(canonical(PLAIN), n), "rewritten_us": per_request(canonical(REWRITTEN), n),
+            "urlsplit_us": split}  # fmt: skip
+
+
 def run_micro(*, corpus_mib: int, repeat: int, store_rows: int, calls: int, memory_mib: int,
               log: Callable[[str], None] = print) -> dict:  # fmt: skip
     size = corpus_mib * 2**20
     results: dict = {"corpus_mib": corpus_mib, "piece": PIECE}
     results["framing"] = bench_framing(size, repeat)
     log(f"  framing: {results['framing']['mib_s']:.1f} MiB/s")
+    canon = results["canonical"] = bench_canonical(repeat)
+    log(f"  canonical request: {canon['plain_us']:.1f} µs plain, {canon['rewritten_us']:.1f} µs rewritten "
+        f"(urlsplit: {canon['urlsplit_us']:.1f} µs)")  # fmt: skip
     results["scrubber"] = bench_scrubber(min(size, 2 * 2**20), repeat)
     for name, res in results["scrubber"].items():
         log(

@@ -182,6 +182,13 @@ def micro_table(micro: dict) -> str:
             f"| `{protocol}` `ResponseReader` (raw bytes in: frame + parse; goal ≥ {PARSER_GOALS['reader']:g}) "
             f"| {read} MiB/s |"
         )
+    if "canonical" in micro:
+        canon = micro["canonical"]
+        lines.append(
+            f"| the canonical request per flow (`CanonicalRequest.of`): plain / rewritten requests "
+            f"(the `urlsplit` it replaced: {canon['urlsplit_us']:.1f}) "
+            f"| {canon['plain_us']:.1f} / {canon['rewritten_us']:.1f} µs |"
+        )
     for name, res in micro.get("scrubber", {}).items():
         what = (
             "a Claude Code request, `scrub`"

@@ -17,6 +17,8 @@ import os
 import sqlite3
 from pathlib import Path
 
+from capsem.private import open_private
+
 logger = logging.getLogger(__name__)
 
 FILE_NAME = "capture-health.json"
@@ -32,7 +34,7 @@ def reserve(folder: Path) -> None:
     if path.exists():
         return
     try:
-        with path.open("wb") as out:
+        with open_private(path, "wb") as out:
             out.write(b"{}" + b" " * (SIZE - 2))
     except OSError as exc:
         logger.warning("capsem: cannot reserve %s: %s", path, exc)

@@ -279,3 +279,23 @@ def m011_cache_break_cost(conn: sqlite3.Connection) -> None:
 def m012_replay_of(conn: sqlite3.Connection) -> None:
     """`capsem replay`: the session a replay session answered its calls from."""
     conn.execute("ALTER TABLE sessions ADD COLUMN replay_of TEXT")
+
+
+@MAIN.migration
+def m013_emulated(conn: sqlite3.Connection) -> None:
+    """Sessions whose answers cost nothing (`run --emulator`, `demo`, a replay from the recording):
+    left out of budgets (the `spend` ledger's view skips them) and cost totals. Earlier replays
+    and demos are known by their rows."""
+    run_script(
+        conn,
+        """
+        ALTER TABLE sessions ADD COLUMN emulated INTEGER NOT NULL DEFAULT 0;
+        UPDATE sessions SET emulated = 1 WHERE replay_of IS NOT NULL OR mode = 'demo';
+        DROP VIEW spend;
+        CREATE VIEW spend AS
+            SELECT session_id, day, provider, model, host, call_count, estimated_cost FROM spend_entries
+            WHERE id IN (SELECT MAX(id) FROM spend_entries GROUP BY session_id, day, provider, model, host)
+              AND call_count > 0
+              AND session_id NOT IN (SELECT id FROM sessions WHERE emulated = 1)
+        """,
+    )

@@ -23,6 +23,7 @@ import secrets
 from pathlib import Path
 
 from capsem.paths import capsem_home
+from capsem.private import private_dir
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def _key_for(path: str) -> bytes:
         )
         return secrets.token_bytes(KEY_BYTES)
     try:
-        file.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(file.parent)
         fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:  # another process made it first
         return _read(file)

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from capsem.private import CHILD_UMASK, open_private, private_dir
+
 ADDON_PATH = Path(__file__).resolve().parent.parent / "addons" / "capsem_addon.py"
 _LISTENING = re.compile(rb"proxy(?: \([a-z ]+\))? listening at \*?\[?([0-9a-fA-F.:]+?)\]?:(\d+)")
 
@@ -102,6 +104,7 @@ def spawn_mitmdump(
     addon: bool = True,
     env: dict[str, str] | None = None,
     new_session: bool = False,
+    umask: int = CHILD_UMASK,
 ) -> subprocess.Popen[bytes]:
     """Start mitmdump on 127.0.0.1 and a free port, without waiting (`wait_for_mitmdump` waits).
 
@@ -113,22 +116,29 @@ def spawn_mitmdump(
         env: environment for the process (default: ours).
         new_session: in a session (and process group) of its own: signals sent to ours (a
             terminal's Ctrl-C) do not reach it (`capsem run`).
+        umask: its umask: 077, so that all it writes (mitmproxy's CA, the session's files) is
+            private (tests pass another to play a mitmdump the user started).
     """
-    confdir.mkdir(parents=True, exist_ok=True)
+    private_dir(confdir)
     cmd = [
         mitmdump_executable(),
         "--listen-host", "127.0.0.1",
         "-p", "0",
         "--set", f"confdir={confdir}",
         "--set", "termlog_verbosity=info",
-        "--set", "flow_detail=0",
     ]  # fmt: skip
+    args = args or []
+    # no flow lines (URLs, headers): session.db holds the flows, scrubbed (unless the caller sets
+    # flow_detail: mitmproxy refuses an option set twice)
+    if not any(a.startswith("flow_detail=") for a in args):
+        cmd += ["--set", "flow_detail=0"]
     if addon:
         cmd += ["-s", str(ADDON_PATH)]
-    cmd += args or []
-    with log_path.open("wb") as log:
+    cmd += args
+    with open_private(log_path, "wb") as log:  # mitmdump and its recorder write only private files
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env or dict(os.environ), start_new_session=new_session)  # fmt: skip
+                                env=env or dict(os.environ), start_new_session=new_session,
+                                umask=umask)  # fmt: skip
 
 
 def wait_for_mitmdump(
@@ -203,6 +213,7 @@ def start_mitmdump(
     addon: bool = True,
     env: dict[str, str] | None = None,
     timeout: float = 30.0,
+    umask: int = CHILD_UMASK,
 ) -> Mitmdump:
     """Start mitmdump on 127.0.0.1 and a free port; return once it listens (`spawn_mitmdump`'s
     arguments).
@@ -210,5 +221,5 @@ def start_mitmdump(
     Raises:
         MitmdumpError: when mitmdump exits or does not listen within `timeout`, saying why.
     """
-    process = spawn_mitmdump(confdir=confdir, log_path=log_path, args=args, addon=addon, env=env)
+    process = spawn_mitmdump(confdir=confdir, log_path=log_path, args=args, addon=addon, env=env, umask=umask)
     return wait_for_mitmdump(process, confdir=confdir, log_path=log_path, addon=addon, timeout=timeout)

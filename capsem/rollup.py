@@ -249,25 +249,35 @@ def open_main(path: Path | None = None) -> sqlite3.Connection:
 
 
 def register_session(
-    main: sqlite3.Connection, session_id: str, *, mode: str, command: str | None, created_at: str
+    main: sqlite3.Connection,
+    session_id: str,
+    *,
+    mode: str,
+    command: str | None,
+    created_at: str,
+    scrubber: Scrubber | None = None,
+    emulated: bool = False,
 ) -> None:
-    """Insert the `running` row for a session owned by this process (its command line scrubbed)."""
+    """Insert the `running` row for a session owned by this process (its command line scrubbed by
+    `scrubber`, the configured rules' one; the shipped rules' without it); `emulated`: its answers
+    cost nothing (left out of budgets and cost totals)."""
     me = psutil.Process()
     main.execute(
         """INSERT INTO sessions (id, mode, command, status, created_at, capsem_version, pid,
-                                 pid_started_at, hostname)
-           VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?)
+                                 pid_started_at, hostname, emulated)
+           VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)
            ON CONFLICT(id) DO UPDATE SET status='running', stopped_at=NULL, pid=excluded.pid,
                                          pid_started_at=excluded.pid_started_at""",
         (
             session_id,
             mode,
-            Scrubber().scrub_command(command),
+            (scrubber or Scrubber()).scrub_command(command),
             created_at,
             __version__,
             os.getpid(),
             me.create_time(),
             socket.gethostname(),
+            int(emulated),
         ),
     )
 

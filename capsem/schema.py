@@ -5,12 +5,14 @@ never migrate.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 
 from capsem.main_schema import MAIN as MAIN_MIGRATIONS
 from capsem.migrations import Migration, migrate
 from capsem.packed import register as register_packed
+from capsem.private import private_dir, private_file
 from capsem.session_schema import SESSION as SESSION_MIGRATIONS
 from capsem.session_schema import SESSION_TABLES, STORAGE_TABLES
 
@@ -25,7 +27,9 @@ def connect(path: Path, *, readonly: bool = False, timeout: float = 5.0) -> sqli
         conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
         conn.execute("PRAGMA query_only = ON")
     else:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
+        with contextlib.suppress(OSError):  # (SQLite says why it cannot open it)
+            private_file(path)  # 0600 before SQLite makes it: its -wal and -shm get the same mode
         conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")

@@ -676,3 +676,11 @@ def m016_body_runs(conn: sqlite3.Connection) -> None:
         CREATE INDEX idx_event_body_blobs_event_id ON event_body_blobs(owner_event_id)
         """,
     )
+
+
+@SESSION.migration
+def m017_canonical_path(conn: sqlite3.Connection) -> None:
+    """`net_events.canonical_path`: the path the policy decided on (`addons/canonical.py`: dot
+    segments removed, slashes merged, unreserved escapes decoded, `;params` set aside) beside
+    `path`, which keeps the path exactly as sent. NULL for rows written before it existed."""
+    conn.execute("ALTER TABLE net_events ADD COLUMN canonical_path TEXT")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from capsem.mitm import Mitmdump, start_mitmdump
+from capsem.private import CHILD_UMASK
 from capsem.schema import connect
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -93,6 +94,7 @@ class ProxyFactory:
         ca: str | None = None,
         addon: bool = True,
         args: list[str] | None = None,
+        umask: int = CHILD_UMASK,
     ) -> Mitmdump:
         extra = list(args or [])
         if upstream:
@@ -105,6 +107,7 @@ class ProxyFactory:
             log_path=self.tmp_path / f"mitmdump-{n}.log",
             args=extra,
             addon=addon,
+            umask=umask,
         )
         self.started.append(proxy)
         return proxy

@@ -1,4 +1,5 @@
-"""MCP over HTTP: `wire` parses JSON-RPC messages and streams (pure); `ledger` turns them into
+"""MCP over HTTP: `jsonrpc` decides which requests are MCP (once, in mitmdump); `wire` parses
+JSON-RPC messages and streams (pure); `ledger` turns them into
 `mcp_calls` rows, ties answers that arrive on a separate stream to their requests and links
 a model's `mcp__server__tool` call to the MCP call that ran it."""
 
@@ -10,7 +11,6 @@ from addons.mcp.wire import (
     header_call,
     initialize_name,
     learned_name,
-    looks_like_mcp,
     mcp_tool_name,
     parse_request,
     parse_response,
@@ -27,7 +27,6 @@ __all__ = [
     "header_call",
     "initialize_name",
     "learned_name",
-    "looks_like_mcp",
     "mcp_tool_name",
     "parse_request",
     "parse_response",

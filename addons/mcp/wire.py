@@ -27,12 +27,6 @@ from urllib.parse import urljoin, urlsplit
 from addons.decode import BodyDecoder
 from addons.framing import SSEDecoder
 
-# methods of the MCP specification (2025-11-25 and 2026-07-28), by prefix
-_MCP_METHODS = (
-    "initialize", "ping", "notifications/", "tools/", "resources/", "prompts/", "completion/", "logging/",
-    "sampling/", "elicitation/", "roots/", "server/", "subscriptions/", "tasks/",
-)  # fmt: skip
-_MCP_HEADERS = ("mcp-session-id", "mcp-protocol-version", "mcp-method")
 _TOOL_NAMES = (
     re.compile(r"^mcp__(?P<server>[^_].*?)__(?P<tool>.+)$"),  # Claude Code, Codex CLI
     re.compile(
@@ -95,39 +89,23 @@ def _messages(value: Any) -> list[dict[str, Any]] | None:
     return items
 
 
+def _objects(value: Any) -> list[dict[str, Any]]:
+    """The messages of a request body already decided to be MCP: its objects (a batch's items that
+    are not objects are skipped; a message may lack `jsonrpc`, see `addons/mcp/jsonrpc.py`)."""
+    items = value if isinstance(value, list) else [value]
+    return [m for m in items if isinstance(m, dict)]
+
+
 def _size(message: Any) -> int:
     return len(json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode())
 
 
-def looks_like_mcp(headers: list[tuple[str, str]], body: bytes | None) -> bool:
-    """Cheap test on the event loop: an MCP header, JSON-RPC in the first bytes of the body, or a
-    compressed JSON body (the recorder decodes it and decides)."""
-    lowered = {name.lower(): value.lower() for name, value in headers}
-    if any(name in lowered for name in _MCP_HEADERS):
-        return True
-    if lowered.get("content-encoding", "identity") != "identity" and "json" in lowered.get(
-        "content-type", ""
-    ):
-        return bool(body)
-    return bool(body) and b'"jsonrpc"' in body[:2048]  # type: ignore[index]
-
-
-def parse_request(body: bytes, headers: dict[str, str] | None = None) -> list[McpRequest] | None:
-    """The MCP messages of a POST body, or None when it is not MCP.
-
-    A body is MCP when it is JSON-RPC 2.0 and a message uses an MCP method, or when an MCP header
-    (`Mcp-Session-Id`, `Mcp-Protocol-Version`, `Mcp-Method`) says so.
-    """
+def parse_request(body: bytes) -> list[McpRequest] | None:
+    """The messages of a request body that is MCP (decided once, in mitmdump, by
+    `addons/mcp/jsonrpc.py`: this does not decide again), or None when it cannot be read."""
     try:
-        messages = _messages(json.loads(body))
+        messages = _objects(json.loads(body))
     except (ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    if messages is None:
-        return None
-    names = {name.lower() for name in headers or {}}
-    mcp_header = any(h in names for h in _MCP_HEADERS)
-    methods = [m.get("method") for m in messages]
-    if not mcp_header and not any(isinstance(m, str) and m.startswith(_MCP_METHODS) for m in methods):
         return None
     out = []
     for message in messages:

@@ -16,7 +16,7 @@ import json
 import logging
 import secrets
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from mitmproxy import http
@@ -114,6 +114,8 @@ class Approvals:
             self.hook_failures += 1
             logger.warning("capsem: holding %s failed: %r", flow.id, exc, exc_info=True)
             answer = Answer("denied", "error", f"capsem could not hold the request: {exc!r}")
+        if answer.reason:  # a person's words, an exception's text: the agent reads it, session.db keeps it
+            answer = replace(answer, reason=self._scrubber().scrub(answer.reason))
         state.approval = record_of(waiting, answer)
         if answer.decision != "approved":
             refuse(flow, state.route, calls, verdict.rule or "", answer)

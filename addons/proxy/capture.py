@@ -48,6 +48,7 @@ from addons.proxy.tap import RequestTap, ResponseTap
 from addons.spec import RecorderSpec, otlp_of, spec_of
 from capsem.ids import SESSION_ID
 from capsem.paths import main_db_path
+from capsem.redact import scrubber_for
 from capsem.settings import Settings, SettingsError, defaults, load
 
 logger = logging.getLogger(__name__)
@@ -73,6 +74,8 @@ class Capsem:
         self.make_recorder = recorder
         self.settings: Settings = defaults()
         self.session: Session | None = None
+        self.emulated = False
+        """The session's answers cost nothing (`capsem_emulated`): no budget checks or counts it."""
         self.outbox: Outbox | None = None
         self.recorder: Barriers | None = None
         self.flows = Flows(self)
@@ -107,6 +110,12 @@ class Capsem:
             "Command line stored with the session.",
         )
         loader.add_option(
+            "capsem_emulated",
+            bool,
+            False,
+            "The session's answers cost nothing (run --emulator, demo, replay): no budget counts it.",
+        )
+        loader.add_option(
             "capsem_preview_bytes",
             Optional[str],  # noqa: UP045 (text, checked by the settings: a bad value is refused in one line)
             None,
@@ -133,7 +142,7 @@ class Capsem:
         """Use `settings` (configure's job; in-process tests call it directly)."""
         self.policy = Policy.from_settings(settings)
         guard = Guardrails.from_settings(settings)  # reads the credentials' sources
-        if self.session is not None and self.recorder is not None:  # options changed while running
+        if self.session is not None and self.recorder is not None and not self.emulated:  # options changed
             self.guard.stop()
             guard.start(self.recorder, self.session.id, main_db_path())
         self.guard = guard
@@ -150,15 +159,23 @@ class Capsem:
             session_id=ctx.options.capsem_session_id,
             mode=ctx.options.capsem_mode,
             command=ctx.options.capsem_command,
+            emulated=ctx.options.capsem_emulated,
         )
 
     def start(
-        self, session_id: str | None = None, mode: str = "mitmdump", command: str | None = None
+        self,
+        session_id: str | None = None,
+        mode: str = "mitmdump",
+        command: str | None = None,
+        emulated: bool = False,
     ) -> None:
-        """Register the session and start the recorder (called by `running`; tests call it directly)."""
-        session = self.session = Session.register(session_id, mode=mode, command=command)
+        """Register the session and start the recorder (called by `running`; tests call it directly).
+        An `emulated` session's answers cost nothing: no budget checks or counts its calls."""
+        self.emulated = emulated
+        session = self.session = Session.register(session_id, mode=mode, command=command, emulated=emulated,
+                                                  scrubber=scrubber_for(self.settings.capture))  # fmt: skip
         spec = spec_of(self.settings.capture, session_id=session.id, db_path=str(session.db_path),
-                       main_db_path=str(main_db_path()), mode=mode, track_spend=bool(self.guard.budgets),
+                       main_db_path=str(main_db_path()), mode=mode, track_spend=bool(self.guard.budgets) and not emulated,
                        learn=self.guard.broker.secrets, otlp=otlp_of(self.settings.export))  # fmt: skip
         self.outbox = Outbox()
         self.connections.start()
@@ -179,7 +196,8 @@ class Capsem:
             process.on_ready = announce  # session.db is open
             self.recorder = process
             process.start()
-        self.guard.start(self.recorder, session.id, main_db_path())
+        if not emulated:
+            self.guard.start(self.recorder, session.id, main_db_path())
         # `capsem run` starts the agent on this line, ~0.2 s before the recorder has opened
         # session.db: flows wait in the outbox meanwhile
         logger.info(f"capsem: session {session.id} registered; capture started")
@@ -261,7 +279,9 @@ class Capsem:
             return
         state.response = response_head(resp)
         content_type = resp.headers.get("content-type")
-        framing = stream_framing(state.route.protocol, content_type, state.head.path) if state.route else None
+        framing = (
+            stream_framing(state.route.protocol, content_type, state.request.path) if state.route else None
+        )
         event_stream = is_event_stream(content_type)
         if not (framing or event_stream or resp.stream):
             return

@@ -1,9 +1,14 @@
 """The hook side's state of each open flow, and the addon that opens it: first in the chain.
 
 `Flows` runs before the other addons (`addons/capsem_addon.py`): at `requestheaders` it copies
-the request head and decides the flow's route (`addons/providers/__init__.py: detect`); at
-`request` it keeps the body, sniffs the route of a POST to an unknown path and says whether the
-flow is an MCP call. The addons after it (policy, guardrails, capture) read and complete the
+the request head (its path exactly as sent), computes the canonical request once
+(`addons/canonical.py`: every name the request carries, its canonical path) and decides the flow's
+route on it (`addons/providers/__init__.py: detect`); at `request` it keeps the body, says whether
+the flow is an MCP call (`addons/mcp/jsonrpc.py`: its decoded body parsed, decided here once for
+the policy and the recorder) and sniffs the route of another POST to an unknown path. A JSON-RPC
+body is MCP even on a model-call path; only a model-call path on a known provider's own host
+(`api.anthropic.com/v1/messages`) is not parsed for it, since no MCP server answers there. The
+addons after it (policy, guardrails, capture) read and complete the
 same `FlowState`; `Capsem` hands it over as one `FlowEnded` and forgets it.
 """
 
@@ -12,13 +17,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from mitmproxy import http
 
-from addons import mcp
+from addons.canonical import CanonicalRequest, split_target
+from addons.mcp.jsonrpc import Kind, read_request
 from addons.messages import Approval, RequestHead, ResponseHead, Route, Substitution
-from addons.providers import detect
+from addons.providers import detect, provider_for_host
 from addons.providers.sniff import sniff_route
 from addons.proxy.hooks import addr, guarded
 from addons.proxy.tap import RequestTap, ResponseTap
@@ -32,6 +37,8 @@ class FlowState:
     """The hook side's state of one open flow (never handed over: messages are built from it)."""
 
     head: RequestHead
+    request: CanonicalRequest
+    """What the request means, decided once at `requestheaders`: what every rule decides on."""
     route: Route | None
     decision: str = "allowed"
     matched_rule: str | None = None
@@ -39,6 +46,10 @@ class FlowState:
     response_tap: ResponseTap | None = None
     response: ResponseHead | None = None
     mcp: bool = False
+    mcp_body: bytes | None = None
+    """The decoded body of an MCP request (what the policy reads its calls from)."""
+    mcp_unreadable: bool = False
+    """An MCP body that cannot be read whole: the policy takes it as any call."""
     request_body: bytes | None = None
     request_size: int = 0
     request_truncated: bool = False
@@ -63,14 +74,16 @@ class Flows:
             return
         req = flow.request
         self.capture.connections.attempts.flow_started(flow.client_conn.id)
-        parts = urlsplit(req.path if req.path.startswith("/") else "/" + req.path)
+        path, query = split_target(req.path)  # `//admin` is a path, never a host
+        canonical = CanonicalRequest.of(req.method, req.port, path, names(flow))
         head = RequestHead(
             key=flow.id, conn=flow.client_conn.id, started=req.timestamp_start or time.time(),
-            scheme=req.scheme, host=req.host, port=req.port, method=req.method, path=parts.path,
-            query=parts.query, http_version=req.http_version, headers=tuple(req.headers.items(multi=True)),
-            client_addr=addr(flow.client_conn.peername),
+            scheme=req.scheme, host=req.host, port=req.port, method=req.method, path=path,
+            query=query, http_version=req.http_version, headers=tuple(req.headers.items(multi=True)),
+            client_addr=addr(flow.client_conn.peername), canonical_path=canonical.path,
         )  # fmt: skip
-        self.open[flow.id] = FlowState(head, detect(req.host, parts.path, req.method, req.port))
+        route = detect(canonical.names[0].host or req.host, canonical.path, req.method, req.port)
+        self.open[flow.id] = FlowState(head, canonical, route)
 
     @guarded
     def request(self, flow: http.HTTPFlow) -> None:
@@ -79,16 +92,40 @@ class Flows:
             return
         collect_request(flow, state)
         head = state.head
-        if (
-            state.route is None and head.method == "POST"
-        ):  # an unknown path: does the body look like a model call?
+        if not _model_api(state):
+            kind, state.mcp_body = read_request(list(head.headers), head.method, state.request_body,
+                                                self.capture.settings.capture.max_body_bytes,
+                                                cut=state.request_truncated)  # fmt: skip
+            state.mcp, state.mcp_unreadable = kind is not Kind.NOT_MCP, kind is Kind.UNREADABLE
+        if state.mcp and not state.mcp_unreadable:
+            state.route = None  # a JSON-RPC body is no model call, whatever its path or keys
+        elif state.route is None and head.method == "POST":  # an unknown path: a model call's body?
             state.route = sniff_route(head.host, head.path, head.header("content-type"),
                                       head.header("content-encoding"), state.request_body, port=head.port)  # fmt: skip
-        state.mcp = (
-            state.route is None
-            and head.method == "POST"
-            and mcp.looks_like_mcp(list(head.headers), state.request_body)
-        )
+
+
+def _model_api(state: FlowState) -> bool:
+    """A model-call path on a known provider's own host (every name the request gives for it): no
+    MCP server answers there. A model-call path elsewhere (any host may serve MCP) is parsed."""
+    if state.route is None:
+        return False
+    return all(provider_for_host(name.host) is not None for name in state.request.names)
+
+
+def names(flow: http.HTTPFlow) -> list[str]:
+    """Every name the request carries, the destination first: where mitmproxy connects (the
+    absolute-form URI's host, else the CONNECT target or the transparent destination), each Host
+    header, HTTP/2's `:authority`, the TLS SNI and the server connection's address. The request
+    goes upstream under all of them (DNS, TLS, virtual hosting), so each is checked."""
+    req = flow.request
+    found = [req.host, *req.headers.get_all("host")]
+    if req.authority:
+        found.append(req.authority)
+    if flow.client_conn.sni:
+        found.append(flow.client_conn.sni)
+    if flow.server_conn.address:
+        found.append(flow.server_conn.address[0])
+    return found
 
 
 def collect_request(flow: http.HTTPFlow, state: FlowState) -> None:

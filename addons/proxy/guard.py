@@ -6,8 +6,9 @@ the spend view); this addon says when. At `requestheaders` the real keys replace
 placeholders and a model call whose body streams up is checked on its headers; at `request` every
 other model call is checked, after `await`ing the cost of calls that have just ended (mitmproxy
 awaits what a hook returns: the event loop never blocks). A `response.create` on a WebSocket is a
-model call too. When a flow ends, the budgets learn that its cost is on its way, before the
-capture addon hands it to the recorder.
+model call too. A call let through holds its reservation (its most expensive outcome) until its
+cost is counted. When a flow ends (a WebSocket turn: when the server ends it), the budgets learn
+that its cost is on its way, before the capture addon hands it to the recorder.
 """
 
 from __future__ import annotations
@@ -38,14 +39,17 @@ class Guard:
         self.hook_failures = 0
 
     @guarded
-    def requestheaders(self, flow: http.HTTPFlow) -> None:
+    def requestheaders(self, flow: http.HTTPFlow) -> Any:
         state, guard = self.capture.flows.get(flow), self.capture.guard
         if state is None:
             return
         if guard.broker:  # the flow's head keeps the placeholders; the upstream gets the keys
             state.substitutions = guard.substitute(flow)
         if flow.request.stream and flow.response is None and guard.checks(state.route):
+            if not guard.settled():  # the prices are still loading, or a call just ended
+                return self._when_settled("requestheaders", lambda: self._apply_budget(flow, state))
             self._apply_budget(flow, state)  # the body goes up as it comes: decide on the headers
+        return None
 
     @guarded
     def request(self, flow: http.HTTPFlow) -> Any:
@@ -75,10 +79,16 @@ class Guard:
         """Check a model call against the budgets: record a warning, or answer it in the
         provider's error shape so that nothing reaches the upstream."""
         assert state.route is not None
-        head, guard = state.head, self.capture.guard
-        verdict = guard.verdict(state.route, guard.model_of(flow, state.route), head.host,
-                                f"{head.method} {head.host}{head.path} ({flow.id})")  # fmt: skip
+        head, guard, route = state.head, self.capture.guard, state.route
+        tokens = guard.tokens_of(flow, route)
+        model = route.model or tokens.model
+        host = state.request.names[0].host or head.host  # canonical: `api.openai.com.` is api.openai.com
+        worst = guard.worst(route, model, host, tokens)
+        verdict = guard.verdict(
+            route, model, host, f"{head.method} {head.host}{head.path} ({flow.id})", worst
+        )
         record(state, verdict)
+        guard.reserve(flow.id, route, host, verdict, worst)
         if verdict.decision == "denied":
             status, body, headers = guard.refusal(state.route, verdict)
             flow.response = http.Response.make(status, body, headers)
@@ -92,7 +102,7 @@ class Guard:
             return None
         msg = flow.websocket.messages[-1]
         if not msg.from_client:
-            guard.ws_message(flow.id, msg.content)
+            guard.ws_message(flow.id, msg.content, msg.injected)
         elif guard.ws_turn(msg.content)[0]:
             if not guard.settled():  # the previous turn just ended: wait for its cost (mitmproxy awaits this)
                 return self._when_settled("websocket_message", lambda: self._budget_ws_turn(flow, msg))
@@ -105,10 +115,13 @@ class Guard:
         state, guard = self.capture.flows.get(flow), self.capture.guard
         if state is None:
             return
-        _, model = guard.ws_turn(msg.content)
-        verdict = guard.verdict(websocket_route(state.head.host), model, state.head.host,
-                                f"WebSocket turn on {state.head.host}{state.head.path} ({flow.id})")  # fmt: skip
+        host = state.request.names[0].host or state.head.host
+        route, tokens = websocket_route(host), guard.ws_bound(msg.content)
+        worst = guard.worst(route, tokens.model, host, tokens)
+        verdict = guard.verdict(route, tokens.model, host, f"WebSocket turn on {host}{state.head.path} ({flow.id})",
+                                worst)  # fmt: skip
         record(state, verdict)
+        guard.ws_reserve(flow.id, route, host, verdict, worst)
         if verdict.decision == "denied":
             from mitmproxy import ctx
 
@@ -132,8 +145,9 @@ class Guard:
 
     def _ended(self, flow: http.HTTPFlow) -> None:
         state, recorder = self.capture.flows.get(flow), self.capture.recorder
-        if state is not None and recorder is not None and recorder.exit_reason is None:
-            self.capture.guard.ended(state.route, flow.id, state.decision)
+        if state is not None:
+            counted = recorder is not None and recorder.exit_reason is None
+            self.capture.guard.ended(state.route, flow.id, state.decision, counted)
 
 
 def record(state: FlowState, verdict: Verdict) -> None:

@@ -4,23 +4,40 @@ The `Guard` addon (`addons/proxy/guard.py`) calls this in `requestheaders` and `
 goes upstream: `substitute` puts the real keys in place of their placeholders (where allowed:
 `addons/proxy/credentials.py`), `verdict` says whether a model call is within its budgets
 (`addons/budgets.py`, over the spend in `addons/proxy/spend.py`) and `refusal` is the provider-shaped
-answer to a call that is not. Nothing here blocks the event loop: the spend of other sessions is
-read by a background thread, and waiting for the cost of calls that have just ended is `await`ed.
+answer to a call that is not. A call let through holds its reservation (`reserve`, its most
+expensive outcome: `addons/reservation.py` for the tokens, `pricing/worst.py` for the price) until
+its cost is counted. Nothing here blocks the event loop: the spend of other sessions is read by a
+background thread, the price table is loaded by another when the budgets start (genai-prices is
+imported there, never at mitmdump's start), and waiting for either, or for the cost of calls that
+have just ended, is `await`ed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from addons.budgets import Verdict, decide, model_of, refusal, usd, ws_refusal, ws_request, ws_turn_ended
+from addons.budgets import (
+    Verdict,
+    Worst,
+    decide,
+    matches,
+    refusal,
+    usd,
+    ws_refusal,
+    ws_request,
+    ws_turn_ended,
+)
 from addons.messages import Route, Substitution
 from addons.proxy.credentials import REFUSED, Broker, Brokered, load_secrets
 from addons.proxy.spend import SETTLE_SECONDS, SpendView
+from addons.reservation import Bound, bound, worst_of, ws_bound
 from addons.spec import WS_TURN
 from capsem.settings import Budget, Settings
 
@@ -28,6 +45,7 @@ if TYPE_CHECKING:
     from mitmproxy import http
 
     from addons.proxy.outbox import Barriers
+    from pricing.worst import Rates
 
 logger = logging.getLogger(__name__)
 
@@ -39,9 +57,14 @@ class Guardrails:
         self.budgets = tuple(budgets)
         self.broker = Broker(brokered)
         self.view: SpendView | None = None
-        self._needs_model = any(b.model is not None for b in self.budgets)
+        self._prices: (
+            Future[tuple[Callable[[str, str | None], Rates | None], Callable[[Rates, int, int], float]]]
+            | None
+        ) = None  # pricing.worst: rates, worst_cost
         self._announced: dict[str, str] = {}  # budget name -> the decision last logged
         self._ws_received: dict[str, int] = {}  # WebSocket flow key -> server messages seen
+        self._ws_turns: dict[str, list[str]] = {}  # WebSocket flow key -> reservations of its open turns
+        self._ws_count = 0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Guardrails:
@@ -70,6 +93,8 @@ class Guardrails:
         recorder.on_down = self.view.recorder_down
         if recorder.exit_reason is not None:  # it died for good: nothing will confirm the spend
             self.view.recorder_down()
+        self._prices = Future()
+        threading.Thread(target=_load_prices, args=(self._prices,), name="capsem-prices", daemon=True).start()
         self.view.start()
 
     def stop(self) -> None:
@@ -104,42 +129,103 @@ class Guardrails:
         return route is not None and self.view is not None
 
     def settled(self) -> bool:
-        """Whether the cost of every model call that has ended is counted."""
-        return self.view is None or self.view.settled()
+        """Whether the prices are loaded and the cost of every model call that has ended is counted."""
+        return self.view is None or (self._prices is not None and self._prices.done() and self.view.settled())
 
     async def settle(self) -> None:
-        """Wait (without blocking the event loop) until `settled`, at most SETTLE_SECONDS."""
+        """Wait (without blocking the event loop) for the prices, then until `settled`, at most
+        SETTLE_SECONDS."""
+        if self._prices is not None and not self._prices.done():
+            await asyncio.wrap_future(self._prices)
         deadline = time.monotonic() + SETTLE_SECONDS + 0.1
         while not self.settled() and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
 
-    def ended(self, route: Route | None, flow_key: str, decision: str) -> None:
-        """A flow ended: if it was a model call that went upstream, its cost is on its way."""
+    def ended(self, route: Route | None, flow_key: str, decision: str, counted: bool = True) -> None:
+        """A flow ended: if it was a model call that went upstream, its cost is on its way (unless
+        no recorder will count it: `counted`), and what it held is released once it is counted."""
         self._ws_received.pop(flow_key, None)
-        if self.view is not None and route is not None and decision != "denied":
-            self.view.ended(flow_key)
+        turns = self._ws_turns.pop(flow_key, [])  # a socket's turns still open: recorded as it ends
+        if self.view is None or (route is None and not turns):
+            return
+        held = [flow_key, *turns]
+        if counted and (turns or decision != "denied"):
+            self.view.ended(flow_key, reservations=held)
+        else:
+            for key in held:
+                self.view.release(key)
 
-    def ws_message(self, flow_key: str, content: bytes) -> None:
+    def ws_message(self, flow_key: str, content: bytes, injected: bool = False) -> None:
         """A server WebSocket message: if it ends a turn, that turn's cost is on its way (counted
-        once the recorder has handled as many of the socket's server messages)."""
+        once the recorder has handled as many of the socket's server messages), and the oldest
+        open turn's reservation is released then. capsem's own `error` for a refused turn
+        (`injected`) ends no turn that went upstream."""
         if self.view is None:
             return
         seq = self._ws_received[flow_key] = self._ws_received.get(flow_key, 0) + 1
         if ws_turn_ended(content):
-            self.view.ended(flow_key + WS_TURN, seq)
+            turns = self._ws_turns.get(flow_key)
+            held = [turns.pop(0)] if turns and not injected else []
+            self.view.ended(flow_key + WS_TURN, seq, held)
 
-    def model_of(self, flow: http.HTTPFlow, route: Route) -> str | None:
-        """The model of a call: from its URL, else (when a budget needs it) from its JSON body."""
-        if route.model is None and self._needs_model and not flow.request.stream:
-            return model_of(flow.request.get_content(strict=False))
-        return route.model
+    def tokens_of(self, flow: http.HTTPFlow, route: Route) -> Bound:
+        """The tokens the call can use at most, from its body (or its headers, when the body
+        streams upstream unread)."""
+        req = flow.request
+        if req.stream:
+            size = req.headers.get("content-length", "")
+            known = size.isdigit() and "content-encoding" not in req.headers
+            return bound(route.protocol, None, size=int(size) if known else None)
+        return bound(route.protocol, req.get_content(strict=False) or b"")
 
-    def verdict(self, route: Route, model: str | None, host: str, what: str = "") -> Verdict:
+    def worst(self, route: Route, model: str | None, host: str, tokens: Bound) -> Worst | None:
+        """The most the call can cost (`usd` None: its model has no known price); None when no
+        budget matches it."""
+        matched = [b for b in self.budgets if matches(b, route.provider, model, host)]
+        if not matched:
+            return None
+        prices = self._prices
+        if prices is None or not prices.done() or prices.exception() is not None:
+            return worst_of(
+                matched, tokens, model, None, _no_price
+            )  # no table (logged): every model unpriced
+        rates, worst_cost = prices.result()
+        return worst_of(matched, tokens, model, rates(route.provider, model), worst_cost)
+
+    def reserve(self, key: str, route: Route, host: str, verdict: Verdict, worst: Worst | None) -> None:
+        """Hold the call's reservation, when the budgets let it through and it has a price."""
+        if self.view is not None and worst is not None and worst.usd and verdict.decision != "denied":
+            self.view.reserve(key, route.provider, worst.model, host, worst.usd)
+
+    def ws_reserve(
+        self, flow_key: str, route: Route, host: str, verdict: Verdict, worst: Worst | None
+    ) -> None:
+        """As `reserve`, for a turn on a WebSocket: held until the turn ends and is counted."""
+        if verdict.decision == "denied" or worst is None or not worst.usd:
+            return
+        turns = self._ws_turns.setdefault(flow_key, [])
+        self._ws_count += 1
+        key = f"{flow_key}{WS_TURN}#{self._ws_count}"
+        turns.append(key)
+        self.reserve(key, route, host, verdict, worst)
+
+    def verdict(self, route: Route, model: str | None, host: str, what: str = "",
+                worst: Worst | None = None) -> Verdict:  # fmt: skip
         """The budgets' verdict on a model call (logged when a budget changes state, and every call
-        let through unchecked); `what` names the call in that log line."""
+        let through unchecked); `what` names the call in that log line; `worst`: its reservation."""
         assert self.view is not None
         confirmed = self.view.confirmed()
-        verdict = decide(self.budgets, route.provider, model, host, self.view.spent, confirmed=confirmed)
+        verdict = decide(self.budgets, route.provider, model, host, self.view.spent, confirmed=confirmed,
+                         reserved_of=self.view.reserved, worst=worst)  # fmt: skip
+        if verdict.unpriced and verdict.decision != "denied":
+            key = f"{verdict.budget.name if verdict.budget else ''} {model}"
+            if self._announced.get(key) != "unpriced":
+                self._announced[key] = "unpriced"
+                logger.warning("capsem: %s", verdict.message)
+            return verdict
+        if verdict.worst is not None:  # refused: its reservation does not fit
+            logger.warning("capsem: %s: %s", what or host, verdict.message)
+            return verdict
         if verdict.unconfirmed and verdict.decision != "denied":
             logger.warning("capsem: %s: %s", what or host, verdict.message)
         elif verdict.budget is not None:
@@ -159,6 +245,11 @@ class Guardrails:
         return refusal(route.protocol, route.provider, verdict)
 
     @staticmethod
+    def ws_bound(content: bytes) -> Bound:
+        """The tokens a `response.create` can use at most."""
+        return ws_bound(content)
+
+    @staticmethod
     def ws_turn(content: bytes) -> tuple[bool, str | None]:
         """Whether a client WebSocket message is a model call (`response.create`), and its model."""
         return ws_request(content)
@@ -167,3 +258,20 @@ class Guardrails:
     def ws_refusal(verdict: Verdict) -> bytes:
         """The `error` event that answers a denied WebSocket turn."""
         return ws_refusal(verdict)
+
+
+def _load_prices(future: Future) -> None:
+    """The prices' thread: genai-prices and the price table loaded off the event loop."""
+    try:
+        from pricing.worst import rates, warm, worst_cost
+
+        warm()
+        future.set_result((rates, worst_cost))
+    except Exception as exc:
+        logger.warning("capsem: the price table could not be loaded (%r): budgets count every model as "
+                       "unpriced (their on_unpriced decides)", exc)  # fmt: skip
+        future.set_exception(exc)
+
+
+def _no_price(rates: object, inputs: int, outputs: int) -> float:
+    raise AssertionError("never called: no rates")

@@ -6,32 +6,39 @@ Settings (`policy:` in the YAML config)::
       rules:
         - name: no-paste-sites          # shown in matched_rule (default: rule-<n>)
           action: deny                  # allow | warn | deny | ask
-          host: "*.pastebin.com"        # glob, case-insensitive
+          host: "*.pastebin.com"        # glob on the canonical name, or an address / CIDR range
+        - action: deny
+          host: 127.0.0.0/8             # any spelling: 127.1, 2130706433, 0x7f000001, ::ffff:7f00:1
         - action: deny
           mcp_server: files             # MCP tools/call only: server name from its initialize
                                         # result, or its endpoint host[:port]/path (glob)
           mcp_tool: "delete_*"          # and tool name (glob)
         - name: no-rm-rf
           action: deny
-          mcp_args:                     # MCP tools/call only: arguments by name, each a glob on
-            command: "rm -rf *"         # the value (a value that is not text: its JSON) or
-            path: {regex: '^/etc/'}     # {regex: ...} searched in it
+          mcp_args:                     # MCP tools/call only: arguments by name (or name glob),
+            command: {shell: "rm -rf"}  # each a pattern of capsem/argmatch.py: the command it
+            path: {regex: '^/etc/'}     # runs, a regex searched, a glob ("/etc/*") on the value,
+            "*": {any: "*169.254.*"}    # or {any: GLOB} on any string at any depth
 
 A rule matches when every field it names matches (host, port, path, method, mcp_server,
-mcp_tool, mcp_args); the first matching rule decides. No rule matching means `allowed`: the default
+mcp_tool, mcp_args); the first matching rule decides. Rules decide on the canonical request
+(`addons/canonical.py`), never on the text as written: `host` on every name the request carries
+(destination, Host header, `:authority`, TLS SNI), `path` on the canonical path. A rule that denies,
+asks or warns matches when any name (and any reading of the path) matches; an allow only when every
+one does, so neither can be walked round by a second name or a rewritten path. No rule matching means `allowed`: the default
 policy allows everything, so capture alone changes nothing. The rules are read and checked with
 every other setting by `capsem.settings` (`Settings.policy`); this module only matches.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from fnmatch import fnmatchcase
 from typing import Any, NamedTuple
 
+from addons.canonical import CanonicalRequest, HostPattern
+from capsem.argmatch import ArgMatch
 from capsem.settings import PolicyRule, Settings, SettingsError, parse
 
 DECISIONS = {"allow": "allowed", "warn": "warned", "deny": "denied", "ask": "asked"}
@@ -47,30 +54,6 @@ class McpTarget(NamedTuple):
     arguments: Mapping[str, Any] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ArgMatch:
-    """One `mcp_args` entry: the argument's value matches a glob (whole) or a regex (searched)."""
-
-    name: str
-    glob: str | None = None
-    regex: re.Pattern[str] | None = None
-
-    @classmethod
-    def of(cls, name: str, pattern: str | Mapping[str, str]) -> ArgMatch:
-        if isinstance(pattern, str):
-            return cls(name, glob=pattern)
-        return cls(name, regex=re.compile(pattern["regex"]))
-
-    def matches(self, arguments: Mapping[str, Any] | None) -> bool:
-        if not isinstance(arguments, Mapping) or self.name not in arguments:
-            return False
-        value = arguments[self.name]
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        if self.glob is not None:
-            return fnmatchcase(text, self.glob)
-        return self.regex is not None and self.regex.search(text) is not None
-
-
 class PolicyError(ValueError):
     """An invalid `policy:` setting given as a raw mapping (the typed `Settings` are checked already)."""
 
@@ -81,11 +64,16 @@ class Rule(PolicyRule):
 
     arg_matches: tuple[ArgMatch, ...] = field(default=(), compare=False)
     """`mcp_args` compiled."""
+    host_pattern: HostPattern | None = field(default=None, compare=False)
+    """`host` compiled: an address range or a glob on canonical names."""
 
     @classmethod
     def of(cls, rule: PolicyRule) -> Rule:
         args = tuple(ArgMatch.of(n, p) for n, p in (rule.mcp_args or {}).items())
-        return cls(**{f.name: getattr(rule, f.name) for f in fields(rule)}, arg_matches=args)
+        host = HostPattern.of(rule.host) if rule.host is not None else None
+        return cls(
+            **{f.name: getattr(rule, f.name) for f in fields(rule)}, arg_matches=args, host_pattern=host
+        )
 
     @property
     def needs_mcp(self) -> bool:
@@ -96,17 +84,18 @@ class Rule(PolicyRule):
         """Whether deciding needs a tools/call's arguments (its body), not only its tool name."""
         return self.mcp_args is not None
 
-    def matches(self, host: str, port: int, path: str, method: str,
-                mcp: McpTarget | tuple[tuple[str, ...], str] | None) -> bool:  # fmt: skip
-        if self.host is not None and not fnmatchcase(host.lower(), self.host.lower()):
+    def matches(self, request: CanonicalRequest, mcp: McpTarget | tuple[tuple[str, ...], str] | None) -> bool:
+        every = all if self.action == "allow" else any  # an allow must hold for every name and reading
+        host = self.host_pattern
+        if host is not None and not every(host.matches(name) for name in request.names):
             return False
-        if self.port is not None and port != self.port:
+        if self.port is not None and request.port != self.port:
             return False
-        if self.path is not None and not fnmatchcase(path, self.path):
+        if self.path is not None and not every(fnmatchcase(p, self.path) for p in request.paths):
             return False
-        if self.method is not None and method.upper() != self.method.upper():
+        if self.method is not None and request.method != self.method.upper():
             return False
-        if self.needs_mcp:
+        if self.needs_mcp and mcp is not UNREADABLE:
             if mcp is None:
                 return False
             servers, tool = mcp[0], mcp[1]
@@ -119,6 +108,11 @@ class Rule(PolicyRule):
             if not all(a.matches(arguments) for a in self.arg_matches):
                 return False
         return True
+
+
+UNREADABLE = McpTarget(("*",), "*", None)
+"""An MCP body that cannot be read whole (`addons/mcp/jsonrpc.py`): it could hold any tools/call,
+so it is taken as one that matches every MCP condition of every rule."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,25 +163,16 @@ class Policy:
         )
 
     def decide(
-        self,
-        host: str,
-        port: int,
-        path: str,
-        method: str,
-        mcp: McpTarget | tuple[tuple[str, ...], str] | None = None,
+        self, request: CanonicalRequest, mcp: McpTarget | tuple[tuple[str, ...], str] | None = None
     ) -> Verdict:
         """The first matching rule's verdict; `mcp` is (server names, tool, arguments) of an MCP tools/call."""
         for rule in self.rules:
-            if rule.matches(host, port, path, method, mcp):
+            if rule.matches(request, mcp):
                 return Verdict(DECISIONS[rule.action], rule.name)
         return ALLOW
 
-    def decide_request(
-        self, host: str, port: int, path: str, method: str, targets: Sequence[McpTarget]
-    ) -> Verdict:
+    def decide_request(self, request: CanonicalRequest, targets: Sequence[McpTarget]) -> Verdict:
         """A request's verdict: that of its strictest MCP tools/call (a batch may hold several),
         or of the request itself when it holds none."""
-        verdicts = [self.decide(host, port, path, method, t) for t in targets] or [
-            self.decide(host, port, path, method)
-        ]
+        verdicts = [self.decide(request, t) for t in targets] or [self.decide(request)]
         return min(verdicts, key=_strictness)

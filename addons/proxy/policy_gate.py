@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 from mitmproxy import http
 
 from addons import mcp
-from addons.proxy.flows import FlowState, collect_request
+from addons.proxy.flows import FlowState
 from addons.proxy.hooks import guarded
-from addons.proxy.policy import McpTarget
+from addons.proxy.policy import UNREADABLE, McpTarget
 
 if TYPE_CHECKING:
     from addons.proxy.capture import Capsem
@@ -56,8 +56,9 @@ class PolicyGate:
             or flow.response is not None
         ):
             return None
-        body = flow.request.get_content(strict=False) or b""  # decoded (gzip...) when it can be
-        calls = mcp.parse_request(body, dict(flow.request.headers)) if state.mcp else None
+        if state.mcp_unreadable:  # could hold any call: decided as one that matches every MCP rule
+            return self._apply(flow, state, [], unreadable=True)
+        calls = mcp.parse_request(state.mcp_body) if state.mcp and state.mcp_body else None
         return self._apply(flow, state, calls or [])
 
     @guarded
@@ -74,20 +75,20 @@ class PolicyGate:
         self._learn_mcp_name(flow)
 
     def _apply(
-        self, flow: http.HTTPFlow, state: FlowState, calls: list[mcp.McpRequest]
+        self, flow: http.HTTPFlow, state: FlowState, calls: list[mcp.McpRequest], *, unreadable: bool = False
     ) -> Awaitable[None] | None:
         """Decide the flow (first matching rule; a batch is judged by its strictest tools/call):
         record the decision, log a warning, answer 403 so nothing reaches the upstream, or hold
         it for a person (the coroutine returned, which mitmproxy awaits)."""
         head = state.head
-        endpoint = mcp.server_name(head.host, head.port, head.path)
+        endpoint = _endpoint(state)
         names = (endpoint, self.mcp_names[endpoint]) if endpoint in self.mcp_names else (endpoint,)
         targets = [
             McpTarget(names, c.tool_name, _arguments(c))
             for c in calls
             if c.method == "tools/call" and c.tool_name
-        ]
-        verdict = self.capture.policy.decide_request(head.host, head.port, head.path, head.method, targets)
+        ] or ([UNREADABLE] if unreadable else [])
+        verdict = self.capture.policy.decide_request(state.request, targets)
         state.decision, state.matched_rule = verdict.decision, verdict.rule
         if verdict.decision == "warned":
             logger.warning("capsem: policy rule %s warns: %s %s:%s%s", verdict.rule, head.method, head.host,
@@ -113,17 +114,21 @@ class PolicyGate:
         state = self.capture.flows.get(flow)
         if state is None or not state.mcp or not self.capture.policy.has_mcp_rules or flow.response is None:
             return
-        collect_request(flow, state)
-        if b"initialize" not in (state.request_body or b""):
+        requests = mcp.parse_request(state.mcp_body or b"")  # `initialize` may be spelled with escapes
+        if not any(r.method == "initialize" for r in requests or []):
             return
-        requests = mcp.parse_request(state.request_body or b"", dict(flow.request.headers))
         tap = state.response_tap
         body = bytes(tap.preview) if tap is not None else flow.response.get_content(strict=False)
         content_type = flow.response.headers.get("content-type")
         answers = {a.id: a for a in mcp.parse_response(body or b"", content_type)}
         name = mcp.learned_name(requests or [], answers)
         if name:
-            self.mcp_names[mcp.server_name(state.head.host, state.head.port, state.head.path)] = name
+            self.mcp_names[_endpoint(state)] = name
+
+
+def _endpoint(state: FlowState) -> str:
+    """An MCP server's endpoint name, from the canonical request (the destination and path it means)."""
+    return mcp.server_name(state.request.names[0].host, state.head.port, state.request.path)
 
 
 def _arguments(call: mcp.McpRequest) -> dict[str, Any] | None:

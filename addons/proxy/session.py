@@ -14,6 +14,8 @@ from pathlib import Path
 
 from capsem.ids import new_session_id, utc_now
 from capsem.paths import main_db_path, session_db_path
+from capsem.private import private_dir
+from capsem.redact import Scrubber
 from capsem.rollup import open_main, register_session
 
 
@@ -29,14 +31,29 @@ class Session:
 
     @classmethod
     def register(
-        cls, session_id: str | None = None, *, mode: str = "mitmdump", command: str | None = None
+        cls,
+        session_id: str | None = None,
+        *,
+        mode: str = "mitmdump",
+        command: str | None = None,
+        scrubber: Scrubber | None = None,
+        emulated: bool = False,
     ) -> Session:
-        """Create the session's directory and its `running` row in main.db."""
+        """Create the session's directory (0700) and its `running` row in main.db (the command line
+        scrubbed by `scrubber`)."""
         session = cls(session_id or new_session_id(), mode, command)
-        session.db_path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(session.db_path.parent)
         main = open_main()
         try:
-            register_session(main, session.id, mode=mode, command=command, created_at=utc_now())
+            register_session(
+                main,
+                session.id,
+                mode=mode,
+                command=command,
+                created_at=utc_now(),
+                scrubber=scrubber,
+                emulated=emulated,
+            )
         finally:
             main.close()
         return session

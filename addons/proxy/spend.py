@@ -20,9 +20,13 @@ Two halves, one per process:
   the spend is not `confirmed` until a recorder reports again: the budgets then decide by their
   `on_unconfirmed` instead of assuming the missing cost is zero.
 
-So a budget can be overshot by the calls in flight when it is crossed (they finish), plus, for
-day and month budgets, the calls other sessions make in the last `interval` + their commit
-interval.
+Each model call a budget lets through holds its reservation (`reserve`: its most expensive
+outcome, `addons/budgets.py: Worst`) from before it goes upstream until the recorder reports its
+real cost counted (`ended`, then the `done` of a report) or, if it never went upstream, until it
+ends (`release`). `reserved(budget)` is what the calls in flight hold, so no number of them
+takes this session's spend past a limit. Other sessions' calls in flight are not seen: a day or
+month budget can be overshot by their cost, plus the calls they end in the last `interval` and
+their commit interval.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
-from addons.budgets import SpendRow, spent
+from addons.budgets import SpendRow, matches, spent
 from addons.budgets import today as utc_today
 from capsem.schema import connect
 from capsem.settings import Budget
@@ -80,6 +84,9 @@ class SpendView:
         """Budget name -> spend of the other sessions in its scope (day and month budgets)."""
         self.others_day = ""
         self._pending: dict[str, tuple[float, int]] = {}  # flow key -> (when it ended, seq); event loop only
+        self._held: dict[str, tuple[str, str | None, str, float]] = {}  # reservation key -> (provider, model,
+        # host, USD); event loop only
+        self._settling: dict[str, list[tuple[int, str]]] = {}  # flow key -> [(seq, reservation key)] ended
         self._done: deque[tuple[str, int]] = deque()  # reported counted (status thread -> event loop)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -141,10 +148,40 @@ class SpendView:
             self._restarted = self._down_at  # the event loop forgets what ended before (`_drain`)
             self._down_at = None
 
-    def ended(self, flow_key: str, seq: int = 0) -> None:
+    def ended(self, flow_key: str, seq: int = 0, reservations: Sequence[str] = ()) -> None:
         """A model call ended (a WebSocket turn: with its `seq`-th server message); its cost is on
-        its way (event loop)."""
+        its way, and `reservations` are released once it is counted (event loop)."""
         self._pending[flow_key] = (time.monotonic(), seq)
+        if reservations:
+            self._settling.setdefault(flow_key, []).extend((seq, key) for key in reservations)
+
+    # -- reservations (event loop) ---------------------------------------------------------------
+
+    def reserve(self, key: str, provider: str, model: str | None, host: str, amount: float) -> None:
+        """A call let through holds `amount` of the budgets it matches until it is settled."""
+        self._held[key] = (provider, model, host, amount)
+
+    def release(self, key: str) -> None:
+        """A reservation ends: the call never went upstream, or its real cost is counted."""
+        self._held.pop(key, None)
+
+    def reserved(self, budget: Budget) -> float:
+        """What the calls in flight (and those ended but not counted yet) hold of `budget`."""
+        self._drain()
+        return sum(held[3] for held in self._held.values() if matches(budget, held[0], held[1], held[2]))
+
+    def _settled(self, flow_key: str, seq: float) -> None:
+        """The cost of `flow_key` up to its `seq`-th server message is counted: release what it held."""
+        waiting = self._settling.get(flow_key)
+        if not waiting:
+            return
+        for _, key in [w for w in waiting if w[0] <= seq]:
+            self.release(key)
+        left = [w for w in waiting if w[0] > seq]
+        if left:
+            self._settling[flow_key] = left
+        else:
+            del self._settling[flow_key]
 
     def recorder_down(self) -> None:
         """The recorder died (any thread): this session's spend is unconfirmed until a recorder
@@ -156,8 +193,10 @@ class SpendView:
         if restarted is not None:
             for key in [k for k, (at, _) in self._pending.items() if at <= restarted]:
                 del self._pending[key]
+                self._settled(key, math.inf)  # in the restarted recorder's totals, or lost (counted missed)
         while self._done:
             key, seq = self._done.popleft()
+            self._settled(key, seq)
             if key in self._pending and self._pending[key][1] <= seq:
                 del self._pending[key]
 

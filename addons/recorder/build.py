@@ -143,6 +143,7 @@ def net_event(
         decision=row_decision(flow.decision, error is not None),
         method=req.method,
         path=req.path,
+        canonical_path=req.canonical_path,
         flow_id=req.key,
         http_version=req.http_version,
         conn_type=conn_type or req.scheme,
@@ -197,6 +198,9 @@ class CallInput:
     previous_response_id: str | None = None
     websocket: bool = False
     """A turn on a WebSocket (`request` is its upgrade)."""
+    released: float | None = None
+    """When an `ask` rule's hold let the request go upstream (approved): its time to first token
+    counts from there; the wait is the `approvals` row's (`asked_at` to `decided_at`)."""
 
 
 def estimate_missing(info: RequestInfo, summary: ResponseSummary) -> None:
@@ -293,7 +297,10 @@ def model_call(
             usage_details=json.dumps(usage.details(), ensure_ascii=False),
             net_event_id=call.net_event_id,
             response_model=summary.model,
-            ttft_ms=ms(call.started, call.first_content if streamed else (call.ended if status else None)),
+            ttft_ms=ms(
+                call.released or call.started,
+                call.first_content if streamed else (call.ended if status else None),
+            ),
             complete=int(summary.complete),
             error_type=summary.error_type,
             error_message=error_message,

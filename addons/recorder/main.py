@@ -34,6 +34,8 @@ from addons.messages import Barrier, FlowEnded, Message, Stop, decode
 from addons.spec import RecorderSpec, capture_settings
 from capsem import __version__, health
 from capsem.ids import utc_now
+from capsem.log_scrub import scrub_logs
+from capsem.private import CHILD_UMASK
 
 if TYPE_CHECKING:  # imported where used: the recorder's parsers and price table (~0.2 s) load
     # while session.db opens
@@ -337,7 +339,9 @@ def main() -> int:
     # SIGTERM sent to the whole process group must not cut the recorder short of its last rows
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    os.umask(CHILD_UMASK)  # capsem's own process: what it writes (session.db, its files) is private
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    scrubbing = scrub_logs(uncaught=True)  # its stderr is mitmdump's log
     frames = _Frames(sys.stdin.fileno())
     first = frames.next(None)
     if not first:
@@ -353,6 +357,7 @@ def main() -> int:
     except Exception as exc:
         logger.error("capsem: cannot open %s: %r", spec.db_path, exc)
         return 3
+    scrubbing.use(loop.writer.scrubber)  # the rows' scrubber: it knows the session's credentials
     say("ready")
     if not spec.restart:
         _recover_crashed(spec)

@@ -139,17 +139,18 @@ class McpLedger:
         response_body: bytes,
         process: tuple[str | None, int | None],
     ) -> list[McpCall]:
-        """The rows of the JSON-RPC messages in the POST body (none when it is not MCP); rows
-        whose answer is to come on a GET stream are held back (see `answered`, `expired`)."""
+        """The rows of the JSON-RPC messages in the body of a request mitmdump decided is MCP
+        (`FlowEnded.mcp`; none when it cannot be read); rows whose answer is to come on a GET
+        stream are held back (see `answered`, `expired`)."""
         req = flow.request
-        requests = parse_request(request_body, {k.lower(): v for k, v in req.headers})
+        requests = parse_request(request_body)
         if requests is None:
             return []
         resp = flow.response
         status = resp.status if resp is not None else None
         content_type = resp.header("content-type") if resp is not None else None
         responses = {r.id: r for r in parse_response(response_body, content_type)}
-        endpoint = server_name(req.host, req.port, req.path)
+        endpoint = server_name(req.host, req.port, req.canonical_path or req.path)
         name = learned_name(requests, responses)
         if name:
             self.names[endpoint] = name

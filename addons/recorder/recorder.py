@@ -106,8 +106,9 @@ class Recorder:
             self.failures += 1
             logger.warning("capsem: recording failed (%s): %r", type(message).__name__, exc,
                            exc_info=logger.isEnabledFor(logging.DEBUG))  # fmt: skip
-        if self.spend is not None and type(message) is FlowEnded and message.route is not None:
-            self.spend.counted(message.request.key)  # type: ignore[union-attr]  (even when it failed)
+        ended = message if type(message) is FlowEnded else None
+        if self.spend is not None and ended is not None and (ended.route is not None or ended.websocket):
+            self.spend.counted(ended.request.key)  # even when it failed; a socket: the turn it left open
 
     def tick(self, now: float | None = None) -> None:
         """Periodic work: MCP rows whose answer never came are written without it."""
@@ -238,6 +239,7 @@ class Recorder:
                 first_content=state.first_content if state else None, error=error, process=process,
                 net_event_id=net_id, items=tuple(request_items(route.protocol, request_obj or b"")),
                 previous_response_id=_previous_response(request_obj),
+                released=flow.approval.decided_at if flow.approval and flow.approval.decision == "approved" else None,
             )  # fmt: skip
             rows, trace, fresh = build.model_call(call, ids=self.ids, traces=self.traces, mcp=self.mcp,
                                                   settings=settings, conversations=self.conversations)  # fmt: skip

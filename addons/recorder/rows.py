@@ -79,6 +79,7 @@ class NetEvent:
     streamed: int = 0
     provider: str | None = None
     trace_id: str | None = None
+    canonical_path: str | None = None
 
 
 @dataclass(slots=True)

@@ -31,6 +31,7 @@ from assembler.bundle.serve import (
 )
 from assembler.bundle.sources import Limits
 from assembler.query import QueryResult, query_connection, to_csv, to_json
+from capsem.private import write_private
 
 PathLike = str | Path
 logger = logging.getLogger("assembler.bundle")
@@ -186,13 +187,13 @@ class DebugBundle:
     def export_csv(self, table: str, output: PathLike) -> Path:
         """Export a table or view to CSV (blobs as base64)."""
         target = Path(output)
-        target.write_text(to_csv(self.table_result(table)), encoding="utf-8", newline="")
+        write_private(target, to_csv(self.table_result(table)), newline="")
         return target
 
     def export_json(self, sql: str, output: PathLike) -> Path:
         """Export the rows of a read-only query to a JSON array of objects."""
         target = Path(output)
-        target.write_text(to_json(self.run(sql, max_rows=10**9, timeout=600)) + "\n", encoding="utf-8")
+        write_private(target, to_json(self.run(sql, max_rows=10**9, timeout=600)) + "\n")
         return target
 
     @property

@@ -31,6 +31,7 @@ from capsem import __version__, health
 from capsem.approval_wire import CHANNEL_FILE
 from capsem.ids import utc_now
 from capsem.markers import KEY_FILE
+from capsem.private import private_file
 
 logger = logging.getLogger("assembler.bundle")
 
@@ -181,7 +182,7 @@ def build_bundle(
     detected.sort(key=lambda pd: order.index(pd[1].kind) if pd[1].kind in order else len(order))
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp.unlink(missing_ok=True)
-    conn = sqlite3.connect(tmp, isolation_level=None)
+    conn = sqlite3.connect(private_file(tmp), isolation_level=None)  # a bundle holds the session: 0600
     try:
         conn.execute("PRAGMA synchronous = OFF")  # a temporary file: a crash discards it anyway
         conn.execute("BEGIN")

@@ -16,6 +16,7 @@ from assembler.bundle.errors import BundleError
 from assembler.bundle.sources import Limits
 from assembler.cli_support import console, counted, query_options, serve_options, user_errors
 from assembler.query import QueryResult, to_csv, to_json
+from capsem.private import write_private
 
 _FILE = click.Path(exists=True, path_type=Path)
 _BUNDLE = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -272,5 +273,5 @@ def export_cmd(path, table, sql, fmt, output) -> None:
         sys.stdout.write(text)
         return
     with bundle_errors():
-        output.write_text(text, encoding="utf-8", newline="")
+        write_private(output, text, newline="")
     click.echo(f"wrote {counted(len(result.rows), 'row')} to {output}", err=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from assembler.cli_support import console, user_errors
+from capsem.private import write_private
 
 
 @click.command("diff")
@@ -50,7 +51,7 @@ def diff(a: str, b: str | None, as_json: bool, html_out: Path | None) -> None:
             from assembler.view.app import View
 
             page = View().export_diff(*ids)
-            html_out.write_text(page, encoding="utf-8")
+            write_private(html_out, page)
             console().print(f"wrote {html_out} ({len(page.encode()):,} bytes): {ids[0]} → {ids[1]}")
             return
         runs = [load_session(open_session, session_id) for session_id in ids]

@@ -16,6 +16,7 @@ from typing import IO
 import click
 
 from assembler.cli_support import counted, stderr_progress, user_errors
+from capsem.private import open_private, private_dir
 
 
 @contextmanager
@@ -48,7 +49,7 @@ def _output(path: str) -> Iterator[IO[str]]:
     try:
         if target.is_dir():
             raise IsADirectoryError(21, "is a directory")
-        out = open(tmp, "w", encoding="utf-8")  # noqa: SIM115 (closed below, before the rename)
+        out = open_private(tmp, "w", encoding="utf-8")  # closed below, before the rename
     except OSError as exc:
         raise click.ClickException(f"cannot write {target}: {exc.strerror or exc}") from exc
     try:
@@ -168,7 +169,7 @@ def parquet(since: str | None, out_dir: Path) -> None:
         if not chosen:
             raise click.ClickException(f"no session with a database{f' since {since}' if since else ''}")
         try:
-            out_dir.mkdir(parents=True, exist_ok=True)
+            private_dir(out_dir)
         except OSError as exc:
             raise click.ClickException(f"cannot write {out_dir}: {exc.strerror or exc}") from exc
         with stderr_progress() as progress:

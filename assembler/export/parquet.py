@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from addons.recorder.bodies import read_body
 from assembler.sessiondb import MainDbMissing, open_main, open_session
+from capsem.private import make_private, private_dir
 from capsem.schema import STORAGE_TABLES
 
 BATCH_ROWS = 20_000
@@ -160,7 +161,7 @@ def join_parts(parts: list[Path], target: Path) -> int:
                 table = _conform(source.read_row_group(group), schema)
                 writer.write_table(table)
                 total += table.num_rows
-    os.replace(tmp, target)
+    os.replace(make_private(tmp), target)
     return total
 
 
@@ -222,7 +223,7 @@ def export_parquet(session_ids: list[str], out_dir: Path,
     Raises:
         OSError: when `out_dir` cannot be created or written.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(out_dir)
     result = ParquetExport()
     work = Path(tempfile.mkdtemp(prefix=".capsem-parquet-", dir=out_dir))
     try:

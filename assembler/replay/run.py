@@ -46,8 +46,8 @@ class ReplayResult:
 class _Upstream:
     """The replay server as `run_agent`'s upstream."""
 
-    def __init__(self, server: Emulator, original: str, env: dict[str, str]) -> None:
-        self.server, self.original, self.env = server, original, env
+    def __init__(self, server: Emulator, original: str, env: dict[str, str], emulated: bool) -> None:
+        self.server, self.original, self.env, self.emulated = server, original, env, emulated
         self.proxy_url, self.ca_path = server.proxy_url, server.ca_path
 
     def started(self, session_id: str) -> None:
@@ -85,9 +85,10 @@ def replay(original: str, command: list[str], *, options: Options, workspace: Pa
     keys = recording.keys if options.live_from is None else set()
     env = {k: v for k, v in PLACEHOLDER_KEYS.items() if k in keys and not os.environ.get(k)}
     server = Emulator(server=ReplayServer(replayer)).start()
+    upstream = _Upstream(server, original, env, emulated=options.live_from is None)  # --live spends for real
     try:
         result = run_agent(command, workspace=workspace, mitmdump_args=mitmdump_args, signals=signals, name=name,
-                           tags=tags, upstream=_Upstream(server, original, env))  # fmt: skip
+                           tags=tags, upstream=upstream)  # fmt: skip
     finally:
         server.stop()
     report = replayer.report

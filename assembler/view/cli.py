@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from assembler.cli_support import console, serve_options, user_errors
+from capsem.private import write_private
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -100,7 +101,7 @@ def view(session_id, no_open, port, host, html_out) -> None:
             from assembler.view.app import View
 
             page = View().export(sid)
-            html_out.write_text(page, encoding="utf-8")
+            write_private(html_out, page)
             console().print(
                 f"wrote {html_out} ({len(page.encode()):,} bytes): session {sid}; open it in any browser"
             )

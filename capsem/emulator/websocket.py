@@ -120,6 +120,9 @@ async def _answer(server, conn, writer, scheme, host, path, query, headers, whol
     # line, NDJSON)
     server._log(scheme, host, "WS", path, query, headers, received, received, reply, b"".join(frames),
                 turn.complete, sent_decoded=b"\n".join(messages))  # fmt: skip
+    delay = int(controls.get("delay_ms", 0)) / 1000  # paced as an HTTP stream's events are
     for frame in frames:
+        if delay:
+            await asyncio.sleep(delay)
         writer.write(frame)
         await writer.drain()

@@ -3,12 +3,14 @@ checked field by field (`policy.rules[2].port`, `budgets.daily.limit_usd`)."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from capsem.argmatch import ArgPatternError, matcher
 from capsem.settings.checks import (
     _HEADER_RE,
     _Bad,
@@ -27,7 +29,17 @@ MATCH_FIELDS = ("host", "port", "path", "method", "mcp_server", "mcp_tool", "mcp
 RULE_FIELDS = ("name", "action", *MATCH_FIELDS)
 Scope = Literal["session", "day", "month"]
 SCOPES: tuple[Scope, ...] = ("session", "day", "month")
-BUDGET_FIELDS = ("scope", "limit_usd", "warn_at", "provider", "model", "host", "on_unconfirmed")
+BUDGET_FIELDS = (
+    "scope",
+    "limit_usd",
+    "warn_at",
+    "provider",
+    "model",
+    "host",
+    "on_unconfirmed",
+    "on_unpriced",
+    "reserve_output_tokens",
+)
 CREDENTIAL_FIELDS = ("host", "header", "query", "env", "file", "placeholder", "agent_env")
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_.\-]{8,}")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -40,19 +52,23 @@ class PolicyRule:
     name: str
     action: Action
     host: str | None = None
-    """Glob, case-insensitive."""
+    """A glob on every canonical name the request carries (lower-case, no trailing dot, IDNA), or
+    an address or CIDR range (`127.0.0.0/8`, `::1`) matching an IP literal in any spelling
+    (`addons/canonical.py`)."""
     port: int | None = None
     path: str | None = None
-    """Glob on the path without the query."""
+    """Glob on the canonical path (dot segments removed, slashes merged, unreserved escapes
+    decoded, `;params` set aside), without the query."""
     method: str | None = None
     mcp_server: str | None = None
     """Glob on an MCP server's initialize name or its host[:port]/path endpoint."""
     mcp_tool: str | None = None
     """Glob on the tool of an MCP tools/call."""
     mcp_args: dict[str, str | dict[str, str]] | None = None
-    """Argument name -> a glob on its value (`"rm -rf *"`) or `{regex: ...}` (searched); every one
-    named must match. A value that is not text is matched as its JSON. Kept as plain data
-    (`capsem config show` prints it); `addons/proxy/policy.py` compiles it."""
+    """Argument name (or a glob on names) -> a pattern on its value: a glob (`"rm -rf *"`),
+    `{regex: ...}` (searched), `{shell: "rm -rf"}` (the command it runs) or `{any: GLOB}` (any
+    string at any depth), see `capsem/argmatch.py`; every one named must match. Kept as plain
+    data (`capsem config show` prints it); `addons/proxy/policy.py` compiles it."""
 
     @classmethod
     def parse(cls, key: str, n: int, raw: Any) -> PolicyRule:
@@ -78,6 +94,14 @@ class PolicyRule:
             if value is not None and not (isinstance(value, str) and value):
                 raise _must(f"{key}.{name}", "an HTTP method" if name == "method" else "a glob (text)", value)
             globs[name] = value
+        host = globs["host"]
+        if host is not None and "/" in host:
+            try:
+                ipaddress.ip_network(host.strip().strip("[]"), strict=False)
+            except ValueError:
+                raise _must(
+                    f"{key}.host", "a glob or an address range (10.0.0.0/8, fd00::/8)", host
+                ) from None
         label = raw.get("name")
         if label is not None and (isinstance(label, bool) or not isinstance(label, str | int)):
             raise _must(f"{key}.name", "a name (text)", label)
@@ -86,30 +110,24 @@ class PolicyRule:
 
 
 def _mcp_args(key: str, raw: Any) -> dict[str, str | dict[str, str]] | None:
-    """`mcp_args`: a mapping of argument name -> glob, or -> `{regex: ...}` (which must compile)."""
+    """`mcp_args`: a mapping of argument name (or glob on names) -> a pattern of
+    `capsem/argmatch.py` (a glob, `{regex: ...}`, `{shell: ...}`, `{any: ...}`), which must compile."""
     if raw is None:
         return None
     if not isinstance(raw, Mapping) or not raw:
-        raise _must(key, "a mapping of MCP argument name -> glob or {regex: ...}", raw)
+        raise _must(
+            key, "a mapping of MCP argument name -> glob, {regex: ...}, {shell: ...} or {any: ...}", raw
+        )
     out: dict[str, str | dict[str, str]] = {}
     for name, pattern in raw.items():
         if not isinstance(name, str) or not name:
             raise _must(key, "a mapping keyed by argument names (text)", name)
-        if isinstance(pattern, str) and pattern:
-            out[name] = pattern
-            continue
-        if not (isinstance(pattern, Mapping) and list(pattern) == ["regex"]):
-            raise _must(f"{key}.{name}", "a glob (text) or {regex: ...}", pattern)
-        regex = pattern["regex"]
-        if not isinstance(regex, str) or not regex:
-            raise _must(f"{key}.{name}.regex", "a regular expression (text)", regex)
         try:
-            re.compile(regex)
-        except re.error as exc:
-            raise _Bad(
-                f"{key}.{name}.regex", f"is not a valid regular expression ({exc}): {_shown(regex)}"
-            ) from None
-        out[name] = {"regex": regex}
+            matcher(pattern)
+        except ArgPatternError as exc:
+            shown = pattern[exc.where[1:]] if exc.where else pattern
+            raise _Bad(f"{key}.{name}{exc.where}", f"{exc}, got {_shown(shown)}") from None
+        out[name] = pattern if isinstance(pattern, str) else dict(pattern)
     return out
 
 
@@ -181,6 +199,14 @@ class Budget:
     """What a matched call gets while this session's spend cannot be confirmed (its recorder is not
     answering): `deny` (refused with the budget's 402) or `allow` (let through unchecked, logged and
     recorded as such)."""
+    on_unpriced: Literal["deny", "allow"] = "deny"
+    """What a matched call gets when the price table has no price for its model (its cost could not
+    be counted): `deny` (refused with the budget's 402, saying how to allow it) or `allow` (let
+    through uncounted, recorded `warned` with matched_rule `budget:<name> (unpriced)`)."""
+    reserve_output_tokens: int | None = None
+    """Output tokens reserved for a call that sets no output limit (`max_tokens` or its provider's
+    field); None: 131,072 (above every output limit providers document), or the model's context
+    window in the price table when that is smaller."""
 
     @classmethod
     def parse(cls, key: str, name: str, raw: Any) -> Budget:
@@ -199,8 +225,16 @@ class Budget:
         unconfirmed = raw.get("on_unconfirmed", "deny")
         if unconfirmed not in ("deny", "allow"):
             raise _must(f"{key}.on_unconfirmed", "deny or allow", unconfirmed)
+        unpriced = raw.get("on_unpriced", "deny")
+        if unpriced not in ("deny", "allow"):
+            raise _must(f"{key}.on_unpriced", "deny or allow", unpriced)
+        output = raw.get("reserve_output_tokens")
+        if output is not None and (not isinstance(output, int) or isinstance(output, bool) or output < 1):
+            raise _must(f"{key}.reserve_output_tokens", "a whole number of tokens >= 1 (null: the model's "
+                        "output ceiling)", output)  # fmt: skip
         return cls(name=name, scope=scope.lower(), limit_usd=float(limit), warn_at=warn,  # type: ignore[arg-type]
-                   on_unconfirmed=unconfirmed, **globs)  # fmt: skip
+                   on_unconfirmed=unconfirmed, on_unpriced=unpriced, reserve_output_tokens=output,  # type: ignore[arg-type]
+                   **globs)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,24 @@ policy:
     assert (report.requests, report.mcp_calls, report.decisions()) == (4, 3, {"warned", "denied"})
 
 
+def test_recorded_requests_are_decided_on_their_canonical_form_as_the_proxy_decides():
+    """The path as recorded (as sent), the host and the recorded Host header: canonical, as in mitmdump."""
+    policy = Policy.from_settings(settings("""
+policy:
+  rules:
+    - {name: no-admin, action: deny, path: "/admin/*"}
+    - {name: no-paste, action: deny, host: "*.pastebin.com"}
+    - {name: no-local, action: deny, host: 127.0.0.0/8}
+"""))  # fmt: skip
+    host_header = Request(5, "2026-11-01T10:00:05Z", "api.example.com", 443, "/v1/x", "GET", None, None,
+                          "allowed", (), ("X.PASTEBIN.COM.",))  # fmt: skip
+    session = Session("s1", (request(1, path="//admin/users"), request(2, path="/%61dmin;x/users"),
+                             request(3, host="x.pastebin.com."), request(4, host="0x7f000001"), host_header,
+                             request(6, path="/%2561dmin/users")))  # fmt: skip
+    got = [(f.request.id, f.rule) for f in evaluate(policy, (), [session]).findings]
+    assert got == [(1, "no-admin"), (2, "no-admin"), (3, "no-paste"), (4, "no-local"), (5, "no-paste")]
+
+
 def test_budgets_refuse_in_start_order_across_sessions_by_scope_and_count_what_is_sent():
     """A day budget counts every session of its day; a call the policy denies spends nothing; a
     refused call spends nothing; the first refusal and the spend saved are reported."""

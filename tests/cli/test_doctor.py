@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from assembler.doctor import CA_NAME, Finding, Report, ca_dir, check_ca, check_prices
+from assembler.doctor import CA_NAME, Finding, Report, ca_dir, check_ca, check_home, check_prices
 from assembler.doctor_cli import summary
 from assembler.run import agent_env, agent_variables
 from assembler.runtimes import READS, AgentNotFound, Runtime, probe, runtime_of
@@ -93,6 +93,24 @@ def test_a_capsem_home_that_is_a_file_is_named(capsem_home, monkeypatch):
     assert marks(out)["CAPSEM_HOME"] == "✗", out
     assert f"{capsem_home} cannot be written (" in out and "Not a directory" in out
     assert "→ make it writable" in out
+
+
+def test_a_capsem_home_other_users_can_read_is_named_with_the_fix(capsem_home):
+    """A home from before capsem kept its files private, or copied with another umask: what others
+    can reach is named (not what sits in a folder they cannot enter)."""
+    session = capsem_home / "sessions" / "20260101-000000-abcd"
+    session.mkdir(parents=True)
+    for path in (capsem_home / "main.db", session / "session.db"):
+        path.write_text("")
+    for path, mode in ((capsem_home, 0o755), (capsem_home / "sessions", 0o755), (session, 0o700),
+                       (capsem_home / "main.db", 0o644), (session / "session.db", 0o644)):  # fmt: skip
+        os.chmod(path, mode)
+    finding = check_home()
+    assert finding.status == "warn" and finding.fix == f"chmod -R go-rwx {capsem_home}", finding
+    assert "other users can read 3 files and folders in it" in finding.detail, finding.detail
+    assert str(capsem_home / "main.db") in finding.detail and "session.db" not in finding.detail
+    subprocess.run(["chmod", "-R", "go-rwx", str(capsem_home)], check=True)
+    assert check_home().status == "ok"
 
 
 @pytest.mark.timeout(60)
@@ -226,7 +244,7 @@ def test_each_runtime_trusts_the_ca_capsem_run_gives_and_not_another(mitmdump, e
 
 @pytest.mark.timeout(90)
 def test_a_self_test_denied_by_the_users_policy_names_the_rule(capsem_home):
-    capsem_home.mkdir()
+    capsem_home.mkdir(mode=0o700)  # (one others can read is a warning of its own)
     (capsem_home / "config.yaml").write_text(
         "policy:\n  rules: [{name: no-anthropic, action: deny, host: api.anthropic.com}]\n"
     )

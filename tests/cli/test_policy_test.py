@@ -51,18 +51,19 @@ def test_findings_per_rule_and_session_and_the_budget_that_would_have_refused(ho
     assert {(f["rule"], f["decision"], f["net_event_id"]) for f in data["findings"]} == expected
     by_rule = {r["rule"]: r for r in data["rules"]}
     assert by_rule["no-openai"]["sessions"] == {session: 2} and by_rule["no-openai"]["decision"] == "denied"
-    # the budget: the openai calls are denied by the policy (never made, never spent); the first
-    # anthropic call spends past the tiny limit, so the second is refused
+    # the budget: the openai calls are denied by the policy (never made, never spent); the most the
+    # first anthropic call could cost (its reservation, from its stored request) passes the tiny
+    # limit alone, so every anthropic call is refused
     (budget,) = data["budgets"]
     openai_calls = {n["id"] for n in nets if n["domain"] == "api.openai.com"}
     ordered = rows(session_db(home), "SELECT id, net_event_id, estimated_cost_usd AS cost FROM model_calls "
                                      "ORDER BY timestamp, id")  # fmt: skip
     sent = [c for c in ordered if c["net_event_id"] not in openai_calls]
     assert sent[0]["cost"] > 0
-    assert budget["first_refused"]["model_call_id"] == sent[1]["id"]
-    assert budget["first_refused"]["spent_usd"] == pytest.approx(sent[0]["cost"])
-    assert budget["refused_calls"] == len(sent) - 1
-    assert budget["saved_usd"] == pytest.approx(sum(c["cost"] for c in sent[1:]))
+    assert budget["first_refused"]["model_call_id"] == sent[0]["id"]
+    assert budget["first_refused"]["spent_usd"] == 0
+    assert budget["refused_calls"] == len(sent)
+    assert budget["saved_usd"] == pytest.approx(sum(c["cost"] for c in sent))
 
 
 def test_the_text_report_reads_at_80_columns(home, tmp_path, monkeypatch):
@@ -71,7 +72,7 @@ def test_the_text_report_reads_at_80_columns(home, tmp_path, monkeypatch):
     assert all(len(line) <= 80 for line in text.splitlines()), text
     assert "no-openai would have denied 2 requests in 1 session, e.g.:" in text
     assert "POST api.openai.com:443/v1/chat/completions" in text
-    assert "budget tiny (session, $0.0000001) would have refused 1 model call in 1" in text
+    assert "budget tiny (session, $0.0000001) would have refused 2 model calls in" in text
     assert "watch-claude would have warned about 2 requests in 1 session" in text
 
 
@@ -134,7 +135,7 @@ policy:
     - {name: no-rm-rf, action: deny, mcp_tool: run_command, mcp_args: {command: "rm -rf *"}}
     - {name: watch-notes, action: warn, mcp_server: shell-server, mcp_tool: read_note}
 budgets:
-  tiny: {scope: session, limit_usd: 0.000001}
+  tiny: {scope: session, limit_usd: 0.0013}  # one call's reservation (~$0.00127) fits, not two
 """
 
 

@@ -32,7 +32,9 @@ CAPTURE_KEYS = (
     "preview_bytes, content_max_bytes, max_parse_bytes, max_body_bytes, commit_interval_ms, max_pending_calls"
 )
 ALL_SECTIONS = "capture, headers, redaction, policy, diagnostics, retention, budgets, credentials, export"
-BUDGET_FIELDS = "scope, limit_usd, warn_at, provider, model, host, on_unconfirmed"
+BUDGET_FIELDS = (
+    "scope, limit_usd, warn_at, provider, model, host, on_unconfirmed, on_unpriced, reserve_output_tokens"
+)
 CREDENTIAL_FIELDS = "host, header, query, env, file, placeholder, agent_env"
 RULE_FIELDS = "name, action, host, port, path, method, mcp_server, mcp_tool, mcp_args"
 
@@ -101,14 +103,25 @@ def refusal(config: Path, text: str | bytes) -> str:
         ("policy: {rules: {a: 1}}", "policy.rules must be a list of rules, got {'a': 1}"),
         ("policy: {rules: [deny]}", f"policy.rules[1] must be a mapping of rule fields ({RULE_FIELDS}), got 'deny'"),
         ("policy: {rules: [{action: deny, mcp_args: 'rm -rf *'}]}",
-         "policy.rules[1].mcp_args must be a mapping of MCP argument name -> glob or {regex: ...}, got 'rm -rf *'"),
+         "policy.rules[1].mcp_args must be a mapping of MCP argument name -> glob, {regex: ...}, {shell: ...} or "
+         "{any: ...}, got 'rm -rf *'"),
         ("policy: {rules: [{action: deny, mcp_args: {command: 3}}]}",
-         "policy.rules[1].mcp_args.command must be a glob (text) or {regex: ...}, got 3"),
+         "policy.rules[1].mcp_args.command must be a glob (text), {regex: ...}, {shell: ...} or {any: ...}, got 3"),
         ("policy: {rules: [{action: deny, mcp_args: {command: {glob: x}}}]}",
-         "policy.rules[1].mcp_args.command must be a glob (text) or {regex: ...}, got {'glob': 'x'}"),
+         "policy.rules[1].mcp_args.command must be a glob (text), {regex: ...}, {shell: ...} or {any: ...}, "
+         "got {'glob': 'x'}"),
         ("policy: {rules: [{action: deny, mcp_args: {command: {regex: 'rm (-rf'}}}]}",
          "policy.rules[1].mcp_args.command.regex is not a valid regular expression (missing ), unterminated "
-         "subpattern at position 3): 'rm (-rf'"),
+         "subpattern at position 3), got 'rm (-rf'"),
+        ("policy: {rules: [{action: deny, mcp_args: {command: {shell: '-rf'}}}]}",
+         "policy.rules[1].mcp_args.command.shell must start with a program (e.g. 'rm -rf'), got '-rf'"),
+        ("policy: {rules: [{action: deny, mcp_args: {command: {shell: \"rm 'x\"}}}]}",
+         "policy.rules[1].mcp_args.command.shell is not a command line (No closing quotation), got \"rm 'x\""),
+        ("policy: {rules: [{action: deny, mcp_args: {command: {any: 3}}}]}",
+         "policy.rules[1].mcp_args.command.any must be a glob (text), got 3"),
+        ("policy: {rules: [{action: deny, mcp_args: {command: {shell: rm, any: x}}}]}",
+         "policy.rules[1].mcp_args.command must be a glob (text), {regex: ...}, {shell: ...} or {any: ...}, "
+         "got {'shell': 'rm', 'any': 'x'}"),
         # budgets
         ("budgets: {daily_usd: 5}", f"budgets.daily_usd must be a mapping of budget fields ({BUDGET_FIELDS}), got 5"),
         ("budgets: [{scope: day}]", "budgets must be a mapping of budget names to their fields, got [{'scope': 'day'}]"),
@@ -123,6 +136,11 @@ def refusal(config: Path, text: str | bytes) -> str:
          "budgets.daily.warn_at must be a fraction of the limit above 0 and at most 1 (null: never), got 80"),
         ("budgets: {daily: {scope: day, limit_usd: 5, on_unconfirmed: maybe}}",
          "budgets.daily.on_unconfirmed must be deny or allow, got 'maybe'"),
+        ("budgets: {daily: {scope: day, limit_usd: 5, on_unpriced: count}}",
+         "budgets.daily.on_unpriced must be deny or allow, got 'count'"),
+        ("budgets: {daily: {scope: day, limit_usd: 5, reserve_output_tokens: 0}}",
+         "budgets.daily.reserve_output_tokens must be a whole number of tokens >= 1 (null: the model's output "
+         "ceiling), got 0"),
         ("budgets: {daily: {scope: day, limit_usd: 5, models: 'x*'}}",
          f"budgets.daily.models is not a budget field (did you mean model?); a budget has: {BUDGET_FIELDS}"),
         ("budgets: {daily: {scope: day, limit_usd: 5, host: 443}}", "budgets.daily.host must be a glob (text), got 443"),
@@ -317,7 +335,8 @@ def test_budgets_and_credentials_are_named_entries_replaced_whole(config, tmp_pa
         "budgets:\n"
         "  daily: {scope: Day, limit_usd: 20}\n"
         "  opus-month: {scope: month, limit_usd: 200.5, model: 'claude-opus-*', warn_at: 0.5, host: '*.anthropic.com'}\n"
-        "  one-run: {scope: session, limit_usd: 0, provider: openai, warn_at: null, on_unconfirmed: allow}\n"
+        "  one-run: {scope: session, limit_usd: 0, provider: openai, warn_at: null, on_unconfirmed: allow,"
+        " on_unpriced: allow, reserve_output_tokens: 4096}\n"
         "credentials:\n"
         "  anthropic: {host: api.anthropic.com, header: X-Api-Key, env: ANTHROPIC_API_KEY}\n"
         "  gemini: {host: '*.googleapis.com', query: key, file: ~/gemini.key, placeholder: capsem-gemini-x,"
@@ -327,7 +346,16 @@ def test_budgets_and_credentials_are_named_entries_replaced_whole(config, tmp_pa
     assert settings.budgets.entries == (
         Budget("daily", "day", 20.0),
         Budget("opus-month", "month", 200.5, 0.5, model="claude-opus-*", host="*.anthropic.com"),
-        Budget("one-run", "session", 0.0, None, provider="openai", on_unconfirmed="allow"),
+        Budget(
+            "one-run",
+            "session",
+            0.0,
+            None,
+            provider="openai",
+            on_unconfirmed="allow",
+            on_unpriced="allow",
+            reserve_output_tokens=4096,
+        ),
     )
     anthropic, gemini = settings.credentials.entries
     assert anthropic == Credential("anthropic", "api.anthropic.com", ("x-api-key",), None, "ANTHROPIC_API_KEY", None,
@@ -337,7 +365,8 @@ def test_budgets_and_credentials_are_named_entries_replaced_whole(config, tmp_pa
     assert settings.origins["budgets"] == settings.origins["credentials"] == str(config)
     assert parse(settings.as_dict()) == settings  # `capsem config show` prints what reads back the same
     assert settings.as_dict()["budgets"]["one-run"] == {"scope": "session", "limit_usd": 0.0, "warn_at": None,
-                                                        "provider": "openai", "on_unconfirmed": "allow"}  # fmt: skip
+                                                        "provider": "openai", "on_unconfirmed": "allow",
+                                                        "on_unpriced": "allow", "reserve_output_tokens": 4096}  # fmt: skip
     assert load(overrides={"budgets": {"x": {"scope": "day", "limit_usd": 1}}}).budgets.entries == (
         Budget("x", "day", 1.0),)  # fmt: skip
 

@@ -248,3 +248,56 @@ def deny_in_chromium(base: str, approval_id: str, profile: Path) -> str:
             assert time.monotonic() < end, js("document.getElementById('approvals').innerText")
             time.sleep(0.1)
         return js("document.getElementById('approvals').innerText") or ""
+
+
+ASKING_AGENT = """
+import anthropic
+# the proxy and CA come from capsem run's environment; the ask rule holds this call
+client = anthropic.Anthropic(api_key="sk-ant-capsem-x", max_retries=0, timeout=60)
+msg = client.messages.create(model="claude-haiku-4-5", max_tokens=20, messages=[{"role": "user", "content": "hi"}])
+print("answered:", msg.stop_reason)
+"""
+
+
+def test_capsem_run_tells_the_terminal_what_waits_and_the_wait_is_not_ttft(capsem_home, tmp_path):
+    """Issue 35, point 9: one line in the agent's terminal names the held request and the commands
+    that answer it; the approved call's time to first token counts from its release."""
+    capsem_home.mkdir(parents=True, exist_ok=True)
+    (capsem_home / "config.yaml").write_text(
+        "policy:\n  ask_timeout_s: 120\n  rules:\n"
+        "    - {name: ask-claude, action: ask, host: api.anthropic.com, path: /v1/messages}\n"
+    )
+    (tmp_path / "agent.py").write_text(ASKING_AGENT)
+    capsem = [sys.executable, "-m", "assembler"]
+    proc = subprocess.Popen([*capsem, "run", "--emulator", "--workspace", str(tmp_path), "--", sys.executable,
+                             str(tmp_path / "agent.py")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "COLUMNS": "160"})  # fmt: skip
+    said: list[str] = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            said.append(line)
+            if "holds POST api.anthropic.com/v1/messages" in line:
+                break
+        (line,) = [x for x in said if "holds" in x]
+        match = re.search(r"capsem: rule 'ask-claude' holds POST api\.anthropic\.com/v1/messages for a person: "
+                          r"(\S.*) approve (\w+)  or  (\S.*) deny (\w+)$", line.strip())  # fmt: skip
+        assert match and match[2] == match[4], line
+        approve = subprocess.run(f"{match[1]} approve {match[2]}", shell=True, capture_output=True, text=True)
+        assert approve.returncode == 0 and f"approved {match[2]}" in approve.stdout, approve.stderr
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill() if proc.poll() is None else None
+    assert proc.returncode == 0 and "answered: end_turn" in out, "".join(said) + err
+    db = only_session(capsem_home)
+    (held,) = rows(db, "SELECT asked_at, decided_at FROM approvals")
+    (call,) = rows(db, "SELECT ttft_ms, duration_ms, timestamp FROM model_calls")
+    from datetime import datetime
+
+    wait_ms = (
+        datetime.fromisoformat(held["decided_at"]) - datetime.fromisoformat(held["asked_at"])
+    ).total_seconds()
+    assert call["ttft_ms"] is not None and call["ttft_ms"] + wait_ms * 1000 <= call["duration_ms"] + 2, (
+        call,
+        held,
+    )

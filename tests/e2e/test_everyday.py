@@ -43,7 +43,7 @@ second = client.post("https://api.anthropic.com/v1/messages", json=ask, headers=
 assert second.status_code == 200, second.text
 for _ in range(2):
     assert client.get("https://api.anthropic.com/v1/nothing-here", headers=bearer).status_code == 404
-chat = {"model": "gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}
+chat = {"model": "gpt-4.1", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]}
 stolen = {"authorization": "Bearer sk-capsem-emulator", "x-api-key": key}  # the anthropic placeholder, elsewhere
 assert client.post("https://api.openai.com/v1/chat/completions", json=chat, headers=stolen).status_code == 200
 refused = client.post("https://api.openai.com/v1/chat/completions", json=chat, headers=stolen)
@@ -55,7 +55,7 @@ print("agent done")
 
 CONFIG = """
 budgets:
-  openai-run: {scope: session, limit_usd: 0.000001, provider: openai}
+  openai-run: {scope: session, limit_usd: 0.0006, provider: openai}  # one call's reservation fits, not two
 policy:
   rules:
     - {name: no-paste, action: deny, host: "paste.example.com"}
@@ -145,8 +145,8 @@ def test_point_2_the_summary_list_and_page_name_what_capsem_did_and_count_errors
     text = words(shown)  # at 160 columns every row is one line
     stepped = text.split("Where capsem stepped in (5)", 1)[1]
     assert "denied GET paste.example.com/up blocked by capsem policy rule 'no-paste'" in stepped
-    assert ("denied POST api.openai.com/v1/chat/completions the openai-run budget of $0.000001 for this session "
-            "was spent") in stepped  # fmt: skip
+    assert ("denied POST api.openai.com/v1/chat/completions the openai-run budget of $0.0006 for this session "
+            "could not cover it (spent, or no room for its reservation)") in stepped  # fmt: skip
     assert (
         "warned GET api.anthropic.com/v1/models policy rule models-list: allowed, with a warning" in stepped
     )

@@ -8,7 +8,7 @@ default) and `lenient` (claude-sonnet-*, `on_unconfirmed: allow`).
 from __future__ import annotations
 
 import fcntl
-import math
+import json
 import os
 import signal
 import struct
@@ -21,16 +21,26 @@ import psutil
 
 from addons.budgets import CANNOT_CONFIRM
 from assembler.inspect import inspect_session
+from pricing.worst import rates, worst_cost
 from tests.conftest import only_session, rows
 from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, http_client
 
 MESSAGES = "https://api.anthropic.com/v1/messages"
-LIMIT = 0.00093
-"""About 7.5 calls of claude-haiku-4-5 as the emulator answers them ($0.000124 each)."""
+LIMIT = 0.0015
+"""About 12 calls of claude-haiku-4-5 as the emulator answers them ($0.000124 each); each reserves
+~$0.0005 (its body's bytes at $2 / M, 64 output tokens at $5 / M) until its cost is counted, so
+about 8 fit."""
+
+
+QUESTION = {
+    "model": "claude-haiku-4-5",
+    "max_tokens": 64,
+    "messages": [{"role": "user", "content": "question"}],
+}
 
 
 def call(proxy, model: str = "claude-haiku-4-5") -> tuple[int, str]:
-    body = {"model": model, "max_tokens": 64, "messages": [{"role": "user", "content": "question"}]}
+    body = {**QUESTION, "model": model}
     with http_client(proxy) as client:
         resp = client.post(MESSAGES, json=body, headers={"x-api-key": ANTHROPIC_KEY})
         return resp.status_code, resp.text
@@ -126,14 +136,14 @@ def test_a_stopped_or_killed_recorder_never_lets_a_budget_fail_open(mitmdump, em
     while (answer := call(proxy))[0] == 200:  # the recovered spend holds: no fresh start at $0
         allowed_after += 1
         assert allowed_after < 20, "the budget never refused a call after the restart"
-    assert answer[0] == 402 and "budget 'strict' is spent" in answer[1]
+    assert answer[0] == 402 and "capsem budget 'strict' cannot cover this call" in answer[1]
     assert second.is_running() and proxy.stop() == 0
 
     haiku = [r["estimated_cost_usd"] for r in rows(db, "SELECT estimated_cost_usd FROM model_calls "
                                                    "WHERE model LIKE 'claude-haiku%' AND status_code = 200")]  # fmt: skip
-    # refused at the limit, the calls before the kill counted:
-    assert sum(haiku) >= LIMIT > sum(haiku) - max(haiku)
-    assert allowed_after == math.ceil(LIMIT / max(haiku)) - (len(haiku) - allowed_after)
+    # refused when the next call's reservation would pass the limit, the calls before the kill counted:
+    reservation = worst_cost(rates("anthropic", "claude-haiku-4-5"), len(json.dumps(QUESTION)), 64)
+    assert sum(haiku) <= LIMIT < sum(haiku) + reservation
     meta = dict((r["key"], r["value"]) for r in rows(db, "SELECT key, value FROM session_meta"))
     assert (meta["capture_missed_flows"], meta["capture_recorder_restarts"]) == ("2", "1")
     (streamed,) = rows(

@@ -42,6 +42,8 @@ class SessionSummary:
     project: str | None = None
     branch: str | None = None
     tags: list[str] = field(default_factory=list)
+    emulated: bool = False
+    """Its answers cost nothing (run --emulator, demo, a replay): not in budgets or cost totals."""
 
 
 def _stepped_in(row: dict[str, Any]) -> list[tuple[str, int]]:
@@ -71,6 +73,7 @@ def summaries(rows: list[dict[str, Any]], models: dict[str, list[str]],
             project=r.get("project"), branch=r.get("git_branch"), tags=r.get("tags") or [],
             models=models.get(r["id"], []), has_db=bool(r.get("has_db")),
             capture_status=r.get("capture_status"), anomalies=anomalies.get(r["id"]),
+            emulated=bool(r.get("emulated")),
         )
         for r in rows
     ]  # fmt: skip

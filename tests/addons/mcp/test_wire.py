@@ -18,7 +18,6 @@ from addons.mcp import (
     exchange_key,
     header_call,
     initialize_name,
-    looks_like_mcp,
     mcp_tool_name,
     parse_request,
     parse_response,
@@ -65,17 +64,23 @@ def test_notifications_responses_and_batches():
     assert sum(r.size for r in reqs) == len(body) - 2 - 3  # each message's share: no brackets, no commas
 
 
-def test_stateless_2026_request_is_mcp_by_its_headers():
+def test_a_stateless_2026_request():
     body = json.dumps({
         "jsonrpc": "2.0", "id": 1, "method": "server/discover",
         "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}},
     }).encode()  # fmt: skip
-    (req,) = parse_request(body, {"mcp-method": "server/discover"})
+    (req,) = parse_request(body)
     assert req.method == "server/discover"
-    other = b'{"jsonrpc":"2.0","id":1,"method":"custom/thing"}'
-    assert parse_request(other) is None  # JSON-RPC, but no MCP method and no MCP header
-    assert parse_request(other, {"mcp-method": "custom/thing"})[0].method == "custom/thing"
-    assert looks_like_mcp([("Mcp-Method", "tools/call")], b"")
+
+
+def test_a_body_decided_mcp_is_read_as_it_is_without_deciding_again():
+    """Whether a body is MCP is decided once, in mitmdump (`addons/mcp/jsonrpc.py`): any method,
+    a message without `jsonrpc`, and a batch's items that are not objects are read all the same."""
+    other = b'[{"jsonrpc":"2.0","id":1,"method":"custom/thing"}, 5, {"id":2,"method":"tools/call","params":{"name":"x"}}]'
+    assert [(r.method, r.tool_name) for r in parse_request(other)] == [
+        ("custom/thing", None),
+        ("tools/call", "x"),
+    ]
 
 
 def test_a_2026_tools_call_named_in_headers():
@@ -86,24 +91,10 @@ def test_a_2026_tools_call_named_in_headers():
     assert header_call([]) == []
 
 
-def test_other_bodies_are_not_mcp():
-    for body in (
-        b"",
-        b"not json",
-        b"\xff\xfe",
-        b"[]",
-        b"[1, 2]",
-        b'{"jsonrpc":"1.0","id":1,"method":"tools/call"}',
-        b'{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}',  # JSON-RPC, not MCP
-        b'{"model":"gpt-4o","messages":[]}',
-        b"[" * 100_000,  # deeper than the JSON parser goes
-    ):
+def test_bodies_that_cannot_be_read():
+    for body in (b"", b"not json", b"\xff\xfe", b"[" * 100_000):  # the last: deeper than the parser goes
         assert parse_request(body) is None, body[:40]
-    assert not looks_like_mcp([("content-type", "application/json")], b'{"model":"x"}')
-    assert looks_like_mcp([], CALL)
-    gzipped = gzip.compress(CALL)
-    assert looks_like_mcp([("Content-Type", "application/json"), ("Content-Encoding", "gzip")], gzipped)
-    assert not looks_like_mcp([("Content-Type", "text/plain"), ("Content-Encoding", "gzip")], gzipped)
+    assert parse_request(b"[]") == [] and parse_request(b"[1, 2]") == []
 
 
 def test_json_answers_with_results_tool_errors_and_protocol_errors():

@@ -258,3 +258,25 @@ def test_a_request_capsem_cannot_hold_is_denied_not_let_through(capsem_home):
         (row,) = approvals(addon, capsem_home)
     assert (row["decision"], row["decided_by"], row["net_decision"]) == ("denied", "error", "asked")
     assert row["reason"].startswith("capsem could not hold the request: IsADirectoryError")
+
+
+def test_the_reason_an_agent_reads_is_scrubbed_like_every_stored_text(capsem_home):
+    """A person's words (or an exception's text) go back to the agent and into `approvals`: a
+    secret in them is redacted in both (issue 34)."""
+    token = "ghp_" + "Rk4Tn7Wq2Zs9Xv5Bm8Lp3Hd6Fj1" + "Cy0Ga"
+    with asking(capsem_home, "    - {name: ask-x, action: ask, host: api.anthropic.com}\n") as addon:
+
+        async def scenario() -> http.HTTPFlow:
+            flow = flow_to("api.anthropic.com", b"/v1/messages", method=b"POST", content=b'{"model": "m"}')
+            waiting = await held(addon, flow)
+            (item,) = addon.approvals.waiting.values()
+            assert addon.approvals.decide(item.id, False, "cli", f"use the CI token {token} instead") is None
+            await waiting
+            return flow
+
+        flow = asyncio.run(scenario())
+        message = json.loads(flow.response.content)["error"]["message"]
+        assert "denied by cli (use the CI token [redacted hash:" in message and token not in message
+        respond(addon, flow)
+        (row,) = approvals(addon, capsem_home)
+    assert row["reason"].startswith("use the CI token [redacted hash:") and token not in row["reason"]

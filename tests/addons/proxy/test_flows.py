@@ -26,6 +26,17 @@ def test_the_route_comes_from_the_head_and_the_model_from_the_url(capsem):
     assert state.head.host == "bedrock-runtime.us-east-1.amazonaws.com" and state.head.method == "POST"
 
 
+def test_the_route_is_decided_on_the_canonical_host(capsem):
+    """A trailing dot or upper case reaches the same provider: the call is a model call (recorded,
+    budgeted) however its host is written; the head keeps the host as sent."""
+    for host in ("API.Anthropic.com.", "api.anthropic.com.."):
+        flow = post(host, b"/v1/messages", {})
+        capsem.requestheaders(flow)
+        state = capsem.flows.get(flow)
+        assert state.route is not None and state.route.provider == "anthropic", host
+        assert state.head.host == host
+
+
 def test_an_unknown_path_is_sniffed_from_the_body(capsem):
     flow = post("gateway.example", b"/llm", {"model": "claude-x", "max_tokens": 9, "messages": []})
     capsem.requestheaders(flow)
@@ -72,3 +83,23 @@ def test_non_model_endpoints_get_only_net_events(capsem, capsem_home):
         "/v1/models",
         "/v1/messages/count_tokens",
     ]
+
+
+def test_the_canonical_request_is_computed_once_from_every_name_the_request_carries(capsem):
+    """The destination, each Host header, `:authority`, SNI and the server address: one `Name` each,
+    canonical, on the flow's state beside the head, which keeps the path and query as sent."""
+    req = tutils.treq(host="api.openai.com", port=443, scheme="https", method=b"GET",
+                      path=b"//admin/./users;x=1?a=1?b",
+                      headers=http.Headers([(b"Host", b"API.OpenAI.com."), (b"Host", b"0x7f000001:8080")]))  # fmt: skip
+    req.authority = "x.PASTEBIN.com:443"
+    flow = tflow.tflow(req=req, resp=False)
+    flow.client_conn.sni = "ｓｎｉ.example"
+    flow.server_conn.address = ("[::ffff:10.0.0.1]", 443)
+    capsem.requestheaders(flow)
+    state = capsem.flows.get(flow)
+    assert (state.head.path, state.head.query) == ("//admin/./users;x=1", "a=1?b")
+    assert state.head.canonical_path == state.request.path == "/admin/users"
+    assert [n.host for n in state.request.names] == [
+        "api.openai.com", "127.0.0.1", "x.pastebin.com", "sni.example", "10.0.0.1"
+    ]  # fmt: skip
+    assert (state.request.method, state.request.port) == ("GET", 443)
