@@ -2,8 +2,8 @@
 and only on the way to the hosts each key belongs to.
 
 Each `credentials:` entry (`capsem.settings.Credential`) names the host glob its key belongs to,
-where the key goes (a header or a query parameter) and where capsem reads the real value (its own
-environment, or a file only its owner can read: `load_secrets`, at start). For every request,
+where the key goes (one or more headers, or a query parameter) and where capsem reads the real
+value (its own environment, or a file only its owner can read: `load_secrets`, at start). For every request,
 `Broker.plan` finds the placeholders in its headers, query string and path, and says what to do
 with each: `substituted` when the request goes to the entry's host (over https, or to a loopback
 host) and the placeholder is where the key goes; otherwise `refused`, with the reason, and the
@@ -182,13 +182,18 @@ whose declared place is one of these accepts the key in any of them: the Anthrop
 
 
 def accepted_places(entry: Credential) -> frozenset[tuple[str, str]]:
-    """Where the key of `entry` may go: its declared header or query parameter, and for a known
-    provider's host (the entry's glob matches it) every place that provider reads its key from."""
-    declared = ("header", entry.header) if entry.header else ("query", entry.query or "")
+    """Where the key of `entry` may go: its declared headers (each of them: a gateway's clients may
+    send it in either) or query parameter, and for a known provider's host (the entry's glob matches
+    it) every place that provider reads its key from."""
+    declared = (
+        frozenset(("header", h) for h in entry.header)
+        if entry.header
+        else frozenset({("query", entry.query or "")})
+    )
     for host, places in KNOWN_PLACES:
-        if declared in places and fnmatchcase(host, entry.host.lower()):
-            return places
-    return frozenset({declared})
+        if declared & places and fnmatchcase(host, entry.host.lower()):
+            return places | declared
+    return declared
 
 
 def _refusal(entry: Credential, scheme: str, host: str, where: tuple[str, str]) -> str | None:

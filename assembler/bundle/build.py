@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from addons.feed import ADDRESS_FILE
 from assembler.bundle.correlate import correlate
 from assembler.bundle.detect import Detection, detect
 from assembler.bundle.errors import BundleError
@@ -26,8 +27,10 @@ from assembler.bundle.sources import READERS, Limits, SourceContext
 from assembler.bundle.sources.base import open_binary
 from assembler.bundle.views import create_views
 from assembler.procdiag import scrubber_for
-from capsem import __version__
+from capsem import __version__, health
+from capsem.approval_wire import CHANNEL_FILE
 from capsem.ids import utc_now
+from capsem.markers import KEY_FILE
 from capsem.private import private_file
 
 logger = logging.getLogger("assembler.bundle")
@@ -58,23 +61,29 @@ class BuildReport:
         return [f"{s.path}: {w}" for s in self.sources for w in s.warnings]
 
 
-_CAPSEM_OWN_FILES = {"mitmdump.log", "retention.lock", "config.yaml", "prices.json"}
+_CAPSEM_HOME_FILES = {"retention.lock", "config.yaml", "prices.json", KEY_FILE, "search.db"}
+"""capsem's own files at the top of a $CAPSEM_HOME (beside main.db)."""
+_SESSION_FILES = {"mitmdump.log", health.FILE_NAME, CHANNEL_FILE, ADDRESS_FILE}
+"""capsem's own files in a session's folder (beside session.db): mitmproxy's log, the capture counts
+(read with the session, `capsem/health.py`), the approvals channel's port and token, the recorder's
+socket address."""
 
 
 def _capsem_own(path: Path) -> bool:
     """capsem's own files in a $CAPSEM_HOME being bundled, which are not data to import: each
-    session's mitmdump.log, the retention lock, the settings and price table, and mitmproxy's CA
-    (whose private key must never travel in a bundle)."""
+    session's files beside its session.db, the retention lock, the settings, the price table, the
+    hashing key and the search index, and mitmproxy's CA (whose private key, like the hashing key,
+    must never travel in a bundle)."""
     parent = path.parent
     if path.name == "mitmproxy" and (path / "mitmproxy-ca.pem").exists():
         return True
-    if path.name == "mitmdump.log":
+    if path.name in _SESSION_FILES:
         return (
             (parent / "session.db").exists()
             or (parent / "session.db.gz").exists()
             or parent.parent.name == "sessions"
         )
-    return path.name in _CAPSEM_OWN_FILES and (parent / "main.db").exists()
+    return path.name in _CAPSEM_HOME_FILES and (parent / "main.db").exists()
 
 
 def collect_inputs(paths: Iterable[Path], exclude: Iterable[Path] = ()) -> list[Path]:

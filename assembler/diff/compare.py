@@ -28,10 +28,12 @@ def _same_text(text: str) -> str:
     return text
 
 
-def norm_of(run: Run) -> Norm:
-    """How `run`'s texts are compared: its workspace, dates, ids and the checksum of Claude Code's
-    billing line put aside (its `cc_version` counts: another Claude Code is a change)."""
-    return lambda text: run_invariant(mask_billing(text), run.workspace, billing=False)
+def norm_of(run: Run, workspace: bool = True) -> Norm:
+    """How `run`'s texts are compared: its workspace (unless `workspace` is False), dates, ids and
+    the checksum of Claude Code's billing line put aside (its `cc_version` counts: another Claude
+    Code is a change)."""
+    where = run.workspace if workspace else None
+    return lambda text: run_invariant(mask_billing(text), where, billing=False)
 
 
 COST_EPSILON = 1e-9
@@ -108,7 +110,8 @@ class SessionDiff:
     b: str
     calls: tuple[CallDiff, ...]
     totals: tuple[Delta, ...]
-    """Calls, tokens, cost, tool calls, errors of each session (every one, changed or not)."""
+    """Calls, tokens, cost, tool calls, errors of each session (every one, changed or not; the count
+    of unpriced calls only when a session has one)."""
     timing: tuple[Delta, ...] = field(default=())
     """The sessions' total call time (never a change)."""
 
@@ -224,7 +227,7 @@ _FIELDS = ("model", "endpoint", "status", "error", "stop_reason", "input_tokens"
 def compare_calls(a: Call, b: Call, na: Norm = _same_text, nb: Norm = _same_text) -> CallDiff:
     """What changed from call `a` to call `b` (texts compared as `na` and `nb` read them)."""
     fields = [Delta(f, getattr(a, f), getattr(b, f)) for f in _FIELDS if getattr(a, f) != getattr(b, f)]
-    if abs(a.cost - b.cost) > COST_EPSILON:
+    if (a.cost is None) != (b.cost is None) or (a.cost is not None and abs(a.cost - b.cost) > COST_EPSILON):  # type: ignore[operator]
         fields.append(Delta("cost", a.cost, b.cost))
     ignored = [Delta(f, getattr(a, f), getattr(b, f)) for f in ("id", "timestamp", "duration_ms")
                if getattr(a, f) != getattr(b, f)]  # fmt: skip
@@ -267,17 +270,23 @@ def _once(diffs: list[CallDiff]) -> list[CallDiff]:
     return out
 
 
-def totals(run: Run) -> dict[str, float | int]:
+def totals(run: Run) -> dict[str, float | int | None]:
+    """What the totals table shows. `cost`: the priced calls' cost, None when no call was priced
+    and some were unpriced (as the run summary says "cost unpriced"); `unpriced`: calls with tokens
+    whose model has no known price; `errors`: as `inspect-session` counts them."""
     calls = run.calls
+    priced = [c.cost for c in calls if c.cost is not None]
+    unpriced = len(calls) - len(priced)
     return {
         "calls": len(calls),
         "input_tokens": sum(c.input_tokens for c in calls),
         "output_tokens": sum(c.output_tokens for c in calls),
         "cache_read": sum(c.cache_read for c in calls),
         "cache_write": sum(c.cache_write for c in calls),
-        "cost": round(sum(c.cost for c in calls), 9),
+        "cost": round(sum(priced), 9) if priced or not unpriced else None,
+        "unpriced": unpriced,
         "tool_calls": sum(len(c.tool_uses) for c in calls),
-        "errors": sum(1 for c in calls if c.error),
+        "errors": run.errors,
     }
 
 
@@ -293,7 +302,8 @@ def alone(a: Call | None, b: Call | None) -> CallDiff:
 
 def compare(a: Run, b: Run) -> SessionDiff:
     """Run `a` against run `b`, call by call, with the totals of each."""
-    na, nb = norm_of(a), norm_of(b)
+    both = bool(a.workspace and b.workspace)  # as a replay matches: a workspace on both sides or none
+    na, nb = norm_of(a, both), norm_of(b, both)
     diffs = [
         compare_calls(x, y, na, nb) if x is not None and y is not None else alone(x, y)
         for x, y in align(a.calls, b.calls, na, nb)
@@ -303,4 +313,5 @@ def compare(a: Run, b: Run) -> SessionDiff:
         Delta("call time ms", sum(c.duration_ms for c in a.calls), sum(c.duration_ms for c in b.calls)),
     )
     return SessionDiff(a.session_id, b.session_id, tuple(_once(diffs)),
-                       tuple(Delta(k, ta[k], tb[k]) for k in ta), timing)  # fmt: skip
+                       tuple(Delta(k, ta[k], tb[k]) for k in ta if k != "unpriced" or ta[k] or tb[k]),
+                       timing)  # fmt: skip

@@ -22,6 +22,7 @@ from assembler.sessiondb import MainDbMissing, open_main
 from assembler.view.queries.call import item_content, readable
 from assembler.view.queries.common import check_session_db
 from assembler.view.queries.session import _node, _tools_for
+from capsem.outcomes import ERRORS_SQL
 
 ID_KEYS = frozenset({"id", "tool_use_id", "tool_call_id", "call_id", "item_id", "response_id",
                      "previous_response_id", "signature", "encrypted_content"})  # fmt: skip
@@ -99,7 +100,8 @@ class Call:
     output_tokens: int
     cache_read: int
     cache_write: int
-    cost: float
+    cost: float | None
+    """In USD; None when the call had tokens and its model has no known price (unpriced)."""
     timestamp: str
     duration_ms: int
     ask: str
@@ -119,6 +121,9 @@ class Run:
     calls: tuple[Call, ...]
     workspace: str | None = None
     """Where it ran (`sessions.workspace`): read as `<workspace>` when compared."""
+    errors: int = 0
+    """Its errors as the run summary and `inspect-session` count them (`capsem.outcomes`): failed
+    model calls, other requests that failed, tool results marked as errors."""
 
 
 def strip_ids(value: Any) -> Any:
@@ -201,11 +206,19 @@ def load_run(conn: sqlite3.Connection, session_id: str) -> Run:
             id=node.id, turn=turn, provider=node.provider, endpoint=_MODEL_IN_PATH.sub(r"\1*", row.get("path") or ""),
             model=node.model, status=node.status_code, error=node.error, stop_reason=node.stop_reason,
             input_tokens=node.input_tokens, output_tokens=node.output_tokens, cache_read=node.cache_read,
-            cache_write=node.cache_write, cost=node.cost, timestamp=node.timestamp, duration_ms=node.duration_ms,
-            ask=ask, system=items.system(row), tools=items.tools(row), new_items=new_items,
+            cache_write=node.cache_write, cost=None if node.unpriced else node.cost, timestamp=node.timestamp,
+            duration_ms=node.duration_ms, ask=ask, system=items.system(row), tools=items.tools(row), new_items=new_items,
             answer=items.new(row["id"], "output") or _plain_answer(row), tool_uses=uses,
         ))  # fmt: skip
-    return Run(session_id, tuple(calls))
+    return Run(session_id, tuple(calls), errors=_errors(conn, calls))
+
+
+def _errors(conn: sqlite3.Connection, calls: list[Call]) -> int:
+    """The session's errors (`ERRORS_SQL`); its failed model calls when a table is missing."""
+    try:
+        return int(conn.execute(f"SELECT {ERRORS_SQL}").fetchone()[0])
+    except sqlite3.OperationalError:  # a session.db without net_events or tool_responses
+        return sum(1 for c in calls if c.error)
 
 
 def _arguments(text: str) -> str:

@@ -11,13 +11,15 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from addons.budgets import usd
 from assembler.diff.compare import CallDiff, Delta, PieceChange, SessionDiff, UseChange
 from assembler.diff.load import Call
 
 LINES_PER_TEXT = 3
 """Lines of an item's text shown before `… (N more lines)` (the whole text: `capsem show-call`)."""
 _LABELS = {"input_tokens": "input tokens", "output_tokens": "output tokens", "cache_read": "cache read tokens",
-           "cache_write": "cache write tokens", "stop_reason": "stop reason", "tool_calls": "tool calls"}  # fmt: skip
+           "cache_write": "cache write tokens", "stop_reason": "stop reason", "tool_calls": "tool calls",
+           "unpriced": "unpriced calls"}  # fmt: skip
 
 
 def label(what: str) -> str:
@@ -25,17 +27,22 @@ def label(what: str) -> str:
 
 
 def value(what: str, v: Any) -> str:
+    """A value as shown: money as budgets show it (`$0.0123`), a cost of None `unpriced` (its model
+    has no known price: never `$0`), counts with thousands separators."""
+    if what == "cost":
+        return "unpriced" if v is None else usd(v)
     if v is None:
         return "—"
-    if what == "cost":
-        return f"${v:.6f}".rstrip("0").rstrip(".") if v else "$0"
     if isinstance(v, int) and not isinstance(v, bool):
         return f"{v:,}"
     return str(v)
 
 
 def signed(d: Delta) -> str:
-    """The difference B - A of a number with its sign: `+3`, `-$0.0001`."""
+    """The difference B - A of a number with its sign: `+3`, `-$0.0001` (empty when a side has no
+    number: an unpriced cost)."""
+    if d.a is None or d.b is None:
+        return ""
     diff = d.b - d.a  # type: ignore[operator]
     return ("+" if diff >= 0 else "-") + value(d.what, abs(diff))
 

@@ -13,9 +13,11 @@
    - dates and times (`2026-11-25`, `2026-11-25T21:43:34.485Z`, `21:43:34`, `11/25/2026`,
      `Wednesday, November 25, 2026`, Unix times in seconds or ms from 2017 to 2033, as text or
      as JSON numbers);
-   - the workspace directory, also as Claude Code names its project folder (`/tmp/ws` ->
-     `-tmp-ws`) and its last name as a path component (Gemini CLI's `~/.gemini/tmp/ws`): the
-     recording's and the replay's are both read as `<workspace>`;
+   - the workspace directory as a whole path, also as Claude Code names its project folder
+     (`/tmp/ws` -> `-tmp-ws`) and as Gemini CLI names its own (`~/.gemini/tmp/ws`): the
+     recording's and the replay's are both read as `<workspace>`. Only those: another path that
+     merely ends in the same name (`/home/dev/ws`) is text. A recording with no workspace (made
+     with bare mitmdump) puts none aside, and neither does its replay, so both sides read alike;
    - ids: UUIDs (also inside a longer id: `at_01a214b5-…`), prefixed ids with a digit in them
      (`toolu_01…`, `call_…`, `fc_…`, `resp_…`,
      `msg_…`, `session_…`) and hex strings of 24 digits or more. An id may differ from the one
@@ -112,12 +114,12 @@ def run_invariant(text: str, workspace: str | None = None, *, billing: bool = Tr
 
 @lru_cache(maxsize=16)
 def _workspace_forms(workspace: str) -> tuple[str, re.Pattern[str]]:
-    """The workspace's last name, and a pattern finding the workspace as a path, as Claude Code
-    names its project folder (`/tmp/ws` -> `-tmp-ws`), or its last name as a whole path component
-    (Gemini CLI's `~/.gemini/tmp/ws`)."""
+    """The workspace's last name (in every form), and a pattern finding the workspace as a whole
+    path, as Claude Code names its project folder (`/tmp/ws` -> `-tmp-ws`), or as Gemini CLI names
+    its folder for it (`~/.gemini/tmp/ws`: the last name, there only)."""
     base = workspace.rstrip("/").rsplit("/", 1)[-1]
     slug = re.sub(r"[^A-Za-z0-9]", "-", workspace)
-    forms = rf"(?<![\w.-]){re.escape(workspace)}|{re.escape(slug)}|(?<=/){re.escape(base)}"
+    forms = rf"(?<![\w.-]){re.escape(workspace)}|{re.escape(slug)}|(?<=/\.gemini/tmp/){re.escape(base)}"
     return base, re.compile(rf"(?:{forms})(?![\w.-])")
 
 

@@ -79,7 +79,9 @@ def replay(original: str, command: list[str], *, options: Options, workspace: Pa
 
     check_agent(command, workspace)
     recording = load(original)
-    replayer = Replayer(recording, options, str((workspace or Path.cwd()).resolve()))
+    # the replay's workspace is put aside only where the recording's is (bare mitmdump keeps none)
+    here = str((workspace or Path.cwd()).resolve()) if recording.workspace else None
+    replayer = Replayer(recording, options, here)
     keys = recording.keys if options.live_from is None else set()
     env = {k: v for k, v in PLACEHOLDER_KEYS.items() if k in keys and not os.environ.get(k)}
     server = Emulator(server=ReplayServer(replayer)).start()

@@ -152,9 +152,19 @@ def update_index(index: sqlite3.Connection) -> list[str]:
     return problems
 
 
+INDEX_VERSION = 2
+"""How items are read as text (`readable`); an index written by another version is rebuilt (2: Gemini
+parts read as text, no longer as JSON)."""
+
+
 def open_index() -> sqlite3.Connection:
     conn = connect(index_path())
     conn.executescript(_SCHEMA)
+    if conn.execute("PRAGMA user_version").fetchone()[0] != INDEX_VERSION:
+        with conn:  # every session is indexed again at the next update
+            conn.execute("DELETE FROM docs")
+            conn.execute("DELETE FROM indexed")
+        conn.execute(f"PRAGMA user_version = {INDEX_VERSION}")
     return conn
 
 

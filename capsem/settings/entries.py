@@ -244,8 +244,9 @@ class Credential:
     name: str
     host: str
     """Glob (case-insensitive): the only hosts the real value is ever sent to."""
-    header: str | None
-    """The header that carries the key (lower-case: `x-api-key`, `authorization`...), or None."""
+    header: tuple[str, ...] | None
+    """The headers that may carry the key (lower-case: `x-api-key`, `authorization`...; several for
+    a gateway whose clients send it in either), or None."""
     query: str | None
     """The query parameter that carries it (`key`), or None."""
     env: str | None
@@ -266,8 +267,13 @@ class Credential:
             raise _must(f"{key}.host", "a host glob (the only hosts the real value may go to)", host)
         header, query = _one_of(key, raw, "header", "query", "must say where the key goes: header (x-api-key, "
                                 "authorization...) or query (a query parameter), one of them")  # fmt: skip
-        if header is not None and not (isinstance(header, str) and _HEADER_RE.fullmatch(header)):
-            raise _must(f"{key}.header", "a header name", header)
+        headers = [header] if isinstance(header, str) else header
+        if header is not None and not (
+            isinstance(headers, list)
+            and headers
+            and all(isinstance(h, str) and _HEADER_RE.fullmatch(h) for h in headers)
+        ):
+            raise _must(f"{key}.header", "a header name or a list of them", header)
         if query is not None and not (isinstance(query, str) and query):
             raise _must(f"{key}.query", "a query parameter name", query)
         env, file = _one_of(key, raw, "env", "file", "must name one source of the real value: env (a variable "
@@ -291,5 +297,6 @@ class Credential:
             isinstance(n, str) and _ENV_NAME_RE.fullmatch(n) for n in names
         ):
             raise _must(f"{key}.agent_env", "an environment variable name or a list of them", agent_env)
-        return cls(name=name, host=host, header=header.lower() if header else None, query=query, env=env,
-                   file=file, placeholder=placeholder, agent_env=tuple(names))  # fmt: skip
+        header = tuple(dict.fromkeys(h.lower() for h in headers)) if headers else None  # each once
+        return cls(name=name, host=host, header=header, query=query, env=env, file=file, placeholder=placeholder,
+                   agent_env=tuple(names))  # fmt: skip

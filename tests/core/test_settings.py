@@ -157,7 +157,11 @@ def refusal(config: Path, text: str | bytes) -> str:
         ("credentials: {a: {header: x-api-key, env: K}}",
          "credentials.a.host must be a host glob (the only hosts the real value may go to), got None"),
         ("credentials: {a: {host: h, header: 'x api key', env: K}}",
-         "credentials.a.header must be a header name, got 'x api key'"),
+         "credentials.a.header must be a header name or a list of them, got 'x api key'"),
+        ("credentials: {a: {host: h, header: [x-api-key, 'bad name'], env: K}}",
+         "credentials.a.header must be a header name or a list of them, got ['x-api-key', 'bad name']"),
+        ("credentials: {a: {host: h, header: [], env: K}}",
+         "credentials.a.header must be a header name or a list of them, got []"),
         ("credentials: {a: {host: h, header: x-api-key, env: 'MY-KEY'}}",
          "credentials.a.env must be an environment variable name, got 'MY-KEY'"),
         ("credentials: {a: {host: h, header: x-api-key, file: keys/a.key}}",
@@ -354,7 +358,7 @@ def test_budgets_and_credentials_are_named_entries_replaced_whole(config, tmp_pa
         ),
     )
     anthropic, gemini = settings.credentials.entries
-    assert anthropic == Credential("anthropic", "api.anthropic.com", "x-api-key", None, "ANTHROPIC_API_KEY", None,
+    assert anthropic == Credential("anthropic", "api.anthropic.com", ("x-api-key",), None, "ANTHROPIC_API_KEY", None,
                                    "capsem-placeholder-anthropic", ("ANTHROPIC_API_KEY",))  # fmt: skip
     assert (gemini.query, gemini.file, gemini.placeholder, gemini.agent_env) == (
         "key", str(Path("~/gemini.key").expanduser()), "capsem-gemini-x", ("GEMINI_API_KEY", "GOOGLE_API_KEY"))  # fmt: skip

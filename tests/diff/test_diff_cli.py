@@ -5,6 +5,7 @@ show exactly that, and nothing else; at 80 columns and wide; --json; ids by pref
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -86,3 +87,24 @@ def test_a_database_that_is_not_a_session_is_a_clear_error(runs, tmp_path, monke
     sqlite3.connect(folder / "session.db").close()
     out = run("diff", runs.base, "20261125-000000-dead", code=1)
     assert "no model_calls table" in out and "Traceback" not in out
+
+
+@pytest.mark.parametrize("width", ("80", "160"))
+def test_errors_are_counted_as_inspect_session_counts_them_and_money_reads_as_money(agent_runs, monkeypatch,
+                                                                                   width):  # fmt: skip
+    """Issue 35, item 10: `errors 0 0` for a session with a failed tool result and a request answered
+    404 (list-sessions and the run summary say 2), `$0.002682`, and `$0` for a call whose model has no
+    known price."""
+    monkeypatch.setenv("CAPSEM_HOME", str(agent_runs.home))
+    monkeypatch.setenv("COLUMNS", width)
+    listed = {s["id"]: s["total_errors"] for s in json.loads(run("list-sessions", "--json"))}
+    assert (listed[agent_runs.a], listed[agent_runs.b]) == (2, 0)
+    out = run("diff", agent_runs.a, agent_runs.b)
+    fits(out, int(width))
+    lines = {line.split("  ")[0]: line.split() for line in out.splitlines() if "  " in line}
+    assert lines["errors"][-3:] == ["2", "0", "-2"]
+    assert lines["unpriced calls"][-3:] == ["1", "0", "-1"]
+    costs = lines["cost"][1:3]
+    assert all(re.fullmatch(r"\$0\.\d{4}", c) for c in costs), costs
+    assert re.search(r"tokens \d+ in, \d+ out, unpriced\n", out), out
+    assert not re.search(r"\$0\b(?!\.)", out), out

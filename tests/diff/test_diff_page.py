@@ -4,10 +4,8 @@ page's "compare with…" form. Screenshots go to test-artifacts/diff/."""
 
 from __future__ import annotations
 
-import os
+import json
 import re
-import subprocess
-import sys
 from html import unescape
 
 import httpx
@@ -15,6 +13,7 @@ import pytest
 
 from tests.bundle.conftest import chromium
 from tests.conftest import ARTIFACTS
+from tests.pages import LINES_OF, SIDEWAYS, laid_out, view_of
 
 SHOTS = ARTIFACTS / "diff"
 OFFLINE = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
@@ -22,17 +21,8 @@ OFFLINE = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
 
 @pytest.fixture(scope="module")
 def served(recorded_runs):
-    server = subprocess.Popen([sys.executable, "-m", "assembler", "view", "--no-open", "--port", "0"],
-                              env={**os.environ, "CAPSEM_HOME": str(recorded_runs.home)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    try:
-        line = server.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:\d+", line)
-        assert match, line + server.stdout.read()
-        yield match.group(0)
-    finally:
-        server.kill()
-        server.wait()
+    with view_of(recorded_runs.home) as url:
+        yield url
 
 
 def page(url: str, profile, shot: str, phone: bool = False) -> str:
@@ -117,3 +107,33 @@ def test_a_replay_links_to_its_original(recorded_runs, tmp_path, monkeypatch):
     assert f'<a href="/diff/{runs.base}/{runs.changed}">compare with the original</a>' in html
     options = re.findall(r'<option value="([^"]+)">([^<]*)</option>', html)
     assert options[0][0] == runs.base and options[0][1].endswith("(the original)")
+
+
+@pytest.mark.parametrize("width", (1280, 390))
+def test_tool_names_stay_whole_and_totals_count_errors_and_unpriced_calls(agent_runs, tmp_path, width):
+    """Issue 35, item 10: the diff page cut `Agent` into `Agen` / `t` beside long arguments, said
+    `errors 0 | 0` for a session with a failed tool and a request answered 404, printed `$0.002682`
+    and `$0` for a call whose model has no known price."""
+    from assembler.failures import failures
+    from capsem.schema import connect
+
+    runs = agent_runs
+    with view_of(runs.home) as url, laid_out(f"{url}/diff/{runs.a}/{runs.b}", tmp_path / "p", width) as page:
+        page.screenshot(SHOTS / f"tools-errors-unpriced-{width}.png")
+        names = page.js(LINES_OF % json.dumps("table.uses td.tname"))
+        totals = dict(page.js("[...document.querySelectorAll('.diff-totals tbody tr')].map(tr => "
+                              "[tr.cells[0].textContent, [...tr.cells].slice(1).map(c => c.textContent)])"))  # fmt: skip
+        alone = page.js("document.querySelector('.pair.only-a').innerText")
+        wide, screen = page.js(SIDEWAYS)
+    assert wide <= screen  # no sideways scroll, on a phone too
+    assert names == [["Agent", 1], ["Agent", 1]]  # A's call and B's, each on one line
+    counted = []
+    for session in (runs.a, runs.b):
+        conn = connect(runs.home / "sessions" / session / "session.db", readonly=True)
+        counted.append(len(failures(conn)))  # what the run summary and inspect-session count
+        conn.close()
+    assert counted[0] == 2 and counted[1] == 0  # the failed tool result and the 404
+    assert totals["errors"] == [str(counted[0]), str(counted[1]), "-2"]
+    assert totals["unpriced calls"] == ["1", "0", "-1"]
+    assert all(re.fullmatch(r"\$0\.\d{4}", cost) for cost in totals["cost"][:2]), totals["cost"]
+    assert re.search(r"tokens in, \d+ out · unpriced$", alone), alone

@@ -59,6 +59,16 @@ def test_what_changes_every_run_is_tolerated():
     assert number(m.match(MESSAGES, now)) == 1
 
 
+def test_a_path_that_only_ends_like_the_workspace_is_text_on_both_sides():
+    """Issue 35, item 10: `/home/dev/proj` was read as `<workspace>` in a replay run in `/tmp/proj`
+    and not in a recording made in `/home/rec/ws`: the replay missed."""
+    said = body(messages=[{"role": "user", "content": "diff /home/dev/proj/a.py and /srv/ws/b.py"}])
+    assert number(matcher(said, workspace="/tmp/proj").match(MESSAGES, said)) == 1
+    in_workspace = body(messages=[{"role": "user", "content": "read /home/rec/ws/a.py"}])
+    now = body(messages=[{"role": "user", "content": "read /tmp/proj/a.py"}])
+    assert number(matcher(in_workspace, workspace="/tmp/proj").match(MESSAGES, now)) == 1
+
+
 def test_ids_map_one_to_one_over_the_replay():
     def turn(call_id: str, text: str = "go") -> bytes:
         return body(messages=[{"role": "user", "content": text},

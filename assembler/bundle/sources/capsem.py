@@ -25,6 +25,7 @@ from assembler.bundle.schema import (
 )
 from assembler.bundle.sources.base import SourceContext, dumps
 from assembler.sessiondb import SessionDbError, open_path
+from capsem import health
 from capsem.ids import is_session_id
 from capsem.schema import connect
 
@@ -87,6 +88,7 @@ def _copy_session(ctx: SourceContext, src: sqlite3.Connection) -> None:
         ctx.malformed(None, "not a capsem session database (no net_events or model_calls table)")
         return
     session_id, meta = session_id_of(src, ctx.path)
+    meta = health.merged(meta, ctx.path.parent)  # the counts the recorder kept beside it, for a full disk
     previous = ctx.conn.execute(
         "SELECT source_id FROM sessions WHERE session_id = ? AND kind = 'capsem'", (session_id,)
     ).fetchone()

@@ -96,10 +96,32 @@ def _text_of(value: Any) -> str | None:
         return "\n".join(calls)
     if set(value) >= {"name", "arguments"} and "type" not in value:
         return f"{value['name']}({value['arguments']})"
+    if kind is None:  # a Gemini part: text, thought, function call or response
+        gemini = _gemini_part(value)
+        if gemini is not None:
+            return gemini
     if "parts" in value and isinstance(value["parts"], list):
         return _text_of(value["parts"])
     if "content" in value and set(value) <= {"content", "role", "name"}:
         return _text_of(value["content"])
+    return None
+
+
+def _gemini_part(part: dict[str, Any]) -> str | None:
+    """A Gemini part as text: its text (a thought marked as thinking), a function call as
+    `name(args)`, a function response as its one text value (`{"output": "…"}`) or its JSON."""
+    if isinstance(part.get("text"), str):
+        return ("(thinking) " if part.get("thought") is True else "") + part["text"]
+    call = part.get("functionCall")
+    if isinstance(call, dict):
+        return f"{call.get('name')}({json.dumps(call.get('args', {}), ensure_ascii=False)})"
+    answer = part.get("functionResponse")
+    if isinstance(answer, dict):
+        response = answer.get("response")
+        values = list(response.values()) if isinstance(response, dict) else []
+        if len(values) == 1 and isinstance(values[0], str):
+            return values[0]
+        return json.dumps(response, ensure_ascii=False)
     return None
 
 

@@ -16,8 +16,11 @@ OPENAI_KEY = "sk-proj-REALopenaiKEY/with+odd=chars"
 GEMINI_KEY = "AIzaREALgeminiKEY00000000000000000000"
 
 
-def entry(name: str, host: str, *, header: str | None = None, query: str | None = None) -> Credential:
-    return Credential(name=name, host=host, header=header, query=query, env=name.upper() + "_KEY", file=None,
+def entry(
+    name: str, host: str, *, header: str | tuple[str, ...] | None = None, query: str | None = None
+) -> Credential:
+    headers = (header,) if isinstance(header, str) else header
+    return Credential(name=name, host=host, header=headers, query=query, env=name.upper() + "_KEY", file=None,
                       placeholder=f"capsem-placeholder-{name}", agent_env=(name.upper() + "_API_KEY",))  # fmt: skip
 
 
@@ -174,4 +177,26 @@ def test_a_known_provider_takes_its_key_wherever_that_provider_accepts_it(broker
     custom = Broker([Brokered(entry("corp", "llm.corp.example", header="x-api-key"), "corp-secret-value")])
     assert (
         plan(custom, "llm.corp.example", [("authorization", "Bearer capsem-placeholder-corp")]).headers == {}
+    )
+
+
+def test_a_gateway_entry_takes_its_key_in_each_header_it_names():
+    """Issue 35, item 10: an Anthropic- or OpenAI-compatible gateway on another host gets the key in
+    `x-api-key` from one SDK and in `Authorization: Bearer` from another: `header:` may list both.
+    Only those headers, only that host."""
+    gateway = entry("gateway", "llm.gateway.example", header=("x-api-key", "authorization"))
+    broker = Broker([Brokered(gateway, "gateway-secret-value")])
+    keyed = plan(broker, "llm.gateway.example", [("x-api-key", "capsem-placeholder-gateway")])
+    assert keyed.headers == {"x-api-key": ["gateway-secret-value"]}
+    bearer = plan(broker, "llm.gateway.example", [("Authorization", "Bearer capsem-placeholder-gateway")])
+    assert bearer.headers == {"authorization": ["Bearer gateway-secret-value"]}
+    assert bearer.events == (Substitution("gateway", "header authorization", "substituted"),)
+    for host, headers in [("llm.gateway.example", [("x-goog-api-key", "capsem-placeholder-gateway")]),
+                          ("evil.example", [("x-api-key", "capsem-placeholder-gateway")])]:  # fmt: skip
+        done = plan(broker, host, headers)
+        assert done.headers == {} and done.events[0].outcome == "refused", host
+    refused = plan(broker, "llm.gateway.example", [("x-goog-api-key", "capsem-placeholder-gateway")])
+    assert (
+        refused.events[0].reason
+        == "the key goes in header authorization or header x-api-key, not in header x-goog-api-key"
     )
