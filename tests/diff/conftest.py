@@ -116,7 +116,7 @@ def _tool_session(emu: Emulator, work: Path, *, failing: bool) -> str:
                 client.messages.create(model="capsem-unpriced-model-1", max_tokens=64,
                                        messages=[{"role": "user", "content": "And a summary?"}],
                                        extra_headers={"x-emulator": "scenario=text"})  # fmt: skip
-                missing = http.get("https://api.anthropic.com/capsem-test/no-such-endpoint")
+                missing = http.get("https://api.anthropic.com/v1/capsem-test/no-such-endpoint")
                 assert missing.status_code == 404
     finally:
         proxy.stop()
