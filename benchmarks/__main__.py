@@ -1,6 +1,6 @@
 """`python -m benchmarks [--quick] [--only SUITE]`: run, print the tables, save them.
 
-SUITE: streaming, newconn, startup, micro, bodies, websocket, otlp, backtest or replay.
+SUITE: streaming, newconn, startup, micro, bodies, websocket, otlp, backtest, replay or policy.
 
 A full run writes `benchmarks/results/latest.md` and `latest.json`; `--quick` (a smoke run of
 about a minute, too small to judge anything) writes `quick.md` and `quick.json` instead.
@@ -25,6 +25,7 @@ from benchmarks.bodies import run_bodies
 from benchmarks.micro import run_micro
 from benchmarks.newconn import run_newconn, run_resolve
 from benchmarks.otlp_export import run_otlp
+from benchmarks.policy_cpu import run_policy_cpu
 from benchmarks.replay import run_replay
 from benchmarks.report import render
 from benchmarks.startup import run_startup
@@ -50,6 +51,7 @@ FULL = {
     "otlp": {"calls": 150, "spec": StreamSpec(50, 200, 2)},
     "backtest": {"sessions": 1000, "model_calls": 40, "mcp_calls": 20, "plain": 20, "repeat": 3},
     "replay": {"turns": 300},
+    "policy": {"requests": 2000, "reps": 5},
 }
 QUICK = {
     "profiles": [Profile("paced", StreamSpec(100, 200, 5)), Profile("unpaced", StreamSpec(300, 1000))],
@@ -67,6 +69,7 @@ QUICK = {
     "otlp": {"calls": 30, "spec": StreamSpec(50, 200, 2)},
     "backtest": {"sessions": 50, "model_calls": 10, "mcp_calls": 6, "plain": 6, "repeat": 1},
     "replay": {"turns": 40},
+    "policy": {"requests": 200, "reps": 1},
 }
 
 
@@ -85,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             "otlp",
             "backtest",
             "replay",
+            "policy",
         ],
         help="run one suite only",
     )
@@ -134,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "replay"):
             print("replay", flush=True)
             results["replay"] = run_replay(**plan["replay"], log=lambda line: print(line, flush=True))
+        if args.only in (None, "policy"):
+            print("per-request CPU when no rule matches", flush=True)
+            results["policy"] = run_policy_cpu(**plan["policy"], workdir=Path(tmp) / "policy",
+                                               log=lambda line: print(line, flush=True))  # fmt: skip
     results["meta"] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "mode": "quick" if args.quick else "full",
