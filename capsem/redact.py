@@ -42,6 +42,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote
 
+from capsem.escapes import scrub_decoded
 from capsem.literal_scan import SHORT_TEXT, LiteralPlaces, LiteralSet, RegexPrefilter
 from capsem.markers import MARKER_RE, hash_value
 from capsem.markers import redacted as _redacted
@@ -451,6 +452,10 @@ class Scrubber:
         return text
 
     def _scrub_once(self, text: str) -> str:
+        return scrub_decoded(text, self._passes)
+
+    def _passes(self, text: str) -> str:
+        """Every pass once over `text` as it reads (`_scrub_once` gives it the decoded view)."""
         data = text.encode("utf-8", "surrogatepass")
         patterns, rules, cookie, named = self._prefilter.passes(data)
         if named:

@@ -1,0 +1,130 @@
+"""Scrubbing what a text means, not how it is escaped: the decoded view of a text.
+
+An escape can hide a secret from every pattern: in a JSON string `\\nAKIA…` glues the key to the
+`n` of the escape (no word boundary before it), `\\u0073k-ant-…` spells a letter of the key as an
+escape, and a value ends at the backslash of `ab\\/cd` or `ab\\u00e4cd`; in URL-encoded text
+`sk%2Dant-…` does the same. So the scrubber reads a view of the text in which those escapes say
+what they mean, and writes each redaction back over the whole raw span it covers, escapes
+included (`DecodedView.write_back`):
+
+- JSON's whitespace escapes (`\\n`, `\\r`, `\\t`, `\\f`, `\\b`: nearly all of the escapes of a
+  real body) become a blank and the character they stand for: two characters for two, so no
+  position moves;
+- `\\/`, `\\uXXXX` (a surrogate pair as one character) and `%XX` of an unreserved URL character
+  (a letter, a digit, `-`, `.`, `_`, `~`) become that character; the view is shorter there, and
+  a table of those places maps each view position back to the raw one.
+
+`\\"` and `\\\\` stay as they are: they are the structure by which the scrubber reads a quoted
+value at any JSON escaping depth whole (`capsem.secret_names`), and no pattern stops inside a key
+at a backslash (a rule's end accepts one). `\\u0022`, `\\u005c`, a lone surrogate and an escaped
+control character below a blank stay too. `+` is not read as a blank: a form's value keeps its
+extent (`password=a+b` is one value). The view is built only when the text holds a backslash or
+a `%` (one `memchr` each), and the shorter decode only where such escapes are.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from capsem.markers import redacted
+from capsem.stream_scrub import marker_spans
+
+_WHITESPACE = (("\\n", " \n"), ("\\r", " \r"), ("\\t", " \t"), ("\\f", " \f"), ("\\b", "  "))
+_SHRINKING_RE = re.compile(
+    r"\\(?:/|u(?P<u>[0-9a-fA-F]{4})(?:\\u(?P<low>[dD][c-fC-F][0-9a-fA-F]{2}))?)|%(?P<pct>[0-9A-Fa-f]{2})"
+)
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def _decoded_char(m: re.Match[str]) -> str | None:
+    """What a shrinking escape stands for, or None to keep it as it is."""
+    if m.group("pct") is not None:
+        char = chr(int(m.group("pct"), 16))
+        return char if char in _UNRESERVED else None
+    if m.group("u") is None:
+        return "/"
+    code = int(m.group("u"), 16)
+    low = m.group("low")
+    if 0xD800 <= code < 0xDC00:
+        return chr(0x10000 + ((code - 0xD800) << 10) + (int(low, 16) - 0xDC00)) if low else None
+    if (code < 0x20 and code not in (9, 10, 13)) or code in (0x22, 0x5C) or 0xDC00 <= code < 0xE000:
+        return None
+    return chr(code)
+
+
+@dataclass(frozen=True)
+class DecodedView:
+    """A text as the scrubber reads it, and where its shorter decodes are."""
+
+    text: str
+    places: tuple[int, ...] = ()
+    """View positions of the characters decoded from a longer escape, in order."""
+    shifts: tuple[int, ...] = ()
+    """Per place: how many raw characters lie before the next view position, beyond the view's."""
+
+    def raw(self, position: int) -> int:
+        """The raw position of a view position (of the start of the escape it was decoded from)."""
+        i = bisect.bisect_left(self.places, position)
+        return position + (self.shifts[i - 1] if i else 0)
+
+    def write_back(self, raw: str, scrubbed: str) -> str | None:
+        """`raw` with the redactions that turned the view into `scrubbed` made over the raw spans
+        they cover (each marker the one the scrubber wrote); None when they cannot be placed."""
+        spans = marker_spans(self.text, scrubbed)
+        if spans is None:
+            return None
+        out, done = [], 0
+        for start, end in spans:
+            raw_start, raw_end = self.raw(start), self.raw(end)
+            out += [raw[done:raw_start], redacted(self.text[start:end])]
+            done = raw_end
+        return "".join(out) + raw[done:]
+
+
+def decoded_view(text: str) -> DecodedView | None:
+    """The view of `text` (see module doc), or None when no escape changes it."""
+    has_backslash, has_percent = "\\" in text, "%" in text
+    if not (has_backslash or has_percent):
+        return None
+    view = text
+    if has_backslash:
+        for escape, same_length in _WHITESPACE:
+            view = view.replace(escape, same_length)
+    if not (has_percent or "\\u" in view or "\\/" in view):
+        return DecodedView(view) if view is not text else None
+    out: list[str] = []
+    places: list[int] = []
+    shifts: list[int] = []
+    done = length = shift = 0
+    for m in _SHRINKING_RE.finditer(view):
+        char = _decoded_char(m)
+        if char is None:
+            continue
+        out.append(view[done : m.start()])
+        length += m.start() - done
+        places.append(length)
+        out.append(char)
+        length += 1
+        shift += m.end() - m.start() - 1
+        shifts.append(shift)
+        done = m.end()
+    if not places:
+        return DecodedView(view) if view is not text else None
+    out.append(view[done:])
+    return DecodedView("".join(out), tuple(places), tuple(shifts))
+
+
+def scrub_decoded(text: str, scrub: Callable[[str], str]) -> str:
+    """`scrub` applied to what `text` means (its decoded view), the redactions written back over
+    the raw escapes they cover; `scrub(text)` itself when nothing in `text` is escaped."""
+    view = decoded_view(text)
+    if view is None:
+        return scrub(text)
+    scrubbed = scrub(view.text)
+    if scrubbed == view.text:
+        return text
+    written = view.write_back(text, scrubbed)
+    return scrub(text) if written is None else written
