@@ -42,6 +42,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote
 
+from capsem.command_passwords import COMMAND_PATTERNS
+from capsem.credential_places import pgpass_spans
 from capsem.escapes import scrub_decoded
 from capsem.literal_scan import SHORT_TEXT, LiteralPlaces, LiteralSet, RegexPrefilter
 from capsem.markers import MARKER_RE, hash_value
@@ -71,12 +73,6 @@ if TYPE_CHECKING:
 # (literals one of which every match contains, pattern): a pattern runs only on a text holding one
 # of its literals (one Hyperscan pass looks for all of them, `_Prefilter`). A pattern with a group
 # named `s` has only that group redacted (the rest says what it was).
-_ARGS = r"[^\n|;&]{0,400}?"
-"""The rest of one command, up to the flag (not past a newline, a pipe or the next command)."""
-_QUOTE = r"""(?:\\*['"])?"""
-_VALUE = r"""(?!\[redacted )(?P<s>[^\s'"\\]+)"""
-"""A command-line value: up to a blank, a quote or a backslash (JSON's escaped quote)."""
-_HTFLAGS = r"(?:[ \t]+-(?:C[ \t]+[0-9]+|[A-Za-z]+))"
 _PATTERNS: list[tuple[tuple[str, ...], str]] = [
     (("sk-ant-",), r"sk-ant-[A-Za-z0-9_\-]{8,}"),
     (("sk-",), r"\bsk-(?:proj-|svcacct-|admin-|or-v1-)?[A-Za-z0-9_\-]{16,}"),
@@ -113,31 +109,7 @@ _PATTERNS: list[tuple[tuple[str, ...], str]] = [
     # an Azure SAS signature, also after Go's JSON escape of `&` (`\u0026sig=`)
     (("sig=",), r"sig=(?:(?<=[?&;]sig=)|(?<=\\u0026sig=))(?!\[redacted )(?P<s>[^&\s\"'\\#<>]+)"),
     (("/bot",), r"/bot(?P<s>[0-9]{6,12}:[A-Za-z0-9_\-]{30,})"),  # a Telegram bot token in a request path
-    # passwords on command lines (an agent's Bash calls) that no secret-named flag announces
-    (("curl",), rf"\bcurl\b{_ARGS}\s(?:-u|--user|--proxy-user|-U)(?:[ \t]+|=){_QUOTE}[^\s:'\"\\]*:{_VALUE}"),
-    (("mysql", "mariadb"), rf"\b(?:mysql\w*|mariadb[\w\-]*)\b{_ARGS}\s-p{_VALUE}"),  # -pPASSWORD
-    (("sshpass",), rf"\bsshpass\b{_ARGS}\s-p[ \t]*{_VALUE}"),
-    (
-        ("login",),
-        rf"\b(?:docker|podman|nerdctl|buildah|skopeo|helm[ \t]+registry|helm|oras|crane)[ \t]+login\b"
-        rf"{_ARGS}\s(?:-p|--password)(?:[ \t]+|=){_QUOTE}{_VALUE}",
-    ),
-    (
-        ("pass:",),
-        rf"-(?:pass(?:in|out)?|passwd|password)[ \t]+pass:{_VALUE}",
-    ),  # openssl -passin pass:PASSWORD
-    (("openssl",), rf"\bopenssl\b{_ARGS}\s-k[ \t]+{_QUOTE}{_VALUE}"),  # openssl enc -k PASSWORD
-    # htpasswd -b [-c…] FILE USER PASSWORD, and -nb USER PASSWORD (no file)
-    (
-        ("htpasswd",),
-        rf"\bhtpasswd(?={_HTFLAGS}*[ \t]+-[A-Za-z]*b)(?!{_HTFLAGS}*[ \t]+-[A-Za-z]*n){_HTFLAGS}+"
-        rf"[ \t]+[^\s\-]\S*[ \t]+\S+[ \t]+{_QUOTE}{_VALUE}",
-    ),
-    (
-        ("htpasswd",),
-        rf"\bhtpasswd(?={_HTFLAGS}*[ \t]+-[A-Za-z]*b)(?={_HTFLAGS}*[ \t]+-[A-Za-z]*n){_HTFLAGS}+"
-        rf"[ \t]+[^\s\-]\S*[ \t]+{_QUOTE}{_VALUE}",
-    ),
+    *COMMAND_PATTERNS,  # passwords on command lines that no secret-named flag announces
 ]
 _LITERAL_RE = re.compile(r"(?:[A-Za-z0-9_\-]|\\\.)+")
 """The literal a pattern part starts with (word characters, `-`, an escaped dot)."""
@@ -465,6 +437,7 @@ class Scrubber:
             text = _COMPILED[i][1].sub(_redact_match, text)
         if cookie:
             text = _redact_spans(text, _cookie_spans(text, text.encode("utf-8", "surrogatepass")))
+        text = _redact_spans(text, pgpass_spans(text, data))
         wanted = [i for i in rules if self._prefilter.regexes[i].maybe(data)]
         return _redact_spans(text, _rule_spans(text, self.rules, wanted)) if wanted else text
 

@@ -15,13 +15,16 @@ import re
 import shlex
 from collections.abc import Sequence
 
+from capsem.credential_places import blank_assignment, csv_column_spans, paired_value_span, xml_element_span
 from capsem.literal_scan import SHORT_TEXT, LiteralPlaces
 from capsem.markers import MARKER_RE, MARKER_SPLIT_RE
 from capsem.markers import redacted as _redacted
+from capsem.random_tokens import MIN_LENGTH, TOKEN_RE, looks_random
+from capsem.secret_values import DONE_RE, value_span
 
 # --- secret-named keys ------------------------------------------------------------------------
 # Every secret name contains one of these words (lower-cased); `is_secret_name` decides.
-_NAME_WORDS = ("passw", "passphrase", "secret", "token", "credential", "auth", "key", "signature")
+_NAME_WORDS = ("pass", "pwd", "secret", "token", "credential", "auth", "key", "signature")
 # A name (optionally quoted, at any JSON escaping depth: `"`, `\"`, `\\\"`…) and its separator:
 # `:`, `=`, `:=`, or blanks (the last only for a `--flag VALUE`).
 _NAMED_RE = re.compile(
@@ -32,16 +35,6 @@ _NAMED_RE = re.compile(
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _NAME_RUN_RE = re.compile(r"[\w.\-]*", re.ASCII)
-_OPEN_QUOTE_RE = re.compile(r"(\\*)([\"'])")
-_QUOTE_RUN_RE = re.compile(r"(\\*)\"")
-_SCHEME_RE = re.compile(r"(?:bearer|basic|token|digest)[ \t]+(?=\S)", re.IGNORECASE | re.ASCII)
-_BARE_VALUE_RE = re.compile(r"[^\s\"'\\,;&<>()\[\]{}]+")
-DONE_RE = re.compile(r"\[redacted hash:[0-9a-f]{12}\]|hash:[0-9a-f]{12}")  # what this module already hid
-_ENV_REFERENCE_RE = re.compile(r"\$[A-Z_][A-Z0-9_]*")
-_CODE_WORDS = frozenset({"str", "string", "int", "bool", "bytes", "none", "null", "true", "false",
-                         "undefined", "any", "number", "object", "optional"})  # fmt: skip
-_JSON_SCALAR_START = (*"0123456789-{[", "true", "false", "null")
-
 _CAMEL_RE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _NON_ALNUM_RE = re.compile(r"[^a-z0-9]+")
 # a last part that makes the name describe a secret rather than hold one (`password_file`, `token_count`)
@@ -62,6 +55,17 @@ _HARMLESS_OWNERS = {
 _ENCODING_LAST = frozenset({"data", "value", "b64", "base64", "hex", "pem", "raw", "str", "string", "text"})
 _SECRET_SUBSTRINGS = ("passw", "passphrase", "secret", "credential", "authorization")
 _SECRET_ARG_RE = re.compile(r"-{0,2}[A-Za-z_][\w.\-]*")
+# English words (and programs) that end in `pass` but hold none: `bypass`, `compass`, `askpass`…
+_NOT_A_PASS = frozenset({"bypass", "compass", "encompass", "overpass", "underpass", "trespass", "surpass",
+                         "impass", "multipass", "onepass", "twopass", "firstpass", "secondpass", "singlepass",
+                         "askpass", "sudoaskpass", "subpass", "renderpass", "mainpass", "lowpass", "highpass",
+                         "bandpass", "allpass", "notpass", "nopass"})  # fmt: skip
+# the last words that make a name a context for a random-looking token after it, even when the
+# name alone holds no secret (`key`, `token`: "the key is 8Kq…", "token 8Kq…")
+_CONTEXT_LAST = frozenset({"key", "keys", "token", "tokens", "secret", "secrets", "password", "passwords",
+                           "pass", "passwd", "pwd", "passphrase", "credential", "credentials", "auth",
+                           "apikey"})  # fmt: skip
+_CONTEXT_REACH = 64
 
 
 @functools.lru_cache(maxsize=4096)
@@ -79,55 +83,15 @@ def is_secret_name(name: str) -> bool:
     joined = "_".join(parts)
     if any(word in joined for word in _SECRET_SUBSTRINGS) or any(p.endswith("token") for p in parts):
         return True
-    if last in ("auth", "apikey", "privatekey", "secretkey", "accesskey"):
-        return True
+    if last in ("apikey", "privatekey", "secretkey", "accesskey") or last.endswith(("auth", "pwd")):
+        return (
+            last != "oldpwd"
+        )  # `DB_PWD`, `MYSQL_PWD`, `REDISCLI_AUTH` (`PWD` holding a path: see secret_values)
+    if last.endswith("pass") and last not in _NOT_A_PASS:
+        return True  # `DB_PASS`, `SSHPASS`, `-storepass`
     if last == "key":
         return len(parts) > 1
     return last == "signature" and ("amz" in parts or "goog" in parts)
-
-
-def _closing_quote(text: str, start: int, depth_run: int) -> int:
-    """Where the JSON string opened by a quote after `depth_run` backslashes ends (-1: cut off).
-
-    A string nested n times in JSON strings opens with 2**n - 1 backslashes before its quote; a
-    quote inside it has more, and exactly those runs ≡ depth_run (mod 2**(n+1)) close it."""
-    modulus = 2 * (depth_run + 1)
-    for m in _QUOTE_RUN_RE.finditer(text, start):
-        if len(m.group(1)) % modulus == depth_run:
-            return m.start()
-    return -1
-
-
-def _value_span(text: str, pos: int, name: str, quoted_name: bool) -> tuple[int, int] | None:
-    """The span of the secret value starting at `pos` (after a secret name), or None to keep it."""
-    if not quoted_name:
-        scheme = _SCHEME_RE.match(text, pos)
-        pos = scheme.end() if scheme else pos
-    quote_open = _OPEN_QUOTE_RE.match(text, pos)
-    if quote_open:
-        start = quote_open.end()
-        single = quote_open.group(2) == "'"
-        end = text.find("'", start) if single else _closing_quote(text, start, len(quote_open.group(1)))
-        end = len(text) if end < 0 else end
-        if end == start or DONE_RE.fullmatch(text, start, end):
-            return None
-        return start, end
-    if quoted_name and text.startswith(_JSON_SCALAR_START, pos):
-        return None  # JSON numbers, literals and nested objects stay (usage counts, schemas)
-    bare = _BARE_VALUE_RE.match(text, pos)
-    if bare is None or DONE_RE.fullmatch(bare.group(0)):  # (a `[redacted …]` marker is no bare value)
-        return None
-    value = bare.group(0)
-    lowered = value.lower()
-    if (
-        text.startswith(("(", "["), bare.end())  # a call or subscript: code, not a literal
-        or lowered in _CODE_WORDS
-        or _ENV_REFERENCE_RE.fullmatch(value)
-        or lowered == name.lower()
-        or lowered.endswith("." + name.lower())  # `api_key=api_key`, `token = self.token`
-    ):
-        return None
-    return bare.start(), bare.end()
 
 
 _WORD_STARTS_RE = re.compile("(?=(?:" + "|".join(_NAME_WORDS) + "))")
@@ -150,12 +114,14 @@ def _word_hits(text: str, data: bytes | None) -> list[int]:
 
 
 def scrub_named_values(text: str, data: bytes | None = None) -> str:
-    """`text` with the values of secret-named keys, assignments and flags redacted.
+    """`text` with the values of secret-named keys, assignments, flags and elements redacted, the
+    columns of CSV files that name a secret one, and random-looking tokens after a word that says
+    a credential follows (`the key is 8Kq…`).
 
     Only the places where a name word occurs are looked at (`data` = `text` in UTF-8, if the
     caller has it): from each, back to the start of its name (and its quotes), then `_NAMED_RE`."""
-    out: list[str] = []
-    done = scanned = 0
+    spans: list[tuple[int, int]] = []
+    scanned = 0
     for hit in _word_hits(text, data):
         if hit < scanned:
             continue  # inside a name already looked at, or a value already redacted
@@ -163,42 +129,86 @@ def scrub_named_values(text: str, data: bytes | None = None) -> str:
         while start > 0 and text[start - 1] in _NAME_CHARS:
             start -= 1
         end = _NAME_RUN_RE.match(text, hit).end()
-        if not is_secret_name(text[start:end]):  # most hits: max_tokens, input_tokens, keyboard…
-            scanned = end
-            continue
-        m = None
-        if start > 0 and text[start - 1] in "\"'":
-            quoted = start - 1
-            while quoted > 0 and text[quoted - 1] == "\\":
-                quoted -= 1
-            while m is None and quoted < start:  # the longest quote prefix that closes the same way
-                m = _NAMED_RE.match(text, quoted)
-                quoted += 1
-        m = m or _NAMED_RE.match(text, start)
-        if m is None:  # no separator after the name, or glued to what precedes it
-            scanned = end
-            continue
-        scanned = m.end()
-        span = _secret_span(text, m)
-        if span is not None and span[0] >= done:
-            out += [text[done : span[0]], _redacted(text[span[0] : span[1]])]
-            done = scanned = span[1]
-    if not out:
+        name = text[start:end]
+        secret = is_secret_name(name)
+        found, scanned = _named_value(text, start, end) if secret else (None, end)
+        if found is None and _is_context(name):
+            found = _random_token_after(text, end)
+        if found is not None:
+            spans.append(found)
+            scanned = max(scanned, found[1])
+        elif secret and "," in text[max(0, start - 60) : end + 60]:
+            columns, after = csv_column_spans(text, start, is_secret_name)
+            spans += columns
+            scanned = max(scanned, after)
+    if not spans:
         return text
-    out.append(text[done:])
-    return "".join(out)
+    out: list[str] = []
+    done = 0
+    for span_start, span_end in spans:
+        if span_start >= done:
+            out += [text[done:span_start], _redacted(text[span_start:span_end])]
+            done = span_end
+    return "".join(out) + text[done:]
+
+
+def _named_value(text: str, start: int, end: int) -> tuple[tuple[int, int] | None, int]:
+    """(the span of the value that the secret name `text[start:end]` announces, or None; where the
+    scan goes on)."""
+    element = xml_element_span(text, start, end)
+    if element is not None:
+        return element, element[1]
+    paired = paired_value_span(text, start, end)
+    if paired is not None:
+        return paired, paired[1]
+    m = None
+    if start > 0 and text[start - 1] in "\"'":
+        quoted = start - 1
+        while quoted > 0 and text[quoted - 1] == "\\":
+            quoted -= 1
+        while m is None and quoted < start:  # the longest quote prefix that closes the same way
+            m = _NAMED_RE.match(text, quoted)
+            quoted += 1
+    m = m or _NAMED_RE.match(text, start)
+    if m is None:  # no separator after the name, or glued to what precedes it
+        return None, end
+    return _secret_span(text, m), m.end()
 
 
 def _secret_span(text: str, m: re.Match[str]) -> tuple[int, int] | None:
     """The span of the value after a `_NAMED_RE` match of a secret name, if there is one to redact."""
     name, quote_prefix, sep = m.group("name"), m.group("q"), m.group("sep")
     separator = sep.strip()
-    if not separator:  # blanks separate only a `--flag VALUE`
-        if quote_prefix or not name.startswith("-") or text.startswith("-", m.end()):
+    if not separator:  # blanks separate a `--flag VALUE`, and a name after `setx`, netrc's `login`…
+        if name.startswith("-"):
+            if quote_prefix or text.startswith("-", m.end()):
+                return None
+        elif quote_prefix or not blank_assignment(text, m.start("name")):
             return None
     elif separator == ":" and not quote_prefix and sep[-1] == ":" and "-" not in name:
         return None  # `name:value` without a blank is a prefixed id (`tiktoken:cl100k_base`, `secrets:read`)
-    return _value_span(text, m.end(), name, bool(quote_prefix))
+    in_query = m.start("name") > 0 and text[m.start("name") - 1] in "?&"
+    return value_span(text, m.end(), name, bool(quote_prefix), in_query)
+
+
+def _is_context(name: str) -> bool:
+    """Whether a random-looking token after `name` is a credential (`key`, `token`, `DB_PASS`…)."""
+    parts = _NON_ALNUM_RE.split(_CAMEL_RE.sub("_", name).lower())
+    last = next((p for p in reversed(parts) if p), "")
+    return last in _CONTEXT_LAST or is_secret_name(name)
+
+
+def _random_token_after(text: str, pos: int) -> tuple[int, int] | None:
+    """The first random-looking token (`capsem.random_tokens`) that starts within a few words
+    after `pos` on the same line, if there is one."""
+    line_end = text.find("\n", pos)
+    line_end = len(text) if line_end < 0 else line_end
+    for m in TOKEN_RE.finditer(text, pos, min(line_end, pos + _CONTEXT_REACH + 512)):
+        if m.start() > pos + _CONTEXT_REACH:
+            return None
+        if m.end() - m.start() >= MIN_LENGTH and looks_random(m.group(0)):
+            return m.span()
+    return None
 
 
 def mask_secret_args(argv: Sequence[str]) -> list[str]:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from assembler.procdiag.sample import ProcessReader
 from capsem import redact, secret_names
+from capsem.credential_places import pgpass_spans
 from capsem.escapes import scrub_decoded
 from capsem.redact import Scrubber, hash_value, headers_json, redact_query
 from capsem.rollup import register_session
@@ -128,6 +129,9 @@ def test_prefiltered_scrub_equals_the_plain_regex_passes(text, padding):
         for _, pattern in redact._PATTERNS:
             reference = re.sub(pattern, redact._redact_match, reference)
         reference = redact._redact_spans(reference, redact._cookie_spans(reference))
+        reference = redact._redact_spans(
+            reference, pgpass_spans(reference, reference.encode("utf-8", "surrogatepass"))
+        )
         return redact._redact_spans(reference, redact._rule_spans(reference, scrubber.rules, every_rule))
 
     reference = text

@@ -1,0 +1,133 @@
+"""Places that hold credentials whatever their names look like: the syntaxes around a value.
+
+`capsem.secret_names` finds a secret name and asks here whether the place it is in holds a value
+the usual `NAME=v` / `NAME: v` / `"name": "v"` / `--name v` reading misses:
+
+- a name and its value separated by blanks, after a command that assigns that way: `setx NAME v`,
+  fish's `set -x NAME v`, a Dockerfile's `ENV NAME v`, `aws configure set NAME v`,
+  `npm|yarn|pnpm config set NAME v`, `git config [--global] NAME v`, netrc
+  (`machine h login u password v`, on one line or several), `nmcli … wifi connect SSID password v`;
+- an XML element (`<password>v</password>`, Maven's settings.xml; attributes allowed);
+- a name that is the value of a name/key field, its secret in the value field beside it:
+  Kubernetes' `- name: DB_PASSWORD` / `value: v`, `{"name": "DB_PASSWORD", "value": "v"}`,
+  .NET's `<add key="DbPassword" value="v"/>`, CloudFormation's `ParameterKey=DbPassword,ParameterValue=v`;
+- a CSV header that names a secret column (an AWS IAM access-key file: `Access key ID,Secret access
+  key`): that column of each row under it;
+
+and, found without a name, `.pgpass` lines (`host:port:database:user:password`, `pgpass_spans`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from capsem.literal_scan import RegexPrefilter
+from capsem.secret_values import DONE_RE, value_span
+
+_BLANK_ASSIGNMENT_RE = re.compile(
+    r"(?:\bsetx|\bset(?:[ \t]+-[A-Za-z]+)+|(?:^|\n)[ \t]*ENV|\baws[ \t]+configure[ \t]+set"
+    r"|\b(?:npm|yarn|pnpm)[ \t]+config[ \t]+set|\bgit[ \t]+config(?:[ \t]+--[\w-]+)*"
+    r"|\bmachine\s+\S+(?:\s+login\s+\S+)?|\blogin\s+\S+|\bdefault(?:\s+login\s+\S+)?"
+    r"|\bwifi\s+connect\s+\S+)\s+[\"']?$",
+    re.IGNORECASE,
+)
+_LOOK_BACK = 120
+_XML_OPEN_END_RE = re.compile(r"(?:[ \t][^<>]*)?>[ \t]*(?=[^<\s])")
+_XML_CONTENT_RE = re.compile(r"[^<]*")
+_PAIR_NAME_RE = re.compile(
+    r"""\b(?:name|key|Name|Key|ParameterKey|OptionName)\\*["']?[ \t]*[:=][ \t]*\\*["']?$"""
+)
+_PAIR_VALUE_RE = re.compile(r"""\b(?:value|Value|ParameterValue)(?P<q>\\*["'])?[ \t]*[:=][ \t]*""")
+_PAIR_REACH = 200
+_HEADER_FIELD_RE = re.compile(r"[ \t]*[A-Za-z][\w .\-/]{0,40}")
+_MAX_ROWS = 10_000
+_PGPASS_RE = re.compile(
+    r"(?m)(?:^|(?<=[\"']))[ \t]*(?=[\w.\-*]*[A-Za-z*])[\w.\-*]+:(?:[0-9]{1,5}|\*):[^:\s\"'\\]+:[^:\s\"'\\]+:"
+    r"(?!\[redacted )(?P<s>[^\s\"'\\]+)(?=[ \t]*(?:$|[\"'\\]))"
+)
+_PGPASS_GATE = RegexPrefilter(r"[A-Za-z*][\w.\-*]*:(?:[0-9]{1,5}|\*):[^:\s]+:[^:\s]+:[^\s:]")
+
+
+def blank_assignment(text: str, name_start: int) -> bool:
+    """Whether the name at `name_start` is assigned its value after blanks (see module doc)."""
+    return _BLANK_ASSIGNMENT_RE.search(text, max(0, name_start - _LOOK_BACK), name_start) is not None
+
+
+def xml_element_span(text: str, name_start: int, name_end: int) -> tuple[int, int] | None:
+    """The content of `<name …>content</name>` when the name opens an element, else None."""
+    if name_start == 0 or text[name_start - 1] != "<":
+        return None
+    opened = _XML_OPEN_END_RE.match(text, name_end)
+    if opened is None:
+        return None
+    content = _XML_CONTENT_RE.match(text, opened.end())
+    end = content.end() if content else opened.end()
+    value = text[opened.end() : end].rstrip()
+    if not value or DONE_RE.fullmatch(value):
+        return None
+    return opened.end(), opened.end() + len(value)
+
+
+def paired_value_span(text: str, name_start: int, name_end: int) -> tuple[int, int] | None:
+    """The value beside a secret name that is itself the value of a name/key field, else None."""
+    if _PAIR_NAME_RE.search(text, max(0, name_start - 40), name_start) is None:
+        return None
+    pair = _PAIR_VALUE_RE.search(text, name_end, name_end + _PAIR_REACH)
+    if (
+        pair is None
+        or any(c in text[name_end : pair.start()] for c in "{}<")
+        or "name" in text[name_end : pair.start()]
+    ):
+        return None
+    return value_span(text, pair.end(), "value", bool(pair.group("q")), False)
+
+
+def _line_bounds(text: str, at: int) -> tuple[int, int]:
+    """The line around `at`, also ended by a quote (the JSON string it is in)."""
+    start = max(text.rfind("\n", 0, at), text.rfind('"', 0, at)) + 1
+    ends = [i for i in (text.find("\n", at), text.find('"', at)) if i >= 0]
+    return start, min(ends) if ends else len(text)
+
+
+def csv_column_spans(
+    text: str, hit: int, is_secret: Callable[[str], bool]
+) -> tuple[list[tuple[int, int]], int]:
+    """The values under the secret columns of the CSV header line holding `hit`, and where they
+    end (`hit` itself when that line is no such header)."""
+    start, end = _line_bounds(text, hit)
+    fields = text[start:end].split(",")
+    if len(fields) < 2 or len(fields) > 40 or not all(_HEADER_FIELD_RE.fullmatch(f.rstrip()) for f in fields):
+        return [], hit
+    columns = [i for i, f in enumerate(fields) if is_secret(f.strip())]
+    if not columns or end >= len(text) or text[end] != "\n":
+        return [], hit
+    spans: list[tuple[int, int]] = []
+    pos = end + 1
+    for _ in range(_MAX_ROWS):
+        row_end = min((i for i in (text.find("\n", pos), text.find('"', pos)) if i >= 0), default=len(text))
+        cells = text[pos:row_end].split(",")
+        if len(cells) != len(fields) or not text[pos:row_end].strip():
+            break
+        offsets = [pos]
+        for cell in cells[:-1]:
+            offsets.append(offsets[-1] + len(cell) + 1)
+        for i in columns:
+            cell = cells[i]
+            value = cell.strip()
+            if value and not DONE_RE.fullmatch(value):
+                at = offsets[i] + len(cell) - len(cell.lstrip())
+                spans.append((at, at + len(value)))
+        end = row_end
+        if row_end >= len(text) or text[row_end] != "\n":
+            break
+        pos = row_end + 1
+    return spans, end
+
+
+def pgpass_spans(text: str, data: bytes) -> list[tuple[int, int]]:
+    """The passwords of `.pgpass` lines (`host:port:database:user:password`) in `text`
+    (`data`: its UTF-8; Hyperscan says first whether any line could be one)."""
+    if not _PGPASS_GATE.maybe(data):
+        return []
+    return [m.span("s") for m in _PGPASS_RE.finditer(text)]
