@@ -11,6 +11,7 @@ literals (the tool's name); its group `s` is the password. The table is docs/REL
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 _ARGS = r"[^\n|;&]{0,400}?"
@@ -25,63 +26,56 @@ _HTFLAGS = r"(?:[ \t]+-(?:C[ \t]+[0-9]+|[A-Za-z]+))"
 
 @dataclass(frozen=True)
 class Flag:
-    """A tool whose flag takes a password: `tool … FLAG PASSWORD` (`glue` says how they join)."""
+    """Tools whose flag takes a password: `tool … FLAG PASSWORD` (`glue` says how they join)."""
 
-    literals: tuple[str, ...]
-    """What every such command line holds (the prefilter's literals)."""
-    tool: str
-    """A regex for the tool's name (`\\b` on both sides is added)."""
+    tools: tuple[str, ...]
+    """Each a regex that starts with the literal every such command line holds (the prefilter's;
+    one pattern per tool, so that Python's `re` searches for that literal, not an alternation)."""
     flag: str
     glue: str = "blank"
     """`blank` (`-a X`), `glued` (`-pX`), `either` (`-P X` or `-PX`) or `equals` (`-p X` or `-p=X`)."""
 
 
 _GLUE = {"blank": r"[ \t]+", "glued": "", "either": r"[ \t]*", "equals": r"(?:[ \t]+|=)"}
+_LOGINS = ("docker", "podman", "nerdctl", "buildah", "skopeo", "helm", "oras", "crane")
 
 FLAGS = (
-    Flag(("redis-cli",), r"redis-cli", "-a"),
-    Flag(("sqlcmd", "bcp", "osql", "isql", "mssql-cli"), r"sqlcmd|bcp|osql|isql|mssql-cli", "-P", "either"),
-    Flag(("login",), r"az[ \t]+login", "(?:-p|--password)", "equals"),
-    Flag(("mongo",), r"mongo\w*", "-p"),
-    Flag(("cqlsh",), r"cqlsh", "-p"),
-    Flag(("ldap",), r"ldap\w+", "-w"),
-    Flag(("zip",), r"zip|unzip|zipcloak", "-P"),
-    Flag(("7z",), r"7z[ar]?", "-p", "glued"),
-    Flag(("rar",), r"rar|unrar", "-p", "glued"),
-    Flag(("rdesktop",), r"rdesktop", "-p"),
-    Flag(("ncftp",), r"ncftp\w*", "-p"),
-    Flag(("ssh-keygen",), r"ssh-keygen", "-[NP]"),
-    Flag(("twine",), r"twine", "-p"),
-    Flag(("secret",), r"gh[ \t]+secret[ \t]+set", "(?:-b|--body)", "equals"),
-    Flag(("mysql", "mariadb"), r"mysql\w*|mariadb[\w\-]*", "-p", "glued"),
-    Flag(("sshpass",), r"sshpass", "-p", "either"),
-    Flag(("openssl",), r"openssl", "-k"),
-    Flag(
-        ("login",),
-        r"(?:docker|podman|nerdctl|buildah|skopeo|helm[ \t]+registry|helm|oras|crane)[ \t]+login",
-        "(?:-p|--password)",
-        "equals",
-    ),
+    Flag(("redis-cli",), "-a"),
+    Flag(("sqlcmd", "bcp", "osql", "isql", "mssql-cli"), "-P", "either"),
+    Flag((r"az[ \t]+login",), "(?:-p|--password)", "equals"),
+    Flag((r"mongo\w*",), "-p"),
+    Flag(("cqlsh",), "-p"),
+    Flag((r"ldap\w+",), "-w"),
+    Flag(("zip", "unzip", "zipcloak"), "-P"),
+    Flag((r"7z[ar]?",), "-p", "glued"),
+    Flag(("rar", "unrar"), "-p", "glued"),
+    Flag(("rdesktop",), "-p"),
+    Flag((r"ncftp\w*",), "-p"),
+    Flag(("ssh-keygen",), "-[NP]"),
+    Flag(("twine",), "-p"),
+    Flag((r"gh[ \t]+secret[ \t]+set",), "(?:-b|--body)", "equals"),
+    Flag((r"mysql\w*", r"mariadb[\w\-]*"), "-p", "glued"),
+    Flag(("sshpass",), "-p", "either"),
+    Flag(("openssl",), "-k"),
+    Flag(tuple(rf"{tool}(?:[ \t]+registry)?[ \t]+login" for tool in _LOGINS), "(?:-p|--password)", "equals"),
 )
 
 OTHER: tuple[tuple[tuple[str, ...], str], ...] = (
     (("curl",), rf"\bcurl\b{_ARGS}\s(?:-u|--user|--proxy-user|-U)(?:[ \t]+|=){_QUOTE}[^\s:'\"\\]*:{_VALUE}"),
     # smbclient -U user%PASSWORD
-    (
-        ("smbclient", "rpcclient", "smbcacls", "smbget"),
-        rf"\b(?:smbclient|rpcclient|smbcacls|smbget)\b{_ARGS}\s(?:-U|--user(?:name)?)(?:[ \t]+|=)"
-        rf"{_QUOTE}[^\s%'\"\\]*%{_VALUE}",
+    *(
+        ((tool,), rf"\b{tool}\b{_ARGS}\s(?:-U|--user(?:name)?)(?:[ \t]+|=){_QUOTE}[^\s%'\"\\]*%{_VALUE}")
+        for tool in ("smbclient", "rpcclient", "smbcacls", "smbget")
     ),
     (("lftp",), rf"\blftp\b{_ARGS}\s-u[ \t]+{_QUOTE}[^\s,'\"\\]*,{_VALUE}"),  # lftp -u user,PASSWORD
-    (
-        ("freerdp",),
-        rf"\b(?:xfreerdp|wlfreerdp|freerdp)\b{_ARGS}\s/p:{_QUOTE}{_VALUE}",
-    ),  # xfreerdp /p:PASSWORD
+    *(((tool,), rf"\b{tool}\b{_ARGS}\s/p:{_QUOTE}{_VALUE}") for tool in ("xfreerdp", "wlfreerdp", "freerdp")),
     # sqlplus user/PASSWORD@db (Oracle's tools)
-    (
-        ("sqlplus", "sqlldr", "expdp", "impdp", "rman"),
-        r"""\b(?:sqlplus|sqlldr|expdp|impdp|rman)\b(?:[ \t]+-\w+)*[ \t]+(?:\\*['"])?[A-Za-z_][\w$#]*/"""
-        r"""(?!\[redacted )(?P<s>[^\s@'"\\/]+)""",
+    *(
+        (
+            (tool,),
+            rf"""\b{tool}\b(?:[ \t]+-\w+)*[ \t]+{_QUOTE}[A-Za-z_][\w$#]*/(?!\[redacted )(?P<s>[^\s@'"\\/]+)""",
+        )
+        for tool in ("sqlplus", "sqlldr", "expdp", "impdp", "rman")
     ),
     (
         ("rabbitmqctl",),
@@ -113,13 +107,18 @@ OTHER: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 
 
-def _pattern(flag: Flag) -> str:
+_LITERAL_RE = re.compile(r"[\w\-]+")
+
+
+def _pattern(tool: str, flag: Flag) -> tuple[tuple[str, ...], str]:
     optional = "" if flag.glue == "glued" else _OPTIONAL
-    return rf"\b(?:{flag.tool})\b{_ARGS}\s{flag.flag}{_GLUE[flag.glue]}{optional}{_QUOTE}{_VALUE}"
+    literal = _LITERAL_RE.match(tool)
+    assert literal is not None, tool
+    return (literal.group(0),), rf"\b{tool}\b{_ARGS}\s{flag.flag}{_GLUE[flag.glue]}{optional}{_QUOTE}{_VALUE}"
 
 
 COMMAND_PATTERNS: list[tuple[tuple[str, ...], str]] = [
-    *((flag.literals, _pattern(flag)) for flag in FLAGS),
+    *(_pattern(tool, flag) for flag in FLAGS for tool in flag.tools),
     *OTHER,
 ]
 """(literals, pattern) pairs for `capsem.redact`."""

@@ -25,14 +25,8 @@ from collections.abc import Callable
 from capsem.literal_scan import RegexPrefilter
 from capsem.secret_values import DONE_RE, value_span
 
-_BLANK_ASSIGNMENT_RE = re.compile(
-    r"(?:\bsetx|\bset(?:[ \t]+-[A-Za-z]+)+|(?:^|\n)[ \t]*ENV|\baws[ \t]+configure[ \t]+set"
-    r"|\b(?:npm|yarn|pnpm)[ \t]+config[ \t]+set|\bgit[ \t]+config(?:[ \t]+--[\w-]+)*"
-    r"|\bmachine\s+\S+(?:\s+login\s+\S+)?|\blogin\s+\S+|\bdefault(?:\s+login\s+\S+)?"
-    r"|\bwifi\s+connect\s+\S+)\s+[\"']?$",
-    re.IGNORECASE,
-)
 _LOOK_BACK = 120
+_CONFIG_TOOLS = frozenset({"npm", "yarn", "pnpm"})
 _XML_OPEN_END_RE = re.compile(r"(?:[ \t][^<>]*)?>[ \t]*(?=[^<\s])")
 _XML_CONTENT_RE = re.compile(r"[^<]*")
 _PAIR_NAME_RE = re.compile(
@@ -40,7 +34,7 @@ _PAIR_NAME_RE = re.compile(
 )
 _PAIR_VALUE_RE = re.compile(r"""\b(?:value|Value|ParameterValue)(?P<q>\\*["'])?[ \t]*[:=][ \t]*""")
 _PAIR_REACH = 200
-_HEADER_FIELD_RE = re.compile(r"[ \t]*[A-Za-z][\w .\-/]{0,40}")
+_HEADER_LINE_RE = re.compile(r"[ \t]*[A-Za-z][\w .\-/]{0,40}(?:,[ \t]*[A-Za-z][\w .\-/]{0,40}){1,40}")
 _MAX_ROWS = 10_000
 _PGPASS_RE = re.compile(
     r"(?m)(?:^|(?<=[\"']))[ \t]*(?=[\w.\-*]*[A-Za-z*])[\w.\-*]+:(?:[0-9]{1,5}|\*):[^:\s\"'\\]+:[^:\s\"'\\]+:"
@@ -50,8 +44,33 @@ _PGPASS_GATE = RegexPrefilter(r"[A-Za-z*][\w.\-*]*:(?:[0-9]{1,5}|\*):[^:\s]+:[^:
 
 
 def blank_assignment(text: str, name_start: int) -> bool:
-    """Whether the name at `name_start` is assigned its value after blanks (see module doc)."""
-    return _BLANK_ASSIGNMENT_RE.search(text, max(0, name_start - _LOOK_BACK), name_start) is not None
+    """Whether the name at `name_start` is assigned its value after blanks (see module doc): read
+    from the few words before it, not by a regex over the line (most names followed by a blank
+    are prose)."""
+    words = text[max(0, name_start - _LOOK_BACK) : name_start].rsplit(None, 5)[-5:]
+    if words and words[-1] in ('"', "'"):
+        words.pop()
+    if not words:
+        return False
+    last = words[-1].lower()
+    if last == "setx" or words[-1] == "ENV":  # setx NAME v; Dockerfile ENV NAME v
+        return True
+    if len(words) >= 2 and words[-2].lower() in ("login", "machine"):  # netrc: machine h [login u] password v
+        return True
+    if last.startswith("-") or last in ("set", "config"):
+        lowered = [w.lower() for w in words]
+        if lowered[-3:-1] == ["wifi", "connect"]:
+            return True
+        flags = len(lowered)
+        while flags > 0 and lowered[flags - 1].startswith("-"):
+            flags -= 1
+        head = lowered[:flags]
+        if head[-1:] == ["set"] and (flags < len(lowered) or head[-3:-1] == ["aws", "configure"]):
+            return True  # fish's set -gx NAME v; aws configure set NAME v
+        if head[-2:] == ["config", "set"] and len(head) >= 3 and head[-3] in _CONFIG_TOOLS:
+            return True
+        return head[-2:] == ["git", "config"]
+    return len(words) >= 3 and [w.lower() for w in words[-3:-1]] == ["wifi", "connect"]
 
 
 def xml_element_span(text: str, name_start: int, name_end: int) -> tuple[int, int] | None:
@@ -71,7 +90,14 @@ def xml_element_span(text: str, name_start: int, name_end: int) -> tuple[int, in
 
 def paired_value_span(text: str, name_start: int, name_end: int) -> tuple[int, int] | None:
     """The value beside a secret name that is itself the value of a name/key field, else None."""
-    if _PAIR_NAME_RE.search(text, max(0, name_start - 40), name_start) is None:
+    before = name_start - 1
+    while before > 0 and text[before] in "\\\"' \t":
+        before -= 1
+    if (
+        before < 0
+        or text[before] not in ":="
+        or _PAIR_NAME_RE.search(text, max(0, name_start - 40), name_start) is None
+    ):
         return None
     pair = _PAIR_VALUE_RE.search(text, name_end, name_end + _PAIR_REACH)
     if (
@@ -84,10 +110,12 @@ def paired_value_span(text: str, name_start: int, name_end: int) -> tuple[int, i
 
 
 def _line_bounds(text: str, at: int) -> tuple[int, int]:
-    """The line around `at`, also ended by a quote (the JSON string it is in)."""
-    start = max(text.rfind("\n", 0, at), text.rfind('"', 0, at)) + 1
-    ends = [i for i in (text.find("\n", at), text.find('"', at)) if i >= 0]
-    return start, min(ends) if ends else len(text)
+    """The line around `at` (at most 2,000 characters), also ended by a quote (the JSON string it
+    is in)."""
+    low, high = max(0, at - 2000), min(len(text), at + 2000)
+    start = max(text.rfind("\n", low, at), text.rfind('"', low, at), low - 1) + 1
+    ends = [i for i in (text.find("\n", at, high), text.find('"', at, high)) if i >= 0]
+    return start, min(ends) if ends else high
 
 
 def csv_column_spans(
@@ -96,9 +124,9 @@ def csv_column_spans(
     """The values under the secret columns of the CSV header line holding `hit`, and where they
     end (`hit` itself when that line is no such header)."""
     start, end = _line_bounds(text, hit)
-    fields = text[start:end].split(",")
-    if len(fields) < 2 or len(fields) > 40 or not all(_HEADER_FIELD_RE.fullmatch(f.rstrip()) for f in fields):
+    if not _HEADER_LINE_RE.fullmatch(text, start, end):
         return [], hit
+    fields = text[start:end].split(",")
     columns = [i for i, f in enumerate(fields) if is_secret(f.strip())]
     if not columns or end >= len(text) or text[end] != "\n":
         return [], hit

@@ -32,16 +32,17 @@ from dataclasses import dataclass
 from capsem.markers import redacted
 from capsem.stream_scrub import marker_spans
 
-_WHITESPACE = (("\\n", " \n"), ("\\r", " \r"), ("\\t", " \t"), ("\\f", " \f"), ("\\b", "  "))
-_SHRINKING_RE = re.compile(
-    r"\\(?:/|u(?P<u>[0-9a-fA-F]{4})(?:\\u(?P<low>[dD][c-fC-F][0-9a-fA-F]{2}))?)|%(?P<pct>[0-9A-Fa-f]{2})"
-)
+_RARE_WHITESPACE = {"\\r": " \r", "\\t": " \t", "\\f": " \f", "\\b": "  "}
+_RARE_WHITESPACE_RE = re.compile(r"\\[rtfb]")
+_JSON_SHRINKING_RE = re.compile(r"\\(?:/|u(?P<u>[0-9a-fA-F]{4})(?:\\u(?P<low>[dD][c-fC-F][0-9a-fA-F]{2}))?)")
+_PERCENT_RE = re.compile(r"%(?P<pct>[0-9A-Fa-f]{2})")
+"""Each starts with its one literal character: Python's `re` then looks for it, not at every position."""
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
 
 def _decoded_char(m: re.Match[str]) -> str | None:
     """What a shrinking escape stands for, or None to keep it as it is."""
-    if m.group("pct") is not None:
+    if m.re is _PERCENT_RE:
         char = chr(int(m.group("pct"), 16))
         return char if char in _UNRESERVED else None
     if m.group("u") is None:
@@ -90,16 +91,24 @@ def decoded_view(text: str) -> DecodedView | None:
     if not (has_backslash or has_percent):
         return None
     view = text
+    json_shrinking = False
     if has_backslash:
-        for escape, same_length in _WHITESPACE:
-            view = view.replace(escape, same_length)
-    if not (has_percent or "\\u" in view or "\\/" in view):
+        view = view.replace("\\n", " \n")
+        for escape in {m.group(0) for m in _RARE_WHITESPACE_RE.finditer(view)}:
+            view = view.replace(escape, _RARE_WHITESPACE[escape])
+        json_shrinking = "\\u" in view or "\\/" in view
+    if not (has_percent or json_shrinking):
         return DecodedView(view) if view is not text else None
+    matches = list(_JSON_SHRINKING_RE.finditer(view)) if json_shrinking else []
+    if has_percent:
+        matches = sorted(matches + list(_PERCENT_RE.finditer(view)), key=lambda m: m.start())
     out: list[str] = []
     places: list[int] = []
     shifts: list[int] = []
     done = length = shift = 0
-    for m in _SHRINKING_RE.finditer(view):
+    for m in matches:
+        if m.start() < done:
+            continue
         char = _decoded_char(m)
         if char is None:
             continue

@@ -33,8 +33,8 @@ MIN_LENGTH = 20
 MIN_HEX_LENGTH = 32
 MIN_STRETCH = 16
 RATIO = 0.8
-TOKEN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9+/_\-.~]*[A-Za-z0-9]={0,2}")
-"""A candidate: base64, base64url, hex, or a key with `-`, `_`, `.` in it."""
+LONG_TOKEN_RE = re.compile(r"(?<![A-Za-z0-9+/_\-.~])[A-Za-z0-9][A-Za-z0-9+/_\-.~]{18,}[A-Za-z0-9]={0,2}")
+"""A candidate of `MIN_LENGTH` or more: base64, base64url, hex, or a key with `-`, `_`, `.` in it."""
 _HEX_RE = re.compile(r"[0-9a-fA-F\-]+")
 _SEPARATOR_RE = re.compile(r"[/._\-+~=]")
 _WORD_RE = re.compile(r"[A-Z]?[a-z]{2,}|[A-Z]{3,}(?![a-z])")

@@ -19,7 +19,7 @@ from capsem.credential_places import blank_assignment, csv_column_spans, paired_
 from capsem.literal_scan import SHORT_TEXT, LiteralPlaces
 from capsem.markers import MARKER_RE, MARKER_SPLIT_RE
 from capsem.markers import redacted as _redacted
-from capsem.random_tokens import MIN_LENGTH, TOKEN_RE, looks_random
+from capsem.random_tokens import LONG_TOKEN_RE, MIN_LENGTH, looks_random
 from capsem.secret_values import DONE_RE, value_span
 
 # --- secret-named keys ------------------------------------------------------------------------
@@ -66,6 +66,7 @@ _CONTEXT_LAST = frozenset({"key", "keys", "token", "tokens", "secret", "secrets"
                            "pass", "passwd", "pwd", "passphrase", "credential", "credentials", "auth",
                            "apikey"})  # fmt: skip
 _CONTEXT_REACH = 64
+_DIGIT_RE = re.compile("[0-9]")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -191,6 +192,7 @@ def _secret_span(text: str, m: re.Match[str]) -> tuple[int, int] | None:
     return value_span(text, m.end(), name, bool(quote_prefix), in_query)
 
 
+@functools.lru_cache(maxsize=4096)
 def _is_context(name: str) -> bool:
     """Whether a random-looking token after `name` is a credential (`key`, `token`, `DB_PASS`…)."""
     parts = _NON_ALNUM_RE.split(_CAMEL_RE.sub("_", name).lower())
@@ -201,13 +203,15 @@ def _is_context(name: str) -> bool:
 def _random_token_after(text: str, pos: int) -> tuple[int, int] | None:
     """The first random-looking token (`capsem.random_tokens`) that starts within a few words
     after `pos` on the same line, if there is one."""
-    line_end = text.find("\n", pos)
-    line_end = len(text) if line_end < 0 else line_end
-    for m in TOKEN_RE.finditer(text, pos, min(line_end, pos + _CONTEXT_REACH + 512)):
-        if m.start() > pos + _CONTEXT_REACH:
+    reach = pos + _CONTEXT_REACH
+    if _DIGIT_RE.search(text, pos, reach + MIN_LENGTH) is None:  # a random token has digits
+        return None
+    for m in LONG_TOKEN_RE.finditer(text, pos, reach + MIN_LENGTH):  # (a token's start is enough)
+        if "\n" in text[pos : m.start()]:
             return None
-        if m.end() - m.start() >= MIN_LENGTH and looks_random(m.group(0)):
-            return m.span()
+        token = LONG_TOKEN_RE.match(text, m.start()) if m.end() == reach + MIN_LENGTH else m
+        if token is not None and looks_random(token.group(0)):
+            return token.span()
     return None
 
 
