@@ -42,18 +42,18 @@ _LOGINS = ("docker", "podman", "nerdctl", "buildah", "skopeo", "helm", "oras", "
 FLAGS = (
     Flag(("redis-cli",), "-a"),
     Flag(("sqlcmd", "bcp", "osql", "isql", "mssql-cli"), "-P", "either"),
-    Flag((r"az[ \t]+login",), "(?:-p|--password)", "equals"),
+    Flag((r"login(?<=\baz login)",), "(?:-p|--password)", "equals"),  # (led by `login`: `az` is in every text)
     Flag((r"mongo\w*",), "-p"),
     Flag(("cqlsh",), "-p"),
     Flag((r"ldap\w+",), "-w"),
     Flag(("zip", "unzip", "zipcloak"), "-P"),
     Flag((r"7z[ar]?",), "-p", "glued"),
-    Flag(("rar", "unrar"), "-p", "glued"),
+    Flag(("unrar",), "-p", "glued"),
     Flag(("rdesktop",), "-p"),
     Flag((r"ncftp\w*",), "-p"),
     Flag(("ssh-keygen",), "-[NP]"),
     Flag(("twine",), "-p"),
-    Flag((r"gh[ \t]+secret[ \t]+set",), "(?:-b|--body)", "equals"),
+    Flag((r"secret(?<=\bgh secret)[ \t]+set",), "(?:-b|--body)", "equals"),
     Flag((r"mysql\w*", r"mariadb[\w\-]*"), "-p", "glued"),
     Flag(("sshpass",), "-p", "either"),
     Flag(("openssl",), "-k"),
@@ -107,14 +107,14 @@ OTHER: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 
 
-_LITERAL_RE = re.compile(r"[\w\-]+")
+_LITERAL_RE = re.compile(r"(?P<word>[\w\-]+)")
 
 
 def _pattern(tool: str, flag: Flag) -> tuple[tuple[str, ...], str]:
     optional = "" if flag.glue == "glued" else _OPTIONAL
     literal = _LITERAL_RE.match(tool)
     assert literal is not None, tool
-    return (literal.group(0),), rf"\b{tool}\b{_ARGS}\s{flag.flag}{_GLUE[flag.glue]}{optional}{_QUOTE}{_VALUE}"
+    return (literal.group("word"),), rf"\b{tool}\b{_ARGS}\s{flag.flag}{_GLUE[flag.glue]}{optional}{_QUOTE}{_VALUE}"
 
 
 COMMAND_PATTERNS: list[tuple[tuple[str, ...], str]] = [

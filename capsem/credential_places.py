@@ -27,6 +27,7 @@ from capsem.secret_values import DONE_RE, value_span
 
 _LOOK_BACK = 120
 _CONFIG_TOOLS = frozenset({"npm", "yarn", "pnpm"})
+_BLANK_WORDS = ("set", "env", "config", "login", "machine", "connect")
 _XML_OPEN_END_RE = re.compile(r"(?:[ \t][^<>]*)?>[ \t]*(?=[^<\s])")
 _XML_CONTENT_RE = re.compile(r"[^<]*")
 _PAIR_NAME_RE = re.compile(
@@ -47,7 +48,11 @@ def blank_assignment(text: str, name_start: int) -> bool:
     """Whether the name at `name_start` is assigned its value after blanks (see module doc): read
     from the few words before it, not by a regex over the line (most names followed by a blank
     are prose)."""
-    words = text[max(0, name_start - _LOOK_BACK) : name_start].rsplit(None, 5)[-5:]
+    before = text[max(0, name_start - _LOOK_BACK) : name_start]
+    lowered_before = before.lower()
+    if not any(word in lowered_before for word in _BLANK_WORDS):  # most blanks after a name: prose
+        return False
+    words = before.rsplit(None, 5)[-5:]
     if words and words[-1] in ('"', "'"):
         words.pop()
     if not words:
@@ -123,6 +128,10 @@ def csv_column_spans(
 ) -> tuple[list[tuple[int, int]], int]:
     """The values under the secret columns of the CSV header line holding `hit`, and where they
     end (`hit` itself when that line is no such header)."""
+    left = text[max(0, hit - 42) : hit]
+    edge = max(left.rfind(","), left.rfind("\n"), left.rfind('"'))
+    if (edge < 0 and hit > 42) or "," not in text[hit : hit + 300]:  # not a field of a header line
+        return [], hit
     start, end = _line_bounds(text, hit)
     if not _HEADER_LINE_RE.fullmatch(text, start, end):
         return [], hit
