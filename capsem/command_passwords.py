@@ -42,7 +42,9 @@ _LOGINS = ("docker", "podman", "nerdctl", "buildah", "skopeo", "helm", "oras", "
 FLAGS = (
     Flag(("redis-cli",), "-a"),
     Flag(("sqlcmd", "bcp", "osql", "isql", "mssql-cli"), "-P", "either"),
-    Flag((r"login(?<=\baz login)",), "(?:-p|--password)", "equals"),  # (led by `login`: `az` is in every text)
+    Flag(
+        (r"login(?<=\baz login)",), "(?:-p|--password)", "equals"
+    ),  # (led by `login`: `az` is in every text)
     Flag((r"mongo\w*",), "-p"),
     Flag(("cqlsh",), "-p"),
     Flag((r"ldap\w+",), "-w"),
@@ -114,7 +116,9 @@ def _pattern(tool: str, flag: Flag) -> tuple[tuple[str, ...], str]:
     optional = "" if flag.glue == "glued" else _OPTIONAL
     literal = _LITERAL_RE.match(tool)
     assert literal is not None, tool
-    return (literal.group("word"),), rf"\b{tool}\b{_ARGS}\s{flag.flag}{_GLUE[flag.glue]}{optional}{_QUOTE}{_VALUE}"
+    return (
+        literal.group("word"),
+    ), rf"\b{tool}\b{_ARGS}\s{flag.flag}{_GLUE[flag.glue]}{optional}{_QUOTE}{_VALUE}"
 
 
 COMMAND_PATTERNS: list[tuple[tuple[str, ...], str]] = [

@@ -25,9 +25,8 @@ from collections.abc import Callable
 from capsem.literal_scan import RegexPrefilter
 from capsem.secret_values import DONE_RE, value_span
 
-_LOOK_BACK = 120
+_LOOK_BACK = 80
 _CONFIG_TOOLS = frozenset({"npm", "yarn", "pnpm"})
-_BLANK_WORDS = ("set", "env", "config", "login", "machine", "connect")
 _XML_OPEN_END_RE = re.compile(r"(?:[ \t][^<>]*)?>[ \t]*(?=[^<\s])")
 _XML_CONTENT_RE = re.compile(r"[^<]*")
 _PAIR_NAME_RE = re.compile(
@@ -48,11 +47,7 @@ def blank_assignment(text: str, name_start: int) -> bool:
     """Whether the name at `name_start` is assigned its value after blanks (see module doc): read
     from the few words before it, not by a regex over the line (most names followed by a blank
     are prose)."""
-    before = text[max(0, name_start - _LOOK_BACK) : name_start]
-    lowered_before = before.lower()
-    if not any(word in lowered_before for word in _BLANK_WORDS):  # most blanks after a name: prose
-        return False
-    words = before.rsplit(None, 5)[-5:]
+    words = text[max(0, name_start - _LOOK_BACK) : name_start].rsplit(None, 5)[-5:]
     if words and words[-1] in ('"', "'"):
         words.pop()
     if not words:

@@ -32,21 +32,23 @@ from dataclasses import dataclass
 from capsem.markers import redacted
 from capsem.stream_scrub import marker_spans
 
-_RARE_WHITESPACE = {"\\r": " \r", "\\t": " \t", "\\f": " \f", "\\b": "  "}
-_RARE_WHITESPACE_RE = re.compile(r"\\[rtfb]")
-_JSON_SHRINKING_RE = re.compile(r"\\(?:/|u(?P<u>[0-9a-fA-F]{4})(?:\\u(?P<low>[dD][c-fC-F][0-9a-fA-F]{2}))?)")
+_SAME_LENGTH = {"r": " \r", "t": " \t", "f": " \f", "b": "  "}
+_JSON_ESCAPE_RE = re.compile(
+    r"\\(?:[rtfb/]|u(?P<u>[0-9a-fA-F]{4})(?:\\u(?P<low>[dD][c-fC-F][0-9a-fA-F]{2}))?)"
+)
 _PERCENT_RE = re.compile(r"%(?P<pct>[0-9A-Fa-f]{2})")
 """Each starts with its one literal character: Python's `re` then looks for it, not at every position."""
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
 
-def _decoded_char(m: re.Match[str]) -> str | None:
-    """What a shrinking escape stands for, or None to keep it as it is."""
+def _decoded(m: re.Match[str]) -> str | None:
+    """What an escape stands for in the view, or None to keep it as it is."""
     if m.re is _PERCENT_RE:
         char = chr(int(m.group("pct"), 16))
         return char if char in _UNRESERVED else None
     if m.group("u") is None:
-        return "/"
+        letter = m.group(0)[1]
+        return "/" if letter == "/" else _SAME_LENGTH[letter]
     code = int(m.group("u"), 16)
     low = m.group("low")
     if 0xD800 <= code < 0xDC00:
@@ -90,37 +92,28 @@ def decoded_view(text: str) -> DecodedView | None:
     has_backslash, has_percent = "\\" in text, "%" in text
     if not (has_backslash or has_percent):
         return None
-    view = text
-    json_shrinking = False
-    if has_backslash:
-        view = view.replace("\\n", " \n")
-        for escape in {m.group(0) for m in _RARE_WHITESPACE_RE.finditer(view)}:
-            view = view.replace(escape, _RARE_WHITESPACE[escape])
-        json_shrinking = "\\u" in view or "\\/" in view
-    if not (has_percent or json_shrinking):
-        return DecodedView(view) if view is not text else None
-    matches = list(_JSON_SHRINKING_RE.finditer(view)) if json_shrinking else []
+    view = text.replace("\\n", " \n") if has_backslash else text  # the common escape, in C
+    matches = list(_JSON_ESCAPE_RE.finditer(view)) if has_backslash else []
     if has_percent:
-        matches = sorted(matches + list(_PERCENT_RE.finditer(view)), key=lambda m: m.start())
+        matches = sorted([*matches, *_PERCENT_RE.finditer(view)], key=lambda m: m.start())
     out: list[str] = []
     places: list[int] = []
     shifts: list[int] = []
     done = length = shift = 0
     for m in matches:
-        if m.start() < done:
-            continue
-        char = _decoded_char(m)
-        if char is None:
+        replacement = _decoded(m) if m.start() >= done else None
+        if replacement is None:
             continue
         out.append(view[done : m.start()])
         length += m.start() - done
-        places.append(length)
-        out.append(char)
-        length += 1
-        shift += m.end() - m.start() - 1
-        shifts.append(shift)
+        if len(replacement) < m.end() - m.start():
+            places.append(length)
+            shift += m.end() - m.start() - len(replacement)
+            shifts.append(shift)
+        out.append(replacement)
+        length += len(replacement)
         done = m.end()
-    if not places:
+    if not out:
         return DecodedView(view) if view is not text else None
     out.append(view[done:])
     return DecodedView("".join(out), tuple(places), tuple(shifts))

@@ -19,7 +19,7 @@ from capsem.credential_places import blank_assignment, csv_column_spans, paired_
 from capsem.literal_scan import SHORT_TEXT, LiteralPlaces
 from capsem.markers import MARKER_RE, MARKER_SPLIT_RE
 from capsem.markers import redacted as _redacted
-from capsem.random_tokens import LONG_TOKEN_RE, MIN_LENGTH, looks_random
+from capsem.random_tokens import LONG_TOKEN_RE, looks_random
 from capsem.secret_values import DONE_RE, value_span
 
 # --- secret-named keys ------------------------------------------------------------------------
@@ -65,8 +65,12 @@ _NOT_A_PASS = frozenset({"bypass", "compass", "encompass", "overpass", "underpas
 _CONTEXT_LAST = frozenset({"key", "keys", "token", "tokens", "secret", "secrets", "password", "passwords",
                            "pass", "passwd", "pwd", "passphrase", "credential", "credentials", "auth",
                            "apikey"})  # fmt: skip
-_CONTEXT_REACH = 64
-_DIGIT_RE = re.compile("[0-9]")
+_CONTEXT_GAP_RE = re.compile(
+    r"""(?:\\*["'])?[ \t]*(?:(?::=|[:=]|->|=>|(?:is|was)(?=[ \t]))[ \t]*)?(?:\\*["'`(])?""", re.IGNORECASE
+)
+"""What may stand between a context word and its token: `key: `, `token = "`, `secret is `."""
+_BLANKS_THEN_WORD_RE = re.compile(r"[ \t]+(?![ \t:=])")
+_PAIR_BEFORE = frozenset("\"' \t:=\\")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -156,14 +160,19 @@ def scrub_named_values(text: str, data: bytes | None = None) -> str:
 def _named_value(text: str, start: int, end: int) -> tuple[tuple[int, int] | None, int]:
     """(the span of the value that the secret name `text[start:end]` announces, or None; where the
     scan goes on)."""
-    element = xml_element_span(text, start, end)
-    if element is not None:
-        return element, element[1]
-    paired = paired_value_span(text, start, end)
-    if paired is not None:
-        return paired, paired[1]
+    before = text[start - 1] if start else ""
+    if before == "<":
+        element = xml_element_span(text, start, end)
+        if element is not None:
+            return element, element[1]
+    if before in _PAIR_BEFORE:
+        paired = paired_value_span(text, start, end)
+        if paired is not None:
+            return paired, paired[1]
+    if _BLANKS_THEN_WORD_RE.match(text, end) and text[start] != "-" and not blank_assignment(text, start):
+        return None, end  # a name, then a word: prose (the common case, decided here cheaply)
     m = None
-    if start > 0 and text[start - 1] in "\"'":
+    if before in ('"', "'"):
         quoted = start - 1
         while quoted > 0 and text[quoted - 1] == "\\":
             quoted -= 1
@@ -201,17 +210,12 @@ def _is_context(name: str) -> bool:
 
 
 def _random_token_after(text: str, pos: int) -> tuple[int, int] | None:
-    """The first random-looking token (`capsem.random_tokens`) that starts within a few words
-    after `pos` on the same line, if there is one."""
-    reach = pos + _CONTEXT_REACH
-    if _DIGIT_RE.search(text, pos, reach + MIN_LENGTH) is None:  # a random token has digits
-        return None
-    for m in LONG_TOKEN_RE.finditer(text, pos, reach + MIN_LENGTH):  # (a token's start is enough)
-        if "\n" in text[pos : m.start()]:
-            return None
-        token = LONG_TOKEN_RE.match(text, m.start()) if m.end() == reach + MIN_LENGTH else m
-        if token is not None and looks_random(token.group(0)):
-            return token.span()
+    """The random-looking token (`capsem.random_tokens`) right after `pos` (the end of a word that
+    says a credential follows), past blanks, a quote, `:`, `=`, `is` or `was`, if there is one."""
+    gap = _CONTEXT_GAP_RE.match(text, pos)
+    token = LONG_TOKEN_RE.match(text, gap.end()) if gap is not None else None
+    if token is not None and looks_random(token.group(0)):
+        return token.span()
     return None
 
 
