@@ -47,8 +47,10 @@ def blank_assignment(text: str, name_start: int) -> bool:
     """Whether the name at `name_start` is assigned its value after blanks (see module doc): read
     from the few words before it, not by a regex over the line (most names followed by a blank
     are prose)."""
-    words = text[max(0, name_start - _LOOK_BACK) : name_start].rsplit(None, 5)[-5:]
-    if words and words[-1] in ('"', "'"):
+    words = [
+        w.strip("\\\"'") for w in text[max(0, name_start - _LOOK_BACK) : name_start].rsplit(None, 5)[-5:]
+    ]
+    if words and not words[-1]:  # the name's own opening quote
         words.pop()
     if not words:
         return False
@@ -128,9 +130,10 @@ def csv_column_spans(
     if (edge < 0 and hit > 42) or "," not in text[hit : hit + 300]:  # not a field of a header line
         return [], hit
     start, end = _line_bounds(text, hit)
-    if not _HEADER_LINE_RE.fullmatch(text, start, end):
+    header = text[start:end].rstrip(" \t\r\\")
+    if not _HEADER_LINE_RE.fullmatch(header):
         return [], hit
-    fields = text[start:end].split(",")
+    fields = header.split(",")
     columns = [i for i, f in enumerate(fields) if is_secret(f.strip())]
     if not columns or end >= len(text) or text[end] != "\n":
         return [], hit
@@ -139,13 +142,13 @@ def csv_column_spans(
     for _ in range(_MAX_ROWS):
         row_end = min((i for i in (text.find("\n", pos), text.find('"', pos)) if i >= 0), default=len(text))
         cells = text[pos:row_end].split(",")
-        if len(cells) != len(fields) or not text[pos:row_end].strip():
+        if len(cells) != len(fields) or not text[pos:row_end].strip(" \t\r\\"):
             break
         offsets = [pos]
         for cell in cells[:-1]:
             offsets.append(offsets[-1] + len(cell) + 1)
         for i in columns:
-            cell = cells[i]
+            cell = cells[i].split("\\", 1)[0]  # (a JSON escape ends the cell: `\\r`, `\\"`)
             value = cell.strip()
             if value and not DONE_RE.fullmatch(value):
                 at = offsets[i] + len(cell) - len(cell.lstrip())

@@ -48,7 +48,8 @@ _HARMLESS_LAST = frozenset({
 _HARMLESS_OWNERS = {
     "key": frozenset({"cache", "sort", "primary", "foreign", "partition", "public", "object", "idempotency",
                       "hash", "range", "row", "dedup", "dedupe", "unique", "composite", "lookup", "group", "map",
-                      "dict", "index", "i18n", "translation", "message"}),
+                      "dict", "index", "i18n", "translation", "message", "parameter", "option", "setting",
+                      "property", "attribute", "column", "field", "label", "tag", "metadata"}),
     "token": frozenset({"eos", "bos", "pad", "unk", "sep", "cls", "mask", "stop", "special", "start", "end"}),
 }  # fmt: skip
 # a last part that says how the secret is written down, not what it is
