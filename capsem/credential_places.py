@@ -26,6 +26,7 @@ from capsem.literal_scan import RegexPrefilter
 from capsem.secret_values import DONE_RE, value_span
 
 _LOOK_BACK = 80
+_WORD_TAIL_RE = re.compile(r"[\w.\-]+$")
 _CONFIG_TOOLS = frozenset({"npm", "yarn", "pnpm"})
 _XML_OPEN_END_RE = re.compile(r"(?:[ \t][^<>]*)?>[ \t]*(?=[^<\s])")
 _XML_CONTENT_RE = re.compile(r"[^<]*")
@@ -43,13 +44,17 @@ _PGPASS_RE = re.compile(
 _PGPASS_GATE = RegexPrefilter(r"[A-Za-z*][\w.\-*]*:(?:[0-9]{1,5}|\*):[^:\s]+:[^:\s]+:[^\s:]")
 
 
+def _word(chunk: str) -> str:
+    """A word as a command line has it, whatever JSON it is in (`{"command":"aws` is `aws`)."""
+    tail = _WORD_TAIL_RE.search(chunk.rstrip("\\\"'"))
+    return tail.group(0) if tail else ""
+
+
 def blank_assignment(text: str, name_start: int) -> bool:
     """Whether the name at `name_start` is assigned its value after blanks (see module doc): read
     from the few words before it, not by a regex over the line (most names followed by a blank
     are prose)."""
-    words = [
-        w.strip("\\\"'") for w in text[max(0, name_start - _LOOK_BACK) : name_start].rsplit(None, 5)[-5:]
-    ]
+    words = [_word(w) for w in text[max(0, name_start - _LOOK_BACK) : name_start].rsplit(None, 5)[-5:]]
     if words and not words[-1]:  # the name's own opening quote
         words.pop()
     if not words:
