@@ -204,10 +204,9 @@ def _secret_span(text: str, m: re.Match[str]) -> tuple[int, int] | None:
 
 @functools.lru_cache(maxsize=4096)
 def _is_context(name: str) -> bool:
-    """Whether a random-looking token after `name` is a credential (`key`, `token`, `DB_PASS`…)."""
-    parts = _NON_ALNUM_RE.split(_CAMEL_RE.sub("_", name).lower())
-    last = next((p for p in reversed(parts) if p), "")
-    return last in _CONTEXT_LAST or is_secret_name(name)
+    """Whether a random-looking token after `name` is a credential: a secret name (`DB_PASS`), or
+    one of the words alone (`key`, `token`; not `public_key`, `cache_key`)."""
+    return is_secret_name(name) or name.lower().strip("-_.") in _CONTEXT_LAST
 
 
 def _random_token_after(text: str, pos: int) -> tuple[int, int] | None:
@@ -218,6 +217,23 @@ def _random_token_after(text: str, pos: int) -> tuple[int, int] | None:
     if token is not None and looks_random(token.group(0)):
         return token.span()
     return None
+
+
+def random_token_spans(text: str) -> list[tuple[int, int]]:
+    """Where the random-token rule alone redacts in `text`: the tokens after every word that says
+    a credential follows, whether or not another pass would redact them too (what
+    `benchmarks/entropy_false_positives.py` counts on real code and prose)."""
+    spans = []
+    for hit in _word_hits(text, None):
+        start = hit
+        while start > 0 and text[start - 1] in _NAME_CHARS:
+            start -= 1
+        end = _NAME_RUN_RE.match(text, hit).end()
+        if _is_context(text[start:end]):
+            found = _random_token_after(text, end)
+            if found is not None and (not spans or found != spans[-1]):
+                spans.append(found)
+    return spans
 
 
 def mask_secret_args(argv: Sequence[str]) -> list[str]:
