@@ -25,8 +25,10 @@ from collections.abc import Callable
 from capsem.literal_scan import RegexPrefilter
 from capsem.secret_values import DONE_RE, value_span
 
-_LOOK_BACK = 80
-_WORD_TAIL_RE = re.compile(r"[\w.\-]+$")
+LOOK_BACK = 80
+ASSIGNING_WORDS = ("setx", "env", "set", "config", "login", "machine", "connect")
+"""Every blank assignment has one of these in the few words before its name (`blank_assignment`)."""
+_WORD_RUN_RE = re.compile(r"""[^\s"'\\{}\[\]:,=]+""")
 _CONFIG_TOOLS = frozenset({"npm", "yarn", "pnpm"})
 _XML_OPEN_END_RE = re.compile(r"(?:[ \t][^<>]*)?>[ \t]*(?=[^<\s])")
 _XML_CONTENT_RE = re.compile(r"[^<]*")
@@ -44,19 +46,14 @@ _PGPASS_RE = re.compile(
 _PGPASS_GATE = RegexPrefilter(r"[A-Za-z*][\w.\-*]*:(?:[0-9]{1,5}|\*):[^:\s]+:[^:\s]+:[^\s:]")
 
 
-def _word(chunk: str) -> str:
-    """A word as a command line has it, whatever JSON it is in (`{"command":"aws` is `aws`)."""
-    tail = _WORD_TAIL_RE.search(chunk.rstrip("\\\"'"))
-    return tail.group(0) if tail else ""
-
-
 def blank_assignment(text: str, name_start: int) -> bool:
     """Whether the name at `name_start` is assigned its value after blanks (see module doc): read
     from the few words before it, not by a regex over the line (most names followed by a blank
     are prose)."""
-    words = [_word(w) for w in text[max(0, name_start - _LOOK_BACK) : name_start].rsplit(None, 5)[-5:]]
-    if words and not words[-1]:  # the name's own opening quote
-        words.pop()
+    # the words before the name, nearest last, whatever JSON or quotes they are in (one scan of the
+    # reversed window: `{"command":"aws configure set` gives aws, configure, set)
+    backwards = _WORD_RUN_RE.findall(text[max(0, name_start - LOOK_BACK) : name_start][::-1])
+    words = [w[::-1] for w in reversed(backwards[:5])]
     if not words:
         return False
     last = words[-1].lower()
@@ -130,9 +127,9 @@ def csv_column_spans(
 ) -> tuple[list[tuple[int, int]], int]:
     """The values under the secret columns of the CSV header line holding `hit`, and where they
     end (`hit` itself when that line is no such header)."""
-    left = text[max(0, hit - 42) : hit]
-    edge = max(left.rfind(","), left.rfind("\n"), left.rfind('"'))
-    if (edge < 0 and hit > 42) or "," not in text[hit : hit + 300]:  # not a field of a header line
+    low = max(0, hit - 42)
+    edge = max(text.rfind(",", low, hit), text.rfind("\n", low, hit), text.rfind('"', low, hit))
+    if (edge < 0 and low > 0) or text.find(",", hit, hit + 300) < 0:  # not a field of a header line
         return [], hit
     start, end = _line_bounds(text, hit)
     header = text[start:end].rstrip(" \t\r\\")

@@ -10,12 +10,20 @@ Only string values are redacted, never numbers or nested objects (usage counts a
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 import shlex
 from collections.abc import Sequence
 
-from capsem.credential_places import blank_assignment, csv_column_spans, paired_value_span, xml_element_span
+from capsem.credential_places import (
+    ASSIGNING_WORDS,
+    LOOK_BACK,
+    blank_assignment,
+    csv_column_spans,
+    paired_value_span,
+    xml_element_span,
+)
 from capsem.literal_scan import SHORT_TEXT, LiteralPlaces
 from capsem.markers import MARKER_RE, MARKER_SPLIT_RE
 from capsem.markers import redacted as _redacted
@@ -101,22 +109,43 @@ def is_secret_name(name: str) -> bool:
 
 
 _WORD_STARTS_RE = re.compile("(?=(?:" + "|".join(_NAME_WORDS) + "))")
-
-
 _WORD_PLACES = LiteralPlaces(_NAME_WORDS)
+_ASSIGNING_STARTS_RE = re.compile("(?=(?:" + "|".join(ASSIGNING_WORDS) + "))")
+_ASSIGNING_PLACES = LiteralPlaces(ASSIGNING_WORDS)
 
 
-def _word_hits(text: str, data: bytes | None) -> list[int]:
-    """Sorted positions of the name words in `text`, any ASCII case: one regex scan of the
+def _places(text: str, data: bytes | None, starts: re.Pattern[str], places: LiteralPlaces) -> list[int]:
+    """Sorted positions of some ASCII words in `text`, any case: one regex scan of the
     lower-cased text for a short one, a Hyperscan scan of its UTF-8 `data` for a long one (see
-    `SHORT_TEXT`). (A name is ASCII, so a word found only through a non-ASCII letter's lower case,
-    as the Kelvin sign's `k`, could never start one: both ways find the same names.)"""
+    `SHORT_TEXT`). (The words are ASCII, so one found only through a non-ASCII letter's lower case,
+    as the Kelvin sign's `k`, could never start a name: both ways find the same names.)"""
     if len(text) <= SHORT_TEXT:
         lowered = text.lower()
         if len(lowered) != len(text):  # a character whose lower case is longer (İ): positions differ
             lowered = text.translate(_ASCII_LOWER)  # names are ASCII
-        return [m.start() for m in _WORD_STARTS_RE.finditer(lowered)]
-    return _WORD_PLACES.places(text, text.encode("utf-8", "surrogatepass") if data is None else data)
+        return [m.start() for m in starts.finditer(lowered)]
+    return places.places(text, text.encode("utf-8", "surrogatepass") if data is None else data)
+
+
+def _word_hits(text: str, data: bytes | None) -> list[int]:
+    """Sorted positions of the name words in `text`."""
+    return _places(text, data, _WORD_STARTS_RE, _WORD_PLACES)
+
+
+class _Assigning:
+    """Where the words that assign a value after blanks are in a text (`setx`, `login`…), found
+    once per text and only when a name followed by a blank asks."""
+
+    def __init__(self, text: str, data: bytes | None) -> None:
+        self._text, self._data = text, data
+        self._found: list[int] | None = None
+
+    def near(self, name_start: int) -> bool:
+        """Whether one of those words is in the few words before `name_start`."""
+        if self._found is None:
+            self._found = _places(self._text, self._data, _ASSIGNING_STARTS_RE, _ASSIGNING_PLACES)
+        i = bisect.bisect_left(self._found, name_start - LOOK_BACK)
+        return i < len(self._found) and self._found[i] < name_start
 
 
 def scrub_named_values(text: str, data: bytes | None = None) -> str:
@@ -128,6 +157,7 @@ def scrub_named_values(text: str, data: bytes | None = None) -> str:
     caller has it): from each, back to the start of its name (and its quotes), then `_NAMED_RE`."""
     spans: list[tuple[int, int]] = []
     scanned = 0
+    assigning = _Assigning(text, data)
     for hit in _word_hits(text, data):
         if hit < scanned:
             continue  # inside a name already looked at, or a value already redacted
@@ -137,13 +167,13 @@ def scrub_named_values(text: str, data: bytes | None = None) -> str:
         end = _NAME_RUN_RE.match(text, hit).end()
         name = text[start:end]
         secret = is_secret_name(name)
-        found, scanned = _named_value(text, start, end) if secret else (None, end)
+        found, scanned = _named_value(text, start, end, assigning) if secret else (None, end)
         if found is None and _is_context(name):
             found = _random_token_after(text, end)
         if found is not None:
             spans.append(found)
             scanned = max(scanned, found[1])
-        elif secret and "," in text[max(0, start - 60) : end + 60]:
+        elif secret and text.find(",", max(0, start - 60), end + 60) >= 0:
             columns, after = csv_column_spans(text, start, is_secret_name)
             spans += columns
             scanned = max(scanned, after)
@@ -158,7 +188,9 @@ def scrub_named_values(text: str, data: bytes | None = None) -> str:
     return "".join(out) + text[done:]
 
 
-def _named_value(text: str, start: int, end: int) -> tuple[tuple[int, int] | None, int]:
+def _named_value(
+    text: str, start: int, end: int, assigning: _Assigning
+) -> tuple[tuple[int, int] | None, int]:
     """(the span of the value that the secret name `text[start:end]` announces, or None; where the
     scan goes on)."""
     before = text[start - 1] if start else ""
@@ -170,7 +202,11 @@ def _named_value(text: str, start: int, end: int) -> tuple[tuple[int, int] | Non
         paired = paired_value_span(text, start, end)
         if paired is not None:
             return paired, paired[1]
-    if _BLANKS_THEN_WORD_RE.match(text, end) and text[start] != "-" and not blank_assignment(text, start):
+    if (
+        _BLANKS_THEN_WORD_RE.match(text, end)
+        and text[start] != "-"
+        and not _blank_assigned(text, start, assigning)
+    ):
         return None, end  # a name, then a word: prose (the common case, decided here cheaply)
     m = None
     if before in ('"', "'"):
@@ -183,10 +219,14 @@ def _named_value(text: str, start: int, end: int) -> tuple[tuple[int, int] | Non
     m = m or _NAMED_RE.match(text, start)
     if m is None:  # no separator after the name, or glued to what precedes it
         return None, end
-    return _secret_span(text, m), m.end()
+    return _secret_span(text, m, assigning), m.end()
 
 
-def _secret_span(text: str, m: re.Match[str]) -> tuple[int, int] | None:
+def _blank_assigned(text: str, name_start: int, assigning: _Assigning) -> bool:
+    return assigning.near(name_start) and blank_assignment(text, name_start)
+
+
+def _secret_span(text: str, m: re.Match[str], assigning: _Assigning) -> tuple[int, int] | None:
     """The span of the value after a `_NAMED_RE` match of a secret name, if there is one to redact."""
     name, quote_prefix, sep = m.group("name"), m.group("q"), m.group("sep")
     separator = sep.strip()
@@ -194,7 +234,7 @@ def _secret_span(text: str, m: re.Match[str]) -> tuple[int, int] | None:
         if name.startswith("-"):
             if quote_prefix or text.startswith("-", m.end()):
                 return None
-        elif quote_prefix or not blank_assignment(text, m.start("name")):
+        elif quote_prefix or not _blank_assigned(text, m.start("name"), assigning):
             return None
     elif separator == ":" and not quote_prefix and sep[-1] == ":" and "-" not in name:
         return None  # `name:value` without a blank is a prefixed id (`tiktoken:cl100k_base`, `secrets:read`)
