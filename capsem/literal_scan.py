@@ -16,6 +16,7 @@ when the regex would not match but never no when it would (`RegexPrefilter`, com
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Sequence
 
@@ -77,18 +78,20 @@ class LiteralSet(_Scanner):
 
 
 class LiteralPlaces(_Scanner):
-    """Where case-less ASCII literals occur: `places(text, data)` gives their start positions."""
+    """Where case-less ASCII literals occur (with `whole_words`, only as whole words: `\\b` on
+    both sides): `places(text, data)` gives their start positions."""
 
-    def __init__(self, literals: Sequence[str]) -> None:
+    def __init__(self, literals: Sequence[str], *, whole_words: bool = False) -> None:
         super().__init__()
         self._lengths = [len(lit) for lit in literals]
         self._db = hyperscan.Database()
+        expressions = [(rf"\b{re.escape(lit)}\b" if whole_words else lit).encode("ascii") for lit in literals]
         self._db.compile(
-            expressions=[lit.encode("ascii") for lit in literals],
+            expressions=expressions,
             ids=list(range(len(literals))),
             elements=len(literals),
             flags=[hyperscan.HS_FLAG_CASELESS] * len(literals),
-            literal=True,
+            literal=not whole_words,
         )
 
     def places(self, text: str, data: bytes) -> list[int]:

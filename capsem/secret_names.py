@@ -79,6 +79,10 @@ _CONTEXT_GAP_RE = re.compile(
 )
 """What may stand between a context word and its token: `key: `, `token = "`, `secret is `."""
 _BLANKS_THEN_WORD_RE = re.compile(r"[ \t]+(?![ \t:=])")
+_BETWEEN_RE = re.compile(r"""(?:\s+-[\w\-]+)*[\s"'\\]+|\s+[^\s"'\\]+[\s"'\\]+""")
+"""Between a word that assigns and the name: flags, or one word (`login u`), and blanks or quotes."""
+_PROSE_AFTER_RE = re.compile(r"[ \t]+(?!(?:is|was|IS|Is|Was)\b)[A-Za-z]{1,19}\b(?![\w.\-/+~=])")
+"""Blanks and a plain word after a name: no value follows, unless a command assigns it (`setx`)."""
 _PAIR_BEFORE = frozenset("\"' \t:=\\")
 
 
@@ -110,8 +114,8 @@ def is_secret_name(name: str) -> bool:
 
 _WORD_STARTS_RE = re.compile("(?=(?:" + "|".join(_NAME_WORDS) + "))")
 _WORD_PLACES = LiteralPlaces(_NAME_WORDS)
-_ASSIGNING_STARTS_RE = re.compile("(?=(?:" + "|".join(ASSIGNING_WORDS) + "))")
-_ASSIGNING_PLACES = LiteralPlaces(ASSIGNING_WORDS)
+_ASSIGNING_STARTS_RE = re.compile(r"\b(?=(?:" + "|".join(ASSIGNING_WORDS) + r")\b)")
+_ASSIGNING_PLACES = LiteralPlaces(ASSIGNING_WORDS, whole_words=True)
 
 
 def _places(text: str, data: bytes | None, starts: re.Pattern[str], places: LiteralPlaces) -> list[int]:
@@ -134,18 +138,24 @@ def _word_hits(text: str, data: bytes | None) -> list[int]:
 
 class _Assigning:
     """Where the words that assign a value after blanks are in a text (`setx`, `login`…), found
-    once per text and only when a name followed by a blank asks."""
+    once per text (whole words, by Hyperscan) and only when a name followed by a blank asks."""
 
     def __init__(self, text: str, data: bytes | None) -> None:
         self._text, self._data = text, data
         self._found: list[int] | None = None
 
     def near(self, name_start: int) -> bool:
-        """Whether one of those words is in the few words before `name_start`."""
+        """Whether one of those words is right before `name_start` (flags between allowed), or
+        one word before that (netrc's `login u`, `machine h`; nmcli's `connect SSID`)."""
         if self._found is None:
             self._found = _places(self._text, self._data, _ASSIGNING_STARTS_RE, _ASSIGNING_PLACES)
         i = bisect.bisect_left(self._found, name_start - LOOK_BACK)
-        return i < len(self._found) and self._found[i] < name_start
+        while i < len(self._found) and self._found[i] < name_start:
+            word_end = _NAME_RUN_RE.match(self._text, self._found[i]).end()
+            if _BETWEEN_RE.fullmatch(self._text, word_end, name_start):
+                return True
+            i += 1
+        return False
 
 
 def scrub_named_values(text: str, data: bytes | None = None) -> str:
@@ -167,9 +177,15 @@ def scrub_named_values(text: str, data: bytes | None = None) -> str:
         end = _NAME_RUN_RE.match(text, hit).end()
         name = text[start:end]
         secret = is_secret_name(name)
-        found, scanned = _named_value(text, start, end, assigning) if secret else (None, end)
-        if found is None and _is_context(name):
-            found = _random_token_after(text, end)
+        if not (secret or _is_context(name)):
+            scanned = end  # most hits: max_tokens, input_tokens, keyboard…
+            continue
+        if name[0] != "-" and _PROSE_AFTER_RE.match(text, end) and not assigning.near(start):
+            found, scanned = None, end  # a name, then a plain word: prose (decided here, cheaply)
+        else:
+            found, scanned = _named_value(text, start, end, assigning) if secret else (None, end)
+            if found is None:
+                found = _random_token_after(text, end)
         if found is not None:
             spans.append(found)
             scanned = max(scanned, found[1])
