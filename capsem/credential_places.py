@@ -43,7 +43,8 @@ _PGPASS_RE = re.compile(
     r"(?m)(?:^|(?<=[\"']))[ \t]*(?=[\w.\-*]*[A-Za-z*])[\w.\-*]+:(?:[0-9]{1,5}|\*):[^:\s\"'\\]+:[^:\s\"'\\]+:"
     r"(?!\[redacted )(?P<s>[^\s\"'\\]+)(?=[ \t]*(?:$|[\"'\\]))"
 )
-_PGPASS_GATE = RegexPrefilter(r"[A-Za-z*][\w.\-*]*:(?:[0-9]{1,5}|\*):[^:\s]+:[^:\s]+:[^\s:]")
+_PGPASS_GATE = RegexPrefilter(r":(?:[0-9]{1,5}|\*):[^:\s]+:[^:\s]+:[^\s:]")
+"""Led by its literal `:` (4x faster in Hyperscan than led by the host's character class)."""
 
 
 def blank_assignment(text: str, name_start: int) -> bool:
@@ -86,6 +87,9 @@ def xml_element_span(text: str, name_start: int, name_end: int) -> tuple[int, in
         return None
     content = _XML_CONTENT_RE.match(text, opened.end())
     end = content.end() if content else opened.end()
+    name = text[name_start:name_end]
+    if not text.startswith("</", end) or text[end + 2 : end + 2 + len(name)].lower() != name.lower():
+        return None  # no closing tag of its own: prose that quotes a tag (`ack <token>, then…`)
     value = text[opened.end() : end].rstrip()
     if not value or DONE_RE.fullmatch(value):
         return None

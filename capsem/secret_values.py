@@ -31,6 +31,7 @@ _SCHEME_RE = re.compile(r"(?:bearer|basic|token|digest)[ \t]+(?=\S)", re.IGNOREC
 _UNQUOTED_RE = re.compile(r"""(?:[^\s"'\\]|\\[^\s"'])+""")
 _ENDS_RE = re.compile(r"[;,&<#)\]}]")
 _NEXT_ASSIGNMENT_RE = re.compile(r"[ \t]*[A-Za-z_][\w .\-]{0,40}?[ \t]*=(?!=)")
+_LAST_PART_RE = re.compile(r"[._\-]")
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
 _CALL_RE = re.compile(r"[A-Za-z_$][\w.$]*(?:\((?:[^()]|\([^()]*\))*\)|\[[^\[\]]*\])+")
 _REFERENCE_RE = re.compile(
@@ -102,7 +103,8 @@ def unquoted_span(text: str, pos: int, name: str, in_query: bool) -> tuple[int, 
         (call is not None and call.end() >= end and not looks_random(value))
         or lowered in _CODE_WORDS
         or _REFERENCE_RE.fullmatch(value)
-        or lowered == lowered_name
+        or lowered
+        in (lowered_name, _LAST_PART_RE.split(lowered_name)[-1])  # `api_key=api_key`, `self.key = key`
         or lowered.endswith("." + lowered_name.lstrip("-"))
         or (lowered_name.endswith("pwd") and _ABSOLUTE_PATH_RE.match(value))
     ):
