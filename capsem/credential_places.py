@@ -26,8 +26,13 @@ from capsem.literal_scan import RegexPrefilter
 from capsem.secret_values import DONE_RE, value_span
 
 LOOK_BACK = 80
-ASSIGNING_WORDS = ("setx", "env", "set", "config", "login", "machine", "connect")
-"""Every blank assignment has one of these in the few words before its name (`blank_assignment`)."""
+ASSIGNING = (
+    (r"\bsetx\b", True), (r"\bENV\b", False), (r"\bset(?:\s+-[A-Za-z]+)+", True), (r"\bconfigure\s+set\b", True),
+    (r"\bconfig\s+set\b", True), (r"\bgit\s+config\b", True), (r"\bmachine\b", True), (r"\blogin\b", True),
+    (r"\bwifi\s+connect\b", True),
+)  # fmt: skip
+"""(regex, caseless): every blank assignment has a match of one of these ending in the few words
+before its name (`blank_assignment` then decides)."""
 _WORD_RUN_RE = re.compile(r"""[^\s"'\\{}\[\]:,=]+""")
 _CONFIG_TOOLS = frozenset({"npm", "yarn", "pnpm"})
 _XML_OPEN_END_RE = re.compile(r"(?:[ \t][^<>]*)?>[ \t]*(?=[^<\s])")

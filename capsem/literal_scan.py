@@ -16,7 +16,6 @@ when the regex would not match but never no when it would (`RegexPrefilter`, com
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Callable, Sequence
 
@@ -78,20 +77,18 @@ class LiteralSet(_Scanner):
 
 
 class LiteralPlaces(_Scanner):
-    """Where case-less ASCII literals occur (with `whole_words`, only as whole words: `\\b` on
-    both sides): `places(text, data)` gives their start positions."""
+    """Where case-less ASCII literals occur: `places(text, data)` gives their start positions."""
 
-    def __init__(self, literals: Sequence[str], *, whole_words: bool = False) -> None:
+    def __init__(self, literals: Sequence[str]) -> None:
         super().__init__()
         self._lengths = [len(lit) for lit in literals]
         self._db = hyperscan.Database()
-        expressions = [(rf"\b{re.escape(lit)}\b" if whole_words else lit).encode("ascii") for lit in literals]
         self._db.compile(
-            expressions=expressions,
+            expressions=[lit.encode("ascii") for lit in literals],
             ids=list(range(len(literals))),
             elements=len(literals),
             flags=[hyperscan.HS_FLAG_CASELESS] * len(literals),
-            literal=not whole_words,
+            literal=True,
         )
 
     def places(self, text: str, data: bytes) -> list[int]:
@@ -103,15 +100,41 @@ class LiteralPlaces(_Scanner):
         ends: list[tuple[int, int]] = []
         self._scan(data, lambda i, _s, e, _f, _c: ends.append((e, i)))
         lengths = self._lengths
-        starts = sorted(end - lengths[i] for end, i in ends)
-        if len(data) == len(text) or not starts:
-            return starts
-        out, done, position = [], 0, 0
-        for start in starts:
-            position += len(data[done:start].decode("utf-8", "surrogatepass"))
-            done = start
-            out.append(position)
-        return out
+        return _positions(text, data, sorted(end - lengths[i] for end, i in ends))
+
+
+def _positions(text: str, data: bytes, offsets: list[int]) -> list[int]:
+    """Sorted byte offsets of `data` (`text` in UTF-8, each on a character boundary) as positions
+    in `text`: the same where `text` is all ASCII, else by decoding the bytes before each (once)."""
+    if len(data) == len(text) or not offsets:
+        return offsets
+    out, done, position = [], 0, 0
+    for offset in offsets:
+        position += len(data[done:offset].decode("utf-8", "surrogatepass"))
+        done = offset
+        out.append(position)
+    return out
+
+
+class PatternEnds(_Scanner):
+    """Where matches of a few ASCII regexes end (`ends(text, data)`): Hyperscan's end offsets,
+    one per match end, for patterns whose every end is on a character boundary."""
+
+    def __init__(self, patterns: Sequence[tuple[str, bool]]) -> None:
+        """`patterns`: (regex, caseless) pairs."""
+        super().__init__()
+        self._db = hyperscan.Database()
+        self._db.compile(
+            expressions=[pattern.encode("ascii") for pattern, _ in patterns],
+            ids=list(range(len(patterns))),
+            elements=len(patterns),
+            flags=[hyperscan.HS_FLAG_CASELESS if caseless else 0 for _, caseless in patterns],
+        )
+
+    def ends(self, text: str, data: bytes) -> list[int]:
+        found: list[int] = []
+        self._scan(data, lambda _i, _s, e, _f, _c: found.append(e))
+        return _positions(text, data, sorted(set(found)))
 
 
 class RegexPrefilter(_Scanner):

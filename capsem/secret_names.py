@@ -17,14 +17,14 @@ import shlex
 from collections.abc import Sequence
 
 from capsem.credential_places import (
-    ASSIGNING_WORDS,
+    ASSIGNING,
     LOOK_BACK,
     blank_assignment,
     csv_column_spans,
     paired_value_span,
     xml_element_span,
 )
-from capsem.literal_scan import SHORT_TEXT, LiteralPlaces
+from capsem.literal_scan import SHORT_TEXT, LiteralPlaces, PatternEnds
 from capsem.markers import MARKER_RE, MARKER_SPLIT_RE
 from capsem.markers import redacted as _redacted
 from capsem.random_tokens import LONG_TOKEN_RE, looks_random
@@ -114,8 +114,8 @@ def is_secret_name(name: str) -> bool:
 
 _WORD_STARTS_RE = re.compile("(?=(?:" + "|".join(_NAME_WORDS) + "))")
 _WORD_PLACES = LiteralPlaces(_NAME_WORDS)
-_ASSIGNING_STARTS_RE = re.compile(r"\b(?=(?:" + "|".join(ASSIGNING_WORDS) + r")\b)")
-_ASSIGNING_PLACES = LiteralPlaces(ASSIGNING_WORDS, whole_words=True)
+_ASSIGNING_RE = re.compile("|".join(f"(?i:{p})" if caseless else p for p, caseless in ASSIGNING))
+_ASSIGNING_ENDS = PatternEnds(ASSIGNING)
 
 
 def _places(text: str, data: bytes | None, starts: re.Pattern[str], places: LiteralPlaces) -> list[int]:
@@ -137,25 +137,28 @@ def _word_hits(text: str, data: bytes | None) -> list[int]:
 
 
 class _Assigning:
-    """Where the words that assign a value after blanks are in a text (`setx`, `login`…), found
-    once per text (whole words, by Hyperscan) and only when a name followed by a blank asks."""
+    """Where the commands that assign a value after blanks end in a text (`setx`, `set -gx`,
+    `aws configure set`, netrc's `login`…), found once per text (Hyperscan for a long one) and
+    only when a name followed by a blank asks."""
 
     def __init__(self, text: str, data: bytes | None) -> None:
         self._text, self._data = text, data
-        self._found: list[int] | None = None
+        self._ends: list[int] | None = None
 
     def near(self, name_start: int) -> bool:
-        """Whether one of those words is right before `name_start` (flags between allowed), or
-        one word before that (netrc's `login u`, `machine h`; nmcli's `connect SSID`)."""
-        if self._found is None:
-            self._found = _places(self._text, self._data, _ASSIGNING_STARTS_RE, _ASSIGNING_PLACES)
-        i = bisect.bisect_left(self._found, name_start - LOOK_BACK)
-        while i < len(self._found) and self._found[i] < name_start:
-            word_end = _NAME_RUN_RE.match(self._text, self._found[i]).end()
-            if _BETWEEN_RE.fullmatch(self._text, word_end, name_start):
-                return True
-            i += 1
-        return False
+        """Whether the closest such command before `name_start` ends right before it (flags
+        between allowed), or one word before (netrc's `login u`, nmcli's `connect SSID`)."""
+        if self._ends is None:
+            text = self._text
+            if len(text) <= SHORT_TEXT:
+                self._ends = [m.end() for m in _ASSIGNING_RE.finditer(text)]
+            else:
+                data = text.encode("utf-8", "surrogatepass") if self._data is None else self._data
+                self._ends = _ASSIGNING_ENDS.ends(text, data)
+        i = bisect.bisect_right(self._ends, name_start) - 1
+        if i < 0 or self._ends[i] < name_start - LOOK_BACK:
+            return False
+        return _BETWEEN_RE.fullmatch(self._text, self._ends[i], name_start) is not None
 
 
 def scrub_named_values(text: str, data: bytes | None = None) -> str:
