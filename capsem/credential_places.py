@@ -46,7 +46,7 @@ _HEADER_LINE_RE = re.compile(r"[ \t]*[A-Za-z][\w .\-/]{0,40}(?:,[ \t]*[A-Za-z][\
 _MAX_ROWS = 10_000
 _PGPASS_RE = re.compile(
     r"(?m)(?:^|(?<=[\"']))[ \t]*(?=[\w.\-*]*[A-Za-z*])[\w.\-*]+:(?:[0-9]{1,5}|\*):[^:\s\"'\\]+:[^:\s\"'\\]+:"
-    r"(?!\[redacted )(?P<s>[^\s\"'\\]+)(?=[ \t]*(?:$|[\"'\\]))"
+    r"(?!\[redacted )(?P<s>[^\s\"'\\]+)(?=[ \t\r]*(?:$|[\"'\\]))"
 )
 _PGPASS_GATE = RegexPrefilter(r":(?:[0-9]{1,5}|\*):[^:\s]+:[^:\s]+:[^\s:]")
 """Led by its literal `:` (4x faster in Hyperscan than led by the host's character class)."""

@@ -8,8 +8,9 @@ what they mean, and writes each redaction back over the whole raw span it covers
 included (`DecodedView.write_back`):
 
 - JSON's whitespace escapes (`\\n`, `\\r`, `\\t`, `\\f`, `\\b`: nearly all of the escapes of a
-  real body) become a blank and the character they stand for: two characters for two, so no
-  position moves;
+  real body) become two characters that mean the same, so no position moves: `\\n` a line break
+  as Windows writes it (`\\r\\n`: a line still ends right there, `$` and `\\r?\\n` see it), `\\r`
+  two carriage returns, `\\t` and `\\f` a blank and the character, `\\b` two blanks;
 - `\\/`, `\\uXXXX` (a surrogate pair as one character) and `%XX` of an unreserved URL character
   (a letter, a digit, `-`, `.`, `_`, `~`) become that character; the view is shorter there, and
   a table of those places maps each view position back to the raw one.
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from capsem.markers import redacted
 from capsem.stream_scrub import marker_spans
 
-_SAME_LENGTH = {"r": " \r", "t": " \t", "f": " \f", "b": "  "}
+_SAME_LENGTH = {"r": "\r\r", "t": " \t", "f": " \f", "b": "  "}
 _JSON_ESCAPE_RE = re.compile(
     r"\\(?:[rtfb/]|u(?P<u>[0-9a-fA-F]{4})(?:\\u(?P<low>[dD][c-fC-F][0-9a-fA-F]{2}))?)"
 )
@@ -92,7 +93,7 @@ def decoded_view(text: str) -> DecodedView | None:
     has_backslash, has_percent = "\\" in text, "%" in text
     if not (has_backslash or has_percent):
         return None
-    view = text.replace("\\n", " \n") if has_backslash else text  # the common escape, in C
+    view = text.replace("\\n", "\r\n") if has_backslash else text  # the common escape, in C
     matches = list(_JSON_ESCAPE_RE.finditer(view)) if has_backslash else []
     if has_percent:
         matches = sorted([*matches, *_PERCENT_RE.finditer(view)], key=lambda m: m.start())
