@@ -18,6 +18,8 @@ from addons.recorder.writer import SessionWriter
 from capsem.escapes import decoded_view
 from capsem.random_tokens import looks_random
 from capsem.redact import Scrubber
+from capsem.rollup import register_session
+from capsem.schema import open_main_db
 from capsem.secret_names import is_secret_name
 from tests.conftest import rows
 
@@ -366,3 +368,22 @@ def test_what_only_looks_like_a_credential_stays(text):
 )
 def test_names_by_meaning(name, secret):
     assert is_secret_name(name) is secret
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["redis-cli", "-a", PW, "ping"], f"sqlcmd -S db -U sa -P {PW}", ["keytool", "-list", "-storepass", PW],
+        f"DB_PASS={PW} SSHPASS={PW} ./deploy.sh", ["az", "login", "-u", "me", "-p", PW], f"mongosh -u a -p '{PW}'",
+    ],
+)  # fmt: skip
+def test_command_lines_as_stored(command, tmp_path):
+    """Process command lines and main.db's `sessions.command` go through `scrub_command`."""
+    out = Scrubber().scrub_command(command)
+    assert PW not in out and "[redacted hash:" in out, out
+    main = open_main_db(tmp_path / "main.db")
+    text = command if isinstance(command, str) else " ".join(command)
+    register_session(main, "s1", mode="run", command=text, created_at="2026-01-01T00:00:00Z")
+    main.commit()
+    (stored,) = main.execute("SELECT command FROM sessions").fetchone()
+    assert PW not in stored, stored
