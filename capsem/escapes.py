@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from capsem.markers import redacted
 from capsem.stream_scrub import marker_spans
 
+_PAIRED = frozenset("nrtfb")
 _SAME_LENGTH = {"r": "\r\r", "t": " \t", "f": " \f", "b": "  "}
 _JSON_ESCAPE_RE = re.compile(
     r"\\(?:[rtfb/]|u(?P<u>[0-9a-fA-F]{4})(?:\\u(?P<low>[dD][c-fC-F][0-9a-fA-F]{2}))?)"
@@ -83,6 +84,10 @@ class DecodedView:
         out, done = [], 0
         for start, end in spans:
             raw_start, raw_end = self.raw(start), self.raw(end)
+            if raw_start > 0 and raw[raw_start - 1] == "\\" and raw[raw_start] in _PAIRED:
+                raw_start -= 1  # never half an escape: `\\n` is two characters of the view
+            if 0 < raw_end < len(raw) and raw[raw_end - 1] == "\\" and raw[raw_end] in _PAIRED:
+                raw_end += 1
             out += [raw[done:raw_start], redacted(self.text[start:end])]
             done = raw_end
         return "".join(out) + raw[done:]
@@ -120,14 +125,28 @@ def decoded_view(text: str) -> DecodedView | None:
     return DecodedView("".join(out), tuple(places), tuple(shifts))
 
 
-def scrub_decoded(text: str, scrub: Callable[[str], str]) -> str:
-    """`scrub` applied to what `text` means (its decoded view), the redactions written back over
-    the raw escapes they cover; `scrub(text)` itself when nothing in `text` is escaped."""
+def scrub_decoded(text: str, scrub: Callable[[str], str], rounds: int = 1) -> str:
+    """`scrub` applied to what `text` means (its decoded view) until it holds (at most `rounds`
+    times), the redactions written back over the raw escapes they cover; on `text` itself when
+    nothing in it is escaped. (The view of the written-back text is the scrubbed view, markers
+    holding no escape: later rounds run on it, and the redactions are written back once.)"""
     view = decoded_view(text)
-    if view is None:
-        return scrub(text)
-    scrubbed = scrub(view.text)
-    if scrubbed == view.text:
-        return text
-    written = view.write_back(text, scrubbed)
-    return scrub(text) if written is None else written
+    current = text if view is None else view.text
+    for _ in range(rounds):
+        scrubbed = scrub(current)
+        if scrubbed == current:
+            break
+        current = scrubbed
+    if view is None or current == view.text:
+        return current if view is None else text
+    written = view.write_back(text, current)
+    if written is not None:
+        return written
+    for _ in range(rounds):  # a later round's marker over an earlier one's: write back round by round
+        view = decoded_view(text)
+        scrubbed = scrub(text if view is None else view.text)
+        written = scrubbed if view is None else view.write_back(text, scrubbed)
+        if written is None or written == text:
+            return scrub(text) if written is None else text
+        text = written
+    return text

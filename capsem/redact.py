@@ -414,20 +414,10 @@ class Scrubber:
         """`text` with every known secret replaced by `[redacted hash:…]` (idempotent: a marker can
         end a word that hid a key before, `AKIA…` glued to a token, so the passes run again on a
         changed text until it holds)."""
-        for _ in range(_MAX_ROUNDS):
-            if not text:
-                return text
-            scrubbed = self._scrub_once(text)
-            if scrubbed == text:
-                break
-            text = scrubbed
-        return text
-
-    def _scrub_once(self, text: str) -> str:
-        return scrub_decoded(text, self._passes)
+        return scrub_decoded(text, self._passes, _MAX_ROUNDS) if text else text
 
     def _passes(self, text: str) -> str:
-        """Every pass once over `text` as it reads (`_scrub_once` gives it the decoded view)."""
+        """Every pass once over `text` as it reads (`scrub` gives it the decoded view)."""
         data = text.encode("utf-8", "surrogatepass")
         patterns, rules, cookie, named = self._prefilter.passes(data)
         if named:
