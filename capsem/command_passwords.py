@@ -34,6 +34,8 @@ class Flag:
     flag: str
     glue: str = "blank"
     """`blank` (`-a X`), `glued` (`-pX`), `either` (`-P X` or `-PX`) or `equals` (`-p X` or `-p=X`)."""
+    literal: str | None = None
+    """What the prefilter looks for, when not the tool's name (a name common in other text)."""
 
 
 _GLUE = {"blank": r"[ \t]+", "glued": "", "either": r"[ \t]*", "equals": r"(?:[ \t]+|=)"}
@@ -48,7 +50,7 @@ FLAGS = (
     Flag((r"mongo\w*",), "-p"),
     Flag(("cqlsh",), "-p"),
     Flag((r"ldap\w+",), "-w"),
-    Flag(("zip", "unzip", "zipcloak"), "-P"),
+    Flag(("zip", "unzip", "zipcloak"), "-P", literal="-P"),  # (`zip(` is in every Python text)
     Flag((r"7z[ar]?",), "-p", "glued"),
     Flag(("unrar",), "-p", "glued"),
     Flag(("rdesktop",), "-p"),
@@ -109,16 +111,15 @@ OTHER: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 
 
-_LITERAL_RE = re.compile(r"(?P<word>[\w\-]+)")
+_LITERAL_RE = re.compile(r"(?P<word>[\w\-]+)(?:\(\?<=\\b(?P<phrase>[\w ]+)\))?")
 
 
 def _pattern(tool: str, flag: Flag) -> tuple[tuple[str, ...], str]:
     optional = "" if flag.glue == "glued" else _OPTIONAL
     literal = _LITERAL_RE.match(tool)
     assert literal is not None, tool
-    return (
-        literal.group("word"),
-    ), rf"\b{tool}\b{_ARGS}\s{flag.flag}{_GLUE[flag.glue]}{optional}{_QUOTE}{_VALUE}"
+    prefilter = flag.literal or literal.group("phrase") or literal.group("word")
+    return (prefilter,), rf"\b{tool}\b{_ARGS}\s{flag.flag}{_GLUE[flag.glue]}{optional}{_QUOTE}{_VALUE}"
 
 
 COMMAND_PATTERNS: list[tuple[tuple[str, ...], str]] = [

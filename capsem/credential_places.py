@@ -44,6 +44,7 @@ _PAIR_VALUE_RE = re.compile(r"""\b(?:value|Value|ParameterValue)(?P<q>\\*["'])?[
 _PAIR_REACH = 200
 _HEADER_LINE_RE = re.compile(r"[ \t]*[A-Za-z][\w .\-/]{0,40}(?:,[ \t]*[A-Za-z][\w .\-/]{0,40}){1,40}")
 _MAX_ROWS = 10_000
+_FIELD_REST_RE = re.compile(r"[\w .\-/]{0,40}?[ \t]*(?:[,\r\n\\\"]|$)")
 _PGPASS_RE = re.compile(
     r"(?m)(?:^|(?<=[\"']))[ \t]*(?=[\w.\-*]*[A-Za-z*])[\w.\-*]+:(?:[0-9]{1,5}|\*):[^:\s\"'\\]+:[^:\s\"'\\]+:"
     r"(?!\[redacted )(?P<s>[^\s\"'\\]+)(?=[ \t\r]*(?:$|[\"'\\]))"
@@ -136,6 +137,8 @@ def csv_column_spans(
 ) -> tuple[list[tuple[int, int]], int]:
     """The values under the secret columns of the CSV header line holding `hit`, and where they
     end (`hit` itself when that line is no such header)."""
+    if not _FIELD_REST_RE.match(text, hit):  # the rest of its field: plain words up to `,` or the end
+        return [], hit
     low = max(0, hit - 42)
     edge = max(text.rfind(",", low, hit), text.rfind("\n", low, hit), text.rfind('"', low, hit))
     if (edge < 0 and low > 0) or text.find(",", hit, hit + 300) < 0:  # not a field of a header line

@@ -12,8 +12,9 @@ included (`DecodedView.write_back`):
   as Windows writes it (`\\r\\n`: a line still ends right there, `$` and `\\r?\\n` see it), `\\r`
   two carriage returns, `\\t` and `\\f` a blank and the character, `\\b` two blanks;
 - `\\/`, `\\uXXXX` (a surrogate pair as one character) and `%XX` of an unreserved URL character
-  (a letter, a digit, `-`, `.`, `_`, `~`) become that character; the view is shorter there, and
-  a table of those places maps each view position back to the raw one.
+  (a letter, a digit, `-`, `.`, `_`, `~`) become that character (a non-ASCII one: `NON_ASCII`);
+  the view is shorter there, and a table of those places maps each view position back to the raw
+  one.
 
 `\\"` and `\\\\` stay as they are: they are the structure by which the scrubber reads a quoted
 value at any JSON escaping depth whole (`capsem.secret_names`), and no pattern stops inside a key
@@ -34,6 +35,10 @@ from capsem.markers import redacted
 from capsem.stream_scrub import marker_spans
 
 _PAIRED = frozenset("nrtfb")
+NON_ASCII = "\x7f"
+"""What a non-ASCII character written as `\\uXXXX` reads as: one character that continues a value
+and ends a key, so that an ASCII text's view stays ASCII (Python's `re`, the encoding and
+Hyperscan's offsets are several times faster on an ASCII string)."""
 _SAME_LENGTH = {"r": "\r\r", "t": " \t", "f": " \f", "b": "  "}
 _JSON_ESCAPE_RE = re.compile(
     r"\\(?:[rtfb/]|u(?P<u>[0-9a-fA-F]{4})(?:\\u(?P<low>[dD][c-fC-F][0-9a-fA-F]{2}))?)"
@@ -52,12 +57,11 @@ def _decoded(m: re.Match[str]) -> str | None:
         letter = m.group(0)[1]
         return "/" if letter == "/" else _SAME_LENGTH[letter]
     code = int(m.group("u"), 16)
-    low = m.group("low")
     if 0xD800 <= code < 0xDC00:
-        return chr(0x10000 + ((code - 0xD800) << 10) + (int(low, 16) - 0xDC00)) if low else None
+        return NON_ASCII if m.group("low") else None  # a surrogate pair: one character
     if (code < 0x20 and code not in (9, 10, 13)) or code in (0x22, 0x5C) or 0xDC00 <= code < 0xE000:
         return None
-    return chr(code)
+    return chr(code) if code < 0x80 else NON_ASCII
 
 
 @dataclass(frozen=True)
