@@ -50,7 +50,7 @@ FLAGS = (
     Flag((r"mongo\w*",), "-p"),
     Flag(("cqlsh",), "-p"),
     Flag((r"ldap\w+",), "-w"),
-    Flag(("zip", "unzip", "zipcloak"), "-P", literal="-P"),  # (`zip(` is in every Python text)
+    Flag(("zip", "unzip"), "-P", literal="-P"),  # (`zip(` is in every Python text)
     Flag((r"7z[ar]?",), "-p", "glued"),
     Flag(("unrar",), "-p", "glued"),
     Flag(("rdesktop",), "-p"),
