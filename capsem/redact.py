@@ -5,21 +5,24 @@ other header value becomes `hash:` + 12 hex chars of its keyed hash (`capsem.mar
 value gives the same marker in this installation, a wordlist cannot give it back). Sensitive query
 parameters (the configured ones, secret-named ones, cloud signatures) are hashed the same way.
 Every text that reaches a disk goes through `Scrubber.scrub` (command lines through
-`Scrubber.scrub_command`, streamed bodies through `Scrubber.scrub_stream`), which replaces with
-`[redacted hash:…]`, in this order:
+`Scrubber.scrub_command`, streamed bodies through `Scrubber.scrub_stream`). Its passes read what
+the text means (`capsem.escapes`: JSON's and URLs' escapes decoded, each redaction written back
+over the raw escapes it covers) and replace with `[redacted hash:…]`, in this order:
 
-1. the values of secret-named keys (`capsem.secret_names`: `*password*`, `*secret*`, `*token*`,
-   `passphrase`, `*_key`, `auth`, `authorization`, `credential(s)`, cloud signature parameters) in
-   every form: JSON string values at any escaping depth (`"k": "v"`, `\\"k\\": \\"v\\"`, …) whole,
-   escaped quotes included; `k=v` / `k: v` (env, ini, YAML, queries in URLs); `--k v` and `--k=v`;
+1. the values in places that hold credentials (`capsem.secret_names`): after names that mean a
+   secret (`pass`, `pwd`, `secret`, `token`, `credential`, `auth`, `*_key`… as a word or a suffix)
+   in every syntax (JSON at any escaping depth, `k=v`, `k: v`, flags, `setx`/`ENV`/`aws configure
+   set`, XML elements, name/value pairs, netrc, CSV secret columns: `capsem.credential_places`),
+   each to the end its syntax gives it (`capsem.secret_values`), and random-looking tokens after
+   a credential word (`capsem.random_tokens`); `.pgpass` lines;
 2. any credential value seen in this session's credential headers or query parameters (learned);
 3. capsem's own patterns: well-known key shapes (`sk-ant-…`, `sk-…`, `AIza…`, GitHub, GitLab,
    Slack, AWS, npm, PyPI, Hugging Face and Stripe keys, JWTs, bearer tokens), private-key PEM
    blocks (also with escaped newlines, or cut off), webhook URLs (also as a bare path), URL
    passwords (`postgres://u:PASSWORD@h`, also JSON-escaped `:\\/\\/`), Azure SAS signatures (also
    after `\\u0026`), Telegram bot tokens in paths, and passwords on command lines that no secret
-   name announces (`curl -u user:PASSWORD`, `mysql -pPASSWORD`, `sshpass -p`, `docker login -p`,
-   `openssl … pass:PASSWORD`, `htpasswd -b`);
+   name announces (`capsem.command_passwords`: `curl -u user:PASSWORD`, `mysql -pPASSWORD`,
+   `redis-cli -a`, `sqlcmd -P`, `sshpass -p`, `docker login -p`, `htpasswd -b`…);
 4. cookie values in `Cookie:` / `Set-Cookie:` lines and curl's `-b`;
 5. the credential shapes of the public gitleaks rule set and capsem's own rule file, plus the
    configured ones (`capsem.secret_rules`).

@@ -1,11 +1,17 @@
 """Secret-named values: what a key, variable, flag or parameter name says it holds.
 
-`is_secret_name` decides from the name alone (`db_password`, `--api-key`, `secretAccessKey` hold
-secrets; `max_tokens`, `cache_key`, `password_file` only mention one); `scrub_named_values`
-redacts the values after such names in any text: JSON string values at any escaping depth
-(`"k": "v"`, `\\"k\\": \\"v\\"`, …) whole, escaped quotes included; `k=v` / `k: v` (env, ini,
-YAML, queries in URLs); `--k v` and `--k=v`. `mask_secret_args` does the same for an argv.
-Only string values are redacted, never numbers or nested objects (usage counts and schemas stay).
+`is_secret_name` decides from the name alone, by meaning: `pass`, `passwd`, `pwd`, `secret`,
+`token`, `credential`, `auth`, `private key`, `api key` as a word or a suffix (`db_password`,
+`DB_PASS`, `MYSQL_PWD`, `SSHPASS`, `-storepass`, `secretAccessKey` hold secrets; `max_tokens`,
+`cache_key`, `password_file`, `PUBLIC_KEY`, `KEY_ID`, `TOKEN_URL`, `bypass`, `author` only look
+alike). `scrub_named_values` redacts the values after such names in any text: JSON string values
+at any escaping depth (`"k": "v"`, `\\"k\\": \\"v\\"`, …) whole, escaped quotes included;
+`k=v` / `k: v` (env, ini, YAML, queries in URLs, connection strings); `--k v` and `--k=v`; and the
+places `capsem.credential_places` knows (XML elements, name/value pairs, `setx`, netrc, CSV
+columns), each value to the end its syntax gives it (`capsem.secret_values`); after a word that
+says a credential follows, a random-looking token (`capsem.random_tokens`). `mask_secret_args`
+does the same for an argv. Only string values are redacted, never numbers or nested objects
+(usage counts and schemas stay).
 """
 
 from __future__ import annotations
