@@ -100,15 +100,41 @@ class LiteralPlaces(_Scanner):
         ends: list[tuple[int, int]] = []
         self._scan(data, lambda i, _s, e, _f, _c: ends.append((e, i)))
         lengths = self._lengths
-        starts = sorted(end - lengths[i] for end, i in ends)
-        if len(data) == len(text) or not starts:
-            return starts
-        out, done, position = [], 0, 0
-        for start in starts:
-            position += len(data[done:start].decode("utf-8", "surrogatepass"))
-            done = start
-            out.append(position)
-        return out
+        return _positions(text, data, sorted(end - lengths[i] for end, i in ends))
+
+
+def _positions(text: str, data: bytes, offsets: list[int]) -> list[int]:
+    """Sorted byte offsets of `data` (`text` in UTF-8, each on a character boundary) as positions
+    in `text`: the same where `text` is all ASCII, else by decoding the bytes before each (once)."""
+    if len(data) == len(text) or not offsets:
+        return offsets
+    out, done, position = [], 0, 0
+    for offset in offsets:
+        position += len(data[done:offset].decode("utf-8", "surrogatepass"))
+        done = offset
+        out.append(position)
+    return out
+
+
+class PatternEnds(_Scanner):
+    """Where matches of a few ASCII regexes end (`ends(text, data)`): Hyperscan's end offsets,
+    one per match end, for patterns whose every end is on a character boundary."""
+
+    def __init__(self, patterns: Sequence[tuple[str, bool]]) -> None:
+        """`patterns`: (regex, caseless) pairs."""
+        super().__init__()
+        self._db = hyperscan.Database()
+        self._db.compile(
+            expressions=[pattern.encode("ascii") for pattern, _ in patterns],
+            ids=list(range(len(patterns))),
+            elements=len(patterns),
+            flags=[hyperscan.HS_FLAG_CASELESS if caseless else 0 for _, caseless in patterns],
+        )
+
+    def ends(self, text: str, data: bytes) -> list[int]:
+        found: list[int] = []
+        self._scan(data, lambda _i, _s, e, _f, _c: found.append(e))
+        return _positions(text, data, sorted(set(found)))
 
 
 class RegexPrefilter(_Scanner):

@@ -5,21 +5,24 @@ other header value becomes `hash:` + 12 hex chars of its keyed hash (`capsem.mar
 value gives the same marker in this installation, a wordlist cannot give it back). Sensitive query
 parameters (the configured ones, secret-named ones, cloud signatures) are hashed the same way.
 Every text that reaches a disk goes through `Scrubber.scrub` (command lines through
-`Scrubber.scrub_command`, streamed bodies through `Scrubber.scrub_stream`), which replaces with
-`[redacted hash:…]`, in this order:
+`Scrubber.scrub_command`, streamed bodies through `Scrubber.scrub_stream`). Its passes read what
+the text means (`capsem.escapes`: JSON's and URLs' escapes decoded, each redaction written back
+over the raw escapes it covers) and replace with `[redacted hash:…]`, in this order:
 
-1. the values of secret-named keys (`capsem.secret_names`: `*password*`, `*secret*`, `*token*`,
-   `passphrase`, `*_key`, `auth`, `authorization`, `credential(s)`, cloud signature parameters) in
-   every form: JSON string values at any escaping depth (`"k": "v"`, `\\"k\\": \\"v\\"`, …) whole,
-   escaped quotes included; `k=v` / `k: v` (env, ini, YAML, queries in URLs); `--k v` and `--k=v`;
+1. the values in places that hold credentials (`capsem.secret_names`): after names that mean a
+   secret (`pass`, `pwd`, `secret`, `token`, `credential`, `auth`, `*_key`… as a word or a suffix)
+   in every syntax (JSON at any escaping depth, `k=v`, `k: v`, flags, `setx`/`ENV`/`aws configure
+   set`, XML elements, name/value pairs, netrc, CSV secret columns: `capsem.credential_places`),
+   each to the end its syntax gives it (`capsem.secret_values`), and random-looking tokens after
+   a credential word (`capsem.random_tokens`); `.pgpass` lines;
 2. any credential value seen in this session's credential headers or query parameters (learned);
 3. capsem's own patterns: well-known key shapes (`sk-ant-…`, `sk-…`, `AIza…`, GitHub, GitLab,
    Slack, AWS, npm, PyPI, Hugging Face and Stripe keys, JWTs, bearer tokens), private-key PEM
    blocks (also with escaped newlines, or cut off), webhook URLs (also as a bare path), URL
    passwords (`postgres://u:PASSWORD@h`, also JSON-escaped `:\\/\\/`), Azure SAS signatures (also
    after `\\u0026`), Telegram bot tokens in paths, and passwords on command lines that no secret
-   name announces (`curl -u user:PASSWORD`, `mysql -pPASSWORD`, `sshpass -p`, `docker login -p`,
-   `openssl … pass:PASSWORD`, `htpasswd -b`);
+   name announces (`capsem.command_passwords`: `curl -u user:PASSWORD`, `mysql -pPASSWORD`,
+   `redis-cli -a`, `sqlcmd -P`, `sshpass -p`, `docker login -p`, `htpasswd -b`…);
 4. cookie values in `Cookie:` / `Set-Cookie:` lines and curl's `-b`;
 5. the credential shapes of the public gitleaks rule set and capsem's own rule file, plus the
    configured ones (`capsem.secret_rules`).
@@ -42,6 +45,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote
 
+from capsem.command_passwords import COMMAND_PATTERNS
+from capsem.credential_places import pgpass_spans
+from capsem.escapes import scrub_decoded
 from capsem.literal_scan import SHORT_TEXT, LiteralPlaces, LiteralSet, RegexPrefilter
 from capsem.markers import MARKER_RE, hash_value
 from capsem.markers import redacted as _redacted
@@ -70,12 +76,6 @@ if TYPE_CHECKING:
 # (literals one of which every match contains, pattern): a pattern runs only on a text holding one
 # of its literals (one Hyperscan pass looks for all of them, `_Prefilter`). A pattern with a group
 # named `s` has only that group redacted (the rest says what it was).
-_ARGS = r"[^\n|;&]{0,400}?"
-"""The rest of one command, up to the flag (not past a newline, a pipe or the next command)."""
-_QUOTE = r"""(?:\\*['"])?"""
-_VALUE = r"""(?!\[redacted )(?P<s>[^\s'"\\]+)"""
-"""A command-line value: up to a blank, a quote or a backslash (JSON's escaped quote)."""
-_HTFLAGS = r"(?:[ \t]+-(?:C[ \t]+[0-9]+|[A-Za-z]+))"
 _PATTERNS: list[tuple[tuple[str, ...], str]] = [
     (("sk-ant-",), r"sk-ant-[A-Za-z0-9_\-]{8,}"),
     (("sk-",), r"\bsk-(?:proj-|svcacct-|admin-|or-v1-)?[A-Za-z0-9_\-]{16,}"),
@@ -112,31 +112,7 @@ _PATTERNS: list[tuple[tuple[str, ...], str]] = [
     # an Azure SAS signature, also after Go's JSON escape of `&` (`\u0026sig=`)
     (("sig=",), r"sig=(?:(?<=[?&;]sig=)|(?<=\\u0026sig=))(?!\[redacted )(?P<s>[^&\s\"'\\#<>]+)"),
     (("/bot",), r"/bot(?P<s>[0-9]{6,12}:[A-Za-z0-9_\-]{30,})"),  # a Telegram bot token in a request path
-    # passwords on command lines (an agent's Bash calls) that no secret-named flag announces
-    (("curl",), rf"\bcurl\b{_ARGS}\s(?:-u|--user|--proxy-user|-U)(?:[ \t]+|=){_QUOTE}[^\s:'\"\\]*:{_VALUE}"),
-    (("mysql", "mariadb"), rf"\b(?:mysql\w*|mariadb[\w\-]*)\b{_ARGS}\s-p{_VALUE}"),  # -pPASSWORD
-    (("sshpass",), rf"\bsshpass\b{_ARGS}\s-p[ \t]*{_VALUE}"),
-    (
-        ("login",),
-        rf"\b(?:docker|podman|nerdctl|buildah|skopeo|helm[ \t]+registry|helm|oras|crane)[ \t]+login\b"
-        rf"{_ARGS}\s(?:-p|--password)(?:[ \t]+|=){_QUOTE}{_VALUE}",
-    ),
-    (
-        ("pass:",),
-        rf"-(?:pass(?:in|out)?|passwd|password)[ \t]+pass:{_VALUE}",
-    ),  # openssl -passin pass:PASSWORD
-    (("openssl",), rf"\bopenssl\b{_ARGS}\s-k[ \t]+{_QUOTE}{_VALUE}"),  # openssl enc -k PASSWORD
-    # htpasswd -b [-c…] FILE USER PASSWORD, and -nb USER PASSWORD (no file)
-    (
-        ("htpasswd",),
-        rf"\bhtpasswd(?={_HTFLAGS}*[ \t]+-[A-Za-z]*b)(?!{_HTFLAGS}*[ \t]+-[A-Za-z]*n){_HTFLAGS}+"
-        rf"[ \t]+[^\s\-]\S*[ \t]+\S+[ \t]+{_QUOTE}{_VALUE}",
-    ),
-    (
-        ("htpasswd",),
-        rf"\bhtpasswd(?={_HTFLAGS}*[ \t]+-[A-Za-z]*b)(?={_HTFLAGS}*[ \t]+-[A-Za-z]*n){_HTFLAGS}+"
-        rf"[ \t]+[^\s\-]\S*[ \t]+{_QUOTE}{_VALUE}",
-    ),
+    *COMMAND_PATTERNS,  # passwords on command lines that no secret-named flag announces
 ]
 _LITERAL_RE = re.compile(r"(?:[A-Za-z0-9_\-]|\\\.)+")
 """The literal a pattern part starts with (word characters, `-`, an escaped dot)."""
@@ -441,16 +417,10 @@ class Scrubber:
         """`text` with every known secret replaced by `[redacted hash:…]` (idempotent: a marker can
         end a word that hid a key before, `AKIA…` glued to a token, so the passes run again on a
         changed text until it holds)."""
-        for _ in range(_MAX_ROUNDS):
-            if not text:
-                return text
-            scrubbed = self._scrub_once(text)
-            if scrubbed == text:
-                break
-            text = scrubbed
-        return text
+        return scrub_decoded(text, self._passes, _MAX_ROUNDS) if text else text
 
-    def _scrub_once(self, text: str) -> str:
+    def _passes(self, text: str) -> str:
+        """Every pass once over `text` as it reads (`scrub` gives it the decoded view)."""
         data = text.encode("utf-8", "surrogatepass")
         patterns, rules, cookie, named = self._prefilter.passes(data)
         if named:
@@ -460,6 +430,7 @@ class Scrubber:
             text = _COMPILED[i][1].sub(_redact_match, text)
         if cookie:
             text = _redact_spans(text, _cookie_spans(text, text.encode("utf-8", "surrogatepass")))
+        text = _redact_spans(text, pgpass_spans(text, data))
         wanted = [i for i in rules if self._prefilter.regexes[i].maybe(data)]
         return _redact_spans(text, _rule_spans(text, self.rules, wanted)) if wanted else text
 

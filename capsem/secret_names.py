@@ -1,27 +1,44 @@
 """Secret-named values: what a key, variable, flag or parameter name says it holds.
 
-`is_secret_name` decides from the name alone (`db_password`, `--api-key`, `secretAccessKey` hold
-secrets; `max_tokens`, `cache_key`, `password_file` only mention one); `scrub_named_values`
-redacts the values after such names in any text: JSON string values at any escaping depth
-(`"k": "v"`, `\\"k\\": \\"v\\"`, …) whole, escaped quotes included; `k=v` / `k: v` (env, ini,
-YAML, queries in URLs); `--k v` and `--k=v`. `mask_secret_args` does the same for an argv.
-Only string values are redacted, never numbers or nested objects (usage counts and schemas stay).
+`is_secret_name` decides from the name alone, by meaning: `pass`, `passwd`, `pwd`, `secret`,
+`token`, `credential`, `auth`, `private key`, `api key` as a word or a suffix (`db_password`,
+`DB_PASS`, `MYSQL_PWD`, `SSHPASS`, `-storepass`, `secretAccessKey` hold secrets; `max_tokens`,
+`cache_key`, `password_file`, `PUBLIC_KEY`, `KEY_ID`, `TOKEN_URL`, `bypass`, `author` only look
+alike). `scrub_named_values` redacts the values after such names in any text: JSON string values
+at any escaping depth (`"k": "v"`, `\\"k\\": \\"v\\"`, …) whole, escaped quotes included;
+`k=v` / `k: v` (env, ini, YAML, queries in URLs, connection strings); `--k v` and `--k=v`; and the
+places `capsem.credential_places` knows (XML elements, name/value pairs, `setx`, netrc, CSV
+columns), each value to the end its syntax gives it (`capsem.secret_values`); after a word that
+says a credential follows, a random-looking token (`capsem.random_tokens`). `mask_secret_args`
+does the same for an argv. Only string values are redacted, never numbers or nested objects
+(usage counts and schemas stay).
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 import shlex
 from collections.abc import Sequence
 
-from capsem.literal_scan import SHORT_TEXT, LiteralPlaces
+from capsem.credential_places import (
+    ASSIGNING,
+    LOOK_BACK,
+    blank_assignment,
+    csv_column_spans,
+    paired_value_span,
+    xml_element_span,
+)
+from capsem.literal_scan import SHORT_TEXT, LiteralPlaces, PatternEnds
 from capsem.markers import MARKER_RE, MARKER_SPLIT_RE
 from capsem.markers import redacted as _redacted
+from capsem.random_tokens import LONG_TOKEN_RE, looks_random
+from capsem.secret_values import DONE_RE, value_span
 
 # --- secret-named keys ------------------------------------------------------------------------
 # Every secret name contains one of these words (lower-cased); `is_secret_name` decides.
-_NAME_WORDS = ("passw", "passphrase", "secret", "token", "credential", "auth", "key", "signature")
+_NAME_WORDS = ("pass", "pwd", "secret", "token", "credential", "auth", "key", "signature")
 # A name (optionally quoted, at any JSON escaping depth: `"`, `\"`, `\\\"`…) and its separator:
 # `:`, `=`, `:=`, or blanks (the last only for a `--flag VALUE`).
 _NAMED_RE = re.compile(
@@ -32,16 +49,6 @@ _NAMED_RE = re.compile(
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _NAME_RUN_RE = re.compile(r"[\w.\-]*", re.ASCII)
-_OPEN_QUOTE_RE = re.compile(r"(\\*)([\"'])")
-_QUOTE_RUN_RE = re.compile(r"(\\*)\"")
-_SCHEME_RE = re.compile(r"(?:bearer|basic|token|digest)[ \t]+(?=\S)", re.IGNORECASE | re.ASCII)
-_BARE_VALUE_RE = re.compile(r"[^\s\"'\\,;&<>()\[\]{}]+")
-DONE_RE = re.compile(r"\[redacted hash:[0-9a-f]{12}\]|hash:[0-9a-f]{12}")  # what this module already hid
-_ENV_REFERENCE_RE = re.compile(r"\$[A-Z_][A-Z0-9_]*")
-_CODE_WORDS = frozenset({"str", "string", "int", "bool", "bytes", "none", "null", "true", "false",
-                         "undefined", "any", "number", "object", "optional"})  # fmt: skip
-_JSON_SCALAR_START = (*"0123456789-{[", "true", "false", "null")
-
 _CAMEL_RE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _NON_ALNUM_RE = re.compile(r"[^a-z0-9]+")
 # a last part that makes the name describe a secret rather than hold one (`password_file`, `token_count`)
@@ -55,13 +62,34 @@ _HARMLESS_LAST = frozenset({
 _HARMLESS_OWNERS = {
     "key": frozenset({"cache", "sort", "primary", "foreign", "partition", "public", "object", "idempotency",
                       "hash", "range", "row", "dedup", "dedupe", "unique", "composite", "lookup", "group", "map",
-                      "dict", "index", "i18n", "translation", "message"}),
+                      "dict", "index", "i18n", "translation", "message", "parameter", "option", "setting",
+                      "property", "attribute", "column", "field", "label", "tag", "metadata"}),
     "token": frozenset({"eos", "bos", "pad", "unk", "sep", "cls", "mask", "stop", "special", "start", "end"}),
 }  # fmt: skip
 # a last part that says how the secret is written down, not what it is
 _ENCODING_LAST = frozenset({"data", "value", "b64", "base64", "hex", "pem", "raw", "str", "string", "text"})
 _SECRET_SUBSTRINGS = ("passw", "passphrase", "secret", "credential", "authorization")
 _SECRET_ARG_RE = re.compile(r"-{0,2}[A-Za-z_][\w.\-]*")
+# English words (and programs) that end in `pass` but hold none: `bypass`, `compass`, `askpass`…
+_NOT_A_PASS = frozenset({"bypass", "compass", "encompass", "overpass", "underpass", "trespass", "surpass",
+                         "impass", "multipass", "onepass", "twopass", "firstpass", "secondpass", "singlepass",
+                         "askpass", "sudoaskpass", "subpass", "renderpass", "mainpass", "lowpass", "highpass",
+                         "bandpass", "allpass", "notpass", "nopass"})  # fmt: skip
+# the last words that make a name a context for a random-looking token after it, even when the
+# name alone holds no secret (`key`, `token`: "the key is 8Kq…", "token 8Kq…")
+_CONTEXT_LAST = frozenset({"key", "keys", "token", "tokens", "secret", "secrets", "password", "passwords",
+                           "pass", "passwd", "pwd", "passphrase", "credential", "credentials", "auth",
+                           "apikey"})  # fmt: skip
+_CONTEXT_GAP_RE = re.compile(
+    r"""(?:\\*["'])?[ \t]*(?:(?::=|[:=]|->|=>|(?:is|was)(?=[ \t]))[ \t]*)?(?:\\*["'`(])?""", re.IGNORECASE
+)
+"""What may stand between a context word and its token: `key: `, `token = "`, `secret is `."""
+_BLANKS_THEN_WORD_RE = re.compile(r"[ \t]+(?![ \t:=])")
+_BETWEEN_RE = re.compile(r"""(?:\s+-[\w\-]+)*[\s"'\\]+|\s+[^\s"'\\]+[\s"'\\]+""")
+"""Between a word that assigns and the name: flags, or one word (`login u`), and blanks or quotes."""
+_PROSE_AFTER_RE = re.compile(r"[ \t]+(?!(?:is|was|IS|Is|Was)\b)[A-Za-z]{1,19}\b(?![\w.\-/+~=])")
+"""Blanks and a plain word after a name: no value follows, unless a command assigns it (`setx`)."""
+_PAIR_BEFORE = frozenset("\"' \t:=\\")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -79,83 +107,76 @@ def is_secret_name(name: str) -> bool:
     joined = "_".join(parts)
     if any(word in joined for word in _SECRET_SUBSTRINGS) or any(p.endswith("token") for p in parts):
         return True
-    if last in ("auth", "apikey", "privatekey", "secretkey", "accesskey"):
-        return True
+    if last in ("apikey", "privatekey", "secretkey", "accesskey") or last.endswith(("auth", "pwd")):
+        return (
+            last != "oldpwd"
+        )  # `DB_PWD`, `MYSQL_PWD`, `REDISCLI_AUTH` (`PWD` holding a path: see secret_values)
+    if last.endswith("pass") and last not in _NOT_A_PASS:
+        return True  # `DB_PASS`, `SSHPASS`, `-storepass`
     if last == "key":
         return len(parts) > 1
     return last == "signature" and ("amz" in parts or "goog" in parts)
 
 
-def _closing_quote(text: str, start: int, depth_run: int) -> int:
-    """Where the JSON string opened by a quote after `depth_run` backslashes ends (-1: cut off).
-
-    A string nested n times in JSON strings opens with 2**n - 1 backslashes before its quote; a
-    quote inside it has more, and exactly those runs ≡ depth_run (mod 2**(n+1)) close it."""
-    modulus = 2 * (depth_run + 1)
-    for m in _QUOTE_RUN_RE.finditer(text, start):
-        if len(m.group(1)) % modulus == depth_run:
-            return m.start()
-    return -1
-
-
-def _value_span(text: str, pos: int, name: str, quoted_name: bool) -> tuple[int, int] | None:
-    """The span of the secret value starting at `pos` (after a secret name), or None to keep it."""
-    if not quoted_name:
-        scheme = _SCHEME_RE.match(text, pos)
-        pos = scheme.end() if scheme else pos
-    quote_open = _OPEN_QUOTE_RE.match(text, pos)
-    if quote_open:
-        start = quote_open.end()
-        single = quote_open.group(2) == "'"
-        end = text.find("'", start) if single else _closing_quote(text, start, len(quote_open.group(1)))
-        end = len(text) if end < 0 else end
-        if end == start or DONE_RE.fullmatch(text, start, end):
-            return None
-        return start, end
-    if quoted_name and text.startswith(_JSON_SCALAR_START, pos):
-        return None  # JSON numbers, literals and nested objects stay (usage counts, schemas)
-    bare = _BARE_VALUE_RE.match(text, pos)
-    if bare is None or DONE_RE.fullmatch(bare.group(0)):  # (a `[redacted …]` marker is no bare value)
-        return None
-    value = bare.group(0)
-    lowered = value.lower()
-    if (
-        text.startswith(("(", "["), bare.end())  # a call or subscript: code, not a literal
-        or lowered in _CODE_WORDS
-        or _ENV_REFERENCE_RE.fullmatch(value)
-        or lowered == name.lower()
-        or lowered.endswith("." + name.lower())  # `api_key=api_key`, `token = self.token`
-    ):
-        return None
-    return bare.start(), bare.end()
-
-
 _WORD_STARTS_RE = re.compile("(?=(?:" + "|".join(_NAME_WORDS) + "))")
-
-
 _WORD_PLACES = LiteralPlaces(_NAME_WORDS)
+_ASSIGNING_RE = re.compile("|".join(f"(?i:{p})" if caseless else p for p, caseless in ASSIGNING))
+_ASSIGNING_ENDS = PatternEnds(ASSIGNING)
 
 
-def _word_hits(text: str, data: bytes | None) -> list[int]:
-    """Sorted positions of the name words in `text`, any ASCII case: one regex scan of the
+def _places(text: str, data: bytes | None, starts: re.Pattern[str], places: LiteralPlaces) -> list[int]:
+    """Sorted positions of some ASCII words in `text`, any case: one regex scan of the
     lower-cased text for a short one, a Hyperscan scan of its UTF-8 `data` for a long one (see
-    `SHORT_TEXT`). (A name is ASCII, so a word found only through a non-ASCII letter's lower case,
-    as the Kelvin sign's `k`, could never start one: both ways find the same names.)"""
+    `SHORT_TEXT`). (The words are ASCII, so one found only through a non-ASCII letter's lower case,
+    as the Kelvin sign's `k`, could never start a name: both ways find the same names.)"""
     if len(text) <= SHORT_TEXT:
         lowered = text.lower()
         if len(lowered) != len(text):  # a character whose lower case is longer (İ): positions differ
             lowered = text.translate(_ASCII_LOWER)  # names are ASCII
-        return [m.start() for m in _WORD_STARTS_RE.finditer(lowered)]
-    return _WORD_PLACES.places(text, text.encode("utf-8", "surrogatepass") if data is None else data)
+        return [m.start() for m in starts.finditer(lowered)]
+    return places.places(text, text.encode("utf-8", "surrogatepass") if data is None else data)
+
+
+def _word_hits(text: str, data: bytes | None) -> list[int]:
+    """Sorted positions of the name words in `text`."""
+    return _places(text, data, _WORD_STARTS_RE, _WORD_PLACES)
+
+
+class _Assigning:
+    """Where the commands that assign a value after blanks end in a text (`setx`, `set -gx`,
+    `aws configure set`, netrc's `login`…), found once per text (Hyperscan for a long one) and
+    only when a name followed by a blank asks."""
+
+    def __init__(self, text: str, data: bytes | None) -> None:
+        self._text, self._data = text, data
+        self._ends: list[int] | None = None
+
+    def near(self, name_start: int) -> bool:
+        """Whether the closest such command before `name_start` ends right before it (flags
+        between allowed), or one word before (netrc's `login u`, nmcli's `connect SSID`)."""
+        if self._ends is None:
+            text = self._text
+            if len(text) <= SHORT_TEXT:
+                self._ends = [m.end() for m in _ASSIGNING_RE.finditer(text)]
+            else:
+                data = text.encode("utf-8", "surrogatepass") if self._data is None else self._data
+                self._ends = _ASSIGNING_ENDS.ends(text, data)
+        i = bisect.bisect_right(self._ends, name_start) - 1
+        if i < 0 or self._ends[i] < name_start - LOOK_BACK:
+            return False
+        return _BETWEEN_RE.fullmatch(self._text, self._ends[i], name_start) is not None
 
 
 def scrub_named_values(text: str, data: bytes | None = None) -> str:
-    """`text` with the values of secret-named keys, assignments and flags redacted.
+    """`text` with the values of secret-named keys, assignments, flags and elements redacted, the
+    columns of CSV files that name a secret one, and random-looking tokens after a word that says
+    a credential follows (`the key is 8Kq…`).
 
     Only the places where a name word occurs are looked at (`data` = `text` in UTF-8, if the
     caller has it): from each, back to the start of its name (and its quotes), then `_NAMED_RE`."""
-    out: list[str] = []
-    done = scanned = 0
+    spans: list[tuple[int, int]] = []
+    scanned = 0
+    assigning = _Assigning(text, data)
     for hit in _word_hits(text, data):
         if hit < scanned:
             continue  # inside a name already looked at, or a value already redacted
@@ -163,42 +184,121 @@ def scrub_named_values(text: str, data: bytes | None = None) -> str:
         while start > 0 and text[start - 1] in _NAME_CHARS:
             start -= 1
         end = _NAME_RUN_RE.match(text, hit).end()
-        if not is_secret_name(text[start:end]):  # most hits: max_tokens, input_tokens, keyboard…
-            scanned = end
+        name = text[start:end]
+        secret = is_secret_name(name)
+        if not (secret or _is_context(name)):
+            scanned = end  # most hits: max_tokens, input_tokens, keyboard…
             continue
-        m = None
-        if start > 0 and text[start - 1] in "\"'":
-            quoted = start - 1
-            while quoted > 0 and text[quoted - 1] == "\\":
-                quoted -= 1
-            while m is None and quoted < start:  # the longest quote prefix that closes the same way
-                m = _NAMED_RE.match(text, quoted)
-                quoted += 1
-        m = m or _NAMED_RE.match(text, start)
-        if m is None:  # no separator after the name, or glued to what precedes it
-            scanned = end
-            continue
-        scanned = m.end()
-        span = _secret_span(text, m)
-        if span is not None and span[0] >= done:
-            out += [text[done : span[0]], _redacted(text[span[0] : span[1]])]
-            done = scanned = span[1]
-    if not out:
+        if name[0] != "-" and _PROSE_AFTER_RE.match(text, end) and not assigning.near(start):
+            found, scanned = None, end  # a name, then a plain word: prose (decided here, cheaply)
+        else:
+            found, scanned = _named_value(text, start, end, assigning) if secret else (None, end)
+            if found is None:
+                found = _random_token_after(text, end)
+        if found is not None:
+            spans.append(found)
+            scanned = max(scanned, found[1])
+        elif secret and text.find(",", max(0, start - 60), end + 60) >= 0:
+            columns, after = csv_column_spans(text, start, is_secret_name)
+            spans += columns
+            scanned = max(scanned, after)
+    if not spans:
         return text
-    out.append(text[done:])
-    return "".join(out)
+    out: list[str] = []
+    done = 0
+    for span_start, span_end in spans:
+        if span_start >= done:
+            out += [text[done:span_start], _redacted(text[span_start:span_end])]
+            done = span_end
+    return "".join(out) + text[done:]
 
 
-def _secret_span(text: str, m: re.Match[str]) -> tuple[int, int] | None:
+def _named_value(
+    text: str, start: int, end: int, assigning: _Assigning
+) -> tuple[tuple[int, int] | None, int]:
+    """(the span of the value that the secret name `text[start:end]` announces, or None; where the
+    scan goes on)."""
+    before = text[start - 1] if start else ""
+    if before == "<":
+        element = xml_element_span(text, start, end)
+        if element is not None:
+            return element, element[1]
+    if before in _PAIR_BEFORE:
+        paired = paired_value_span(text, start, end)
+        if paired is not None:
+            return paired, paired[1]
+    if (
+        _BLANKS_THEN_WORD_RE.match(text, end)
+        and text[start] != "-"
+        and not _blank_assigned(text, start, assigning)
+    ):
+        return None, end  # a name, then a word: prose (the common case, decided here cheaply)
+    m = None
+    if before in ('"', "'"):
+        quoted = start - 1
+        while quoted > 0 and text[quoted - 1] == "\\":
+            quoted -= 1
+        while m is None and quoted < start:  # the longest quote prefix that closes the same way
+            m = _NAMED_RE.match(text, quoted)
+            quoted += 1
+    m = m or _NAMED_RE.match(text, start)
+    if m is None:  # no separator after the name, or glued to what precedes it
+        return None, end
+    return _secret_span(text, m, assigning), m.end()
+
+
+def _blank_assigned(text: str, name_start: int, assigning: _Assigning) -> bool:
+    return assigning.near(name_start) and blank_assignment(text, name_start)
+
+
+def _secret_span(text: str, m: re.Match[str], assigning: _Assigning) -> tuple[int, int] | None:
     """The span of the value after a `_NAMED_RE` match of a secret name, if there is one to redact."""
     name, quote_prefix, sep = m.group("name"), m.group("q"), m.group("sep")
     separator = sep.strip()
-    if not separator:  # blanks separate only a `--flag VALUE`
-        if quote_prefix or not name.startswith("-") or text.startswith("-", m.end()):
+    if not separator:  # blanks separate a `--flag VALUE`, and a name after `setx`, netrc's `login`…
+        if name.startswith("-"):
+            if quote_prefix or text.startswith("-", m.end()):
+                return None
+        elif quote_prefix or not _blank_assigned(text, m.start("name"), assigning):
             return None
     elif separator == ":" and not quote_prefix and sep[-1] == ":" and "-" not in name:
         return None  # `name:value` without a blank is a prefixed id (`tiktoken:cl100k_base`, `secrets:read`)
-    return _value_span(text, m.end(), name, bool(quote_prefix))
+    in_query = m.start("name") > 0 and text[m.start("name") - 1] in "?&"
+    return value_span(text, m.end(), name, bool(quote_prefix), in_query)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_context(name: str) -> bool:
+    """Whether a random-looking token after `name` is a credential: a secret name (`DB_PASS`), or
+    one of the words alone (`key`, `token`; not `public_key`, `cache_key`)."""
+    return is_secret_name(name) or name.lower().strip("-_.") in _CONTEXT_LAST
+
+
+def _random_token_after(text: str, pos: int) -> tuple[int, int] | None:
+    """The random-looking token (`capsem.random_tokens`) right after `pos` (the end of a word that
+    says a credential follows), past blanks, a quote, `:`, `=`, `is` or `was`, if there is one."""
+    gap = _CONTEXT_GAP_RE.match(text, pos)
+    token = LONG_TOKEN_RE.match(text, gap.end()) if gap is not None else None
+    if token is not None and looks_random(token.group(0)):
+        return token.span()
+    return None
+
+
+def random_token_spans(text: str) -> list[tuple[int, int]]:
+    """Where the random-token rule alone redacts in `text`: the tokens after every word that says
+    a credential follows, whether or not another pass would redact them too (what
+    `benchmarks/entropy_false_positives.py` counts on real code and prose)."""
+    spans = []
+    for hit in _word_hits(text, None):
+        start = hit
+        while start > 0 and text[start - 1] in _NAME_CHARS:
+            start -= 1
+        end = _NAME_RUN_RE.match(text, hit).end()
+        if _is_context(text[start:end]):
+            found = _random_token_after(text, end)
+            if found is not None and (not spans or found != spans[-1]):
+                spans.append(found)
+    return spans
 
 
 def mask_secret_args(argv: Sequence[str]) -> list[str]:

@@ -34,7 +34,9 @@ from capsem.paths import shipped_config_path
 GITLEAKS, OWN = "gitleaks.toml", "secret-rules.toml"
 DEFAULT_DISABLED = frozenset({"generic-api-key"})
 _GO_END = r"""(?:[\x60'"\s;]|\\[nr]|$)"""
-_WIDE_END = r"""(?=[\x60'"\s;\\,})\]&<>|]|$)"""
+_WIDE_CLASS = r"\\,})\]&<>|"
+_WIDE_END = r"""(?=[\x60'"\s;""" + _WIDE_CLASS + "]|$)"
+_GO_END_LIKE_RE = re.compile(r"\(\?:\[(?P<cls>(?:\\.|[^\]\\])*)\]\|\\\\\[nr\]\|\$\)$")
 """gitleaks' end of a secret (a quote, a blank, `;`, an escaped newline, the end), widened to what
 ends a value inside JSON and code: a backslash (`\\"`), `,`, `}`, `)`, `]`, `&`, `<`, `>`, `|`."""
 _POSIX = {"alnum": "A-Za-z0-9", "alpha": "A-Za-z", "digit": "0-9", "lower": "a-z", "upper": "A-Z",
@@ -81,6 +83,10 @@ def python_regex(go: str) -> str:
     """A Go RE2 pattern as a Python `re` pattern with the same meaning (see module doc)."""
     if go.endswith(_GO_END):
         go = go[: -len(_GO_END)] + _WIDE_END
+    else:
+        end = _GO_END_LIKE_RE.search(go)
+        if end is not None:  # an end of its own (`[\x60'"\s;/]`): widened the same way
+            go = go[: end.start()] + f"(?=[{end.group('cls')}{_WIDE_CLASS}]|$)"
     out: list[str] = []
     stack: list[int] = [0]  # per open group: scoped-flag groups opened in it that must close with it
     i, n, in_class = 0, len(go), False
