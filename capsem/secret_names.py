@@ -31,7 +31,7 @@ from capsem.credential_places import (
     xml_element_span,
 )
 from capsem.literal_scan import SHORT_TEXT, LiteralPlaces, PatternEnds
-from capsem.markers import MARKER_RE, MARKER_SPLIT_RE
+from capsem.markers import MARKER_RE
 from capsem.markers import redacted as _redacted
 from capsem.random_tokens import LONG_TOKEN_RE, looks_random
 from capsem.secret_values import DONE_RE, value_span
@@ -307,6 +307,10 @@ def mask_secret_args(argv: Sequence[str]) -> list[str]:
     out = list(argv)
     i = 0
     while i < len(out):
+        if _shell_script_at(out, i):  # `sh -c 'DB_PASS=x cmd'`: a command line of its own
+            out[i] = _masked_script(out[i])
+            i += 1
+            continue
         name, eq, value = out[i].partition("=")
         if _SECRET_ARG_RE.fullmatch(name) and is_secret_name(name):
             if eq and value and not DONE_RE.fullmatch(value):
@@ -319,15 +323,41 @@ def mask_secret_args(argv: Sequence[str]) -> list[str]:
     return out
 
 
+_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish", "ash", "busybox"})
+
+
+def _shell_script_at(argv: Sequence[str], i: int) -> bool:
+    """Whether argv[i] is the script a shell runs (`bash -c SCRIPT`, `sh -lc SCRIPT`)."""
+    if i < 2 or not argv[i - 1].startswith("-") or argv[i - 1].startswith("--") or "c" not in argv[i - 1]:
+        return False
+    return any(word.rsplit("/", 1)[-1] in _SHELLS for word in argv[: i - 1])
+
+
+def _masked_script(script: str) -> str:
+    """A shell script's secret flags and assignments masked as a command line's are (kept as
+    written when nothing is masked or it does not parse: the text rules still read it)."""
+    try:
+        words = shlex.split(script)
+    except ValueError:
+        return script
+    masked = mask_secret_args(words)
+    return script if masked == words else join_argv(masked)
+
+
 def join_argv(argv: Sequence[str]) -> str:
-    """`shlex.join`, except that `[redacted hash:…]` markers stay unquoted (as `scrub` leaves them)."""
-    return " ".join(
-        "".join(
-            part if MARKER_RE.fullmatch(part) else shlex.quote(part)
-            for part in MARKER_SPLIT_RE.split(arg)
-            if part
-        )
-        if "[redacted " in arg
-        else shlex.quote(arg)
-        for arg in argv
-    )
+    """`shlex.join`, except that `[redacted hash:…]` markers are not quoted apart: a word is quoted
+    as a whole, as it was (`sh -c 'DB_PASS=[redacted hash:…] make'`), a lone marker not at all."""
+    return " ".join(_quoted(arg) for arg in argv)
+
+
+def _quoted(arg: str) -> str:
+    if "[redacted " not in arg:
+        return shlex.quote(arg)
+    markers: list[str] = []
+
+    def hold(match: re.Match[str]) -> str:
+        markers.append(match[0])
+        return f"CAPSEMMARKER{len(markers) - 1}X"
+
+    quoted = shlex.quote(MARKER_RE.sub(hold, arg))
+    return re.sub(r"CAPSEMMARKER(\d+)X", lambda m: markers[int(m[1])], quoted)

@@ -132,8 +132,6 @@ def test_every_folder_is_0700_and_every_file_0600_whatever_the_umask(recorded):
     assert {p.suffix for p in out.rglob("*") if p.is_file()} >= {".har", ".jsonl", ".html", ".db", ".parquet"}
 
 
-@pytest.mark.skip(reason="needs the credential-context rules of branch `scrub` (DB_PASS=, MYSQL_PWD=): "
-                         "enable after merging it")  # fmt: skip
 def test_context_secrets_are_stored_nowhere(recorded):
     _, _, corpus = recorded
     assert found_in(corpus, DB_PASS) == [] and found_in(corpus, MYSQL_PWD) == []

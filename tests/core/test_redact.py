@@ -472,3 +472,14 @@ def test_a_key_that_cannot_be_written_leaves_nothing_behind(tmp_path, monkeypatc
     assert not (tmp_path / "full" / "hash.key").exists() and "cannot write the hash key" in caplog.text
     markers._key_for.cache_clear()
     markers._key_of_home.cache_clear()
+
+
+def test_a_shell_script_argument_is_masked_as_a_command_line_of_its_own():
+    """`sh -c 'DB_PASS=x make'`: the script is read as a command line, not as one `NAME=VALUE`
+    whose value runs to its end (which hid the whole script), and stays quoted as one word."""
+    scrub = Scrubber().scrub_command
+    out = scrub(["sh", "-c", "DB_PASS=Qm7vW2xK9pL4 make deploy --password Zr5tY8nB3cF6"])
+    assert out.startswith("sh -c 'DB_PASS=[redacted hash:") and out.endswith("]'")
+    assert " make deploy --password [redacted hash:" in out and "Qm7v" not in out and "Zr5t" not in out
+    assert scrub("bash -lc 'echo hello'") == "bash -lc 'echo hello'"
+    assert scrub(["curl", "--password", "two words"]).startswith("curl --password [redacted hash:")
