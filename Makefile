@@ -60,9 +60,11 @@ test-agents:
 	  echo "npm install failed: the real-agent tests will skip"; \
 	fi
 
-# `capsem` on your PATH: a link to .venv/bin/capsem in BIN_DIR (the per-user bin directory that
-# uv tool and pipx use), with the line to add to your shell's rc file when BIN_DIR is not on PATH.
-BIN_DIR ?= $(HOME)/.local/bin
+# `capsem` on your PATH: a link to .venv/bin/capsem in BIN_DIR: the per-user bin directory that
+# uv tool and pipx use (~/.local/bin, or ~/bin) when it is on PATH, else /usr/local/bin when you
+# may write there, else ~/.local/bin with the line to add to your shell's rc file.
+ON_PATH = $(findstring :$(1):,:$(PATH):)
+BIN_DIR ?= $(or $(if $(call ON_PATH,$(HOME)/.local/bin),$(HOME)/.local/bin),$(if $(call ON_PATH,$(HOME)/bin),$(HOME)/bin),$(if $(shell test -w /usr/local/bin && echo y),/usr/local/bin),$(HOME)/.local/bin)
 install-cli: install
 	@mkdir -p "$(BIN_DIR)" && ln -sf "$(CURDIR)/.venv/bin/capsem" "$(BIN_DIR)/capsem"
 	@case ":$$PATH:" in \
