@@ -24,19 +24,36 @@ are lines with an unknown field name (garbage).
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
-from typing import Protocol
+from typing import AnyStr, Protocol
 
 import msgspec
 
 __all__ = ["FRAMERS", "Framer", "JSONArrayDecoder", "NDJSONDecoder", "SSEDecoder", "SSEEvent", "make_framer"]
 
+_POSSESSIVE = sys.version_info >= (3, 11, 5)
+"""Python before 3.11.5 mis-matches possessive quantifiers over nested repeats (gh-106052): there
+the patterns below are compiled without them (`_compile`): the same matches, unambiguous as
+written (a run is one character class, a string one unrolled loop); only a failed match of an
+element cut by a chunk's end backtracks more."""
+
+
+def _compile(pattern: AnyStr, flags: int = 0) -> re.Pattern[AnyStr]:
+    if not _POSSESSIVE:
+        if isinstance(pattern, bytes):
+            pattern = pattern.replace(b"]++", b"]").replace(b"*+", b"*").replace(b"++", b"+")  # type: ignore[assignment]
+        else:
+            pattern = pattern.replace("]++", "]").replace("*+", "*").replace("++", "+")  # type: ignore[assignment]
+    return re.compile(pattern, flags)
+
+
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _LONE_CR = re.compile(rb"\r(?!\n)")
 """A CR that is not part of a CRLF (or ends the chunk: its LF may start the next one)."""
-_PLAIN_EVENT = re.compile(r"(event: ([^\n]*+)\n)?data: ([^\n]*+)\n\n")
+_PLAIN_EVENT = _compile(r"(event: ([^\n]*+)\n)?data: ([^\n]*+)\n\n")
 """An ordinary event: `data: ` and its one line, maybe after `event: ` and its line, then a blank line."""
-_PLAIN_EVENTS = re.compile(r"\n*+(?:(?:event: [^\n]*+\n)?data: [^\n]*+\n\n++)*+")
+_PLAIN_EVENTS = _compile(r"\n*+(?:(?:event: [^\n]*+\n)?data: [^\n]*+\n\n++)*+")
 """Text made of ordinary events only (extra blank lines dispatch nothing)."""
 _BOM = b"\xef\xbb\xbf"
 
@@ -294,7 +311,7 @@ class NDJSONDecoder:
 
 
 _OUTSIDE = re.compile(rb"[^ \t\r\n,\[\]]")  # between elements: the next byte that is not , [ ] or space
-_IN_ELEMENT = re.compile(rb'[^"{}\[\]]*+(?:"[^"\\]*+(?:\\.[^"\\]*+)*+"[^"{}\[\]]*+)*+', re.DOTALL)
+_IN_ELEMENT = _compile(rb'[^"{}\[\]]*+(?:"[^"\\]*+(?:\\.[^"\\]*+)*+"[^"{}\[\]]*+)*+', re.DOTALL)
 """In an element, outside strings: the run of bytes and whole strings before the next bracket (or
 before a string not closed in this chunk), in one scan."""
 _IN_STRING = re.compile(rb'["\\]')
@@ -307,7 +324,7 @@ def _element_pattern(levels: int) -> re.Pattern[bytes]:
     inner = rb'(?:[^"{}\[\]]++|' + string + rb")*+"
     for _ in range(levels):
         inner = rb'(?:[^"{}\[\]]++|' + string + rb"|[{\[]" + inner + rb"[}\]])*+"
-    return re.compile(rb"\{" + inner + rb"[}\]]", re.DOTALL)
+    return _compile(rb"\{" + inner + rb"[}\]]", re.DOTALL)
 
 
 _ELEMENT = _element_pattern(12)
