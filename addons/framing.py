@@ -24,29 +24,14 @@ are lines with an unknown field name (garbage).
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable
-from typing import AnyStr, Protocol
+from typing import Protocol
 
 import msgspec
 
+from addons.possessive import compile_possessive as _compile
+
 __all__ = ["FRAMERS", "Framer", "JSONArrayDecoder", "NDJSONDecoder", "SSEDecoder", "SSEEvent", "make_framer"]
-
-_POSSESSIVE = sys.version_info >= (3, 11, 5)
-"""Python before 3.11.5 mis-matches possessive quantifiers over nested repeats (gh-106052): there
-the patterns below are compiled without them (`_compile`): the same matches, unambiguous as
-written (a run is one character class, a string one unrolled loop); only a failed match of an
-element cut by a chunk's end backtracks more."""
-
-
-def _compile(pattern: AnyStr, flags: int = 0) -> re.Pattern[AnyStr]:
-    if not _POSSESSIVE:
-        if isinstance(pattern, bytes):
-            pattern = pattern.replace(b"]++", b"]").replace(b"*+", b"*").replace(b"++", b"+")  # type: ignore[assignment]
-        else:
-            pattern = pattern.replace("]++", "]").replace("*+", "*").replace("++", "+")  # type: ignore[assignment]
-    return re.compile(pattern, flags)
-
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _LONE_CR = re.compile(rb"\r(?!\n)")
