@@ -145,7 +145,9 @@ def test_a_stopped_or_killed_recorder_never_lets_a_budget_fail_open(mitmdump, em
     reservation = worst_cost(rates("anthropic", "claude-haiku-4-5"), len(json.dumps(QUESTION)), 64)
     assert sum(haiku) <= LIMIT < sum(haiku) + reservation
     meta = dict((r["key"], r["value"]) for r in rows(db, "SELECT key, value FROM session_meta"))
-    assert (meta["capture_missed_flows"], meta["capture_recorder_restarts"]) == ("2", "1")
+    # the call handed to the stopped recorder is missed; the stream in flight is counted missed only
+    # when the stopped recorder had been handed it (its start can reach the first recorder or the next)
+    assert meta["capture_recorder_restarts"] == "1" and meta["capture_missed_flows"] in ("1", "2"), meta
     (streamed,) = rows(
         db, "SELECT error FROM net_events WHERE request_body_preview LIKE '%across the restart%'"
     )
