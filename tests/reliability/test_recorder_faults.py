@@ -156,7 +156,9 @@ def test_a_stopped_or_killed_recorder_never_lets_a_budget_fail_open(mitmdump, em
     (session,) = rows(capsem_home / "main.db", "SELECT * FROM sessions")
     assert (session["status"], session["capture_status"]) == ("stopped", "degraded")
     errors = [f.message for f in inspect_session(db.parent.name).findings if f.severity == "error"]
-    assert any(f"{meta['capture_missed_flows']} flows were not recorded, or not whole" in e for e in errors), errors
+    assert any(
+        f"{meta['capture_missed_flows']} flows were not recorded, or not whole" in e for e in errors
+    ), errors
     log = proxy.log()
     assert "the recorder process died (SIGKILL); 1 flows it had not committed are not recorded" in log
     assert "the recorder process was restarted" in log
