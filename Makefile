@@ -78,14 +78,16 @@ install-cli: install
 demo: install-cli
 	.venv/bin/capsem demo
 
-# In-process tests run on both cores (pytest-xdist); the rest (real mitmdump, Chromium, the
-# reliability suite's faults and timings) one at a time, as a user's machine runs them.
+# In-process tests run on both cores (pytest-xdist), then the end-to-end tests (each starts its
+# own mitmdump, emulator, Chromium on free ports) on both cores too; the reliability suite's
+# faults and timings one at a time, as a user's machine runs them.
 IN_PROCESS_TESTS := tests/providers tests/addons tests/core tests/emulator tests/test_imports.py \
 	tests/test_layout.py tests/test_capsem_check_session.py
 
 test: install system-deps test-backends test-agents
 	$(RUN) pytest -q -n 2 $(IN_PROCESS_TESTS)
-	$(RUN) pytest -q $(addprefix --ignore=,$(IN_PROCESS_TESTS))
+	$(RUN) pytest -q -n 2 $(addprefix --ignore=,$(IN_PROCESS_TESTS)) --ignore=tests/reliability
+	$(RUN) pytest -q tests/reliability
 
 lint: install
 	$(RUN) ruff check .
