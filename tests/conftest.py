@@ -7,6 +7,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,6 +51,26 @@ def environ(**values: str) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@contextmanager
+def emulated_client(emu, work: Path, session_id: str, log_name: str | None = None) -> Iterator[Any]:
+    """An httpx client through a fresh mitmdump (upstream: the emulator `emu`) recording session
+    `session_id`, trusting its CA; mitmdump stops when the block ends."""
+    import ssl
+
+    import httpx
+
+    proxy = start_mitmdump(confdir=work / "conf", log_path=work / (log_name or f"{session_id}.log"),
+                           args=["--mode", f"upstream:{emu.proxy_url}",
+                                 "--set", f"ssl_verify_upstream_trusted_ca={emu.ca_path}",
+                                 "--set", f"capsem_session_id={session_id}"])  # fmt: skip
+    try:
+        trust = ssl.create_default_context(cafile=proxy.ca_cert)
+        with httpx.Client(proxy=proxy.url, verify=trust, timeout=30) as client:
+            yield client
+    finally:
+        proxy.stop()
 
 
 @pytest.fixture(autouse=True)

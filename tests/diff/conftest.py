@@ -5,18 +5,15 @@ its tool, each of the same length, so every token count stays the same: the chan
 
 from __future__ import annotations
 
-import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 from assembler.demo import SYSTEM, WEATHER_TOOL, anthropic_loop, openai_loop
 from capsem.emulator import Emulator
 from capsem.ids import new_session_id
-from capsem.mitm import start_mitmdump
-from tests.conftest import environ
+from tests.conftest import emulated_client, environ
 
 CHANGED_SYSTEM = SYSTEM.replace("terse", "brief")
 CHANGED_TOOL = {**WEATHER_TOOL, "description": "Today's weather for a city"}
@@ -35,17 +32,9 @@ class Recorded:
 
 def _record(emu: Emulator, work: Path, system: str, tool: dict) -> str:
     session_id = new_session_id()
-    proxy = start_mitmdump(confdir=work / "conf", log_path=work / f"{session_id}.log",
-                           args=["--mode", f"upstream:{emu.proxy_url}",
-                                 "--set", f"ssl_verify_upstream_trusted_ca={emu.ca_path}",
-                                 "--set", f"capsem_session_id={session_id}"])  # fmt: skip
-    try:
-        trust = ssl.create_default_context(cafile=proxy.ca_cert)
-        with httpx.Client(proxy=proxy.url, verify=trust, timeout=30) as client:
-            anthropic_loop(client, lambda _msg: None, system, tool)
-            openai_loop(client, lambda _msg: None, system, tool)
-    finally:
-        proxy.stop()
+    with emulated_client(emu, work, session_id) as client:
+        anthropic_loop(client, lambda _msg: None, system, tool)
+        openai_loop(client, lambda _msg: None, system, tool)
     return session_id
 
 
@@ -91,35 +80,25 @@ def _tool_session(emu: Emulator, work: Path, *, failing: bool) -> str:
     import anthropic
 
     session_id = new_session_id()
-    proxy = start_mitmdump(confdir=work / "conf", log_path=work / f"{session_id}.log",
-                           args=["--mode", f"upstream:{emu.proxy_url}",
-                                 "--set", f"ssl_verify_upstream_trusted_ca={emu.ca_path}",
-                                 "--set", f"capsem_session_id={session_id}"])  # fmt: skip
-    try:
-        trust = ssl.create_default_context(cafile=proxy.ca_cert)
-        with httpx.Client(proxy=proxy.url, verify=trust, timeout=30) as http:
-            client = anthropic.Anthropic(
-                api_key="sk-ant-diff-0000000000000000", http_client=http, max_retries=0
-            )
-            messages: list[dict] = [{"role": "user", "content": "Which functions open a connection?"}]
-            first = client.messages.create(model="claude-sonnet-4-5", max_tokens=512, tools=[AGENT_TOOL],
-                                           messages=messages,
-                                           extra_headers={"x-emulator": "scenario=tool_call"})  # fmt: skip
-            (use,) = [b for b in first.content if b.type == "tool_use"]
-            result = ("subagent failed: " if failing else "") + RESULT * 2
-            messages += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
-                         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
-                                                       "content": result, "is_error": failing}]}]  # fmt: skip
-            client.messages.create(model="claude-sonnet-4-5", max_tokens=512, tools=[AGENT_TOOL], messages=messages,
+    with emulated_client(emu, work, session_id) as http:
+        client = anthropic.Anthropic(api_key="sk-ant-diff-0000000000000000", http_client=http, max_retries=0)
+        messages: list[dict] = [{"role": "user", "content": "Which functions open a connection?"}]
+        first = client.messages.create(model="claude-sonnet-4-5", max_tokens=512, tools=[AGENT_TOOL],
+                                       messages=messages,
+                                       extra_headers={"x-emulator": "scenario=tool_call"})  # fmt: skip
+        (use,) = [b for b in first.content if b.type == "tool_use"]
+        result = ("subagent failed: " if failing else "") + RESULT * 2
+        messages += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                                   "content": result, "is_error": failing}]}]  # fmt: skip
+        client.messages.create(model="claude-sonnet-4-5", max_tokens=512, tools=[AGENT_TOOL], messages=messages,
+                               extra_headers={"x-emulator": "scenario=text"})  # fmt: skip
+        if failing:
+            client.messages.create(model="capsem-unpriced-model-1", max_tokens=64,
+                                   messages=[{"role": "user", "content": "And a summary?"}],
                                    extra_headers={"x-emulator": "scenario=text"})  # fmt: skip
-            if failing:
-                client.messages.create(model="capsem-unpriced-model-1", max_tokens=64,
-                                       messages=[{"role": "user", "content": "And a summary?"}],
-                                       extra_headers={"x-emulator": "scenario=text"})  # fmt: skip
-                missing = http.get("https://api.anthropic.com/v1/capsem-test/no-such-endpoint")
-                assert missing.status_code == 404
-    finally:
-        proxy.stop()
+            missing = http.get("https://api.anthropic.com/v1/capsem-test/no-such-endpoint")
+            assert missing.status_code == 404
     return session_id
 
 
