@@ -299,3 +299,28 @@ def m013_emulated(conn: sqlite3.Connection) -> None:
               AND session_id NOT IN (SELECT id FROM sessions WHERE emulated = 1)
         """,
     )
+
+
+@MAIN.migration
+def m014_ledger(conn: sqlite3.Connection) -> None:
+    """main.db's chain of sessions (`capsem/store/sessions_chain.py`): each session's final head
+    when it ends (`end`), and each session retention removes (`cull`), so a session that
+    disappears is noticed. Each entry's running `chain` value is signed with the ledger key.
+    (m015 is the team's.)"""
+    run_script(
+        conn,
+        """
+        CREATE TABLE ledger_sessions (
+            seq INTEGER PRIMARY KEY,
+            kind TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            batch INTEGER,
+            head BLOB,
+            at TEXT NOT NULL,
+            chain BLOB NOT NULL,
+            key_id TEXT NOT NULL,
+            signature BLOB NOT NULL
+        );
+        CREATE INDEX idx_ledger_sessions_session ON ledger_sessions(session_id)
+        """,
+    )

@@ -684,3 +684,40 @@ def m017_canonical_path(conn: sqlite3.Connection) -> None:
     segments removed, slashes merged, unreserved escapes decoded, `;params` set aside) beside
     `path`, which keeps the path exactly as sent. NULL for rows written before it existed."""
     conn.execute("ALTER TABLE net_events ADD COLUMN canonical_path TEXT")
+
+
+@SESSION.migration
+def m019_ledger(conn: sqlite3.Connection) -> None:
+    """The chain over every row written (`capsem/store/ledger.py`): `ledger` one entry a row in
+    commit order (its table, key, shape, digest and running chain value), `ledger_shapes` the
+    column lists rows were written with, `ledger_heads` each commit batch's signed head (`final`:
+    the head a writer closed with). Rows written before this migration are not covered: `capsem
+    verify` says so. (m018 is the tool rules'.)"""
+    run_script(
+        conn,
+        """
+        CREATE TABLE ledger_shapes (
+            id INTEGER PRIMARY KEY,
+            tbl TEXT NOT NULL,
+            columns TEXT NOT NULL
+        );
+        CREATE TABLE ledger (
+            seq INTEGER PRIMARY KEY,
+            batch INTEGER NOT NULL,
+            tbl TEXT NOT NULL,
+            row_key,
+            shape INTEGER NOT NULL,
+            digest BLOB NOT NULL,
+            chain BLOB NOT NULL
+        );
+        CREATE TABLE ledger_heads (
+            batch INTEGER PRIMARY KEY,
+            last_seq INTEGER NOT NULL,
+            head BLOB NOT NULL,
+            final INTEGER NOT NULL,
+            at TEXT NOT NULL,
+            key_id TEXT NOT NULL,
+            signature BLOB NOT NULL
+        )
+        """,
+    )

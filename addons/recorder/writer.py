@@ -13,6 +13,10 @@ Rows are queued and written by `commit()` in one transaction, table by table wit
 queued for the next attempt; only when more than `max_queued_rows` wait are the oldest
 dropped, and counted. `health` says what happened; it is stored in `session_meta`
 (`capture_*` keys) so that the rollup, `inspect-session` and `list-sessions` can report it.
+
+Every row written (as scrubbed) and every `session_meta` value enters the session's hash chain in
+the same transaction, and the batch's head is signed with the ledger key
+(`capsem/store/ledger.py`); `close()` seals the chain with a final head.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from typing import Any
 from addons.recorder.rows import LINKED_TABLES, Row, new_event_id
 from capsem.redact import Scrubber
 from capsem.schema import open_session_db
+from capsem.store.keys import signing_key
+from capsem.store.ledger import Head, Ledger
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +67,10 @@ class CaptureHealth:
 class _Table:
     """Queued rows of one table, with the statement that writes them."""
 
-    __slots__ = ("columns", "rows", "sql")
+    __slots__ = ("columns", "name", "rows", "sql")
 
     def __init__(self, name: str, columns: tuple[str, ...]) -> None:
+        self.name = name
         self.columns = columns
         self.rows: list[tuple[Any, ...]] = []
         marks = ", ".join("?" * len(columns))
@@ -74,7 +81,7 @@ class SessionWriter:
     """Writes one session.db. Not thread-safe: one owner thread (or process) per writer."""
 
     def __init__(self, path: Path, scrubber: Scrubber | None = None, *, max_queued_rows: int = 200_000,
-                 timeout: float = 5.0) -> None:  # fmt: skip
+                 timeout: float = 5.0, ledger: bool = True) -> None:  # fmt: skip
         self.path = path
         self.scrubber = scrubber or Scrubber()
         self.max_queued_rows = max_queued_rows
@@ -90,6 +97,7 @@ class SessionWriter:
         self._queued = 0
         self._scrubbed: dict[str, str] = {}
         self._generation = self.scrubber.generation
+        self.ledger = Ledger(path.parent.name, _key()) if ledger else None
 
     # -- queueing ------------------------------------------------------------------------------
 
@@ -179,22 +187,32 @@ class SessionWriter:
         tables = sorted(self._tables.values(), key=lambda t: _rank(t.sql))
         try:
             self.conn.execute("BEGIN IMMEDIATE")
+            ledger = self.ledger
+            if ledger is not None:
+                ledger.begin(self.conn)
             scrub = self._scrub_fn()  # at commit, not when queued: secrets learned meanwhile count too
             for table in tables:
                 if table.rows:
-                    self.conn.executemany(
-                        table.sql,
-                        [tuple([scrub(v) if type(v) is str else v for v in row]) for row in table.rows],
-                    )
+                    rows = [tuple([scrub(v) if type(v) is str else v for v in row]) for row in table.rows]
+                    self.conn.executemany(table.sql, rows)
+                    if ledger is not None:
+                        ledger.rows(self.conn, table.name, table.columns, rows)
             if self._meta:
                 scrub = self.scrubber.scrub
+                meta = [(k, scrub(v)) for k, v in self._meta.items()]
                 self.conn.executemany(
                     "INSERT INTO session_meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                    [(k, scrub(v)) for k, v in self._meta.items()],
+                    meta,
                 )
+                if ledger is not None:
+                    ledger.rows(self.conn, "session_meta", ("key", "value"), meta)
+            if ledger is not None:
+                ledger.seal(self.conn)
             self.conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self._rollback()
+            if self.ledger is not None:
+                self.ledger.rolled_back()
             self.health.commit_failures += 1
             if self.health.last_error != str(exc):
                 logger.warning("capsem: writing %s failed (%s); %d rows kept for the next try",
@@ -202,6 +220,8 @@ class SessionWriter:
             self.health.last_error = str(exc)
             return False
         self.written += self._queued
+        if self.ledger is not None:
+            self.ledger.committed()
         for table in tables:
             table.rows.clear()
         self._queued = 0
@@ -230,6 +250,7 @@ class SessionWriter:
                 self._queued = 0
                 self._meta = self.health.meta()
                 self.commit()
+            self._seal_final()
             if checkpoint:
                 try:
                     self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -238,12 +259,42 @@ class SessionWriter:
         finally:
             self.conn.close()
 
+    @property
+    def head(self) -> Head | None:
+        """The chain's last signed head (None: nothing chained yet, or no ledger)."""
+        return self.ledger.last if self.ledger is not None else None
+
+    def _seal_final(self) -> None:
+        """The writer's end: a signed head marked final (a session that says it stopped has one)."""
+        if self.ledger is None:
+            return
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+            self.ledger.begin(self.conn)
+            self.ledger.seal(self.conn, final=True)
+            self.conn.execute("COMMIT")
+            self.ledger.committed()
+        except sqlite3.Error as exc:
+            self._rollback()
+            self.ledger.rolled_back()
+            logger.warning("capsem: sealing the ledger of %s failed: %s", self.path, exc)
+
     def _rollback(self) -> None:
         try:
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
         except sqlite3.Error:
             pass
+
+
+def _key():
+    """The ledger key of `$CAPSEM_HOME` (None, logged, when it cannot be read or made: rows are
+    still chained, and `capsem verify` reports the heads unsigned)."""
+    try:
+        return signing_key()
+    except (OSError, ValueError) as exc:
+        logger.warning("capsem: the ledger key cannot be read or made (%s); heads are not signed", exc)
+        return None
 
 
 def _rank(sql: str) -> int:
