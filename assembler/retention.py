@@ -44,6 +44,7 @@ from capsem.paths import main_db_path, session_dir
 from capsem.private import open_private
 from capsem.rollup import open_main, rollup
 from capsem.settings import Settings, load
+from capsem.store.sessions_chain import record
 
 FINISHED = ("stopped", "crashed")
 GONE = ("culled", "terminated")
@@ -199,9 +200,9 @@ def vacuum_session(main: sqlite3.Connection, row: dict[str, Any]) -> Action:
     if db.is_file():
         if not row.get("rolled_up_at"):
             rollup(main, session_id, db)
-        conn = sqlite3.connect(db, isolation_level=None, timeout=5)
+        conn = sqlite3.connect(db, isolation_level=None, timeout=5)  # rows change only through the writer
         try:
-            health.fold(conn, folder)  # the counts kept for a full disk go into the archive
+            _fold_health(conn, db, folder)  # the counts kept for a full disk go into the archive
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             conn.execute("PRAGMA journal_mode = DELETE")
             conn.execute("VACUUM")
@@ -230,6 +231,19 @@ def vacuum_session(main: sqlite3.Connection, row: dict[str, Any]) -> Action:
     return Action(session_id, "vacuum", reason, before, after)
 
 
+def _fold_health(conn: sqlite3.Connection, db: Path, folder: Path) -> None:
+    """The health file's counts into session_meta, through the store's writer (so they are chained);
+    read first on `conn`, so a session with nothing to add (most) gets no writer."""
+    from addons.recorder.writer import SessionWriter
+
+    meta = dict(conn.execute("SELECT key, value FROM session_meta WHERE key LIKE 'capture%'").fetchall())
+    changed = {k: v for k, v in health.merged(meta, folder).items() if meta.get(k) != v}
+    if changed:
+        writer = SessionWriter(db)
+        writer.set_meta(**changed)
+        writer.close(checkpoint=False)
+
+
 def cull_session(main: sqlite3.Connection, session_id: str, reason: str) -> Action:
     """Delete a session's directory and mark it `culled`, with when and why (its main.db rollup stays)."""
     folder = session_dir(session_id)
@@ -239,6 +253,7 @@ def cull_session(main: sqlite3.Connection, session_id: str, reason: str) -> Acti
         "culled_reason = COALESCE(culled_reason, ?) WHERE id = ? AND status != 'running'",
         (utc_now(), reason, session_id),
     )
+    record(main, "cull", session_id, None)  # main.db's chain of sessions: its absence is expected
     if folder.is_dir():
         shutil.rmtree(folder)
     return Action(session_id, "cull", reason, before, 0)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sqlite3
 from pathlib import Path
 
 from capsem.private import open_private
@@ -83,16 +82,3 @@ def _int(value: str | None) -> int:
         return int(value or 0)
     except ValueError:
         return 0
-
-
-def fold(conn: sqlite3.Connection, folder: Path) -> None:
-    """Write the file's counts into session_meta (before the file goes: `capsem vacuum`); a
-    database that cannot take them is left as it is (logged)."""
-    try:
-        meta = dict(conn.execute("SELECT key, value FROM session_meta WHERE key LIKE 'capture%'").fetchall())
-        changed = [(k, v) for k, v in merged(meta, folder).items() if meta.get(k) != v]
-        if changed:
-            conn.executemany("INSERT INTO session_meta VALUES (?, ?) "
-                             "ON CONFLICT(key) DO UPDATE SET value = excluded.value", changed)  # fmt: skip
-    except sqlite3.Error as exc:
-        logger.warning("capsem: the capture counts of %s could not be kept in session.db: %s", folder, exc)

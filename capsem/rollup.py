@@ -23,6 +23,7 @@ from capsem.outcomes import ERRORS_SQL, refused_placeholders
 from capsem.paths import main_db_path, session_db_path
 from capsem.redact import Scrubber
 from capsem.schema import connect, open_main_db
+from capsem.store.sessions_chain import record_end
 
 # The token breakdown and the cost by token type of each model call, read from its JSON columns
 # (a value that is not valid JSON counts as no breakdown: inspect-session reports it).
@@ -368,12 +369,14 @@ def rollup(main: sqlite3.Connection, session_id: str, db_path: Path | None = Non
 
 
 def finish_session(main: sqlite3.Connection, session_id: str, status: str = "stopped") -> None:
-    """Roll a session up and mark it `stopped` (or `crashed`) with its stop time."""
+    """Roll a session up, mark it `stopped` (or `crashed`) with its stop time, and record its last
+    signed head in main.db's chain of sessions (`capsem/store/sessions_chain.py`)."""
     rollup(main, session_id)
     main.execute(
         "UPDATE sessions SET status = ?, stopped_at = COALESCE(stopped_at, ?) WHERE id = ?",
         (status, utc_now(), session_id),
     )
+    record_end(main, session_id, session_db_path(session_id))
 
 
 def set_exit_code(main: sqlite3.Connection, session_id: str, code: int) -> None:

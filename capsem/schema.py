@@ -41,7 +41,11 @@ def connect(path: Path, *, readonly: bool = False, timeout: float = 5.0) -> sqli
 
 def open_session_db(path: Path, *, timeout: float = 5.0) -> sqlite3.Connection:
     conn = connect(path, timeout=timeout)
-    migrate(conn, SESSION_MIGRATIONS)
+    try:
+        migrate(conn, SESSION_MIGRATIONS)
+    except BaseException:
+        conn.close()  # (a damaged file: leave no connection, nor its -wal and -shm, behind)
+        raise
     return conn
 
 

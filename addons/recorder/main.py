@@ -284,7 +284,7 @@ def finish(loop: Loop, stop: Stop | None, main_db: Path | None = None,
         loop.inbox.close()
     if loop.recorder.failures:
         loop.writer.set_meta(capture_failed_messages=str(loop.recorder.failures))
-    loop.writer.close()
+    loop.writer.close(end=True)
     keep_health(loop, report, stop)
     if loop.live is not None:  # before the rollup: a backfill leaves a running session to it
         loop.live.close()

@@ -91,6 +91,7 @@ class SessionWriter:
         }
         self.health = CaptureHealth()
         self.written = 0
+        self.commits = 0
         self._tables: dict[tuple[str, tuple[str, ...]], _Table] = {}
         self._getters: dict[type, tuple[tuple[str, ...], attrgetter]] = {}
         self._meta: dict[str, str] = {}
@@ -220,6 +221,7 @@ class SessionWriter:
             self.health.last_error = str(exc)
             return False
         self.written += self._queued
+        self.commits += 1
         if self.ledger is not None:
             self.ledger.committed()
         for table in tables:
@@ -234,9 +236,11 @@ class SessionWriter:
             t: self.conn.execute(f"SELECT COALESCE(MAX(id), 0) FROM {t}").fetchone()[0] for t in LINKED_TABLES
         }
 
-    def close(self, attempts: int = 3, *, checkpoint: bool = True) -> None:
-        """Commit (a few tries), record the health, checkpoint the WAL into the main file (the
-        recorder's job at the end of the session; other writers pass `checkpoint=False`), close."""
+    def close(self, attempts: int = 3, *, checkpoint: bool = True, end: bool = False) -> None:
+        """Commit (a few tries), record the health, seal the chain with a final head (`end`: the
+        recorder's end of the session; another writer seals only when it wrote something),
+        checkpoint the WAL into the main file (the recorder's job at the end of the session;
+        other writers pass `checkpoint=False`), close."""
         try:
             for _ in range(attempts):
                 if self.commit():
@@ -250,7 +254,8 @@ class SessionWriter:
                 self._queued = 0
                 self._meta = self.health.meta()
                 self.commit()
-            self._seal_final()
+            if end or self.commits:
+                self._seal_final()
             if checkpoint:
                 try:
                     self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

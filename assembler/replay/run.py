@@ -110,14 +110,15 @@ def _store_meta(session_id: str, original: str, report: Report) -> None:
     """The replay's link and counts in its session_meta (mitmdump has closed session.db by now)."""
     values = {"replay_of": original, "replay_matched": str(report.matched), "replay_missed": str(len(report.missed)),
               "replay_live": str(report.live), "replay_first_miss": Scrubber().scrub(first_miss(report)) or ""}  # fmt: skip
+    from addons.recorder.writer import SessionWriter  # the store's one writer: the values are chained
+
     try:
-        conn = sqlite3.connect(session_db_path(session_id), timeout=10)
+        writer = SessionWriter(session_db_path(session_id), timeout=10)
         try:
-            with conn:
-                conn.executemany(
-                    "INSERT OR REPLACE INTO session_meta (key, value) VALUES (?, ?)", values.items()
-                )
+            writer.set_meta(**values)
+            if not writer.commit():
+                raise sqlite3.Error(writer.health.last_error)
         finally:
-            conn.close()
+            writer.close(checkpoint=False)
     except sqlite3.Error as exc:
         logger.warning("capsem: storing the replay's counts in session_meta failed: %r", exc)

@@ -186,10 +186,13 @@ class Ledger:
         for shape in self._shapes.values():
             shape.stored = True
         self._entries.clear()
+        self._saved = ()
 
     def rolled_back(self) -> None:
         """The transaction failed: forget this batch (the writer keeps its rows for the next try)."""
-        self.seq, self.batch, self.chain, self.last = self._saved
+        if self._saved:  # (nothing to undo when the transaction failed before the batch began)
+            self.seq, self.batch, self.chain, self.last = self._saved
+            self._saved = ()
         self._entries.clear()
         self._touched_ids.clear()
         self._touched_call_ids.clear()

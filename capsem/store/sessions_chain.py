@@ -12,10 +12,12 @@ import hashlib
 import logging
 import sqlite3
 from dataclasses import dataclass
+from pathlib import Path
 
 import msgspec
 
 from capsem.ids import utc_now
+from capsem.schema import connect
 from capsem.store.keys import SigningKey, signing_key
 from capsem.store.ledger import Head
 
@@ -49,7 +51,9 @@ def append(main: sqlite3.Connection, kind: str, session_id: str, head: Head | No
     """Add an entry (one transaction of its own; another session may be appending at once)."""
     key = key or signing_key()
     batch, value = (head.batch, head.head) if head else (None, None)
-    main.execute("BEGIN IMMEDIATE")
+    own = not main.in_transaction
+    if own:
+        main.execute("BEGIN IMMEDIATE")
     try:
         last = main.execute("SELECT seq, chain FROM ledger_sessions ORDER BY seq DESC LIMIT 1").fetchone()
         seq, previous = (last[0] + 1, last[1]) if last else (1, GENESIS)
@@ -57,9 +61,11 @@ def append(main: sqlite3.Connection, kind: str, session_id: str, head: Head | No
         chain = entry_chain(previous, seq, kind, session_id, batch, value, at)
         main.execute("INSERT INTO ledger_sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                      (seq, kind, session_id, batch, value, at, chain, key.key_id, key.sign(ENTRY_TAG + chain)))  # fmt: skip
-        main.execute("COMMIT")
+        if own:
+            main.execute("COMMIT")
     except BaseException:
-        main.execute("ROLLBACK")
+        if own:
+            main.execute("ROLLBACK")
         raise
 
 
@@ -71,6 +77,21 @@ def record(main: sqlite3.Connection, kind: str, session_id: str, head: Head | No
         logger.warning(
             "capsem: main.db's chain of sessions could not record %s %s: %s", kind, session_id, exc
         )
+
+
+def record_end(main: sqlite3.Connection, session_id: str, db_path: Path) -> None:
+    """Record a session's end in main.db's chain with the last head its session.db holds."""
+    head = None
+    if db_path.is_file():
+        try:
+            conn = connect(db_path, readonly=True)
+            try:
+                head = last_head(conn)
+            finally:
+                conn.close()
+        except sqlite3.Error as exc:
+            logger.warning("capsem: reading the ledger head of %s failed: %s", db_path, exc)
+    record(main, "end", session_id, head)
 
 
 def last_head(conn: sqlite3.Connection) -> Head | None:
