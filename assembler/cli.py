@@ -33,6 +33,7 @@ _LAZY = {
     "tail": "assembler.sessions_cli:tail_cmd",
     "update-prices": "assembler.costs_cli:update_prices_cmd",
     "vacuum": "assembler.retention_cli:vacuum_cmd",
+    "verify": "assembler.ledger.cli:verify",
     "view": "assembler.view.cli:view",
 }
 """Command name -> `module:function`, imported when the command is run or listed."""
