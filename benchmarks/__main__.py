@@ -22,6 +22,7 @@ from pathlib import Path
 
 from benchmarks.backtest import run_backtest
 from benchmarks.bodies import run_bodies
+from benchmarks.ledger import run_ledger
 from benchmarks.micro import run_micro
 from benchmarks.newconn import run_newconn, run_resolve
 from benchmarks.otlp_export import run_otlp
@@ -52,6 +53,7 @@ FULL = {
     "backtest": {"sessions": 1000, "model_calls": 40, "mcp_calls": 20, "plain": 20, "repeat": 3},
     "replay": {"turns": 300},
     "policy": {"requests": 2000, "reps": 5},
+    "ledger": {"shapes": [(20, 50), (20, 500)], "reps": 7, "verify_calls": 5000},
 }
 QUICK = {
     "profiles": [Profile("paced", StreamSpec(100, 200, 5)), Profile("unpaced", StreamSpec(300, 1000))],
@@ -70,6 +72,7 @@ QUICK = {
     "backtest": {"sessions": 50, "model_calls": 10, "mcp_calls": 6, "plain": 6, "repeat": 1},
     "replay": {"turns": 40},
     "policy": {"requests": 200, "reps": 1},
+    "ledger": {"shapes": [(5, 50)], "reps": 2, "verify_calls": 500},
 }
 
 
@@ -89,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             "backtest",
             "replay",
             "policy",
+            "ledger",
         ],
         help="run one suite only",
     )
@@ -142,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
             print("per-request CPU when no rule matches", flush=True)
             results["policy"] = run_policy_cpu(**plan["policy"], workdir=Path(tmp) / "policy",
                                                log=lambda line: print(line, flush=True))  # fmt: skip
+        if args.only in (None, "ledger"):
+            print("the ledger's cost", flush=True)
+            results["ledger"] = run_ledger(**plan["ledger"], log=lambda line: print(line, flush=True))
     results["meta"] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "mode": "quick" if args.quick else "full",

@@ -63,9 +63,10 @@ def batches(streams: int, spec: StreamSpec, per_batch: int) -> list[bytes]:
     return [encode(flat[i : i + per_batch]) for i in range(0, len(flat), per_batch)]
 
 
-def handle(encoded: list[bytes], workdir: Path) -> float:
-    """Decode and handle every batch with a fresh recorder; CPU seconds used."""
-    writer = SessionWriter(workdir / f"session-{time.monotonic_ns()}.db", Scrubber())
+def handle(encoded: list[bytes], workdir: Path, *, ledger: bool = True) -> float:
+    """Decode and handle every batch with a fresh recorder (`ledger`: with the hash chain and its
+    signed heads, as capsem records); CPU seconds used."""
+    writer = SessionWriter(workdir / f"session-{time.monotonic_ns()}.db", Scrubber(), ledger=ledger)
     recorder = Recorder(writer, defaults().capture)
     started = time.process_time()
     for data in encoded:

@@ -348,6 +348,10 @@ def render(results: dict) -> str:
         from benchmarks.replay import replay_section
 
         parts += [*replay_section(results["replay"]), ""]
+    if results.get("ledger"):
+        from benchmarks.ledger import ledger_section
+
+        parts += [*ledger_section(results["ledger"]), ""]
     if results.get("policy"):
         from benchmarks.policy_cpu import policy_section
 
