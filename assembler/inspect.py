@@ -679,6 +679,20 @@ def _jsonable(value: Any) -> Any:
     return f"<blob {len(value)} bytes>" if isinstance(value, bytes) else value
 
 
+def _with_ledger(findings: list[Finding], conn: sqlite3.Connection, session_id: str, row: dict | None,
+                 clock: Clock) -> list[Finding]:  # fmt: skip
+    """The findings with whether the session verifies (`capsem verify`'s check, assembler/ledger/)."""
+    from assembler.ledger.marks import shown, verdict
+
+    with clock.bounded(conn):
+        try:
+            severity, words = shown(verdict(conn, session_id, row["status"] if row else None))
+        except sqlite3.Error as exc:
+            severity, words = "warning", f"could not be verified: {exc}"
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    return sorted([*findings, Finding(severity, "ledger", words)], key=lambda f: order[f.severity])  # type: ignore[arg-type]
+
+
 def inspect_session(session_id: str, preview_rows: int = 5, clock: Clock | None = None) -> Inspection:
     """Open a session (gzipped or not, read-only) and run every check on it, within the `clock`'s
     time (a check or summary cut short is reported as skipped).
@@ -699,6 +713,7 @@ def inspect_session(session_id: str, preview_rows: int = 5, clock: Clock | None 
     clock = clock or Clock()
     with open_session(session_id) as conn:
         findings = run_checks(conn, row, ai_usage, path, clock)
+        findings = _with_ledger(findings, conn, session_id, row, clock)
         with clock.bounded(conn):
             try:
                 counts = table_counts(conn)

@@ -97,14 +97,20 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
                Column("capsem", "left", 8), Column("project", "left", 6, wrap=True),
                Column("name/tags", "left", 7, wrap=True), Column("Command", "left", 8, wrap=True)]  # fmt: skip
 
+    from assembler.ledger.marks import failing
+
+    unverified = failing([r for r in found if r["has_db"]])
     console = _console()
-    table = [_session_cells(r) for r in found]
+    table = [_session_cells(r, r["id"] in unverified) for r in found]
     optional = {"capsem", "project", "name/tags"}  # shown when some session has one
     keep = [i for i, c in enumerate(columns) if c.name not in optional or any(row[i] for row in table)]
     console.print(
         fit_table([columns[i] for i in keep], [[row[i] for i in keep] for row in table], console.width)
     )
     _print_listing_notes(console, listing)
+    if unverified:
+        console.print(f"✗ = does not verify ({counted(len(unverified), 'session')}): its record was changed after "
+                      "it was written; capsem verify ID names the first row", style="red", highlight=False)  # fmt: skip
 
 
 def _echo_nothing_recorded(as_json: bool) -> None:
@@ -118,7 +124,7 @@ def _echo_nothing_recorded(as_json: bool) -> None:
                "(capsem run --emulator -- AGENT, or capsem demo, needs no key)")  # fmt: skip
 
 
-def _session_cells(r: dict) -> list[str]:
+def _session_cells(r: dict, unverified: bool = False) -> list[str]:
     """One session's row of the list-sessions table, in the order of its columns."""
     from assembler.sessions import LOSSY, created, duration
 
@@ -133,6 +139,7 @@ def _session_cells(r: dict) -> list[str]:
         + ("!" if lossy else "")
         + (" kept" if r.get("keep") else "")
         + (" emu" if r.get("emulated") else "")
+        + (" ✗" if unverified else "")
     )
     return [r["id"] + ("*" if r["has_db"] else " "), created(r), duration(r), status,
             "" if r.get("exit_code") is None else str(r["exit_code"]),

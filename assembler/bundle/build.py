@@ -32,6 +32,11 @@ from capsem.approval_wire import CHANNEL_FILE
 from capsem.ids import utc_now
 from capsem.markers import KEY_FILE
 from capsem.private import private_file
+from capsem.store.keys import KEY_NAME as LEDGER_KEY
+from capsem.store.keys import PUB_NAME as LEDGER_PUB
+
+VERIFIED_CACHE = "verified.json"
+"""`assembler/ledger/marks.py`'s cache (a name, not an import: the bundle does not load the ledger's display)."""
 
 logger = logging.getLogger("assembler.bundle")
 
@@ -61,8 +66,16 @@ class BuildReport:
         return [f"{s.path}: {w}" for s in self.sources for w in s.warnings]
 
 
-_CAPSEM_HOME_FILES = {"retention.lock", "config.yaml", "prices.json", KEY_FILE, "search.db"}
-"""capsem's own files at the top of a $CAPSEM_HOME (beside main.db)."""
+_CAPSEM_HOME_FILES = {
+    "retention.lock",
+    "config.yaml",
+    "prices.json",
+    KEY_FILE,
+    "search.db",
+    LEDGER_KEY,
+    LEDGER_PUB,
+}
+"""capsem's own files at the top of a $CAPSEM_HOME (beside main.db); the ledger's private key above all."""
 _SESSION_FILES = {"mitmdump.log", health.FILE_NAME, CHANNEL_FILE, ADDRESS_FILE}
 """capsem's own files in a session's folder (beside session.db): mitmproxy's log, the capture counts
 (read with the session, `capsem/health.py`), the approvals channel's port and token, the recorder's

@@ -203,15 +203,19 @@ class View:
                            projects=projects())  # fmt: skip
 
     def session_page(self, urls: Urls, session_id: str, page: int = 1) -> str:
+        from assembler.ledger.marks import shown, verdict
+
         main = session_row(session_id)
         with self.files.open(session_id) as conn:
             view = queries.session_view(conn, session_id, main, page)
+            ledger = None if urls.exported else shown(verdict(conn, session_id, view.status))
         live = view.status in LIVE_STATUSES and not urls.exported
         chart = charts.cumulative(view.cumulative, view.span_s)
         from assembler.diff.page import compare_with
 
         return self.render("session.html", urls, s=view, live=live, live_url=urls.state(session_id), chart=chart,
-                           title=f"Session {session_id}", compare=compare_with(session_id, main))  # fmt: skip
+                           title=f"Session {session_id}", compare=compare_with(session_id, main),
+                           ledger=ledger)  # fmt: skip
 
     def diff_page(self, urls: Urls, a: str, b: str) -> str:
         """`/diff/A/B`: session B against session A, call by call (assembler/diff/)."""

@@ -9,8 +9,10 @@ the ledger key and stored in `ledger_heads` in the same transaction, so a commit
 always a signed one.
 
 The canonical encoding of a row is what the writer inserts, after scrubbing: the shape (table and
-column names) and the values, msgpack-encoded, where a number is written as the text SQLite's
-affinities cannot change (`canonical`), so the values read back from the file encode the same.
+column names) and the values, msgpack-encoded as SQLite gives them back (`encoded`: a bool as its
+integer, an integral float as an integer), so the values read from the file encode the same;
+where a column's affinity changed a value's type (a number in a TEXT column), `row_matches`
+tries the other reading.
 
 Three triggers still update `tool_calls` after its insert (see `capsem/session_schema.py`). The
 tool calls a batch's `tool_responses` and `mcp_calls` rows touch are read back before the commit
@@ -22,8 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,14 +49,47 @@ def genesis(session_id: str) -> bytes:
     return _sha256(b"capsem-ledger-v1\0" + session_id.encode()).digest()
 
 
-def canonical(values: Iterable[Any]) -> list[Any]:
-    """Values as SQLite gives them back whatever the column's affinity: NULL, bytes and text as
-    they are, every number as its text (an integral float as an integer: 1.0 and 1 are one)."""
-    return [
-        v if (t := type(v)) is str or t is bytes or v is None
-        else (repr(v) if t is float and not v.is_integer() else str(int(v)))
-        for v in values
-    ]  # fmt: skip
+_ODD = frozenset((float, bool))
+
+
+def _number(v: float | bool) -> int | float:
+    return int(v) if type(v) is bool or (v.is_integer() and abs(v) < 2**63) else v
+
+
+def encoded(values: Sequence[Any]) -> bytes:
+    """A row's values as SQLite gives them back, msgpack-encoded: a bool as its integer and an
+    integral float as an integer (an INTEGER column stores 1.0 as 1, a REAL one 1 as 1.0).
+    Most rows hold neither, and are encoded as they are (the check runs in C)."""
+    if _ODD.isdisjoint(map(type, values)):
+        return _encode(values)
+    return _encode([_number(v) if type(v) in _ODD else v for v in values])
+
+
+_NUMERIC = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def _other_type(v: Any) -> Any:
+    """What a value read back may have been written as: a number for numeric text, text for a number."""
+    if type(v) is str and _NUMERIC.fullmatch(v):
+        return float(v) if "." in v or "e" in v or "E" in v else int(v)
+    if type(v) is int:
+        return str(v)
+    if type(v) is float:
+        return str(_number(v))
+    return None
+
+
+def retyped(values: Sequence[Any]) -> list[bytes]:
+    """The other encodings a row read back may have had when written, for `capsem verify` when
+    the first does not match: a number written to a TEXT column comes back as text, a numeric
+    text written to an INTEGER or REAL column as a number. One column at a time (the typed rows
+    the recorder writes have none; a row with two such columns does not verify)."""
+    out = []
+    for i, v in enumerate(values):
+        other = _other_type(v)
+        if other is not None:
+            out.append(encoded([*values[:i], other, *values[i + 1 :]]))
+    return out
 
 
 def shape_hash(table: str, columns: Sequence[str]) -> Any:
@@ -61,10 +97,23 @@ def shape_hash(table: str, columns: Sequence[str]) -> Any:
     return _sha256(_encode([table, list(columns)]))
 
 
-def row_digest(start: Any, values: Iterable[Any]) -> bytes:
+def row_digest(start: Any, values: Sequence[Any]) -> bytes:
     h = start.copy()
-    h.update(_encode(canonical(values)))
+    h.update(encoded(values))
     return h.digest()
+
+
+def row_matches(start: Any, values: Sequence[Any], digest: bytes) -> bool:
+    """Whether a row read back hashes to `digest`, as written or as its values' SQLite affinity
+    may have changed them (`retyped`)."""
+    if row_digest(start, values) == digest:
+        return True
+    for other in retyped(values):
+        h = start.copy()
+        h.update(other)
+        if h.digest() == digest:
+            return True
+    return False
 
 
 def link(previous: bytes, digest: bytes) -> bytes:
@@ -76,9 +125,15 @@ def head_message(session_id: str, batch: int, last_seq: int, head: bytes, final:
     return HEAD_TAG + _encode([session_id, batch, last_seq, head, int(final), at])
 
 
+_PRIMARY: dict[str, list[str]] = {}
+"""Each table's primary key columns (fixed by the schema, so read once per process)."""
+
+
 def key_column(conn: sqlite3.Connection, table: str, columns: Sequence[str]) -> int | None:
     """Index in `columns` of the row's key: the single primary key column when given, else `event_id`."""
-    pk = [r[1] for r in conn.execute(f"PRAGMA table_info({table})") if r[5]]
+    pk = _PRIMARY.get(table)
+    if pk is None:
+        pk = _PRIMARY[table] = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")') if r[5]]
     if len(pk) == 1 and pk[0] in columns:
         return list(columns).index(pk[0])
     return list(columns).index("event_id") if "event_id" in columns else None
@@ -147,9 +202,10 @@ class Ledger:
         shape = self._shape(conn, table, columns)
         start, k, sid, batch = shape.start, shape.key, shape.id, self.batch
         seq, chain, out = self.seq, self.chain, self._entries
+        odd, encode = _ODD.isdisjoint, _encode
         for row in rows:
             h = start.copy()
-            h.update(_encode(canonical(row)))
+            h.update(encode(row) if odd(map(type, row)) else encoded(row))
             digest = h.digest()
             chain = _sha256(chain + digest).digest()
             seq += 1

@@ -18,7 +18,7 @@ import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from capsem.store.keys import signature_holds
-from capsem.store.ledger import Head, genesis, head_message, key_column, link, row_digest, shape_hash
+from capsem.store.ledger import Head, genesis, head_message, key_column, link, row_matches, shape_hash
 from capsem.store.sessions_chain import ENTRY_TAG, GENESIS, Entry, entry_chain
 
 NOT_CHAINED = ("ledger", "ledger_shapes", "ledger_heads", "_capsem_migrations")
@@ -154,7 +154,7 @@ def _check_rows(out: Verdict, conn: sqlite3.Connection, shapes: dict[int, tuple[
                 out.problems.append(
                     Problem("removed", table, key, f"chained as entry {seq}", seq, columns[k])
                 )
-            elif row_digest(start, row) != digest:
+            elif not row_matches(start, row, digest):
                 out.problems.append(
                     Problem("changed", table, key, f"does not match entry {seq}", seq, columns[k])
                 )
