@@ -658,6 +658,8 @@ class Inspection:
     previews: dict[str, list[dict]] = field(default_factory=dict)
     replay: dict[str, str] = field(default_factory=dict)
     """A `capsem replay` session: its `replay_*` session_meta values (`replay_of`, counts, first miss)."""
+    ledger: str = ""
+    """Whether the session verifies against its signed chain (`capsem verify`), in words."""
 
     @property
     def problems(self) -> int:
@@ -679,18 +681,17 @@ def _jsonable(value: Any) -> Any:
     return f"<blob {len(value)} bytes>" if isinstance(value, bytes) else value
 
 
-def _with_ledger(findings: list[Finding], conn: sqlite3.Connection, session_id: str, row: dict | None,
-                 clock: Clock) -> list[Finding]:  # fmt: skip
-    """The findings with whether the session verifies (`capsem verify`'s check, assembler/ledger/)."""
+def ledger_check(
+    conn: sqlite3.Connection, session_id: str, row: dict | None, clock: Clock
+) -> tuple[str, str]:
+    """Whether the session verifies (`capsem verify`'s check, assembler/ledger/): (severity, words)."""
     from assembler.ledger.marks import shown, verdict
 
     with clock.bounded(conn):
         try:
-            severity, words = shown(verdict(conn, session_id, row["status"] if row else None))
+            return shown(verdict(conn, session_id, row["status"] if row else None))
         except sqlite3.Error as exc:
-            severity, words = "warning", f"could not be verified: {exc}"
-    order = {s: i for i, s in enumerate(SEVERITIES)}
-    return sorted([*findings, Finding(severity, "ledger", words)], key=lambda f: order[f.severity])  # type: ignore[arg-type]
+            return "warning", f"could not be verified: {exc}"
 
 
 def inspect_session(session_id: str, preview_rows: int = 5, clock: Clock | None = None) -> Inspection:
@@ -713,13 +714,17 @@ def inspect_session(session_id: str, preview_rows: int = 5, clock: Clock | None 
     clock = clock or Clock()
     with open_session(session_id) as conn:
         findings = run_checks(conn, row, ai_usage, path, clock)
-        findings = _with_ledger(findings, conn, session_id, row, clock)
+        severity, ledger = ledger_check(conn, session_id, row, clock)
+        if severity == "error":  # a record changed after it was written
+            findings.insert(0, Finding("error", "ledger", ledger))
         with clock.bounded(conn):
             try:
                 counts = table_counts(conn)
             except sqlite3.Error:
                 counts = {}  # unreadable
-        result = Inspection(session_id, str(path), row["status"] if row else None, counts, findings)
+        result = Inspection(
+            session_id, str(path), row["status"] if row else None, counts, findings, ledger=ledger
+        )
         skipped = []
         for attr, fn in (("tools", tool_usage), ("mcp", mcp_usage), ("inputs", input_breakdown), ("replay", replay_meta),
                          ("previews", lambda c: last_rows(c, preview_rows))):  # fmt: skip

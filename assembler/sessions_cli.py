@@ -415,6 +415,8 @@ def _print_inspection(result: Inspection) -> None:
     where = result.path + ("  (gzipped; read from a temporary copy)" if result.path.endswith(".gz") else "")
     console.print(f"[bold]Session {result.session_id}[/bold] ({result.status or 'not in main.db'})")
     console.print(f"[dim]{escape(where)}[/dim]")
+    if result.ledger:
+        console.print(f"Ledger: {escape(result.ledger)}", highlight=False)
     if result.replay.get("replay_of"):
         _print_replay(console, result.replay)
     if result.counts:

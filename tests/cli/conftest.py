@@ -3,6 +3,7 @@ and helpers that derive more sessions (older, running, empty, crashed...) from t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sqlite3
@@ -23,6 +24,7 @@ from capsem.emulator import Emulator
 from capsem.mitm import start_mitmdump
 from capsem.rollup import rollup
 from capsem.schema import open_main_db, open_session_db
+from tests.ledger.reseal import reseal
 
 
 @pytest.fixture(scope="session")
@@ -81,11 +83,16 @@ def run(*args: str, code: int = 0) -> str:
 
 
 def execute(db: Path, *sql: str) -> None:
+    """Run `sql` on a database; on a session.db, re-seal its ledger after (the defect a test makes
+    is the subject, not that the record was changed: tests/ledger/ tests that)."""
     conn = sqlite3.connect(db)
     for statement in sql:
         conn.execute(statement)
     conn.commit()
     conn.close()
+    if db.name == "session.db":
+        with contextlib.suppress(sqlite3.Error):
+            reseal(db)
 
 
 def clone_session(
@@ -108,6 +115,7 @@ def clone_session(
         open_session_db(folder / "session.db").close()
     else:
         shutil.copy(session_db(home), folder / "session.db")
+        reseal(folder / "session.db")  # a copy under another id is a session of its own
     stamp = created.strftime("%Y-%m-%dT%H:%M:%S.000Z")
     stopped = (
         None if status == "running" else (created + timedelta(minutes=3)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
