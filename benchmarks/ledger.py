@@ -3,7 +3,8 @@ without (`SessionWriter(ledger=False)`), and `capsem verify`'s time on a 5,000-c
 
 The recorder's work is `profile_recorder`'s: the messages mitmdump would hand over for `streams`
 concurrent streamed Anthropic calls, decoded and handled by a real `Recorder` and `SessionWriter`
-in this process, committed every batch, three times over in one session (the first pass, which
+in this process, committed as the recorder commits (when 250 ms have passed, and at the end of
+each pass), three times over in one session (the first pass, which
 opens it, is left out); with and without the ledger alternate, `reps` times each, and the median
 CPU per call is kept. Two call shapes: short answers (50 events: the ledger's share is
 largest when a call is small) and the streaming benchmark's paced answer (500 events).
@@ -55,6 +56,10 @@ def build(db: Path, calls: int, per_batch: int = 50) -> None:
     writer.close(end=True)
 
 
+COMMIT_INTERVAL = 0.25
+"""The recorder commits at most this often (addons/recorder/main.py: run)."""
+
+
 class _LedgerClock:
     """CPU time spent inside the ledger's methods (outermost calls only), while installed."""
 
@@ -90,15 +95,17 @@ def _session_cpu(encoded: list[bytes], workdir: Path, *, ledger: bool, passes: i
     the writer's first commit, which reads the schema, is left out with the first pass)."""
     writer = SessionWriter(workdir / f"session-{time.monotonic_ns()}.db", Scrubber(), ledger=ledger)
     recorder = Recorder(writer, defaults().capture)
-    used = 0.0
+    used, last = 0.0, time.monotonic()
     for n in range(passes + 1):
         started = time.process_time()
         for data in encoded:
             for message in decode(data):
                 recorder.handle(message)
             recorder.feed_held()
-            if writer.pending:
+            if writer.pending and time.monotonic() - last >= COMMIT_INTERVAL:  # as the recorder's run() does
                 writer.commit()
+                last = time.monotonic()
+        writer.commit()
         if n:
             used += time.process_time() - started
     writer.close()
