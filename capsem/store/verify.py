@@ -185,14 +185,14 @@ def _check_end(out: Verdict, status: str | None, recorded: list[Entry]) -> None:
     for entry in ends:
         if last is None or entry.batch > last.batch:
             out.problems.append(Problem("cut", detail=f"main.db's chain recorded batch {entry.batch}; the session "
-                                        f"ends at batch {last.batch if last else 0}", order=1 << 61))  # fmt: skip
+                                        f"ends at batch {last.batch if last else 0}", order=0))  # fmt: skip
         elif entry.batch == last.batch and entry.head != last.head:
             out.problems.append(Problem("cut", detail=f"batch {entry.batch} differs from the head main.db's "
-                                        "chain recorded", order=1 << 61))  # fmt: skip
+                                        "chain recorded", order=0))  # fmt: skip
     if status in ENDED and (last is None or not last.final):
         where = f"batch {last.batch}" if last else "its start"
         out.problems.append(Problem("cut", detail=f"the session says it stopped but its signed end is missing; "
-                                    f"the record ends at {where}", order=1 << 61))  # fmt: skip
+                                    f"the record ends at {where}", order=0))  # fmt: skip
     elif last is not None and not last.final:
         out.note = (
             f"no signed end ({status or 'unknown'}): verified up to batch {last.batch}, entry {last.last_seq}"
