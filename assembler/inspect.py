@@ -29,7 +29,7 @@ from capsem.rollup import (
     capture_health,
     capture_meta,
 )
-from capsem.schema import SESSION_MIGRATIONS, SESSION_TABLES, migrate
+from capsem.store.schema import SESSION_MIGRATIONS, SESSION_TABLES, migrate
 
 _OUTCOME_COUNTS = frozenset({"total_errors", "warned_requests", "asked_requests", "refused_placeholders"})
 """Totals added by main.db m009: sessions rolled up before it hold zeros, which is no damage."""

@@ -32,8 +32,8 @@ def write_directly(db_path: Path, feeds: list[Feed]) -> int:
     """Write what `feeds` hold unacknowledged to session.db with a writer of our own, when no
     recorder will take it (after mitmdump stopped). Returns the rows written; raises on failure."""
     from addons.recorder.inbox import queue_rows
-    from addons.recorder.writer import SessionWriter
     from capsem.redact import Scrubber
+    from capsem.store.writer import SessionWriter
 
     if address_file(db_path.parent).exists():  # a recorder may still be finishing: it takes them
         for feed in feeds:
@@ -71,7 +71,7 @@ def record_anomalies(db_path: Path, *, agent_pid: int | None = None) -> list[Ano
         agent_pid: the process capsem started; default: the one recorded in session_meta.
     """
     from addons.recorder.inbox import queue_rows
-    from addons.recorder.writer import SessionWriter
+    from capsem.store.writer import SessionWriter
 
     writer = SessionWriter(db_path)
     try:

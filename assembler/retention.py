@@ -234,7 +234,7 @@ def vacuum_session(main: sqlite3.Connection, row: dict[str, Any]) -> Action:
 def _fold_health(conn: sqlite3.Connection, db: Path, folder: Path) -> None:
     """The health file's counts into session_meta, through the store's writer (so they are chained);
     read first on `conn`, so a session with nothing to add (most) gets no writer."""
-    from addons.recorder.writer import SessionWriter
+    from capsem.store.writer import SessionWriter
 
     meta = dict(conn.execute("SELECT key, value FROM session_meta WHERE key LIKE 'capture%'").fetchall())
     changed = {k: v for k, v in health.merged(meta, folder).items() if meta.get(k) != v}

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from capsem.paths import main_db_path, session_dir, sessions_dir
-from capsem.schema import MAIN_MIGRATIONS, connect, open_main_db
+from capsem.store.schema import MAIN_MIGRATIONS, connect, open_main_db
 
 DB_NAME = "session.db"
 GZ_NAME = "session.db.gz"

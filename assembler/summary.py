@@ -33,7 +33,7 @@ from assembler.sessions import as_shown, duration
 from assembler.tables import Column, fit_table
 from capsem.paths import session_db_path
 from capsem.rollup import CALL_USAGE_SQL, NOT_RECORDED_END, capture_health, capture_meta
-from capsem.schema import connect
+from capsem.store.schema import connect
 
 MAX_ERRORS = 10
 MAX_FILES = 10

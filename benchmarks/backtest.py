@@ -26,13 +26,13 @@ import yaml
 from addons.messages import FlowEnded, RequestHead, ResponseHead, Route
 from addons.proxy.policy import Policy
 from addons.recorder.recorder import Recorder
-from addons.recorder.writer import SessionWriter
 from assembler.backtest import Backtest
 from assembler.backtest_source import Needs, pick, run
 from capsem.paths import main_db_path, session_dir
 from capsem.redact import Scrubber
-from capsem.schema import open_main_db
 from capsem.settings import defaults, parse
+from capsem.store.schema import open_main_db
+from capsem.store.writer import SessionWriter
 
 ANSWER = json.dumps({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
                      "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",

@@ -27,9 +27,9 @@ import zstandard
 from addons.messages import FlowEnded, RequestHead, ResponseHead, Route
 from addons.recorder.bodies import read_body
 from addons.recorder.recorder import Recorder
-from addons.recorder.writer import SessionWriter
 from capsem.redact import Scrubber
 from capsem.settings import defaults
+from capsem.store.writer import SessionWriter
 
 WORDS = [
     "the",

@@ -24,12 +24,12 @@ from pathlib import Path
 
 from addons.messages import decode
 from addons.recorder.recorder import Recorder
-from addons.recorder.writer import SessionWriter
 from benchmarks.profile_recorder import batches, handle
 from benchmarks.upstream import StreamSpec
 from capsem.redact import Scrubber
 from capsem.settings import defaults
 from capsem.store.ledger import Ledger
+from capsem.store.writer import SessionWriter
 
 
 # Long: one call's four rows, spelled out.
@@ -131,8 +131,8 @@ def recorder_cpu(streams: int, events: int, reps: int, workdir: Path, passes: in
 
 
 def verify_time(calls: int, workdir: Path) -> dict:
-    from capsem.schema import connect
     from capsem.store.keys import load_public, signing_key
+    from capsem.store.schema import connect
     from capsem.store.verify import verify_session
 
     db = workdir / "sessions" / "20260101-000000-b000" / "session.db"

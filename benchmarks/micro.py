@@ -38,14 +38,14 @@ from addons.framing import SSEDecoder, SSEEvent
 from addons.messages import FlowEnded, RequestHead, ResponseHead, Route
 from addons.providers import parser_for
 from addons.proxy.outbox import Outbox
-from addons.recorder.rows import NetEvent, new_event_id
 from addons.recorder.thread import RecorderThread
-from addons.recorder.writer import SessionWriter
 from addons.spec import spec_of
 from benchmarks.bodies import conversation
 from capsem.redact import Scrubber, default_rules
 from capsem.secret_rules import RuleSet
 from capsem.settings import defaults
+from capsem.store.rows import NetEvent, new_event_id
+from capsem.store.writer import SessionWriter
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"

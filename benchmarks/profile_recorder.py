@@ -30,11 +30,11 @@ from addons.messages import (
     encode,
 )
 from addons.recorder.recorder import Recorder
-from addons.recorder.writer import SessionWriter
 from benchmarks.client import request_bytes
 from benchmarks.upstream import StreamSpec, stream_events
 from capsem.redact import Scrubber
 from capsem.settings import defaults
+from capsem.store.writer import SessionWriter
 
 _SSE = (("content-type", "text/event-stream"),)
 

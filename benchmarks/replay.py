@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 
 from addons.recorder.recorder import Recorder
-from addons.recorder.writer import SessionWriter
 from assembler.replay.match import Endpoint
 from assembler.replay.recording import load
 from assembler.replay.server import Options, Replayer, ReplayServer
@@ -27,6 +26,7 @@ from capsem.emulator import Emulator
 from capsem.paths import session_dir
 from capsem.redact import Scrubber
 from capsem.settings import defaults
+from capsem.store.writer import SessionWriter
 
 SESSION = "20260101-000000-bench"
 

@@ -1,6 +1,6 @@
 """zstd-compressed content read back in SQL: `unzstd(data)` and `unzstd(data, start, size)`.
 
-Every connection capsem opens (`capsem.schema.connect`) has the `unzstd` SQL function, so views
+Every connection capsem opens (`capsem.store.schema.connect`) has the `unzstd` SQL function, so views
 such as `item_contents` (a slice of a compressed `content_frames` row, see addons/recorder/bodies.py) read
 as plain text in `capsem query-session`, the bundle and the view. A bare `sqlite3` shell shows the
 tables and says `no such function: unzstd` for the views.

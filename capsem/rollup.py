@@ -22,7 +22,7 @@ from capsem.ids import utc_now
 from capsem.outcomes import ERRORS_SQL, refused_placeholders
 from capsem.paths import main_db_path, session_db_path
 from capsem.redact import Scrubber
-from capsem.schema import connect, open_main_db
+from capsem.store.schema import connect, open_main_db
 from capsem.store.sessions_chain import record_end
 
 # The token breakdown and the cost by token type of each model call, read from its JSON columns

@@ -13,7 +13,7 @@ import pytest
 
 from capsem.mitm import Mitmdump, start_mitmdump
 from capsem.private import CHILD_UMASK
-from capsem.schema import connect
+from capsem.store.schema import connect
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 

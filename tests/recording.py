@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from addons.messages import Chunk, FlowEnded, Message, RequestHead, ResponseHead, Route, StreamOpened
 from addons.recorder.recorder import Recorder
-from addons.recorder.writer import SessionWriter
 from addons.spec import RecorderSpec, spec_of
 from capsem.redact import Scrubber
 from capsem.settings import CaptureSettings, defaults
+from capsem.store.writer import SessionWriter
 from tests.conftest import rows
 
 if TYPE_CHECKING:

@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("addons", "assembler", "capsem", "pricing")
 
 WRITERS = {
-    "capsem/schema.py": "defines connect and open_session_db / open_main_db",
-    "addons/recorder/writer.py": "session.db: the store's one writer (open_session_db)",
+    "capsem/store/schema.py": "defines connect and open_session_db / open_main_db",
+    "capsem/store/writer.py": "session.db: the store's one writer (open_session_db)",
     "addons/recorder/spend.py": "main.db: spend_entries",
     "assembler/view/search.py": "search.db: the search index",
     "assembler/doctor.py": "main.db: doctor's write check",
@@ -75,6 +75,6 @@ def test_nothing_but_the_listed_modules_opens_a_database_for_writing():
             unlisted += [f"{name}:{line} {call}" for line, call in writes(path.read_text())]
     assert not unlisted, (
         "these open a database for writing; a session.db is written only through SessionWriter "
-        "(addons/recorder/writer.py), so its rows are chained and signed. Use it, or list the module "
+        "(capsem/store/writer.py), so its rows are chained and signed. Use it, or list the module "
         "in WRITERS with the database it writes:\n" + "\n".join(unlisted)
     )

@@ -43,8 +43,8 @@ from pathlib import Path
 
 from addons.budgets import SpendRow, matches, spent
 from addons.budgets import today as utc_today
-from capsem.schema import connect
 from capsem.settings import Budget
+from capsem.store.schema import connect
 
 logger = logging.getLogger(__name__)
 

@@ -41,9 +41,9 @@ from dataclasses import dataclass
 import zstandard
 
 from addons.items import Item
-from addons.recorder.rows import BodyBlob, BodyChunk, ContentFrame, IdMinter, ItemContent, Row, new_event_id
 from capsem.markers import keyed_hex
 from capsem.redact import Scrubber, is_stream_type
+from capsem.store.rows import BodyBlob, BodyChunk, ContentFrame, IdMinter, ItemContent, Row, new_event_id
 
 MAX_PIECE = 64 * 1024
 FRAME_BYTES = 1024 * 1024

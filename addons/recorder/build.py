@@ -1,7 +1,7 @@
 """Pure record builders: a finished flow (or WebSocket turn) in, the rows that record it out.
 
 Nothing here touches SQLite or mitmproxy. Decoding, parsing, usage, pricing and trace linking
-produce complete rows with their ids and links already set (`addons/recorder/rows.py`); the recorder
+produce complete rows with their ids and links already set (`capsem/store/rows.py`); the recorder
 hands them to the writer. The only state is passed in explicitly: the id minter, the trace
 tracker (which tool calls are pending) and the MCP ledger (which MCP calls ran which tools).
 """
@@ -22,7 +22,12 @@ from addons.messages import FlowEnded, RequestHead, Route
 from addons.recorder.items_rows import item_rows
 from addons.recorder.mcp_ledger import McpLedger
 from addons.recorder.outcome import row_decision
-from addons.recorder.rows import (
+from addons.recorder.traces import TraceTracker
+from addons.records import RequestInfo, ResponseSummary
+from capsem.ids import rfc3339
+from capsem.redact import Scrubber, headers_json, redact_query
+from capsem.settings import CaptureSettings
+from capsem.store.rows import (
     ApprovalRow,
     IdMinter,
     ModelCall,
@@ -33,11 +38,6 @@ from addons.recorder.rows import (
     ToolResponse,
     new_event_id,
 )
-from addons.recorder.traces import TraceTracker
-from addons.records import RequestInfo, ResponseSummary
-from capsem.ids import rfc3339
-from capsem.redact import Scrubber, headers_json, redact_query
-from capsem.settings import CaptureSettings
 from pricing.estimate import ESTIMATOR, count_tokens
 
 ProcessInfo = tuple[str | None, int | None]

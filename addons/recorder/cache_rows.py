@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from addons.conversations import Conversations
 from addons.items import Item
-from addons.recorder.rows import CacheBreakRow, CompactionRow, ModelCall, Row, new_event_id
 from addons.records import ResponseSummary
 from capsem.cache_breaks import CallFacts, Part, Rates, compaction, find_break
+from capsem.store.rows import CacheBreakRow, CompactionRow, ModelCall, Row, new_event_id
 from pricing.estimate import count_tokens
 
 EXCERPT = 120

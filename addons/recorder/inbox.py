@@ -43,10 +43,10 @@ from addons.feed import (
     seq_key,
     split_frames,
 )
-from addons.recorder.rows import FsEvent, new_event_id
+from capsem.store.rows import FsEvent, new_event_id
 
 if TYPE_CHECKING:
-    from addons.recorder.writer import SessionWriter
+    from capsem.store.writer import SessionWriter
 
 logger = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from addons.conversations import Conversations, new_turn
 from addons.items import Item, output_items, surface_hash
 from addons.recorder import breakdown
 from addons.recorder.cache_rows import cache_rows, call_facts
-from addons.recorder.rows import InputPart, ItemList, ModelCall, ModelItem, Row, new_event_id
 from addons.records import ResponseSummary
+from capsem.store.rows import InputPart, ItemList, ModelCall, ModelItem, Row, new_event_id
 from pricing.estimate import count_tokens
 
 if TYPE_CHECKING:

@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # imported where used: the recorder's parsers and price table
     from addons.recorder.inbox import Inbox
     from addons.recorder.otlp.live import LiveExport
     from addons.recorder.recorder import Recorder
-    from addons.recorder.writer import SessionWriter
+    from capsem.store.writer import SessionWriter
 
 logger = logging.getLogger("addons.recorder")
 
@@ -85,8 +85,8 @@ def open_recorder(spec: RecorderSpec) -> Loop:
     """Open session.db and the recorder (raises when the database cannot be opened)."""
     from addons.recorder.recorder import Recorder
     from addons.recorder.spend import SessionSpend
-    from addons.recorder.writer import SessionWriter
     from capsem.redact import scrubber_for
+    from capsem.store.writer import SessionWriter
 
     settings = capture_settings(spec)
     scrubber = scrubber_for(settings)

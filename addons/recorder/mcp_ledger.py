@@ -39,9 +39,9 @@ from addons.mcp.wire import (
 )
 from addons.messages import FlowEnded, StreamOpened
 from addons.recorder.outcome import call_error, row_decision, tool_call_decision
-from addons.recorder.rows import IdMinter, McpCall, ToolCall, new_event_id
 from capsem.ids import rfc3339
 from capsem.redact import hash_value
+from capsem.store.rows import IdMinter, McpCall, ToolCall, new_event_id
 
 LINK_WINDOW = 600.0
 """Seconds after a model's tool call within which an MCP tools/call can be its execution."""

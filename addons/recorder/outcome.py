@@ -24,6 +24,6 @@ def row_decision(flow_decision: str, failed: bool) -> str:
 def tool_call_decision(mcp_decision: str) -> str:
     """A model's tool call run by an MCP call: the policy's verdict on that call, else `allowed`
     (its failure is the tool's result, not a decision). When the MCP call is written after the
-    tool call, the trigger `mcp_calls_tool_call_decision` (`capsem/session_schema.py`, a migration
+    tool call, the trigger `mcp_calls_tool_call_decision` (`capsem/store/session_schema.py`, a migration
     and so frozen) applies the same rule in SQL."""
     return mcp_decision if mcp_decision in ("warned", "denied") else "allowed"

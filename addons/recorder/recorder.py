@@ -34,15 +34,15 @@ from addons.recorder import build
 from addons.recorder.bodies import Body, BodyStore, known_pieces
 from addons.recorder.mcp_ledger import MCP_PREVIEW_BYTES, McpLedger
 from addons.recorder.outcome import call_error
-from addons.recorder.rows import IdMinter, McpCall, ModelCall, ResponseChunksRow, Row
 from addons.recorder.spend import SessionSpend
 from addons.recorder.streams import StreamRead, chunks_json
 from addons.recorder.traces import TraceTracker
 from addons.recorder.websocket import Turn, WebSocketTurns, close_error, request_of
-from addons.recorder.writer import SessionWriter
 from addons.spec import WS_TURN
 from capsem.redact import is_stream_type, learn_credentials
 from capsem.settings import CaptureSettings
+from capsem.store.rows import IdMinter, McpCall, ModelCall, ResponseChunksRow, Row
+from capsem.store.writer import SessionWriter
 
 logger = logging.getLogger(__name__)
 

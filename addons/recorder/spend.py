@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from addons.budgets import SpendRow
-from addons.recorder.rows import ModelCall
 from capsem.rollup import SpendTotals, record_spend
-from capsem.schema import connect
+from capsem.store.rows import ModelCall
+from capsem.store.schema import connect
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ import sqlite3
 from collections.abc import Iterable
 
 from capsem.packed import register as register_packed
-from capsem.schema import SESSION_MIGRATIONS, STORAGE_TABLES, migrate
+from capsem.store.schema import SESSION_MIGRATIONS, STORAGE_TABLES, migrate
 
 SCHEMA_VERSION = 1
 

@@ -108,7 +108,7 @@ def backfill(target, session_id: str | None, since: str | None, timeout: float =
     from addons.recorder.otlp.send import exporter
     from assembler.sessiondb import open_main, resolve
     from capsem.paths import main_db_path
-    from capsem.schema import open_main_db
+    from capsem.store.schema import open_main_db
 
     with open_main() as main:
         if session_id is not None:

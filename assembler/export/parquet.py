@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from addons.recorder.bodies import read_body
 from assembler.sessiondb import MainDbMissing, open_main, open_session
 from capsem.private import make_private, private_dir
-from capsem.schema import STORAGE_TABLES
+from capsem.store.schema import STORAGE_TABLES
 
 BATCH_ROWS = 20_000
 _SKIPPED = (

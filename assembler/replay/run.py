@@ -110,7 +110,7 @@ def _store_meta(session_id: str, original: str, report: Report) -> None:
     """The replay's link and counts in its session_meta (mitmdump has closed session.db by now)."""
     values = {"replay_of": original, "replay_matched": str(report.matched), "replay_missed": str(len(report.missed)),
               "replay_live": str(report.live), "replay_first_miss": Scrubber().scrub(first_miss(report)) or ""}  # fmt: skip
-    from addons.recorder.writer import SessionWriter  # the store's one writer: the values are chained
+    from capsem.store.writer import SessionWriter  # the store's one writer: the values are chained
 
     try:
         writer = SessionWriter(session_db_path(session_id), timeout=10)

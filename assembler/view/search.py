@@ -20,7 +20,7 @@ from pathlib import Path
 from assembler.sessiondb import SessionDbError, db_file, open_path
 from assembler.view.queries import readable, tables
 from capsem.paths import capsem_home, sessions_dir
-from capsem.schema import connect
+from capsem.store.schema import connect
 
 INDEXED_KINDS = ("message", "tool_call", "tool_result", "thinking", "text")
 _SCHEMA = """

@@ -14,7 +14,7 @@ integer, an integral float as an integer), so the values read from the file enco
 where a column's affinity changed a value's type (a number in a TEXT column), `row_matches`
 tries the other reading.
 
-Three triggers still update `tool_calls` after its insert (see `capsem/session_schema.py`). The
+Three triggers still update `tool_calls` after its insert (see `capsem/store/session_schema.py`). The
 tool calls a batch's `tool_responses` and `mcp_calls` rows touch are read back before the commit
 and chained again whole (the shape of every column): a key's latest entry is the one its current
 row must match. `session_meta` values overwritten in place are handled the same way.

@@ -1,4 +1,4 @@
-"""main.db, as named migrations (`capsem.migrations`): one function per step, named once.
+"""main.db, as named migrations (`capsem.store.migrations`): one function per step, named once.
 
 Column names follow Capsem's main.db (DESIGN.md), so tools written for it work on ours. Never
 rename or edit a shipped migration; add a new one at the end.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from capsem.migrations import Migrations, run_script
+from capsem.store.migrations import Migrations, run_script
 
 MAIN = Migrations()
 """main.db's migrations, in order."""

@@ -1,7 +1,7 @@
 """The rows capsem writes to session.db, one dataclass per table, ids minted before the write.
 
 The record builders (`addons/recorder/build.py`, `addons/recorder/mcp_ledger.py`) return these; the writer
-(`addons/recorder/writer.py`) inserts them, scrubbing every string. Every row carries an `event_id`
+(`capsem/store/writer.py`) inserts them, scrubbing every string. Every row carries an `event_id`
 (12 lowercase hex, like Capsem's) and the tables other rows point at get their integer `id`
 from `IdMinter`, so every link (a tool call to its model call, a model call to its flow, an
 MCP call to the tool call it ran) is known when the row is built: rows are only ever

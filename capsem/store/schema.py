@@ -1,5 +1,5 @@
-"""Opening capsem's two databases: session.db (`capsem.session_schema`) and main.db
-(`capsem.main_schema`), each migrated on open (`capsem.migrations`); readers open read-only and
+"""Opening capsem's two databases: session.db (`capsem.store.session_schema`) and main.db
+(`capsem.store.main_schema`), each migrated on open (`capsem.store.migrations`); readers open read-only and
 never migrate.
 """
 
@@ -9,12 +9,12 @@ import contextlib
 import sqlite3
 from pathlib import Path
 
-from capsem.main_schema import MAIN as MAIN_MIGRATIONS
-from capsem.migrations import Migration, migrate
 from capsem.packed import register as register_packed
 from capsem.private import private_dir, private_file
-from capsem.session_schema import SESSION as SESSION_MIGRATIONS
-from capsem.session_schema import SESSION_TABLES, STORAGE_TABLES
+from capsem.store.main_schema import MAIN as MAIN_MIGRATIONS
+from capsem.store.migrations import Migration, migrate
+from capsem.store.session_schema import SESSION as SESSION_MIGRATIONS
+from capsem.store.session_schema import SESSION_TABLES, STORAGE_TABLES
 
 __all__ = ["MAIN_MIGRATIONS", "SESSION_MIGRATIONS", "SESSION_TABLES", "STORAGE_TABLES", "Migration", "connect",
            "migrate", "open_main_db", "open_session_db"]  # fmt: skip

@@ -1,4 +1,4 @@
-"""session.db, as named migrations (`capsem.migrations`): one function per step, named once.
+"""session.db, as named migrations (`capsem.store.migrations`): one function per step, named once.
 
 session.db keeps every column of the Capsem seed tables (same names and types) and adds columns
 after them. Column meanings that matter are documented in DESIGN.md. Never rename or edit a
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from capsem.migrations import Migrations, run_script
+from capsem.store.migrations import Migrations, run_script
 
 SESSION_TABLES = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_calls", "fs_events")
 STORAGE_TABLES = ("body_chunks", "content_frames", "item_data")

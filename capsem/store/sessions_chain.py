@@ -17,9 +17,9 @@ from pathlib import Path
 import msgspec
 
 from capsem.ids import utc_now
-from capsem.schema import connect
 from capsem.store.keys import SigningKey, signing_key
 from capsem.store.ledger import Head
+from capsem.store.schema import connect
 
 logger = logging.getLogger(__name__)
 

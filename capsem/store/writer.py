@@ -29,11 +29,11 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-from addons.recorder.rows import LINKED_TABLES, Row, new_event_id
 from capsem.redact import Scrubber
-from capsem.schema import open_session_db
 from capsem.store.keys import signing_key
 from capsem.store.ledger import Head, Ledger
+from capsem.store.rows import LINKED_TABLES, Row, new_event_id
+from capsem.store.schema import open_session_db
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class SessionWriter:
         return self._queued + len(self._meta)
 
     def add(self, rows: Iterable[Row]) -> None:
-        """Queue typed rows (see addons/recorder/rows.py)."""
+        """Queue typed rows (see capsem/store/rows.py)."""
         for row in rows:
             columns, get = self._getter(type(row))
             self._queue(row.TABLE, columns, get(row))

@@ -21,7 +21,7 @@ import pytest
 from assembler.bundle import DebugBundle
 from assembler.bundle.schema import CAPTURE_INTERNAL, CAPTURE_VIEWS
 from capsem.ids import rfc3339
-from capsem.schema import SESSION_TABLES
+from capsem.store.schema import SESSION_TABLES
 from tests.bundle.conftest import chromium, chromium_path
 from tests.cli.conftest import run
 from tests.conftest import ARTIFACTS, rows
@@ -391,7 +391,7 @@ def test_timestamps_from_every_source_sort_together():
 def test_capture_tables_follow_capsem_schema():
     """A column capsem adds to session.db reaches the bundle without editing the bundle schema."""
     from assembler.bundle.schema import CAPTURE_TABLES
-    from capsem.schema import SESSION_MIGRATIONS, migrate
+    from capsem.store.schema import SESSION_MIGRATIONS, migrate
 
     conn = sqlite3.connect(":memory:")
     migrate(conn, SESSION_MIGRATIONS)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from assembler.bundle import BundleError, BundleVersionError, DebugBundle, Limits, NotABundle, build_bundle
-from capsem.schema import open_session_db
+from capsem.store.schema import open_session_db
 
 GOOD_LOG = {"timestamp": "2026-01-15T10:31:01+00:00", "level": "INFO", "logger": "a", "event": "ok",
             "message": "fine", "context": {}}  # fmt: skip

@@ -11,7 +11,7 @@ from pathlib import Path
 from assembler.bundle import DebugBundle, build_bundle
 from assembler.bundle.detect import detect
 from assembler.bundle.sources.logs import map_generic, normalize_level
-from capsem.schema import open_session_db
+from capsem.store.schema import open_session_db
 from tests.bundle.conftest import FIXTURES
 
 SID = "9b0e2c1a-1111-4a7e-9b2e-2f4c1d9a0001"

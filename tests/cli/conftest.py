@@ -23,7 +23,7 @@ from assembler.demo import anthropic_loop, openai_loop
 from capsem.emulator import Emulator
 from capsem.mitm import start_mitmdump
 from capsem.rollup import rollup
-from capsem.schema import open_main_db, open_session_db
+from capsem.store.schema import open_main_db, open_session_db
 from tests.ledger.reseal import reseal
 
 

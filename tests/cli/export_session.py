@@ -11,7 +11,7 @@ from pathlib import Path
 
 from addons.messages import Route, WsMessage, WsOpened
 from capsem.rollup import rollup
-from capsem.schema import open_main_db
+from capsem.store.schema import open_main_db
 from tests.recording import RecorderHarness, ended, head, response
 
 NEEDLE = "EXPSECRET"

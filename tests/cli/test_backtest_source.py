@@ -13,8 +13,8 @@ import yaml
 from addons.proxy.policy import Policy
 from assembler.backtest import Backtest
 from assembler.backtest_source import LazyArguments, Needs, call_arguments, pick, read_session, run
-from capsem.schema import connect
 from capsem.settings import parse
+from capsem.store.schema import connect
 from tests.cli.conftest import clone_session, execute, recorded_id
 from tests.cli.conftest import run as cli
 from tests.recording import RecorderHarness, ended, head, response

@@ -9,7 +9,7 @@ from addons.budgets import today
 from addons.recorder.spend import write_spend
 from assembler.inspect import Finding, check_budgets, check_credentials
 from capsem.rollup import register_session
-from capsem.schema import open_main_db, open_session_db
+from capsem.store.schema import open_main_db, open_session_db
 from tests.cli.conftest import run
 
 CONFIG = """budgets:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from capsem.rollup import register_session, rollup
-from capsem.schema import open_main_db
+from capsem.store.schema import open_main_db
 from tests.addons.recorder.test_conversations import BASH, TOOLS, claude_code, send, usage_reply
 from tests.cli.conftest import run
 from tests.recording import RecorderHarness

@@ -17,7 +17,7 @@ from assembler.doctor import CA_NAME, Finding, Report, ca_dir, check_ca, check_h
 from assembler.doctor_cli import summary
 from assembler.run import agent_env, agent_variables
 from assembler.runtimes import READS, AgentNotFound, Runtime, probe, runtime_of
-from capsem.schema import open_main_db
+from capsem.store.schema import open_main_db
 from tests.cli.conftest import run
 
 CHECKS = ("mitmdump", "config", "CAPSEM_HOME", "CA", "prices")

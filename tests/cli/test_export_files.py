@@ -20,8 +20,8 @@ from haralyzer import HarEntry, HarParser
 
 from addons.recorder.bodies import read_body
 from assembler.sessiondb import db_file
-from capsem.schema import STORAGE_TABLES
-from capsem.schema import connect as connect_db
+from capsem.store.schema import STORAGE_TABLES
+from capsem.store.schema import connect as connect_db
 from tests.bundle.conftest import devtools
 from tests.cli.conftest import recorded_id, run, session_db
 from tests.cli.export_session import NEEDLE, SECRETS, build_session

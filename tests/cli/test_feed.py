@@ -76,9 +76,9 @@ def test_what_no_recorder_took_is_written_once_none_runs(tmp_path):
 def test_the_watcher_and_the_sampler_open_no_writer(tmp_path, monkeypatch):
     """With the recorder running, every SessionWriter is opened on the recorder's own thread: the
     watcher's and the sampler's rows arrive all the same."""
-    from addons.recorder import writer as writer_module
     from assembler.fswatch import WorkspaceWatcher
     from assembler.procdiag import ProcessSampler, finish
+    from capsem.store import writer as writer_module
 
     opened: list[str] = []
     original = writer_module.SessionWriter.__init__

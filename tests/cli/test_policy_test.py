@@ -17,7 +17,7 @@ import httpx
 import pytest
 from mcp.server.fastmcp import FastMCP
 
-from capsem.schema import open_main_db
+from capsem.store.schema import open_main_db
 from tests.cli.conftest import recorded_id, run, session_db
 from tests.conftest import rows
 from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, http_client

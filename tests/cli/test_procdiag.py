@@ -76,8 +76,8 @@ def test_oom_critical_is_one_anomaly_per_run_with_its_peak():
 
 def test_record_anomalies_only_adds_rows(tmp_path):
     """A rerun over more samples keeps the stored anomalies as they were and adds the new ones."""
-    from addons.recorder.writer import SessionWriter
     from assembler.offline_write import record_anomalies
+    from capsem.store.writer import SessionWriter
 
     db, samples = tmp_path / "session.db", series(oom_score=[500, 701, 100, 810])
     writer = SessionWriter(db)

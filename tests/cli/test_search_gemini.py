@@ -104,7 +104,7 @@ def test_every_providers_hits_read_as_text(searched, monkeypatch, width):
 
 def test_an_index_written_before_is_rebuilt(searched):
     """search.db indexed Gemini items as JSON: an index of another version is indexed again."""
-    from capsem.schema import connect
+    from capsem.store.schema import connect
 
     prompt = WORDS["gemini"][0]
     run("search", prompt)

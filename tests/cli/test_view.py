@@ -20,7 +20,7 @@ from addons.recorder.bodies import read_body
 from assembler.view import queries
 from assembler.view.app import create_app
 from assembler.view.charts import money
-from capsem.schema import connect, open_main_db
+from capsem.store.schema import connect, open_main_db
 from tests.addons.recorder.test_bodies import call
 from tests.cli.conftest import clone_session, days_ago, execute, recorded_id, run, session_db
 from tests.conftest import rows

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from capsem.schema import MAIN_MIGRATIONS, migrate
+from capsem.store.schema import MAIN_MIGRATIONS, migrate
 
 
 def test_token_breakdown_and_exit_code_on_an_older_main_db(tmp_path):
@@ -36,7 +36,7 @@ def test_two_processes_migrating_the_same_file_take_turns(tmp_path):
     """The recorder and `capsem run`'s workspace watcher may open a new session.db together."""
     import threading
 
-    from capsem.schema import SESSION_MIGRATIONS, open_session_db
+    from capsem.store.schema import SESSION_MIGRATIONS, open_session_db
 
     errors = []
 

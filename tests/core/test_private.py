@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from capsem.private import make_private, open_private, private_dir, private_file, write_private
-from capsem.schema import open_main_db
+from capsem.store.schema import open_main_db
 
 
 def mode(path: Path) -> int:

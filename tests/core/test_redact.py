@@ -17,8 +17,8 @@ from capsem.credential_places import pgpass_spans
 from capsem.escapes import scrub_decoded
 from capsem.redact import Scrubber, hash_value, headers_json, redact_query
 from capsem.rollup import register_session
-from capsem.schema import open_main_db
 from capsem.settings import defaults
+from capsem.store.schema import open_main_db
 
 ALLOW = frozenset({"content-type", "user-agent"})
 

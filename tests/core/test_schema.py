@@ -2,7 +2,7 @@ import sqlite3
 
 import pytest
 
-from capsem.schema import (
+from capsem.store.schema import (
     MAIN_MIGRATIONS,
     SESSION_MIGRATIONS,
     SESSION_TABLES,

@@ -13,14 +13,14 @@ import string
 
 import pytest
 
-from addons.recorder.rows import FsEvent, new_event_id
-from addons.recorder.writer import SessionWriter
 from capsem.escapes import decoded_view
 from capsem.random_tokens import looks_random
 from capsem.redact import Scrubber
 from capsem.rollup import register_session
-from capsem.schema import open_main_db
 from capsem.secret_names import is_secret_name
+from capsem.store.rows import FsEvent, new_event_id
+from capsem.store.schema import open_main_db
+from capsem.store.writer import SessionWriter
 from tests.conftest import rows
 
 RNG = random.Random(34)

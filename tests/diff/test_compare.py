@@ -13,7 +13,7 @@ from rich.console import Console
 from assembler.diff.compare import align, compare
 from assembler.diff.load import Run, load_run, strip_ids
 from assembler.diff.text import as_json, render
-from capsem.schema import connect
+from capsem.store.schema import connect
 from tests.addons.recorder.test_conversations import send
 from tests.recording import RecorderHarness
 

@@ -115,7 +115,7 @@ def test_tool_names_stay_whole_and_totals_count_errors_and_unpriced_calls(agent_
     `errors 0 | 0` for a session with a failed tool and a request answered 404, printed `$0.002682`
     and `$0` for a call whose model has no known price."""
     from assembler.failures import failures
-    from capsem.schema import connect
+    from capsem.store.schema import connect
 
     runs = agent_runs
     with view_of(runs.home) as url, laid_out(f"{url}/diff/{runs.a}/{runs.b}", tmp_path / "p", width) as page:

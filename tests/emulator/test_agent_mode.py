@@ -26,7 +26,7 @@ from capsem.emulator import Emulator
 from capsem.emulator.agent import CODE_MODE, COMMAND, FILE, GREETING, PATCH, value
 from capsem.emulator.housekeeping import NOT_EMULATED_SERVER
 from capsem.outcomes import ERRORS_SQL
-from capsem.schema import open_session_db
+from capsem.store.schema import open_session_db
 
 # the shell and write tools as Claude Code declares them (draft 2020-12, additionalProperties false)
 BASH = {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object", "additionalProperties": False,

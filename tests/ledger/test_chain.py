@@ -11,11 +11,11 @@ import stat
 
 import pytest
 
-from addons.recorder.writer import SessionWriter
 from capsem.rollup import finish_session, open_main, register_session
-from capsem.schema import connect
 from capsem.store.keys import load_public
+from capsem.store.schema import connect
 from capsem.store.verify import verify_session
+from capsem.store.writer import SessionWriter
 
 
 def verdict(home, db, status="stopped"):

@@ -8,7 +8,7 @@ import signal
 from assembler.inspect import Clock, inspect_session
 from assembler.sessions import SessionFilters, list_sessions
 from capsem.rollup import NOT_RECORDED_END, open_main, recover_crashed
-from capsem.schema import open_session_db
+from capsem.store.schema import open_session_db
 from tests.conftest import only_session, rows
 from tests.reliability.test_crash_and_faults import ask
 from tests.reliability.test_recorder_faults import recorder_of

@@ -9,7 +9,7 @@ import zstandard
 
 from addons.items import call_items
 from addons.recorder.bodies import read_body
-from capsem.schema import open_session_db
+from capsem.store.schema import open_session_db
 
 DEPTH = 3000
 

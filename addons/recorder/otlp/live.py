@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from addons.recorder.otlp.send import Target, export_session, exporter
-from capsem.schema import connect, open_main_db
+from capsem.store.schema import connect, open_main_db
 
 logger = logging.getLogger("addons.recorder.otlp")
 TIMEOUT = 5.0

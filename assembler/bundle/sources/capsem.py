@@ -27,7 +27,7 @@ from assembler.bundle.sources.base import SourceContext, dumps
 from assembler.sessiondb import SessionDbError, open_path
 from capsem import health
 from capsem.ids import is_session_id
-from capsem.schema import connect
+from capsem.store.schema import connect
 
 BATCH = 500
 TIME_TABLES = ("net_events", "model_calls", "fs_events", "mcp_calls")

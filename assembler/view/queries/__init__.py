@@ -1,6 +1,6 @@
 """What the pages show, read from main.db and a session.db into typed data.
 
-Every function takes an open read-only connection (`capsem.schema.connect`, through
+Every function takes an open read-only connection (`capsem.store.schema.connect`, through
 `assembler.sessiondb`) and returns dataclasses; nothing here knows about HTML. Item content is
 read only with `SELECT content FROM item_contents WHERE hash = ?`. Costs are the stored
 `estimated_cost_usd` values, never recomputed.

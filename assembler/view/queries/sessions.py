@@ -84,7 +84,7 @@ def anomaly_counts(paths: dict[str, str | None]) -> dict[str, int | None]:
     decompressed for a list: None)."""
     from pathlib import Path
 
-    from capsem.schema import connect
+    from capsem.store.schema import connect
 
     out: dict[str, int | None] = {}
     for sid, path in paths.items():

@@ -10,11 +10,11 @@ import pytest
 
 from addons.budgets import today
 from addons.proxy.spend import SETTLE_SECONDS, SpendView, ledger_rows
-from addons.recorder.rows import ModelCall
 from addons.recorder.spend import SessionSpend, write_spend
 from capsem.rollup import register_session, rollup
-from capsem.schema import MAIN_MIGRATIONS, migrate, open_main_db, open_session_db
 from capsem.settings import Budget
+from capsem.store.rows import ModelCall
+from capsem.store.schema import MAIN_MIGRATIONS, migrate, open_main_db, open_session_db
 from tests.conftest import rows
 
 NOW = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())

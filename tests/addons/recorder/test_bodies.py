@@ -27,10 +27,10 @@ from addons.recorder.bodies import (
     pieces,
     read_body,
 )
-from addons.recorder.rows import BodyChunk, ContentFrame, IdMinter, ItemContent
 from benchmarks.bodies import claude_code, conversation
 from capsem.redact import Scrubber
-from capsem.schema import SESSION_MIGRATIONS, migrate
+from capsem.store.rows import BodyChunk, ContentFrame, IdMinter, ItemContent
+from capsem.store.schema import SESSION_MIGRATIONS, migrate
 from tests.recording import RecorderHarness, ended, head, response
 
 

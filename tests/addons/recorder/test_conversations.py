@@ -12,7 +12,7 @@ from addons.messages import Route
 from assembler.inspect import check_cache_breaks
 from assembler.show_call_text import render_call
 from assembler.view.queries import break_sentence, call_view, session_view
-from capsem.schema import connect
+from capsem.store.schema import connect
 from tests.addons.recorder.otlp.test_otlp import build
 from tests.recording import RecorderHarness, ended, head, response
 

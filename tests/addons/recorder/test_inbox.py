@@ -22,9 +22,9 @@ from addons.feed import (
     split_frames,
 )
 from addons.recorder.inbox import CMDLINE_MAX_CHARS, MAX_FRAME, Inbox
-from addons.recorder.writer import SessionWriter
 from assembler.feed import Feed
 from capsem.redact import hash_value
+from capsem.store.writer import SessionWriter
 from tests.conftest import rows
 from tests.recording import recorder_thread
 
@@ -129,7 +129,7 @@ def test_a_bad_frame_closes_its_connection_and_nothing_else(tmp_path):
 
 
 def test_the_feed_rows_are_the_tables_columns(tmp_path):
-    from capsem.schema import open_session_db
+    from capsem.store.schema import open_session_db
 
     conn = open_session_db(tmp_path / "session.db")
     for struct, table in ((ProcSample, "proc_samples"), (ProcAnomaly, "proc_anomalies")):

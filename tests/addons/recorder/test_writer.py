@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from addons.recorder.rows import FsEvent, new_event_id
-from addons.recorder.writer import SessionWriter
 from capsem.redact import Scrubber
+from capsem.store.rows import FsEvent, new_event_id
+from capsem.store.writer import SessionWriter
 from tests.conftest import rows
 
 

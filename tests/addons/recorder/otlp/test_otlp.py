@@ -19,7 +19,7 @@ from addons.recorder.otlp.read import Mark, step
 from addons.recorder.otlp.send import Target, export_session, exporter, read_mark, traces_url
 from addons.recorder.otlp.spans import Builder, Options
 from capsem import settings
-from capsem.schema import connect, open_main_db
+from capsem.store.schema import connect, open_main_db
 from tests.addons.recorder.test_traces import PROMPT, TASK, reply, result, send
 from tests.recording import RecorderHarness
 
