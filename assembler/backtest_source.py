@@ -19,7 +19,6 @@ from typing import Any
 
 from addons.mcp import parse_request
 from addons.proxy.policy import Policy
-from addons.recorder.bodies import read_body
 from addons.reservation import Bound, bound, ws_bound
 from assembler.backtest import Backtest, McpCall, ModelCall, Report, Request, Session
 from assembler.sessiondb import (
@@ -32,6 +31,7 @@ from assembler.sessiondb import (
     resolve,
 )
 from capsem.settings import Budget
+from capsem.store.bodies import read_body
 
 
 class NothingToTest(LookupError):

@@ -1,6 +1,6 @@
 """`capsem show-call ID`: one model call's exact request and response, raw or readable.
 
-`call_bodies()` reads the stored bodies (addons/recorder/bodies.py); `document()` makes them one
+`call_bodies()` reads the stored bodies (capsem/store/bodies.py); `document()` makes them one
 JSON document (`--json`): the call's row, and each body as the JSON it is or, for a stream, the
 list of its events. The readable form is assembler/show_call_text.py's.
 """
@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass
 
 from addons.framing import SSEDecoder
-from addons.recorder.bodies import read_body
 from assembler.sessiondb import open_session
+from capsem.store.bodies import read_body
 
 
 class CallNotFound(LookupError):

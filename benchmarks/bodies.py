@@ -7,7 +7,7 @@ messages per turn, the whole history resent every turn with `cache_control` move
 message, as Claude Code does. Each goes through the real recorder and writer
 (`Recorder` + `SessionWriter`, messages in). After every turn the session.db bytes that hold
 bodies are measured; beside them, the same bodies stored each as is (zstd-compressed whole):
-the quadratic line (compressed even). Then the time to read a call's body back (`addons.recorder.bodies.read_body`) in a
+the quadratic line (compressed even). Then the time to read a call's body back (`capsem.store.bodies.read_body`) in a
 session of `read_turns` turns, the last call (the longest) and one in the middle.
 """
 
@@ -25,10 +25,10 @@ from pathlib import Path
 import zstandard
 
 from addons.messages import FlowEnded, RequestHead, ResponseHead, Route
-from addons.recorder.bodies import read_body
 from addons.recorder.recorder import Recorder
 from capsem.redact import Scrubber
 from capsem.settings import defaults
+from capsem.store.bodies import read_body
 from capsem.store.writer import SessionWriter
 
 WORDS = [
@@ -231,6 +231,6 @@ def _list_bytes(conn: sqlite3.Connection, call: int) -> int:
 
 
 def _distinct(bodies: list[bytes]) -> set[bytes]:
-    from addons.recorder.bodies import pieces
+    from capsem.store.bodies import pieces
 
     return {p for body in bodies for p in pieces(body)}

@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import sqlite3
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,9 +41,9 @@ import zstandard
 from addons.items import Item
 from capsem.markers import keyed_hex
 from capsem.redact import Scrubber, is_stream_type
+from capsem.store.bodies import DIGEST, cut, segments
 from capsem.store.rows import BodyBlob, BodyChunk, ContentFrame, IdMinter, ItemContent, Row, new_event_id
 
-MAX_PIECE = 64 * 1024
 FRAME_BYTES = 1024 * 1024
 """Bytes (before compression) after which a call's content goes on in a new frame: reading one
 piece decompresses its whole frame."""
@@ -54,11 +52,6 @@ SMALL_LEVEL, LARGE_LEVEL = 12, 3
 """zstd levels for frames up to `SMALL_FRAME` bytes (a turn's new content: ~0.4 ms, about 10 % smaller
 than level 3 on conversation JSON) and for larger ones (a streamed answer of 160 KB: 0.5 ms at level 3,
 6.5 ms at 12 for 9 % less)."""
-_CUT = re.compile(rb'\{(?=\s*"(?:role|type|name|parts|text|functionCall|functionResponse|call_id)"\s*:)')
-"""Where a piece starts: the `{` of such an object (matched, not looked ahead for: `re` then scans
-for the literal `{`, ~7x faster on a long request)."""
-_DIGEST = 16
-"""Bytes of SHA-256 kept per piece key (128 bits)."""
 MAX_DEPTH = 256
 """Links a body's list of pieces may follow to earlier bodies before one is stored whole."""
 _RECENT = 8
@@ -79,24 +72,6 @@ class Body:
     data: bytes
     truncated: bool = False
     content_type: str | None = None
-
-
-def segments(body: bytes) -> list[bytes]:
-    """`body` cut where a JSON object names a role, a type or a name (outside every JSON string:
-    no secret spans two segments)."""
-    cuts = [m.start() for m in _CUT.finditer(body)]
-    return [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True) if b > a]
-
-
-def cut(data: bytes) -> list[bytes]:
-    """`data` cut every `MAX_PIECE` bytes."""
-    return [data[i : i + MAX_PIECE] for i in range(0, len(data), MAX_PIECE)]
-
-
-def pieces(body: bytes) -> list[bytes]:
-    """The pieces a request holding no secret is stored as: its segments, each cut every `MAX_PIECE`
-    bytes (a request holding one is cut the same way after each segment is scrubbed)."""
-    return [piece for segment in segments(body) for piece in cut(segment)]
 
 
 class _Recent:
@@ -228,7 +203,7 @@ class BodyStore:
         """The keys of a request segment's pieces: scrubbed whole, then cut every `MAX_PIECE` bytes
         (so no cut falls inside a secret); new pieces are stored. A segment seen before is not
         scrubbed again unless a credential learned since occurs in it."""
-        raw = hashlib.sha256(segment).digest()[:_DIGEST]
+        raw = hashlib.sha256(segment).digest()[:DIGEST]
         seen = self._segments.get(raw)
         generation = self.scrubber.generation
         if seen is not None and seen[0] != generation:
@@ -247,7 +222,7 @@ class BodyStore:
     def _piece(self, stored: bytes) -> bytes:
         """The key of a scrubbed piece (the SHA-256 of what is stored: no secret is hashed raw),
         put in the current frame when the session does not hold it yet."""
-        key = hashlib.sha256(stored).digest()[:_DIGEST]
+        key = hashlib.sha256(stored).digest()[:DIGEST]
         if key not in self.known:
             frame, start = self._frames.add(stored)
             self._rows.append(BodyChunk(key, len(stored), frame, start))
@@ -294,108 +269,3 @@ class BodyStore:
             )
         )  # fmt: skip
         recent.append(_Recent(blob_id, keys, depth))
-
-
-def known_pieces(conn: sqlite3.Connection) -> set[bytes]:
-    """The keys of the pieces a session.db already holds."""
-    return {row[0] for row in conn.execute("SELECT hash FROM body_chunks")}
-
-
-def _blob(conn: sqlite3.Connection, where: str, params: tuple) -> dict | None:
-    cursor = conn.execute(f"SELECT * FROM event_body_blobs WHERE {where}", params)
-    found = cursor.fetchone()
-    return None if found is None else dict(zip([d[0] for d in cursor.description], found, strict=True))
-
-
-def _runs(blob: dict) -> list:
-    """A body's runs; a row of a session.db written before m016 (the leading `base_pieces` keys of
-    `base_id`, then its own) as the same runs."""
-    if "runs" in blob:
-        return json.loads(blob["runs"])
-    own = len(blob["chunks"]) // _DIGEST
-    return [own] if blob["base_id"] is None else [[blob["base_id"], 0, blob["base_pieces"]], own]
-
-
-def _keys(conn: sqlite3.Connection, blob: dict) -> list[bytes]:
-    """A body's whole list of piece keys, following its runs to earlier bodies (in a loop, so a
-    chain of thousands of bodies does not exhaust the stack)."""
-    chain = {blob["id"]: (blob, _runs(blob))}
-    todo = [blob["id"]]
-    while todo:
-        row_id = todo.pop()
-        for run in chain[row_id][1]:
-            if isinstance(run, list) and run[0] not in chain:
-                if run[0] >= row_id:
-                    raise ValueError(f"body {row_id} is built on body {run[0]}, which is not earlier")
-                base = _blob(conn, "id = ?", (run[0],))
-                if base is None:
-                    raise ValueError(f"body {row_id} is built on body {run[0]}, which is missing")
-                chain[run[0]] = (base, _runs(base))
-                todo.append(run[0])
-    last_use = {
-        run[0]: row_id for row_id in sorted(chain) for run in chain[row_id][1] if isinstance(run, list)
-    }
-    lists: dict[int, list[bytes]] = {}
-    for row_id in sorted(chain):  # a body is built only on earlier ones
-        row, found = chain[row_id]
-        own, at, keys = bytes(row["chunks"]), 0, []
-        for run in found:
-            if isinstance(run, list):
-                keys += lists[run[0]][run[1] : run[1] + run[2]]
-            else:
-                keys += [own[i : i + _DIGEST] for i in range(at, at + run * _DIGEST, _DIGEST)]
-                at += run * _DIGEST
-        lists[row_id] = keys
-        for run in found:  # a list no later body takes from is let go
-            if isinstance(run, list) and last_use.get(run[0]) == row_id:
-                lists.pop(run[0], None)
-    return lists[blob["id"]]
-
-
-def read_body(conn: sqlite3.Connection, row_id: int, direction: str = "request",
-              source_table: str = "model_calls") -> tuple[bytes, dict] | None:  # fmt: skip
-    """A stored body (as stored: scrubbed spans replaced) and its `event_body_blobs` row, or None."""
-    blob = _blob(conn, "source_table = ? AND row_id = ? AND direction = ?", (source_table, row_id, direction))
-    if blob is None:
-        return None
-    keys = _keys(conn, blob)
-    unique = list(dict.fromkeys(keys))
-    if "data" in {r[1] for r in conn.execute("PRAGMA table_info(body_chunks)")}:
-        return _read_unframed(conn, keys, unique, f"{direction} body of {source_table} {row_id}"), blob
-    where: dict[bytes, tuple[int, int, int]] = {}
-    for batch in _batches(unique):
-        sql = (
-            f"SELECT hash, frame, start, size FROM body_chunks WHERE hash IN ({', '.join('?' * len(batch))})"
-        )
-        for key, frame, start, size in conn.execute(sql, batch):
-            where[bytes(key)] = (frame, start, size)
-    missing = [k for k in unique if k not in where]
-    frames: dict[int, bytes] = {}
-    decompress = zstandard.ZstdDecompressor().decompress
-    for batch in _batches(list({f for f, _, _ in where.values()})):
-        sql = f"SELECT id, data FROM content_frames WHERE id IN ({', '.join('?' * len(batch))})"
-        frames.update((frame, decompress(data)) for frame, data in conn.execute(sql, batch))
-    missing += [k for k, (frame, _, _) in where.items() if frame not in frames]
-    if missing:
-        raise ValueError(
-            f"{len(missing)} pieces of the {direction} body of {source_table} {row_id} are missing"
-        )
-    return b"".join(frames[f][start : start + size] for f, start, size in map(where.__getitem__, keys)), blob
-
-
-def _read_unframed(conn: sqlite3.Connection, keys: list[bytes], unique: list[bytes], what: str) -> bytes:
-    """A body of a session.db written before content frames (m011: each piece compressed on its
-    own), read as it is: readers open sessions read-only and never migrate them."""
-    decompress = zstandard.ZstdDecompressor().decompress
-    data: dict[bytes, bytes] = {}
-    for batch in _batches(unique):
-        sql = f"SELECT hash, data FROM body_chunks WHERE hash IN ({', '.join('?' * len(batch))})"
-        data.update((bytes(key), decompress(stored)) for key, stored in conn.execute(sql, batch))
-    missing = [k for k in unique if k not in data]
-    if missing:
-        raise ValueError(f"{len(missing)} pieces of the {what} are missing")
-    return b"".join(map(data.__getitem__, keys))
-
-
-def _batches(values: list, size: int = 500) -> list[list]:
-    return [values[i : i + size] for i in range(0, len(values), size)]

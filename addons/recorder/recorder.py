@@ -31,7 +31,7 @@ from addons.messages import (
 )
 from addons.providers import parser_for, websocket_route
 from addons.recorder import build
-from addons.recorder.bodies import Body, BodyStore, known_pieces
+from addons.recorder.bodies import Body, BodyStore
 from addons.recorder.mcp_ledger import MCP_PREVIEW_BYTES, McpLedger
 from addons.recorder.outcome import call_error
 from addons.recorder.spend import SessionSpend
@@ -41,6 +41,7 @@ from addons.recorder.websocket import Turn, WebSocketTurns, close_error, request
 from addons.spec import WS_TURN
 from capsem.redact import is_stream_type, learn_credentials
 from capsem.settings import CaptureSettings
+from capsem.store.bodies import known_pieces
 from capsem.store.rows import IdMinter, McpCall, ModelCall, ResponseChunksRow, Row
 from capsem.store.writer import SessionWriter
 

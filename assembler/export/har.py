@@ -19,9 +19,9 @@ from datetime import datetime
 from typing import IO, Any
 from urllib.parse import parse_qsl
 
-from addons.recorder.bodies import read_body
 from assembler.export.select import has_table
 from capsem import __version__
+from capsem.store.bodies import read_body
 
 _SPACE = re.compile(r"\s*")
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}

@@ -28,9 +28,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from addons.recorder.bodies import read_body
 from assembler.sessiondb import MainDbMissing, open_main, open_session
 from capsem.private import make_private, private_dir
+from capsem.store.bodies import read_body
 from capsem.store.schema import STORAGE_TABLES
 
 BATCH_ROWS = 20_000

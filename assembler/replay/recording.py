@@ -1,7 +1,7 @@
 """A recorded session read for `capsem replay`: every model and MCP call's request shape and the
 answer to send back (status, headers, body, how it was cut into chunks and when).
 
-Bodies are the stored ones (addons/recorder/bodies.py): decoded, and scrubbed — a secret the
+Bodies are the stored ones (capsem/store/bodies.py): decoded, and scrubbed — a secret the
 provider's answer held is replayed as its marker. A response is served without Content-Encoding.
 """
 
@@ -11,9 +11,9 @@ import json
 import sqlite3
 from dataclasses import dataclass, field
 
-from addons.recorder.bodies import read_body
 from assembler.replay.match import Endpoint, Recorded, Shaper
 from assembler.sessiondb import main_row, open_session
+from capsem.store.bodies import read_body
 
 DROPPED_HEADERS = frozenset(
     {"content-length", "transfer-encoding", "content-encoding", "connection", "keep-alive"}

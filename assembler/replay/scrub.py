@@ -2,7 +2,7 @@
 
 The recorder learns the credentials of a flow's headers (`capsem.redact.carries_credential`:
 authorization, cookies, session and secret-named headers), then scrubs a request segment by
-segment (`addons.recorder.bodies.segments`). This does the same with the configured secret
+segment (`capsem.store.bodies.segments`). This does the same with the configured secret
 rules, remembering segments already scrubbed (an agent resends its history every turn).
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 
-from addons.recorder.bodies import segments
 from capsem.redact import Scrubber, learn_credentials
+from capsem.store.bodies import segments
 
 logger = logging.getLogger(__name__)
 

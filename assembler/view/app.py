@@ -438,7 +438,7 @@ def _error_page(view: View, urls: Urls, problem: Problem) -> HTMLResponse:
 
 def _raw_body(view: View, urls: Urls, request: Request) -> Response:
     """A call's stored request or response body, as a download named after the session and call."""
-    from addons.recorder.bodies import read_body
+    from capsem.store.bodies import read_body
 
     direction = request.path_params["direction"]
     if direction not in ("request", "response"):

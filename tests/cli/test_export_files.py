@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import zstandard
 from haralyzer import HarEntry, HarParser
 
-from addons.recorder.bodies import read_body
 from assembler.sessiondb import db_file
+from capsem.store.bodies import read_body
 from capsem.store.schema import STORAGE_TABLES
 from capsem.store.schema import connect as connect_db
 from tests.bundle.conftest import devtools

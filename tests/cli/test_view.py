@@ -16,10 +16,10 @@ import time
 import pytest
 from starlette.testclient import TestClient
 
-from addons.recorder.bodies import read_body
 from assembler.view import queries
 from assembler.view.app import create_app
 from assembler.view.charts import money
+from capsem.store.bodies import read_body
 from capsem.store.schema import connect, open_main_db
 from tests.addons.recorder.test_bodies import call
 from tests.cli.conftest import clone_session, days_ago, execute, recorded_id, run, session_db

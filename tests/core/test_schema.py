@@ -74,7 +74,7 @@ def test_pieces_and_items_stored_before_content_frames_read_back_after_the_migra
 
     import zstandard
 
-    from addons.recorder.bodies import read_body
+    from capsem.store.bodies import read_body
 
     path = tmp_path / "session.db"
     conn = sqlite3.connect(path, isolation_level=None)
@@ -107,7 +107,7 @@ def test_bodies_listed_as_a_prefix_of_an_earlier_body_read_back_before_and_after
 
     import zstandard
 
-    from addons.recorder.bodies import read_body
+    from capsem.store.bodies import read_body
 
     path = tmp_path / "session.db"
     conn = sqlite3.connect(path, isolation_level=None)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import zstandard
 
-from addons.recorder.bodies import read_body
+from capsem.store.bodies import read_body
 from tests.cli.conftest import run
 from tests.conftest import environ
 

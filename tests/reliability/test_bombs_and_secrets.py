@@ -21,7 +21,7 @@ import psutil
 import pytest
 import zstandard
 
-from addons.recorder.bodies import read_body
+from capsem.store.bodies import read_body
 from tests.cli.conftest import run
 from tests.conftest import rows
 from tests.e2e.test_capture_sdk import finish

@@ -8,7 +8,7 @@ import hashlib
 import zstandard
 
 from addons.items import call_items
-from addons.recorder.bodies import read_body
+from capsem.store.bodies import read_body
 from capsem.store.schema import open_session_db
 
 DEPTH = 3000

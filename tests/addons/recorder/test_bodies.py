@@ -17,18 +17,10 @@ from hypothesis import strategies as st
 from addons.items import item
 from addons.messages import Route
 from addons.recorder import bodies
-from addons.recorder.bodies import (
-    FRAME_BYTES,
-    MAX_PIECE,
-    Body,
-    BodyStore,
-    _blob,
-    _keys,
-    pieces,
-    read_body,
-)
+from addons.recorder.bodies import FRAME_BYTES, Body, BodyStore
 from benchmarks.bodies import claude_code, conversation
 from capsem.redact import Scrubber
+from capsem.store.bodies import MAX_PIECE, _blob, _keys, pieces, read_body
 from capsem.store.rows import BodyChunk, ContentFrame, IdMinter, ItemContent
 from capsem.store.schema import SESSION_MIGRATIONS, migrate
 from tests.recording import RecorderHarness, ended, head, response

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from addons.messages import WsMessage, WsOpened
-from addons.recorder.bodies import read_body
+from capsem.store.bodies import read_body
 from tests.recording import RecorderHarness, ended, head, response
 
 SESSION = "sess-9f8e7d6c5b4a3921"
