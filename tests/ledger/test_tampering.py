@@ -17,8 +17,10 @@ import pytest
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from starlette.testclient import TestClient
 
 from assembler.demo import anthropic_loop, openai_loop
+from assembler.view.app import create_app
 from capsem.ids import new_session_id
 from capsem.store.ledger import key_column
 from tests.cli.conftest import run
@@ -79,6 +81,10 @@ def test_a_recorded_session_verifies(home, recorded):
         "(SELECT COUNT(*) FROM net_events WHERE decision = 'denied'), (SELECT COUNT(*) FROM ledger)",
     )[0]
     assert counts[0] and counts[1] and counts[2] == 1 and counts[3] > 20  # the triggers ran; a denied call
+    with TestClient(create_app(), base_url="http://127.0.0.1") as client:
+        assert 'class="badge ledger verified"' in client.get(f"/s/{recorded.session_id}").text
+    assert "Ledger: verifies: " in run("inspect-session", recorded.session_id, "--strict")
+    assert "✗" not in run("list-sessions")
     out = run("verify", recorded.session_id)
     assert re.search(
         rf"{recorded.session_id}  verified  [\d,]+ rows in [\d,]+ signed batches, signed end", out
@@ -93,6 +99,14 @@ def test_a_changed_cost_is_named(home, recorded):
     sql(db, f"UPDATE model_calls SET estimated_cost_usd = estimated_cost_usd / 10 WHERE id = {call_id}")
     out = run("verify", recorded.session_id, code=1)
     assert f"FAILED    model_calls id {call_id}: changed" in out
+    # shown where sessions are looked at: inspect-session, list-sessions, the session page
+    problem = f"does not verify: model_calls id {call_id}: changed (does not match entry"
+    assert f"Ledger: {problem}" in run("inspect-session", recorded.session_id, "--strict", code=1)
+    listing = run("list-sessions")
+    assert " ✗" in listing and "✗ = does not verify (1 session)" in listing
+    with TestClient(create_app(), base_url="http://127.0.0.1") as client:
+        page = client.get(f"/s/{recorded.session_id}").text
+    assert 'class="badge ledger error"' in page and problem in page
 
 
 def test_a_deleted_denied_call_is_named(home, recorded):
