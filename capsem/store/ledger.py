@@ -174,6 +174,7 @@ class Ledger:
 
     def load(self, conn: sqlite3.Connection) -> None:
         """Continue the chain the file holds (a restarted recorder, an offline writer)."""
+        self._shapes.clear()
         for sid, table, columns in conn.execute("SELECT id, tbl, columns FROM ledger_shapes"):
             names = tuple(msgspec.json.decode(columns))
             self._shapes[(table, names)] = _Shape(
@@ -192,10 +193,16 @@ class Ledger:
 
     def begin(self, conn: sqlite3.Connection) -> None:
         """Start a commit batch (inside the writer's transaction)."""
-        if not self._loaded:
+        if not self._loaded or self._moved_on(conn):
             self.load(conn)
         self._saved = (self.seq, self.batch, self.chain, self.last)
         self.batch += 1
+
+    def _moved_on(self, conn: sqlite3.Connection) -> bool:
+        """Whether another writer committed since (one indexed lookup a commit; the transaction
+        the writer holds keeps it so until the commit ends)."""
+        row = conn.execute("SELECT MAX(batch) FROM ledger_heads").fetchone()
+        return (row[0] or 0) != self.batch
 
     def rows(self, conn: sqlite3.Connection, table: str, columns: tuple[str, ...], rows: list[tuple]) -> None:
         """Chain rows as written (scrubbed), in the order they were inserted."""

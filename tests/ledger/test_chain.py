@@ -127,3 +127,19 @@ def test_the_key_is_private_and_never_logged(db, capsem_home, caplog):
     assert b"PRIVATE KEY" in key.read_bytes()
     body = key.read_text().splitlines()[1]
     assert body not in caplog.text and "PRIVATE KEY" not in caplog.text
+
+
+def test_two_writers_on_one_session_take_turns_on_the_chain(db, capsem_home):
+    """An offline writer while another is open (capsem run's last resort beside a recorder that
+    is finishing): each continues the chain the file holds."""
+    first, second = SessionWriter(db), SessionWriter(db)
+    first.add_dicts("net_events", [net(1)])
+    assert first.commit()
+    second.add_dicts("net_events", [net(2)])
+    assert second.commit()
+    first.add_dicts("fs_events", [{"timestamp": "t", "action": "created", "path": "/a"}])
+    assert first.commit()
+    second.close()
+    first.close(end=True)
+    v = verdict(capsem_home, db)
+    assert v.ok and v.batches == 5 and v.last.final
