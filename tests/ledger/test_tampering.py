@@ -158,6 +158,19 @@ def test_a_removed_session_directory_is_noticed(home, recorded):
     assert "missing" in run("verify", recorded.session_id, code=1)
 
 
+def test_a_session_retention_culled_is_not_missing(home, recorded):
+    from assembler.retention import cull_session
+    from capsem.rollup import open_main
+
+    main = open_main(home / "main.db")
+    cull_session(main, recorded.session_id, "test")
+    main.close()
+    assert not (home / "sessions" / recorded.session_id).exists()
+    out = run("verify", "--all")
+    assert f"{recorded.session_id}  ok        culled by retention (recorded in main.db's chain)" in out
+    assert "main.db chain          verified  2 entries" in out
+
+
 def test_a_swapped_ledger_pub_fails_every_signature(home, recorded):
     other = Ed25519PrivateKey.generate().public_key()
     (home / "ledger.pub").write_bytes(
