@@ -71,6 +71,13 @@ def verify(targets: tuple[str, ...], all_: bool) -> None:
     session gone from main.db's chain or a bad signature; 3 when nothing could be checked. A
     crashed session verifies up to its last signed batch. An ATTESTATION file (from `capsem
     export attestation`) is checked too: its DSSE signature, and its head against the session.
+    With neither, the newest session.
+
+    \b
+    Examples:
+        capsem verify --all
+        capsem verify 20260327-154418-f907
+        capsem verify run.intoto.json
     """
     files = [Path(t) for t in targets if Path(t).is_file()]
     sessions = [t for t in targets if not Path(t).is_file()]
