@@ -92,9 +92,14 @@ def retyped(values: Sequence[Any]) -> list[bytes]:
     return out
 
 
+def shape_prefix(table: str, columns: Sequence[str]) -> bytes:
+    """What every row digest of a shape starts with: its table and column names, encoded."""
+    return _encode([table, list(columns)])
+
+
 def shape_hash(table: str, columns: Sequence[str]) -> Any:
-    """The running hash every row of a shape starts from (copied per row)."""
-    return _sha256(_encode([table, list(columns)]))
+    """The running hash every row of a shape starts from (copied per row: `capsem verify`)."""
+    return _sha256(shape_prefix(table, columns))
 
 
 def row_digest(start: Any, values: Sequence[Any]) -> bytes:
@@ -142,7 +147,7 @@ def key_column(conn: sqlite3.Connection, table: str, columns: Sequence[str]) -> 
 @dataclass
 class _Shape:
     id: int
-    start: Any
+    prefix: bytes
     key: int | None
     stored: bool
 
@@ -178,7 +183,7 @@ class Ledger:
         for sid, table, columns in conn.execute("SELECT id, tbl, columns FROM ledger_shapes"):
             names = tuple(msgspec.json.decode(columns))
             self._shapes[(table, names)] = _Shape(
-                sid, shape_hash(table, names), key_column(conn, table, names), True
+                sid, shape_prefix(table, names), key_column(conn, table, names), True
             )
         row = conn.execute("SELECT seq, chain FROM ledger ORDER BY seq DESC LIMIT 1").fetchone()
         if row:
@@ -207,14 +212,12 @@ class Ledger:
     def rows(self, conn: sqlite3.Connection, table: str, columns: tuple[str, ...], rows: list[tuple]) -> None:
         """Chain rows as written (scrubbed), in the order they were inserted."""
         shape = self._shape(conn, table, columns)
-        start, k, sid, batch = shape.start, shape.key, shape.id, self.batch
+        prefix, k, sid, batch = shape.prefix, shape.key, shape.id, self.batch
         seq, chain, out = self.seq, self.chain, self._entries
-        odd, encode = _ODD.isdisjoint, _encode
-        for row in rows:
-            h = start.copy()
-            h.update(encode(row) if odd(map(type, row)) else encoded(row))
-            digest = h.digest()
-            chain = _sha256(chain + digest).digest()
+        odd, encode, sha256 = _ODD.isdisjoint, _encode, _sha256
+        for row in rows:  # SHA-256(prefix ‖ values): `row_digest`'s value, without a hash object to copy
+            digest = sha256(prefix + (encode(row) if odd(map(type, row)) else encoded(row))).digest()
+            chain = sha256(chain + digest).digest()
             seq += 1
             out.append((seq, batch, table, None if k is None else row[k], sid, digest, chain))
         self.seq, self.chain = seq, chain
@@ -265,7 +268,7 @@ class Ledger:
         shape = self._shapes.get((table, columns))
         if shape is None:
             sid = max((s.id for s in self._shapes.values()), default=0) + 1
-            shape = self._shapes[(table, columns)] = _Shape(sid, shape_hash(table, columns),
+            shape = self._shapes[(table, columns)] = _Shape(sid, shape_prefix(table, columns),
                                                             key_column(conn, table, columns), False)  # fmt: skip
         return shape
 
