@@ -3,10 +3,12 @@
 Each row the writer inserts (and each `session_meta` value it sets) becomes one `ledger` entry in
 commit order: its table, its key (the table's primary key when the row carries it, else its
 `event_id`), the SHA-256 of its canonical encoding (`row_digest`) and the running digest `chain`
-= SHA-256(previous chain ‖ digest), starting from `genesis(session_id)`. At the end of every
-commit batch (and when a writer closes: `final`) the head (the last chain value) is signed with
-the ledger key and stored in `ledger_heads` in the same transaction, so a committed batch is
-always a signed one.
+= SHA-256(previous chain ‖ digest), starting from `genesis(session_id)`. A batch's entries are
+stored as one `ledger` row (`[table, key, shape, digest, chain]` each, msgpack, numbered from its
+`first_seq`): one insert a commit instead of one a row, which was most of the ledger's cost. At
+the end of every commit batch (and when a writer closes: `final`) the head (the last chain
+value) is signed with the ledger key and stored in `ledger_heads` in the same transaction, so a
+committed batch is always a signed one.
 
 The canonical encoding of a row is what the writer inserts, after scrubbing: the shape (table and
 column names) and the values, msgpack-encoded as SQLite gives them back (`encoded`: a bool as its
@@ -42,6 +44,11 @@ _sha256 = hashlib.sha256
 HEAD_TAG = b"capsem-ledger-head-v1\n"
 TRIGGERED = "tool_calls"
 """The table the triggers update after its insert."""
+
+
+def unpack(entries: bytes) -> list[list]:
+    """A batch's entries: [table, key, shape, digest, chain] each, in commit order."""
+    return msgspec.msgpack.decode(entries)
 
 
 def genesis(session_id: str) -> bytes:
@@ -185,9 +192,10 @@ class Ledger:
             self._shapes[(table, names)] = _Shape(
                 sid, shape_prefix(table, names), key_column(conn, table, names), True
             )
-        row = conn.execute("SELECT seq, chain FROM ledger ORDER BY seq DESC LIMIT 1").fetchone()
+        row = conn.execute("SELECT first_seq, entries FROM ledger ORDER BY batch DESC LIMIT 1").fetchone()
         if row:
-            self.seq, self.chain = row[0], row[1]
+            entries = unpack(row[1])
+            self.seq, self.chain = row[0] + len(entries) - 1, entries[-1][4]
         row = conn.execute(
             "SELECT batch, last_seq, head, final FROM ledger_heads ORDER BY batch DESC LIMIT 1"
         ).fetchone()
@@ -212,14 +220,14 @@ class Ledger:
     def rows(self, conn: sqlite3.Connection, table: str, columns: tuple[str, ...], rows: list[tuple]) -> None:
         """Chain rows as written (scrubbed), in the order they were inserted."""
         shape = self._shape(conn, table, columns)
-        prefix, k, sid, batch = shape.prefix, shape.key, shape.id, self.batch
+        prefix, k, sid = shape.prefix, shape.key, shape.id
         seq, chain, out = self.seq, self.chain, self._entries
         odd, encode, sha256 = _ODD.isdisjoint, _encode, _sha256
         for row in rows:  # SHA-256(prefix ‖ values): `row_digest`'s value, without a hash object to copy
             digest = sha256(prefix + (encode(row) if odd(map(type, row)) else encoded(row))).digest()
             chain = sha256(chain + digest).digest()
             seq += 1
-            out.append((seq, batch, table, None if k is None else row[k], sid, digest, chain))
+            out.append((table, None if k is None else row[k], sid, digest, chain))
         self.seq, self.chain = seq, chain
         if table == "tool_responses" and "call_id" in columns:
             i = columns.index("call_id")
@@ -239,7 +247,8 @@ class Ledger:
         if new:
             conn.executemany("INSERT INTO ledger_shapes VALUES (?, ?, ?)", new)
         if self._entries:
-            conn.executemany("INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?)", self._entries)
+            first = self.seq - len(self._entries) + 1
+            conn.execute("INSERT INTO ledger VALUES (?, ?, ?)", (self.batch, first, _encode(self._entries)))
         at = utc_now()
         message = head_message(self.session_id, self.batch, self.seq, self.chain, final, at)
         signature = self.key.sign(message) if self.key else b""

@@ -688,11 +688,13 @@ def m017_canonical_path(conn: sqlite3.Connection) -> None:
 
 @SESSION.migration
 def m019_ledger(conn: sqlite3.Connection) -> None:
-    """The chain over every row written (`capsem/store/ledger.py`): `ledger` one entry a row in
-    commit order (its table, key, shape, digest and running chain value), `ledger_shapes` the
-    column lists rows were written with, `ledger_heads` each commit batch's signed head (`final`:
-    the head a writer closed with). Rows written before this migration are not covered: `capsem
-    verify` says so. (m018 is the tool rules'.)"""
+    """The chain over every row written (`capsem/store/ledger.py`): `ledger` one row a commit
+    batch, its entries (one a row written, in commit order: its table, key, shape, digest and
+    running chain value) packed as one msgpack array from entry `first_seq` on (one insert a
+    batch, not one a row), `ledger_shapes` the column lists rows were written with,
+    `ledger_heads` each commit batch's signed head (`final`: the head a writer closed with).
+    Rows written before this migration are not covered: `capsem verify` says so. (m018 is the
+    tool rules'.)"""
     run_script(
         conn,
         """
@@ -702,13 +704,9 @@ def m019_ledger(conn: sqlite3.Connection) -> None:
             columns TEXT NOT NULL
         );
         CREATE TABLE ledger (
-            seq INTEGER PRIMARY KEY,
-            batch INTEGER NOT NULL,
-            tbl TEXT NOT NULL,
-            row_key,
-            shape INTEGER NOT NULL,
-            digest BLOB NOT NULL,
-            chain BLOB NOT NULL
+            batch INTEGER PRIMARY KEY,
+            first_seq INTEGER NOT NULL,
+            entries BLOB NOT NULL
         );
         CREATE TABLE ledger_heads (
             batch INTEGER PRIMARY KEY,

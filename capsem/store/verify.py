@@ -18,7 +18,7 @@ import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from capsem.store.keys import signature_holds
-from capsem.store.ledger import Head, genesis, head_message, key_column, link, row_matches, shape_hash
+from capsem.store.ledger import Head, genesis, head_message, key_column, link, row_matches, shape_hash, unpack
 from capsem.store.sessions_chain import ENTRY_TAG, GENESIS, Entry, entry_chain
 
 NOT_CHAINED = ("ledger", "ledger_shapes", "ledger_heads", "_capsem_migrations")
@@ -82,21 +82,22 @@ def verify_session(conn: sqlite3.Connection, session_id: str, public: Ed25519Pub
     chain_at: dict[int, bytes] = {0: genesis(session_id)}
     latest: dict[tuple[str, Any], tuple[int, int, bytes]] = {}
     previous, expected = chain_at[0], 1
-    for seq, _batch, table, key, shape, digest, chain in conn.execute("SELECT * FROM ledger ORDER BY seq"):
-        if seq != expected:
+    for first, packed in conn.execute("SELECT first_seq, entries FROM ledger ORDER BY batch"):
+        if first != expected:
             out.problems.append(
-                Problem("chain", detail=f"ledger entries {expected}..{seq - 1} removed", order=expected)
+                Problem("chain", detail=f"ledger entries {expected}..{first - 1} removed", order=expected)
             )
-        expected = seq + 1
-        previous = link(previous, digest)
-        if previous != chain:
-            out.problems.append(
-                Problem("chain", table, key, f"entry {seq} does not link to the one before", seq)
-            )
-        if seq in wanted:
-            chain_at[seq] = previous
-        latest[(table, key)] = (seq, shape, digest)
-        out.rows += 1
+        for seq, (table, key, shape, digest, chain) in enumerate(unpack(packed), first):
+            previous = link(previous, digest)
+            if previous != chain:
+                out.problems.append(
+                    Problem("chain", table, key, f"entry {seq} does not link to the one before", seq)
+                )
+            if seq in wanted:
+                chain_at[seq] = previous
+            latest[(table, key)] = (seq, shape, digest)
+            out.rows += 1
+            expected = seq + 1
     last_seq = expected - 1
     _check_heads(out, session_id, heads, chain_at, public, last_seq)
     _check_rows(out, conn, shapes, latest)

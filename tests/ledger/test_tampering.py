@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 from assembler.demo import anthropic_loop, openai_loop
 from assembler.view.app import create_app
 from capsem.ids import new_session_id
-from capsem.store.ledger import key_column
+from capsem.store.ledger import key_column, unpack
 from tests.cli.conftest import run
 from tests.conftest import emulated_client, environ
 
@@ -78,7 +78,7 @@ def test_a_recorded_session_verifies(home, recorded):
     counts = sql(
         db,
         "SELECT (SELECT COUNT(*) FROM tool_calls), (SELECT COUNT(*) FROM tool_responses), "
-        "(SELECT COUNT(*) FROM net_events WHERE decision = 'denied'), (SELECT COUNT(*) FROM ledger)",
+        "(SELECT COUNT(*) FROM net_events WHERE decision = 'denied'), (SELECT SUM(last_seq) FROM ledger_heads WHERE final)",
     )[0]
     assert counts[0] and counts[1] and counts[2] == 1 and counts[3] > 20  # the triggers ran; a denied call
     with TestClient(create_app(), base_url="http://127.0.0.1") as client:
@@ -130,19 +130,15 @@ def test_a_cut_last_batch_is_noticed(home, recorded):
     """The last batch that held rows goes, with its entries and every head from it on: what is
     left links and is signed, but the session says it stopped and its signed end is gone."""
     db = db_of(home, recorded.session_id)
-    ((batch, first),) = sql(
-        db, "SELECT MAX(batch), MIN(seq) FROM ledger WHERE batch = (SELECT MAX(batch) FROM ledger)"
-    )
+    ((batch, packed),) = sql(db, "SELECT batch, entries FROM ledger ORDER BY batch DESC LIMIT 1")
     conn = sqlite3.connect(db)
     shapes = {sid: (t, json.loads(c)) for sid, t, c in conn.execute("SELECT * FROM ledger_shapes")}
-    for table, key, shape in conn.execute(
-        f"SELECT tbl, row_key, shape FROM ledger WHERE seq >= {first}"
-    ).fetchall():
+    for table, key, shape, _digest, _chain in unpack(packed):
         columns = shapes[shape][1]
         conn.execute(f"DELETE FROM {table} WHERE {columns[key_column(conn, table, columns)]} = ?", (key,))
     conn.commit()
     conn.close()
-    sql(db, f"DELETE FROM ledger WHERE seq >= {first}", f"DELETE FROM ledger_heads WHERE batch >= {batch}")
+    sql(db, f"DELETE FROM ledger WHERE batch >= {batch}", f"DELETE FROM ledger_heads WHERE batch >= {batch}")
     out = run("verify", recorded.session_id, code=1)
     cut = f"cut (main.db's chain recorded batch {batch + 1}; the session ends at batch {batch - 1})"
     assert f"{recorded.session_id}  FAILED    {cut}" in out
