@@ -250,6 +250,11 @@ class Policy:
     """How long a request an `ask` rule holds waits for a person (`policy.ask_timeout_s`)."""
 
     @property
+    def has_request_rules(self) -> bool:
+        """Whether any rule decides on requests (tool rules alone never hold one)."""
+        return any(not r.is_tool_rule for r in self.rules)
+
+    @property
     def has_tool_rules(self) -> bool:
         """Whether any rule decides on the model's tool calls (else answers are never held)."""
         return any(r.is_tool_rule for r in self.rules)

@@ -139,7 +139,9 @@ policy:
     - {name: every-path, action: deny, path: "*"}
     - {name: every-mcp, action: deny, mcp_tool: "*"}
 """)))  # fmt: skip
-    assert not requests_only.has_tool_rules
+    assert not requests_only.has_tool_rules and requests_only.has_request_rules
+    assert policy.has_request_rules and not Policy.from_settings(parse(yaml.safe_load(
+        "policy: {rules: [{action: deny, tool: Bash}]}"))).has_request_rules  # fmt: skip
     assert requests_only.decide_tool(ToolTarget("Bash", {"command": "rm -rf /"})) is ALLOW
 
 
