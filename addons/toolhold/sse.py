@@ -1,0 +1,92 @@
+"""Server-sent events cut into whole events, exactly as received, for a hold machine.
+
+An event ends at a blank line; lines end with CRLF, LF or CR (the SSE spec), so a CR at the end
+of what has arrived waits for the next byte (it may be a CRLF's first half). Bytes are never
+changed here: the events joined are the input. Only whole events go to the machine, so a chunk
+cut mid-event or mid-UTF-8 character is handled by waiting for the rest of that event.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from addons.toolhold.base import EventMachine
+
+logger = logging.getLogger("addons.proxy.capture")
+
+_EVENT_END = re.compile(rb"(?:\r\n|\n|\r)(?:\r\n|\n|\r)")
+_LINE = re.compile(rb"\r\n|\r|\n")
+
+
+def split_events(buffer: bytearray, final: bool = False) -> list[bytes]:
+    """Take the whole events off the front of `buffer` (all of it when `final`)."""
+    out: list[bytes] = []
+    start = 0
+    while True:
+        m = _EVENT_END.search(buffer, start)
+        if m is None:
+            break
+        end = m.end()
+        if buffer[end - 1] == 0x0D and end == len(buffer) and not final:
+            break  # a CR last: maybe a CRLF cut in two
+        if end < len(buffer) and buffer[end - 1] == 0x0D and buffer[end] == 0x0A:
+            end += 1  # the blank line's CRLF
+        out.append(bytes(buffer[start:end]))
+        start = end
+    if final and start < len(buffer):
+        out.append(bytes(buffer[start:]))
+        start = len(buffer)
+    del buffer[:start]
+    return out
+
+
+def data_of(raw: bytes) -> bytes | None:
+    """An event's data lines joined by LF (the SSE rule); None when it has none."""
+    lines = [line for line in _LINE.split(raw) if line.startswith(b"data:")]
+    if not lines:
+        return None
+    return b"\n".join(line[6:] if line[5:6] == b" " else line[5:] for line in lines)
+
+
+class SseHold:
+    """`flow.response.stream` for an SSE answer: whole events to the machine, what it lets go out.
+
+    Never raises into mitmproxy: a failure lets everything held and everything after go through
+    unchanged (the agent's answer is never broken by capsem), and says so in the log."""
+
+    __slots__ = ("buffer", "failure", "machine")
+
+    def __init__(self, machine: EventMachine) -> None:
+        self.machine = machine
+        self.buffer = bytearray()
+        self.failure: str | None = None
+
+    def __call__(self, chunk: bytes) -> bytes:
+        if self.failure is not None:
+            return chunk
+        out: list[bytes] = []
+        final = not chunk
+        self.buffer += chunk
+        events = split_events(self.buffer, final)
+        for i, raw in enumerate(events):
+            try:
+                out += self.machine.event(raw, data_of(raw))
+            except Exception as exc:  # never break the agent's answer
+                return b"".join(out) + self.fail(exc, raw, events[i + 1 :])
+        if final:
+            try:
+                out += self.machine.finish()
+            except Exception as exc:
+                return b"".join(out) + self.fail(exc, b"", [])
+        return b"".join(out)
+
+    def fail(self, exc: Exception, current: bytes, later: list[bytes]) -> bytes:
+        """Give up holding: what the machine held, the event it failed on and the rest, unchanged."""
+        self.failure = f"tool hold failed: {exc!r}"
+        logger.warning("capsem: %s; the answer passes unchanged", self.failure)
+        held = list(self.machine.held)
+        if current and not (held and held[-1] is current):
+            held.append(current)
+        rest, self.buffer = bytes(self.buffer), bytearray()
+        return b"".join([*held, *later, rest])
