@@ -25,6 +25,8 @@ _WORD_MAX = 40
 a hash or a long path, folds): words, host names and short paths are never cut in two."""
 _GAP = 2
 """Cells between two columns (collapsed padding and the separator; no edges)."""
+_DETAIL = 2
+"""Columns of this priority or lower (small counts) are dropped before free text wraps."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,19 @@ def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width
         if len(keep) == 1 or _min_width(columns, rows, keep) <= width:
             break
         keep.remove(i)
+    for i in order:  # a command or path on one line is worth more than a count beside it
+        if _natural_width(columns, rows, keep) <= width or columns[i].priority > _DETAIL:
+            break
+        if i in keep and any(columns[k].wrap for k in keep):
+            keep.remove(i)
     return keep
+
+
+def _natural_width(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], keep: list[int]) -> int:
+    """The cells the table takes with no cell wrapped."""
+    widths = [max([_cells(columns[i].name), _cells(columns[i].footer), *(_cells(r[i]) for r in rows)])
+              for i in keep]  # fmt: skip
+    return sum(widths) + _GAP * (len(keep) - 1)
 
 
 def fit_table(

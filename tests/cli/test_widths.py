@@ -98,3 +98,21 @@ def test_a_long_host_and_path_is_shortened_at_a_slash_not_cut_mid_word(width):
     words = out.split()
     assert "github.com/…/info/refs" in words and "404" in words and "HTTP" in words
     assert not any(w.startswith(("efs", "refs")) or w.endswith("/r") for w in words)
+
+
+def test_small_counts_give_way_before_a_command_wraps():
+    """Issue 35, point 7: at 160 columns list-sessions wrapped `claude -p 'list files'` while it
+    showed the `mcp` and `fs` counts; those go first, so a short command stays on one line."""
+    from assembler.tables import Column, fit_table
+
+    columns = [Column("ID", "left", 10), Column("tokens", "right", 5), Column("mcp", "right", 1),
+               Column("fs", "right", 1), Column("Command", "left", 8, wrap=True)]  # fmt: skip
+    rows = [["20261128-123711-97b2*", "24,141", "0", "0", "claude -p 'list files'"]]
+    console = Console(width=60, record=True)
+    console.print(fit_table(columns, rows, 60))
+    out = console.export_text()
+    assert "claude -p 'list files'" in out and "tokens" in out
+    assert "mcp" in out.split() and "fs" not in out.split()  # only as much as it takes
+    console = Console(width=50, record=True)
+    console.print(fit_table(columns, rows, 50))
+    assert "tokens" in console.export_text() and "mcp" not in console.export_text().split()
