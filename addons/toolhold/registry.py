@@ -47,7 +47,7 @@ def rewrite_json(protocol: str, body: bytes, decide: Decide) -> bytes | None:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
     machine = _MACHINES[protocol](decide)
     hold = SseHold(machine)
-    out = hold(body) + hold(b"")
+    out = hold.take(body) + hold.take(b"")
     return out if machine.rewritten and hold.failure is None else None
 
 

@@ -52,6 +52,9 @@ def data_of(raw: bytes) -> bytes | None:
 class SseHold:
     """`flow.response.stream` for an SSE answer: whole events to the machine, what it lets go out.
 
+    Returns a list of chunks, empty while everything is held: mitmproxy sends each item as it
+    is, and an empty `bytes` would be an empty HTTP/1.1 chunk, which ends a chunked body.
+
     Never raises into mitmproxy: a failure lets everything held and everything after go through
     unchanged (the agent's answer is never broken by capsem), and says so in the log."""
 
@@ -62,7 +65,12 @@ class SseHold:
         self.buffer = bytearray()
         self.failure: str | None = None
 
-    def __call__(self, chunk: bytes) -> bytes:
+    def __call__(self, chunk: bytes) -> list[bytes]:
+        out = self.take(chunk)
+        return [out] if out else []
+
+    def take(self, chunk: bytes) -> bytes:
+        """What goes out for `chunk` (b"" ends the answer), as one `bytes`."""
         if self.failure is not None:
             return chunk
         out: list[bytes] = []

@@ -32,7 +32,9 @@ def run(protocol: str, pieces: list[bytes], decide) -> bytes:
     machine = machine_for(protocol, decide)
     assert machine is not None
     hold = SseHold(machine)
-    out = b"".join(hold(p) for p in pieces if p) + hold(b"")
+    sent = [c for p in pieces if p for c in hold(p)] + hold(b"")
+    assert all(sent), "an empty chunk would end an HTTP/1.1 chunked body"
+    out = b"".join(sent)
     assert hold.failure is None
     return out
 
@@ -195,5 +197,5 @@ def test_a_failing_decision_lets_the_answer_through_unchanged():
         raise RuntimeError("boom")
 
     hold = SseHold(machine_for("anthropic", broken))
-    out = b"".join(hold(data[i : i + 100]) for i in range(0, len(data), 100)) + hold(b"")
+    out = b"".join(hold.take(data[i : i + 100]) for i in range(0, len(data), 100)) + hold.take(b"")
     assert out == data and hold.failure is not None
