@@ -42,8 +42,9 @@ DESTROY = f"rm -rf {DOOMED}"
 
 
 def destructive(tools: list[Tool]) -> tuple[Tool, str] | None:
-    """The shell tool and the arguments of a call running `DESTROY` (None: no shell tool)."""
-    tool = _shell_tool(tools)
+    """The shell tool (or Codex's code-mode `exec`) and the arguments of a call running `DESTROY`
+    (None: the agent has neither)."""
+    tool = _shell_tool(tools) or _code_mode_tool(tools)
     if tool is None:
         return None
     text = _arguments(tool).replace(json.dumps(COMMAND)[1:-1], json.dumps(DESTROY)[1:-1])

@@ -167,9 +167,9 @@ def _agent_plan(rng: random.Random, tools: list[Tool], ask: Ask, controls: dict[
     if doomed is not None:  # the shell tool told to destroy (after a harmless call with `tools=2`)
         shell, arguments = doomed
         harmless = _arguments_of(shell)
-        calls = [ToolPlan(ident(rng, call_prefix, call_len), shell.name, arguments)]
+        calls = [ToolPlan(ident(rng, call_prefix, call_len), shell.name, arguments, shell.freeform)]
         if controls.get("tools") == "2":
-            calls.insert(0, ToolPlan(ident(rng, call_prefix, call_len), shell.name, harmless))
+            calls.insert(0, ToolPlan(ident(rng, call_prefix, call_len), shell.name, harmless, shell.freeform))
         return Plan(kind="tool_call", tools=calls)
     if chosen is not None:
         tool, arguments = chosen
