@@ -30,7 +30,7 @@ from addons.messages import (
     WsMessage,
     WsOpened,
 )
-from addons.providers import parser_for, websocket_route
+from addons.providers import parser_for, stream_framing, websocket_route
 from addons.recorder import build
 from addons.recorder.bodies import Body, BodyStore, known_pieces
 from addons.recorder.mcp_ledger import MCP_PREVIEW_BYTES, McpLedger
@@ -200,8 +200,11 @@ class Recorder:
         if route is not None and flow.response is not None and not flow.websocket:
             if state is None and flow.streamed and self.restart_missed is not None:
                 flow = self._lost_stream(flow)
-            if state is None:
-                state = StreamRead(self._reader(route, None, flow.response.header("content-encoding"),
+            if state is None:  # a whole body (an SSE one too: read whole for the tool rules, `tool_gate.py`)
+                framing = stream_framing(
+                    route.protocol, flow.response.header("content-type"), flow.request.path
+                )
+                state = StreamRead(self._reader(route, framing, flow.response.header("content-encoding"),
                                              flow.response.status))  # fmt: skip
                 state.reader.feed(flow.response_body or b"")
             summary = state.reader.finish()

@@ -222,3 +222,47 @@ def test_allowed_calls_arrive_byte_identical(mitmdump, emu, capsem_home):
     assert proxy.stop() == 0
     decided = rows(only_session(capsem_home), "SELECT decision FROM tool_calls")
     assert [r["decision"] for r in decided] == ["allowed"] * len(REQUESTS)  # held, decided, let go
+
+
+ASK_RULES = 'policy:\n  rules:\n    - {name: ask-rm, action: ask, tool: "*", tool_args: {command: {shell: "rm -rf"}}}\n'
+
+
+def test_an_asked_call_waits_for_a_person_approved_from_the_cli_denied_from_the_view(
+    mitmdump, emu, capsem_home, tmp_path
+):
+    from tests.cli.conftest import run
+    from tests.e2e.test_ask import Background, deny_in_chromium, view_server, waiting
+
+    configure(capsem_home, ASK_RULES)
+    proxy = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
+    approved, refused = tmp_path / "approved", tmp_path / "refused"
+    for work in (approved, refused):
+        work.mkdir()
+        (work / DOOMED).write_text("keep me\n")
+    held = Background(lambda: anthropic_loop(proxy, approved))
+    (item,) = waiting(1)
+    assert item["tool"] == "Bash" and "rm -rf" in json.dumps(item["arguments"]) and item["rule"] == "ask-rm"
+    assert held.thread.is_alive() and (approved / DOOMED).exists()  # nothing reached the agent yet
+    assert f"approved {item['id']}" in run("approve", item["id"])
+    answers = held.join()
+    assert not isinstance(answers, Exception), answers
+    assert not (approved / DOOMED).exists() and (approved / FILE).exists()  # approved: it ran
+
+    held = Background(lambda: chat_loop(proxy, refused, stream=True))
+    (item,) = waiting(1)
+    with view_server(capsem_home) as base:
+        deny_in_chromium(base, item["id"], tmp_path / "chromium")
+    answers = held.join()
+    assert not isinstance(answers, Exception), answers
+    assert (refused / DOOMED).read_text() == "keep me\n" and (refused / FILE).exists()
+    assert "ask-rm" in said(answers) and "the tool was not run" in said(answers)
+    assert proxy.stop() == 0
+    db = only_session(capsem_home)
+    decided = rows(
+        db, "SELECT tool_name, decision, decision_rule FROM tool_calls WHERE arguments LIKE '%rm -rf%'"
+    )
+    assert decided == [{"tool_name": "Bash", "decision": "approved", "decision_rule": "ask-rm"},
+                       {"tool_name": "shell", "decision": "denied", "decision_rule": "ask-rm"}]  # fmt: skip
+    answered = rows(db, "SELECT tool, decision, decided_by, reason FROM approvals ORDER BY id")
+    assert answered == [{"tool": "Bash", "decision": "approved", "decided_by": "cli", "reason": None},
+                        {"tool": "shell", "decision": "denied", "decided_by": "view", "reason": "not today"}]  # fmt: skip
