@@ -344,9 +344,7 @@ class Capsem:
         if state is None or flow.websocket is None:
             return
         msg = flow.websocket.messages[-1]
-        if msg.injected and released(state, msg.content):  # the tool gate's: recorded when it came
-            state.tool_released.popleft()
-            del flow.websocket.messages[:-1]
+        if msg.injected and released(state, msg.content, take=True):  # the tool gate's: recorded as it came
             return
         decisions = tuple(state.tool_decisions)
         state.tool_decisions.clear()  # each goes with the message it came with (the turn's rows)
@@ -408,6 +406,7 @@ class Capsem:
                 websocket=state.response is not None and state.response.status == 101,
                 client_status=client_status, substitutions=state.substitutions, close_code=close[0],
                 close_reason=close[1], approval=state.approval, tool_decisions=tuple(state.tool_decisions),
+                delivered_body=state.delivered_body or (state.tool_hold.delivered if state.tool_hold else None),
                 process=self.connections.process(state.head.conn),
             )
         )  # fmt: skip

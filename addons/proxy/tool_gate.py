@@ -163,7 +163,7 @@ class ToolGate:
             return
         state.upstream_body = flow.response.raw_content
         flow.response.content = new  # encoded again with the answer's content-encoding
-        state.delivered_body = flow.response.raw_content
+        state.delivered_body = new
 
     # -- Responses over a WebSocket (Codex) ------------------------------------------------------
 
@@ -213,10 +213,15 @@ class ToolGate:
             ctx.master.commands.call("inject.websocket", flow, True, content, True)
 
 
-def released(state: FlowState, content: bytes) -> bool:
+def released(state: FlowState, content: bytes, take: bool = False) -> bool:
     """Whether an injected message is one the tool gate sent (the model's own bytes, already
-    recorded when they came, or a replacement): the budgets and the recorder skip it."""
-    return bool(state.tool_released) and state.tool_released[0] == content
+    recorded when they came, or a replacement): the budgets and the recorder skip it. `take`:
+    the last hook to see it (capture) forgets it."""
+    if not state.tool_released or state.tool_released[0] != content:
+        return False
+    if take:
+        state.tool_released.popleft()
+    return True
 
 
 def _done_call(content: bytes) -> dict[str, Any] | None:

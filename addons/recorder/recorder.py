@@ -261,9 +261,8 @@ class Recorder:
         )  # fmt: skip
         self._write([net, *rows])  # the net row first: its headers teach the scrubber before bodies are kept
         if rows and isinstance(rows[0], ModelCall) and state is not None:
-            self._keep_bodies(
-                rows[0], flow, request_body, state.reader.body, state.reader.body_truncated, fresh
-            )
+            self._keep_bodies(rows[0], flow, request_body, state.reader.body, state.reader.body_truncated, fresh,
+                              delivered=flow.delivered_body)  # fmt: skip
             if state.chunks:
                 self._write([ResponseChunksRow(rows[0].id, chunks_json(state.chunks))])
         if flow.substitutions:
@@ -290,9 +289,9 @@ class Recorder:
 
     def _keep_bodies(self, owner: ModelCall | McpCall, flow: FlowEnded | None, request: bytes, response: bytes,
                      response_truncated: bool, items: list[Item] | None = None,
-                     response_type: str | None = None) -> None:  # fmt: skip
-        """The whole decoded request and response of a model or MCP call (up to `max_body_bytes`)
-        and its items new to the session, in one content frame."""
+                     response_type: str | None = None, delivered: bytes | None = None) -> None:  # fmt: skip
+        """The whole decoded request and response of a model or MCP call (up to `max_body_bytes`), the
+        answer the agent got when not the model's (`delivered`), its new items, in one content frame."""
         limit = self.settings.max_body_bytes
         request_type = flow.request.header("content-type") if flow is not None else "application/json"
         if flow is not None and flow.response is not None:
@@ -301,6 +300,10 @@ class Recorder:
         bodies = (
             Body("request", request[:limit], request_cut or len(request) > limit, request_type),
             Body("response", response[:limit], response_truncated or len(response) > limit, response_type),
+        ) + (
+            (Body("delivered", delivered[:limit], len(delivered) > limit, response_type),)
+            if delivered
+            else ()
         )
         self._write(self.bodies.keep(owner=owner.event_id, source_table=owner.TABLE, row_id=owner.id, bodies=bodies,
                                      items=items or ()))  # fmt: skip

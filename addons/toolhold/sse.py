@@ -58,16 +58,24 @@ class SseHold:
     Never raises into mitmproxy: a failure lets everything held and everything after go through
     unchanged (the agent's answer is never broken by capsem), and says so in the log."""
 
-    __slots__ = ("buffer", "failure", "machine")
+    __slots__ = ("buffer", "failure", "machine", "sent")
 
     def __init__(self, machine: EventMachine) -> None:
         self.machine = machine
         self.buffer = bytearray()
         self.failure: str | None = None
+        self.sent = bytearray()
+        """Everything given to the agent (what it received, for the record when a call was denied)."""
 
     def __call__(self, chunk: bytes) -> list[bytes]:
         out = self.take(chunk)
+        self.sent += out
         return [out] if out else []
+
+    @property
+    def delivered(self) -> bytes | None:
+        """What the agent received, when it differs from the upstream's bytes."""
+        return bytes(self.sent) if self.machine.rewritten and self.failure is None else None
 
     def take(self, chunk: bytes) -> bytes:
         """What goes out for `chunk` (b"" ends the answer), as one `bytes`."""

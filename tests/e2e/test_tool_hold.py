@@ -13,6 +13,7 @@ each call's decision. Pure machines: tests/addons/toolhold/test_hold.py.
 from __future__ import annotations
 
 import json
+import sqlite3
 import ssl
 import subprocess
 from pathlib import Path
@@ -25,6 +26,8 @@ import pytest
 from google import genai
 from google.genai import types
 
+from addons.recorder.bodies import read_body
+from assembler.replay.recording import load
 from capsem.emulator.agent import DOOMED, FILE
 from tests.conftest import only_session, rows
 
@@ -186,6 +189,19 @@ def test_sdk_tool_loops_never_run_the_denied_call(mitmdump, emu, capsem_home, tm
     assert len(denied) == len(loops) and all("rm -rf" in r["arguments"] for r in denied), decided
     assert {r["decision_rule"] for r in denied} == {"no-rm-rf"}
     assert len(allowed) == len(loops) and all(r["decision_rule"] is None for r in allowed), decided
+    # the record keeps what the model sent, and what the agent received beside it; a replay answers that
+    denied_calls = rows(db, "SELECT DISTINCT model_call_id FROM tool_calls WHERE decision = 'denied'")
+    conn = sqlite3.connect(db)
+    for call in denied_calls:
+        sent = read_body(conn, call["model_call_id"], "response")[0]
+        got = read_body(conn, call["model_call_id"], "delivered")[0]
+        assert b"the tool was not run" not in sent and b"the tool was not run" in got
+    assert conn.execute("SELECT count(*) FROM event_body_blobs WHERE direction = 'delivered'").fetchone()[
+        0
+    ] == len(denied_calls)
+    conn.close()
+    replayed = [c.answer.body for c in load(db.parent.name).calls]
+    assert sum(b"the tool was not run" in body for body in replayed) == len(denied_calls)
 
 
 REQUESTS = {
