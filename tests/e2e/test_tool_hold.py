@@ -12,6 +12,7 @@ each call's decision. Pure machines: tests/addons/toolhold/test_hold.py.
 
 from __future__ import annotations
 
+import base64
 import json
 import sqlite3
 import ssl
@@ -224,13 +225,12 @@ def test_allowed_calls_arrive_byte_identical(mitmdump, emu, capsem_home):
     configure(capsem_home)
     proxy = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
     through = httpx.Client(proxy=proxy.url, verify=trust(proxy), timeout=30)
-    direct = httpx.Client(
-        proxy=emu.proxy_url, verify=ssl.create_default_context(cafile=emu.ca_path), timeout=30
-    )
     headers = {"x-emulator": "scenario=agent; chunk=5", "x-api-key": "k", "authorization": "Bearer k"}
     for name, (url, body) in REQUESTS.items():
-        upstream = direct.post(url, json=body, headers=headers).content
         got = through.post(url, json=body, headers=headers).content
+        upstream = base64.b64decode(
+            emu.exchanges()[-1]["response_body_b64"]
+        )  # exactly what the emulator sent
         assert any(
             m in upstream for m in (b'"tool_use"', b'"tool_calls"', b'"function_call"', b'"functionCall"')
         ), name
