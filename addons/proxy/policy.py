@@ -35,7 +35,8 @@ A rule with `tool` or `tool_args` is a tool rule: it never matches a request, an
 never matches a tool call (`Policy.decide` skips tool rules, `Policy.decide_tool` takes only
 them); `capsem.settings` refuses a rule that mixes the two kinds. A tool call's arguments are its
 JSON object; a call whose input is not a JSON object (a Responses custom tool's free-form text, such
-as Codex's `apply_patch`) is matched as `{"input": text}` (`tool_arguments`).
+as Codex's `apply_patch` or its code-mode `exec`) is matched as `{"input": text, "literals": [its
+quoted strings]}` (`tool_arguments`).
 
 What names the agent (`agent:`): the base name of the program `capsem run` started, its first
 word that is not a launcher (`env`, `npx`, `node`, ...; `agent_name`): `claude`, `codex`, `gemini`.
@@ -57,6 +58,7 @@ every other setting by `capsem.settings` (`Settings.policy`); this module only m
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -121,15 +123,29 @@ def agent_name(command: str | Sequence[str] | None) -> str | None:
     return None
 
 
+_LITERAL = re.compile(r'"((?:[^"\\\n]|\\.)*)"|\'((?:[^\'\\\n]|\\.)*)\'|`((?:[^`\\]|\\.)*)`')
+"""A quoted string of a program's text: "...", '...' or `...`, with backslash escapes."""
+_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+
+
+def _unescape(match: re.Match[str]) -> str:
+    return {"n": "\n", "t": "\t", "r": "\r"}.get(match.group(1), match.group(1))
+
+
 def tool_arguments(text: str | None) -> Mapping[str, Any] | None:
     """A tool call's arguments as its rules read them: its JSON object; any other input (a custom
-    tool's free-form text, a JSON value that is no object) as `{"input": value}`; None when absent."""
+    tool's free-form text, a JSON value that is no object) as `{"input": value}`; None when absent.
+
+    Free-form text also gives `literals`, its quoted strings: Codex's code-mode `exec` tool takes a
+    JavaScript program whose commands are string literals (`tools.exec_command({cmd: "rm -rf x"})`),
+    which `{shell: ...}` on `"*"` then reads as command lines."""
     if text is None:
         return None
     try:
         value = json.loads(text) if text.strip() else {}
     except ValueError:
-        return {"input": text}
+        literals = [_ESCAPE.sub(_unescape, "".join(m.groups(default=""))) for m in _LITERAL.finditer(text)]
+        return {"input": text, "literals": literals} if literals else {"input": text}
     return value if isinstance(value, dict) else {"input": value}
 
 
@@ -232,6 +248,11 @@ class Policy:
     rules: tuple[Rule, ...] = ()
     ask_timeout_s: float = 120.0
     """How long a request an `ask` rule holds waits for a person (`policy.ask_timeout_s`)."""
+
+    @property
+    def has_request_rules(self) -> bool:
+        """Whether any rule decides on requests (tool rules alone never hold one)."""
+        return any(not r.is_tool_rule for r in self.rules)
 
     @property
     def has_tool_rules(self) -> bool:

@@ -67,15 +67,21 @@ def test_the_shell_matcher_lets_other_commands_through(policy, command):
 
 
 def test_the_same_rule_stops_each_agents_shell_tool(policy):
-    """Claude Code's Bash, Gemini CLI's run_shell_command, Codex's shell (an argv) and exec_command."""
+    """Claude Code's Bash, Gemini CLI's run_shell_command, Codex's shell (an argv), exec_command and
+    its code-mode `exec` (a JavaScript program, free-form: its string literals are read)."""
     calls = [
         ToolTarget("Bash", {"command": "rm -rf /tmp/x", "description": "clean"}, agent="claude"),
         ToolTarget("run_shell_command", {"command": "rm -rf /tmp/x"}, agent="gemini"),
         ToolTarget("shell", {"command": ["bash", "-lc", "rm -rf /tmp/x"], "workdir": "/w"}, agent="codex"),
         ToolTarget("shell", {"command": ["rm", "-rf", "/tmp/x"]}, agent="codex"),
         ToolTarget("exec_command", {"cmd": "rm -rf /tmp/x"}, agent="codex"),
+        ToolTarget(
+            "exec", tool_arguments('await tools.exec_command({cmd: "rm -rf /tmp/x"});'), agent="codex"
+        ),
     ]
-    assert [policy.decide_tool(c).decision for c in calls] == ["denied"] * 5
+    assert [policy.decide_tool(c).decision for c in calls] == ["denied"] * 6
+    harmless = tool_arguments("await tools.exec_command({cmd: \"echo 'rm -rf' is dangerous\"});")
+    assert policy.decide_tool(ToolTarget("exec", harmless)) is ALLOW
 
 
 def test_tool_name_is_a_glob_in_any_case_and_args_a_regex(policy):
@@ -133,7 +139,9 @@ policy:
     - {name: every-path, action: deny, path: "*"}
     - {name: every-mcp, action: deny, mcp_tool: "*"}
 """)))  # fmt: skip
-    assert not requests_only.has_tool_rules
+    assert not requests_only.has_tool_rules and requests_only.has_request_rules
+    assert policy.has_request_rules and not Policy.from_settings(parse(yaml.safe_load(
+        "policy: {rules: [{action: deny, tool: Bash}]}"))).has_request_rules  # fmt: skip
     assert requests_only.decide_tool(ToolTarget("Bash", {"command": "rm -rf /"})) is ALLOW
 
 
@@ -147,6 +155,13 @@ def test_unreadable_arguments_match_no_argument_pattern(policy):
 def test_tool_arguments_reads_json_objects_and_free_form_input():
     assert tool_arguments('{"command": "ls"}') == {"command": "ls"}
     assert tool_arguments("*** Begin Patch\n") == {"input": "*** Begin Patch\n"}
+    program = (
+        'const r = await tools.exec_command({cmd: "echo \\"hi\\" && rm -rf /tmp/x"});\ntext(`done ${r}`);'
+    )
+    assert tool_arguments(program) == {
+        "input": program,
+        "literals": ['echo "hi" && rm -rf /tmp/x', "done ${r}"],
+    }
     assert tool_arguments("[1, 2]") == {"input": [1, 2]}
     assert tool_arguments("") == {}
     assert tool_arguments(None) is None
