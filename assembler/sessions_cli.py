@@ -380,7 +380,7 @@ _PREVIEW_COLUMNS = {
     "net_events": ("id", "timestamp", "domain", "path", "status_code", "decision", "duration_ms"),
     "model_calls": ("id", "provider", "model", "input_tokens", "output_tokens", "estimated_cost_usd",
                     "stop_reason"),
-    "tool_calls": ("id", "model_call_id", "tool_name", "call_id", "arguments"),
+    "tool_calls": ("id", "model_call_id", "tool_name", "call_id", "arguments", "decision"),
     "tool_responses": ("id", "model_call_id", "call_id", "is_error", "content_preview"),
     "mcp_calls": ("id", "server_name", "method", "tool_name", "decision", "duration_ms"),
     "fs_events": ("id", "timestamp", "action", "path", "size"),
