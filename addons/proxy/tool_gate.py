@@ -34,7 +34,7 @@ from addons.messages import ToolDecision
 from addons.providers import is_event_stream
 from addons.proxy.flows import FlowState
 from addons.proxy.hooks import guarded
-from addons.proxy.policy import ToolTarget, Verdict, agent_name
+from addons.proxy.policy import ToolTarget, Verdict, agent_name, tool_arguments
 from addons.toolhold import HeldCall, SseHold, calls_in, machine_for, rewrite_json
 from addons.toolhold.openai_responses import CALLS, ResponsesHold, call_of
 from addons.toolhold.registry import PROTOCOLS
@@ -84,7 +84,10 @@ class ToolGate:
     def _verdict(self, state: FlowState, call: HeldCall) -> Verdict:
         session = self.capture.session
         process = self.capture.connections.process(state.head.conn)
-        target = ToolTarget(call.name, call.arguments, agent_name(session.command if session else None),
+        arguments = (
+            tool_arguments(call.text) if call.text is not None else call.arguments
+        )  # as the backtest reads them
+        target = ToolTarget(call.name, arguments, agent_name(session.command if session else None),
                             process[0] if process else None)  # fmt: skip
         verdict = self.capture.policy.decide_tool(target)
         if verdict.decision == "warned":

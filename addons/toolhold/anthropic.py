@@ -88,7 +88,10 @@ class AnthropicHold:
             arguments = arguments_of("".join(call.parts))
         else:
             arguments = call.start_input if isinstance(call.start_input, dict) else {}
-        rule = self.decide(HeldCall(call.id, call.name, arguments))  # first: if it fails, all is still held
+        text = "".join(call.parts) if call.parts else None
+        rule = self.decide(
+            HeldCall(call.id, call.name, arguments, text)
+        )  # first: if it fails, all is still held
         self.call, self.held = None, []
         if rule is None:
             self.allowed += 1

@@ -18,6 +18,9 @@ class HeldCall:
     arguments: Mapping[str, Any] | None
     """The arguments as JSON decoded (a freeform tool's input as `{"input": text}`); None when
     they are not a JSON object (a rule with `tool_args` then matches nothing of them)."""
+    text: str | None = None
+    """The arguments exactly as the model sent them, when sent as text (JSON text, or a freeform
+    tool's input): what the policy reads them from (`addons/proxy/policy.py: tool_arguments`)."""
 
 
 Decide = Callable[[HeldCall], "str | None"]

@@ -100,7 +100,8 @@ class ChatHold:
     def _decided(self) -> list[bytes]:
         call, held, parsed = self.call, self.held, self.parsed
         assert call is not None
-        rule = self.decide(HeldCall(call.id, call.name, arguments_of("".join(call.parts))))
+        text = "".join(call.parts)
+        rule = self.decide(HeldCall(call.id, call.name, arguments_of(text), text))
         self.call, self.held, self.parsed = None, [], []
         if rule is None:
             self.allowed += 1
@@ -162,7 +163,8 @@ def rewrite_json(body: Any, decide: Decide) -> bool:
                 kept.append(call)
                 continue
             name = str(function.get("name") or "")
-            rule = decide(HeldCall(str(call.get("id") or ""), name, arguments_of(function.get("arguments"))))
+            text = function.get("arguments") if isinstance(function.get("arguments"), str) else None
+            rule = decide(HeldCall(str(call.get("id") or ""), name, arguments_of(text), text))
             if rule is None:
                 kept.append(call)
             else:

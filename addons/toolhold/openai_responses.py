@@ -1,4 +1,4 @@
-"""OpenAI Responses: `function_call` and `custom_tool_call` output items held from
+"""OpenAI Responses: `function_call`, `custom_tool_call` and `local_shell_call` output items held from
 `response.output_item.added` to their `response.output_item.done`, over SSE or a WebSocket.
 
 A denied item is replaced, at the same `output_index`, by an assistant `message` item whose text
@@ -16,7 +16,7 @@ from typing import Any
 
 from addons.toolhold.base import Decide, HeldCall, arguments_of, denial_text, dumps
 
-CALLS = ("function_call", "custom_tool_call")
+CALLS = ("function_call", "custom_tool_call", "local_shell_call")
 _FINAL = ("response.completed", "response.incomplete", "response.failed", "response.done")
 
 
@@ -28,11 +28,21 @@ class _Call:
 
 def call_of(item: dict[str, Any]) -> HeldCall:
     """The held call of a complete output item."""
+    kind = item.get("type")
+    if kind == "local_shell_call":  # Codex's `local_shell`: the command is the item's `action`
+        action = item.get("action") if isinstance(item.get("action"), dict) else {}
+        return HeldCall(
+            str(item.get("call_id") or item.get("id") or ""), "local_shell", action, json.dumps(action)
+        )
+    text = item.get("input") if kind == "custom_tool_call" else item.get("arguments")
+    text = text if isinstance(text, str) else None
     if item.get("type") == "custom_tool_call":
-        arguments: Any = {"input": item.get("input")} if isinstance(item.get("input"), str) else None
+        arguments: Any = {"input": text} if text is not None else None
     else:
-        arguments = arguments_of(item.get("arguments")) if isinstance(item.get("arguments"), str) else None
-    return HeldCall(str(item.get("call_id") or item.get("id") or ""), str(item.get("name") or ""), arguments)
+        arguments = arguments_of(text) if text is not None else None
+    return HeldCall(
+        str(item.get("call_id") or item.get("id") or ""), str(item.get("name") or ""), arguments, text
+    )
 
 
 def message_item(item: dict[str, Any], text: str) -> dict[str, Any]:
@@ -73,7 +83,9 @@ class ResponsesHold:
             ):
                 return self._decided(ev.get("item") or {})
             return []
-        if data is None or (b'"function_call"' not in data and b'"custom_tool_call"' not in data):
+        if data is None or not (
+            b'"function_call"' in data or b'"custom_tool_call"' in data or b'"local_shell_call"' in data
+        ):
             return [raw]
         ev = json.loads(data)
         kind = ev.get("type") if isinstance(ev, dict) else None

@@ -15,7 +15,8 @@ from addons.toolhold.base import EventMachine
 
 logger = logging.getLogger("addons.proxy.capture")
 
-_EVENT_END = re.compile(rb"(?:\r\n|\n|\r)(?:\r\n|\n|\r)")
+_EVENT_END = re.compile(rb"(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r)")
+"""A line's end, then an empty line's: a CR before an LF is never a line end of its own."""
 _LINE = re.compile(rb"\r\n|\r|\n")
 
 

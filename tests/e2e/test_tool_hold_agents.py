@@ -19,7 +19,7 @@ from capsem.emulator.agent import DOOMED, FILE
 from tests.conftest import rows
 from tests.e2e.test_real_agents import AGENTS, Run, _available, _capsem
 
-RULES = 'policy:\n  rules:\n    - {name: no-rm-rf, action: deny, tool: "*", tool_args: {"*": {any: "*rm -rf*"}}}\n'
+RULES = 'policy:\n  rules:\n    - {name: no-rm-rf, action: deny, tool: "*", tool_args: {"*": {shell: "rm -rf"}}}\n'
 
 
 def _finish(run: Run) -> Run:
