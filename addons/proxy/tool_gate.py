@@ -52,12 +52,22 @@ class ToolGate:
     def __init__(self, capture: Capsem) -> None:
         self.capture = capture
         self.hook_failures = 0
+        self._rules: tuple[object, bool, bool] = (None, False, False)
+        """(the policy, whether it has tool rules, whether one asks), read once per policy."""
+
+    def _tool_rules(self) -> tuple[bool, bool]:
+        """Whether the policy has tool rules, and whether one of them asks (one look per policy)."""
+        policy = self.capture.policy
+        if self._rules[0] is not policy:
+            asks = any(r.is_tool_rule and r.action == "ask" for r in policy.rules)
+            self._rules = (policy, policy.has_tool_rules, asks)
+        return self._rules[1], self._rules[2]
 
     # -- which answers -------------------------------------------------------------------------
 
     def _state(self, flow: http.HTTPFlow) -> FlowState | None:
         """The flow's state when its answer is one to hold (None for every flow with no tool rule)."""
-        if not self.capture.policy.has_tool_rules:
+        if not self._tool_rules()[0]:
             return None
         state = self.capture.flows.get(flow)
         if state is None or state.route is None or state.route.protocol not in PROTOCOLS:
@@ -70,8 +80,7 @@ class ToolGate:
         if state is None or resp is None or resp.status_code != 200 or flow.websocket is not None:
             return
         identity = resp.headers.get("content-encoding", "identity").strip().lower() in ("", "identity")
-        asks = any(r.is_tool_rule and r.action == "ask" for r in self.capture.policy.rules)
-        if identity and not asks and is_event_stream(resp.headers.get("content-type")):
+        if identity and not self._tool_rules()[1] and is_event_stream(resp.headers.get("content-type")):
             machine = machine_for(state.route.protocol, lambda call: self._refusing_rule(state, call))  # type: ignore[union-attr]
             state.tool_hold = SseHold(machine)  # type: ignore[arg-type]
             resp.stream = state.tool_hold
@@ -173,7 +182,7 @@ class ToolGate:
     @guarded
     def websocket_message(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         state = self.capture.flows.get(flow)
-        if state is None or flow.websocket is None or not self.capture.policy.has_tool_rules:
+        if state is None or flow.websocket is None or not self._tool_rules()[0]:
             return None
         msg = flow.websocket.messages[-1]
         if msg.from_client or (msg.injected and released(state, msg.content)) or not msg.is_text:
