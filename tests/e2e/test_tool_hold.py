@@ -30,6 +30,7 @@ from google.genai import types
 from addons.recorder.bodies import read_body
 from assembler.replay.recording import load
 from capsem.emulator.agent import DOOMED, FILE
+from tests.addons.toolhold import sdk_parse
 from tests.conftest import only_session, rows
 
 RULES = 'policy:\n  rules:\n    - {name: no-rm-rf, action: deny, tool: "*", tool_args: {command: {shell: "rm -rf"}}}\n'
@@ -282,3 +283,30 @@ def test_an_asked_call_waits_for_a_person_approved_from_the_cli_denied_from_the_
     answered = rows(db, "SELECT tool, decision, decided_by, reason FROM approvals ORDER BY id")
     assert answered == [{"tool": "Bash", "decision": "approved", "decided_by": "cli", "reason": None},
                         {"tool": "shell", "decision": "denied", "decided_by": "view", "reason": "not today"}]  # fmt: skip
+
+
+def test_a_compressed_answer_is_read_whole_and_encoded_again_only_when_a_call_is_denied(
+    mitmdump, emu, capsem_home
+):
+    """Bytes of a compressed stream do not line up with its events: capsem reads it whole, and
+    gives the upstream's bytes unchanged unless a call is denied (then encoded the same way)."""
+    configure(capsem_home)
+    proxy = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
+    client = httpx.Client(proxy=proxy.url, verify=trust(proxy), timeout=30)
+    url, body = REQUESTS["chat"]
+    for encoding in ("gzip", "br", "zstd"):
+        for scenario in ("agent", "destroy"):
+            headers = {"x-emulator": f"scenario={scenario}; encoding={encoding}", "authorization": "Bearer k"}
+            with client.stream("POST", url, json=body, headers=headers) as response:
+                raw = b"".join(response.iter_raw())
+                assert response.headers["content-encoding"] == encoding
+            upstream = base64.b64decode(emu.exchanges()[-1]["response_body_b64"])
+            decoded = httpx.Response(200, headers={"content-encoding": encoding}, content=raw).content
+            if scenario == "agent":
+                assert raw == upstream and b'"tool_calls"' in decoded, encoding
+            else:
+                assert (
+                    raw != upstream and b'"tool_calls"' not in decoded and b"the tool was not run" in decoded
+                )
+                assert sdk_parse.chat_final(decoded).choices[0].finish_reason == "stop", encoding
+    assert proxy.stop() == 0
