@@ -4,10 +4,16 @@ model's answer, and the agent's beside it. End to end: tests/e2e/test_tool_hold.
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 
 import pytest
 import yaml
+from mitmproxy import ctx
+from mitmproxy.test import tflow
+from mitmproxy.websocket import WebSocketMessage
+from wsproto.frame_protocol import Opcode
 
 from addons.proxy import tool_gate
 from addons.proxy.policy import Policy
@@ -69,3 +75,77 @@ def test_a_denied_call_is_replaced_on_the_way_and_both_answers_are_kept(capsem, 
                        {"tool_name": "Grep", "decision": "denied", "decision_rule": "no-grep"}]  # fmt: skip
     (net,) = rows(db, "SELECT bytes_received FROM net_events")
     assert net["bytes_received"] == len(WIRE)  # the model's answer, as it came
+
+
+def _ws_turn(command: str) -> list[bytes]:
+    """A Responses turn on a WebSocket whose answer is one `shell` call running `command`."""
+    item = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "shell",
+            "arguments": json.dumps({"command": command}), "status": "completed"}  # fmt: skip
+    usage = {"input_tokens": 9, "output_tokens": 3}
+    events = [
+        {"type": "response.created", "response": {"id": "resp_1", "model": "gpt-5"}},
+        {"type": "response.output_item.added", "output_index": 0,
+         "item": {**item, "arguments": "", "status": "in_progress"}},
+        {"type": "response.function_call_arguments.delta", "output_index": 0, "item_id": "fc_1", "delta": item["arguments"]},
+        {"type": "response.output_item.done", "output_index": 0, "item": item},
+        {"type": "response.completed",
+         "response": {"id": "resp_1", "status": "completed", "output": [item], "usage": usage}},
+    ]  # fmt: skip
+    return [json.dumps(e).encode() for e in events]
+
+
+@pytest.mark.parametrize("answer", ["deny", "approve"])
+def test_a_websocket_turn_holds_its_call_and_records_the_models_messages_once(
+    capsem, capsem_home, monkeypatch, answer
+):
+    rule = "deny" if answer == "deny" else "ask"
+    rules = f'{{name: no-rm-rf, action: {rule}, tool: "*", tool_args: {{command: {{shell: "rm -rf"}}}}}}'
+    capsem.configure_settings(parse(yaml.safe_load(f"policy:\n  rules:\n    - {rules}\n")))
+    injected: list[bytes] = []
+    monkeypatch.setattr(
+        ctx.master.commands, "call", lambda name, flow, to_client, content, is_text: injected.append(content)
+    )
+    flow = tflow.twebsocketflow(messages=False)
+    flow.request.host, flow.request.port, flow.request.scheme = "api.openai.com", 443, "https"
+    flow.request.path = "/v1/responses"
+    for hook in ("requestheaders", "request", "responseheaders", "response"):
+        getattr(capsem, hook)(flow)
+    turn = _ws_turn("rm -rf /")
+    create = WebSocketMessage(
+        Opcode.TEXT, True, json.dumps({"type": "response.create", "model": "gpt-5"}).encode()
+    )
+    flow.websocket.messages.append(create)
+    capsem.websocket_message(flow)
+
+    async def deliver() -> None:
+        for content in turn:
+            message = WebSocketMessage(Opcode.TEXT, False, content)
+            flow.websocket.messages.append(message)
+            pending = capsem.websocket_message(flow)
+            if pending is not None:  # an ask: a person answers while the hook waits
+                task = asyncio.ensure_future(pending)
+                while not capsem.approvals.waiting:
+                    await asyncio.sleep(0.01)
+                (waiting,) = capsem.approvals.waiting
+                assert capsem.approvals.decide(waiting, True, "cli") is None
+                await task
+            if content is turn[0]:
+                assert not message.dropped  # not a tool call: it passes as it came
+        for content in list(injected):  # mitmproxy hands each injected message to the hooks again
+            flow.websocket.messages.append(WebSocketMessage(Opcode.TEXT, False, content, injected=True))
+            assert capsem.websocket_message(flow) is None
+
+    asyncio.run(deliver())
+    got = [json.loads(m)["type"] for m in injected]
+    if answer == "deny":
+        assert "response.output_text.delta" in got and b"rm -rf" not in b"".join(injected)
+    else:
+        assert injected == turn[1:4]  # the held call's messages, unchanged, in order
+    flow.websocket.close_code = 1000
+    capsem.websocket_end(flow)
+    db = finish(capsem, capsem_home)
+    (net,) = rows(db, "SELECT bytes_received FROM net_events")
+    assert net["bytes_received"] == sum(map(len, turn))  # the model's messages, each counted once
+    (call,) = rows(db, "SELECT tool_name, decision, decision_rule FROM tool_calls")
+    assert call == {"tool_name": "shell", "decision": "denied" if answer == "deny" else "approved",
+                    "decision_rule": "no-rm-rf"}  # fmt: skip
