@@ -155,16 +155,26 @@ class ToolGate:
     async def _decide_whole(self, flow: http.HTTPFlow, state: FlowState, body: bytes,
                             verdicts: list[tuple[HeldCall, Verdict]]) -> None:  # fmt: skip
         refusing: dict[str, str] = {}
-        for call, verdict in verdicts:
-            if verdict.decision == "asked":
-                rule = await self._asked(flow, state, call, verdict)
-                if rule is not None:
-                    refusing[call.call_id] = rule
-                continue
-            state.tool_decisions.append(ToolDecision(call.call_id, call.name, verdict.decision, verdict.rule))
-            if verdict.decision == "denied":
-                refusing[call.call_id] = verdict.rule or ""
-        self._rewrite(flow, state, body, refusing)
+        try:  # `guarded` does not reach into a coroutine: nothing raised here may reach mitmproxy
+            for call, verdict in verdicts:
+                if verdict.decision == "asked":
+                    rule = await self._asked(flow, state, call, verdict)
+                    if rule is not None:
+                        refusing[call.call_id] = rule
+                    continue
+                state.tool_decisions.append(
+                    ToolDecision(call.call_id, call.name, verdict.decision, verdict.rule)
+                )
+                if verdict.decision == "denied":
+                    refusing[call.call_id] = verdict.rule or ""
+            self._rewrite(flow, state, body, refusing)
+        except Exception as exc:
+            self._failed(flow, exc)
+
+    def _failed(self, flow: http.HTTPFlow, exc: Exception) -> None:
+        self.hook_failures += 1
+        logger.warning("capsem: holding the tool calls of %s failed: %r; the answer passes unchanged", flow.id, exc,
+                       exc_info=True)  # fmt: skip
 
     def _rewrite(self, flow: http.HTTPFlow, state: FlowState, body: bytes, refusing: dict[str, str]) -> None:
         """Give the agent the answer with the refused calls replaced; the record keeps the upstream's."""
@@ -207,14 +217,25 @@ class ToolGate:
     async def _ws_asked(
         self, flow: http.HTTPFlow, state: FlowState, msg: Any, call: HeldCall, verdict: Verdict
     ) -> None:
-        rule = await self._asked(flow, state, call, verdict)
-        if rule is not None:
-            state.tool_ws_rulings[call.call_id] = rule
-        self._ws_feed(flow, state, msg)
+        try:
+            rule = await self._asked(flow, state, call, verdict)
+            if rule is not None:
+                state.tool_ws_rulings[call.call_id] = rule
+            self._ws_feed(flow, state, msg)
+        except Exception as exc:
+            self._failed(flow, exc)
 
     def _ws_feed(self, flow: http.HTTPFlow, state: FlowState, msg: Any) -> None:
-        assert state.tool_ws is not None
-        out = state.tool_ws.event(msg.content, msg.content)
+        machine = state.tool_ws
+        assert machine is not None
+        try:
+            out = machine.event(msg.content, msg.content)
+        except Exception as exc:  # let what it held and this message through, as they came
+            self._failed(flow, exc)
+            out = [*machine.held] + (
+                [] if machine.held and machine.held[-1] is msg.content else [msg.content]
+            )
+            machine.held, machine.call = [], None
         if out == [msg.content]:
             return  # passes as it came
         from mitmproxy import ctx
