@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from addons.toolhold.base import Decide, HeldCall, arguments_of, denial_text, dumps
+from addons.toolhold.base import Decide, HeldCall, arguments_of, denial_text, dumps, first_line
 
 
 @dataclass(slots=True)
@@ -22,6 +22,10 @@ class _Call:
     name: str
     start_input: Any
     parts: list[str] = field(default_factory=list)
+
+
+_PASSING = frozenset({b"event: content_block_delta", b"event: ping"})
+"""Events whose first line says they are no tool call's start and nothing capsem rewrites."""
 
 
 def _sse(name: str, value: dict[str, Any]) -> bytes:
@@ -80,6 +84,10 @@ class AnthropicHold:
 
     def finish(self) -> list[bytes]:
         return self._decided() if self.call is not None else []
+
+    def passes(self, partial: bytes) -> bool:
+        """A text, thinking or signature delta (or a ping) while no call is held."""
+        return self.call is None and first_line(partial) in _PASSING
 
     def _decided(self) -> list[bytes]:
         call, held = self.call, self.held

@@ -39,6 +39,11 @@ class EventMachine(Protocol):
         """The answer ended: whatever is still held (a call cut short is decided as it stands)."""
         ...
 
+    def passes(self, partial: bytes) -> bool:
+        """Whether the event that starts with `partial` (not whole yet) will come back unchanged,
+        so its bytes can go out as they arrive (False when it cannot tell)."""
+        ...
+
     held: list[bytes]
     """The events held now, exactly as received (given back unchanged if the machine fails)."""
 
@@ -70,3 +75,11 @@ def arguments_of(text: str | None) -> Mapping[str, Any] | None:
 def dumps(value: Any) -> bytes:
     """Compact JSON as providers send it (UTF-8, not escaped)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def first_line(partial: bytes) -> bytes | None:
+    """The first line of an event still arriving, once it is whole (None before)."""
+    for i, byte in enumerate(partial):
+        if byte in (0x0A, 0x0D):
+            return bytes(partial[:i])
+    return None

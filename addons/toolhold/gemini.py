@@ -37,6 +37,9 @@ class GeminiHold:
         end = b"\r\n\r\n" if raw.endswith(b"\r\n\r\n") else b"\n\n"
         return [b"data: " + dumps(ev) + end]
 
+    def passes(self, partial: bytes) -> bool:
+        return False  # a chunk's data says whether it carries a call only once it is whole
+
     def finish(self) -> list[bytes]:
         return []
 

@@ -94,6 +94,9 @@ class ChatHold:
             out += self._decided()
         return out
 
+    def passes(self, partial: bytes) -> bool:
+        return False  # a chunk's data says whether it carries a call only once it is whole
+
     def finish(self) -> list[bytes]:
         return self._decided() if self.call is not None else []
 

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from addons.toolhold.base import Decide, HeldCall, arguments_of, denial_text, dumps
+from addons.toolhold.base import Decide, HeldCall, arguments_of, denial_text, dumps, first_line
 
 CALLS = ("function_call", "custom_tool_call", "local_shell_call")
 _FINAL = ("response.completed", "response.incomplete", "response.failed", "response.done")
@@ -101,6 +101,11 @@ class ResponsesHold:
         if kind in _FINAL and self.replaced:
             return [self._final(ev)]
         return [raw]
+
+    def passes(self, partial: bytes) -> bool:
+        """A text or reasoning delta (`event: response.….delta`) while no call is held."""
+        line = first_line(partial) if self.sse and self.call is None else None
+        return line is not None and line.startswith(b"event: response.") and line.endswith(b"text.delta")
 
     def finish(self) -> list[bytes]:
         held, self.held, self.call = self.held, [], None

@@ -3,7 +3,9 @@
 An event ends at a blank line; lines end with CRLF, LF or CR (the SSE spec), so a CR at the end
 of what has arrived waits for the next byte (it may be a CRLF's first half). Bytes are never
 changed here: the events joined are the input. Only whole events go to the machine, so a chunk
-cut mid-event or mid-UTF-8 character is handled by waiting for the rest of that event.
+cut mid-event or mid-UTF-8 character waits for the rest of that event, unless the machine says
+from its first line that it will let it through unchanged (`passes`): then its bytes go out as
+they come.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class SseHold:
     Never raises into mitmproxy: a failure lets everything held and everything after go through
     unchanged (the agent's answer is never broken by capsem), and says so in the log."""
 
-    __slots__ = ("buffer", "failure", "machine", "sent")
+    __slots__ = ("ahead", "buffer", "failure", "machine", "sent")
 
     def __init__(self, machine: EventMachine) -> None:
         self.machine = machine
@@ -67,6 +69,9 @@ class SseHold:
         self.failure: str | None = None
         self.sent = bytearray()
         """Everything given to the agent (what it received, for the record when a call was denied)."""
+        self.ahead = 0
+        """Bytes of the event still arriving already sent: one the machine lets through unread
+        (`passes`, e.g. a text delta cut across reads goes out as it comes)."""
 
     def __call__(self, chunk: bytes) -> list[bytes]:
         out = self.take(chunk)
@@ -88,7 +93,12 @@ class SseHold:
         events = split_events(self.buffer, final)
         for i, raw in enumerate(events):
             try:
-                out += self.machine.event(raw, data_of(raw))
+                given = self.machine.event(raw, data_of(raw))
+                if self.ahead:  # its start is gone already: the machine must have let it through
+                    if given != [raw]:
+                        raise RuntimeError("an event sent ahead was held or changed")
+                    given, self.ahead = [raw[self.ahead :]], 0
+                out += given
             except Exception as exc:  # never break the agent's answer
                 return b"".join(out) + self.fail(exc, raw, events[i + 1 :])
         if final:
@@ -96,6 +106,9 @@ class SseHold:
                 out += self.machine.finish()
             except Exception as exc:
                 return b"".join(out) + self.fail(exc, b"", [])
+        elif self.buffer and (self.ahead or self.machine.passes(self.buffer)):
+            out.append(bytes(self.buffer[self.ahead :]))
+            self.ahead = len(self.buffer)
         return b"".join(out)
 
     def fail(self, exc: Exception, current: bytes, later: list[bytes]) -> bytes:
@@ -104,6 +117,7 @@ class SseHold:
         logger.warning("capsem: %s; the answer passes unchanged", self.failure)
         held = list(self.machine.held)
         if current and not (held and held[-1] is current):
-            held.append(current)
-        rest, self.buffer = bytes(self.buffer), bytearray()
+            held.append(current[self.ahead :])  # an event sent ahead: only what is not out yet
+        rest = bytes(self.buffer)  # a new partial event: none of it sent
+        self.buffer, self.ahead = bytearray(), 0
         return b"".join([*held, *later, rest])

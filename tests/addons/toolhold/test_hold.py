@@ -199,3 +199,22 @@ def test_a_failing_decision_lets_the_answer_through_unchanged():
     hold = SseHold(machine_for("anthropic", broken))
     out = b"".join(hold.take(data[i : i + 100]) for i in range(0, len(data), 100)) + hold.take(b"")
     assert out == data and hold.failure is not None
+
+
+def test_a_text_delta_cut_in_two_goes_out_at_once_a_tool_calls_bytes_do_not():
+    data = STREAMS["anthropic"].read_bytes()
+    text, call = data.index(b"text_delta"), data.index(b'"tool_use"')
+    hold = SseHold(machine_for("anthropic", allow([])))
+    before = b"".join(hold(data[: text + 5]))  # mid-event: the delta's first bytes are out already
+    assert before == data[: text + 5]
+    middle = b"".join(hold(data[text + 5 : call + 3]))  # up to inside the call's first event
+    assert before + middle == data[: data.rindex(b"event:", 0, call)]  # nothing of the call yet
+    assert before + middle + b"".join(hold(data[call + 3 :]) + hold(b"")) == data
+
+
+def test_a_responses_text_delta_cut_in_two_goes_out_at_once():
+    data = (FIXTURES / "openai_responses" / "stream_text_reasoning.sse").read_bytes()
+    text = data.index(b"event: response.output_text.delta") + 40
+    hold = SseHold(machine_for("openai_responses", allow([])))
+    assert b"".join(hold(data[:text])) == data[:text]
+    assert b"".join(hold(data[text:]) + hold(b"")) == data[text:]
