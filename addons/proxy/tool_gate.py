@@ -4,11 +4,12 @@ Runs only when the policy has tool rules (`Policy.has_tool_rules`); with none, n
 read or touched here (no stream function is set, no hook does more than that one check). On a
 model call in a format capsem reads (`addons/toolhold/`), it picks one of three ways:
 
-- an `identity`-encoded SSE answer, when no tool rule asks: streamed through `SseHold` (set as
+- an `identity`-encoded SSE answer (or Gemini JSON-array stream: `ArrayHold`), when no tool rule
+  asks: streamed through `SseHold` (set as
   `flow.response.stream`, after capture's tap, so the recorder gets the upstream's bytes): every
   byte passes at once except a tool call's own, held until its arguments are complete and then
   released unchanged or replaced (`Policy.decide_tool` runs on the event loop, once per call);
-- any other answer (JSON, a compressed or JSON-array stream, or any answer when a tool rule asks):
+- any other answer (JSON, a compressed stream, or any answer when a tool rule asks):
   read whole (`flow.response.stream = False`) and decided in `response`, which mitmproxy awaits:
   an `ask` waits there for a person (`Approvals.ask_tool`) without holding the event loop, and a
   rewritten body is re-encoded by mitmproxy with the answer's own content-encoding. mitmproxy's
@@ -31,11 +32,12 @@ from typing import TYPE_CHECKING, Any
 from mitmproxy import http
 
 from addons.messages import ToolDecision
-from addons.providers import is_event_stream
+from addons.providers import is_event_stream, stream_framing
 from addons.proxy.flows import FlowState
 from addons.proxy.hooks import guarded
 from addons.proxy.policy import ToolTarget, Verdict, agent_name, tool_arguments
 from addons.toolhold import HeldCall, SseHold, calls_in, machine_for, rewrite_json
+from addons.toolhold.json_array import ArrayHold
 from addons.toolhold.openai_responses import CALLS, ResponsesHold, call_of
 from addons.toolhold.registry import PROTOCOLS
 
@@ -80,9 +82,11 @@ class ToolGate:
         if state is None or resp is None or resp.status_code != 200 or flow.websocket is not None:
             return
         identity = resp.headers.get("content-encoding", "identity").strip().lower() in ("", "identity")
-        if identity and not self._tool_rules()[1] and is_event_stream(resp.headers.get("content-type")):
+        content_type = resp.headers.get("content-type")
+        array = stream_framing(state.route.protocol, content_type, state.head.path) == "json-array"  # type: ignore[union-attr]
+        if identity and not self._tool_rules()[1] and (is_event_stream(content_type) or array):
             machine = machine_for(state.route.protocol, lambda call: self._refusing_rule(state, call))  # type: ignore[union-attr]
-            state.tool_hold = SseHold(machine)  # type: ignore[arg-type]
+            state.tool_hold = ArrayHold(machine) if array else SseHold(machine)  # type: ignore[arg-type]
             resp.stream = state.tool_hold
         else:
             state.tool_whole = True

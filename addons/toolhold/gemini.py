@@ -34,6 +34,8 @@ class GeminiHold:
         ev = json.loads(data)
         if not self.rewrite(ev):
             return [raw]
+        if raw is data:  # an element of a JSON-array stream (`json_array.py`): the object alone
+            return [dumps(ev)]
         end = b"\r\n\r\n" if raw.endswith(b"\r\n\r\n") else b"\n\n"
         return [b"data: " + dumps(ev) + end]
 

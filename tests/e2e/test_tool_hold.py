@@ -216,6 +216,9 @@ REQUESTS = {
     "responses": ("https://api.openai.com/v1/responses",
                   {"model": "gpt-5", "stream": True, "input": ASK,
                    "tools": [{"type": "function", "name": "shell", "parameters": SCHEMA}]}),
+    "gemini-array": ("https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent",
+                     {"contents": [{"role": "user", "parts": [{"text": "x"}]}],
+                      "tools": [{"functionDeclarations": [{"name": "run_shell_command", "parameters": SCHEMA}]}]}),
     "gemini": ("https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
                {"contents": [{"role": "user", "parts": [{"text": "x"}]}],
                 "tools": [{"functionDeclarations": [{"name": "run_shell_command", "parameters": SCHEMA}]}]}),
@@ -236,9 +239,18 @@ def test_allowed_calls_arrive_byte_identical(mitmdump, emu, capsem_home):
             m in upstream for m in (b'"tool_use"', b'"tool_calls"', b'"function_call"', b'"functionCall"')
         ), name
         assert got == upstream, name
+    destroy = {**headers, "x-emulator": "scenario=destroy; tools=2"}
+    url, body = REQUESTS["gemini-array"]
+    parts = [
+        p
+        for r in through.post(url, json=body, headers=destroy).json()
+        for p in r["candidates"][0]["content"]["parts"]
+    ]
+    calls = [p["functionCall"]["args"]["command"] for p in parts if "functionCall" in p]
+    assert len(calls) == 1 and "rm -rf" not in calls[0] and any("not run" in p.get("text", "") for p in parts)
     assert proxy.stop() == 0
     decided = rows(only_session(capsem_home), "SELECT decision FROM tool_calls")
-    assert [r["decision"] for r in decided] == ["allowed"] * len(REQUESTS)  # held, decided, let go
+    assert [r["decision"] for r in decided] == ["allowed"] * len(REQUESTS) + ["allowed", "denied"]
 
 
 ASK_RULES = 'policy:\n  rules:\n    - {name: ask-rm, action: ask, tool: "*", tool_args: {command: {shell: "rm -rf"}}}\n'

@@ -218,3 +218,31 @@ def test_a_responses_text_delta_cut_in_two_goes_out_at_once():
     hold = SseHold(machine_for("openai_responses", allow([])))
     assert b"".join(hold(data[:text])) == data[:text]
     assert b"".join(hold(data[text:]) + hold(b"")) == data[text:]
+
+
+def _gemini_array() -> bytes:
+    """The Gemini SSE fixture's chunks as the JSON array a stream without `alt=sse` sends."""
+    from addons.toolhold.sse import data_of, split_events
+
+    objects = [data_of(raw) for raw in split_events(bytearray(STREAMS["gemini"].read_bytes()), final=True)]
+    return b"[" + b"\n,\r\n".join(o for o in objects if o) + b"\n]"
+
+
+def test_gemini_json_array_streams_at_every_cut():
+    from addons.toolhold.gemini import GeminiHold
+    from addons.toolhold.json_array import ArrayHold
+
+    data = _gemini_array()
+    denied = None
+    for point in range(1, len(data)):
+        calls: list[HeldCall] = []
+        hold = ArrayHold(GeminiHold(allow(calls)))
+        sent = hold(data[:point]) + hold(data[point:]) + hold(b"")
+        assert all(sent) and b"".join(sent) == data and len(calls) == 2
+        hold = ArrayHold(GeminiHold(deny({"bash"})))
+        out = b"".join(hold(data[:point]) + hold(data[point:]) + hold(b""))
+        assert denied is None or out == denied
+        denied = out
+    parts = [p for r in json.loads(denied) for p in r["candidates"][0]["content"]["parts"]]
+    assert [p["functionCall"]["name"] for p in parts if "functionCall" in p] == ["read"]
+    assert any("not run" in p.get("text", "") for p in parts)
