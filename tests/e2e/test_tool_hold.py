@@ -271,6 +271,7 @@ def test_an_asked_call_waits_for_a_person_approved_from_the_cli_denied_from_the_
     held = Background(lambda: anthropic_loop(proxy, approved))
     (item,) = waiting(1)
     assert item["tool"] == "Bash" and "rm -rf" in json.dumps(item["arguments"]) and item["rule"] == "ask-rm"
+    assert item["target"] == "tool Bash in POST api.anthropic.com/v1/messages"
     assert held.thread.is_alive() and (approved / DOOMED).exists()  # nothing reached the agent yet
     assert f"approved {item['id']}" in run("approve", item["id"])
     answers = held.join()
