@@ -239,6 +239,9 @@ class FlowEnded(msgspec.Struct, frozen=True, array_like=True, tag=5):
     """The person's (or the timeout's) answer to a request an `ask` rule held."""
     tool_decisions: tuple[ToolDecision, ...] = ()
     """What the tool rules decided about the tool calls of the answer (empty with no tool rule)."""
+    delivered_body: bytes | None = None
+    """What the agent received, decoded, when it differs from what the model sent (a tool call
+    denied and replaced, `addons/proxy/tool_gate.py`); None when it got the upstream's bytes."""
 
 
 class Barrier(msgspec.Struct, frozen=True, array_like=True, tag=6):

@@ -352,6 +352,10 @@ def render(results: dict) -> str:
         from benchmarks.policy_cpu import policy_section
 
         parts += [*policy_section(results["policy"]), ""]
+    if results.get("toolhold"):
+        from benchmarks.tool_hold import tool_hold_section
+
+        parts += [*tool_hold_section(results["toolhold"]), ""]
     goals = issue_goals(results)
     if goals:
         parts += [

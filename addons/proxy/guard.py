@@ -24,6 +24,7 @@ from addons.budgets import Verdict, strictest
 from addons.providers import websocket_route
 from addons.proxy.flows import FlowState
 from addons.proxy.hooks import guarded
+from addons.proxy.tool_gate import released
 
 if TYPE_CHECKING:
     from addons.proxy.capture import Capsem
@@ -102,6 +103,9 @@ class Guard:
             return None
         msg = flow.websocket.messages[-1]
         if not msg.from_client:
+            state = self.capture.flows.get(flow)
+            if state is not None and msg.injected and released(state, msg.content):
+                return None  # the tool gate's copy of a message counted when it came
             guard.ws_message(flow.id, msg.content, msg.injected)
         elif guard.ws_turn(msg.content)[0]:
             if not guard.settled():  # the previous turn just ended: wait for its cost (mitmproxy awaits this)

@@ -30,7 +30,7 @@ from addons.messages import (
     WsMessage,
     WsOpened,
 )
-from addons.providers import parser_for, websocket_route
+from addons.providers import parser_for, stream_framing, websocket_route
 from addons.recorder import build
 from addons.recorder.bodies import Body, BodyStore, known_pieces
 from addons.recorder.mcp_ledger import MCP_PREVIEW_BYTES, McpLedger
@@ -200,8 +200,11 @@ class Recorder:
         if route is not None and flow.response is not None and not flow.websocket:
             if state is None and flow.streamed and self.restart_missed is not None:
                 flow = self._lost_stream(flow)
-            if state is None:
-                state = StreamRead(self._reader(route, None, flow.response.header("content-encoding"),
+            if state is None:  # a whole body (an SSE one too: read whole for the tool rules, `tool_gate.py`)
+                framing = stream_framing(
+                    route.protocol, flow.response.header("content-type"), flow.request.path
+                )
+                state = StreamRead(self._reader(route, framing, flow.response.header("content-encoding"),
                                              flow.response.status))  # fmt: skip
                 state.reader.feed(flow.response_body or b"")
             summary = state.reader.finish()
@@ -258,9 +261,8 @@ class Recorder:
         )  # fmt: skip
         self._write([net, *rows])  # the net row first: its headers teach the scrubber before bodies are kept
         if rows and isinstance(rows[0], ModelCall) and state is not None:
-            self._keep_bodies(
-                rows[0], flow, request_body, state.reader.body, state.reader.body_truncated, fresh
-            )
+            self._keep_bodies(rows[0], flow, request_body, state.reader.body, state.reader.body_truncated, fresh,
+                              delivered=flow.delivered_body)  # fmt: skip
             if state.chunks:
                 self._write([ResponseChunksRow(rows[0].id, chunks_json(state.chunks))])
         if flow.substitutions:
@@ -287,9 +289,9 @@ class Recorder:
 
     def _keep_bodies(self, owner: ModelCall | McpCall, flow: FlowEnded | None, request: bytes, response: bytes,
                      response_truncated: bool, items: list[Item] | None = None,
-                     response_type: str | None = None) -> None:  # fmt: skip
-        """The whole decoded request and response of a model or MCP call (up to `max_body_bytes`)
-        and its items new to the session, in one content frame."""
+                     response_type: str | None = None, delivered: bytes | None = None) -> None:  # fmt: skip
+        """The whole decoded request and response of a model or MCP call (up to `max_body_bytes`), the
+        answer the agent got when not the model's (`delivered`), its new items, in one content frame."""
         limit = self.settings.max_body_bytes
         request_type = flow.request.header("content-type") if flow is not None else "application/json"
         if flow is not None and flow.response is not None:
@@ -298,6 +300,10 @@ class Recorder:
         bodies = (
             Body("request", request[:limit], request_cut or len(request) > limit, request_type),
             Body("response", response[:limit], response_truncated or len(response) > limit, response_type),
+        ) + (
+            (Body("delivered", delivered[:limit], len(delivered) > limit, response_type),)
+            if delivered
+            else ()
         )
         self._write(self.bodies.keep(owner=owner.event_id, source_table=owner.TABLE, row_id=owner.id, bodies=bodies,
                                      items=items or ()))  # fmt: skip
