@@ -1,0 +1,67 @@
+"""What the team tests share: a session recorded through real mitmdump (the emulator upstream)
+in a CAPSEM_HOME of its own, the CLI in it, and waiting for the pusher."""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from capsem.mitm import start_mitmdump
+
+ANTHROPIC_KEY = "sk-ant-team-000000000000000000"
+
+
+def capsem(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CAPSEM_HOME": str(home)}
+    done = subprocess.run([sys.executable, "-m", "assembler", *args], env=env, capture_output=True, text=True)
+    assert not check or done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def call(http: httpx.Client, prompt: str) -> None:
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 50, "messages": [{"role": "user", "content": prompt}]}
+    headers = {"x-api-key": ANTHROPIC_KEY, "anthropic-version": "2023-06-01"}
+    answer = http.post("https://api.anthropic.com/v1/messages", json=body, headers=headers)
+    assert answer.status_code == 200, answer.text
+
+
+class Machine:
+    """One CAPSEM_HOME standing for one machine of the team."""
+
+    def __init__(self, home: Path, name: str, emu, extra_config: str = "") -> None:
+        self.home, self.name, self.emu = home, name, emu
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "config.yaml").write_text(f"team:\n  machine: {name}\n  user: {name}-user\n" + extra_config)
+
+    def session(self, session_id: str):
+        """A mitmdump recording `session_id` here, and an httpx client through it."""
+        proxy = start_mitmdump(confdir=self.home / "conf", log_path=self.home / f"{session_id}.log",
+                               args=["--mode", f"upstream:{self.emu.proxy_url}",
+                                     "--set", f"ssl_verify_upstream_trusted_ca={self.emu.ca_path}",
+                                     "--set", f"capsem_session_id={session_id}"],
+                               env={**os.environ, "CAPSEM_HOME": str(self.home)})  # fmt: skip
+        client = httpx.Client(proxy=proxy.url, verify=ssl.create_default_context(cafile=proxy.ca_cert), timeout=30)
+        return proxy, client
+
+    def outbox(self) -> dict:
+        return json.loads(capsem(self.home, "team", "status", "--json").stdout)
+
+    def wait_pushed(self, seconds: float = 30) -> None:
+        """Until the outbox says every session is pushed whole."""
+        deadline = time.monotonic() + seconds
+        while True:
+            sessions = self.outbox()["sessions"]
+            if sessions and all(s["state"] == "done" for s in sessions):
+                return
+            assert time.monotonic() < deadline, sessions
+            time.sleep(0.1)
+
+    def cost_report(self) -> dict:
+        return json.loads(capsem(self.home, "cost-report", "--json").stdout)
