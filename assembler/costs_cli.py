@@ -50,7 +50,9 @@ class _Day(click.ParamType):
               help="Also write one self-contained HTML page with charts (no scripts, no network).")  # fmt: skip
 @click.option("--include-emulated", is_flag=True,
               help="Count emulated sessions too (run --emulator, demo, replays: nothing was spent).")  # fmt: skip
-@click.option("--team", "team", is_flag=True, help="The whole team's sessions, from its PostgreSQL (see `capsem team`).")
+@click.option(
+    "--team", "team", is_flag=True, help="The whole team's sessions, from its PostgreSQL (see `capsem team`)."
+)
 @json_option
 def cost_report_cmd(since, until, group_by, html_path, include_emulated, team, as_json) -> None:
     """Cost and tokens by model, provider, session, day, week, month, project, branch or tag.

@@ -25,7 +25,9 @@ from assembler.costs import PART_LABELS, Usage
 from assembler.sessiondb import SessionDbError, SessionNotFound, db_file, open_main, open_session
 from capsem.rollup import AI_USAGE_COLUMNS, AI_USAGE_SQL, cache_break_costs
 
-GroupBy = Literal["session", "provider", "model", "day", "week", "month", "project", "branch", "tag", "user", "machine"]
+GroupBy = Literal[
+    "session", "provider", "model", "day", "week", "month", "project", "branch", "tag", "user", "machine"
+]
 GROUPS: tuple[GroupBy, ...] = (
     "session",
     "provider",

@@ -114,7 +114,9 @@ def push_cmd(sessions, everything, as_json) -> None:
                                "errors": errors}, indent=2))  # fmt: skip
     else:
         for d in done:
-            click.echo(f"{d.session_id}: {counted(d.rows, 'row')} sent" + ("" if d.final else " (still running)"))
+            click.echo(
+                f"{d.session_id}: {counted(d.rows, 'row')} sent" + ("" if d.final else " (still running)")
+            )
         for session_id, error in errors.items():
             click.echo(f"{session_id}: not pushed: {error}", err=True)
         if not done and not errors:
@@ -171,7 +173,9 @@ def local_server_cmd(folder, port) -> None:
             cluster = start_cluster(folder, port)
     except Exception as exc:
         raise click.ClickException(f"cannot start PostgreSQL: {exc}") from exc
-    click.echo(f"PostgreSQL is running in {folder}\n  export CAPSEM_TEAM_URL={cluster.url}\n  capsem team init")
+    click.echo(
+        f"PostgreSQL is running in {folder}\n  export CAPSEM_TEAM_URL={cluster.url}\n  capsem team init"
+    )
     try:
         while True:
             time.sleep(3600)

@@ -55,7 +55,8 @@ def team_cost_report(pg: Any, since: str | None = None, until: str | None = None
     cond = " AND ".join(where)
     emulated, sessions, unpriced = pg.execute(
         f"SELECT count(*) FILTER (WHERE s.emulated), count(*) FILTER (WHERE NOT s.emulated OR %s), "
-        f"COALESCE(sum(s.unpriced_calls) FILTER (WHERE NOT s.emulated OR %s), 0)::bigint FROM capsem.sessions s WHERE {cond}",
+        f"COALESCE(sum(s.unpriced_calls) FILTER (WHERE NOT s.emulated OR %s), 0)::bigint "
+        f"FROM capsem.sessions s WHERE {cond}",
         [include_emulated, include_emulated, *params],
     ).fetchone()  # fmt: skip
     if not include_emulated:

@@ -25,11 +25,21 @@ def capsem(home: Path, *args: str, check: bool = True) -> subprocess.CompletedPr
     return done
 
 
-def call(http: httpx.Client, prompt: str) -> None:
-    body = {"model": "claude-sonnet-4-5", "max_tokens": 50, "messages": [{"role": "user", "content": prompt}]}
+def call(
+    http: httpx.Client, prompt: str, max_tokens: int = 50, control: str = "", status: int = 200
+) -> httpx.Response:
+    """One Messages call (`control`: the emulator's `x-emulator` header), answered with `status`."""
+    body = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": prompt}],
+    }
     headers = {"x-api-key": ANTHROPIC_KEY, "anthropic-version": "2023-06-01"}
+    if control:
+        headers["x-emulator"] = control
     answer = http.post("https://api.anthropic.com/v1/messages", json=body, headers=headers)
-    assert answer.status_code == 200, answer.text
+    assert answer.status_code == status, answer.text
+    return answer
 
 
 class Machine:
@@ -47,7 +57,9 @@ class Machine:
                                      "--set", f"ssl_verify_upstream_trusted_ca={self.emu.ca_path}",
                                      "--set", f"capsem_session_id={session_id}"],
                                env={**os.environ, "CAPSEM_HOME": str(self.home)})  # fmt: skip
-        client = httpx.Client(proxy=proxy.url, verify=ssl.create_default_context(cafile=proxy.ca_cert), timeout=30)
+        client = httpx.Client(
+            proxy=proxy.url, verify=ssl.create_default_context(cafile=proxy.ca_cert), timeout=30
+        )
         return proxy, client
 
     def outbox(self) -> dict:

@@ -33,7 +33,9 @@ def text_columns_holding(url: str, needle: str) -> list[str]:
 
 def team_calls(url: str) -> list[tuple]:
     with psycopg.connect(url) as pg:
-        return pg.execute("SELECT machine, session_id, id FROM capsem.model_calls ORDER BY 1, 2, 3").fetchall()
+        return pg.execute(
+            "SELECT machine, session_id, id FROM capsem.model_calls ORDER BY 1, 2, 3"
+        ).fetchall()
 
 
 def test_two_machines_team_report_is_the_sum_of_their_own_and_no_prompt_leaves(team_url, emu, tmp_path):
@@ -60,7 +62,9 @@ def test_two_machines_team_report_is_the_sum_of_their_own_and_no_prompt_leaves(t
 
     # the planted prompt is in each machine's own record, and nowhere in the team's database
     db = connect(next((a.home / "sessions").glob("*/session.db")), readonly=True)
-    assert db.execute("SELECT COUNT(*) FROM item_contents WHERE content LIKE ?", (f"%{PLANTED}%",)).fetchone()[0]
+    assert db.execute(
+        "SELECT COUNT(*) FROM item_contents WHERE content LIKE ?", (f"%{PLANTED}%",)
+    ).fetchone()[0]
     db.close()
     assert text_columns_holding(team_url, "zebra-quartz") == []
     assert text_columns_holding(team_url, "laptop-b-user") == ["sessions.user"]  # the search does find text
@@ -94,4 +98,6 @@ def test_postgres_stopped_mid_session_every_row_arrives_once(team_url, postgres,
     capsem(a.home, "team", "push", "20261128-110000-00aa")
     assert [r[2] for r in team_calls(team_url)] == local
     with psycopg.connect(team_url) as pg:
-        assert pg.execute("SELECT status, total_model_calls FROM capsem.sessions").fetchall() == [("stopped", len(local))]
+        assert pg.execute("SELECT status, total_model_calls FROM capsem.sessions").fetchall() == [
+            ("stopped", len(local))
+        ]
