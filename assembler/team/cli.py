@@ -183,3 +183,33 @@ def local_server_cmd(folder, port) -> None:
         pass
     finally:
         cluster.stop()
+
+
+def list_team_sessions(limit: int, as_json: bool) -> None:
+    """`list-sessions --team`: the team's newest sessions, every machine's."""
+    from assembler.cli_support import console
+    from assembler.tables import Column, fit_table
+    from assembler.team.report import team_sessions
+
+    pg = team_connection(the_team())
+    try:
+        found = team_sessions(pg, limit=limit or 1_000_000)
+    finally:
+        pg.close()
+    if as_json:
+        click.echo(json.dumps(found, indent=2, default=str))
+        return
+    if not found:
+        click.echo("No sessions pushed to the team yet")
+        return
+    columns = [Column("machine", "left", 7), Column("user", "left", 6), Column("ID", "left", 10),
+               Column("Created", "left", 7), Column("Status", "left", 7), Column("Cost", "right", 9),
+               Column("calls", "right", 5), Column("tools", "right", 2), Column("mcp", "right", 1),
+               Column("denied", "right", 3), Column("errors", "right", 3), Column("project", "left", 6, wrap=True),
+               Column("program", "left", 4, wrap=True)]  # fmt: skip
+    rows = [[r["machine"], r["user"], r["session_id"], r["created_at"][:16].replace("T", " "), r["status"],
+             f"${r['total_estimated_cost']:.4f}", f"{r['total_model_calls']:,}", f"{r['total_tool_calls']:,}",
+             f"{r['total_mcp_calls']:,}", f"{r['denied_requests']:,}", f"{r['total_errors']:,}",
+             "@".join(p for p in (r["project"], r["git_branch"]) if p), r["program"] or ""] for r in found]  # fmt: skip
+    out = console()
+    out.print(fit_table(columns, rows, out.width))
