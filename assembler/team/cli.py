@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -213,3 +214,37 @@ def list_team_sessions(limit: int, as_json: bool) -> None:
              "@".join(p for p in (r["project"], r["git_branch"]) if p), r["program"] or ""] for r in found]  # fmt: skip
     out = console()
     out.print(fit_table(columns, rows, out.width))
+
+
+def team_app(hosts: tuple[str, ...], since: str) -> Any:
+    """The view's app with the team's pages in front: `/team` and `/team/<machine>/<session>`
+    (each read from PostgreSQL when opened); every other path is this machine's own view."""
+    from starlette.applications import Starlette
+    from starlette.responses import HTMLResponse, RedirectResponse
+    from starlette.routing import Mount, Route
+
+    from assembler.team.page import team_page, team_session_page
+    from assembler.view.app import create_app
+
+    t = the_team()
+
+    def page(request: Any) -> Any:  # a plain function: Starlette runs it in its thread pool
+        pg = team_connection(t)
+        try:
+            return HTMLResponse(team_page(pg, since, t.machine))
+        finally:
+            pg.close()
+
+    def session(request: Any) -> Any:
+        machine, sid = request.path_params["machine"], request.path_params["sid"]
+        if machine == t.machine:
+            return RedirectResponse(f"/s/{sid}")
+        pg = team_connection(t)
+        try:
+            found = team_session_page(pg, machine, sid)
+        finally:
+            pg.close()
+        return HTMLResponse(found or "no such session in the team", status_code=200 if found else 404)
+
+    return Starlette(routes=[Route("/team", page), Route("/team/{machine}/{sid}", session),
+                             Mount("/", app=create_app(hosts=hosts))])  # fmt: skip

@@ -31,9 +31,12 @@ from capsem.settings import (
 CAPTURE_KEYS = (
     "preview_bytes, content_max_bytes, max_parse_bytes, max_body_bytes, commit_interval_ms, max_pending_calls"
 )
-ALL_SECTIONS = "capture, headers, redaction, policy, diagnostics, retention, budgets, credentials, export, team"
+ALL_SECTIONS = (
+    "capture, headers, redaction, policy, diagnostics, retention, budgets, credentials, export, team"
+)
 BUDGET_FIELDS = (
-    "scope, period, limit_usd, warn_at, provider, model, host, on_unconfirmed, on_unpriced, reserve_output_tokens"
+    "scope, period, limit_usd, warn_at, provider, model, host, "
+    "on_unconfirmed, on_unpriced, reserve_output_tokens"
 )
 CREDENTIAL_FIELDS = "host, header, query, env, file, placeholder, agent_env"
 RULE_FIELDS = "name, action, host, port, path, method, mcp_server, mcp_tool, mcp_args"
@@ -125,7 +128,8 @@ def refusal(config: Path, text: str | bytes) -> str:
         # budgets
         ("budgets: {daily_usd: 5}", f"budgets.daily_usd must be a mapping of budget fields ({BUDGET_FIELDS}), got 5"),
         ("budgets: [{scope: day}]", "budgets must be a mapping of budget names to their fields, got [{'scope': 'day'}]"),
-        ("budgets: {daily: {scope: week, limit_usd: 5}}", "budgets.daily.scope must be session, day, month or team, got 'week'"),
+        ("budgets: {daily: {scope: week, limit_usd: 5}}",
+         "budgets.daily.scope must be session, day, month or team, got 'week'"),
         ("budgets: {t: {scope: team, period: week, limit_usd: 5}}", "budgets.t.period must be day or month, got 'week'"),
         ("budgets: {d: {scope: day, period: day, limit_usd: 5}}",
          "budgets.d.period must be set only with scope: team (day and month scopes are their own period), got 'day'"),

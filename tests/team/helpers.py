@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -77,3 +80,19 @@ class Machine:
 
     def cost_report(self) -> dict:
         return json.loads(capsem(self.home, "cost-report", "--json").stdout)
+
+
+@contextmanager
+def team_view(home: Path) -> Iterator[str]:
+    """`capsem view --team` in `home` as a real process; its base URL."""
+    server = subprocess.Popen([sys.executable, "-m", "assembler", "view", "--team", "--no-open", "--port", "0"],
+                              env={**os.environ, "CAPSEM_HOME": str(home)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        line = server.stdout.readline()  # type: ignore[union-attr]
+        match = re.search(r"http://127\.0\.0\.1:\d+", line)
+        assert match, line + server.stdout.read()  # type: ignore[union-attr]
+        yield match.group(0)
+    finally:
+        server.kill()
+        server.wait()

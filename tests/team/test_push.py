@@ -10,7 +10,8 @@ import psycopg
 
 from capsem.schema import connect
 from tests.e2e.test_budget_reservations import wait_until
-from tests.team.helpers import Machine, call, capsem
+from tests.pages import laid_out
+from tests.team.helpers import Machine, call, capsem, team_view
 
 PLANTED = "zebra-quartz-1193 is the secret plan"
 
@@ -68,6 +69,16 @@ def test_two_machines_team_report_is_the_sum_of_their_own_and_no_prompt_leaves(t
     db.close()
     assert text_columns_holding(team_url, "zebra-quartz") == []
     assert text_columns_holding(team_url, "laptop-b-user") == ["sessions.user"]  # the search does find text
+
+    # the team page, in headless Chromium: b's session opens locally, a's from what it pushed
+    with team_view(b.home) as base, laid_out(base + "/team", tmp_path / "chromium", 1280) as page:
+        links = page.js("[...document.querySelectorAll('#costliest a')].map(a => a.getAttribute('href'))")
+        assert sorted(links) == ["/s/20261128-100000-0003", "/team/laptop-a/20261128-100000-0002"]
+        assert page.js("document.querySelector('.cards').textContent").count("$") >= 2
+        page.call("Page.navigate", url=base + links[1] if links[1].startswith("/team") else base + links[0])
+        page.tools.wait_event("Page.loadEventFired")
+        assert "Only its metadata was shared" in page.js("document.body.textContent")
+        assert page.js("document.querySelectorAll('tbody tr').length") == 2  # a's two calls
 
     # pushing everything again counts nothing twice
     before = team_calls(team_url)
