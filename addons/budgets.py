@@ -209,26 +209,30 @@ ALLOWED = Verdict("allowed")
 def decide(budgets: Iterable[Budget], provider: str, model: str | None, host: str,
            spent_of: Callable[[Budget], float], *, confirmed: bool = True,
            reserved_of: Callable[[Budget], float] | None = None, worst: Worst | None = None,
-           unreachable: Callable[[Budget], bool] | None = None) -> Verdict:  # fmt: skip
+           unreachable: Callable[[Budget], bool] | None = None,
+           cap_of: Callable[[Budget], float] | None = None) -> Verdict:  # fmt: skip
     """The strictest verdict of the budgets the call matches (`spent_of(budget)`: its spend so far;
     `confirmed`: whether this session's spend is known to be whole; `reserved_of(budget)`: what
     the calls in flight hold of it; `worst`: this call's reservation, None to check the spend only;
     `unreachable(budget)`: a team budget whose lease cannot grow now, so that a call beyond it
-    decides by `on_unconfirmed`)."""
+    decides by `on_unconfirmed`; `cap_of(budget)`: how far the spend may go, when less than the
+    limit: a team budget's is what the team's other sessions hold plus this session's lease; the
+    warning still comes at `warn_at` of the limit)."""
     verdict = ALLOWED
     for budget in budgets:
         if not matches(budget, provider, model, host):
             continue
         amount = spent_of(budget)
         held = reserved_of(budget) if reserved_of is not None else 0.0
-        over = amount >= budget.limit_usd or (worst is not None and worst.usd is not None
-                                              and amount + held + worst.usd > budget.limit_usd + SLACK)  # fmt: skip
+        cap = min(cap_of(budget), budget.limit_usd) if cap_of is not None else budget.limit_usd
+        over = amount >= cap or (worst is not None and worst.usd is not None
+                                 and amount + held + worst.usd > cap + SLACK)  # fmt: skip
         if over and unreachable is not None and unreachable(budget):
             verdict = _unconfirmed(budget, amount, verdict, lease=True)
             if verdict.decision == "denied":
                 return verdict
             continue
-        if amount >= budget.limit_usd:
+        if amount >= cap:
             return Verdict("denied", budget, amount)
         if worst is not None and worst.usd is None:
             if budget.on_unpriced == "deny":
@@ -241,11 +245,7 @@ def decide(budgets: Iterable[Budget], provider: str, model: str | None, host: st
             if verdict.decision == "denied":
                 return verdict
             continue  # let through unchecked: its reservation is not checked either
-        if (
-            worst is not None
-            and worst.usd is not None
-            and amount + held + worst.usd > budget.limit_usd + SLACK
-        ):
+        if worst is not None and worst.usd is not None and amount + held + worst.usd > cap + SLACK:
             return Verdict("denied", budget, amount, reserved=held, worst=worst)
         if budget.warn_at is not None and amount >= budget.warn_at * budget.limit_usd and verdict is ALLOWED:
             verdict = Verdict("warned", budget, amount)

@@ -1,6 +1,6 @@
 """`python -m benchmarks [--quick] [--only SUITE]`: run, print the tables, save them.
 
-SUITE: streaming, newconn, startup, micro, bodies, websocket, otlp, backtest, replay or policy.
+SUITE: streaming, newconn, startup, micro, bodies, websocket, otlp, backtest, replay, policy or team.
 
 A full run writes `benchmarks/results/latest.md` and `latest.json`; `--quick` (a smoke run of
 about a minute, too small to judge anything) writes `quick.md` and `quick.json` instead.
@@ -30,6 +30,7 @@ from benchmarks.replay import run_replay
 from benchmarks.report import render
 from benchmarks.startup import run_startup
 from benchmarks.streaming import Profile, run_suite
+from benchmarks.team import run_team
 from benchmarks.upstream import StreamSpec
 from benchmarks.websocket_memory import run_ws_memory
 
@@ -52,6 +53,7 @@ FULL = {
     "backtest": {"sessions": 1000, "model_calls": 40, "mcp_calls": 20, "plain": 20, "repeat": 3},
     "replay": {"turns": 300},
     "policy": {"requests": 2000, "reps": 5},
+    "team": {"calls": 5000, "pushed": 1_000_000, "repeat": 3, "decisions": 5000},
 }
 QUICK = {
     "profiles": [Profile("paced", StreamSpec(100, 200, 5)), Profile("unpaced", StreamSpec(300, 1000))],
@@ -70,6 +72,7 @@ QUICK = {
     "backtest": {"sessions": 50, "model_calls": 10, "mcp_calls": 6, "plain": 6, "repeat": 1},
     "replay": {"turns": 40},
     "policy": {"requests": 200, "reps": 1},
+    "team": {"calls": 500, "pushed": 20_000, "repeat": 1, "decisions": 500},
 }
 
 
@@ -89,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             "backtest",
             "replay",
             "policy",
+            "team",
         ],
         help="run one suite only",
     )
@@ -142,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
             print("per-request CPU when no rule matches", flush=True)
             results["policy"] = run_policy_cpu(**plan["policy"], workdir=Path(tmp) / "policy",
                                                log=lambda line: print(line, flush=True))  # fmt: skip
+        if args.only in (None, "team"):
+            print("team on PostgreSQL", flush=True)
+            results["team"] = run_team(**plan["team"], workdir=Path(tmp) / "team",
+                                       log=lambda line: print(line, flush=True))  # fmt: skip
     results["meta"] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "mode": "quick" if args.quick else "full",

@@ -167,13 +167,19 @@ class Guardrails:
             await asyncio.sleep(0.005)
 
     def spent(self, budget: Budget) -> float:
-        """A budget's spend for `decide`: a team budget's is this session's plus all of its limit
-        not leased to this session (`addons/proxy/team_budget.py`)."""
+        """A budget's spend for `decide`: a team budget's is this session's plus what the team's
+        other sessions spent or hold (`addons/proxy/team_budget.py`)."""
         assert self.view is not None
         own = self.view.spent(budget)
-        if budget.scope == "team":
-            return own + (self.leases.spent_elsewhere(budget) if self.leases else budget.limit_usd)
+        if budget.scope == "team" and self.leases is not None:
+            return own + self.leases.others(budget)
         return own
+
+    def _cap(self, budget: Budget) -> float:
+        """How far a budget's spend may go for this session: a team budget's lease (with the others' part)."""
+        if budget.scope == "team":
+            return self.leases.cap(budget) if self.leases is not None else 0.0
+        return budget.limit_usd
 
     def lease_wanted(self, verdict: Verdict, worst: Worst | None) -> Coroutine[Any, Any, None] | None:
         """When a team budget refused a call only because this session's lease is too small (and the
@@ -262,7 +268,8 @@ class Guardrails:
         confirmed = self.view.confirmed()
         verdict = decide(self.budgets, route.provider, model, host, self.spent, confirmed=confirmed,
                          reserved_of=self.view.reserved, worst=worst,
-                         unreachable=self.leases and (lambda b: bool(self.leases.unreachable(b))))  # fmt: skip
+                         unreachable=self.leases and (lambda b: bool(self.leases.unreachable(b))),
+                         cap_of=self.leases and self._cap)  # fmt: skip
         if verdict.unpriced and verdict.decision != "denied":
             key = f"{verdict.budget.name if verdict.budget else ''} {model}"
             if self._announced.get(key) != "unpriced":

@@ -4,10 +4,11 @@ never talks to PostgreSQL: it reads `granted` (a float the thread replaces) and,
 reservation does not fit in it, asks the thread for more and `await`s the answer (only that
 call waits; the other flows go on).
 
-For the budgets' check a team budget's spend is this session's own, plus everything of the limit
-not granted to it (`spent_elsewhere`: what the team's other sessions spent or hold), so `decide`
-refuses a call exactly when this session's spend, its calls in flight and the call's own
-reservation would pass its lease. While no lease can be had (PostgreSQL cannot be reached or has
+For the budgets' check a team budget's spend is this session's own plus what the team's other
+sessions spent or hold (`others`, as of the last answer), and it may go as far as `cap`: the
+others' part plus this session's lease. So `decide` refuses a call exactly when this session's
+spend, its calls in flight and the call's own reservation would pass its lease, and warns at
+`warn_at` of the team's limit. While no lease can be had (PostgreSQL cannot be reached or has
 not answered yet), the call decides by the budget's `on_unconfirmed`.
 """
 
@@ -41,6 +42,8 @@ class _Lease:
     budget: Budget
     period: str = ""
     granted: float = 0.0
+    others: float = 0.0
+    """What the team's other sessions held or used at the last answer."""
     answered: bool = False
     """PostgreSQL answered for this period (with a grant, maybe 0)."""
     failed: str | None = None
@@ -76,12 +79,16 @@ class TeamLeases:
         return all(lease.period == _key(lease.budget, period) and (lease.answered or lease.failed)
                    for lease in self.leases.values())  # fmt: skip
 
-    def spent_elsewhere(self, budget: Budget) -> float:
-        """What of the team budget's limit is not this session's to spend (all of it without a lease)."""
+    def others(self, budget: Budget) -> float:
+        """What the team's other sessions spent or hold of the budget this period (at the last answer)."""
         lease = self.leases[budget.name]
-        if lease.period != _key(budget, today()):
-            return budget.limit_usd
-        return max(0.0, budget.limit_usd - lease.granted)
+        return lease.others if lease.period == _key(budget, today()) else 0.0
+
+    def cap(self, budget: Budget) -> float:
+        """How far the team's spend may go for this session: the others' part plus this session's
+        lease (0 without a lease for this period)."""
+        lease = self.leases[budget.name]
+        return lease.others + lease.granted if lease.period == _key(budget, today()) else 0.0
 
     def unreachable(self, budget: Budget) -> str | None:
         """Why the budget's lease cannot grow now (PostgreSQL down, no team), or None."""
@@ -159,7 +166,7 @@ class TeamLeases:
             with self._lock:
                 wants, lease.wants = lease.wants, []
             if period != lease.period:
-                lease.period, lease.granted, lease.answered = period, 0.0, False
+                lease.period, lease.granted, lease.others, lease.answered = period, 0.0, 0.0, False
             used = self.used_of(b)
             want = max([used, *(need for need, _ in wants)]) + SLICE * b.limit_usd
             if lease.answered and not wants and lease.granted - used >= SLICE * b.limit_usd / 2:
@@ -171,7 +178,7 @@ class TeamLeases:
                 with self._lock:
                     lease.wants = wants + lease.wants
                 raise
-            lease.granted, lease.answered, lease.failed = got.granted, True, None
+            lease.others, lease.granted, lease.answered, lease.failed = got.others, got.granted, True, None
             for _, future in wants:
                 future.set_result(None)
 
@@ -183,7 +190,12 @@ class TeamLeases:
                                "beyond this session's lease decide by on_unconfirmed", lease.budget.name, why)  # fmt: skip
             lease.failed = why
             if lease.period != _key(lease.budget, today()):
-                lease.period, lease.granted, lease.answered = _key(lease.budget, today()), 0.0, False
+                lease.period, lease.granted, lease.others, lease.answered = (
+                    _key(lease.budget, today()),
+                    0.0,
+                    0.0,
+                    False,
+                )
             with self._lock:
                 wants, lease.wants = lease.wants, []
             for _, future in wants:

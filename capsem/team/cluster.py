@@ -62,10 +62,16 @@ class Cluster:
         return f"postgresql://capsem@127.0.0.1:{self.port}/postgres"
 
     def _pg(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        """Run one of PostgreSQL's programs (as the cluster's user). Raises RuntimeError with its output."""
         command = [str(self.bin_dir / args[0]), *args[1:]]
         if self.user is not None:
             command = ["runuser", "-u", self.user.pw_name, "--", *command]
-        return subprocess.run(command, capture_output=True, text=True, check=check, cwd="/")
+        done = subprocess.run(command, capture_output=True, text=True, cwd="/")
+        if check and done.returncode:
+            raise RuntimeError(
+                f"{args[0]} failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-500:]}"
+            )
+        return done
 
     def start(self) -> None:
         """Start (or restart after `stop`) and wait until it accepts connections."""
@@ -82,17 +88,20 @@ class Cluster:
 
 
 def start_cluster(folder: Path | None = None, port: int | None = None) -> Cluster:
-    """initdb a new cluster in `folder` (a new temporary folder by default) and start it.
+    """initdb a new cluster in `folder` (a new temporary folder by default, and always as root) and
+    start it.
 
     Raises:
-        RuntimeError: no PostgreSQL server binaries on this machine.
-        subprocess.CalledProcessError: initdb or pg_ctl failed (its output says why).
+        RuntimeError: no PostgreSQL server binaries on this machine, or initdb or pg_ctl failed
+            (its output says why).
     """
     bin_dir = binaries()
     if bin_dir is None:
         raise RuntimeError("PostgreSQL's server binaries (initdb, pg_ctl) are not installed: "
                            "apt-get install postgresql (Debian, Ubuntu), or your system's package")  # fmt: skip
     user = run_as()
+    if user is not None:  # root's folders (0700) are closed to that user: a temporary folder of its own
+        folder = None
     folder = Path(folder) if folder else Path(tempfile.mkdtemp(prefix="capsem-pg-"))
     folder.mkdir(parents=True, exist_ok=True)
     if user is not None:
