@@ -153,8 +153,9 @@ def status_cmd(as_json) -> None:
 @team.command("local-server")
 @click.option("--dir", "folder", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="Where the cluster lives (default: $CAPSEM_HOME/team/postgres).")  # fmt: skip
-@click.option("--port", type=int, default=5432, show_default=True)
-def local_server_cmd(folder, port) -> None:
+@click.option("--pg-port", "pg_port", type=int, default=5432, show_default=True,
+              help="The port PostgreSQL listens on (127.0.0.1 only).")  # fmt: skip
+def local_server_cmd(folder, pg_port) -> None:
     """Start a PostgreSQL on this machine to try the team features (Ctrl-C stops it).
 
     Needs PostgreSQL's server package (Debian: apt-get install postgresql). Prints the
@@ -168,14 +169,14 @@ def local_server_cmd(folder, port) -> None:
         if (folder / "data" / "PG_VERSION").is_file():
             from capsem.team.cluster import run_as
 
-            cluster = Cluster(folder, port, binaries() or Path("/nonexistent"), run_as())
+            cluster = Cluster(folder, pg_port, binaries() or Path("/nonexistent"), run_as())
             cluster.start()
         else:
-            cluster = start_cluster(folder, port)
+            cluster = start_cluster(folder, pg_port)
     except Exception as exc:
         raise click.ClickException(f"cannot start PostgreSQL: {exc}") from exc
     click.echo(
-        f"PostgreSQL is running in {folder}\n  export CAPSEM_TEAM_URL={cluster.url}\n  capsem team init"
+        f"PostgreSQL is running in {cluster.folder}\n  export CAPSEM_TEAM_URL={cluster.url}\n  capsem team init"
     )
     try:
         while True:
