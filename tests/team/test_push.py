@@ -89,7 +89,7 @@ def test_two_machines_team_report_is_the_sum_of_their_own_and_no_prompt_leaves(t
 
 
 def test_postgres_stopped_mid_session_every_row_arrives_once(team_url, postgres, emu, tmp_path):
-    a = Machine(tmp_path / "a", "laptop-a", emu)
+    a = Machine(tmp_path / "a", "laptop-a", emu, "  share: full\n")
     capsem(a.home, "team", "init")
     proxy, http = a.session("20261128-110000-00aa")
     with http:
