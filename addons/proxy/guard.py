@@ -90,7 +90,7 @@ class Guard:
         host = state.request.names[0].host or head.host  # canonical: `api.openai.com.` is api.openai.com
         worst = guard.worst(route, model, host, tokens)
         verdict = guard.verdict(
-            route, model, host, f"{head.method} {head.host}{head.path} ({flow.id})", worst
+            route, model, host, f"{head.method} {head.host}{head.path} ({flow.id})", worst, lease_first=lease
         )
         if lease and (more := guard.lease_wanted(verdict, worst)) is not None:
             return self._after(more, "request", lambda: self._apply_budget(flow, state, lease=False))

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -181,14 +181,17 @@ class Guardrails:
             return self.leases.cap(budget) if self.leases is not None else 0.0
         return budget.limit_usd
 
-    def lease_wanted(self, verdict: Verdict, worst: Worst | None) -> Coroutine[Any, Any, None] | None:
+    def lease_wanted(self, verdict: Verdict, worst: Worst | None, ask: bool = True) -> Any:
         """When a team budget refused a call only because this session's lease is too small (and the
-        team database answers), what to await for a larger one before deciding again."""
+        team database answers), what to await for a larger one before deciding again (`ask`
+        False: only whether there is one)."""
         b = verdict.budget
         if (verdict.decision != "denied" or b is None or b.scope != "team" or self.leases is None
                 or verdict.unconfirmed or worst is None or worst.usd is None):  # fmt: skip
             return None
         assert self.view is not None
+        if not ask:
+            return True
         need = self.view.spent(b) + self.view.reserved(b) + worst.usd
         return self.leases.more(b, need)
 
@@ -261,9 +264,11 @@ class Guardrails:
         self.reserve(key, route, host, verdict, worst)
 
     def verdict(self, route: Route, model: str | None, host: str, what: str = "",
-                worst: Worst | None = None) -> Verdict:  # fmt: skip
+                worst: Worst | None = None, lease_first: bool = False) -> Verdict:  # fmt: skip
         """The budgets' verdict on a model call (logged when a budget changes state, and every call
-        let through unchecked); `what` names the call in that log line; `worst`: its reservation."""
+        let through unchecked); `what` names the call in that log line; `worst`: its reservation;
+        `lease_first`: a refusal that a larger team lease may lift is asked again after it, and
+        logged then."""
         assert self.view is not None
         confirmed = self.view.confirmed()
         verdict = decide(self.budgets, route.provider, model, host, self.spent, confirmed=confirmed,
@@ -277,7 +282,8 @@ class Guardrails:
                 logger.warning("capsem: %s", verdict.message)
             return verdict
         if verdict.worst is not None:  # refused: its reservation does not fit
-            logger.warning("capsem: %s: %s", what or host, verdict.message)
+            if not (lease_first and self.lease_wanted(verdict, worst, ask=False)):
+                logger.warning("capsem: %s: %s", what or host, verdict.message)
             return verdict
         if verdict.unconfirmed and verdict.decision != "denied":
             logger.warning("capsem: %s: %s", what or host, verdict.message)

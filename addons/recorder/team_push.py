@@ -223,6 +223,7 @@ def run_pusher() -> int:
     team = team_of()
     if team is None:
         return 0
+    said: dict[str, str] = {}
     while True:
         lock = _lock()
         if lock is None:
@@ -240,8 +241,13 @@ def run_pusher() -> int:
                 done, errors = push_waiting(team)
                 if done:
                     last_progress = time.monotonic()
-                for session_id, error in errors.items():
-                    logger.warning("capsem team: %s not pushed yet: %s", session_id, error)
+                for session_id, error in errors.items():  # once per error, not once per attempt
+                    if said.get(session_id) != error:
+                        said[session_id] = error
+                        logger.warning("capsem team: %s not pushed yet: %s", session_id, error)
+                for pushed in done:
+                    if said.pop(pushed.session_id, None) is not None:
+                        logger.warning("capsem team: %s pushed again", pushed.session_id)
                 if errors and not _running(waiting) and time.monotonic() - last_progress > GIVE_UP_SECONDS:
                     return 1
                 time.sleep(PUSH_SECONDS)
