@@ -15,6 +15,8 @@ def test_a_newer_team_schema_is_refused(team_url, tmp_path):
         pg.execute("UPDATE capsem.meta SET value = '99' WHERE key = 'schema_version'")
     for args in (("team", "init"), ("team", "push", "--all"), ("cost-report", "--team")):
         done = capsem(home, *args, check=False)
-        assert done.returncode == 1 and "schema is version 99, newer than this capsem's (1)" in done.stderr, args
+        assert done.returncode == 1 and "schema is version 99, newer than this capsem's (1)" in done.stderr, (
+            args
+        )
     with psycopg.connect(team_url) as pg:
         assert pg.execute("SELECT value FROM capsem.meta").fetchall() == [("99",)]
