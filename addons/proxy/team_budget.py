@@ -15,10 +15,11 @@ not answered yet), the call decides by the budget's `on_unconfirmed`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -180,7 +181,7 @@ class TeamLeases:
                 raise
             lease.others, lease.granted, lease.answered, lease.failed = got.others, got.granted, True, None
             for _, future in wants:
-                future.set_result(None)
+                _resolve(future)
 
     def _failed(self, exc: Exception) -> None:
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
@@ -199,7 +200,7 @@ class TeamLeases:
             with self._lock:
                 wants, lease.wants = lease.wants, []
             for _, future in wants:
-                future.set_result(None)
+                _resolve(future)
 
     def _close(self, conn: Any) -> None:
         from capsem.team.leases import close
@@ -213,6 +214,13 @@ class TeamLeases:
                 except Exception as exc:
                     logger.warning("capsem: team budget %r: its lease could not be closed (%s): its unused part "
                                    "stays held until the period ends", lease.budget.name, exc)  # fmt: skip
+
+
+def _resolve(future: Future) -> None:
+    """Wake a call waiting for a larger lease (it may have stopped waiting: its future cancelled)."""
+    if not future.done():
+        with contextlib.suppress(InvalidStateError):
+            future.set_result(None)
 
 
 def _key(budget: Budget, day: str) -> str:
