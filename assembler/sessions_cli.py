@@ -389,7 +389,7 @@ _PREVIEW_COLUMNS = {
     "net_events": ("id", "timestamp", "domain", "path", "status_code", "decision", "duration_ms"),
     "model_calls": ("id", "provider", "model", "input_tokens", "output_tokens", "estimated_cost_usd",
                     "stop_reason"),
-    "tool_calls": ("id", "model_call_id", "tool_name", "call_id", "arguments"),
+    "tool_calls": ("id", "model_call_id", "tool_name", "call_id", "arguments", "decision"),
     "tool_responses": ("id", "model_call_id", "call_id", "is_error", "content_preview"),
     "mcp_calls": ("id", "server_name", "method", "tool_name", "decision", "duration_ms"),
     "fs_events": ("id", "timestamp", "action", "path", "size"),
@@ -449,6 +449,10 @@ def _print_inspection(result: Inspection) -> None:
                 Column("results", priority=7), Column("errors", priority=8)]  # fmt: skip
         rows = [[r["tool_name"], r["origin"], str(r["calls"]), str(r["results"]), str(r["errors"])]
                 for r in result.tools]  # fmt: skip
+        if any(r.get("not_run") for r in result.tools):  # calls a tool rule kept from the agent
+            cols.append(Column("not run", priority=9))
+            for row, r in zip(rows, result.tools, strict=True):
+                row.append(str(r.get("not_run") or 0))
         console.print(fit_table(cols, rows, width, title="Tool usage"))
     for name, rows in result.previews.items():
         names = [c for c in _PREVIEW_COLUMNS.get(name, ()) if c in rows[0]]

@@ -396,7 +396,7 @@ class Capsem:
                 tap_failure=tap.failure if tap is not None else None, mcp=state.mcp,
                 websocket=state.response is not None and state.response.status == 101,
                 client_status=client_status, substitutions=state.substitutions, close_code=close[0],
-                close_reason=close[1], approval=state.approval,
+                close_reason=close[1], approval=state.approval, tool_decisions=tuple(state.tool_decisions),
                 process=self.connections.process(state.head.conn),
             )
         )  # fmt: skip

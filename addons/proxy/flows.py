@@ -15,14 +15,14 @@ same `FlowState`; `Capsem` hands it over as one `FlowEnded` and forgets it.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mitmproxy import http
 
 from addons.canonical import CanonicalRequest, split_target
 from addons.mcp.jsonrpc import Kind, read_request
-from addons.messages import Approval, RequestHead, ResponseHead, Route, Substitution
+from addons.messages import Approval, RequestHead, ResponseHead, Route, Substitution, ToolDecision
 from addons.providers import detect, provider_for_host
 from addons.providers.sniff import sniff_route
 from addons.proxy.hooks import addr, guarded
@@ -55,6 +55,9 @@ class FlowState:
     request_truncated: bool = False
     substitutions: tuple[Substitution, ...] = ()
     approval: Approval | None = None
+    tool_decisions: list[ToolDecision] = field(default_factory=list)
+    """What the tool rules decided about the tool calls of the answer (`Policy.decide_tool`), in
+    the order they were decided; handed over on the flow's `FlowEnded`."""
 
 
 class Flows:

@@ -53,8 +53,10 @@ Key = tuple[str, str, str, str]
 
 REFRESH_SECONDS = 0.2
 """How often mitmdump re-reads the other sessions' spend from main.db."""
-SETTLE_SECONDS = 2.0
-"""How long a budget check waits at most for the cost of calls that have just ended."""
+SETTLE_SECONDS = 5.0
+"""How long a budget check waits at most for the cost of calls that have just ended: it comes back
+in milliseconds; a loaded machine can hold a recorder back a second or two, which must not turn into
+a refusal."""
 
 
 def ledger_rows(main: sqlite3.Connection, *, since: str, exclude: str | None = None) -> list[SpendRow]:

@@ -26,6 +26,7 @@ from addons.messages import (
     Message,
     RequestHead,
     StreamOpened,
+    ToolDecision,
     WsMessage,
     WsOpened,
 )
@@ -33,7 +34,7 @@ from addons.providers import parser_for, websocket_route
 from addons.recorder import build
 from addons.recorder.bodies import Body, BodyStore, known_pieces
 from addons.recorder.mcp_ledger import MCP_PREVIEW_BYTES, McpLedger
-from addons.recorder.outcome import call_error
+from addons.recorder.outcome import apply_tool_decisions, call_error
 from addons.recorder.rows import IdMinter, McpCall, ModelCall, ResponseChunksRow, Row
 from addons.recorder.spend import SessionSpend
 from addons.recorder.streams import StreamRead, chunks_json
@@ -60,6 +61,8 @@ class _Socket:
     server_messages: int = 0
     trace: str | None = None
     process: ProcessInfo = (None, None)
+    tool_decisions: list[ToolDecision] = field(default_factory=list)
+    """The tool rules' verdicts that came with its messages, for the turns still to be written."""
 
 
 class Recorder:
@@ -223,6 +226,7 @@ class Recorder:
             min(settings.preview_bytes, build.KEPT_PREVIEW_BYTES) if kept else settings.preview_bytes,
         )
         if socket is not None:
+            socket.tool_decisions += flow.tool_decisions
             self._ws_end(flow, socket)
         net_id = socket.net_id if socket is not None else self.ids.next("net_events")
         rows: list[Row] = []
@@ -243,6 +247,7 @@ class Recorder:
             )  # fmt: skip
             rows, trace, fresh = build.model_call(call, ids=self.ids, traces=self.traces, mcp=self.mcp,
                                                   settings=settings, conversations=self.conversations)  # fmt: skip
+            apply_tool_decisions(rows, flow.tool_decisions)
         net = build.net_event(
             flow, row_id=net_id, settings=settings, scrubber=self.writer.scrubber, process=process,
             request_preview=request_preview, response_preview=response_preview, decode_error=decode_error,
@@ -326,6 +331,7 @@ class Recorder:
         else:
             socket.received += len(msg.content)
             socket.server_messages += 1
+        socket.tool_decisions += msg.tool_decisions
         self._ws_turns(socket, socket.turns.message(msg.from_client, msg.content, msg.is_text, msg.at))
         if self.spend is not None and not msg.from_client:
             self.spend.counted(msg.key + WS_TURN, socket.server_messages)  # a turn it ended is counted
@@ -354,6 +360,7 @@ class Recorder:
                 call, ids=self.ids, traces=self.traces, mcp=self.mcp, settings=self.settings,
                 conversations=self.conversations,
             )  # fmt: skip
+            apply_tool_decisions(rows, socket.tool_decisions)
             self._write(rows)
             self._keep_bodies(rows[0], None, turn.request_body, turn.response_body, False, fresh,  # type: ignore[arg-type]
                               response_type="application/x-ndjson")  # fmt: skip
