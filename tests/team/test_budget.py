@@ -83,3 +83,4 @@ def test_a_team_budget_holds_across_two_machines_and_fails_closed(team_url, post
         postgres.start()
     assert "the team database is not answering" in message and "on_unconfirmed: allow" in message
     assert len(model_exchanges(emu)) == 3
+    b.wait_pushed()  # the session recorded during the outage arrives once the server is back
