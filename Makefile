@@ -1,6 +1,6 @@
 # capsem: `make demo` and `make test` work on a fresh machine with only Python 3.11 and pip.
 # uv (installed from PyPI into .tools/ when missing) builds .venv from the committed uv.lock;
-# `make test` also installs the Debian packages the tests need (chromium) when they are missing.
+# `make test` also installs the Debian packages the tests need (chromium, postgresql) when they are missing.
 
 SHELL := /bin/bash
 PYTHON_VERSION ?= 3.11
@@ -27,12 +27,16 @@ $(CURDIR)/.tools/bin/uv:
 install: .venv/.synced
 
 # Headless Chromium for the browser tests (bundle and pages), from Debian's packages, with fonts
-# for the screenshots they keep (emoji in prompts and tool results included).
+# for the screenshots they keep (emoji in prompts and tool results included); PostgreSQL's server
+# for the team tests and benchmarks (each starts a throw-away cluster: capsem/team/cluster.py).
 system-deps:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  $(SUDO) apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends \
 	    chromium fonts-dejavu-core fonts-noto-color-emoji; }
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
+	  $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends postgresql; }
 
 # Arize Phoenix, the real OpenTelemetry backend the OTLP export tests start (offline, SQLite), in an
 # environment of its own (never the project's .venv): installed from PyPI once, when missing.

@@ -51,9 +51,12 @@ _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 @click.option("--branch", metavar="BRANCH", help="Only sessions started on this git branch.")
 @click.option("--tag", metavar="TAG", help="Only sessions with this tag (capsem run --tag).")
 @click.option("--name", metavar="NAME", help="Only sessions with this name (capsem run --name).")
+@click.option(
+    "--team", "team", is_flag=True, help="The whole team's sessions, from its PostgreSQL (with -n only)."
+)
 @json_option
 def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with_mcp, with_tools, min_cost,
-                      project, branch, tag, name, as_json) -> None:  # fmt: skip
+                      project, branch, tag, name, team, as_json) -> None:  # fmt: skip
     """List recent sessions from main.db, newest first.
 
     Reads only main.db, so vacuumed (gzipped) and culled sessions keep their numbers. A `*`
@@ -70,7 +73,13 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
         capsem list-sessions -n 0 --with-model --min-cost 0.01
         capsem list-sessions --all --with-db --json
         capsem list-sessions --project capsem --branch main --tag ci
+        capsem list-sessions --team -n 20
     """
+    if team:
+        from assembler.team.cli import list_team_sessions
+
+        list_team_sessions(limit, as_json)
+        return
     from assembler.sessiondb import MainDbMissing
     from assembler.sessions import SessionFilters, list_sessions
     from assembler.tables import Column, fit_table

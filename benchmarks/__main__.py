@@ -1,6 +1,7 @@
 """`python -m benchmarks [--quick] [--only SUITE]`: run, print the tables, save them.
 
 SUITE: streaming, newconn, startup, micro, bodies, websocket, otlp, backtest, replay, policy or toolhold.
+SUITE: streaming, newconn, startup, micro, bodies, websocket, otlp, backtest, replay, policy or team.
 
 A full run writes `benchmarks/results/latest.md` and `latest.json`; `--quick` (a smoke run of
 about a minute, too small to judge anything) writes `quick.md` and `quick.json` instead.
@@ -30,6 +31,7 @@ from benchmarks.replay import run_replay
 from benchmarks.report import render
 from benchmarks.startup import run_startup
 from benchmarks.streaming import Profile, run_suite
+from benchmarks.team import run_team
 from benchmarks.tool_hold import run_tool_hold
 from benchmarks.upstream import StreamSpec
 from benchmarks.websocket_memory import run_ws_memory
@@ -54,6 +56,7 @@ FULL = {
     "replay": {"turns": 300},
     "policy": {"requests": 2000, "reps": 5},
     "toolhold": {"runs": 100},
+    "team": {"calls": 5000, "pushed": 1_000_000, "repeat": 3, "decisions": 5000},
 }
 QUICK = {
     "profiles": [Profile("paced", StreamSpec(100, 200, 5)), Profile("unpaced", StreamSpec(300, 1000))],
@@ -73,6 +76,7 @@ QUICK = {
     "replay": {"turns": 40},
     "policy": {"requests": 200, "reps": 1},
     "toolhold": {"runs": 10},
+    "team": {"calls": 500, "pushed": 20_000, "repeat": 1, "decisions": 500},
 }
 
 
@@ -93,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             "replay",
             "policy",
             "toolhold",
+            "team",
         ],
         help="run one suite only",
     )
@@ -150,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
             print("holding tool calls", flush=True)
             results["toolhold"] = run_tool_hold(**plan["toolhold"], workdir=Path(tmp) / "toolhold",
                                                 log=lambda line: print(line, flush=True))  # fmt: skip
+        if args.only in (None, "team"):
+            print("team on PostgreSQL", flush=True)
+            results["team"] = run_team(**plan["team"], workdir=Path(tmp) / "team",
+                                       log=lambda line: print(line, flush=True))  # fmt: skip
     results["meta"] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "mode": "quick" if args.quick else "full",

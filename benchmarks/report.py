@@ -348,6 +348,10 @@ def render(results: dict) -> str:
         from benchmarks.replay import replay_section
 
         parts += [*replay_section(results["replay"]), ""]
+    if results.get("team"):
+        from benchmarks.team import team_section
+
+        parts += [*team_section(results["team"]), ""]
     if results.get("policy"):
         from benchmarks.policy_cpu import policy_section
 

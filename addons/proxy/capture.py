@@ -51,6 +51,7 @@ from capsem.ids import SESSION_ID
 from capsem.paths import main_db_path
 from capsem.redact import scrubber_for
 from capsem.settings import Settings, SettingsError, defaults, load
+from capsem.team.config import team_of
 
 logger = logging.getLogger(__name__)
 
@@ -176,7 +177,8 @@ class Capsem:
                                                   scrubber=scrubber_for(self.settings.capture))  # fmt: skip
         spec = spec_of(self.settings.capture, session_id=session.id, db_path=str(session.db_path),
                        main_db_path=str(main_db_path()), mode=mode, track_spend=bool(self.guard.budgets),
-                       learn=self.guard.broker.secrets, otlp=otlp_of(self.settings.export))  # fmt: skip
+                       learn=self.guard.broker.secrets, otlp=otlp_of(self.settings.export),
+                       team=team_of(self.settings) is not None)  # fmt: skip
         self.outbox = Outbox()
         self.connections.start()
 

@@ -33,10 +33,11 @@ SCOPE_FIELDS = ("agent", "process")
 """What scopes a tool rule to one agent (never matched alone)."""
 MATCH_FIELDS = (*REQUEST_FIELDS, *TOOL_FIELDS)
 RULE_FIELDS = ("name", "action", *MATCH_FIELDS, *SCOPE_FIELDS)
-Scope = Literal["session", "day", "month"]
-SCOPES: tuple[Scope, ...] = ("session", "day", "month")
+Scope = Literal["session", "day", "month", "team"]
+SCOPES: tuple[Scope, ...] = ("session", "day", "month", "team")
 BUDGET_FIELDS = (
     "scope",
+    "period",
     "limit_usd",
     "warn_at",
     "provider",
@@ -230,7 +231,8 @@ class Budget:
 
     name: str
     scope: Scope
-    """`session` (this run of mitmdump), `day` or `month` (UTC, every session on this machine)."""
+    """`session` (this run of mitmdump), `day` or `month` (UTC, every session on this machine),
+    `team` (every machine of the team, per `period`: leased from the team's PostgreSQL)."""
     limit_usd: float
     warn_at: float | None = 0.8
     """Fraction of the limit from which calls are recorded `warned`; None: never."""
@@ -252,6 +254,8 @@ class Budget:
     """Output tokens reserved for a call that sets no output limit (`max_tokens` or its provider's
     field); None: 131,072 (above every output limit providers document), or the model's context
     window in the price table when that is smaller."""
+    period: Literal["day", "month"] = "day"
+    """The span of a `team` budget (UTC): its limit is per day or per month."""
 
     @classmethod
     def parse(cls, key: str, name: str, raw: Any) -> Budget:
@@ -259,7 +263,13 @@ class Budget:
         raw = _fields_of(key, raw, "budget", BUDGET_FIELDS)
         scope = raw.get("scope")
         if not isinstance(scope, str) or scope.lower() not in SCOPES:
-            raise _must(f"{key}.scope", "session, day or month", scope)
+            raise _must(f"{key}.scope", "session, day, month or team", scope)
+        period = raw.get("period", "day")
+        if period not in ("day", "month"):
+            raise _must(f"{key}.period", "day or month", period)
+        if "period" in raw and scope.lower() != "team":
+            raise _must(f"{key}.period", "set only with scope: team (day and month scopes are their own period)",
+                        period)  # fmt: skip
         limit = raw.get("limit_usd")
         if not _is_number(limit) or limit < 0:
             raise _must(f"{key}.limit_usd", "a number of US dollars >= 0", limit)
@@ -279,7 +289,7 @@ class Budget:
                         "output ceiling)", output)  # fmt: skip
         return cls(name=name, scope=scope.lower(), limit_usd=float(limit), warn_at=warn,  # type: ignore[arg-type]
                    on_unconfirmed=unconfirmed, on_unpriced=unpriced, reserve_output_tokens=output,  # type: ignore[arg-type]
-                   **globs)  # fmt: skip
+                   period=period, **globs)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

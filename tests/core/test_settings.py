@@ -31,9 +31,12 @@ from capsem.settings import (
 CAPTURE_KEYS = (
     "preview_bytes, content_max_bytes, max_parse_bytes, max_body_bytes, commit_interval_ms, max_pending_calls"
 )
-ALL_SECTIONS = "capture, headers, redaction, policy, diagnostics, retention, budgets, credentials, export"
+ALL_SECTIONS = (
+    "capture, headers, redaction, policy, diagnostics, retention, budgets, credentials, export, team"
+)
 BUDGET_FIELDS = (
-    "scope, limit_usd, warn_at, provider, model, host, on_unconfirmed, on_unpriced, reserve_output_tokens"
+    "scope, period, limit_usd, warn_at, provider, model, host, "
+    "on_unconfirmed, on_unpriced, reserve_output_tokens"
 )
 CREDENTIAL_FIELDS = "host, header, query, env, file, placeholder, agent_env"
 RULE_FIELDS = (
@@ -152,8 +155,15 @@ def refusal(config: Path, text: str | bytes) -> str:
         # budgets
         ("budgets: {daily_usd: 5}", f"budgets.daily_usd must be a mapping of budget fields ({BUDGET_FIELDS}), got 5"),
         ("budgets: [{scope: day}]", "budgets must be a mapping of budget names to their fields, got [{'scope': 'day'}]"),
-        ("budgets: {daily: {scope: week, limit_usd: 5}}", "budgets.daily.scope must be session, day or month, got 'week'"),
-        ("budgets: {daily: {limit_usd: 5}}", "budgets.daily.scope must be session, day or month, got None"),
+        ("budgets: {daily: {scope: week, limit_usd: 5}}",
+         "budgets.daily.scope must be session, day, month or team, got 'week'"),
+        ("budgets: {t: {scope: team, period: week, limit_usd: 5}}", "budgets.t.period must be day or month, got 'week'"),
+        ("budgets: {d: {scope: day, period: day, limit_usd: 5}}",
+         "budgets.d.period must be set only with scope: team (day and month scopes are their own period), got 'day'"),
+        ("team: {url: 'http://db:5432/x'}",
+         "team.url must be a postgresql:// URL (null: no team), got 'a URL that is not postgresql://'"),
+        ("team: {share: everything}", "team.share must be one of metadata, redacted, full, got 'everything'"),
+        ("budgets: {daily: {limit_usd: 5}}", "budgets.daily.scope must be session, day, month or team, got None"),
         ("budgets: {daily: {scope: day, limit_usd: -5}}",
          "budgets.daily.limit_usd must be a number of US dollars >= 0, got -5"),
         ("budgets: {daily: {scope: day}}", "budgets.daily.limit_usd must be a number of US dollars >= 0, got None"),
@@ -272,6 +282,7 @@ def test_every_declared_key_has_its_default_in_default_yaml(tmp_path, monkeypatc
         "budgets",
         "credentials",
         "export",
+        "team",
     )
     short = tmp_path / "default.yaml"
     short.write_text(default_config_path().read_text().replace("  max_body_bytes: 67108864\n", ""))
