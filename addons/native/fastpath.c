@@ -1,0 +1,259 @@
+/* capsem's compiled fast path: the reading of ordinary Server-Sent Events in one native pass.
+ *
+ * `frame_plain(buf, start, end, ident, event_type, kind)` reads buf[start:end] (LF line ends only,
+ * `end` just after a blank line) when it is made of ordinary events only: blank lines, then for
+ * each event an optional `event: NAME` line, one `data: VALUE` line and at least one blank line.
+ * It returns the list of their `event_type(NAME or None, VALUE, ident)` (values decoded from UTF-8
+ * with "replace", as the Python framer decodes them), or None when anything else is there: the
+ * Python framer (addons/framing.py) then reads the text line by line, the reference this code must
+ * agree with byte for byte.
+ *
+ * With kind == 1 (Anthropic Messages), an event whose data is exactly a text delta
+ * (`{"type":"content_block_delta","index":N,"delta":{"type":"text_delta","text":"..."}}`, keys in
+ * that order, JSON blanks anywhere between tokens, nothing else) is not built as an event: its text
+ * is decoded here and consecutive texts are returned as one Python list of str in place of their
+ * events (an empty text, which means nothing, is left out). Anything not exactly that shape (an
+ * escape in a key, another key, a lone surrogate, a control character, invalid UTF-8) is returned
+ * as an ordinary event, for the Python reader to decide.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+#define FASTPATH_VERSION 1
+
+typedef struct {
+    char *buf;
+    Py_ssize_t len, cap;
+} Out;
+
+static int out_put(Out *o, const char *p, Py_ssize_t n) {
+    if (o->len + n > o->cap) {
+        Py_ssize_t cap = o->cap ? o->cap : 256;
+        while (cap < o->len + n) cap *= 2;
+        char *b = PyMem_Realloc(o->buf, cap);
+        if (b == NULL) return -1;
+        o->buf = b;
+        o->cap = cap;
+    }
+    memcpy(o->buf + o->len, p, n);
+    o->len += n;
+    return 0;
+}
+
+static inline const char *skip_ws(const char *p, const char *e) {
+    while (p < e && (*p == ' ' || *p == '\t')) p++;
+    return p;
+}
+
+static inline const char *lit(const char *p, const char *e, const char *s, Py_ssize_t n) {
+    if (e - p < n || memcmp(p, s, n) != 0) return NULL;
+    return p + n;
+}
+
+static int hexval(const char *p) {
+    int v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= c - '0';
+        else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
+        else return -1;
+    }
+    return v;
+}
+
+static int put_utf8(Out *o, unsigned int cp) {
+    char b[4];
+    Py_ssize_t n;
+    if (cp < 0x80) { b[0] = (char)cp; n = 1; }
+    else if (cp < 0x800) { b[0] = (char)(0xC0 | (cp >> 6)); b[1] = (char)(0x80 | (cp & 0x3F)); n = 2; }
+    else if (cp < 0x10000) {
+        b[0] = (char)(0xE0 | (cp >> 12)); b[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        b[2] = (char)(0x80 | (cp & 0x3F)); n = 3;
+    } else {
+        b[0] = (char)(0xF0 | (cp >> 18)); b[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+        b[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); b[3] = (char)(0x80 | (cp & 0x3F)); n = 4;
+    }
+    return out_put(o, b, n);
+}
+
+/* A JSON string from p (just after its opening quote) into o (UTF-8); returns the byte after the
+ * closing quote, NULL when it is not a string msgspec reads the same way (see the module doc), or
+ * (const char *)1 on a memory error. */
+static const char *json_string(const char *p, const char *e, Out *o) {
+    o->len = 0;
+    while (p < e) {
+        const char *run = p;
+        while (p < e && *p != '"' && *p != '\\' && (unsigned char)*p >= 0x20) p++;
+        if (p > run && out_put(o, run, p - run) < 0) return (const char *)1;
+        if (p >= e || (unsigned char)*p < 0x20) return NULL;
+        if (*p == '"') return p + 1;
+        /* an escape */
+        if (e - p < 2) return NULL;
+        char c = p[1];
+        char one;
+        switch (c) {
+        case '"': one = '"'; break;
+        case '\\': one = '\\'; break;
+        case '/': one = '/'; break;
+        case 'b': one = '\b'; break;
+        case 'f': one = '\f'; break;
+        case 'n': one = '\n'; break;
+        case 'r': one = '\r'; break;
+        case 't': one = '\t'; break;
+        case 'u': {
+            if (e - p < 6) return NULL;
+            int cp = hexval(p + 2);
+            if (cp < 0) return NULL;
+            p += 6;
+            if (cp >= 0xD800 && cp <= 0xDBFF) { /* a pair, or the reference decides */
+                if (e - p < 6 || p[0] != '\\' || p[1] != 'u') return NULL;
+                int lo = hexval(p + 2);
+                if (lo < 0xDC00 || lo > 0xDFFF) return NULL;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                p += 6;
+            } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+                return NULL;
+            }
+            if (put_utf8(o, (unsigned int)cp) < 0) return (const char *)1;
+            continue;
+        }
+        default: return NULL;
+        }
+        if (out_put(o, &one, 1) < 0) return (const char *)1;
+        p += 2;
+    }
+    return NULL;
+}
+
+#define WS() (p = skip_ws(p, e))
+
+/* The text of an Anthropic text delta held in data[p:e], as a new str; Py_None (borrowed) when
+ * the data is not exactly that shape; NULL with an exception set on a memory error. */
+static PyObject *anthropic_text(const char *p, const char *e, Out *o) {
+    PyObject *none = Py_None;
+#define LIT(s) do { p = lit(p, e, s, (Py_ssize_t)sizeof(s) - 1); if (p == NULL) return none; } while (0)
+    WS(); LIT("{"); WS(); LIT("\"type\""); WS(); LIT(":"); WS(); LIT("\"content_block_delta\""); WS();
+    LIT(","); WS(); LIT("\"index\""); WS(); LIT(":"); WS();
+    const char *digits = p;
+    while (p < e && *p >= '0' && *p <= '9') p++;
+    if (p == digits || p - digits > 18 || (p - digits > 1 && *digits == '0')) return none;
+    WS(); LIT(","); WS(); LIT("\"delta\""); WS(); LIT(":"); WS(); LIT("{"); WS(); LIT("\"type\""); WS();
+    LIT(":"); WS(); LIT("\"text_delta\""); WS(); LIT(","); WS(); LIT("\"text\""); WS(); LIT(":"); WS();
+    LIT("\"");
+    p = json_string(p, e, o);
+    if (p == (const char *)1) return PyErr_NoMemory();
+    if (p == NULL) return none;
+    WS(); LIT("}"); WS(); LIT("}"); WS();
+    if (p != e) return none;
+    PyObject *text = PyUnicode_DecodeUTF8(o->buf ? o->buf : "", o->len, "strict");
+    if (text == NULL) { /* invalid UTF-8: the reference decides */
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return NULL;
+        PyErr_Clear();
+        return none;
+    }
+    return text;
+}
+
+static PyObject *frame_plain(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start, end;
+    PyObject *ident, *event_type;
+    int kind;
+    if (!PyArg_ParseTuple(args, "y*nnOOi", &view, &start, &end, &ident, &event_type, &kind)) return NULL;
+    if (start < 0 || end > view.len || start > end) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "range out of the buffer");
+        return NULL;
+    }
+    const char *base = view.buf;
+    const char *p = base + start, *e = base + end;
+    Out o = {NULL, 0, 0};
+    PyObject *events = PyList_New(0), *run = NULL;
+    if (events == NULL) goto fail;
+    while (p < e && *p == '\n') p++;
+    while (p < e) {
+        const char *name = NULL, *name_end = NULL;
+        if (e - p >= 7 && memcmp(p, "event: ", 7) == 0) {
+            name = p + 7;
+            name_end = memchr(name, '\n', e - name);
+            if (name_end == NULL) goto not_plain;
+            p = name_end + 1;
+        }
+        if (e - p < 6 || memcmp(p, "data: ", 6) != 0) goto not_plain;
+        const char *data = p + 6;
+        const char *data_end = memchr(data, '\n', e - data);
+        if (data_end == NULL || data_end + 1 >= e || data_end[1] != '\n') goto not_plain;
+        p = data_end + 2;
+        while (p < e && *p == '\n') p++;
+        if (kind == 1) {
+            PyObject *text = anthropic_text(data, data_end, &o);
+            if (text == NULL) goto fail;
+            if (text != Py_None) {
+                if (PyUnicode_GET_LENGTH(text) == 0) {
+                    Py_DECREF(text);
+                    continue;
+                }
+                if (run == NULL) {
+                    run = PyList_New(0);
+                    if (run == NULL || PyList_Append(events, run) < 0) { Py_DECREF(text); goto fail; }
+                    Py_DECREF(run); /* the events list holds it */
+                }
+                int bad = PyList_Append(run, text);
+                Py_DECREF(text);
+                if (bad < 0) goto fail;
+                continue;
+            }
+        }
+        run = NULL;
+        PyObject *name_obj = Py_None;
+        if (name != NULL) {
+            name_obj = PyUnicode_DecodeUTF8(name, name_end - name, "replace");
+            if (name_obj == NULL) goto fail;
+        } else {
+            Py_INCREF(name_obj);
+        }
+        PyObject *data_obj = PyUnicode_DecodeUTF8(data, data_end - data, "replace");
+        if (data_obj == NULL) { Py_DECREF(name_obj); goto fail; }
+        PyObject *ev = PyObject_CallFunctionObjArgs(event_type, name_obj, data_obj, ident, NULL);
+        Py_DECREF(name_obj);
+        Py_DECREF(data_obj);
+        if (ev == NULL) goto fail;
+        int bad = PyList_Append(events, ev);
+        Py_DECREF(ev);
+        if (bad < 0) goto fail;
+    }
+    PyMem_Free(o.buf);
+    PyBuffer_Release(&view);
+    return events;
+not_plain:
+    PyMem_Free(o.buf);
+    PyBuffer_Release(&view);
+    Py_DECREF(events);
+    Py_RETURN_NONE;
+fail:
+    PyMem_Free(o.buf);
+    PyBuffer_Release(&view);
+    Py_XDECREF(events);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"frame_plain", frame_plain, METH_VARARGS,
+     "frame_plain(buf, start, end, ident, event_type, kind) -> list | None: see the module doc."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastpath", "capsem's compiled fast path.", -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__fastpath(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", FASTPATH_VERSION) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
