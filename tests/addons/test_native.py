@@ -154,3 +154,25 @@ def test_a_text_run_is_each_text_of_the_reference(monkeypatch):
     )
     events, *_ = _frame([data], True, 1, monkeypatch)
     assert events == [[t for t in texts if t]]
+
+
+def _golden(folder: Path) -> list[str]:
+    """`python -m tests.golden`'s dump of its in-process sessions (the export tests' session and
+    every fixture stream in 7-byte chunks), written under `folder`."""
+    from tests.cli.export_session import build_session
+    from tests.golden import dump_db, fixture_session
+
+    out: list[str] = []
+    dump_db(build_session(folder, t0=1_800_000_000.0), out, volatile=False)
+    fixtures = folder / "sessions" / "20261123-120000-f1f1"
+    fixtures.mkdir(parents=True)
+    dump_db(fixture_session(fixtures), out, volatile=False)
+    return out
+
+
+def test_the_golden_rows_are_the_same_with_the_fast_path_off(tmp_path, monkeypatch):
+    on = _golden(tmp_path / "on")
+    monkeypatch.setattr(native, "frame_plain", None)
+    off = _golden(tmp_path / "off")
+    assert len(on) > 100
+    assert on == off
