@@ -30,8 +30,8 @@ from typing import Protocol
 
 import msgspec
 
-from addons import native
 from addons.possessive import compile_possessive as _compile
+from capsem import native
 
 __all__ = ["FRAMERS", "Framer", "NDJSONDecoder", "SSEDecoder", "SSEEvent", "make_framer"]
 
@@ -82,7 +82,7 @@ class SSEDecoder:
         self._id: str | None = None
         self.native_kind = 0
         """Which text deltas the compiled fast path reads itself (1: Anthropic's); their texts then
-        come back as lists of str among the events (see addons/native). 0 for plain events only."""
+        come back as lists of str among the events (see capsem/native). 0 for plain events only."""
 
     def feed(self, data: bytes) -> list[SSEEvent]:
         if not data:

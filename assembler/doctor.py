@@ -148,7 +148,7 @@ def check_mitmdump() -> Finding:
 def check_fast_path() -> Finding:
     """Which reading path the recorder takes: the compiled fast path, or pure Python (slower, the
     same rows), and how to get the fast one."""
-    from addons import native
+    from capsem import native
 
     if native.frame_plain is not None:
         return Finding("fast-path", "ok", native.status())

@@ -19,6 +19,7 @@ import json
 import re
 from collections.abc import Callable
 
+from capsem import native
 from capsem.markers import MARKER_SPLIT_RE, hash_value
 
 _DELTA_RE = re.compile(
@@ -26,7 +27,7 @@ _DELTA_RE = re.compile(
     r'[ \t]*:[ \t]*"(?P<value>[^"\\]*(?:\\.[^"\\]*)*)"'
 )
 """A delta field and its JSON string value (the loop unrolled: ~8x faster in `re` than one
-alternation per character)."""
+alternation per character). `capsem.native.delta_fields` finds the same, several times faster."""
 _MAX_CANDIDATES = 4096
 """Places tried for the end of one redacted span before giving up on placing it."""
 
@@ -96,7 +97,7 @@ def _decoded_all(raws: list[str]) -> list[str | None]:
 def scrub_deltas(text: str, scrub: Callable[[str], str | None]) -> str:
     """`text` (a streamed body, already scrubbed whole) with the secrets that its deltas spell only
     together cut out of each delta."""
-    found = _DELTA_RE.findall(text)
+    found = _DELTA_RE.findall(text) if native.delta_fields is None else native.delta_fields(text)
     values = _decoded_all([raw for _, raw in found])
     joined: dict[str, list[str]] = {}
     for (key, _), value in zip(found, values, strict=True):

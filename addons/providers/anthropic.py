@@ -231,7 +231,7 @@ class AnthropicEvents:
     """
 
     NATIVE_KIND = 1
-    """The compiled framer reads this protocol's text deltas itself (`addons.native`)."""
+    """The compiled framer reads this protocol's text deltas itself (`capsem.native`)."""
 
     def __init__(self) -> None:
         self._blocks: dict[int, _Block] = {}

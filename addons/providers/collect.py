@@ -269,7 +269,7 @@ class Stream:
 
     @property
     def native_kind(self) -> int:
-        """Which text deltas the compiled framer may hand over as runs of str (`addons.native`)."""
+        """Which text deltas the compiled framer may hand over as runs of str (`capsem.native`)."""
         return getattr(self._wire, "NATIVE_KIND", 0)
 
     def feed(self, evs: list[SSEEvent]) -> None:

@@ -1,4 +1,4 @@
-"""`python -m addons.native.build`: compile fastpath.c next to itself, for this interpreter.
+"""`python -m capsem.native.build`: compile fastpath.c next to itself, for this interpreter.
 
 Run by `make install` after the environment is synced. It needs a C compiler and the Python
 headers, and takes a few seconds; when either is missing, or the compiler fails, it says so and

@@ -1,4 +1,4 @@
-"""The compiled fast path (addons/native) reads exactly what the pure-Python path reads.
+"""The compiled fast path (capsem/native) reads exactly what the pure-Python path reads.
 
 Each test reads the same bytes twice, once with the compiled `frame_plain` and once with it
 turned off (the reference), and compares the framed events or the whole `ResponseSummary`: the
@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from addons import native
 from addons.body import ResponseReader
 from addons.framing import SSEDecoder
 from addons.providers import parser_for
+from capsem import native
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 STREAMS = sorted(FIXTURES.glob("*/*.sse"))
@@ -176,3 +176,31 @@ def test_the_golden_rows_are_the_same_with_the_fast_path_off(tmp_path, monkeypat
     off = _golden(tmp_path / "off")
     assert len(on) > 100
     assert on == off
+
+
+FIELD_TEXT = st.lists(
+    st.sampled_from(['"text"', '"content"', '"reasoning_content"', '"reasoning"', '"delta"', '"texts"', '"',
+                     ":", " ", "\t", "\\", "\\\"", "\\n", "\n", "a", "é", "😀", "{", "}", ",", '"arguments"',
+                     '"response": "', '"text":"', '"partial_json" :\t"']),
+    max_size=40,
+).map("".join)  # fmt: skip
+
+
+@settings(max_examples=1000, deadline=None)
+@given(text=FIELD_TEXT)
+def test_delta_fields_finds_what_the_regex_finds(text):
+    from capsem.stream_scrub import _DELTA_RE
+
+    assert native.delta_fields(text) == _DELTA_RE.findall(text)
+
+
+def test_delta_fields_on_real_bodies():
+    from capsem.stream_scrub import _DELTA_RE
+
+    total = 0
+    for path in STREAMS:
+        text = path.read_text()
+        found = native.delta_fields(text)
+        assert found == _DELTA_RE.findall(text)
+        total += len(found)
+    assert total > 100  # the corpus holds fields to find

@@ -1,10 +1,11 @@
 """capsem's compiled fast path, when it is built: `frame_plain` reads ordinary SSE events (and
-Anthropic text deltas) in one native pass (fastpath.c says exactly what it reads).
+Anthropic text deltas) in one native pass, `delta_fields` finds the delta fields of a streamed
+body for the scrubber (fastpath.c says exactly what each reads).
 
-`make install` builds it (`python -m addons.native.build`, any C compiler and the Python headers);
-without it, or with `CAPSEM_NATIVE=0` in the environment, `frame_plain` is None and every reader
+`make install` builds it (`python -m capsem.native.build`, any C compiler and the Python headers);
+without it, or with `CAPSEM_NATIVE=0` in the environment, both are None and every reader
 takes the pure-Python path, which is the reference: both give the same events, rows and bodies
-(tests/test_native.py, `python -m tests.golden` with and without). `capsem doctor` says which path
+(tests/core/test_native.py, `python -m tests.golden` with and without). `capsem doctor` says which path
 is in use (`status`).
 """
 
@@ -14,10 +15,11 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-VERSION = 1
+VERSION = 2
 """The fastpath.c this Python expects (its `FASTPATH_VERSION`); an older build is not used."""
 
 frame_plain: Callable[..., Any] | None = None
+delta_fields: Callable[[str], list[tuple[str, str]]] | None = None
 why_not: str | None = None
 """Why the pure-Python path is in use, or None when the compiled one is."""
 
@@ -25,18 +27,18 @@ if os.environ.get("CAPSEM_NATIVE", "1") == "0":
     why_not = "turned off (CAPSEM_NATIVE=0)"
 else:
     try:
-        from addons.native import _fastpath  # type: ignore[attr-defined]
+        from capsem.native import _fastpath  # type: ignore[attr-defined]
     except ImportError:
         why_not = "not built (`make install` builds it when a C compiler and the Python headers are there)"
     else:
         if getattr(_fastpath, "VERSION", None) == VERSION:
-            frame_plain = _fastpath.frame_plain
+            frame_plain, delta_fields = _fastpath.frame_plain, _fastpath.delta_fields
         else:
             why_not = "built from an older source (run `make install` again)"
 
 
 def status() -> str:
-    """Which reading path this process uses, in words (for `capsem doctor`)."""
+    """Which path this process uses, in words (for `capsem doctor`)."""
     if frame_plain is not None:
-        return "compiled fast path (addons/native/fastpath.c)"
+        return "compiled fast path (capsem/native/fastpath.c)"
     return f"pure Python: the compiled fast path is {why_not}"
