@@ -18,13 +18,15 @@
  *
  * `delta_fields(text)` is `capsem.stream_scrub._DELTA_RE.findall(text)`: the (key, raw JSON string
  * value) of every delta field of a streamed body, found left to right without overlap, as the
- * regular expression finds them (a test compares both on generated text).
+ * regular expression finds them (a test compares both on generated text). `delta_channels(text)` is
+ * what `scrub_deltas` makes of those: the non-empty values, each decoded as `json.loads` decodes
+ * it (one it refuses is left out), listed per key in order.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
 
-#define FASTPATH_VERSION 2
+#define FASTPATH_VERSION 3
 
 typedef struct {
     char *buf;
@@ -268,38 +270,27 @@ static int delta_key(int kind, const void *data, Py_ssize_t i, Py_ssize_t j) {
     return -1;
 }
 
-static PyObject *delta_fields(PyObject *self, PyObject *arg) {
-    if (!PyUnicode_Check(arg)) {
-        PyErr_SetString(PyExc_TypeError, "delta_fields() takes a str");
-        return NULL;
-    }
-    int kind = PyUnicode_KIND(arg);
-    const void *data = PyUnicode_DATA(arg);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(arg), i = 0;
-    PyObject *found = PyList_New(0);
-    if (found == NULL) return NULL;
-    while (i < n) {
-        if (PyUnicode_READ(kind, data, i) != '"') {
-            i++;
-            continue;
-        }
+/* The next delta field at or after *pos: its key, and its raw value text[*start:*end]; *pos moves
+ * past it. 0 when there is none. The regular expression's search, step by step. */
+static int next_field(int kind, const void *data, Py_ssize_t n, Py_ssize_t *pos, int *key, Py_ssize_t *start,
+                      Py_ssize_t *end) {
+    Py_ssize_t i = *pos;
+    for (; i < n; i++) {
+        if (PyUnicode_READ(kind, data, i) != '"') continue;
         Py_ssize_t j = i + 1; /* the key's closing quote */
         while (j < n && j - i <= MAX_DELTA_KEY + 1 && PyUnicode_READ(kind, data, j) != '"') j++;
-        int key = (j < n) ? delta_key(kind, data, i + 1, j) : -1;
-        if (key < 0) {
-            i++;
-            continue;
-        }
+        int k = (j < n) ? delta_key(kind, data, i + 1, j) : -1;
+        if (k < 0) continue;
         Py_ssize_t p = j + 1;
         while (p < n && (PyUnicode_READ(kind, data, p) == ' ' || PyUnicode_READ(kind, data, p) == '\t')) p++;
-        if (p >= n || PyUnicode_READ(kind, data, p) != ':') { i++; continue; }
+        if (p >= n || PyUnicode_READ(kind, data, p) != ':') continue;
         p++;
         while (p < n && (PyUnicode_READ(kind, data, p) == ' ' || PyUnicode_READ(kind, data, p) == '\t')) p++;
-        if (p >= n || PyUnicode_READ(kind, data, p) != '"') { i++; continue; }
-        Py_ssize_t start = ++p, end = -1;
+        if (p >= n || PyUnicode_READ(kind, data, p) != '"') continue;
+        Py_ssize_t first = ++p, last = -1;
         while (p < n) {
             Py_UCS4 c = PyUnicode_READ(kind, data, p);
-            if (c == '"') { end = p; break; }
+            if (c == '"') { last = p; break; }
             if (c == '\\') {
                 if (p + 1 >= n || PyUnicode_READ(kind, data, p + 1) == '\n') break; /* `.` takes no newline */
                 p += 2;
@@ -307,7 +298,28 @@ static PyObject *delta_fields(PyObject *self, PyObject *arg) {
             }
             p++;
         }
-        if (end < 0) { i++; continue; }
+        if (last < 0) continue;
+        *key = k;
+        *start = first;
+        *end = last;
+        *pos = last + 1;
+        return 1;
+    }
+    *pos = n;
+    return 0;
+}
+
+static PyObject *delta_fields(PyObject *self, PyObject *arg) {
+    if (!PyUnicode_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "delta_fields() takes a str");
+        return NULL;
+    }
+    int kind = PyUnicode_KIND(arg), key;
+    const void *data = PyUnicode_DATA(arg);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(arg), pos = 0, start, end;
+    PyObject *found = PyList_New(0);
+    if (found == NULL) return NULL;
+    while (next_field(kind, data, n, &pos, &key, &start, &end)) {
         PyObject *value = PyUnicode_Substring(arg, start, end);
         PyObject *pair = value == NULL ? NULL : PyTuple_Pack(2, delta_key_objs[key], value);
         Py_XDECREF(value);
@@ -317,13 +329,112 @@ static PyObject *delta_fields(PyObject *self, PyObject *arg) {
             return NULL;
         }
         Py_DECREF(pair);
-        i = end + 1;
     }
     return found;
 }
 
+/* `json.loads('"' + text[start:end] + '"')` for a raw value holding a backslash: a new str, or
+ * Py_None (borrowed) where json.loads raises (a bad escape, a control character). */
+static PyObject *json_unescape(int kind, const void *data, Py_ssize_t start, Py_ssize_t end) {
+    Py_UCS4 *buf = PyMem_Malloc(sizeof(Py_UCS4) * (size_t)(end - start + 1));
+    if (buf == NULL) return PyErr_NoMemory();
+    Py_ssize_t n = 0, p = start;
+    while (p < end) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, p);
+        if (c < 0x20) goto bad;
+        if (c != '\\') { buf[n++] = c; p++; continue; }
+        if (p + 1 >= end) goto bad;
+        Py_UCS4 e = PyUnicode_READ(kind, data, p + 1);
+        switch (e) {
+        case '"': case '\\': case '/': buf[n++] = e; p += 2; continue;
+        case 'b': buf[n++] = '\b'; p += 2; continue;
+        case 'f': buf[n++] = '\f'; p += 2; continue;
+        case 'n': buf[n++] = '\n'; p += 2; continue;
+        case 'r': buf[n++] = '\r'; p += 2; continue;
+        case 't': buf[n++] = '\t'; p += 2; continue;
+        case 'u': break;
+        default: goto bad;
+        }
+        Py_UCS4 cp = 0;
+        if (p + 6 > end) goto bad;
+        for (int k = 2; k < 6; k++) {
+            Py_UCS4 h = PyUnicode_READ(kind, data, p + k);
+            cp <<= 4;
+            if (h >= '0' && h <= '9') cp |= h - '0';
+            else if (h >= 'a' && h <= 'f') cp |= h - 'a' + 10;
+            else if (h >= 'A' && h <= 'F') cp |= h - 'A' + 10;
+            else goto bad;
+        }
+        p += 6;
+        if (cp >= 0xD800 && cp <= 0xDBFF && p + 6 <= end && PyUnicode_READ(kind, data, p) == '\\' &&
+            PyUnicode_READ(kind, data, p + 1) == 'u') { /* json joins a pair; a lone half stays */
+            Py_UCS4 lo = 0;
+            int ok = 1;
+            for (int k = 2; k < 6; k++) {
+                Py_UCS4 h = PyUnicode_READ(kind, data, p + k);
+                lo <<= 4;
+                if (h >= '0' && h <= '9') lo |= h - '0';
+                else if (h >= 'a' && h <= 'f') lo |= h - 'a' + 10;
+                else if (h >= 'A' && h <= 'F') lo |= h - 'A' + 10;
+                else { ok = 0; break; }
+            }
+            if (ok && lo >= 0xDC00 && lo <= 0xDFFF) {
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                p += 6;
+            }
+        }
+        buf[n++] = cp;
+    }
+    PyObject *out = PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, buf, n);
+    PyMem_Free(buf);
+    return out;
+bad:
+    PyMem_Free(buf);
+    return Py_None;
+}
+
+/* `delta_channels(text) -> dict[key, list[str]]`: the decoded non-empty values of every delta
+ * field, per key, in order (what scrub_deltas joins); a value json.loads refuses is left out. */
+static PyObject *delta_channels(PyObject *self, PyObject *arg) {
+    if (!PyUnicode_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "delta_channels() takes a str");
+        return NULL;
+    }
+    int kind = PyUnicode_KIND(arg), key;
+    const void *data = PyUnicode_DATA(arg);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(arg), pos = 0, start, end;
+    PyObject *channels = PyDict_New(), *lists[N_DELTA_KEYS] = {NULL};
+    if (channels == NULL) return NULL;
+    while (next_field(kind, data, n, &pos, &key, &start, &end)) {
+        if (end == start) continue;
+        int escaped = 0;
+        for (Py_ssize_t p = start; p < end; p++)
+            if (PyUnicode_READ(kind, data, p) == '\\') { escaped = 1; break; }
+        PyObject *value = escaped ? json_unescape(kind, data, start, end) : PyUnicode_Substring(arg, start, end);
+        if (value == NULL) goto fail;
+        if (value == Py_None) continue;
+        if (PyUnicode_GET_LENGTH(value) == 0) { Py_DECREF(value); continue; }
+        if (lists[key] == NULL) {
+            lists[key] = PyList_New(0);
+            if (lists[key] == NULL || PyDict_SetItem(channels, delta_key_objs[key], lists[key]) < 0) {
+                Py_DECREF(value);
+                goto fail;
+            }
+            Py_DECREF(lists[key]); /* the dict holds it */
+        }
+        int bad = PyList_Append(lists[key], value);
+        Py_DECREF(value);
+        if (bad < 0) goto fail;
+    }
+    return channels;
+fail:
+    Py_DECREF(channels);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"delta_fields", delta_fields, METH_O, "delta_fields(text) -> list[(key, raw value)]: see the module doc."},
+    {"delta_channels", delta_channels, METH_O, "delta_channels(text) -> dict[key, list[str]]: see the module doc."},
     {"frame_plain", frame_plain, METH_VARARGS,
      "frame_plain(buf, start, end, ident, event_type, kind) -> list | None: see the module doc."},
     {NULL, NULL, 0, NULL},

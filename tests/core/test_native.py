@@ -204,3 +204,23 @@ def test_delta_fields_on_real_bodies():
         assert found == _DELTA_RE.findall(text)
         total += len(found)
     assert total > 100  # the corpus holds fields to find
+
+
+ESCAPED_TEXT = st.lists(
+    st.sampled_from(['"text":"', '"content": "', '"', "\\n", "\\u00e9", "\\ud83d", "\\ude00", "\\ud83d\\ude00",
+                     "\\u12", "\\uzzzz", "\\x", "\\/", "\\b", "\x01", "\t", "a", "😀", ","]),
+    max_size=30,
+).map("".join)  # fmt: skip
+
+
+@settings(max_examples=1000, deadline=None)
+@given(text=FIELD_TEXT | ESCAPED_TEXT)
+def test_delta_channels_joins_what_the_python_scrubber_joins(text):
+    from capsem import stream_scrub
+
+    compiled = native.delta_channels(text)
+    saved, native.delta_channels = native.delta_channels, None
+    try:
+        assert compiled == stream_scrub._joined(text)
+    finally:
+        native.delta_channels = saved
