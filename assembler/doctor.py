@@ -1,6 +1,7 @@
 """`capsem doctor [-- AGENT…]`: check what recording needs, and say what to do about each problem.
 
-The checks, in order: mitmdump and the addon load; the configuration is valid; `$CAPSEM_HOME` is
+The checks, in order: mitmdump and the addon load; the compiled fast path is in use (a warning on
+the pure-Python path: the same rows, more CPU); the configuration is valid; `$CAPSEM_HOME` is
 writable with free space, and closed to other users; mitmproxy's CA is there (made here when there
 is none yet, as the first `capsem run` would); the price table, and whether it prices the models
 seen lately. With an agent command: the agent's runtime and the variables `capsem run` gives it.
