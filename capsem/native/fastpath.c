@@ -21,12 +21,18 @@
  * regular expression finds them (a test compares both on generated text). `delta_channels(text)` is
  * what `scrub_deltas` makes of those: the non-empty values, each decoded as `json.loads` decodes
  * it (one it refuses is left out), listed per key in order.
+ *
+ * `note_ends(noted, ends, times, started, limit)` is `StreamRead.feed_held`'s loop
+ * (addons/recorder/streams.py): for each chunk whose decoded end is past the last noted one, while
+ * `noted` holds fewer than `limit`, it appends (end, max(0, round((at - started) * 1000))), rounding
+ * half to even as Python's `round` does.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <string.h>
 
-#define FASTPATH_VERSION 3
+#define FASTPATH_VERSION 4
 
 typedef struct {
     char *buf;
@@ -451,7 +457,50 @@ fail:
     return NULL;
 }
 
+static PyObject *note_ends(PyObject *self, PyObject *args) {
+    PyObject *noted, *ends, *times;
+    double started;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "O!O!O!dn", &PyList_Type, &noted, &PyList_Type, &ends, &PyList_Type, &times,
+                          &started, &limit))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(ends);
+    if (PyList_GET_SIZE(times) != n) {
+        PyErr_SetString(PyExc_ValueError, "ends and times differ in length");
+        return NULL;
+    }
+    long long last = -1;
+    Py_ssize_t count = PyList_GET_SIZE(noted);
+    if (count) {
+        PyObject *tail = PyList_GET_ITEM(noted, count - 1);
+        if (!PyTuple_Check(tail) || PyTuple_GET_SIZE(tail) < 1) {
+            PyErr_SetString(PyExc_TypeError, "noted holds (end, ms) tuples");
+            return NULL;
+        }
+        last = PyLong_AsLongLong(PyTuple_GET_ITEM(tail, 0));
+        if (last == -1 && PyErr_Occurred()) return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long end = PyLong_AsLongLong(PyList_GET_ITEM(ends, i));
+        if (end == -1 && PyErr_Occurred()) return NULL;
+        if (end <= last || count >= limit) continue;
+        double at = PyFloat_AsDouble(PyList_GET_ITEM(times, i));
+        if (at == -1.0 && PyErr_Occurred()) return NULL;
+        double ms = nearbyint((at - started) * 1000); /* the default rounding: half to even */
+        PyObject *pair = Py_BuildValue("(LL)", end, ms > 0 ? (long long)ms : 0LL);
+        if (pair == NULL || PyList_Append(noted, pair) < 0) {
+            Py_XDECREF(pair);
+            return NULL;
+        }
+        Py_DECREF(pair);
+        last = end;
+        count++;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"note_ends", note_ends, METH_VARARGS, "note_ends(noted, ends, times, started, limit): see the module doc."},
     {"delta_fields", delta_fields, METH_O, "delta_fields(text) -> list[(key, raw value)]: see the module doc."},
     {"delta_channels", delta_channels, METH_O, "delta_channels(text) -> dict[key, list[str]]: see the module doc."},
     {"frame_plain", frame_plain, METH_VARARGS,

@@ -224,3 +224,30 @@ def test_delta_channels_joins_what_the_python_scrubber_joins(text):
         assert compiled == stream_scrub._joined(text)
     finally:
         native.delta_channels = saved
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    noted=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 9)), max_size=3).map(sorted),
+    chunks=st.lists(st.tuples(st.integers(0, 100), st.floats(-2, 5, allow_nan=False)), max_size=12),
+    limit=st.integers(0, 8),
+)
+def test_note_ends_notes_what_the_python_loop_notes(noted, chunks, limit):
+    from addons.recorder import streams
+
+    started = 1.0005  # halves of a ms land on ties: round half to even, as Python's round
+    ends, times = sorted(e for e, _ in chunks), [started + t / 2000 for _, t in chunks]
+
+    def run(compiled: bool) -> list:
+        read = streams.StreamRead(reader=None, started=started, chunks=list(noted))  # type: ignore[arg-type]
+        read.held, read.held_at = [b"x"] * len(ends), list(times)
+        read.reader = type("R", (), {"feed_many": lambda self, c: list(ends)})()
+        saved, kept = native.note_ends, streams.MAX_CHUNKS
+        native.note_ends, streams.MAX_CHUNKS = (saved if compiled else None), limit
+        try:
+            read.feed_held()
+        finally:
+            native.note_ends, streams.MAX_CHUNKS = saved, kept
+        return read.chunks
+
+    assert run(True) == run(False)
