@@ -24,7 +24,10 @@ $(CURDIR)/.tools/bin/uv:
 	$(UV) sync --frozen --python $(PYTHON_VERSION)
 	@touch $@
 
+# The compiled fast path (capsem/native/fastpath.c, a few seconds): built when a C compiler and
+# the Python headers are there; without them capsem runs on pure Python (`capsem doctor` says so).
 install: .venv/.synced
+	@.venv/bin/python -m capsem.native.build
 
 # Headless Chromium for the browser tests (bundle and pages), from Debian's packages, with fonts
 # for the screenshots they keep (emoji in prompts and tool results included); PostgreSQL's server
