@@ -6,10 +6,10 @@ passes to the recorder process; decoding, parsing, pricing and writing happen th
 before it in the chain have already opened the flow's state and decided its route
 (`addons/proxy/flows.py`), its policy verdict (`policy_gate.py`) and its budgets and credentials
 (`guard.py`). Here: the framing of a streamed response and the `ResponseTap` that returns each
-chunk unchanged, the tap on a streamed request body, and one `FlowEnded` for every flow, in
-`response`, `error` or `websocket_end`. `done` ends the flows still open, stops the recorder
-(which rolls the session up) and, if the recorder died, marks the session `crashed`. Nothing
-raised here may reach mitmproxy: a capture failure is logged and counted, the flow goes on.
+chunk unchanged, the tap on a streamed request body, one `FlowEnded` for every flow (`response`,
+`error`, `websocket_end`). `done` ends the open flows, stops the recorder (it rolls the session up),
+marks the session `crashed` if the recorder died. A capture failure is logged and counted, never
+raised to mitmproxy: the flow goes on.
 """
 
 from __future__ import annotations
@@ -199,8 +199,7 @@ class Capsem:
             self.recorder = process
             process.start()
         self.guard.start(self.recorder, session.id, main_db_path())
-        # `capsem run` starts the agent on this line, ~0.2 s before the recorder has opened
-        # session.db: flows wait in the outbox meanwhile
+        # `capsem run` starts the agent on this line; flows wait in the outbox for session.db
         logger.info(f"capsem: session {session.id} registered; capture started")
 
     def flush(self, timeout: float = 10.0) -> bool:
