@@ -1,6 +1,6 @@
 # capsem: `make demo` and `make test` work on a fresh machine with only Python 3.11 and pip.
 # uv (installed from PyPI into .tools/ when missing) builds .venv from the committed uv.lock;
-# `make test` also installs the Debian packages the tests need (chromium) when they are missing.
+# `make test` also installs the Debian packages the tests need (chromium, postgresql) when they are missing.
 
 SHELL := /bin/bash
 PYTHON_VERSION ?= 3.11
@@ -24,15 +24,22 @@ $(CURDIR)/.tools/bin/uv:
 	$(UV) sync --frozen --python $(PYTHON_VERSION)
 	@touch $@
 
+# The compiled fast path (capsem/native/fastpath.c, a few seconds): built when a C compiler and
+# the Python headers are there; without them capsem runs on pure Python (`capsem doctor` says so).
 install: .venv/.synced
+	@.venv/bin/python -m capsem.native.build
 
 # Headless Chromium for the browser tests (bundle and pages), from Debian's packages, with fonts
-# for the screenshots they keep (emoji in prompts and tool results included).
+# for the screenshots they keep (emoji in prompts and tool results included); PostgreSQL's server
+# for the team tests and benchmarks (each starts a throw-away cluster: capsem/team/cluster.py).
 system-deps:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  $(SUDO) apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends \
 	    chromium fonts-dejavu-core fonts-noto-color-emoji; }
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
+	  $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends postgresql; }
 
 # Arize Phoenix, the real OpenTelemetry backend the OTLP export tests start (offline, SQLite), in an
 # environment of its own (never the project's .venv): installed from PyPI once, when missing.

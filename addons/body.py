@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from itertools import accumulate
 
-import addons.eventstream  # noqa: F401  (registers the "eventstream" framer: Bedrock streams)
+import addons.eventstream
+import addons.framing_array  # noqa: F401  (registers the "json-array" framer: Gemini without SSE)
 from addons.decode import BodyDecoder
-from addons.framing import Framer, make_framer
+from addons.framing import Framer, SSEDecoder, make_framer
 from addons.providers.base import ProtocolParser, StreamInterpreter
 from addons.records import ResponseSummary
 
@@ -77,6 +78,8 @@ class ResponseReader:
         if framing is not None:
             self._sse = make_framer(framing)
             self._interp = parser.stream()
+            if isinstance(self._sse, SSEDecoder):  # the compiled framer may read its text deltas
+                self._sse.native_kind = getattr(self._interp, "native_kind", 0)
         self._body = bytearray()
         self._overflow = False
         self._summary: ResponseSummary | None = None

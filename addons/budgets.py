@@ -49,6 +49,7 @@ UNPRICED = " (unpriced)"
 SLACK = 1e-12
 """Sums of float costs may land a hair past a limit they meet exactly."""
 CANNOT_CONFIRM = "capsem cannot confirm this budget's spend: its recorder is not answering"
+TEAM_CANNOT_CONFIRM = "capsem cannot confirm this team budget's spend: the team database is not answering"
 _ORDER = ("denied", "warned", "allowed")
 
 
@@ -75,9 +76,12 @@ def matches(budget: Budget, provider: str, model: str | None, host: str) -> bool
 
 
 def in_scope(budget: Budget, row: SpendRow, *, day: str, session_id: str | None) -> bool:
-    """Whether a spend row falls in the budget's scope: this session, `day`, or the month of `day`."""
+    """Whether a spend row falls in the budget's scope: this session, `day`, or the month of `day`
+    (a team budget: this session's rows of its period; the team's other spend comes from its lease)."""
     if budget.scope == "session":
         return row[0] == session_id
+    if budget.scope == "team":
+        return row[0] == session_id and (row[1] == day if budget.period == "day" else row[1][:7] == day[:7])
     return row[1] == day if budget.scope == "day" else row[1][:7] == day[:7]
 
 
@@ -127,6 +131,8 @@ class Verdict:
     """What the calls in flight hold of the budget."""
     worst: Worst | None = None
     """This call's reservation, when it decided (it did not fit, or its model has no price)."""
+    lease: bool = False
+    """Unconfirmed because a team budget's lease could not grow (the team database is not answering)."""
 
     @property
     def unpriced(self) -> bool:
@@ -151,21 +157,20 @@ class Verdict:
         b = self.budget
         if self.worst is not None:
             return self._reservation_message(b, self.worst)
+        why = TEAM_CANNOT_CONFIRM if self.lease else CANNOT_CONFIRM
         if self.unconfirmed:
-            known = f"{usd(self.spent)} of its {usd(b.limit_usd)} limit per {b.scope} is counted so far"
+            known = f"{usd(self.spent)} of its {usd(b.limit_usd)} limit per {per(b)} is counted so far"
             if self.decision == "denied":
-                return (f"{CANNOT_CONFIRM} (capsem budget {b.name!r}; {known}); this call was not sent to "
+                return (f"{why} (capsem budget {b.name!r}; {known}); this call was not sent to "
                         f"the provider. Retry in a moment, or set budgets.{b.name}.on_unconfirmed: allow in "
                         "the capsem config to let calls through unchecked")  # fmt: skip
-            return (f"{CANNOT_CONFIRM} (capsem budget {b.name!r}; {known}); the call goes through "
+            return (f"{why} (capsem budget {b.name!r}; {known}); the call goes through "
                     f"unchecked (budgets.{b.name}.on_unconfirmed: allow)")  # fmt: skip
-        when = {"session": "in this session", "day": "today (UTC)", "month": "this month (UTC)"}[b.scope]
-        used = f"{usd(self.spent)} used {when} of its {usd(b.limit_usd)} limit per {b.scope}"
+        used = f"{usd(self.spent)} used {when(b)} of its {usd(b.limit_usd)} limit per {per(b)}"
         if self.decision == "warned":
             share = self.spent / b.limit_usd if b.limit_usd else 1.0
             return f"capsem budget {b.name!r} is at {share:.0%}: {used}"
-        renew = {"session": "start a new session", "day": "wait for the next day (UTC)",
-                 "month": "wait for the next month (UTC)"}[b.scope]  # fmt: skip
+        renew = "start a new session" if b.scope == "session" else f"wait for the next {per(b)} (UTC)"
         return (f"capsem budget {b.name!r} is spent: {used}; this call was not sent to the provider. "
                 f"Raise budgets.{b.name}.limit_usd in the capsem config, or {renew}")  # fmt: skip
 
@@ -179,12 +184,23 @@ class Verdict:
                         "uncounted, or narrow the budget (provider, model, host)")  # fmt: skip
             return (f"capsem budget {b.name!r} cannot count the cost of {what} (no price in capsem's price "
                     f"table): the call goes through uncounted (budgets.{b.name}.on_unpriced: allow)")  # fmt: skip
-        when = {"session": "in this session", "day": "today (UTC)", "month": "this month (UTC)"}[b.scope]
         return (f"capsem budget {b.name!r} cannot cover this call: it could cost up to {usd(worst.usd)} "
-                f"({worst.tokens}), and {usd(self.spent)} is used {when} and {usd(self.reserved)} held by calls "
-                f"in flight, of its {usd(b.limit_usd)} limit per {b.scope}; this call was not sent to the provider. "
+                f"({worst.tokens}), and {usd(self.spent)} is used {when(b)} and {usd(self.reserved)} held by calls "
+                f"in flight, of its {usd(b.limit_usd)} limit per {per(b)}; this call was not sent to the provider. "
                 "Give the call a lower output limit, wait for the calls in flight to end, or raise "
                 f"budgets.{b.name}.limit_usd in the capsem config")  # fmt: skip
+
+
+def per(budget: Budget) -> str:
+    """What the limit is per: `session`, `day`, `month` (a team budget: its period)."""
+    return budget.period if budget.scope == "team" else budget.scope
+
+
+def when(budget: Budget) -> str:
+    """Where the spend is counted, for messages: `today (UTC)`, `by the team this day (UTC)`..."""
+    if budget.scope == "team":
+        return f"by the team this {budget.period} (UTC, spent or held by its sessions)"
+    return {"session": "in this session", "day": "today (UTC)", "month": "this month (UTC)"}[budget.scope]
 
 
 ALLOWED = Verdict("allowed")
@@ -192,18 +208,32 @@ ALLOWED = Verdict("allowed")
 
 def decide(budgets: Iterable[Budget], provider: str, model: str | None, host: str,
            spent_of: Callable[[Budget], float], *, confirmed: bool = True,
-           reserved_of: Callable[[Budget], float] | None = None, worst: Worst | None = None) -> Verdict:  # fmt: skip
+           reserved_of: Callable[[Budget], float] | None = None, worst: Worst | None = None,
+           unreachable: Callable[[Budget], bool] | None = None,
+           cap_of: Callable[[Budget], float] | None = None) -> Verdict:  # fmt: skip
     """The strictest verdict of the budgets the call matches (`spent_of(budget)`: its spend so far;
     `confirmed`: whether this session's spend is known to be whole; `reserved_of(budget)`: what
-    the calls in flight hold of it; `worst`: this call's reservation, None to check the spend only)."""
+    the calls in flight hold of it; `worst`: this call's reservation, None to check the spend only;
+    `unreachable(budget)`: a team budget whose lease cannot grow now, so that a call beyond it
+    decides by `on_unconfirmed`; `cap_of(budget)`: how far the spend may go, when less than the
+    limit: a team budget's is what the team's other sessions hold plus this session's lease; the
+    warning still comes at `warn_at` of the limit)."""
     verdict = ALLOWED
     for budget in budgets:
         if not matches(budget, provider, model, host):
             continue
         amount = spent_of(budget)
-        if amount >= budget.limit_usd:
-            return Verdict("denied", budget, amount)
         held = reserved_of(budget) if reserved_of is not None else 0.0
+        cap = min(cap_of(budget), budget.limit_usd) if cap_of is not None else budget.limit_usd
+        over = amount >= cap or (worst is not None and worst.usd is not None
+                                 and amount + held + worst.usd > cap + SLACK)  # fmt: skip
+        if over and unreachable is not None and unreachable(budget):
+            verdict = _unconfirmed(budget, amount, verdict, lease=True)
+            if verdict.decision == "denied":
+                return verdict
+            continue
+        if amount >= cap:
+            return Verdict("denied", budget, amount)
         if worst is not None and worst.usd is None:
             if budget.on_unpriced == "deny":
                 return Verdict("denied", budget, amount, reserved=held, worst=worst)
@@ -211,19 +241,24 @@ def decide(budgets: Iterable[Budget], provider: str, model: str | None, host: st
                 verdict = Verdict("warned", budget, amount, reserved=held, worst=worst)
             continue
         if not confirmed:
-            if budget.on_unconfirmed == "deny":
-                return Verdict("denied", budget, amount, unconfirmed=True)
-            if verdict is ALLOWED or not (verdict.unconfirmed or verdict.unpriced):
-                verdict = Verdict("warned", budget, amount, unconfirmed=True)
+            verdict = _unconfirmed(budget, amount, verdict)
+            if verdict.decision == "denied":
+                return verdict
             continue  # let through unchecked: its reservation is not checked either
-        if (
-            worst is not None
-            and worst.usd is not None
-            and amount + held + worst.usd > budget.limit_usd + SLACK
-        ):
+        if worst is not None and worst.usd is not None and amount + held + worst.usd > cap + SLACK:
             return Verdict("denied", budget, amount, reserved=held, worst=worst)
         if budget.warn_at is not None and amount >= budget.warn_at * budget.limit_usd and verdict is ALLOWED:
             verdict = Verdict("warned", budget, amount)
+    return verdict
+
+
+def _unconfirmed(budget: Budget, amount: float, verdict: Verdict, *, lease: bool = False) -> Verdict:
+    """A matched budget whose spend cannot be confirmed decides by its `on_unconfirmed`: refused, or
+    let through unchecked (recorded `warned`, unless a stricter verdict came first)."""
+    if budget.on_unconfirmed == "deny":
+        return Verdict("denied", budget, amount, unconfirmed=True, lease=lease)
+    if verdict is ALLOWED or not (verdict.unconfirmed or verdict.unpriced):
+        return Verdict("warned", budget, amount, unconfirmed=True, lease=lease)
     return verdict
 
 

@@ -2,9 +2,10 @@
 
 Framers share one shape: `feed(bytes) -> list[SSEEvent]`, `flush() -> list[SSEEvent]`, and an
 `invalid_lines` counter. Server-Sent Events (`SSEDecoder`) carry most provider streams;
-`NDJSONDecoder` reads one JSON document per line (Ollama); `JSONArrayDecoder` reads a streamed
-JSON array of objects (Gemini's `:streamGenerateContent` without `alt=sse`). Binary framings
-register themselves in `FRAMERS` from their own module. `make_framer(name)` picks one.
+`NDJSONDecoder` reads one JSON document per line (Ollama); `addons.framing_array.JSONArrayDecoder`
+reads a streamed JSON array of objects (Gemini's `:streamGenerateContent` without `alt=sse`).
+It and the binary framings register themselves in `FRAMERS` from their own modules;
+`make_framer(name)` picks one.
 
 SSE details:
 
@@ -30,8 +31,9 @@ from typing import Protocol
 import msgspec
 
 from addons.possessive import compile_possessive as _compile
+from capsem import native
 
-__all__ = ["FRAMERS", "Framer", "JSONArrayDecoder", "NDJSONDecoder", "SSEDecoder", "SSEEvent", "make_framer"]
+__all__ = ["FRAMERS", "Framer", "NDJSONDecoder", "SSEDecoder", "SSEEvent", "make_framer"]
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _LONE_CR = re.compile(rb"\r(?!\n)")
@@ -78,6 +80,9 @@ class SSEDecoder:
         self._event: str | None = None
         self._data: list[str] = []
         self._id: str | None = None
+        self.native_kind = 0
+        """Which text deltas the compiled fast path reads itself (1: Anthropic's); their texts then
+        come back as lists of str among the events (see capsem/native). 0 for plain events only."""
 
     def feed(self, data: bytes) -> list[SSEEvent]:
         if not data:
@@ -159,7 +164,17 @@ class SSEDecoder:
             return lines[-1]
         # every line is short enough: decode once (a line end never splits a UTF-8 sequence)
         whole = buf if cut == len(buf) else buf[:cut]
-        text = whole.decode("utf-8", "replace")
+        if native.frame_plain is not None:
+            last = self._native_events(whole, events)
+        else:
+            last = self._python_events(whole.decode("utf-8", "replace"), events)
+        if last:
+            for line in last.split("\n")[:-1]:
+                self._line(line, events)
+        return buf[cut:] if cut < len(buf) else b""
+
+    def _python_events(self, text: str, events: list[SSEEvent]) -> str:
+        """The events of complete lines up to their last blank line; returns the lines after it."""
         start, end = 0, text.rfind("\n\n") + 2  # just after the last blank line
         if end > 1 and (self._data or self._event is not None):  # the first block ends the pending event
             start = text.find("\n\n") + 2
@@ -167,19 +182,29 @@ class SSEDecoder:
         one = _PLAIN_EVENT.fullmatch(text, start, end) if end > 1 else None
         if one is not None:  # exactly one ordinary event (most chunks of a paced stream)
             events.append(SSEEvent(one[2] if one[1] else None, one[3], self._id))
-            last = text[end:]
-        elif end > 1 and _PLAIN_EVENTS.fullmatch(text, start, end):
+            return text[end:]
+        if end > 1 and _PLAIN_EVENTS.fullmatch(text, start, end):
             # only ordinary events up to there: read by two regex scans, no Python step per event
             ident = self._id
             found = _PLAIN_EVENT.findall(text, start, end)
             events += [SSEEvent(name if line else None, data, ident) for line, name, data in found]
-            last = text[end:]
-        else:
-            last = self._blocks(text[start:], events)
-        if last:
-            for line in last.split("\n")[:-1]:
-                self._line(line, events)
-        return buf[cut:] if cut < len(buf) else b""
+            return text[end:]
+        return self._blocks(text[start:], events)
+
+    def _native_events(self, whole: bytes, events: list[SSEEvent]) -> str:
+        """What `_lines` does with complete lines, the ordinary events read by the compiled fast
+        path (byte offsets: every cut is at an ASCII newline, so each slice decodes as in `_lines`)."""
+        start, end = 0, whole.rfind(b"\n\n") + 2
+        if end < 2:
+            return whole.decode("utf-8", "replace")
+        if self._data or self._event is not None:  # the first block ends the pending event
+            start = whole.find(b"\n\n") + 2
+            self._block(whole[: start - 2].decode("utf-8", "replace"), events)
+        read = native.frame_plain(whole, start, end, self._id, SSEEvent, self.native_kind)  # type: ignore[misc]
+        if read is None:  # not only ordinary events: the Python reader
+            return self._blocks(whole[start:].decode("utf-8", "replace"), events)
+        events += read
+        return whole[end:].decode("utf-8", "replace")
 
     def _blocks(self, text: str, events: list[SSEEvent]) -> str:
         """The events of `text` (complete lines) up to its last blank line; returns the lines after it."""
@@ -295,118 +320,9 @@ class NDJSONDecoder:
         return [SSEEvent(None, text)] if text else []
 
 
-_OUTSIDE = re.compile(rb"[^ \t\r\n,\[\]]")  # between elements: the next byte that is not , [ ] or space
-_IN_ELEMENT = _compile(rb'[^"{}\[\]]*+(?:"[^"\\]*+(?:\\.[^"\\]*+)*+"[^"{}\[\]]*+)*+', re.DOTALL)
-"""In an element, outside strings: the run of bytes and whole strings before the next bracket (or
-before a string not closed in this chunk), in one scan."""
-_IN_STRING = re.compile(rb'["\\]')
-
-
-def _element_pattern(levels: int) -> re.Pattern[bytes]:
-    """A whole element nested at most `levels` deep, as the decoder reads one: from its `{` to the
-    bracket that closes it, any bracket counting (`{`, `[` open, `}`, `]` close), strings skipped."""
-    string = rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
-    inner = rb'(?:[^"{}\[\]]++|' + string + rb")*+"
-    for _ in range(levels):
-        inner = rb'(?:[^"{}\[\]]++|' + string + rb"|[{\[]" + inner + rb"[}\]])*+"
-    return _compile(rb"\{" + inner + rb"[}\]]", re.DOTALL)
-
-
-_ELEMENT = _element_pattern(12)
-"""A whole element in one scan (Gemini's nest about 6 deep); others are read bracket by bracket."""
-
-
-class JSONArrayDecoder:
-    """Top-level objects of a streamed JSON array (`[{...}\\n,\\r\\n{...}]`), one event each.
-
-    Tracks string and escape state and bracket depth inside elements, so brackets and braces
-    inside strings never confuse it; it jumps from one bracket to the next with regular
-    expressions, over whole strings (linear time, a Python step per bracket, not per byte). Anything outside the array's
-    elements other than `[`, `]`, `,` and whitespace is counted as invalid.
-    """
-
-    def __init__(self, max_element: int = 64 * 1024 * 1024) -> None:
-        self.max_element = max_element
-        self.invalid_lines = 0
-        self.overlong_lines = 0
-        self._elem = bytearray()
-        self._depth = 0
-        self._in_str = False
-        self._escape = False
-
-    def feed(self, data: bytes) -> list[SSEEvent]:
-        events: list[SSEEvent] = []
-        elem, depth, in_str, escape = self._elem, self._depth, self._in_str, self._escape
-        start = 0 if depth else None
-        stray = False
-        pos, end = 0, len(data)
-        while pos < end:
-            if depth == 0:
-                match = _OUTSIDE.search(data, pos)
-                if match is None:
-                    break
-                pos = match.start()
-                if data[pos] == 0x7B:  # "{" starts an element
-                    whole = _ELEMENT.match(data, pos)
-                    if whole is not None:  # all of it is here: one event, no step per bracket
-                        events.append(SSEEvent(None, data[pos : whole.end()].decode("utf-8", "replace")))
-                        pos = whole.end()
-                        continue
-                    depth, start = 1, pos
-                else:
-                    stray = True
-                pos += 1
-            elif escape:
-                escape, pos = False, pos + 1
-            elif in_str:
-                match = _IN_STRING.search(data, pos)
-                if match is None:
-                    break
-                pos = match.start()
-                if data[pos] == 0x5C:
-                    escape = True
-                else:
-                    in_str = False
-                pos += 1
-            else:
-                pos = _IN_ELEMENT.match(data, pos).end()  # type: ignore[union-attr]  (always matches)
-                if pos == end:
-                    break
-                byte = data[pos]
-                if byte == 0x22:
-                    in_str = True
-                elif byte in (0x7B, 0x5B):
-                    depth += 1
-                else:
-                    depth -= 1
-                    if depth == 0:
-                        elem += data[start : pos + 1]
-                        events.append(SSEEvent(None, elem.decode("utf-8", "replace")))
-                        elem, start = bytearray(), None
-                pos += 1
-        if depth and start is not None:
-            elem += data[start:]
-            if len(elem) > self.max_element:
-                self.overlong_lines += 1
-                elem, depth, in_str, escape = bytearray(), 0, False, False
-        self._elem, self._depth, self._in_str, self._escape = elem, depth, in_str, escape
-        if stray:
-            self.invalid_lines += 1
-        return events
-
-    def flush(self) -> list[SSEEvent]:
-        """A cut-off last element is returned as is (its JSON will not parse: counted there)."""
-        if self._depth and self._elem:
-            text = self._elem.decode("utf-8", "replace")
-            self._elem, self._depth = bytearray(), 0
-            return [SSEEvent(None, text)]
-        return []
-
-
 FRAMERS: dict[str, Callable[[], Framer]] = {
     "sse": SSEDecoder,
     "ndjson": NDJSONDecoder,
-    "json-array": JSONArrayDecoder,
 }
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "Stop",
     "StreamOpened",
     "Substitution",
+    "ToolDecision",
     "WsMessage",
     "WsOpened",
     "decode",
@@ -131,6 +132,22 @@ class WsOpened(msgspec.Struct, frozen=True, array_like=True, tag=8):
     """(name, pid) of the local process that opened the connection, when known."""
 
 
+class ToolDecision(msgspec.Struct, frozen=True, array_like=True):
+    """What a tool rule decided about one tool call of the model's answer (`Policy.decide_tool`),
+    written onto its `tool_calls` row (by `call_id`) as `decision` and `decision_rule`."""
+
+    call_id: str
+    """The call's id as the provider gave it (`toolu_...`, `call_...`)."""
+    name: str
+    """The tool's name as the model called it."""
+    decision: str
+    """`allowed`, `warned`, `denied`, `asked` (still waiting, or timed out) or `approved`."""
+    rule: str | None
+    """The rule that decided; None when no tool rule matched (`allowed`)."""
+    approval_id: str | None = None
+    """The `approvals.approval_id` of the person's answer to an `ask`."""
+
+
 class WsMessage(msgspec.Struct, frozen=True, array_like=True, tag=4):
     """One WebSocket message of an upgraded flow."""
 
@@ -139,6 +156,9 @@ class WsMessage(msgspec.Struct, frozen=True, array_like=True, tag=4):
     content: bytes
     is_text: bool
     at: float
+    tool_decisions: tuple[ToolDecision, ...] = ()
+    """Decisions on the tool calls of the socket's current turn, made up to this message (a
+    turn's rows are written when it ends, long before the socket's `FlowEnded`)."""
 
 
 class Substitution(msgspec.Struct, frozen=True, array_like=True):
@@ -217,6 +237,11 @@ class FlowEnded(msgspec.Struct, frozen=True, array_like=True, tag=5):
     was open."""
     approval: Approval | None = None
     """The person's (or the timeout's) answer to a request an `ask` rule held."""
+    tool_decisions: tuple[ToolDecision, ...] = ()
+    """What the tool rules decided about the tool calls of the answer (empty with no tool rule)."""
+    delivered_body: bytes | None = None
+    """What the agent received, decoded, when it differs from what the model sent (a tool call
+    denied and replaced, `addons/proxy/tool_gate.py`); None when it got the upstream's bytes."""
 
 
 class Barrier(msgspec.Struct, frozen=True, array_like=True, tag=6):

@@ -29,6 +29,9 @@ class RecorderSpec(msgspec.Struct, frozen=True):
     """Values the scrubber knows before the first row: the brokered credentials' real values."""
     otlp: dict | None = None
     """`export.otlp` (endpoint, headers, content, profile) when live export is on."""
+    team: bool = False
+    """Push the session to the team's PostgreSQL (`team.url` or CAPSEM_TEAM_URL is set): the
+    recorder starts the pusher (`addons/recorder/team_push.py`)."""
     restart: int = 0
     """0 for the session's first recorder; n for the n-th restarted after its predecessor died."""
     missed_flows: int = 0

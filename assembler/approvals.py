@@ -33,11 +33,14 @@ class WaitingRequest(Listed):
 
     @property
     def target(self) -> str:
-        """`MCP files › run_shell` or `POST api.example.com/upload` (the port when not 80 or 443)."""
-        if self.tool is not None:
-            return f"MCP {self.mcp_server or self.host} › {self.tool}"
+        """`MCP files › run_shell`, `POST api.example.com/upload` (the port when not 80 or 443), or
+        `tool Bash in POST api.anthropic.com/v1/messages` (a tool call in a model's answer, held by a
+        tool rule: no MCP server)."""
+        if self.tool is not None and self.mcp_server is not None:
+            return f"MCP {self.mcp_server} › {self.tool}"
         port = "" if self.port in (80, 443) else f":{self.port}"
-        return f"{self.method} {self.host}{port}{self.path}"
+        request = f"{self.method} {self.host}{port}{self.path}"
+        return f"tool {self.tool} in {request}" if self.tool is not None else request
 
     @property
     def process(self) -> str:

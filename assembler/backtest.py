@@ -13,21 +13,27 @@ own reservation passes a limit: its most expensive outcome, bounded from its sto
 the code the proxy runs (`addons/reservation.py`) and priced by `pricing/worst.py`, or its
 recorded cost when its request body was not stored; calls replayed one after the other hold no
 reservation of each other (each is settled at its real cost before the next). A model with no
-price decides by the budget's `on_unpriced`. Decisions are kept as the policy returns them (`denied`,
-`warned`, `asked`...): a finding is any decision but `allowed`.
+price decides by the budget's `on_unpriced`. Each tool call the model asked for (a `tool_calls`
+row) is decided by `Policy.decide_tool`, the code the proxy runs on each answer, on its name, its
+arguments as stored (`tool_arguments`), the session's agent (`agent_name` of its command) and the
+process that made the call. Decisions are kept as the policy returns them (`denied`, `warned`,
+`asked`...): a finding is any decision but `allowed`. Every rule that decided nothing (no request,
+MCP call or tool call it was the first to match, an `allow` included) is reported as unmatched:
+a rule that can never match is a mistake a person should hear about.
 
 Reading the sessions is `assembler/backtest_source.py`; printing is `assembler/backtest_cli.py`.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from addons.budgets import Worst, decide, matches
 from addons.canonical import CanonicalRequest
-from addons.proxy.policy import McpTarget, Policy
+from addons.proxy.policy import McpTarget, Policy, ToolTarget
 from addons.reservation import Bound, worst_of
 from capsem.settings import Budget
 
@@ -84,6 +90,25 @@ class ModelCall:
     """The most its stored request could use (None: no body stored)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A recorded tool call of a model's answer (a `tool_calls` row)."""
+
+    id: int
+    model_call_id: int
+    timestamp: str
+    call_id: str
+    name: str
+    arguments: Mapping[str, Any] | None
+    """Its arguments as stored (`tool_arguments`: a free-form input as `{"input": text}`)."""
+    agent: str | None
+    """The session's agent (`agent_name` of its command in main.db)."""
+    process: str | None
+    live: str
+    """The decision recorded when it was made (`allowed` when no tool rule was in force)."""
+    live_rule: str | None = None
+
+
 Pricer = tuple[Callable[[str, str | None], Any], Callable[[Any, int, int], float]]
 """`pricing.worst`'s `rates` and `worst_cost`: the budgets' prices."""
 
@@ -93,6 +118,10 @@ class Session:
     id: str
     requests: tuple[Request, ...] = ()
     model_calls: tuple[ModelCall, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_names: Mapping[str, int] = field(default_factory=dict)
+    """How often the model called each tool (read when a rule names an MCP tool: the hint of
+    `Report.hints`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +134,16 @@ class Finding:
     request: Request
     call: McpCall | None
     """The tools/call that decided (the strictest of the request's calls), if any."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFinding:
+    """A tool call of a model's answer the tool rules would not simply have let through."""
+
+    session: str
+    rule: str
+    decision: str
+    call: ToolCall
 
 
 @dataclass(slots=True)
@@ -142,12 +181,32 @@ class Report:
     """Sessions that could not be read (damaged, or culled meanwhile) -> why."""
     arguments: dict[tuple[str, int], str] = field(default_factory=dict)
     """(session, MCP call id) -> the arguments of a finding's call as stored (JSON text), for showing."""
+    tool_calls: int = 0
+    tool_findings: list[ToolFinding] = field(default_factory=list)
+    decided: Counter[str] = field(default_factory=Counter)
+    """Rule name -> how many requests, MCP calls and tool calls it decided (allowed ones too)."""
+    tool_names: Counter[str] = field(default_factory=Counter)
+    """Tool name -> how often the model called it (when a rule names an MCP tool)."""
+    unmatched: list[Unmatched] = field(default_factory=list)
+    """The rules that decided nothing (set by `Backtest.report`)."""
 
     def decisions(self) -> set[str]:
         """Every decision other than `allowed` that a rule or budget would have taken."""
-        found = {f.decision for f in self.findings}
+        found = {f.decision for f in self.findings} | {f.decision for f in self.tool_findings}
         found |= {"denied" for b in self.budgets if b.refused} | {"warned" for b in self.budgets if b.warned}
         return found
+
+
+@dataclass(frozen=True, slots=True)
+class Unmatched:
+    """A rule that decided nothing in the sessions tested."""
+
+    rule: str
+    action: str
+    kind: str
+    """`request`, `mcp` (names an MCP field) or `tool` (a tool rule)."""
+    hint: str | None = None
+    """Why, when it can be told (an MCP rule on a tool the agent runs itself)."""
 
 
 def _period(budget: Budget, session: str, day: str) -> str:
@@ -178,6 +237,10 @@ class Backtest:
         """A session that could not be read: reported, the others still tested."""
         self._report.unreadable[session_id] = reason
 
+    @property
+    def tool_findings(self) -> list[ToolFinding]:
+        return self._report.tool_findings
+
     def add(self, session: Session) -> None:
         report = self._report
         report.sessions.append(session.id)
@@ -191,6 +254,12 @@ class Backtest:
             report.findings.append(finding)
             if finding.decision == "denied":
                 refused.add(request.id)
+        report.tool_calls += len(session.tool_calls)
+        for call in session.tool_calls:
+            found = self.decide_tool(session.id, call)
+            if found is not None:
+                report.tool_findings.append(found)
+        report.tool_names.update(session.tool_names)
         report.model_calls += len(session.model_calls)
         if self.budgets:
             self._calls += [
@@ -202,19 +271,49 @@ class Backtest:
         targets = [McpTarget(c.servers, c.tool, c.arguments) for c in request.calls]
         canonical = request.canonical()
         verdict = self.policy.decide_request(canonical, targets)
+        each = [self.policy.decide(canonical, target) for target in targets]
+        self._report.decided.update({v.rule for v in [verdict, *each] if v.rule is not None})
         if verdict.decision == ALLOWED or verdict.rule is None:
             return None
-        deciding = None
-        for call, target in zip(request.calls, targets, strict=True):
-            if self.policy.decide(canonical, target) == verdict:
-                deciding = call
-                break
+        deciding = next((c for c, v in zip(request.calls, each, strict=True) if v == verdict), None)
         return Finding(session, verdict.rule, verdict.decision, request, deciding)
+
+    def decide_tool(self, session: str, call: ToolCall) -> ToolFinding | None:
+        """The tool rules' finding on one recorded tool call (None: allowed)."""
+        verdict = self.policy.decide_tool(ToolTarget(call.name, call.arguments, call.agent, call.process))
+        if verdict.rule is not None:
+            self._report.decided[verdict.rule] += 1
+        if verdict.decision == ALLOWED or verdict.rule is None:
+            return None
+        return ToolFinding(session, verdict.rule, verdict.decision, call)
+
+    def unmatched(self) -> list[Unmatched]:
+        """The rules that decided nothing in the sessions tested, in the policy's order."""
+        return [
+            Unmatched(r.name, r.action, "tool" if r.is_tool_rule else "mcp" if r.needs_mcp else "request",
+                      self._hint(r.mcp_tool) if r.mcp_tool and not r.is_tool_rule else None)
+            for r in self.policy.rules
+            if self._report.decided[r.name] == 0
+        ]  # fmt: skip
+
+    def _hint(self, mcp_tool: str) -> str | None:
+        """A rule on an MCP tool named like a tool the model calls itself (`mcp_tool: Bash`): the
+        agent runs that tool, no MCP server does; a tool rule sees it."""
+        from fnmatch import fnmatchcase
+
+        names = sorted(n for n in self._report.tool_names if fnmatchcase(n.lower(), mcp_tool.lower()))
+        if not names:
+            return None
+        times = sum(self._report.tool_names[n] for n in names)
+        calls = f"{times:,} call{'s' if times != 1 else ''}"
+        return (f"{', '.join(names)} is a tool the agent runs itself ({calls} in answers), not an MCP "
+                f"tool: use `tool: {mcp_tool}`")  # fmt: skip
 
     def report(self) -> Report:
         """The report: the policy's findings, and each budget's refusals in start order."""
         if self.budgets:
             self._budgets()
+        self._report.unmatched = self.unmatched()
         return self._report
 
     def _budgets(self) -> None:

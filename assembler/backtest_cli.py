@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from addons.budgets import usd
-from assembler.backtest import Finding, Pricer, Refusal, Report
+from assembler.backtest import Finding, Pricer, Refusal, Report, ToolFinding
 from assembler.cli_support import counted, json_option, user_errors
 
 FAIL_ON = {"deny": "denied", "warn": "warned", "ask": "asked"}
@@ -33,7 +33,11 @@ class Tried:
     skipped: int
     missing: int
     mcp_only: bool = False
-    """Every rule is an MCP rule: only requests that carried a tools/call were read."""
+    """Every request rule is an MCP rule: only requests that carried a tools/call were read."""
+    tool_rules: bool = False
+    """A tool rule exists: the tool calls of the models' answers were decided."""
+    request_rules: bool = True
+    """A request (or MCP) rule exists: the requests were decided."""
 
 
 @click.group("policy")
@@ -55,9 +59,10 @@ def test_cmd(args: tuple[str, ...], since: str | None, fail_on: tuple[str, ...],
     FILE is a YAML file shaped like config.yaml (its `policy:` and `budgets:` are tried, laid over
     the defaults and checked like config.yaml); without it, your current config. SESSIONs are
     session ids (or the start of one); without them, every session in main.db (--since: those
-    created since that day). Requests and MCP tool calls are decided by the proxy's own rule
-    matching; model calls by the budgets, over the spend of the calls before them that would
-    still have been made.
+    created since that day). Requests, MCP tool calls and the tool calls of the models' answers
+    (tool rules) are decided by the proxy's own rule matching; model calls by the budgets, over
+    the spend of the calls before them that would still have been made. Every rule that matched
+    nothing is named.
 
     \b
     Examples:
@@ -91,14 +96,16 @@ def test_cmd(args: tuple[str, ...], since: str | None, fail_on: tuple[str, ...],
             task = progress.add_task("testing sessions", total=len(picked.sessions))
             report = run(Backtest(rules, budgets, _pricer() if budgets else None), picked.sessions, needs,
                          lambda done, total: progress.update(task, completed=done, total=total))  # fmt: skip
-    tried = Tried(source, len(rules.rules), len(budgets), picked.skipped, picked.missing, needs.mcp_only)
+    tried = Tried(source, len(rules.rules), len(budgets), picked.skipped, picked.missing, needs.mcp_only,
+                  needs.tools, needs.requests)  # fmt: skip
     if as_json:
         click.echo(json.dumps(as_data(tried, report), indent=2))
     else:
         show(tried, report)
     found = report.decisions() & {FAIL_ON[f] for f in fail_on}
     if found:
-        click.echo(f"--fail-on: requests would have been {', '.join(sorted(found))}", err=True)
+        what = "requests or tool calls" if tried.tool_rules else "requests"
+        click.echo(f"--fail-on: {what} would have been {', '.join(sorted(found))}", err=True)
         raise SystemExit(FINDINGS_EXIT)
 
 
@@ -126,6 +133,14 @@ def _finding(f: Finding, report: Report) -> dict[str, Any]:
             "process": r.process, "pid": r.pid, "live_decision": r.live, "mcp": mcp}  # fmt: skip
 
 
+def _tool_finding(f: ToolFinding) -> dict[str, Any]:
+    c = f.call
+    return {"session": f.session, "rule": f.rule, "decision": f.decision, "tool_call_id": c.id,
+            "model_call_id": c.model_call_id, "call_id": c.call_id, "timestamp": c.timestamp, "tool": c.name,
+            "arguments": dict(c.arguments) if c.arguments is not None else None, "agent": c.agent,
+            "process": c.process, "live_decision": c.live, "live_rule": c.live_rule}  # fmt: skip
+
+
 def _refusal(r: Refusal | None) -> dict[str, Any] | None:
     if r is None:
         return None
@@ -140,6 +155,9 @@ def as_data(tried: Tried, report: Report) -> dict[str, Any]:
     for (rule, decision), found in _by_rule(report).items():
         rules.append({"rule": rule, "decision": decision, "requests": len(found),
                       "sessions": dict(Counter(f.session for f in found))})  # fmt: skip
+    for (rule, decision), tools in _tools_by_rule(report).items():
+        rules.append({"rule": rule, "decision": decision, "tool_calls": len(tools),
+                      "sessions": dict(Counter(f.session for f in tools))})  # fmt: skip
     budgets = [
         {"name": o.budget.name, "scope": o.budget.scope, "limit_usd": o.budget.limit_usd,
          "refused_calls": len(o.refused), "saved_usd": o.saved, "first_refused": _refusal(o.refused[0] if o.refused
@@ -147,6 +165,9 @@ def as_data(tried: Tried, report: Report) -> dict[str, Any]:
          "first_warned": _refusal(o.first_warned)}
         for o in report.budgets
     ]  # fmt: skip
+    totals = {"requests": report.requests, "mcp_calls": report.mcp_calls, "model_calls": report.model_calls}
+    if tried.tool_rules:
+        totals["tool_calls"] = report.tool_calls
     return {
         "file": tried.source,
         "sessions": {
@@ -155,13 +176,13 @@ def as_data(tried: Tried, report: Report) -> dict[str, Any]:
             "missing": tried.missing,
             "unreadable": report.unreadable,
         },
-        "totals": {
-            "requests": report.requests,
-            "mcp_calls": report.mcp_calls,
-            "model_calls": report.model_calls,
-        },
+        "totals": totals,
         "rules": rules,
         "findings": [_finding(f, report) for f in report.findings],
+        "tool_findings": [_tool_finding(f) for f in report.tool_findings],
+        "unmatched_rules": [
+            {"rule": u.rule, "action": u.action, "kind": u.kind, "hint": u.hint} for u in report.unmatched
+        ],
         "budgets": budgets,
     }
 
@@ -169,6 +190,13 @@ def as_data(tried: Tried, report: Report) -> dict[str, Any]:
 def _by_rule(report: Report) -> dict[tuple[str, str], list[Finding]]:
     out: dict[tuple[str, str], list[Finding]] = {}
     for f in report.findings:
+        out.setdefault((f.rule, f.decision), []).append(f)
+    return out
+
+
+def _tools_by_rule(report: Report) -> dict[tuple[str, str], list[ToolFinding]]:
+    out: dict[tuple[str, str], list[ToolFinding]] = {}
+    for f in report.tool_findings:
         out.setdefault((f.rule, f.decision), []).append(f)
     return out
 
@@ -206,9 +234,10 @@ def show(tried: Tried, report: Report) -> None:
     out.print(f"{escape(tried.source)}: {counted(tried.rules, 'rule')}, {counted(tried.budgets, 'budget')}",
               highlight=False)  # fmt: skip
     decided = []
-    if tried.rules:  # with MCP rules only, only the requests that carried a tools/call are read
+    if tried.rules and tried.request_rules:  # with MCP rules only, only requests with a tools/call are read
         noun = "MCP request" if tried.mcp_only else "request"
         decided += [counted(report.requests, noun), counted(report.mcp_calls, "MCP tool call")]
+    decided += [counted(report.tool_calls, "tool call") + " in answers"] if tried.tool_rules else []
     decided += [counted(report.model_calls, "model call")] if tried.budgets else []
     out.print(f"tried on {counted(len(report.sessions), 'session')}"
               + (f" ({', '.join(extra)} not read)" if extra else "")
@@ -216,10 +245,12 @@ def show(tried: Tried, report: Report) -> None:
     for session_id, reason in report.unreadable.items():
         out.print(f"[yellow]not read:[/] {escape(session_id)}: {escape(reason)}", highlight=False)
     by_rule = _by_rule(report)
+    tools_by_rule = _tools_by_rule(report)
     if tried.rules:
         out.print()
-        if not by_rule:
-            out.print("Rules: no request would have been denied, warned about or asked for.", highlight=False)
+        if not by_rule and not tools_by_rule:
+            what = "no request or tool call" if tried.tool_rules else "no request"
+            out.print(f"Rules: {what} would have been denied, warned about or asked for.", highlight=False)
         for (rule, decision), found in by_rule.items():
             sessions = Counter(f.session for f in found)
             style = {"denied": "bold red", "warned": "yellow"}.get(decision, "bold")
@@ -231,22 +262,59 @@ def show(tried: Tried, report: Report) -> None:
             for f in found[:EXAMPLES]:
                 for line in _example(f, report, width):
                     out.print(escape(line), highlight=False, overflow="ignore", crop=True)
-        if by_rule:
+        _tool_findings(out, tools_by_rule, width)
+        _unmatched(out, report, width)
+        if by_rule or tools_by_rule:
             out.print()
             table = Table(title="Per session", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
             for name, justify in (("session", "left"), ("rule", "left"), ("would have", "left"),
-                                  ("requests", "right")):  # fmt: skip
+                                  ("requests" if not tools_by_rule else "calls", "right")):  # fmt: skip
                 table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
-            per = Counter((f.session, f.rule, f.decision) for f in report.findings)
+            per = Counter((f.session, f.rule, f.decision) for f in [*report.findings, *report.tool_findings])
             for (session, rule, decision), n in list(per.items())[:SESSION_ROWS]:
                 table.add_row(session, escape(rule), decision, f"{n:,}")
             out.print(table)
             if len(per) > SESSION_ROWS:
                 out.print(f"… and {len(per) - SESSION_ROWS:,} more (--json lists them all)", highlight=False)
     if report.budgets:
-        if not by_rule:  # a table ends with a blank line of its own
+        if not by_rule and not tools_by_rule:  # a table ends with a blank line of its own
             out.print()
         _budgets(out, report)
+
+
+def _tool_findings(out: Any, by_rule: dict[tuple[str, str], list[ToolFinding]], width: int) -> None:
+    """Each tool rule's findings: how many calls in how many sessions, and a few of them."""
+    from rich.markup import escape
+
+    for (rule, decision), found in by_rule.items():
+        sessions = len({f.session for f in found})
+        style = {"denied": "bold red", "warned": "yellow"}.get(decision, "bold")
+        already = sum(1 for f in found if f.call.live == decision)
+        note = f" ({already:,} {decision} live)" if already else ""
+        out.print(f"[{style}]{escape(rule)}[/] would have {PHRASES.get(decision, decision)} "
+                  f"{counted(len(found), 'tool call')} in {counted(sessions, 'session')}{note}, e.g.:",
+                  highlight=False)  # fmt: skip
+        for f in found[:EXAMPLES]:
+            c = f.call
+            args = json.dumps(c.arguments, ensure_ascii=False, separators=(",", ":")) if c.arguments else ""
+            who = ", ".join(x for x in (f"agent {c.agent}" if c.agent else "", f"process {c.process}"
+                                        if c.process else "") if x)  # fmt: skip
+            lines = [f"  {c.name} {args}", f"    session {f.session}, model call #{c.model_call_id}, "
+                     f"{c.timestamp[11:19]}", *([f"    {who}"] if who else [])]  # fmt: skip
+            for line in lines:
+                out.print(escape(_cut(line, width)), highlight=False, overflow="ignore", crop=True)
+
+
+def _unmatched(out: Any, report: Report, width: int) -> None:
+    """The rules that decided nothing: a rule that can never match is a mistake to hear about."""
+    from rich.markup import escape
+
+    kinds = {"tool": "tool rule", "mcp": "MCP rule", "request": "request rule"}
+    for u in report.unmatched:
+        line = f"{u.rule} ({kinds[u.kind]}, {u.action}) matched nothing"
+        out.print(f"[yellow]{escape(_cut(line, width))}[/]", highlight=False)
+        if u.hint:
+            out.print(escape(f"  {u.hint}"), highlight=False)
 
 
 def _budgets(out: Any, report: Report) -> None:

@@ -6,7 +6,10 @@ hook ever saw them) are not requests. A session that cannot match is not opened 
 rollup says it made no request, MCP call or model call that a rule or budget could see). An MCP
 call's arguments are read from its stored request body (`event_body_blobs`, whole and scrubbed)
 only when a rule that needs them reaches them (`LazyArguments`); the `request_preview` column
-stands in for a body that was not stored. A session that cannot be read is reported, not fatal.
+stands in for a body that was not stored. The tool calls of the models' answers (`tool_calls`,
+their arguments as stored, up to `capture.content_max_bytes`) are read when a tool rule exists,
+with the process that made the call and the session's agent (its command in main.db). A session
+that cannot be read is reported, not fatal.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from addons.mcp import parse_request
-from addons.proxy.policy import Policy
+from addons.proxy.policy import Policy, agent_name, tool_arguments
 from addons.reservation import Bound, bound, ws_bound
-from assembler.backtest import Backtest, McpCall, ModelCall, Report, Request, Session
+from assembler.backtest import Backtest, McpCall, ModelCall, Report, Request, Session, ToolCall
 from assembler.sessiondb import (
     MainDbMissing,
     SessionDbError,
@@ -47,13 +50,18 @@ class Needs:
     arguments: bool
     model_calls: bool
     mcp_only: bool
-    """Every rule names an MCP field: only requests that carried a tools/call can match."""
+    """Every request rule names an MCP field: only requests that carried a tools/call can match."""
+    tools: bool = False
+    """A tool rule exists: the tool calls of the models' answers are decided."""
+    tool_names: bool = False
+    """A request rule names an MCP tool: count the tools the model called, for the unmatched hint."""
 
     @classmethod
     def of(cls, policy: Policy, budgets: tuple[Budget, ...]) -> Needs:
-        rules = bool(policy.rules)
-        return cls(rules, policy.has_mcp_rules, policy.needs_arguments, bool(budgets),
-                   rules and all(r.needs_mcp for r in policy.rules))  # fmt: skip
+        requests = [r for r in policy.rules if not r.is_tool_rule]
+        return cls(bool(requests), policy.has_mcp_rules, policy.needs_arguments, bool(budgets),
+                   bool(requests) and all(r.needs_mcp for r in requests), policy.has_tool_rules,
+                   any(r.mcp_tool is not None for r in requests))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +86,8 @@ def pick(session_ids: tuple[str, ...], since: str | None, needs: Needs) -> Picke
     try:
         with open_main() as main:
             rows = main.execute(
-                "SELECT id, rolled_up_at, total_requests, total_mcp_calls, total_model_calls FROM sessions "
+                "SELECT id, rolled_up_at, total_requests, total_mcp_calls, total_model_calls, total_tool_calls "
+                "FROM sessions "
                 "WHERE substr(created_at, 1, 10) >= ? ORDER BY created_at, id",
                 (since or "",),
             ).fetchall()
@@ -99,7 +108,8 @@ def pick(session_ids: tuple[str, ...], since: str | None, needs: Needs) -> Picke
 
 def _can_match(row: sqlite3.Row, needs: Needs) -> bool:
     requests = row["total_mcp_calls"] if needs.mcp_only else row["total_requests"]
-    return bool((needs.requests and requests) or (needs.model_calls and row["total_model_calls"]))
+    return bool((needs.requests and requests) or (needs.model_calls and row["total_model_calls"])
+                or (needs.tools and row["total_tool_calls"]))  # fmt: skip
 
 
 def run(backtest: Backtest, session_ids: list[str], needs: Needs,
@@ -109,7 +119,7 @@ def run(backtest: Backtest, session_ids: list[str], needs: Needs,
     for n, session_id in enumerate(session_ids, 1):
         try:
             with open_session(session_id) as conn:
-                session = read_session(conn, session_id, needs)
+                session = read_session(conn, session_id, needs, _agent(session_id) if needs.tools else None)
                 before = len(backtest.findings)
                 backtest.add(session)
                 ids = [f.call.id for f in backtest.findings[before:] if f.call is not None]
@@ -139,8 +149,35 @@ def _host_headers(value: str | None) -> tuple[str, ...]:
     return (value,)
 
 
-def read_session(conn: sqlite3.Connection, session_id: str, needs: Needs) -> Session:
-    """The requests (with their tools/calls) and model calls of one session.db."""
+def _agent(session_id: str) -> str | None:
+    """The agent of a session: `agent_name` of its command in main.db (None: unknown)."""
+    try:
+        with open_main() as main:
+            row = main.execute("SELECT command FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    except (MainDbMissing, sqlite3.Error):
+        return None
+    return agent_name(row["command"]) if row is not None else None
+
+
+def read_tool_calls(conn: sqlite3.Connection, agent: str | None) -> tuple[ToolCall, ...]:
+    """The tool calls of the models' answers (not the provider's own server tools, which no agent
+    runs), each with the process that made its model call."""
+    return tuple(
+        ToolCall(r["id"], r["model_call_id"], r["timestamp"] or "", r["call_id"], r["tool_name"],
+                 tool_arguments(r["arguments"]), agent, r["process_name"],
+                 r["decision"], r["decision_rule"])
+        for r in conn.execute(
+            "SELECT t.id, t.model_call_id, t.timestamp, t.call_id, t.tool_name, t.arguments, t.decision, "
+            "t.decision_rule, m.process_name FROM tool_calls t LEFT JOIN model_calls m ON m.id = t.model_call_id "
+            "WHERE t.origin != 'server' ORDER BY t.id"
+        )
+    )  # fmt: skip
+
+
+def read_session(
+    conn: sqlite3.Connection, session_id: str, needs: Needs, agent: str | None = None
+) -> Session:
+    """The requests (with their tools/calls), model calls and tool calls of one session.db."""
     calls: dict[int, list[McpCall]] = {}
     if needs.mcp:
         for row in conn.execute(
@@ -174,7 +211,11 @@ def read_session(conn: sqlite3.Connection, session_id: str, needs: Needs) -> Ses
             for r in conn.execute("SELECT id, net_event_id, timestamp, provider, model, host, estimated_cost_usd, "
                                   "protocol FROM model_calls ORDER BY id")
         ]  # fmt: skip
-    return Session(session_id, tuple(requests), tuple(model_calls))
+    tools = read_tool_calls(conn, agent) if needs.tools else ()
+    names: dict[str, int] = {}
+    if needs.tool_names:
+        names = dict(conn.execute("SELECT tool_name, COUNT(*) FROM tool_calls GROUP BY tool_name").fetchall())
+    return Session(session_id, tuple(requests), tuple(model_calls), tools, names)
 
 
 def call_tokens(conn: sqlite3.Connection, call_id: int, protocol: str | None) -> Bound | None:

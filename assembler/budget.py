@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import click
@@ -19,6 +19,7 @@ from assembler.cli_support import user_errors
 from assembler.sessiondb import MainDbMissing, open_main
 from capsem.paths import user_config_path
 from capsem.settings import Budget, load
+from capsem.team.leases import period_of
 
 STATES = {"ok": "ok", "warned": "warn", "denied": "spent"}
 
@@ -66,20 +67,30 @@ def _ledger(session_id: str | None, day: str) -> tuple[list[SpendRow], str | Non
 
 
 def budget_states(
-    budgets: tuple[Budget, ...], *, session_id: str | None = None, now: float | None = None
+    budgets: tuple[Budget, ...],
+    *,
+    session_id: str | None = None,
+    now: float | None = None,
+    team_spent: dict[str, float] | None = None,
 ) -> list[BudgetState]:
-    """The state of each budget now (session budgets: in `session_id`, default the newest session)."""
+    """The state of each budget now (session budgets: in `session_id`, default the newest session;
+    team budgets: `team_spent` when the team's database answered, else this machine's spend)."""
     day = today(now)
     rows, session = _ledger(session_id, day)
     out = []
     for b in budgets:
-        amount = spent(b, rows, day=day, session_id=session)
+        if b.scope == "team":
+            local = spent(replace(b, scope=b.period), rows, day=day, session_id=session)
+            amount = (team_spent or {}).get(b.name, local)
+        else:
+            amount = spent(b, rows, day=day, session_id=session)
         state = "ok"
         if amount >= b.limit_usd:
             state = "denied"
         elif b.warn_at is not None and amount >= b.warn_at * b.limit_usd:
             state = "warned"
-        period = {"day": day, "month": day[:7], "session": session or "(no session)"}[b.scope]
+        period = {"day": day, "month": day[:7], "session": session or "(no session)",
+                  "team": period_of(day, b.period)}[b.scope]  # fmt: skip
         out.append(BudgetState(b.name, b.scope, period, _matches(b), amount, b.limit_usd, b.warn_at, state))
     return out
 
@@ -106,6 +117,29 @@ def known_session(session_id: str) -> str:
     raise SessionNotFound(f"no session {session_id!r} in main.db (capsem list-sessions shows them)")
 
 
+def _team_spent(budgets: tuple[Budget, ...], settings) -> dict[str, float] | None:
+    """What the team's sessions used of each team budget this period (their leases), or None when
+    there is none or the team's database does not answer (this machine's spend is shown then)."""
+    team_budgets = [b for b in budgets if b.scope == "team"]
+    from capsem.team.config import team_of
+
+    team = team_of(settings) if team_budgets else None
+    if team is None:
+        return None
+    try:
+        import psycopg
+
+        with psycopg.connect(team.url, connect_timeout=3) as pg:
+            day = today()
+            return {b.name: pg.execute("SELECT COALESCE(sum(used_usd), 0) FROM capsem.leases WHERE name = %s AND "
+                                       "period = %s", (b.name, period_of(day, b.period))).fetchone()[0]
+                    for b in team_budgets}  # fmt: skip
+    except Exception as exc:
+        click.echo(f"the team database {team.where} does not answer ({exc}); team budgets show this machine's "
+                   "spend only", err=True)  # fmt: skip
+        return None
+
+
 @click.command("budget")
 @click.option("--session", "session_id", metavar="SESSION_ID",
               help="The session whose spend session budgets show (default: the newest).")  # fmt: skip
@@ -116,8 +150,9 @@ def budget(session_id, user_file, as_json) -> None:
     """Show each budget's spend, limit and state.
 
     Budgets are the `budgets:` of your config.yaml. Day and month budgets count every session on
-    this machine (UTC days); session budgets count one session. The spend is the estimated cost of
-    the calls a budget matches (unpriced models count nothing).
+    this machine (UTC days); session budgets count one session; team budgets what every machine's
+    sessions used, from the team's database (this machine's spend when it does not answer). The
+    spend is the estimated cost of the calls a budget matches (unpriced models count nothing).
 
     \b
     Examples:
@@ -135,7 +170,11 @@ def budget(session_id, user_file, as_json) -> None:
         settings = load(user_file)
         if session_id is not None:
             session_id = known_session(session_id)
-        states = budget_states(settings.budgets.entries, session_id=session_id)
+        states = budget_states(
+            settings.budgets.entries,
+            session_id=session_id,
+            team_spent=_team_spent(settings.budgets.entries, settings),
+        )
     if as_json:
         click.echo(json.dumps([asdict(s) for s in states], indent=2))
         return
@@ -144,8 +183,8 @@ def budget(session_id, user_file, as_json) -> None:
                    "see config/default.yaml)")  # fmt: skip
         return
     periods = {s.scope: s.period for s in states}
-    when = [f"{name} {periods[scope]}" for scope, name in (("day", "today"), ("month", "month"),
-                                                            ("session", "session")) if scope in periods]  # fmt: skip
+    names = (("day", "today"), ("month", "month"), ("session", "session"), ("team", "team"))
+    when = [f"{name} {periods[scope]}" for scope, name in names if scope in periods]
     out = console()
     out.print(f"Spend so far ({', '.join(when)}; days and months in UTC):", highlight=False)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)

@@ -31,6 +31,7 @@ _LAZY = {
     "search": "assembler.view.cli:search",
     "show-call": "assembler.show_call_cli:show_call",
     "tail": "assembler.sessions_cli:tail_cmd",
+    "team": "assembler.team.cli:team",
     "update-prices": "assembler.costs_cli:update_prices_cmd",
     "vacuum": "assembler.retention_cli:vacuum_cmd",
     "verify": "assembler.ledger.cli:verify",

@@ -129,6 +129,12 @@ def _shown(key: str, value: object) -> object:
     """`value` as `config show` prints it: the values of credential settings hidden."""
     if key in SECRET_VALUES and isinstance(value, dict):
         return {name: "(hidden)" for name in value}
+    if key == "team.url" and isinstance(value, str):  # postgresql://user:PASSWORD@host/db
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(value)
+        if parts.password:
+            return value.replace(f":{parts.password}@", ":(hidden)@", 1)
     return value
 
 

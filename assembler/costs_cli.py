@@ -44,13 +44,17 @@ class _Day(click.ParamType):
               "by session start).")  # fmt: skip
 @click.option("--until", type=_Day(), metavar="DAY", help="Last day to include (inclusive), same forms.")
 @click.option("--by", "group_by", type=click.Choice(["session", "provider", "model", "day", "week", "month", "project",
-              "branch", "tag"]), default="model", show_default=True, help="How to group the rows.")  # fmt: skip
+              "branch", "tag", "user", "machine"]), default="model", show_default=True,
+              help="How to group the rows (user and machine: with --team).")  # fmt: skip
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Also write one self-contained HTML page with charts (no scripts, no network).")  # fmt: skip
 @click.option("--include-emulated", is_flag=True,
               help="Count emulated sessions too (run --emulator, demo, replays: nothing was spent).")  # fmt: skip
+@click.option(
+    "--team", "team", is_flag=True, help="The whole team's sessions, from its PostgreSQL (see `capsem team`)."
+)
 @json_option
-def cost_report_cmd(since, until, group_by, html_path, include_emulated, as_json) -> None:
+def cost_report_cmd(since, until, group_by, html_path, include_emulated, team, as_json) -> None:
     """Cost and tokens by model, provider, session, day, week, month, project, branch or tag.
 
     Numbers come from the main.db rollup over a date range (UTC days of session start), so
@@ -69,16 +73,41 @@ def cost_report_cmd(since, until, group_by, html_path, include_emulated, as_json
         capsem cost-report --since 2026-11-01 --until 2026-11-30 --by week
         capsem cost-report --by provider --html cost.html
         capsem cost-report --since 30d --by project
+        capsem cost-report --team --by user --since 7d
     """
-    from assembler.reports import cost_report, html_report
-    from assembler.tables import Column, fit_table
-
     if since and until and since > until:
         raise click.BadParameter(f"--since {since} is after --until {until}")
+    if group_by in ("user", "machine") and not team:
+        raise click.BadParameter(f"--by {group_by} needs --team (this machine's sessions are all one user's)")
+    if team:
+        from assembler.team.cli import team_connection, the_team
+        from assembler.team.report import team_cost_report
+
+        pg = team_connection(the_team())
+        try:
+            report = team_cost_report(pg, since, until, include_emulated=include_emulated)
+        finally:
+            pg.close()
+    else:
+        report = _local_report(since, until, include_emulated)
+    _show_report(report, group_by, html_path, include_emulated, as_json)
+
+
+def _local_report(since: str | None, until: str | None, include_emulated: bool) -> CostReport:
+    from assembler.reports import cost_report
+
     with user_errors(), _stderr_progress() as progress:
         task = progress.add_task("aggregating sessions", total=None)
-        report = cost_report(since, until, lambda done, total: progress.update(task, completed=done, total=total),
-                             include_emulated=include_emulated)  # fmt: skip
+        return cost_report(since, until, lambda done, total: progress.update(task, completed=done, total=total),
+                           include_emulated=include_emulated)  # fmt: skip
+
+
+def _show_report(report: CostReport, group_by: str, html_path: Path | None, include_emulated: bool,
+                 as_json: bool) -> None:  # fmt: skip
+    from assembler.reports import html_report
+    from assembler.tables import Column, fit_table
+
+    since, until = report.since, report.until
     if html_path:
         try:
             write_private(html_path, html_report(report))

@@ -1,6 +1,7 @@
 """`capsem doctor [-- AGENT…]`: check what recording needs, and say what to do about each problem.
 
-The checks, in order: mitmdump and the addon load; the configuration is valid; `$CAPSEM_HOME` is
+The checks, in order: mitmdump and the addon load; the compiled fast path is in use (a warning on
+the pure-Python path: the same rows, more CPU); the configuration is valid; `$CAPSEM_HOME` is
 writable with free space, and closed to other users; mitmproxy's CA is there (made here when there
 is none yet, as the first `capsem run` would); the price table, and whether it prices the models
 seen lately. With an agent command: the agent's runtime and the variables `capsem run` gives it.
@@ -103,7 +104,7 @@ def run_doctor(agent: Sequence[str] = (), on_finding: Callable[[Finding], None] 
         if on_finding is not None:
             on_finding(finding)
 
-    for check in (check_mitmdump, check_config, check_home, check_ca, check_prices):
+    for check in (check_mitmdump, check_fast_path, check_config, check_home, check_ca, check_prices):
         add(check())
     if (credentials := check_credentials()) is not None:
         add(credentials)
@@ -143,6 +144,18 @@ def check_mitmdump() -> Finding:
     if on_path is not None and os.path.realpath(on_path) != os.path.realpath(path):
         detail += f" (the mitmdump on your PATH is {on_path}: `mitmdump -s` needs capsem in its Python)"
     return Finding("mitmdump", "ok", detail)
+
+
+def check_fast_path() -> Finding:
+    """Which reading path the recorder takes: the compiled fast path, or pure Python (slower, the
+    same rows), and how to get the fast one."""
+    from capsem import native
+
+    if native.frame_plain is not None:
+        return Finding("fast-path", "ok", native.status())
+    fix = ("install a C compiler and the Python headers (e.g. gcc and python3-dev), then run `make install`"
+           if native.why_not and "CAPSEM_NATIVE" not in native.why_not else "unset CAPSEM_NATIVE")  # fmt: skip
+    return Finding("fast-path", "warn", native.status() + "; recording works, with more CPU", fix)
 
 
 def check_config() -> Finding:

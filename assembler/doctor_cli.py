@@ -57,7 +57,8 @@ def summary(report: Report) -> str:
 def doctor(as_json, agent) -> None:
     """Check that recording works, and say what to do about each problem.
 
-    Checks that mitmdump and the addon load, the configuration is valid, $CAPSEM_HOME is
+    Checks that mitmdump and the addon load, which reading path the recorder takes (the compiled
+    fast path, or pure Python when it could not be built), the configuration is valid, $CAPSEM_HOME is
     writable with free space, mitmproxy's CA is there (made when missing), and the price table
     prices the models seen lately; then sends one request through a fresh mitmdump to the
     built-in emulator, and reads back what was recorded (in a temporary CAPSEM_HOME: your

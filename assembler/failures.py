@@ -94,9 +94,10 @@ class Intervention:
     """A request capsem denied, warned or asked about, or a credential placeholder it refused."""
 
     kind: str
-    """`denied`, `warned`, `asked` (a request), `refused` (a placeholder)."""
+    """`denied`, `warned`, `asked` (a request, or a tool call a tool rule decided; `approved` too for
+    a tool call), `refused` (a placeholder)."""
     row_id: int
-    """The id of its row in net_events or substitution_events."""
+    """The id of its row in net_events, tool_calls or substitution_events."""
     where: str
     """`POST api.anthropic.com/v1/messages`; for a placeholder, where it was and the host."""
     rule: str
@@ -193,7 +194,36 @@ def interventions(conn: sqlite3.Connection) -> list[Intervention]:
     for r in refused:
         out.append(Intervention("refused", r["id"], f"placeholder in {r['location']} to {r['host']}",
                                 f"credential {r['credential']}", _one_line(r["reason"])))  # fmt: skip
-    return out
+    return out + tool_interventions(conn)
+
+
+TOOL_REASONS = {
+    "denied": "not run (the agent was told the rule stopped it)",
+    "asked": "held for approval; no answer came (not run)",
+    "approved": "held for approval, then approved",
+    "warned": "let through, with a warning",
+}
+
+
+def tool_interventions(conn: sqlite3.Connection) -> list[Intervention]:
+    """The tool calls of the models' answers a tool rule denied, asked about (approved or not) or
+    warned about (`tool_calls.decision` with its `decision_rule`, m018)."""
+    from assembler.tool_decision import columns
+
+    try:
+        found = conn.execute(
+            f"SELECT tc.id, tc.model_call_id, tc.tool_name, tc.arguments, {columns(conn)} FROM tool_calls tc "
+            "WHERE tc.decision IN ('denied', 'asked', 'approved', 'warned') AND NOT EXISTS (SELECT 1 FROM mcp_calls m "
+            "WHERE m.id = tc.mcp_call_id AND m.decision = tc.decision) ORDER BY tc.id"  # the MCP call's: shown as a request
+        ).fetchall()
+    except sqlite3.OperationalError:
+        return []
+    return [
+        Intervention(r["decision"], r["id"], f"tool {r['tool_name']} {_one_line(r['arguments'])[:80]} "
+                     f"(model call #{r['model_call_id']})", f"tool rule {r['decision_rule'] or '?'}",
+                     TOOL_REASONS[r["decision"]])
+        for r in found
+    ]  # fmt: skip
 
 
 def approval_answers(conn: sqlite3.Connection) -> dict[int, str]:
@@ -215,5 +245,7 @@ def approval_answers(conn: sqlite3.Connection) -> dict[int, str]:
 
 def intervention_counts(items: list[Intervention]) -> dict[str, int]:
     """{kind: n} in a fixed order, kinds with none left out."""
-    counts = {k: sum(i.kind == k for i in items) for k in ("denied", "warned", "asked", "refused")}
+    counts = {
+        k: sum(i.kind == k for i in items) for k in ("denied", "warned", "asked", "approved", "refused")
+    }
     return {k: n for k, n in counts.items() if n}

@@ -122,13 +122,15 @@ def check_tool_lifecycle(conn: sqlite3.Connection) -> list[Finding]:
 
     Calls made by the session's last model call may legitimately be unanswered (the agent
     stopped there): that is info, not a warning. Server-side tools (run by the provider) never
-    get a result from the client and are not counted.
+    get a result from the client and are not counted, nor are the calls a tool rule kept from the
+    agent (denied, or asked about and never answered: `check_tool_decisions`).
     """
     out = []
     last_call = _count(conn, "SELECT MAX(id) FROM model_calls")
     orphans = conn.execute(
         "SELECT tc.call_id, tc.tool_name, tc.model_call_id FROM tool_calls tc WHERE tc.origin != 'server' "
         "AND NOT EXISTS (SELECT 1 FROM tool_responses tr WHERE tr.call_id = tc.call_id)"
+        f" AND NOT ({_kept_from_agent(conn)})"
     ).fetchall()
     pending = [o for o in orphans if o[2] == last_call]
     lost = [o for o in orphans if o[2] != last_call]
@@ -153,6 +155,40 @@ def check_tool_lifecycle(conn: sqlite3.Connection) -> list[Finding]:
         out.append(
             Finding("warning", "tool lifecycle", f"{n} call ids appear in more than one tool_calls row")
         )
+    return out
+
+
+def _kept_from_agent(conn: sqlite3.Connection) -> str:
+    """SQL: the tool call `tc` never reached the agent: a tool rule denied it, or asked and had no
+    answer (a verdict of the MCP call that ran it does not count: that call did reach the agent)."""
+    if "decision_rule" not in {r[1] for r in conn.execute("PRAGMA table_info(tool_calls)")}:
+        return "0"
+    return ("tc.decision IN ('denied', 'asked') AND NOT EXISTS (SELECT 1 FROM mcp_calls m "
+            "WHERE m.id = tc.mcp_call_id AND m.decision = tc.decision)")  # fmt: skip
+
+
+def check_tool_decisions(conn: sqlite3.Connection) -> list[Finding]:
+    """What the tool rules decided (info, per rule and verdict), and a warning for a call they kept
+    from the agent that got a result anyway (the agent ran it: the verdict did not hold)."""
+    kept = _kept_from_agent(conn)
+    if kept == "0":
+        return []
+    out = []
+    for decision, rule, n, names in conn.execute(
+        "SELECT decision, decision_rule, COUNT(*), GROUP_CONCAT(DISTINCT tool_name) FROM tool_calls tc "
+        "WHERE decision_rule IS NOT NULL AND NOT EXISTS (SELECT 1 FROM mcp_calls m WHERE m.id = tc.mcp_call_id "
+        "AND m.decision = tc.decision) GROUP BY decision, decision_rule ORDER BY MIN(id)"
+    ):
+        out.append(
+            Finding("info", "tool rules", f"rule {rule}: {counted(n, 'tool call')} {decision} ({names})")
+        )
+    ran = conn.execute(
+        f"SELECT tc.tool_name, tc.decision, tc.decision_rule FROM tool_calls tc WHERE {kept} "
+        "AND EXISTS (SELECT 1 FROM tool_responses tr WHERE tr.call_id = tc.call_id)"
+    ).fetchall()
+    for name, decision, rule in ran:
+        out.append(Finding("warning", "tool rules", f"a {name} call {decision} by rule {rule} got a tool result: "
+                           "the agent ran it anyway"))  # fmt: skip
     return out
 
 
@@ -490,7 +526,7 @@ def check_approvals(conn: sqlite3.Connection) -> list[Finding]:
 CHECKS: list[Callable[[sqlite3.Connection], list[Finding]]] = [
     check_schema, check_integrity, check_tool_lifecycle, check_references, check_provider_traffic,
     check_model_calls, check_failures, check_usage, check_decoding, check_processes, check_budgets,
-    check_credentials, check_cache_breaks, check_approvals,
+    check_credentials, check_cache_breaks, check_approvals, check_tool_decisions,
 ]  # fmt: skip
 
 
@@ -588,10 +624,11 @@ def table_counts(conn: sqlite3.Connection) -> dict[str, int | None]:
 
 
 def tool_usage(conn: sqlite3.Connection) -> list[dict]:
-    """Per tool and origin: calls, results, errors."""
+    """Per tool and origin: calls, results, errors, and the calls a tool rule kept from the agent."""
     return [dict(r) for r in conn.execute(
         "SELECT tc.tool_name, tc.origin, COUNT(*) AS calls, COUNT(tr.call_id) AS results, "
-        "COALESCE(SUM(tr.is_error), 0) AS errors FROM tool_calls tc "
+        f"COALESCE(SUM(tr.is_error), 0) AS errors, COALESCE(SUM({_kept_from_agent(conn)}), 0) AS not_run "
+        "FROM tool_calls tc "
         "LEFT JOIN (SELECT call_id, MAX(is_error) AS is_error FROM tool_responses GROUP BY call_id) tr "
         "ON tr.call_id = tc.call_id GROUP BY tc.tool_name, tc.origin ORDER BY calls DESC, tc.tool_name"
     )]  # fmt: skip

@@ -25,7 +25,9 @@ from assembler.costs import PART_LABELS, Usage
 from assembler.sessiondb import SessionDbError, SessionNotFound, db_file, open_main, open_session
 from capsem.rollup import AI_USAGE_COLUMNS, AI_USAGE_SQL, cache_break_costs
 
-GroupBy = Literal["session", "provider", "model", "day", "week", "month", "project", "branch", "tag"]
+GroupBy = Literal[
+    "session", "provider", "model", "day", "week", "month", "project", "branch", "tag", "user", "machine"
+]
 GROUPS: tuple[GroupBy, ...] = (
     "session",
     "provider",
@@ -55,6 +57,9 @@ class UsageRow:
     branch: str | None = None
     """`project@branch` is the key of `--by branch` (a branch name alone says little)."""
     tags: tuple[str, ...] = ()
+    user: str | None = None
+    """Who and where (`cost-report --team`: `--by user`, `--by machine`)."""
+    machine: str | None = None
 
     @classmethod
     def of(cls, session_id: str, day: str, values: dict, context: tuple = (None, None, ())) -> UsageRow:
@@ -120,7 +125,9 @@ class CostReport:
 
 def _key(row: UsageRow, by: GroupBy) -> str:
     if by == "session":
-        return row.session_id
+        return f"{row.machine}/{row.session_id}" if row.machine else row.session_id
+    if by in ("user", "machine"):
+        return getattr(row, by) or NONE
     if by == "provider":
         return row.provider
     if by == "model":
@@ -146,7 +153,7 @@ def _sum(key: str, rows: Iterable[UsageRow]) -> CostRow:
     total = Usage()
     for r in rows:
         total += r.usage
-    return CostRow(key, len({r.session_id for r in rows}), total)
+    return CostRow(key, len({(r.machine, r.session_id) for r in rows}), total)
 
 
 def group(usage: list[UsageRow], by: GroupBy) -> list[CostRow]:

@@ -417,8 +417,14 @@ EMULATOR_KEYS = {"ANTHROPIC_API_KEY": "sk-ant-capsem-emulator", "OPENAI_API_KEY"
 def _start_emulator() -> Emulator:
     """The built-in provider emulator, started on loopback (`capsem run --emulator`)."""
     from capsem.emulator import FRIENDLY_TEXT, Emulator
+    from capsem.emulator.reply import parse_controls
 
-    return Emulator(defaults={"text": FRIENDLY_TEXT, "scenario": "agent"}).start()
+    # CAPSEM_EMULATOR_CONTROLS (`scenario=destroy; tools=2`, as the `x-emulator` header): for tests
+    # that need another scenario from agents that cannot send the header
+    controls = parse_controls(
+        os.environ.get("CAPSEM_EMULATOR_CONTROLS"), {"text": FRIENDLY_TEXT, "scenario": "agent"}
+    )
+    return Emulator(defaults=controls).start()
 
 
 def _stop_recording(process: subprocess.Popen[bytes], proxy: Mitmdump | None, watcher: WorkspaceWatcher | None,

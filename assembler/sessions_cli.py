@@ -51,9 +51,12 @@ _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 @click.option("--branch", metavar="BRANCH", help="Only sessions started on this git branch.")
 @click.option("--tag", metavar="TAG", help="Only sessions with this tag (capsem run --tag).")
 @click.option("--name", metavar="NAME", help="Only sessions with this name (capsem run --name).")
+@click.option(
+    "--team", "team", is_flag=True, help="The whole team's sessions, from its PostgreSQL (with -n only)."
+)
 @json_option
 def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with_mcp, with_tools, min_cost,
-                      project, branch, tag, name, as_json) -> None:  # fmt: skip
+                      project, branch, tag, name, team, as_json) -> None:  # fmt: skip
     """List recent sessions from main.db, newest first.
 
     Reads only main.db, so vacuumed (gzipped) and culled sessions keep their numbers. A `*`
@@ -70,7 +73,13 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
         capsem list-sessions -n 0 --with-model --min-cost 0.01
         capsem list-sessions --all --with-db --json
         capsem list-sessions --project capsem --branch main --tag ci
+        capsem list-sessions --team -n 20
     """
+    if team:
+        from assembler.team.cli import list_team_sessions
+
+        list_team_sessions(limit, as_json)
+        return
     from assembler.sessiondb import MainDbMissing
     from assembler.sessions import SessionFilters, list_sessions
     from assembler.tables import Column, fit_table
@@ -96,10 +105,7 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
                Column("mcp", "right", 1), Column("fs", "right", 1), Column("errors", "right", 8),
                Column("capsem", "left", 8), Column("project", "left", 6, wrap=True),
                Column("name/tags", "left", 7, wrap=True), Column("Command", "left", 8, wrap=True)]  # fmt: skip
-
-    from assembler.ledger.marks import failing
-
-    unverified = failing([r for r in found if r["has_db"]])
+    unverified = _unverified(found)
     console = _console()
     table = [_session_cells(r, r["id"] in unverified) for r in found]
     optional = {"capsem", "project", "name/tags"}  # shown when some session has one
@@ -107,10 +113,7 @@ def list_sessions_cmd(limit, include_culled, with_db, with_model, with_net, with
     console.print(
         fit_table([columns[i] for i in keep], [[row[i] for i in keep] for row in table], console.width)
     )
-    _print_listing_notes(console, listing)
-    if unverified:
-        console.print(f"✗ = does not verify ({counted(len(unverified), 'session')}): its record was changed after "
-                      "it was written; capsem verify ID names the first row", style="red", highlight=False)  # fmt: skip
+    _print_listing_notes(console, listing, unverified)
 
 
 def _echo_nothing_recorded(as_json: bool) -> None:
@@ -153,7 +156,14 @@ def _session_cells(r: dict, unverified: bool = False) -> list[str]:
             _command(r.get("command"))]  # fmt: skip
 
 
-def _print_listing_notes(console: Console, listing: Listing) -> None:
+def _unverified(found: list[dict]) -> set[str]:
+    """The listed sessions (with a database on disk) that do not verify (assembler/ledger/marks.py)."""
+    from assembler.ledger.marks import failing
+
+    return failing([r for r in found if r["has_db"]])
+
+
+def _print_listing_notes(console: Console, listing: Listing, unverified: set[str] = frozenset()) -> None:
     """The lines under the list-sessions table: its marks and what was left out."""
     from assembler.sessions import LOSSY
 
@@ -177,6 +187,9 @@ def _print_listing_notes(console: Console, listing: Listing) -> None:
     if gone:
         console.print(f"{counted(len(gone), 'session')} left running by a process that is gone: shown crashed",
                       style="yellow", highlight=False)  # fmt: skip
+    if unverified:
+        console.print(f"✗ = does not verify ({counted(len(unverified), 'session')}): its record was changed after "
+                      "it was written; capsem verify ID names the first row", style="red", highlight=False)  # fmt: skip
 
 
 def _cost(cost: float, unpriced: int | None) -> str:
@@ -387,7 +400,7 @@ _PREVIEW_COLUMNS = {
     "net_events": ("id", "timestamp", "domain", "path", "status_code", "decision", "duration_ms"),
     "model_calls": ("id", "provider", "model", "input_tokens", "output_tokens", "estimated_cost_usd",
                     "stop_reason"),
-    "tool_calls": ("id", "model_call_id", "tool_name", "call_id", "arguments"),
+    "tool_calls": ("id", "model_call_id", "tool_name", "call_id", "arguments", "decision"),
     "tool_responses": ("id", "model_call_id", "call_id", "is_error", "content_preview"),
     "mcp_calls": ("id", "server_name", "method", "tool_name", "decision", "duration_ms"),
     "fs_events": ("id", "timestamp", "action", "path", "size"),
@@ -449,6 +462,10 @@ def _print_inspection(result: Inspection) -> None:
                 Column("results", priority=7), Column("errors", priority=8)]  # fmt: skip
         rows = [[r["tool_name"], r["origin"], str(r["calls"]), str(r["results"]), str(r["errors"])]
                 for r in result.tools]  # fmt: skip
+        if any(r.get("not_run") for r in result.tools):  # calls a tool rule kept from the agent
+            cols.append(Column("not run", priority=9))
+            for row, r in zip(rows, result.tools, strict=True):
+                row.append(str(r.get("not_run") or 0))
         console.print(fit_table(cols, rows, width, title="Tool usage"))
     for name, rows in result.previews.items():
         names = [c for c in _PREVIEW_COLUMNS.get(name, ()) if c in rows[0]]

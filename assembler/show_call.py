@@ -8,6 +8,7 @@ list of its events. The readable form is assembler/show_call_text.py's.
 from __future__ import annotations
 
 import json
+import sqlite3
 from dataclasses import dataclass
 
 from addons.framing import SSEDecoder
@@ -35,6 +36,10 @@ class CallBodies:
     response: StoredBody | None
     inputs: list[dict]
     """Where its input tokens went (`input_breakdown` rows), estimated."""
+    tools: list[dict]
+    """Its tool calls (`tool_calls` rows) with the policy's verdict on each (`decision`,
+    `decision_rule`, `approval_id`, `not_run`) and, unless a tool rule kept it from the agent,
+    the result that came back."""
 
 
 def call_bodies(session_id: str, call_id: int) -> CallBodies:
@@ -68,7 +73,27 @@ def call_bodies(session_id: str, call_id: int) -> CallBodies:
             if "input_breakdown" in tables
             else []
         )  # fmt: skip
-    return CallBodies(dict(row), bodies["request"], bodies["response"], inputs)
+        tools = _tools(conn, call_id) if "tool_calls" in tables else []
+    return CallBodies(dict(row), bodies["request"], bodies["response"], inputs, tools)
+
+
+def _tools(conn: sqlite3.Connection, call_id: int) -> list[dict]:
+    """The call's tool calls, each with its verdict and its result (none for a call never run)."""
+    from assembler.tool_decision import columns, not_run
+
+    out = []
+    for r in conn.execute(f"SELECT tc.id, tc.call_index, tc.call_id, tc.tool_name, tc.arguments, tc.origin, "
+                          f"tc.mcp_call_id, {columns(conn)} FROM tool_calls tc WHERE tc.model_call_id = ? "
+                          "ORDER BY tc.call_index", (call_id,)):  # fmt: skip
+        tool = dict(r)
+        mcp = conn.execute("SELECT decision FROM mcp_calls WHERE id = ?", (r["mcp_call_id"],)).fetchone()
+        tool["not_run"] = not_run(r["decision"]) and not (mcp is not None and mcp[0] == r["decision"])
+        result = None if tool["not_run"] else conn.execute(
+            "SELECT content_preview, is_error FROM tool_responses WHERE call_id = ? AND model_call_id > ? "
+            "ORDER BY id LIMIT 1", (r["call_id"], call_id)).fetchone()  # fmt: skip
+        tool["result"] = {"content": result[0], "is_error": bool(result[1])} if result is not None else None
+        out.append(tool)
+    return out
 
 
 def _value(text: str) -> object:
@@ -98,6 +123,8 @@ def body_value(body: StoredBody) -> object:
 def document(bodies: CallBodies, which: str | None) -> dict:
     """`show-call --json`: the call's row and its bodies (`which`: only that one) as one JSON document."""
     out: dict = {"call": bodies.call}
+    if which in (None, "response"):
+        out["tool_calls"] = bodies.tools
     for body in (bodies.request, bodies.response):
         if body is not None and which in (None, body.direction):
             out[body.direction] = {

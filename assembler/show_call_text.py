@@ -128,9 +128,12 @@ def _conversation(items: list[Item], width: int) -> list[str]:
 
 def _answer(view: CallView, width: int) -> list[str]:
     out = []
+    verdicts = {t.call_id: t for t in view.tools}
     for item in view.outputs:
         if item.kind == "tool_call":
-            out.append(_cut(f"  tool call {item.tool_name or '?'} ({item.call_id or '?'})", width))
+            tool = verdicts.get(item.call_id or "")
+            verdict = f" · {tool.verdict}" if tool is not None and tool.verdict else ""
+            out.append(f"  tool call {item.tool_name or '?'} ({item.call_id or '?'}){verdict}")
             out += _block(item.text, width, "    ")
         else:
             label = "thinking" if item.kind == "thinking" else (item.role or item.kind)
@@ -138,6 +141,11 @@ def _answer(view: CallView, width: int) -> list[str]:
             out += _block(item.text, width, "    ", lines=LINES_PER_ITEM * 3)
     if not view.outputs and view.node.answer:
         out += _block(view.node.answer, width, "  ", lines=LINES_PER_ITEM * 3)
+    if not view.outputs:  # no items recorded: the tool calls from their rows
+        for tool in view.tools:
+            verdict = f" · {tool.verdict}" if tool.verdict else ""
+            out.append(f"  tool call {tool.name} ({tool.call_id}){verdict}")
+            out += _block(tool.arguments, width, "    ")
     return out or ["  (no answer recorded)"]
 
 

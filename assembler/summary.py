@@ -31,6 +31,8 @@ from assembler.failures import (
 from assembler.sessiondb import main_row
 from assembler.sessions import as_shown, duration
 from assembler.tables import Column, fit_table
+from assembler.tool_decision import columns as decision_columns
+from assembler.tool_decision import not_run, said
 from capsem.paths import session_db_path
 from capsem.rollup import CALL_USAGE_SQL, NOT_RECORDED_END, capture_health, capture_meta
 from capsem.store.schema import connect
@@ -147,8 +149,9 @@ def session_summary(session_id: str, db_path: Path | None = None) -> SessionSumm
             call = next(c for c in out.calls if c.id == answer[0])
             out.answer = (call, answer[1])
         out.tools = conn.execute(
-            """SELECT tc.model_call_id, tc.call_id, tc.tool_name, tc.arguments, tr.content_preview, tr.is_error
-               FROM tool_calls tc LEFT JOIN tool_responses tr ON tr.call_id = tc.call_id ORDER BY tc.id"""
+            f"""SELECT tc.model_call_id, tc.call_id, tc.tool_name, tc.arguments, tr.content_preview, tr.is_error,
+                {decision_columns(conn)}
+                FROM tool_calls tc LEFT JOIN tool_responses tr ON tr.call_id = tc.call_id ORDER BY tc.id"""
         ).fetchall()
         out.flows, out.failed_flows = conn.execute(
             "SELECT COUNT(*), COALESCE(SUM(decision = 'error'), 0) FROM net_events"
@@ -222,7 +225,7 @@ def _headline(s: SessionSummary) -> Text:
 
 def stepped_in(items: list[Intervention]) -> str:
     """`capsem denied 1, warned 2, refused 1 placeholder`."""
-    words = {"denied": "denied {}", "warned": "warned {}", "asked": "asked {}",
+    words = {"denied": "denied {}", "warned": "warned {}", "asked": "asked {}", "approved": "approved {}",
              "refused": "refused {} placeholder"}  # fmt: skip
     parts = [
         words[k].format(n) + ("s" if k == "refused" and n > 1 else "")
@@ -330,16 +333,24 @@ def render_session(summary: SessionSummary, width: int = 80) -> Group:
 
 
 def _tool_table(tools: list[sqlite3.Row], width: int) -> RenderableType:
-    """Each tool call with its arguments and its result (an error in red, a missing result in yellow)."""
+    """Each tool call with its arguments and its result (an error in red, a missing result in yellow);
+    a call a tool rule denied (or asked about, unanswered) shows that verdict, never a result."""
     cols = [Column("call", "left", 9), Column("tool", "left", 9), Column("arguments", "left", 5, wrap=True),
             Column("result", "left", 6, wrap=True)]  # fmt: skip
     rows = []
     for t in tools:
-        if t["content_preview"] is None:
-            result: str | Text = Text("(no result recorded)", style="yellow")
+        verdict = said(t["decision"], t["decision_rule"])
+        if not_run(t["decision"]):
+            result: str | Text = Text(
+                verdict or t["decision"], style="red" if t["decision"] == "denied" else "yellow"
+            )
+        elif t["content_preview"] is None:
+            result = Text("(no result recorded)", style="yellow")
         else:
             text = ("ERROR " if t["is_error"] else "") + _short(t["content_preview"], 120)
             result = Text(text, style="red" if t["is_error"] else "")
+        if verdict and not not_run(t["decision"]):
+            result = Text.assemble((f"[{verdict}] ", "yellow"), result)
         rows.append([f"#{t['model_call_id']}", t["tool_name"], _short(t["arguments"], 120), result])
     return fit_table(cols, rows, width, title="Tool calls and results")
 

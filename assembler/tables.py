@@ -122,11 +122,15 @@ def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width
         if len(keep) == 1 or _min_width(columns, rows, keep) <= width:
             break
         keep.remove(i)
-    for i in order:  # a command or path on one line is worth more than a count beside it
-        if _natural_width(columns, rows, keep) <= width or columns[i].priority > _DETAIL:
+    # a short command or path on one line is worth more than a count beside it (a long one wraps
+    # anyway: then the counts stay)
+    detail = [i for i in order if i in keep and columns[i].priority <= _DETAIL]
+    for n in range(1, len(detail) + 1):
+        if _natural_width(columns, rows, keep) <= width or not any(columns[k].wrap for k in keep):
             break
-        if i in keep and any(columns[k].wrap for k in keep):
-            keep.remove(i)
+        fewer = [i for i in keep if i not in detail[:n]]
+        if _natural_width(columns, rows, fewer) <= width:
+            return fewer
     return keep
 
 

@@ -1,6 +1,7 @@
 """`python -m benchmarks [--quick] [--only SUITE]`: run, print the tables, save them.
 
-SUITE: streaming, newconn, startup, micro, bodies, websocket, otlp, backtest, replay or policy.
+SUITE: streaming, newconn, startup, micro, bodies, websocket, otlp, backtest, replay, policy or toolhold.
+SUITE: streaming, newconn, startup, micro, bodies, websocket, otlp, backtest, replay, policy or team.
 
 A full run writes `benchmarks/results/latest.md` and `latest.json`; `--quick` (a smoke run of
 about a minute, too small to judge anything) writes `quick.md` and `quick.json` instead.
@@ -31,6 +32,8 @@ from benchmarks.replay import run_replay
 from benchmarks.report import render
 from benchmarks.startup import run_startup
 from benchmarks.streaming import Profile, run_suite
+from benchmarks.team import run_team
+from benchmarks.tool_hold import run_tool_hold
 from benchmarks.upstream import StreamSpec
 from benchmarks.websocket_memory import run_ws_memory
 
@@ -53,6 +56,8 @@ FULL = {
     "backtest": {"sessions": 1000, "model_calls": 40, "mcp_calls": 20, "plain": 20, "repeat": 3},
     "replay": {"turns": 300},
     "policy": {"requests": 2000, "reps": 5},
+    "toolhold": {"runs": 100},
+    "team": {"calls": 5000, "pushed": 1_000_000, "repeat": 3, "decisions": 5000},
     "ledger": {"shapes": [(20, 50), (20, 500)], "reps": 7, "verify_calls": 5000},
 }
 QUICK = {
@@ -72,6 +77,8 @@ QUICK = {
     "backtest": {"sessions": 50, "model_calls": 10, "mcp_calls": 6, "plain": 6, "repeat": 1},
     "replay": {"turns": 40},
     "policy": {"requests": 200, "reps": 1},
+    "toolhold": {"runs": 10},
+    "team": {"calls": 500, "pushed": 20_000, "repeat": 1, "decisions": 500},
     "ledger": {"shapes": [(5, 50)], "reps": 2, "verify_calls": 500},
 }
 
@@ -92,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
             "backtest",
             "replay",
             "policy",
+            "toolhold",
+            "team",
             "ledger",
         ],
         help="run one suite only",
@@ -146,6 +155,14 @@ def main(argv: list[str] | None = None) -> int:
             print("per-request CPU when no rule matches", flush=True)
             results["policy"] = run_policy_cpu(**plan["policy"], workdir=Path(tmp) / "policy",
                                                log=lambda line: print(line, flush=True))  # fmt: skip
+        if args.only in (None, "toolhold"):
+            print("holding tool calls", flush=True)
+            results["toolhold"] = run_tool_hold(**plan["toolhold"], workdir=Path(tmp) / "toolhold",
+                                                log=lambda line: print(line, flush=True))  # fmt: skip
+        if args.only in (None, "team"):
+            print("team on PostgreSQL", flush=True)
+            results["team"] = run_team(**plan["team"], workdir=Path(tmp) / "team",
+                                       log=lambda line: print(line, flush=True))  # fmt: skip
         if args.only in (None, "ledger"):
             print("the ledger's cost", flush=True)
             results["ledger"] = run_ledger(**plan["ledger"], log=lambda line: print(line, flush=True))

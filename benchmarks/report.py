@@ -348,6 +348,10 @@ def render(results: dict) -> str:
         from benchmarks.replay import replay_section
 
         parts += [*replay_section(results["replay"]), ""]
+    if results.get("team"):
+        from benchmarks.team import team_section
+
+        parts += [*team_section(results["team"]), ""]
     if results.get("ledger"):
         from benchmarks.ledger import ledger_section
 
@@ -356,6 +360,10 @@ def render(results: dict) -> str:
         from benchmarks.policy_cpu import policy_section
 
         parts += [*policy_section(results["policy"]), ""]
+    if results.get("toolhold"):
+        from benchmarks.tool_hold import tool_hold_section
+
+        parts += [*tool_hold_section(results["toolhold"]), ""]
     goals = issue_goals(results)
     if goals:
         parts += [

@@ -19,6 +19,7 @@ import json
 import re
 from collections.abc import Callable
 
+from capsem import native
 from capsem.markers import MARKER_SPLIT_RE, hash_value
 
 _DELTA_RE = re.compile(
@@ -26,7 +27,7 @@ _DELTA_RE = re.compile(
     r'[ \t]*:[ \t]*"(?P<value>[^"\\]*(?:\\.[^"\\]*)*)"'
 )
 """A delta field and its JSON string value (the loop unrolled: ~8x faster in `re` than one
-alternation per character)."""
+alternation per character). `capsem.native.delta_channels` reads the same fields, several times faster."""
 _MAX_CANDIDATES = 4096
 """Places tried for the end of one redacted span before giving up on placing it."""
 
@@ -93,15 +94,22 @@ def _decoded_all(raws: list[str]) -> list[str | None]:
     return out
 
 
+def _joined(text: str) -> dict[str, list[str]]:
+    """The non-empty decoded values of the delta fields of `text`, per key, in order."""
+    if native.delta_channels is not None:
+        return native.delta_channels(text)
+    found = _DELTA_RE.findall(text)
+    joined: dict[str, list[str]] = {}
+    for (key, _), value in zip(found, _decoded_all([raw for _, raw in found]), strict=True):
+        if value:
+            joined.setdefault(key, []).append(value)
+    return joined
+
+
 def scrub_deltas(text: str, scrub: Callable[[str], str | None]) -> str:
     """`text` (a streamed body, already scrubbed whole) with the secrets that its deltas spell only
     together cut out of each delta."""
-    found = _DELTA_RE.findall(text)
-    values = _decoded_all([raw for _, raw in found])
-    joined: dict[str, list[str]] = {}
-    for (key, _), value in zip(found, values, strict=True):
-        if value:  # first the channels' texts alone: most hold no secret
-            joined.setdefault(key, []).append(value)
+    joined = _joined(text)  # first the channels' texts alone: most hold no secret
     dirty: dict[str, tuple[str, str]] = {}  # channel -> its joined text, scrubbed
     for key, parts in joined.items():
         whole = "".join(parts)
@@ -110,6 +118,7 @@ def scrub_deltas(text: str, scrub: Callable[[str], str | None]) -> str:
             dirty[key] = (whole, scrubbed)
     if not dirty:
         return text
+    values = _decoded_all([raw for _, raw in _DELTA_RE.findall(text)])
     channels: dict[str, list[tuple[re.Match[str], str]]] = {}
     for m, value in zip(_DELTA_RE.finditer(text), values, strict=True):  # the same matches again
         if value and m.group("key") in dirty:

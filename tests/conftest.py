@@ -53,6 +53,29 @@ def environ(**values: str) -> Iterator[None]:
                 os.environ[key] = value
 
 
+_ca_dir: Path | None = None
+
+
+def seeded_confdir(confdir: Path) -> Path:
+    """`confdir` holding this test run's one mitmproxy CA (copied, private), so that a test's fresh
+    mitmdump does not make its own 2048-bit key: ~0.2 s of CPU for each of hundreds of mitmdumps."""
+    global _ca_dir
+    import shutil
+    import tempfile
+
+    from mitmproxy.certs import CertStore
+
+    if _ca_dir is None:
+        _ca_dir = Path(tempfile.mkdtemp(prefix="capsem-test-ca-"))
+        CertStore.from_store(_ca_dir, "mitmproxy", 2048)
+    if not confdir.exists():
+        confdir.mkdir(mode=0o700, parents=True)
+        for file in _ca_dir.iterdir():
+            shutil.copy(file, confdir / file.name)
+            (confdir / file.name).chmod(0o600)
+    return confdir
+
+
 @contextmanager
 def emulated_client(emu, work: Path, session_id: str, log_name: str | None = None) -> Iterator[Any]:
     """An httpx client through a fresh mitmdump (upstream: the emulator `emu`) recording session
@@ -61,7 +84,7 @@ def emulated_client(emu, work: Path, session_id: str, log_name: str | None = Non
 
     import httpx
 
-    proxy = start_mitmdump(confdir=work / "conf", log_path=work / (log_name or f"{session_id}.log"),
+    proxy = start_mitmdump(confdir=seeded_confdir(work / "conf"), log_path=work / (log_name or f"{session_id}.log"),
                            args=["--mode", f"upstream:{emu.proxy_url}",
                                  "--set", f"ssl_verify_upstream_trusted_ca={emu.ca_path}",
                                  "--set", f"capsem_session_id={session_id}"])  # fmt: skip
@@ -124,7 +147,7 @@ class ProxyFactory:
             extra += ["--set", f"ssl_verify_upstream_trusted_ca={ca}"]
         n = len(self.started)
         proxy = start_mitmdump(
-            confdir=self.tmp_path / "mitm-conf",
+            confdir=seeded_confdir(self.tmp_path / "mitm-conf"),
             log_path=self.tmp_path / f"mitmdump-{n}.log",
             args=extra,
             addon=addon,

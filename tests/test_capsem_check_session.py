@@ -54,15 +54,22 @@ TOOL_USAGE = (
 
 
 def anthropic_call(
-    rec, key: str, at: float, messages: list, answer: dict | None = None, sse: str | None = None
+    rec,
+    key: str,
+    at: float,
+    messages: list,
+    answer: dict | None = None,
+    sse: str | None = None,
+    tool_decisions: tuple = (),
 ):
-    """A finished Anthropic Messages call: a JSON `answer`, or the SSE fixture `sse` streamed."""
+    """A finished Anthropic Messages call: a JSON `answer`, or the SSE fixture `sse` streamed (with
+    the tool rules' verdicts on its tool calls, as the proxy hands them over)."""
     body = json.dumps({"model": "claude-sonnet-5", "max_tokens": 100, "stream": sse is not None,
                        "messages": messages}).encode()  # fmt: skip
     req, route = head(key, started=at), Route("anthropic", "anthropic")
     if sse is None:
         rec.close(ended(req, resp=response(200, started=at + 0.1), body=json.dumps(answer).encode(),
-                        request_body=body, at=at + 0.2, route=route))  # fmt: skip
+                        request_body=body, at=at + 0.2, route=route, tool_decisions=tool_decisions))  # fmt: skip
         return
     wire = (FIXTURES / "anthropic" / sse).read_bytes()
     resp = response(200, "text/event-stream", started=at + 0.1)
@@ -70,7 +77,7 @@ def anthropic_call(
     for i in range(0, len(wire), 300):
         rec.chunk(key, at + 0.2, wire[i : i + 300])
     rec.close(ended(req, resp=resp, request_body=body, at=at + 0.5, route=route, streamed=True,
-                    response_size=len(wire)))  # fmt: skip
+                    response_size=len(wire), tool_decisions=tool_decisions))  # fmt: skip
 
 
 def tool_use(call_id: str, name: str, arguments: dict) -> dict:

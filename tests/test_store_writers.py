@@ -21,6 +21,7 @@ WRITERS = {
     "assembler/view/search.py": "search.db: the search index",
     "assembler/doctor.py": "main.db: doctor's write check",
     "assembler/bundle/build.py": "bundle.db",
+    "capsem/team/outbox.py": "the team outbox's own database",
     "assembler/retention.py": "session.db: checkpoint, journal mode and VACUUM only (no row changes); "
     "its rows through SessionWriter (_fold_health)",
 }

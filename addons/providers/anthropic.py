@@ -230,6 +230,9 @@ class AnthropicEvents:
     body and a stream share one reading of blocks (and give the same summary).
     """
 
+    NATIVE_KIND = 1
+    """The compiled framer reads this protocol's text deltas itself (`capsem.native`)."""
+
     def __init__(self) -> None:
         self._blocks: dict[int, _Block] = {}
         self._calls = 0
@@ -238,6 +241,11 @@ class AnthropicEvents:
         self._last_thinking: int | None = None
         self._raw_usage: dict[str, Any] | None = None
         self._output_reported = False
+
+    @property
+    def text_part(self) -> int:
+        """The part the next text delta belongs to (what `events` gives a `TextDelta`)."""
+        return self._text_part
 
     def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
         try:

@@ -135,6 +135,15 @@ class Collector:
                 pieces.append(ev.text)
             self.summary.content_started = True
 
+    def add_texts(self, texts: list[str], part: Any) -> None:
+        """A run of non-empty text deltas of one part: what `_text_delta` does for each."""
+        pieces = self._text.get(part)
+        if pieces is None:
+            self._text[part] = list(texts)
+        else:
+            pieces.extend(texts)
+        self.summary.content_started = True
+
     def _text_done(self, ev: TextDone) -> None:
         self._whole(self._text, ev.text, ev.part)
 
@@ -258,12 +267,21 @@ class Stream:
         except Exception:  # a bug must never reach mitmproxy
             collector.summary.parse_errors += 1
 
+    @property
+    def native_kind(self) -> int:
+        """Which text deltas the compiled framer may hand over as runs of str (`capsem.native`)."""
+        return getattr(self._wire, "NATIVE_KIND", 0)
+
     def feed(self, evs: list[SSEEvent]) -> None:
-        """`event` for each of `evs` in order (a chunk's events in one call, no call per event)."""
+        """`event` for each of `evs` in order (a chunk's events in one call, no call per event);
+        a list among them is a run of text deltas the compiled framer read (`native_kind`)."""
         collector, read, apply = self._collector, self._events, _APPLY
         for ev in evs:
             if collector.closed:
                 return
+            if type(ev) is list:
+                collector.add_texts(ev, self._wire.text_part)  # type: ignore[attr-defined]
+                continue
             try:
                 for event in read(ev):
                     apply[type(event)](collector, event)
@@ -272,7 +290,11 @@ class Stream:
 
     def read(self, ev: SSEEvent) -> None:
         """`event` without the guard (tests use it to see the bugs the guard would hide)."""
-        if not self._collector.closed:
+        if self._collector.closed:
+            return
+        if type(ev) is list:  # a run of text deltas the compiled framer read
+            self._collector.add_texts(ev, self._wire.text_part)  # type: ignore[attr-defined]
+        else:
             self._collector.add_all(self._events(ev))
 
     def finish(self) -> ResponseSummary:

@@ -120,6 +120,28 @@ class Approvals:
         if answer.decision != "approved":
             refuse(flow, state.route, calls, verdict.rule or "", answer)
 
+    async def ask_tool(self, flow: http.HTTPFlow, state: FlowState, rule: str, tool: str,
+                       arguments: str | None) -> Answer:  # fmt: skip
+        """Wait for the answer to a tool call of `flow`'s answer that an `ask` tool rule holds
+        (`tool_gate.py`; mitmproxy awaits it for that flow alone). Recorded as the flow's approval
+        (the last one, when several calls of one answer are asked). A failure is a refusal."""
+        head = state.head
+        waiting = Waiting(
+            id=secrets.token_hex(3), flow_id=flow.id, rule=rule, method=head.method, host=head.host,
+            port=head.port, path=head.path, asked_at=time.time(), tool=tool, arguments=arguments,
+            process=self.capture.connections.process(head.conn),
+        )  # fmt: skip
+        try:
+            answer = await self.wait(waiting, self.capture.policy.ask_timeout_s)
+        except Exception as exc:
+            self.hook_failures += 1
+            logger.warning("capsem: holding a tool call of %s failed: %r", flow.id, exc, exc_info=True)
+            answer = Answer("denied", "error", f"capsem could not hold the tool call: {exc!r}")
+        if answer.reason:
+            answer = replace(answer, reason=self._scrubber().scrub(answer.reason))
+        state.approval = record_of(waiting, answer)
+        return answer
+
     async def wait(self, waiting: Waiting, timeout: float) -> Answer:
         """The answer: an `--always` one at once, else a person's, else `timed_out` after `timeout`."""
         remembered = self.always.get(waiting.always_key)

@@ -6,10 +6,10 @@ passes to the recorder process; decoding, parsing, pricing and writing happen th
 before it in the chain have already opened the flow's state and decided its route
 (`addons/proxy/flows.py`), its policy verdict (`policy_gate.py`) and its budgets and credentials
 (`guard.py`). Here: the framing of a streamed response and the `ResponseTap` that returns each
-chunk unchanged, the tap on a streamed request body, and one `FlowEnded` for every flow, in
-`response`, `error` or `websocket_end`. `done` ends the flows still open, stops the recorder
-(which rolls the session up) and, if the recorder died, marks the session `crashed`. Nothing
-raised here may reach mitmproxy: a capture failure is logged and counted, the flow goes on.
+chunk unchanged, the tap on a streamed request body, one `FlowEnded` for every flow (`response`,
+`error`, `websocket_end`). `done` ends the open flows, stops the recorder (it rolls the session up),
+marks the session `crashed` if the recorder died. A capture failure is logged and counted, never
+raised to mitmproxy: the flow goes on.
 """
 
 from __future__ import annotations
@@ -45,11 +45,13 @@ from addons.proxy.policy import Policy, PolicyError
 from addons.proxy.policy_gate import PolicyGate
 from addons.proxy.session import Session
 from addons.proxy.tap import RequestTap, ResponseTap
+from addons.proxy.tool_gate import ToolGate, released
 from addons.spec import RecorderSpec, otlp_of, spec_of
 from capsem.ids import SESSION_ID
 from capsem.paths import main_db_path
 from capsem.redact import scrubber_for
 from capsem.settings import Settings, SettingsError, defaults, load
+from capsem.team.config import team_of
 
 logger = logging.getLogger(__name__)
 
@@ -85,9 +87,10 @@ class Capsem:
         self.connections = Connections(self)
         self.approvals = Approvals(self)
         """Requests an `ask` rule holds for a person (`addons/proxy/approvals.py`)."""
-        self.chain = [self.flows, self.connections, PolicyGate(self), Guard(self), self]
+        self.chain = [self.flows, self.connections, PolicyGate(self), Guard(self), ToolGate(self), self]
         """The addons in the order mitmproxy must call them (`addons/capsem_addon.py` registers them):
-        each open flow's state first, then the connections, the policy, the guardrails, capture last."""
+        each open flow's state first, then the connections, the policy, the guardrails, the tool
+        rules on the answer (`tool_gate.py`), capture last (its tap sees the upstream's bytes)."""
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -174,7 +177,8 @@ class Capsem:
                                                   scrubber=scrubber_for(self.settings.capture))  # fmt: skip
         spec = spec_of(self.settings.capture, session_id=session.id, db_path=str(session.db_path),
                        main_db_path=str(main_db_path()), mode=mode, track_spend=bool(self.guard.budgets),
-                       learn=self.guard.broker.secrets, otlp=otlp_of(self.settings.export))  # fmt: skip
+                       learn=self.guard.broker.secrets, otlp=otlp_of(self.settings.export),
+                       team=team_of(self.settings) is not None)  # fmt: skip
         self.outbox = Outbox()
         self.connections.start()
 
@@ -195,8 +199,7 @@ class Capsem:
             self.recorder = process
             process.start()
         self.guard.start(self.recorder, session.id, main_db_path())
-        # `capsem run` starts the agent on this line, ~0.2 s before the recorder has opened
-        # session.db: flows wait in the outbox meanwhile
+        # `capsem run` starts the agent on this line; flows wait in the outbox for session.db
         logger.info(f"capsem: session {session.id} registered; capture started")
 
     def flush(self, timeout: float = 10.0) -> bool:
@@ -275,6 +278,8 @@ class Capsem:
         if state is None or resp is None or self.outbox is None:
             return
         state.response = response_head(resp)
+        if state.tool_whole:  # read whole for the tool rules: recorded as a whole body
+            return
         content_type = resp.headers.get("content-type")
         framing = (
             stream_framing(state.route.protocol, content_type, state.request.path) if state.route else None
@@ -336,10 +341,15 @@ class Capsem:
     @guarded
     def websocket_message(self, flow: http.HTTPFlow) -> None:
         """After the guardrails (which may have waited for a budget and dropped a refused turn)."""
-        if self.flows.get(flow) is None or flow.websocket is None:
+        state = self.flows.get(flow)
+        if state is None or flow.websocket is None:
             return
         msg = flow.websocket.messages[-1]
-        self.put(WsMessage(flow.id, msg.from_client, msg.content, msg.is_text, msg.timestamp))
+        if msg.injected and released(state, msg.content, take=True):  # the tool gate's: recorded as it came
+            return
+        decisions = tuple(state.tool_decisions)
+        state.tool_decisions.clear()  # each goes with the message it came with (the turn's rows)
+        self.put(WsMessage(flow.id, msg.from_client, msg.content, msg.is_text, msg.timestamp, decisions))
         # mitmproxy keeps every message of a socket until it ends (its issue #6620: a Codex session's
         # whole traffic, never freed); capsem has its copy, and mitmproxy sends the message it holds
         # apart, so only the current one stays for the addons after this one
@@ -369,6 +379,8 @@ class Capsem:
         if flow.websocket is not None and flow.websocket.timestamp_end:
             ended = flow.websocket.timestamp_end
         body = resp.raw_content if resp is not None and state.response_tap is None else None
+        if body is not None and state.upstream_body is not None:
+            body = state.upstream_body  # the record keeps what the model sent
         # a reply that failed before its body was whole, and was not streamed, never reached the
         # client: mitmproxy answered it with 502 itself (unless the client had gone first)
         refused = error is not None and resp is not None and state.response_tap is None and body is None
@@ -394,7 +406,8 @@ class Capsem:
                 tap_failure=tap.failure if tap is not None else None, mcp=state.mcp,
                 websocket=state.response is not None and state.response.status == 101,
                 client_status=client_status, substitutions=state.substitutions, close_code=close[0],
-                close_reason=close[1], approval=state.approval,
+                close_reason=close[1], approval=state.approval, tool_decisions=tuple(state.tool_decisions),
+                delivered_body=state.delivered_body or (state.tool_hold.delivered if state.tool_hold else None),
                 process=self.connections.process(state.head.conn),
             )
         )  # fmt: skip

@@ -15,14 +15,15 @@ same `FlowState`; `Capsem` hands it over as one `FlowEnded` and forgets it.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from mitmproxy import http
 
 from addons.canonical import CanonicalRequest, split_target
 from addons.mcp.jsonrpc import Kind, read_request
-from addons.messages import Approval, RequestHead, ResponseHead, Route, Substitution
+from addons.messages import Approval, RequestHead, ResponseHead, Route, Substitution, ToolDecision
 from addons.providers import detect, provider_for_host
 from addons.providers.sniff import sniff_route
 from addons.proxy.hooks import addr, guarded
@@ -55,6 +56,23 @@ class FlowState:
     request_truncated: bool = False
     substitutions: tuple[Substitution, ...] = ()
     approval: Approval | None = None
+    tool_decisions: list[ToolDecision] = field(default_factory=list)
+    """What the tool rules decided about the tool calls of the answer (`Policy.decide_tool`), in
+    the order they were decided; handed over on the flow's `FlowEnded`."""
+    tool_hold: Any = None
+    """The `SseHold` streaming the answer when tool rules hold its calls (`tool_gate.py`)."""
+    tool_whole: bool = False
+    """The answer is read whole and its calls decided in `response` (`tool_gate.py`)."""
+    upstream_body: bytes | None = None
+    """The upstream's answer when the agent was given another (a denied call replaced)."""
+    delivered_body: bytes | None = None
+    """What the agent was given instead of `upstream_body`."""
+    tool_ws: Any = None
+    """A Responses WebSocket's hold machine (`tool_gate.py`)."""
+    tool_ws_rulings: dict[str, str] = field(default_factory=dict)
+    """call_id -> the rule refusing it, decided before its last message is fed to `tool_ws`."""
+    tool_released: deque[bytes] = field(default_factory=deque)
+    """WebSocket messages the tool gate injected, not yet seen again by the hooks."""
 
 
 class Flows:

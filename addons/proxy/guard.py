@@ -14,7 +14,7 @@ that its cost is on its way, before the capture addon hands it to the recorder.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from mitmproxy import http
@@ -24,6 +24,7 @@ from addons.budgets import Verdict, strictest
 from addons.providers import websocket_route
 from addons.proxy.flows import FlowState
 from addons.proxy.hooks import guarded
+from addons.proxy.tool_gate import released
 
 if TYPE_CHECKING:
     from addons.proxy.capture import Capsem
@@ -48,7 +49,7 @@ class Guard:
         if flow.request.stream and flow.response is None and guard.checks(state.route):
             if not guard.settled():  # the prices are still loading, or a call just ended
                 return self._when_settled("requestheaders", lambda: self._apply_budget(flow, state))
-            self._apply_budget(flow, state)  # the body goes up as it comes: decide on the headers
+            return self._apply_budget(flow, state)  # the body goes up as it comes: decide on the headers
         return None
 
     @guarded
@@ -58,26 +59,31 @@ class Guard:
             return None
         if not guard.settled():  # a call just ended: wait for its cost (mitmproxy awaits this)
 
-            def check() -> None:
-                if flow.response is None:
-                    self._apply_budget(flow, state)
+            def check() -> Any:
+                return self._apply_budget(flow, state) if flow.response is None else None
 
             return self._when_settled("request", check)
-        self._apply_budget(flow, state)
-        return None
+        return self._apply_budget(flow, state)
 
-    async def _when_settled(self, hook: str, check: Callable[[], None]) -> None:
+    async def _when_settled(self, hook: str, check: Callable[[], Any]) -> None:
         """`check` once the cost of every call that has ended is counted (or given up on)."""
+        await self._after(self.capture.guard.settle(), hook, check)
+
+    async def _after(self, first: Awaitable[Any], hook: str, check: Callable[[], Any]) -> None:
+        """`check` once `first` is done (and what `check` returns to await, if anything)."""
         try:
-            await self.capture.guard.settle()
-            check()
+            await first
+            if (more := check()) is not None:
+                await more
         except Exception as exc:  # as `guarded` does for the other hooks
             self.hook_failures += 1
             logger.warning("capsem: %s hook failed: %r", hook, exc, exc_info=True)
 
-    def _apply_budget(self, flow: http.HTTPFlow, state: FlowState) -> None:
+    def _apply_budget(self, flow: http.HTTPFlow, state: FlowState, lease: bool = True) -> Any:
         """Check a model call against the budgets: record a warning, or answer it in the
-        provider's error shape so that nothing reaches the upstream."""
+        provider's error shape so that nothing reaches the upstream. When only this session's
+        lease of a team budget is too small, returns what to await (a larger lease, then the
+        check again) instead."""
         assert state.route is not None
         head, guard, route = state.head, self.capture.guard, state.route
         tokens = guard.tokens_of(flow, route)
@@ -85,8 +91,10 @@ class Guard:
         host = state.request.names[0].host or head.host  # canonical: `api.openai.com.` is api.openai.com
         worst = guard.worst(route, model, host, tokens)
         verdict = guard.verdict(
-            route, model, host, f"{head.method} {head.host}{head.path} ({flow.id})", worst
+            route, model, host, f"{head.method} {head.host}{head.path} ({flow.id})", worst, lease_first=lease
         )
+        if lease and (more := guard.lease_wanted(verdict, worst)) is not None:
+            return self._after(more, "request", lambda: self._apply_budget(flow, state, lease=False))
         record(state, verdict)
         guard.reserve(flow.id, route, host, verdict, worst)
         if verdict.decision == "denied":
@@ -102,6 +110,9 @@ class Guard:
             return None
         msg = flow.websocket.messages[-1]
         if not msg.from_client:
+            state = self.capture.flows.get(flow)
+            if state is not None and msg.injected and released(state, msg.content):
+                return None  # the tool gate's copy of a message counted when it came
             guard.ws_message(flow.id, msg.content, msg.injected)
         elif guard.ws_turn(msg.content)[0]:
             if not guard.settled():  # the previous turn just ended: wait for its cost (mitmproxy awaits this)

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from addons.budgets import (
     Verdict,
@@ -37,9 +37,11 @@ from addons.budgets import (
 from addons.messages import Route, Substitution
 from addons.proxy.credentials import REFUSED, Broker, Brokered, load_secrets
 from addons.proxy.spend import SETTLE_SECONDS, SpendView
+from addons.proxy.team_budget import TeamLeases
 from addons.reservation import Bound, bound, worst_of, ws_bound
 from addons.spec import WS_TURN
 from capsem.settings import Budget, Settings
+from capsem.team.config import Team, team_of
 
 if TYPE_CHECKING:
     from mitmproxy import http
@@ -53,8 +55,11 @@ logger = logging.getLogger(__name__)
 class Guardrails:
     """The budgets and the credential broker of one addon."""
 
-    def __init__(self, budgets: Sequence[Budget] = (), brokered: Sequence[Brokered] = ()) -> None:
+    def __init__(self, budgets: Sequence[Budget] = (), brokered: Sequence[Brokered] = (),
+                 team: Team | None = None) -> None:  # fmt: skip
         self.budgets = tuple(budgets)
+        self.team = team
+        self.leases: TeamLeases | None = None
         self.broker = Broker(brokered)
         self.view: SpendView | None = None
         self._prices: (
@@ -69,7 +74,7 @@ class Guardrails:
     @classmethod
     def from_settings(cls, settings: Settings) -> Guardrails:
         """The guardrails `settings` configure; reads the credentials' real values (SettingsError)."""
-        return cls(settings.budgets.entries, load_secrets(settings))
+        return cls(settings.budgets.entries, load_secrets(settings), team_of(settings))
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -88,7 +93,11 @@ class Guardrails:
         """Follow the spend of this session (from the recorder) and of the others (main.db)."""
         if not self.budgets:
             return
-        self.view = SpendView(self.budgets, session_id, main_db)
+        self.view = view = SpendView(self.budgets, session_id, main_db)
+        leases = TeamLeases(
+            self.budgets, self.team, session_id, lambda b: view.own_spent(b) + view.held_now(b)
+        )
+        self.leases = leases if leases else None
         recorder.on_spend = self.view.on_report
         recorder.on_down = self.view.recorder_down
         if recorder.exit_reason is not None:  # it died for good: nothing will confirm the spend
@@ -96,8 +105,19 @@ class Guardrails:
         self._prices = Future()
         threading.Thread(target=_load_prices, args=(self._prices,), name="capsem-prices", daemon=True).start()
         self.view.start()
+        if self.leases is not None:
+            self.leases.start()
 
     def stop(self) -> None:
+        if self.leases is not None:  # closing them returns what this session did not use to the team
+            view = self.view
+            used = (
+                {b.name: view.spent(b) + view.reserved(b) for b in self.budgets if b.scope == "team"}
+                if view
+                else {}
+            )
+            self.leases.stop(used)
+            self.leases = None
         if self.view is not None:
             self.view.stop()
             self.view = None
@@ -130,7 +150,12 @@ class Guardrails:
 
     def settled(self) -> bool:
         """Whether the prices are loaded and the cost of every model call that has ended is counted."""
-        return self.view is None or (self._prices is not None and self._prices.done() and self.view.settled())
+        return self.view is None or (
+            self._prices is not None
+            and self._prices.done()
+            and self.view.settled()
+            and (self.leases is None or self.leases.ready())
+        )
 
     async def settle(self) -> None:
         """Wait (without blocking the event loop) for the prices, then until `settled`, at most
@@ -140,6 +165,35 @@ class Guardrails:
         deadline = time.monotonic() + SETTLE_SECONDS + 0.1
         while not self.settled() and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
+
+    def spent(self, budget: Budget) -> float:
+        """A budget's spend for `decide`: a team budget's is this session's plus what the team's
+        other sessions spent or hold (`addons/proxy/team_budget.py`)."""
+        assert self.view is not None
+        own = self.view.spent(budget)
+        if budget.scope == "team" and self.leases is not None:
+            return own + self.leases.others(budget)
+        return own
+
+    def _cap(self, budget: Budget) -> float:
+        """How far a budget's spend may go for this session: a team budget's lease (with the others' part)."""
+        if budget.scope == "team":
+            return self.leases.cap(budget) if self.leases is not None else 0.0
+        return budget.limit_usd
+
+    def lease_wanted(self, verdict: Verdict, worst: Worst | None, ask: bool = True) -> Any:
+        """When a team budget refused a call only because this session's lease is too small (and the
+        team database answers), what to await for a larger one before deciding again (`ask`
+        False: only whether there is one)."""
+        b = verdict.budget
+        if (verdict.decision != "denied" or b is None or b.scope != "team" or self.leases is None
+                or verdict.unconfirmed or worst is None or worst.usd is None):  # fmt: skip
+            return None
+        assert self.view is not None
+        if not ask:
+            return True
+        need = self.view.spent(b) + self.view.reserved(b) + worst.usd
+        return self.leases.more(b, need)
 
     def ended(self, route: Route | None, flow_key: str, decision: str, counted: bool = True) -> None:
         """A flow ended: if it was a model call that went upstream, its cost is on its way (unless
@@ -210,13 +264,17 @@ class Guardrails:
         self.reserve(key, route, host, verdict, worst)
 
     def verdict(self, route: Route, model: str | None, host: str, what: str = "",
-                worst: Worst | None = None) -> Verdict:  # fmt: skip
+                worst: Worst | None = None, lease_first: bool = False) -> Verdict:  # fmt: skip
         """The budgets' verdict on a model call (logged when a budget changes state, and every call
-        let through unchecked); `what` names the call in that log line; `worst`: its reservation."""
+        let through unchecked); `what` names the call in that log line; `worst`: its reservation;
+        `lease_first`: a refusal that a larger team lease may lift is asked again after it, and
+        logged then."""
         assert self.view is not None
         confirmed = self.view.confirmed()
-        verdict = decide(self.budgets, route.provider, model, host, self.view.spent, confirmed=confirmed,
-                         reserved_of=self.view.reserved, worst=worst)  # fmt: skip
+        verdict = decide(self.budgets, route.provider, model, host, self.spent, confirmed=confirmed,
+                         reserved_of=self.view.reserved, worst=worst,
+                         unreachable=self.leases and (lambda b: bool(self.leases.unreachable(b))),
+                         cap_of=self.leases and self._cap)  # fmt: skip
         if verdict.unpriced and verdict.decision != "denied":
             key = f"{verdict.budget.name if verdict.budget else ''} {model}"
             if self._announced.get(key) != "unpriced":
@@ -224,7 +282,8 @@ class Guardrails:
                 logger.warning("capsem: %s", verdict.message)
             return verdict
         if verdict.worst is not None:  # refused: its reservation does not fit
-            logger.warning("capsem: %s: %s", what or host, verdict.message)
+            if not (lease_first and self.lease_wanted(verdict, worst, ask=False)):
+                logger.warning("capsem: %s: %s", what or host, verdict.message)
             return verdict
         if verdict.unconfirmed and verdict.decision != "denied":
             logger.warning("capsem: %s: %s", what or host, verdict.message)

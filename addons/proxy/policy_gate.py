@@ -40,7 +40,11 @@ class PolicyGate:
     @guarded
     def requestheaders(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         state, policy = self.capture.flows.get(flow), self.capture.policy
-        if state is not None and policy.rules and (flow.request.stream or not policy.has_mcp_rules):
+        if (
+            state is not None
+            and policy.has_request_rules
+            and (flow.request.stream or not policy.has_mcp_rules)
+        ):
             return self._apply(
                 flow, state, mcp.header_call(list(state.head.headers))
             )  # before any body byte goes up

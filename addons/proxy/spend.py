@@ -53,8 +53,10 @@ Key = tuple[str, str, str, str]
 
 REFRESH_SECONDS = 0.2
 """How often mitmdump re-reads the other sessions' spend from main.db."""
-SETTLE_SECONDS = 2.0
-"""How long a budget check waits at most for the cost of calls that have just ended."""
+SETTLE_SECONDS = 5.0
+"""How long a budget check waits at most for the cost of calls that have just ended: it comes back
+in milliseconds; a loaded machine can hold a recorder back a second or two, which must not turn into
+a refusal."""
 
 
 def ledger_rows(main: sqlite3.Connection, *, since: str, exclude: str | None = None) -> list[SpendRow]:
@@ -99,7 +101,7 @@ class SpendView:
     def start(self) -> None:
         """Read main.db once now (so the first call sees it), then keep refreshing in the background."""
         self.refresh()
-        if any(b.scope != "session" for b in self.budgets):
+        if any(b.scope in ("day", "month") for b in self.budgets):
             self._thread = threading.Thread(target=self._run, name="capsem-spend", daemon=True)
             self._thread.start()
 
@@ -114,7 +116,7 @@ class SpendView:
 
     def refresh(self) -> None:
         """Recompute the other sessions' spend of each day and month budget from main.db."""
-        shared = [b for b in self.budgets if b.scope != "session"]
+        shared = [b for b in self.budgets if b.scope in ("day", "month")]
         if not shared:
             return
         day = utc_today()
@@ -169,6 +171,17 @@ class SpendView:
         """What the calls in flight (and those ended but not counted yet) hold of `budget`."""
         self._drain()
         return sum(held[3] for held in self._held.values() if matches(budget, held[0], held[1], held[2]))
+
+    def held_now(self, budget: Budget) -> float:
+        """`reserved` read from another thread (a team budget's lease keeper): a copy of what the
+        calls in flight hold (copying a dict is one step under the GIL)."""
+        return sum(
+            held[3] for held in self._held.copy().values() if matches(budget, held[0], held[1], held[2])
+        )
+
+    def own_spent(self, budget: Budget) -> float:
+        """This session's spend the budget matches in its scope (any thread: `own` is replaced whole)."""
+        return spent(budget, self.own, day=utc_today(), session_id=self.session_id)
 
     def _settled(self, flow_key: str, seq: float) -> None:
         """The cost of `flow_key` up to its `seq`-th server message is counted: release what it held."""
@@ -226,7 +239,7 @@ class SpendView:
         """The budget's spend so far: this session's, plus the other sessions' for day and month."""
         day = utc_today()
         own = spent(budget, self.own, day=day, session_id=self.session_id)
-        if budget.scope == "session" or (budget.scope == "day" and self.others_day != day):
+        if budget.scope in ("session", "team") or (budget.scope == "day" and self.others_day != day):
             return own  # a new day began since the last refresh: the others have spent nothing yet
         if budget.scope == "month" and self.others_day[:7] != day[:7]:
             return own

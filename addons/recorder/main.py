@@ -361,6 +361,10 @@ def main() -> int:
     say("ready")
     if not spec.restart:
         _recover_crashed(spec)
+    if spec.team:  # a process of its own: PostgreSQL never holds up this loop
+        from addons.recorder.team_push import start_pusher
+
+        start_pusher(spec.session_id)
     warm_up(loop)
     stop = run(loop, frames.batches(0.05), lambda token: say(f"ack {token}"), say)
     try:

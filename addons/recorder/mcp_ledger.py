@@ -291,6 +291,7 @@ class McpLedger:
             mcp: McpCall = match.row  # type: ignore[assignment]
             row.mcp_call_id, row.origin, row.server_name = mcp.id, "mcp", mcp.server_name
             row.decision = tool_call_decision(mcp.decision)
+            row.decision_rule = mcp.matched_rule if row.decision != "allowed" else None
         else:
             self.model_calls.append(side)
 

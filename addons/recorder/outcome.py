@@ -1,10 +1,16 @@
 """How a finished flow's failure shows in its rows: one rule each, for every builder.
 
 `net_events` and `model_calls` (`build.py`, from `Recorder._flow_ended`) and `mcp_calls`
-(`mcp_ledger.py`) all take a row's error and decision from here.
+(`mcp_ledger.py`) all take a row's error and decision from here; `tool_calls` their tool rules'
+verdicts (`apply_tool_decisions`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from addons.messages import ToolDecision
+from capsem.store.rows import Row, ToolCall
 
 
 def call_error(connection_error: str | None, *, answered: bool) -> str | None:
@@ -27,3 +33,17 @@ def tool_call_decision(mcp_decision: str) -> str:
     tool call, the trigger `mcp_calls_tool_call_decision` (`capsem/store/session_schema.py`, a migration
     and so frozen) applies the same rule in SQL."""
     return mcp_decision if mcp_decision in ("warned", "denied") else "allowed"
+
+
+def apply_tool_decisions(rows: Sequence[Row], decisions: Iterable[ToolDecision]) -> None:
+    """Write the tool rules' verdicts onto the `tool_calls` rows of one answer, by `call_id`,
+    before they are inserted. A verdict of the MCP call that already ran it (warned or denied,
+    set by the MCP ledger) is kept: that call did run, under that verdict."""
+    by_id = {d.call_id: d for d in decisions}
+    if not by_id:
+        return
+    for row in rows:
+        decided = by_id.get(row.call_id) if isinstance(row, ToolCall) else None
+        if decided is not None and row.decision not in ("warned", "denied"):  # type: ignore[union-attr]
+            row.decision, row.decision_rule = decided.decision, decided.rule  # type: ignore[union-attr]
+            row.approval_id = decided.approval_id  # type: ignore[union-attr]

@@ -26,14 +26,15 @@ from addons.messages import (
     Message,
     RequestHead,
     StreamOpened,
+    ToolDecision,
     WsMessage,
     WsOpened,
 )
-from addons.providers import parser_for, websocket_route
+from addons.providers import parser_for, stream_framing, websocket_route
 from addons.recorder import build
 from addons.recorder.bodies import Body, BodyStore
 from addons.recorder.mcp_ledger import MCP_PREVIEW_BYTES, McpLedger
-from addons.recorder.outcome import call_error
+from addons.recorder.outcome import apply_tool_decisions, call_error
 from addons.recorder.spend import SessionSpend
 from addons.recorder.streams import StreamRead, chunks_json
 from addons.recorder.traces import TraceTracker
@@ -61,6 +62,8 @@ class _Socket:
     server_messages: int = 0
     trace: str | None = None
     process: ProcessInfo = (None, None)
+    tool_decisions: list[ToolDecision] = field(default_factory=list)
+    """The tool rules' verdicts that came with its messages, for the turns still to be written."""
 
 
 class Recorder:
@@ -198,8 +201,11 @@ class Recorder:
         if route is not None and flow.response is not None and not flow.websocket:
             if state is None and flow.streamed and self.restart_missed is not None:
                 flow = self._lost_stream(flow)
-            if state is None:
-                state = StreamRead(self._reader(route, None, flow.response.header("content-encoding"),
+            if state is None:  # a whole body (an SSE one too: read whole for the tool rules, `tool_gate.py`)
+                framing = stream_framing(
+                    route.protocol, flow.response.header("content-type"), flow.request.path
+                )
+                state = StreamRead(self._reader(route, framing, flow.response.header("content-encoding"),
                                              flow.response.status))  # fmt: skip
                 state.reader.feed(flow.response_body or b"")
             summary = state.reader.finish()
@@ -224,6 +230,7 @@ class Recorder:
             min(settings.preview_bytes, build.KEPT_PREVIEW_BYTES) if kept else settings.preview_bytes,
         )
         if socket is not None:
+            socket.tool_decisions += flow.tool_decisions
             self._ws_end(flow, socket)
         net_id = socket.net_id if socket is not None else self.ids.next("net_events")
         rows: list[Row] = []
@@ -244,6 +251,7 @@ class Recorder:
             )  # fmt: skip
             rows, trace, fresh = build.model_call(call, ids=self.ids, traces=self.traces, mcp=self.mcp,
                                                   settings=settings, conversations=self.conversations)  # fmt: skip
+            apply_tool_decisions(rows, flow.tool_decisions)
         net = build.net_event(
             flow, row_id=net_id, settings=settings, scrubber=self.writer.scrubber, process=process,
             request_preview=request_preview, response_preview=response_preview, decode_error=decode_error,
@@ -254,9 +262,8 @@ class Recorder:
         )  # fmt: skip
         self._write([net, *rows])  # the net row first: its headers teach the scrubber before bodies are kept
         if rows and isinstance(rows[0], ModelCall) and state is not None:
-            self._keep_bodies(
-                rows[0], flow, request_body, state.reader.body, state.reader.body_truncated, fresh
-            )
+            self._keep_bodies(rows[0], flow, request_body, state.reader.body, state.reader.body_truncated, fresh,
+                              delivered=flow.delivered_body)  # fmt: skip
             if state.chunks:
                 self._write([ResponseChunksRow(rows[0].id, chunks_json(state.chunks))])
         if flow.substitutions:
@@ -283,9 +290,9 @@ class Recorder:
 
     def _keep_bodies(self, owner: ModelCall | McpCall, flow: FlowEnded | None, request: bytes, response: bytes,
                      response_truncated: bool, items: list[Item] | None = None,
-                     response_type: str | None = None) -> None:  # fmt: skip
-        """The whole decoded request and response of a model or MCP call (up to `max_body_bytes`)
-        and its items new to the session, in one content frame."""
+                     response_type: str | None = None, delivered: bytes | None = None) -> None:  # fmt: skip
+        """The whole decoded request and response of a model or MCP call (up to `max_body_bytes`), the
+        answer the agent got when not the model's (`delivered`), its new items, in one content frame."""
         limit = self.settings.max_body_bytes
         request_type = flow.request.header("content-type") if flow is not None else "application/json"
         if flow is not None and flow.response is not None:
@@ -294,6 +301,10 @@ class Recorder:
         bodies = (
             Body("request", request[:limit], request_cut or len(request) > limit, request_type),
             Body("response", response[:limit], response_truncated or len(response) > limit, response_type),
+        ) + (
+            (Body("delivered", delivered[:limit], len(delivered) > limit, response_type),)
+            if delivered
+            else ()
         )
         self._write(self.bodies.keep(owner=owner.event_id, source_table=owner.TABLE, row_id=owner.id, bodies=bodies,
                                      items=items or ()))  # fmt: skip
@@ -327,6 +338,7 @@ class Recorder:
         else:
             socket.received += len(msg.content)
             socket.server_messages += 1
+        socket.tool_decisions += msg.tool_decisions
         self._ws_turns(socket, socket.turns.message(msg.from_client, msg.content, msg.is_text, msg.at))
         if self.spend is not None and not msg.from_client:
             self.spend.counted(msg.key + WS_TURN, socket.server_messages)  # a turn it ended is counted
@@ -355,6 +367,7 @@ class Recorder:
                 call, ids=self.ids, traces=self.traces, mcp=self.mcp, settings=self.settings,
                 conversations=self.conversations,
             )  # fmt: skip
+            apply_tool_decisions(rows, socket.tool_decisions)
             self._write(rows)
             self._keep_bodies(rows[0], None, turn.request_body, turn.response_body, False, fresh,  # type: ignore[arg-type]
                               response_type="application/x-ndjson")  # fmt: skip

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from addons.body import ResponseReader
+from capsem import native
 
 MAX_CHUNKS = 100_000
 """Chunks of one response whose timing is kept (`response_chunks`); the rest arrive with the last."""
@@ -46,8 +47,12 @@ class StreamRead:
         chunks, times = self.held, self.held_at
         self.held, self.held_at = [], []
         noted, started = self.chunks, self.started
+        ends = self.reader.feed_many(chunks)
+        if native.note_ends is not None:  # the loop below, compiled
+            native.note_ends(noted, ends, times, started, MAX_CHUNKS)
+            return
         last = noted[-1][0] if noted else -1
-        for end, at in zip(self.reader.feed_many(chunks), times, strict=True):  # `_note`, inlined
+        for end, at in zip(ends, times, strict=True):  # `_note`, inlined
             if end > last and len(noted) < MAX_CHUNKS:
                 noted.append((end, max(0, round((at - started) * 1000))))
                 last = end

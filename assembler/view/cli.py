@@ -77,7 +77,11 @@ def open_live_view() -> tuple[str, str]:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Loopback address to listen on.")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path),
               help="Write SESSION's pages to one self-contained HTML file instead of serving.")  # fmt: skip
-def view(session_id, no_open, port, host, html_out) -> None:
+@click.option("--team", "team", is_flag=True, help="Open the team's page (every machine's sessions, from the team's "
+              "PostgreSQL), over --since (default 30d).")  # fmt: skip
+@click.option("--since", metavar="DAY", default="30d", show_default=True,
+              help="With --team: the first day (UTC), as cost-report takes it.")  # fmt: skip
+def view(session_id, no_open, port, host, html_out, team, since) -> None:
     """Look at sessions in the browser: list, timeline tree, calls, live, search.
 
     Serves every session under $CAPSEM_HOME on 127.0.0.1 only (nothing leaves the machine; no
@@ -89,8 +93,13 @@ def view(session_id, no_open, port, host, html_out) -> None:
         capsem view
         capsem view 20260413-100211-ab12 --no-open --port 8765
         capsem view 20260413-100211-ab12 --html session.html
+        capsem view --team --since 7d
     """
     import sqlite3
+
+    if team:
+        _view_team(since, no_open, port, host, html_out)
+        return
 
     from assembler.sessiondb import resolve
     from assembler.view.queries import IncompleteDatabase
@@ -114,6 +123,40 @@ def view(session_id, no_open, port, host, html_out) -> None:
     if not no_open:
         threading.Timer(0.5, webbrowser.open, args=(url,)).start()
     srv.run(sockets=[sock])  # uvicorn stops on SIGINT and SIGTERM
+    sock.close()
+
+
+def _view_team(since: str, no_open: bool, port: int, host: str, html_out: Path | None) -> None:
+    """`view --team`: the team page, served with this machine's own pages behind it (or written)."""
+    import uvicorn
+
+    from assembler.reports import parse_day
+    from assembler.team.cli import team_app, team_connection, the_team
+
+    try:
+        day = parse_day(since)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--since") from exc
+    if html_out is not None:
+        from assembler.team.page import team_page
+
+        t = the_team()
+        pg = team_connection(t)
+        try:
+            page = team_page(pg, day, t.machine)
+        finally:
+            pg.close()
+        write_private(html_out, page)
+        console().print(f"wrote {html_out} ({len(page.encode()):,} bytes): the team's page")
+        return
+    sock = bind(host, port)
+    url = url_of(sock, "/team")
+    app = team_app((str(sock.getsockname()[0]),), day)
+    srv = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    click.echo(f"capsem view: {url}  (Ctrl-C to stop)")
+    if not no_open:
+        threading.Timer(0.5, webbrowser.open, args=(url,)).start()
+    srv.run(sockets=[sock])
     sock.close()
 
 

@@ -12,8 +12,9 @@ Bedrock/Vertex, WebSocket turns).
 
 Per-request behaviour comes from the `x-emulator: key=value; ...` header merged over
 `Emulator(defaults=...)`: scenario (auto, text, tool_call, thinking, error, midstream_error,
-malformed, and agent: answers a real agent can act on, which `capsem run --emulator` selects:
-`agent.py`), status, kind, tools, redacted_thinking, cache_read, cache_write, cache_write_1h,
+malformed, agent: answers a real agent can act on, which `capsem run --emulator` selects:
+`agent.py`, and destroy: the same asking for `rm -rf capsem-doomed.txt`, for tool rules),
+status, kind, tools, redacted_thinking, cache_read, cache_write, cache_write_1h,
 reasoning, text, encoding, lie_encoding, chunk, delay_ms, truncate, model_suffix, seed.
 Also served: `GET /v1/models`, `POST /v1/messages/count_tokens`, the agents' own housekeeping
 endpoints (settings, feature flags, telemetry: `housekeeping.py`; other hosts get a 404 marked

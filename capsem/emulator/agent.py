@@ -11,6 +11,9 @@ model doing a small real task would:
    `exec`, or else its first tool, with arguments that match the tool's JSON schema (required
    properties, types, enums, bounds);
 2. once the request carries that tool's result, a final text;
+   scenario `destroy` is the same with a destructive command (`DESTROY`: `rm -rf` of `DOOMED` in
+   the agent's working directory) through the same shell tool, to try tool rules on; with the
+   control `tools=2` it asks for the harmless `COMMAND` and the destructive one in parallel;
 3. a request that asks for JSON (a response schema, `json_object`) gets JSON that matches the
    schema; a request that forces a tool (`tool_choice`) gets a call of that tool.
 
@@ -33,6 +36,19 @@ PATCH = f"*** Begin Patch\n*** Add File: {FILE}\n+{GREETING}\n*** End Patch\n"
 CODE_MODE = f"const r = await tools.exec_command({{cmd: {json.dumps(COMMAND)}}});\ntext(r.output);\n"
 """Codex's code mode: its one `exec` tool runs JavaScript that calls the nested tools."""
 DEFAULT_TEXT = "Done: capsem's emulator answered (no model was called)."
+DOOMED = "capsem-doomed.txt"
+DESTROY = f"rm -rf {DOOMED}"
+"""Scenario `destroy`: what a tool rule should stop (a file the test puts in the workspace)."""
+
+
+def destructive(tools: list[Tool]) -> tuple[Tool, str] | None:
+    """The shell tool (or Codex's code-mode `exec`) and the arguments of a call running `DESTROY`
+    (None: the agent has neither)."""
+    tool = _shell_tool(tools) or _code_mode_tool(tools)
+    if tool is None:
+        return None
+    text = _arguments(tool).replace(json.dumps(COMMAND)[1:-1], json.dumps(DESTROY)[1:-1])
+    return tool, text.replace(f"Write a greeting to {FILE}", f"Remove {DOOMED}")
 
 
 @dataclass(frozen=True)
@@ -110,6 +126,11 @@ def _patch_tool(tools: list[Tool]) -> Tool | None:
 
 def _code_mode_tool(tools: list[Tool]) -> Tool | None:
     return next((t for t in tools if t.freeform and "tools.exec_command" in t.description), None)
+
+
+def arguments(tool: Tool) -> str:
+    """The arguments the `agent` scenario gives a call of `tool` (JSON text, or a freeform input)."""
+    return _arguments(tool)
 
 
 def _arguments(tool: Tool) -> str:

@@ -16,7 +16,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from capsem.emulator.agent import NO_ASK, Ask, Tool, final_text, json_answer, pick
+from capsem.emulator.agent import NO_ASK, Ask, Tool, destructive, final_text, json_answer, pick
+from capsem.emulator.agent import arguments as _arguments_of
 
 SENTENCES = [
     "Here is what I found.",
@@ -121,7 +122,7 @@ def plan(
     rng = rng_for(controls["seed"].encode() if "seed" in controls else body)
     scenario = controls.get("scenario", "auto")
     tools = [d if isinstance(d, Tool) else Tool(d[0], d[1]) for d in declared]
-    if scenario == "agent":
+    if scenario in ("agent", "destroy"):
         p = _agent_plan(rng, tools, ask, controls, has_results, result_texts, call_prefix, call_len)
         return _counted(p, controls, prompt_chars)
     forced = [t for t in tools if t.name == ask.forced]
@@ -162,6 +163,14 @@ def _agent_plan(rng: random.Random, tools: list[Tool], ask: Ask, controls: dict[
                 result_texts: list[str], call_prefix: str, call_len: int) -> Plan:  # fmt: skip
     """Scenario `agent`: one sensible call of a declared tool, then (its result in) a final text."""
     chosen = None if has_results else pick(tools, ask)
+    doomed = destructive(tools) if controls.get("scenario") == "destroy" and chosen is not None else None
+    if doomed is not None:  # the shell tool told to destroy (after a harmless call with `tools=2`)
+        shell, arguments = doomed
+        harmless = _arguments_of(shell)
+        calls = [ToolPlan(ident(rng, call_prefix, call_len), shell.name, arguments, shell.freeform)]
+        if controls.get("tools") == "2":
+            calls.insert(0, ToolPlan(ident(rng, call_prefix, call_len), shell.name, harmless, shell.freeform))
+        return Plan(kind="tool_call", tools=calls)
     if chosen is not None:
         tool, arguments = chosen
         return Plan(kind="tool_call", tools=[ToolPlan(ident(rng, call_prefix, call_len), tool.name, arguments,

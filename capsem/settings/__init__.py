@@ -62,13 +62,16 @@ from capsem.settings.tree import (
     RetentionSettings,
     Setting,
     Settings,
+    TeamSettings,
 )
 
+# fmt: off
 __all__ = ["ACTIONS", "BUDGET_FIELDS", "CREDENTIAL_FIELDS", "DEFAULT", "MATCH_FIELDS", "OVERRIDE", "RULE_FIELDS",
            "SCOPES", "SECRET_RULE_FIELDS", "SECTIONS", "SETTINGS", "Action", "Budget", "BudgetSettings",
            "CaptureSettings", "Check", "Credential", "CredentialSettings", "DiagnosticsSettings", "Entry",
            "ExportSettings", "PolicyRule", "PolicySettings", "RetentionSettings", "Scope", "SecretRule", "Setting",
-           "Settings", "SettingsError", "defaults", "load", "parse", "read_yaml"]  # fmt: skip
+           "Settings", "SettingsError", "TeamSettings", "defaults", "load", "parse", "read_yaml"]
+# fmt: on
 
 
 # --- reading ----------------------------------------------------------------------------------

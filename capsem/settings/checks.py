@@ -155,6 +155,34 @@ def _url(*, off: bool = False) -> Check:
     return Check(allowed, parse)
 
 
+def _postgres_url() -> Check:
+    """A `postgresql://` (or `postgres://`) URL, or null / "" for none (None)."""
+    allowed = "a postgresql:// URL (null: no team)"
+
+    def parse(key: str, value: Any) -> str | None:
+        if value in (None, ""):
+            return None
+        if not isinstance(value, str) or not re.fullmatch(r"postgres(ql)?://\S+", value):
+            raise _must(key, allowed, "a URL that is not postgresql://" if isinstance(value, str) else value)
+        return value
+
+    return Check(allowed, parse)
+
+
+def _name(what: str) -> Check:
+    """A short single-line name, or null for the default (None)."""
+    allowed = f"a {what} (one line, at most 100 characters; null: the default)"
+
+    def parse(key: str, value: Any) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value.strip() or len(value) > 100 or "\n" in value:
+            raise _must(key, allowed, value)
+        return value.strip()
+
+    return Check(allowed, parse)
+
+
 def _header_map() -> Check:
     """A mapping of header names to text values, names kept lower-cased."""
     allowed = "a mapping of header names to values"

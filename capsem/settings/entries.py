@@ -25,12 +25,19 @@ from capsem.settings.checks import (
 
 Action = Literal["allow", "warn", "deny", "ask"]
 ACTIONS: tuple[Action, ...] = ("allow", "warn", "deny", "ask")
-MATCH_FIELDS = ("host", "port", "path", "method", "mcp_server", "mcp_tool", "mcp_args")
-RULE_FIELDS = ("name", "action", *MATCH_FIELDS)
-Scope = Literal["session", "day", "month"]
-SCOPES: tuple[Scope, ...] = ("session", "day", "month")
+REQUEST_FIELDS = ("host", "port", "path", "method", "mcp_server", "mcp_tool", "mcp_args")
+"""What a request rule matches: the request, or the MCP tools/calls it carries."""
+TOOL_FIELDS = ("tool", "tool_args")
+"""What a tool rule matches: a tool call in the model's answer (`addons/proxy/policy.py: decide_tool`)."""
+SCOPE_FIELDS = ("agent", "process")
+"""What scopes a tool rule to one agent (never matched alone)."""
+MATCH_FIELDS = (*REQUEST_FIELDS, *TOOL_FIELDS)
+RULE_FIELDS = ("name", "action", *MATCH_FIELDS, *SCOPE_FIELDS)
+Scope = Literal["session", "day", "month", "team"]
+SCOPES: tuple[Scope, ...] = ("session", "day", "month", "team")
 BUDGET_FIELDS = (
     "scope",
+    "period",
     "limit_usd",
     "warn_at",
     "provider",
@@ -69,6 +76,21 @@ class PolicyRule:
     `{regex: ...}` (searched), `{shell: "rm -rf"}` (the command it runs) or `{any: GLOB}` (any
     string at any depth), see `capsem/argmatch.py`; every one named must match. Kept as plain
     data (`capsem config show` prints it); `addons/proxy/policy.py` compiles it."""
+    tool: str | None = None
+    """Glob (any case) on the name of a tool call the model asks for in its answer (`Bash`,
+    `run_shell_command`, `shell`). Makes the rule a tool rule: it never matches a request."""
+    tool_args: dict[str, str | dict[str, str]] | None = None
+    """A tool call's arguments, by name, with the patterns of `mcp_args` (a tool rule too)."""
+    agent: str | None = None
+    """Glob (any case) on the agent the tool call goes to: the program `capsem run` started
+    (`claude`, `codex`, `gemini`; `addons/proxy/policy.py: agent_name`). Tool rules only."""
+    process: str | None = None
+    """Glob (any case) on the name of the local process whose connection carried the answer
+    (as `net_events.process_name` records it). Tool rules only."""
+
+    @property
+    def is_tool_rule(self) -> bool:
+        return self.tool is not None or self.tool_args is not None
 
     @classmethod
     def parse(cls, key: str, n: int, raw: Any) -> PolicyRule:
@@ -85,11 +107,12 @@ class PolicyRule:
             raise _Bad(
                 key, f"must name something to match ({', '.join(MATCH_FIELDS)}), got {_shown(dict(raw))}"
             )
+        _one_kind(key, raw)
         port = raw.get("port")
         if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
             raise _must(f"{key}.port", "a port number (1-65535)", port)
         globs = {}
-        for name in ("host", "path", "method", "mcp_server", "mcp_tool"):
+        for name in ("host", "path", "method", "mcp_server", "mcp_tool", "tool", "agent", "process"):
             value = raw.get(name)
             if value is not None and not (isinstance(value, str) and value):
                 raise _must(f"{key}.{name}", "an HTTP method" if name == "method" else "a glob (text)", value)
@@ -106,17 +129,40 @@ class PolicyRule:
         if label is not None and (isinstance(label, bool) or not isinstance(label, str | int)):
             raise _must(f"{key}.name", "a name (text)", label)
         args = _mcp_args(f"{key}.mcp_args", raw.get("mcp_args"))
+        globs["tool_args"] = _mcp_args(f"{key}.tool_args", raw.get("tool_args"), "tool")
         return cls(name=str(label or f"rule-{n}"), action=action.lower(), port=port, mcp_args=args, **globs)  # type: ignore[arg-type]
 
 
-def _mcp_args(key: str, raw: Any) -> dict[str, str | dict[str, str]] | None:
-    """`mcp_args`: a mapping of argument name (or glob on names) -> a pattern of
+def _one_kind(key: str, raw: Mapping[str, Any]) -> None:
+    """A rule matches requests (REQUEST_FIELDS) or the model's tool calls (TOOL_FIELDS), never
+    both: a request carries no tool call of the model's answer, so such a rule would match nothing.
+    `agent`/`process` scope tool rules only."""
+    request = [f for f in REQUEST_FIELDS if raw.get(f) is not None]
+    tool = [f for f in TOOL_FIELDS if raw.get(f) is not None]
+    scope = [f for f in SCOPE_FIELDS if raw.get(f) is not None]
+    if request and tool:
+        raise _Bad(
+            key,
+            f"mixes a tool rule's fields ({', '.join(tool)}: a tool call in the model's answer) with a "
+            f"request rule's ({', '.join(request)}), which never match together: write two rules",
+        )
+    if scope and not tool:
+        raise _Bad(
+            f"{key}.{scope[0]}",
+            "scopes tool rules only: add tool (a glob on the tool's name, e.g. Bash) or tool_args",
+        )
+
+
+def _mcp_args(key: str, raw: Any, kind: str = "MCP") -> dict[str, str | dict[str, str]] | None:
+    """`mcp_args` (or `tool_args`): a mapping of argument name (or glob on names) -> a pattern of
     `capsem/argmatch.py` (a glob, `{regex: ...}`, `{shell: ...}`, `{any: ...}`), which must compile."""
     if raw is None:
         return None
     if not isinstance(raw, Mapping) or not raw:
         raise _must(
-            key, "a mapping of MCP argument name -> glob, {regex: ...}, {shell: ...} or {any: ...}", raw
+            key,
+            f"a mapping of {kind} argument name -> glob, {{regex: ...}}, {{shell: ...}} or {{any: ...}}",
+            raw,
         )
     out: dict[str, str | dict[str, str]] = {}
     for name, pattern in raw.items():
@@ -185,7 +231,8 @@ class Budget:
 
     name: str
     scope: Scope
-    """`session` (this run of mitmdump), `day` or `month` (UTC, every session on this machine)."""
+    """`session` (this run of mitmdump), `day` or `month` (UTC, every session on this machine),
+    `team` (every machine of the team, per `period`: leased from the team's PostgreSQL)."""
     limit_usd: float
     warn_at: float | None = 0.8
     """Fraction of the limit from which calls are recorded `warned`; None: never."""
@@ -207,6 +254,8 @@ class Budget:
     """Output tokens reserved for a call that sets no output limit (`max_tokens` or its provider's
     field); None: 131,072 (above every output limit providers document), or the model's context
     window in the price table when that is smaller."""
+    period: Literal["day", "month"] = "day"
+    """The span of a `team` budget (UTC): its limit is per day or per month."""
 
     @classmethod
     def parse(cls, key: str, name: str, raw: Any) -> Budget:
@@ -214,7 +263,13 @@ class Budget:
         raw = _fields_of(key, raw, "budget", BUDGET_FIELDS)
         scope = raw.get("scope")
         if not isinstance(scope, str) or scope.lower() not in SCOPES:
-            raise _must(f"{key}.scope", "session, day or month", scope)
+            raise _must(f"{key}.scope", "session, day, month or team", scope)
+        period = raw.get("period", "day")
+        if period not in ("day", "month"):
+            raise _must(f"{key}.period", "day or month", period)
+        if "period" in raw and scope.lower() != "team":
+            raise _must(f"{key}.period", "set only with scope: team (day and month scopes are their own period)",
+                        period)  # fmt: skip
         limit = raw.get("limit_usd")
         if not _is_number(limit) or limit < 0:
             raise _must(f"{key}.limit_usd", "a number of US dollars >= 0", limit)
@@ -234,7 +289,7 @@ class Budget:
                         "output ceiling)", output)  # fmt: skip
         return cls(name=name, scope=scope.lower(), limit_usd=float(limit), warn_at=warn,  # type: ignore[arg-type]
                    on_unconfirmed=unconfirmed, on_unpriced=unpriced, reserve_output_tokens=output,  # type: ignore[arg-type]
-                   **globs)  # fmt: skip
+                   period=period, **globs)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

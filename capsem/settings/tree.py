@@ -16,8 +16,10 @@ from capsem.settings.checks import (
     _flag,
     _header_map,
     _listed,
+    _name,
     _named,
     _names,
+    _postgres_url,
     _url,
     _whole,
 )
@@ -137,6 +139,20 @@ class ExportSettings:
 
 
 @dataclass(frozen=True)
+class TeamSettings:
+    """`team:`: where this machine pushes its sessions, as whom, and how much of them."""
+
+    url: str | None = _setting("team.url", _postgres_url())
+    """The team's PostgreSQL (`CAPSEM_TEAM_URL` overrides it); None: no team."""
+    machine: str | None = _setting("team.machine", _name("machine name"))
+    """This machine's name in the team; None: the host name."""
+    user: str | None = _setting("team.user", _name("user name"))
+    """The person; None: the login name."""
+    share: str = _setting("team.share", _choice("metadata", "redacted", "full"))
+    """What leaves the machine: `metadata`, `redacted` (+ scrubbed conversation items), `full` (+ bodies)."""
+
+
+@dataclass(frozen=True)
 class Entry:
     """One key of `Settings.entries()`: its value as plain data (YAML/JSON) and its origin."""
 
@@ -156,6 +172,7 @@ class Settings:
     budgets: BudgetSettings
     credentials: CredentialSettings
     export: ExportSettings
+    team: TeamSettings
     origins: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     """Dotted key -> where its value came from: `default`, the user's config.yaml path, or `--set`."""
     files: tuple[Path, ...] = field(default=(), compare=False)
@@ -201,7 +218,7 @@ def _plain(value: Any, *, named: bool = False) -> Any:
 
 def _declared() -> tuple[tuple[Setting, ...], dict[str, type]]:
     sections = get_type_hints(Settings)
-    names = ("capture", "policy", "diagnostics", "retention", "budgets", "credentials", "export")
+    names = ("capture", "policy", "diagnostics", "retention", "budgets", "credentials", "export", "team")
     classes = {name: sections[name] for name in names}
     declared = []
     for section, cls in classes.items():

@@ -159,9 +159,14 @@ class ToolCall:
     status: str = "observed"
     """`observed`; a trigger sets `responded` or `error` when its result is recorded."""
     decision: str = "allowed"
-    """The policy's verdict on the MCP call that ran it (`allowed`, `warned`, `denied`)."""
+    """The policy's verdict on it: a tool rule's (`allowed`, `warned`, `denied`, `asked`,
+    `approved`) or the MCP call's that ran it (`warned`, `denied`); `allowed` when none decided."""
     server_name: str | None = None
     """The MCP server that ran it. (`duration_ms` is only ever set by a trigger.)"""
+    decision_rule: str | None = None
+    """The rule that decided (m018)."""
+    approval_id: str | None = None
+    """The person's answer to an `ask` (`approvals.approval_id`)."""
 
 
 @dataclass(slots=True)

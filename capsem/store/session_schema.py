@@ -687,6 +687,41 @@ def m017_canonical_path(conn: sqlite3.Connection) -> None:
 
 
 @SESSION.migration
+def m018_tool_decisions(conn: sqlite3.Connection) -> None:
+    """Tool rules (`tool:`/`tool_args:` in `policy.rules`) decide on the tool calls of the model's
+    answer before the agent sees them; `tool_calls.decision` (m005) takes their verdict too:
+    `allowed`, `warned`, `denied`, `asked` (still waiting, or timed out: the agent never got it),
+    `approved`. It stays `allowed` (m005's default, as Capsem writes it) when no rule decided.
+
+    - `decision_rule`: the rule that decided (a tool rule, or the policy rule that warned about or
+      denied the MCP call that ran it); NULL when none did.
+    - `approval_id`: the `approvals.approval_id` of a person's answer to an `ask`.
+
+    The trigger `mcp_calls_tool_call_decision` is rewritten so that an MCP call the policy let
+    through keeps the tool rule's verdict on the call that asked for it (before, it reset the
+    verdict to `allowed`); a warned or denied MCP call still sets its own, with its rule."""
+    run_script(
+        conn,
+        """
+        ALTER TABLE tool_calls ADD COLUMN decision_rule TEXT;
+        ALTER TABLE tool_calls ADD COLUMN approval_id TEXT;
+        DROP TRIGGER mcp_calls_tool_call_decision
+        """,
+    )
+    conn.execute(
+        """CREATE TRIGGER mcp_calls_tool_call_decision AFTER INSERT ON mcp_calls
+           WHEN NEW.tool_call_id IS NOT NULL
+           BEGIN
+               UPDATE tool_calls SET server_name = NEW.server_name,
+                   decision = CASE WHEN NEW.decision IN ('warned', 'denied') THEN NEW.decision ELSE decision END,
+                   decision_rule = CASE WHEN NEW.decision IN ('warned', 'denied') THEN NEW.matched_rule
+                                        ELSE decision_rule END
+               WHERE id = NEW.tool_call_id;
+           END"""
+    )
+
+
+@SESSION.migration
 def m019_ledger(conn: sqlite3.Connection) -> None:
     """The chain over every row written (`capsem/store/ledger.py`): `ledger` one row a commit
     batch, its entries (one a row written, in commit order: its table, key, shape, digest and

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addons.framing import JSONArrayDecoder, SSEDecoder, SSEEvent, make_framer
+from addons.framing import SSEDecoder, SSEEvent, make_framer
+from addons.framing_array import JSONArrayDecoder
 
 
 def decode(*pieces: bytes) -> list[SSEEvent]:

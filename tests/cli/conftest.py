@@ -24,6 +24,7 @@ from capsem.emulator import Emulator
 from capsem.mitm import start_mitmdump
 from capsem.rollup import rollup
 from capsem.store.schema import open_main_db, open_session_db
+from tests.conftest import seeded_confdir
 from tests.ledger.reseal import reseal
 
 
@@ -36,7 +37,7 @@ def recorded(tmp_path_factory) -> Path:
     os.environ["CAPSEM_HOME"] = str(home)
     try:
         with Emulator() as emu:
-            proxy = start_mitmdump(confdir=work / "conf", log_path=work / "mitmdump.log",
+            proxy = start_mitmdump(confdir=seeded_confdir(work / "conf"), log_path=work / "mitmdump.log",
                                    args=["--mode", f"upstream:{emu.proxy_url}",
                                          "--set", f"ssl_verify_upstream_trusted_ca={emu.ca_path}"])  # fmt: skip
             try:

@@ -118,3 +118,30 @@ def test_every_decision_a_rule_takes_is_reported_as_it_is(action, decision, phra
     show(Tried("f.yaml", 1, 0, 0, 0), report)
     assert f"ask-first {phrase} 1 request in 1 session" in capsys.readouterr().out
     assert PHRASES.get("asked") == "asked for"
+
+
+def test_rules_that_decided_nothing_are_named_whatever_their_kind():
+    """A rule shadowed by an earlier one decided nothing; an `allow` that decided something did."""
+    from assembler.backtest import ToolCall
+
+    policy = Policy.from_settings(settings("""
+policy:
+  rules:
+    - {name: ok-example, action: allow, host: api.example.com}
+    - {name: shadowed, action: deny, host: "*.example.com"}
+    - {name: no-rm, action: deny, mcp_args: {command: "rm *"}}
+    - {name: mcp-unused, action: warn, mcp_tool: delete_*}
+    - {name: bash-rm, action: deny, tool: Bash, tool_args: {command: {shell: rm}}}
+    - {name: tool-unused, action: ask, tool: Write}
+"""))  # fmt: skip
+    rm = McpCall(1, ("127.0.0.1:9/mcp",), "sh", {"command": "rm -r x"})
+    bash = ToolCall(1, 1, "2026-11-01T10:00:00Z", "toolu_1", "Bash", {"command": "rm -rf x"}, "claude", "node",
+                    "allowed")  # fmt: skip
+    report = evaluate(policy, (), [Session("s", (request(1), request(2, host="127.0.0.1", calls=(rm,))),
+                                           tool_calls=(bash,))])  # fmt: skip
+    assert [(u.rule, u.kind) for u in report.unmatched] == [("shadowed", "request"), ("mcp-unused", "mcp"),
+                                                           ("tool-unused", "tool")]  # fmt: skip
+    assert [(f.rule, f.decision, f.call.call_id) for f in report.tool_findings] == [
+        ("bash-rm", "denied", "toolu_1")
+    ]
+    assert report.decisions() == {"denied"}

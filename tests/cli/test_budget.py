@@ -67,7 +67,7 @@ def test_without_budgets_or_main_db_it_says_what_to_do(capsem_home):
     (capsem_home / "config.yaml").write_text(CONFIG)
     assert [s["spent_usd"] for s in json.loads(run("budget", "--json"))] == [0, 0, 0]  # nothing recorded yet
     (capsem_home / "config.yaml").write_text("budgets:\n  x: {scope: week, limit_usd: 1}\n")
-    assert "budgets.x.scope must be session, day or month, got 'week'" in run("budget", code=1)
+    assert "budgets.x.scope must be session, day, month or team, got 'week'" in run("budget", code=1)
 
 
 def test_inspect_reports_budget_events_and_refused_placeholders(tmp_path):

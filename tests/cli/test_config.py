@@ -200,3 +200,10 @@ def test_mitmdump_preview_bytes_option_still_sets_the_preview(mitmdump, emu, cap
     proxy.stop()
     (net,) = rows(only_session(capsem_home), "SELECT request_body_preview FROM net_events")
     assert net["request_body_preview"].startswith('{"model":"\n[… ')  # 10 bytes, then what was cut
+
+
+def test_show_hides_the_team_database_password(config):
+    config.write_text("team:\n  url: postgresql://bob:pw-SECRET-77@db.example.com:5432/capsem\n")
+    shown = json.loads(run("config", "show", "--json"))["settings"]["team.url"]["value"]
+    assert shown == "postgresql://bob:(hidden)@db.example.com:5432/capsem"
+    assert "pw-SECRET-77" not in run("config", "show")

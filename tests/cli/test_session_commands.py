@@ -262,7 +262,7 @@ def test_inspect_clean_bill(home):
     assert data["counts"] == {"net_events": 4, "model_calls": 4, "tool_calls": 2, "tool_responses": 2,
                               "mcp_calls": 0, "fs_events": 0}  # fmt: skip
     assert data["tools"] == [
-        {"tool_name": "get_weather", "origin": "native", "calls": 2, "results": 2, "errors": 0}
+        {"tool_name": "get_weather", "origin": "native", "calls": 2, "results": 2, "errors": 0, "not_run": 0}
     ]
 
 

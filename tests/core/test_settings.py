@@ -31,12 +31,17 @@ from capsem.settings import (
 CAPTURE_KEYS = (
     "preview_bytes, content_max_bytes, max_parse_bytes, max_body_bytes, commit_interval_ms, max_pending_calls"
 )
-ALL_SECTIONS = "capture, headers, redaction, policy, diagnostics, retention, budgets, credentials, export"
+ALL_SECTIONS = (
+    "capture, headers, redaction, policy, diagnostics, retention, budgets, credentials, export, team"
+)
 BUDGET_FIELDS = (
-    "scope, limit_usd, warn_at, provider, model, host, on_unconfirmed, on_unpriced, reserve_output_tokens"
+    "scope, period, limit_usd, warn_at, provider, model, host, "
+    "on_unconfirmed, on_unpriced, reserve_output_tokens"
 )
 CREDENTIAL_FIELDS = "host, header, query, env, file, placeholder, agent_env"
-RULE_FIELDS = "name, action, host, port, path, method, mcp_server, mcp_tool, mcp_args"
+RULE_FIELDS = (
+    "name, action, host, port, path, method, mcp_server, mcp_tool, mcp_args, tool, tool_args, agent, process"
+)
 
 
 @pytest.fixture
@@ -90,7 +95,7 @@ def refusal(config: Path, text: str | bytes) -> str:
         ("policy: {rules: [{host: x}]}", "policy.rules[1].action must be allow, warn, deny or ask, got None"),
         ("policy: {rules: [{action: deny}]}",
          "policy.rules[1] must name something to match (host, port, path, method, mcp_server, mcp_tool, "
-         "mcp_args), "
+         "mcp_args, tool, tool_args), "
          "got {'action': 'deny'}"),
         ("policy: {rules: [{action: deny, hosts: x}]}",
          f"policy.rules[1].hosts is not a rule field (did you mean host?); a rule has: {RULE_FIELDS}"),
@@ -122,11 +127,43 @@ def refusal(config: Path, text: str | bytes) -> str:
         ("policy: {rules: [{action: deny, mcp_args: {command: {shell: rm, any: x}}}]}",
          "policy.rules[1].mcp_args.command must be a glob (text), {regex: ...}, {shell: ...} or {any: ...}, "
          "got {'shell': 'rm', 'any': 'x'}"),
+        # tool rules
+        ("policy: {rules: [{action: deny, tool: Bash, host: x}]}",
+         "policy.rules[1] mixes a tool rule's fields (tool: a tool call in the model's answer) with a request "
+         "rule's (host), which never match together: write two rules"),
+        ("policy: {rules: [{action: deny, tool_args: {command: x}, mcp_tool: run}]}",
+         "policy.rules[1] mixes a tool rule's fields (tool_args: a tool call in the model's answer) with a "
+         "request rule's (mcp_tool), which never match together: write two rules"),
+        ("policy: {rules: [{action: deny, host: x, agent: claude}]}",
+         "policy.rules[1].agent scopes tool rules only: add tool (a glob on the tool's name, e.g. Bash) or tool_args"),
+        ("policy: {rules: [{action: deny, agent: claude}]}",
+         "policy.rules[1] must name something to match (host, port, path, method, mcp_server, mcp_tool, "
+         "mcp_args, tool, tool_args), got {'action': 'deny', 'agent': 'claude'}"),
+        ("policy: {rules: [{action: deny, tool: 3}]}", "policy.rules[1].tool must be a glob (text), got 3"),
+        ("policy: {rules: [{action: deny, tool: Bash, process: ''}]}",
+         "policy.rules[1].process must be a glob (text), got ''"),
+        ("policy: {rules: [{action: deny, tool_args: 'rm -rf'}]}",
+         "policy.rules[1].tool_args must be a mapping of tool argument name -> glob, {regex: ...}, {shell: ...} "
+         "or {any: ...}, got 'rm -rf'"),
+        ("policy: {rules: [{action: deny, tool: Bash, tool_args: {command: {shell: '-rf'}}}]}",
+         "policy.rules[1].tool_args.command.shell must start with a program (e.g. 'rm -rf'), got '-rf'"),
+        ("policy: {rules: [{action: deny, tool: Bash, tool_args: {command: {regex: '(('}}}]}",
+         "policy.rules[1].tool_args.command.regex is not a valid regular expression (missing ), unterminated "
+         "subpattern at position 1), got '(('"),
+        ("policy: {rules: [{action: deny, tools: Bash}]}",
+         f"policy.rules[1].tools is not a rule field (did you mean tool?); a rule has: {RULE_FIELDS}"),
         # budgets
         ("budgets: {daily_usd: 5}", f"budgets.daily_usd must be a mapping of budget fields ({BUDGET_FIELDS}), got 5"),
         ("budgets: [{scope: day}]", "budgets must be a mapping of budget names to their fields, got [{'scope': 'day'}]"),
-        ("budgets: {daily: {scope: week, limit_usd: 5}}", "budgets.daily.scope must be session, day or month, got 'week'"),
-        ("budgets: {daily: {limit_usd: 5}}", "budgets.daily.scope must be session, day or month, got None"),
+        ("budgets: {daily: {scope: week, limit_usd: 5}}",
+         "budgets.daily.scope must be session, day, month or team, got 'week'"),
+        ("budgets: {t: {scope: team, period: week, limit_usd: 5}}", "budgets.t.period must be day or month, got 'week'"),
+        ("budgets: {d: {scope: day, period: day, limit_usd: 5}}",
+         "budgets.d.period must be set only with scope: team (day and month scopes are their own period), got 'day'"),
+        ("team: {url: 'http://db:5432/x'}",
+         "team.url must be a postgresql:// URL (null: no team), got 'a URL that is not postgresql://'"),
+        ("team: {share: everything}", "team.share must be one of metadata, redacted, full, got 'everything'"),
+        ("budgets: {daily: {limit_usd: 5}}", "budgets.daily.scope must be session, day, month or team, got None"),
         ("budgets: {daily: {scope: day, limit_usd: -5}}",
          "budgets.daily.limit_usd must be a number of US dollars >= 0, got -5"),
         ("budgets: {daily: {scope: day}}", "budgets.daily.limit_usd must be a number of US dollars >= 0, got None"),
@@ -245,6 +282,7 @@ def test_every_declared_key_has_its_default_in_default_yaml(tmp_path, monkeypatc
         "budgets",
         "credentials",
         "export",
+        "team",
     )
     short = tmp_path / "default.yaml"
     short.write_text(default_config_path().read_text().replace("  max_body_bytes: 67108864\n", ""))

@@ -16,7 +16,7 @@ import pytest
 from capsem.emulator import Emulator
 from capsem.ids import new_session_id
 from capsem.mitm import start_mitmdump
-from tests.conftest import ARTIFACTS, environ
+from tests.conftest import ARTIFACTS, environ, seeded_confdir
 from tests.pages import SIDEWAYS, laid_out, view_of
 
 SHOTS = ARTIFACTS / "view"
@@ -33,7 +33,7 @@ def session(tmp_path_factory) -> Iterator[tuple[str, str]]:
     home, work = tmp_path_factory.mktemp("narrow-home"), tmp_path_factory.mktemp("narrow-work")
     session_id = new_session_id()
     with environ(CAPSEM_HOME=str(home)), Emulator() as emu:
-        proxy = start_mitmdump(confdir=work / "conf", log_path=work / "mitmdump.log",
+        proxy = start_mitmdump(confdir=seeded_confdir(work / "conf"), log_path=work / "mitmdump.log",
                                args=["--mode", f"upstream:{emu.proxy_url}",
                                      "--set", f"ssl_verify_upstream_trusted_ca={emu.ca_path}",
                                      "--set", f"capsem_session_id={session_id}"])  # fmt: skip

@@ -10,6 +10,7 @@ from typing import Any
 
 from assembler.failures import Failure, Intervention, failures, interventions
 from assembler.sessions import parse_time as parse_ts
+from assembler.tool_decision import not_run, said
 from assembler.view.queries.common import PAGE_SIZE, PARTS, break_sentence, check_session_db, columns
 
 
@@ -43,6 +44,11 @@ class ToolCall:
     """The model call whose request carried the result back."""
     mcp: McpCall | None = None
     subagent: list[CallNode] = field(default_factory=list)
+    decision_rule: str | None = None
+    verdict: str | None = None
+    """The policy's verdict in words (`denied by no-rm-rf: not run`); None when nothing decided."""
+    not_run: bool = False
+    """A tool rule kept it from the agent (denied, or asked and unanswered): it has no result."""
 
 
 @dataclass
@@ -213,20 +219,25 @@ def _tools_for(conn: sqlite3.Connection, found: set[str], call_ids: list[int]) -
     rows = [dict(r) for r in conn.execute(sql, call_ids)]
     out: dict[int, list[ToolCall]] = {}
     for r in rows:
+        decision = r.get("decision") or "allowed"
         tool = ToolCall(
             id=r["id"], call_id=r["call_id"], name=r["tool_name"], arguments=r.get("arguments") or "",
-            status=r["status"] if has_status else "observed", decision=r.get("decision") or "allowed",
-            duration_ms=r.get("duration_ms"),
+            status=r["status"] if has_status else "observed", decision=decision,
+            duration_ms=r.get("duration_ms"), decision_rule=r.get("decision_rule"),
+            verdict=said(decision, r.get("decision_rule")),
         )  # fmt: skip
-        result = conn.execute(
-            "SELECT model_call_id, content_preview, is_error FROM tool_responses WHERE call_id = ? AND "
-            "model_call_id > ? ORDER BY id LIMIT 1", (r["call_id"], r["model_call_id"])).fetchone()  # fmt: skip
-        if result is not None:
-            tool.result_call, tool.result, tool.result_error = result[0], result[1] or "", bool(result[2])
         if r.get("mcp_call_id") and "mcp_calls" in found:
             mcp = conn.execute("SELECT * FROM mcp_calls WHERE id = ?", (r["mcp_call_id"],)).fetchone()
             if mcp is not None:
                 tool.mcp = _mcp(dict(mcp))
+        tool.not_run = not_run(decision) and not (tool.mcp is not None and tool.mcp.decision == decision)
+        if tool.not_run:
+            tool.duration_ms = None  # never the agent's to run
+        result = None if tool.not_run else conn.execute(
+            "SELECT model_call_id, content_preview, is_error FROM tool_responses WHERE call_id = ? AND "
+            "model_call_id > ? ORDER BY id LIMIT 1", (r["call_id"], r["model_call_id"])).fetchone()  # fmt: skip
+        if result is not None:
+            tool.result_call, tool.result, tool.result_error = result[0], result[1] or "", bool(result[2])
         out.setdefault(r["model_call_id"], []).append(tool)
     return out
 

@@ -1,0 +1,85 @@
+"""What the hold machines share: the call they hold, the decision they ask for, the denial text."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class HeldCall:
+    """A tool call whose arguments are complete, as the model asked for it."""
+
+    call_id: str
+    """The id the recorder files it under in `tool_calls` (the provider's, or Gemini's made-up one)."""
+    name: str
+    arguments: Mapping[str, Any] | None
+    """The arguments as JSON decoded (a freeform tool's input as `{"input": text}`); None when
+    they are not a JSON object (a rule with `tool_args` then matches nothing of them)."""
+    text: str | None = None
+    """The arguments exactly as the model sent them, when sent as text (JSON text, or a freeform
+    tool's input): what the policy reads them from (`addons/proxy/policy.py: tool_arguments`)."""
+
+
+Decide = Callable[[HeldCall], "str | None"]
+"""Called once per complete tool call: the name of the rule that denies it, or None to let it go."""
+
+
+class EventMachine(Protocol):
+    """One answer's events in, what the agent receives out (the same bytes unless a call is denied)."""
+
+    def event(self, raw: bytes, data: bytes | None) -> list[bytes]:
+        """`raw`: the whole event exactly as received; `data`: its payload (an SSE event's data
+        lines joined; a WebSocket message whole), None when it has none."""
+        ...
+
+    def finish(self) -> list[bytes]:
+        """The answer ended: whatever is still held (a call cut short is decided as it stands)."""
+        ...
+
+    def passes(self, partial: bytes) -> bool:
+        """Whether the event that starts with `partial` (not whole yet) will come back unchanged,
+        so its bytes can go out as they arrive (False when it cannot tell)."""
+        ...
+
+    held: list[bytes]
+    """The events held now, exactly as received (given back unchanged if the machine fails)."""
+
+    @property
+    def rewritten(self) -> bool:
+        """Whether any call was denied (what the agent received then differs from the upstream's)."""
+        ...
+
+
+def denial_text(name: str, rule: str) -> str:
+    """What the agent reads in place of a denied call: the rule, and that the tool was not run."""
+    return (
+        f"[capsem] The {name} tool call was denied by policy rule {rule!r}; the tool was not run. "
+        "Do not retry it; tell the user what you wanted to do instead."
+    )
+
+
+def arguments_of(text: str | None) -> Mapping[str, Any] | None:
+    """Arguments sent as JSON text, decoded; None when they are not a JSON object."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON as providers send it (UTF-8, not escaped)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def first_line(partial: bytes) -> bytes | None:
+    """The first line of an event still arriving, once it is whole (None before)."""
+    for i, byte in enumerate(partial):
+        if byte in (0x0A, 0x0D):
+            return bytes(partial[:i])
+    return None

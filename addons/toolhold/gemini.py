@@ -1,0 +1,77 @@
+"""Gemini: `functionCall` parts, which arrive whole, each in one chunk of the answer.
+
+A chunk (an `alt=sse` event, one element of a JSON-array stream, or the whole JSON answer)
+that carries a denied call is given again with that part replaced by a text part naming the
+rule; every other chunk passes as it came. Gemini ends a turn with tool calls with
+`finishReason: STOP` as any other, so nothing else changes. A call without an `id` gets the one
+the recorder gives it (`gemini_<name>_<n>`, n counting the answer's calls from 0).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from addons.toolhold.base import Decide, HeldCall, denial_text, dumps
+
+
+class GeminiHold:
+    """The event machine of a streamed Gemini answer (`alt=sse`)."""
+
+    def __init__(self, decide: Decide) -> None:
+        self.decide = decide
+        self.held: list[bytes] = []
+        self.calls = 0
+        self.denied = 0
+
+    @property
+    def rewritten(self) -> bool:
+        return self.denied > 0
+
+    def event(self, raw: bytes, data: bytes | None) -> list[bytes]:
+        if data is None or b'"functionCall"' not in data:
+            return [raw]
+        ev = json.loads(data)
+        if not self.rewrite(ev):
+            return [raw]
+        if raw is data:  # an element of a JSON-array stream (`json_array.py`): the object alone
+            return [dumps(ev)]
+        end = b"\r\n\r\n" if raw.endswith(b"\r\n\r\n") else b"\n\n"
+        return [b"data: " + dumps(ev) + end]
+
+    def passes(self, partial: bytes) -> bool:
+        return False  # a chunk's data says whether it carries a call only once it is whole
+
+    def finish(self) -> list[bytes]:
+        return []
+
+    def rewrite(self, response: Any) -> bool:
+        """One GenerateContentResponse (changed in place): True when a call in it was denied."""
+        denied = False
+        candidates = response.get("candidates") if isinstance(response, dict) else None
+        for candidate in candidates if isinstance(candidates, list) else []:
+            content = candidate.get("content") if isinstance(candidate, dict) else None
+            parts = content.get("parts") if isinstance(content, dict) else None
+            for i, part in enumerate(parts if isinstance(parts, list) else []):
+                call = part.get("functionCall") if isinstance(part, dict) else None
+                if not isinstance(call, dict):
+                    continue
+                name = str(call.get("name") or "")
+                call_id = str(call.get("id") or f"gemini_{name}_{self.calls}")
+                self.calls += 1
+                args = call.get("args")
+                rule = self.decide(
+                    HeldCall(call_id, name, args if isinstance(args, dict) else {} if args is None else None)
+                )
+                if rule is not None:
+                    parts[i] = {"text": denial_text(name, rule)}
+                    denied = True
+        self.denied += denied
+        return denied
+
+
+def rewrite_json(body: Any, decide: Decide) -> bool:
+    """A whole answer (one response, or the JSON array of a stream; changed in place)."""
+    machine = GeminiHold(decide)
+    responses = body if isinstance(body, list) else [body]
+    return any([machine.rewrite(r) for r in responses])

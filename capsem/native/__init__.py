@@ -1,0 +1,48 @@
+"""capsem's compiled fast path, when it is built: `frame_plain` reads ordinary SSE events (and
+Anthropic text deltas) in one native pass, `delta_fields` and `delta_channels` find and decode
+the delta fields of a streamed body for the scrubber, `note_ends` notes where held chunks end
+(fastpath.c says exactly what each reads).
+
+`make install` builds it (`python -m capsem.native.build`, any C compiler and the Python headers);
+without it, or with `CAPSEM_NATIVE=0` in the environment, both are None and every reader
+takes the pure-Python path, which is the reference: both give the same events, rows and bodies
+(tests/core/test_native.py, `python -m tests.golden` with and without). `capsem doctor` says which path
+is in use (`status`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+VERSION = 4
+"""The fastpath.c this Python expects (its `FASTPATH_VERSION`); an older build is not used."""
+
+frame_plain: Callable[..., Any] | None = None
+delta_fields: Callable[[str], list[tuple[str, str]]] | None = None
+delta_channels: Callable[[str], dict[str, list[str]]] | None = None
+note_ends: Callable[..., None] | None = None
+why_not: str | None = None
+"""Why the pure-Python path is in use, or None when the compiled one is."""
+
+if os.environ.get("CAPSEM_NATIVE", "1") == "0":
+    why_not = "turned off (CAPSEM_NATIVE=0)"
+else:
+    try:
+        from capsem.native import _fastpath  # type: ignore[attr-defined]
+    except ImportError:
+        why_not = "not built (`make install` builds it when a C compiler and the Python headers are there)"
+    else:
+        if getattr(_fastpath, "VERSION", None) == VERSION:
+            frame_plain, delta_fields = _fastpath.frame_plain, _fastpath.delta_fields
+            delta_channels, note_ends = _fastpath.delta_channels, _fastpath.note_ends
+        else:
+            why_not = "built from an older source (run `make install` again)"
+
+
+def status() -> str:
+    """Which path this process uses, in words (for `capsem doctor`)."""
+    if frame_plain is not None:
+        return "compiled fast path (capsem/native/fastpath.c)"
+    return f"pure Python: the compiled fast path is {why_not}"

@@ -1,0 +1,248 @@
+"""The hold machines over real provider streams (tests/fixtures), cut at every point.
+
+Allowed calls: the agent receives exactly the upstream's bytes, however the chunks fall
+(mid-event, mid-line, mid-UTF-8). Denied calls: the answer the real SDK parses has no tool
+call, names the rule, and ends as a normal end of turn; among parallel calls only the denied
+one is replaced.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from addons.toolhold import HeldCall, SseHold, calls_in, machine_for, rewrite_json
+from tests.addons.toolhold import sdk_parse
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+STREAMS = {
+    "anthropic": FIXTURES / "anthropic" / "stream_thinking_tools.sse",
+    "openai_chat": FIXTURES / "openai_chat" / "stream_parallel_tools.sse",
+    "openai_responses": FIXTURES / "openai_responses" / "stream_gpt5_tool.sse",
+    "gemini": FIXTURES / "gemini" / "stream_tools.sse",
+}
+EXPECTED_CALLS = {"anthropic": 2, "openai_chat": 2, "openai_responses": 1, "gemini": 2}
+
+
+def run(protocol: str, pieces: list[bytes], decide) -> bytes:
+    machine = machine_for(protocol, decide)
+    assert machine is not None
+    hold = SseHold(machine)
+    sent = [c for p in pieces if p for c in hold(p)] + hold(b"")
+    assert all(sent), "an empty chunk would end an HTTP/1.1 chunked body"
+    out = b"".join(sent)
+    assert hold.failure is None
+    return out
+
+
+def cut(data: bytes, points: list[int]) -> list[bytes]:
+    points = sorted({p for p in points if 0 < p < len(data)})
+    return [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+
+
+def allow(calls: list[HeldCall]):
+    def decide(call: HeldCall) -> None:
+        calls.append(call)
+
+    return decide
+
+
+def deny(names: set[str] | None = None):
+    return lambda call: "no-rm" if names is None or call.name in names else None
+
+
+@pytest.mark.parametrize("protocol", sorted(STREAMS))
+def test_allowed_calls_pass_byte_identical_at_every_cut(protocol):
+    data = STREAMS[protocol].read_bytes()
+    for point in range(1, len(data)):
+        calls: list[HeldCall] = []
+        assert run(protocol, cut(data, [point]), allow(calls)) == data
+        assert len(calls) == EXPECTED_CALLS[protocol]
+    assert run(protocol, [bytes([b]) for b in data], allow([])) == data  # one byte at a time
+
+
+@pytest.mark.parametrize("protocol", sorted(STREAMS))
+@settings(max_examples=40, deadline=None)
+@given(points=st.lists(st.integers(min_value=1, max_value=20_000), max_size=12))
+def test_allowed_and_denied_do_not_depend_on_the_chunks(protocol, points):
+    data = STREAMS[protocol].read_bytes()
+    assert run(protocol, cut(data, points), allow([])) == data
+    assert run(protocol, cut(data, points), deny()) == run(protocol, [data], deny())
+
+
+def test_the_calls_are_read_whole():
+    calls: list[HeldCall] = []
+    run("anthropic", [STREAMS["anthropic"].read_bytes()], allow(calls))
+    assert [c.name for c in calls] == ["Read", "Grep"]
+    assert all(isinstance(c.arguments, dict) and c.arguments for c in calls)
+    calls = []
+    run("openai_chat", [STREAMS["openai_chat"].read_bytes()], allow(calls))
+    assert [c.call_id.startswith("call_") for c in calls] == [True, True]
+    assert all(c.arguments for c in calls)
+
+
+def test_anthropic_denied_ends_the_turn_and_the_sdk_reads_it():
+    out = run("anthropic", [STREAMS["anthropic"].read_bytes()], deny())
+    message = sdk_parse.anthropic_final(out)
+    assert not [b for b in message.content if b.type == "tool_use"]
+    assert message.stop_reason == "end_turn"
+    texts = [b.text for b in message.content if b.type == "text"]
+    assert sum("'no-rm'" in t and "not run" in t for t in texts) == 2
+    original = sdk_parse.anthropic_final(STREAMS["anthropic"].read_bytes())
+    assert message.usage == original.usage
+
+
+def test_anthropic_only_the_denied_parallel_call_is_replaced():
+    out = run("anthropic", [STREAMS["anthropic"].read_bytes()], deny({"Grep"}))
+    message = sdk_parse.anthropic_final(out)
+    assert [b.name for b in message.content if b.type == "tool_use"] == ["Read"]
+    assert message.stop_reason == "tool_use"
+    original = sdk_parse.anthropic_final(STREAMS["anthropic"].read_bytes())
+    assert [b.type for b in message.content] == [*[b.type for b in original.content][:-1], "text"]
+
+
+def test_openai_chat_denied_and_parallel():
+    data = STREAMS["openai_chat"].read_bytes()
+    completion = sdk_parse.chat_final(run("openai_chat", [data], deny()))
+    choice = completion.choices[0]
+    assert not choice.message.tool_calls and choice.finish_reason == "stop"
+    assert choice.message.content.count("not run") == 2
+    names = [c.function.name for c in sdk_parse.chat_final(data).choices[0].message.tool_calls]
+    first = names[0]
+    calls: list[HeldCall] = []
+    run("openai_chat", [data], allow(calls))
+    completion = sdk_parse.chat_final(
+        run("openai_chat", [data], lambda c: "r" if c.call_id == calls[0].call_id else None)
+    )
+    choice = completion.choices[0]
+    assert [c.id for c in choice.message.tool_calls] == [calls[1].call_id]
+    assert choice.finish_reason == "tool_calls" and "not run" in choice.message.content
+    assert json.loads(choice.message.tool_calls[0].function.arguments) == calls[1].arguments
+    assert first
+
+
+def test_openai_responses_denied_becomes_a_message():
+    data = STREAMS["openai_responses"].read_bytes()
+    response = sdk_parse.responses_final(run("openai_responses", [data], deny()))
+    assert not [i for i in response.output if i.type in ("function_call", "custom_tool_call")]
+    assert "not run" in response.output_text and response.status == "completed"
+    assert response.usage == sdk_parse.responses_final(data).usage
+
+
+def test_openai_responses_over_websocket_messages():
+    data = STREAMS["openai_responses"].read_bytes()
+    from addons.toolhold.sse import data_of, split_events
+
+    messages = [data_of(raw) for raw in split_events(bytearray(data), final=True)]
+    messages = [m for m in messages if m]
+    for decide, kept in ((allow([]), True), (deny(), False)):
+        machine = machine_for("openai_responses", decide, sse=False)
+        out = [o for m in messages for o in machine.event(m, m)] + machine.finish()
+        assert (out == messages) is kept
+        response = sdk_parse.responses_events(out)
+        assert bool([i for i in response.output if i.type == "function_call"]) is kept
+
+
+def test_gemini_denied_part_becomes_text():
+    data = STREAMS["gemini"].read_bytes()
+    chunks = sdk_parse.gemini_chunks(run("gemini", [data], deny()))
+    assert not any(c.function_calls for c in chunks)
+    assert any("not run" in (c.text or "") for c in chunks)
+    assert any(c.function_calls for c in sdk_parse.gemini_chunks(data))
+
+
+JSON = {
+    "anthropic": (FIXTURES / "anthropic" / "message_tool_use.json", sdk_parse.anthropic_json),
+    "openai_chat": (FIXTURES / "openai_chat" / "response_tool_calls.json", sdk_parse.chat_json),
+    "openai_responses": (FIXTURES / "openai_responses" / "response_gpt5_tool.json", sdk_parse.responses_json),
+}
+
+
+@pytest.mark.parametrize("protocol", sorted(JSON))
+def test_whole_json_answers(protocol):
+    path, parse = JSON[protocol]
+    data = path.read_bytes()
+    calls = calls_in(protocol, data)
+    assert calls and all(c.name for c in calls)
+    assert rewrite_json(protocol, data, lambda c: None) is None  # allowed: nothing to change
+    parsed = parse(rewrite_json(protocol, data, deny()))
+    assert "not run" in json.dumps(parsed.model_dump())
+    if protocol == "anthropic":
+        assert parsed.stop_reason == "end_turn" and not [b for b in parsed.content if b.type == "tool_use"]
+    if protocol == "openai_chat":
+        assert parsed.choices[0].finish_reason == "stop" and not parsed.choices[0].message.tool_calls
+    if protocol == "openai_responses":
+        assert not [i for i in parsed.output if i.type == "function_call"] and "not run" in parsed.output_text
+
+
+def test_gemini_whole_answers_object_and_array():
+    data = STREAMS["gemini"].read_bytes()
+    chunks = [
+        json.loads(c.model_dump_json(exclude_none=True, by_alias=True)) for c in sdk_parse.gemini_chunks(data)
+    ]
+    body = json.dumps(chunks).encode()
+    assert [c.name for c in calls_in("gemini", body)] == [c.name for c in calls_in("gemini", data)]
+    rewritten = json.loads(rewrite_json("gemini", body, deny()))
+    assert "functionCall" not in json.dumps(rewritten) and "not run" in json.dumps(rewritten)
+
+
+def test_a_failing_decision_lets_the_answer_through_unchanged():
+    data = STREAMS["anthropic"].read_bytes()
+
+    def broken(call):
+        raise RuntimeError("boom")
+
+    hold = SseHold(machine_for("anthropic", broken))
+    out = b"".join(hold.take(data[i : i + 100]) for i in range(0, len(data), 100)) + hold.take(b"")
+    assert out == data and hold.failure is not None
+
+
+def test_a_text_delta_cut_in_two_goes_out_at_once_a_tool_calls_bytes_do_not():
+    data = STREAMS["anthropic"].read_bytes()
+    text, call = data.index(b"text_delta"), data.index(b'"tool_use"')
+    hold = SseHold(machine_for("anthropic", allow([])))
+    before = b"".join(hold(data[: text + 5]))  # mid-event: the delta's first bytes are out already
+    assert before == data[: text + 5]
+    middle = b"".join(hold(data[text + 5 : call + 3]))  # up to inside the call's first event
+    assert before + middle == data[: data.rindex(b"event:", 0, call)]  # nothing of the call yet
+    assert before + middle + b"".join(hold(data[call + 3 :]) + hold(b"")) == data
+
+
+def test_a_responses_text_delta_cut_in_two_goes_out_at_once():
+    data = (FIXTURES / "openai_responses" / "stream_text_reasoning.sse").read_bytes()
+    text = data.index(b"event: response.output_text.delta") + 40
+    hold = SseHold(machine_for("openai_responses", allow([])))
+    assert b"".join(hold(data[:text])) == data[:text]
+    assert b"".join(hold(data[text:]) + hold(b"")) == data[text:]
+
+
+def _gemini_array() -> bytes:
+    """The Gemini SSE fixture's chunks as the JSON array a stream without `alt=sse` sends."""
+    from addons.toolhold.sse import data_of, split_events
+
+    objects = [data_of(raw) for raw in split_events(bytearray(STREAMS["gemini"].read_bytes()), final=True)]
+    return b"[" + b"\n,\r\n".join(o for o in objects if o) + b"\n]"
+
+
+def test_gemini_json_array_streams_at_every_cut():
+    from addons.toolhold.gemini import GeminiHold
+    from addons.toolhold.json_array import ArrayHold
+
+    data = _gemini_array()
+    denied = None
+    for point in range(1, len(data)):
+        calls: list[HeldCall] = []
+        hold = ArrayHold(GeminiHold(allow(calls)))
+        sent = hold(data[:point]) + hold(data[point:]) + hold(b"")
+        assert all(sent) and b"".join(sent) == data and len(calls) == 2
+        hold = ArrayHold(GeminiHold(deny({"bash"})))
+        out = b"".join(hold(data[:point]) + hold(data[point:]) + hold(b""))
+        assert denied is None or out == denied
+        denied = out
+    parts = [p for r in json.loads(denied) for p in r["candidates"][0]["content"]["parts"]]
+    assert [p["functionCall"]["name"] for p in parts if "functionCall" in p] == ["read"]
+    assert any("not run" in p.get("text", "") for p in parts)
