@@ -81,5 +81,18 @@ def test_the_replay_of_a_session_with_denied_calls_diffs_as_no_change(replayed, 
     out = run("diff", replayed["original"], replayed["replay"])
     assert "no change but ids and timings" in out, out
     assert "changed" not in out.replace("no change", ""), out
+    lines = [line.strip() for line in out.splitlines()]
+    at = lines.index("tool calls denied (compared as the agent received them):")
+    assert lines[at + 1 : at + 3] == ["call 1 ↔ 1: Bash denied by rule no-rm-rf (A and B)",
+                                      "call 3 ↔ 3: shell denied by rule no-rm-rf (A and B)"], out  # fmt: skip
     found = json.loads(run("diff", replayed["original"], replayed["replay"], "--json"))
     assert found["same"] is True, found
+    assert [(c["a"]["delivered"], c["b"]["delivered"]) for c in found["calls"]] == [
+        (True, False),
+        (False, False),
+    ] * 2
+    assert (
+        found["calls"][0]["a"]["denied"]
+        == found["calls"][0]["b"]["denied"]
+        == ["Bash denied by rule no-rm-rf"]
+    )
