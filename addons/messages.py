@@ -159,6 +159,9 @@ class WsMessage(msgspec.Struct, frozen=True, array_like=True, tag=4):
     tool_decisions: tuple[ToolDecision, ...] = ()
     """Decisions on the tool calls of the socket's current turn, made up to this message (a
     turn's rows are written when it ends, long before the socket's `FlowEnded`)."""
+    side: str = "both"
+    """Who saw it: `both`; `model` (a server message the tool gate dropped: the agent did not get
+    it as it came) or `agent` (one the tool gate sent: held bytes released, or their replacement)."""
 
 
 class Substitution(msgspec.Struct, frozen=True, array_like=True):

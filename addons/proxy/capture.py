@@ -345,11 +345,11 @@ class Capsem:
         if state is None or flow.websocket is None:
             return
         msg = flow.websocket.messages[-1]
-        if msg.injected and released(state, msg.content, take=True):  # the tool gate's: recorded as it came
-            return
-        decisions = tuple(state.tool_decisions)
+        side = "agent" if msg.injected and released(state, msg.content, take=True) else (  # the tool gate's
+            "model" if msg.dropped and not msg.from_client else "both")  # fmt: skip  # held or replaced by it
+        decided = tuple(state.tool_decisions)
         state.tool_decisions.clear()  # each goes with the message it came with (the turn's rows)
-        self.put(WsMessage(flow.id, msg.from_client, msg.content, msg.is_text, msg.timestamp, decisions))
+        self.put(WsMessage(flow.id, msg.from_client, msg.content, msg.is_text, msg.timestamp, decided, side))
         # mitmproxy keeps every message of a socket until it ends (its issue #6620: a Codex session's
         # whole traffic, never freed); capsem has its copy, and mitmproxy sends the message it holds
         # apart, so only the current one stays for the addons after this one

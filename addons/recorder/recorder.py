@@ -335,12 +335,14 @@ class Recorder:
             return
         if msg.from_client:
             socket.sent += len(msg.content)
-        else:
+        elif msg.side != "agent":  # the upstream's (the tool gate's own messages are not counted)
             socket.received += len(msg.content)
             socket.server_messages += 1
         socket.tool_decisions += msg.tool_decisions
-        self._ws_turns(socket, socket.turns.message(msg.from_client, msg.content, msg.is_text, msg.at))
-        if self.spend is not None and not msg.from_client:
+        self._ws_turns(
+            socket, socket.turns.message(msg.from_client, msg.content, msg.is_text, msg.at, msg.side)
+        )
+        if self.spend is not None and not msg.from_client and not socket.turns.waiting:
             self.spend.counted(msg.key + WS_TURN, socket.server_messages)  # a turn it ended is counted
 
     def _ws_end(self, flow: FlowEnded, socket: _Socket) -> None:
@@ -370,7 +372,7 @@ class Recorder:
             apply_tool_decisions(rows, socket.tool_decisions)
             self._write(rows)
             self._keep_bodies(rows[0], None, turn.request_body, turn.response_body, False, fresh,  # type: ignore[arg-type]
-                              response_type="application/x-ndjson")  # fmt: skip
+                              response_type="application/x-ndjson", delivered=turn.delivered_body)  # fmt: skip
             if turn.chunks:
                 self._write([ResponseChunksRow(rows[0].id, chunks_json(turn.chunks))])
 

@@ -15,6 +15,12 @@ the flow's `net_events` row, whose `conn_type` is ``wss``/``ws``). Turns are wri
 as they end, pointing at the upgrade flow's `net_events` row, whose id is minted when the first
 message arrives and which is written when the socket ends (with the bytes of every message and
 the trace of the last turn).
+When a tool rule denied a call (`addons/proxy/tool_gate.py`), the agent did not get the model's
+messages as they came: each `WsMessage` says which side saw it (`both`, `model`: dropped by the
+tool gate, `agent`: sent by it). The turn's body is the model's messages; what the agent received
+is kept beside it (`Turn.delivered_body`, the `delivered` body `capsem replay` answers with) when
+it differs. The tool gate's last message (the rewritten terminal event) comes after the model's,
+so such a turn ends when both sides have ended (`WebSocketTurns.waiting` until then).
 A socket dropped without a close frame (code 1006) is an error of the flow only when a turn was
 still open: Codex drops its socket that way when it exits, after its last turn completed.
 """
@@ -69,6 +75,9 @@ class Turn:
     chunks: list[tuple[int, int]] = field(default_factory=list)
     """Each server message's end in `response_body` (with the newline after it) and its ms after the
     request (`response_chunks`)."""
+    delivered_body: bytes | None = None
+    """The messages the agent received, one a line, when they were not the model's (a tool call
+    denied and replaced by the tool gate); None when it got the model's."""
 
 
 def request_of(obj: dict[str, Any]) -> dict[str, Any]:
@@ -92,6 +101,13 @@ class _Open:
     request_bytes: int = 0
     responses: list[bytes] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
+    delivered: list[bytes] = field(default_factory=list)
+    """The server messages the agent received (`both` and `agent` sides)."""
+    diverged: bool = False
+    """The tool gate dropped a message of the model's: the agent's messages may differ."""
+    delivered_ended: bool = False
+    model_ended: float | None = None
+    """When the model's terminal event came (the turn then waits for the agent's)."""
 
 
 class WebSocketTurns:
@@ -102,29 +118,39 @@ class WebSocketTurns:
         self.messages = 0
         self.ignored = 0
 
-    def message(self, from_client: bool, content: bytes, is_text: bool, at: float) -> list[Turn]:
+    def message(
+        self, from_client: bool, content: bytes, is_text: bool, at: float, side: str = "both"
+    ) -> list[Turn]:
         self.messages += 1
         try:
-            return self._message(from_client, content, at)
+            return self._message(from_client, content, at, side)
         except Exception:
             self.ignored += 1
             return []
 
+    @property
+    def waiting(self) -> bool:
+        """The model's side of the open turn ended; the tool gate's messages to the agent are still
+        to come (the turn is recorded, and its cost counted, when they have)."""
+        return self.current is not None and self.current.model_ended is not None
+
     def close(self, at: float, error: str | None = None) -> list[Turn]:
         """The socket ended: an open turn is recorded as incomplete."""
+        cut = not self.waiting
         turn = self._finish(at)
-        if turn is not None and turn.summary.error_message is None:
+        if turn is not None and cut and turn.summary.error_message is None:
             turn.summary.error_message = error or "connection closed before the response ended"
         return [turn] if turn is not None else []
 
-    def _message(self, from_client: bool, content: bytes, at: float) -> list[Turn]:
+    def _message(self, from_client: bool, content: bytes, at: float, side: str) -> list[Turn]:
         if from_client:
             obj = load_json_object(content)
             if obj is None or obj.get("type") != "response.create":
                 self.ignored += 1
                 return []
+            cut = not self.waiting
             done = self._finish(at)
-            if done is not None and done.summary.error_message is None:
+            if done is not None and cut and done.summary.error_message is None:
                 done.summary.error_message = "a new response.create arrived before the response ended"
             body = request_of(obj)
             request = parse_request_object(body)
@@ -135,6 +161,14 @@ class WebSocketTurns:
         if turn is None:
             self.ignored += 1
             return []
+        ended = ws_turn_ended(content)  # the budgets in mitmdump decide it with the same function
+        if side != "model":
+            turn.delivered.append(content)
+            turn.delivered_ended = turn.delivered_ended or ended
+        if side == "agent":
+            done = self._finish(at) if turn.model_ended is not None and turn.delivered_ended else None
+            return [done] if done is not None else []
+        turn.diverged = turn.diverged or side == "model"
         turn.response_bytes += len(content)
         turn.responses.append(content)
         turn.times.append(at)
@@ -143,11 +177,14 @@ class WebSocketTurns:
         turn.interp.event(SSEEvent(None, text))
         if turn.first_content is None and turn.interp.summary.content_started:
             turn.first_content = at
-        if ws_turn_ended(text):  # the budgets in mitmdump decide it with the same function
+        if ended:
             obj = load_json_object(content)
             status = as_int(obj.get("status")) if obj is not None and obj.get("type") == "error" else None
             if status is not None and 100 <= status <= 599:
                 turn.status = status
+            turn.model_ended = at
+            if turn.diverged and not turn.delivered_ended:
+                return []  # what the tool gate sends the agent instead is still to come
             done = self._finish(at)
             return [done] if done is not None else []
         return []
@@ -157,18 +194,20 @@ class WebSocketTurns:
         if turn is None:
             return None
         summary = turn.interp.finish()
+        body, delivered = b"\n".join(turn.responses), b"\n".join(turn.delivered)  # NDJSON: one message a line
         return Turn(
             request=turn.request,
             request_body=turn.request_body,
             summary=summary,
             started=turn.started,
-            ended=at,
+            ended=turn.model_ended if turn.model_ended is not None else at,
             first_content=turn.first_content,
             request_bytes=turn.request_bytes,
             response_bytes=turn.response_bytes,
             status=turn.status,
-            response_body=b"\n".join(turn.responses),  # NDJSON: one server message a line
+            response_body=body,
             chunks=_ends(turn.responses, turn.times, turn.started),
+            delivered_body=delivered if turn.diverged and delivered != body else None,
         )
 
 

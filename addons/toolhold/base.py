@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -59,6 +61,24 @@ def denial_text(name: str, rule: str) -> str:
         f"[capsem] The {name} tool call was denied by policy rule {rule!r}; the tool was not run. "
         "Do not retry it; tell the user what you wanted to do instead."
     )
+
+
+_DENIAL = re.compile(r"\[capsem\] The (.+?) tool call was denied by policy rule ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"); "
+                     r"the tool was not run\.")  # fmt: skip
+"""`denial_text` read back."""
+
+
+def denials_in(text: str) -> list[tuple[str, str]]:
+    """(tool name, rule) of each `denial_text` in `text`: a refused call as the agent received it
+    (`capsem diff` shows it on both sides of a session and its replay)."""
+    out = []
+    for m in _DENIAL.finditer(text):
+        try:
+            rule = ast.literal_eval(m[2])
+        except (ValueError, SyntaxError):
+            rule = m[2][1:-1]
+        out.append((m[1], str(rule)))
+    return out
 
 
 def arguments_of(text: str | None) -> Mapping[str, Any] | None:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from addons.items import call_items
+from addons.toolhold.base import denials_in
+from assembler.diff.delivered import delivered
 from assembler.sessiondb import MainDbMissing, open_main
 from assembler.view.queries.call import item_content, readable
 from assembler.view.queries.common import check_session_db
@@ -113,6 +115,12 @@ class Call:
     answer: tuple[Piece, ...]
     """Its output items but tool calls: thinking, text."""
     tool_uses: tuple[ToolUse, ...]
+    delivered: bool = False
+    """Its answer was rewritten (a tool call denied): `answer`, `stop_reason` and `tool_uses` are
+    what the agent received, as a replay of the session is answered."""
+    denied: tuple[str, ...] = ()
+    """The tool calls the agent got capsem's denial text for (`Bash denied by rule no-rm-rf`), read
+    from the answer: the same in a session and its replay. Shown, not compared (the answer is)."""
 
 
 @dataclass(frozen=True)
@@ -202,13 +210,20 @@ def load_run(conn: sqlite3.Connection, session_id: str) -> Run:
             ToolUse(t.name, _arguments(t.arguments), t.result, t.result_error, t.call_id)
             for t in tools.get(row["id"], [])
         )
+        answer, stop_reason = items.new(row["id"], "output") or _plain_answer(row), row.get("stop_reason")
+        got = delivered(conn, row)
+        if got is not None:  # compared as the agent received it (a replay answers with it)
+            answer = tuple(Piece(i.kind, i.role, piece_text(i.kind, i.content)) for i in got.items
+                           if i.kind != "tool_call")  # fmt: skip
+            uses, stop_reason = tuple(u for u in uses if u.call_id in got.call_ids), got.stop_reason
+        denied = tuple(f"{name} denied by rule {rule}" for p in answer for name, rule in denials_in(p.text))
         calls.append(Call(
             id=node.id, turn=turn, provider=node.provider, endpoint=_MODEL_IN_PATH.sub(r"\1*", row.get("path") or ""),
-            model=node.model, status=node.status_code, error=node.error, stop_reason=node.stop_reason,
+            model=node.model, status=node.status_code, error=node.error, stop_reason=stop_reason,
             input_tokens=node.input_tokens, output_tokens=node.output_tokens, cache_read=node.cache_read,
             cache_write=node.cache_write, cost=None if node.unpriced else node.cost, timestamp=node.timestamp,
             duration_ms=node.duration_ms, ask=ask, system=items.system(row), tools=items.tools(row), new_items=new_items,
-            answer=items.new(row["id"], "output") or _plain_answer(row), tool_uses=uses,
+            answer=answer, tool_uses=uses, delivered=got is not None, denied=denied,
         ))  # fmt: skip
     return Run(session_id, tuple(calls), errors=_errors(conn, calls))
 

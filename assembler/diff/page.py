@@ -63,7 +63,8 @@ def diff_context(
 ) -> dict[str, Any]:
     """The template context of the `/diff/A/B` page (`open_session(id)`: a read-only connection)."""
     found = compare(*(load_session(open_session, session_id) for session_id in (a, b)))
-    return {"d": found, "blocks": blocks(found.calls), "kinds": text.kinds_changed(found), "label": text.label,
+    return {"d": found, "blocks": blocks(found.calls), "kinds": text.kinds_changed(found),
+            "denied": [line.strip() for line in text.denied_lines(found)], "label": text.label,
             "value": text.value, "signed": text.signed, "title": f"Compare {a} → {b}"}  # fmt: skip
 
 

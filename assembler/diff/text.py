@@ -207,6 +207,8 @@ def render(diff: SessionDiff, console: Console) -> None:
                 for k, n in kinds_changed(diff)]  # fmt: skip
         for line in _greedy(["changed:", *what], console.width):
             console.print(Text(line, style="yellow"))
+    for line in denied_lines(diff):
+        console.print(Text(line, style="dim"))
     index = dict(enumerate(diff.calls))
     same: list[CallDiff] = []
     for d in diff.calls:
@@ -222,6 +224,20 @@ def render(diff: SessionDiff, console: Console) -> None:
     _print_same(console, same)
     console.print()
     console.print(totals_table(diff))
+
+
+def denied_lines(diff: SessionDiff) -> list[str]:
+    """The calls where the agent got capsem's denial text instead of a tool call, on each side: such
+    a call is compared as the agent received it (a replay is answered so), not as the model sent it."""
+    out = []
+    for d in diff.calls:
+        a, b = (d.a.denied if d.a else ()), (d.b.denied if d.b else ())
+        if not (a or b):
+            continue
+        sides = (f"{', '.join(a)} (A and B)" if a == b else
+                 f"A: {', '.join(a) or 'none'}; B: {', '.join(b) or 'none'}")  # fmt: skip
+        out.append(f"  call {_ids(d.a)} ↔ {_ids(d.b)}: {sides}")
+    return ["tool calls denied (compared as the agent received them):", *out] if out else []
 
 
 def _greedy(parts: list[str], width: int) -> list[str]:
@@ -269,7 +285,8 @@ def as_json(diff: SessionDiff) -> dict[str, Any]:
         for side in ("a", "b"):
             call = getattr(d, side)
             entry[side] = None if call is None else {"id": call.id, "turn": call.turn, "provider": call.provider,
-                                                     "model": call.model}  # fmt: skip
+                                                     "model": call.model, "delivered": call.delivered,
+                                                     "denied": list(call.denied)}  # fmt: skip
         entry["changed"] = d.changed
         calls.append(entry)
     return {"a": diff.a, "b": diff.b, "same": diff.same, "calls": calls,

@@ -118,9 +118,9 @@ def _call(conn: sqlite3.Connection, row: sqlite3.Row, kind: str, number: int, sh
     endpoint = Endpoint(kind, method, row["host"] or "", (row["path"] or "").split("?", 1)[0])
     headers = _headers(row["response_headers"])
     status = row["status_code"] or row["net_status"] or 200
-    delivered = read_body(conn, row["id"], "delivered", table) if kind != "ws" else None
+    delivered = read_body(conn, row["id"], "delivered", table)
     if delivered is not None:  # the agent got another answer (a denied tool call replaced): replay that one
-        response, chunks = delivered, None  # cut at its framing units: the timings are the upstream's
+        response, chunks = delivered, None  # cut at its framing units (a WebSocket's: one message a line)
     answer = Answer(status, headers, response[0], bool(row["stream"]), chunks, websocket=kind == "ws")
     recorded = Recorded(number, endpoint, shaper.shape(request[0]))
     columns = row.keys()

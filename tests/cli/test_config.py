@@ -115,8 +115,8 @@ KINDS = [
     ("policy:\n  rules: [{action: block, host: '*.example'}]\n",
      "policy.rules[1].action must be allow, warn, deny or ask, got 'block'"),
     ("policy:\n  rules: [{action: deny}]\n",
-     "policy.rules[1] must name something to match (host, port, path, method, mcp_server, mcp_tool, mcp_args), "
-     "got {'action': 'deny'}"),
+     "policy.rules[1] must name something to match (host, port, path, method, mcp_server, mcp_tool, "
+     "mcp_args, tool, tool_args), got {'action': 'deny'}"),
     ("policy:\n  rules: [{action: deny, port: 99999}]\n",
      "policy.rules[1].port must be a port number (1-65535), got 99999"),
     ("capture: {preview_byte: 10}\n", "capture.preview_byte is not a setting (did you mean preview_bytes?); "

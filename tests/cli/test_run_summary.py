@@ -120,7 +120,7 @@ def test_list_sessions_and_cost_report_show_cache_tokens_and_the_split(home, tmp
         40000,
         2,
     )
-    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("COLUMNS", "240")  # wide enough for every count beside the whole command
     listed = words(run("list-sessions"))
     assert re.search(
         r"stopped 2 \$0\.08\d\d 51 20,000 40,000 \d+ 4 0 0 1 1 ws python ", listed

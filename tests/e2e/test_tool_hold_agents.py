@@ -72,3 +72,8 @@ def test_a_real_agent_never_runs_the_denied_call_and_ends_normally(agent, destro
         r["call_id"] for r in rows(run.db, "SELECT call_id FROM tool_calls WHERE decision = 'denied'")
     }
     assert not denied_ids & {r["call_id"] for r in results}  # a denied call never gets a result
+    # what the agent received is kept beside the model's answer (Codex: the turn's WebSocket messages)
+    delivered = rows(run.db, "SELECT e.row_id FROM event_body_blobs e JOIN tool_calls t ON t.model_call_id = "
+                             "e.row_id WHERE e.direction = 'delivered' AND e.source_table = 'model_calls' AND "
+                             "t.decision = 'denied'")  # fmt: skip
+    assert len(delivered) == 1, delivered
