@@ -17,8 +17,8 @@ from addons.framing import SSEEvent
 from addons.items import Item, output_items
 from addons.providers import parser_for, stream_framing
 from addons.providers.openai_responses import OpenAIResponsesStream
-from addons.recorder.bodies import read_body
 from addons.records import ResponseSummary
+from capsem.store.bodies import read_body
 
 WEBSOCKET_BODY = "application/x-ndjson"
 """How the recorder types a WebSocket turn's bodies (one server message a line)."""

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from addons.recorder.bodies import read_body
 from capsem.emulator.agent import DOOMED, FILE
+from capsem.store.bodies import read_body
 from tests.cli.conftest import run
 from tests.conftest import environ, rows
 
