@@ -112,3 +112,22 @@ def test_postgres_stopped_mid_session_every_row_arrives_once(team_url, postgres,
         assert pg.execute("SELECT status, total_model_calls FROM capsem.sessions").fetchall() == [
             ("stopped", len(local))
         ]
+
+
+def test_redacted_shares_the_scrubbed_conversation_and_no_body(team_url, emu, tmp_path):
+    """`share: redacted`: each call's conversation items arrive as session.db keeps them (a secret in
+    the prompt scrubbed), and neither request nor response body leaves the machine."""
+    secret = "sk-ant-api03-" + "R3dact3dTeamKey0" * 5 + "AA"
+    a = Machine(tmp_path / "a", "laptop-a", emu, "  share: redacted\n")
+    capsem(a.home, "team", "init")
+    proxy, http = a.session("20261128-120000-00bb")
+    with http:
+        call(http, f"{PLANTED}, and my key is {secret}")
+    assert proxy.stop() == 0
+    a.wait_pushed()
+    with psycopg.connect(team_url) as pg:
+        kinds = {k for (k,) in pg.execute("SELECT DISTINCT kind FROM capsem.content").fetchall()}
+        (share,) = pg.execute("SELECT share FROM capsem.sessions").fetchone()
+    assert kinds == {"item"} and share == "redacted"
+    assert text_columns_holding(team_url, "zebra-quartz") == ["content.body"]
+    assert text_columns_holding(team_url, "R3dact3dTeamKey0") == []
