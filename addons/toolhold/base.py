@@ -103,3 +103,31 @@ def first_line(partial: bytes) -> bytes | None:
         if byte in (0x0A, 0x0D):
             return bytes(partial[:i])
     return None
+
+
+class StreamHold:
+    """What the two `flow.response.stream` holds (`SseHold`, `ArrayHold`) share: a list of chunks
+    out for each chunk in (never an empty one: an empty `bytes` ends an HTTP/1.1 chunked body), and
+    what the agent received, kept for the record."""
+
+    __slots__ = ("failure", "machine", "sent")
+
+    def __init__(self, machine: Any) -> None:
+        self.machine = machine
+        self.failure: str | None = None
+        self.sent = bytearray()
+        """Everything given to the agent (what it received, for the record when a call was denied)."""
+
+    def __call__(self, chunk: bytes) -> list[bytes]:
+        out = self.take(chunk)
+        self.sent += out
+        return [out] if out else []
+
+    def take(self, chunk: bytes) -> bytes:
+        """What goes out for `chunk` (b"" ends the answer), as one `bytes`."""
+        raise NotImplementedError
+
+    @property
+    def delivered(self) -> bytes | None:
+        """What the agent received, when it differs from the upstream's bytes."""
+        return bytes(self.sent) if self.machine.rewritten and self.failure is None else None

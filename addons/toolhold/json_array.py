@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+from addons.toolhold.base import StreamHold
 from addons.toolhold.gemini import GeminiHold
 
 logger = logging.getLogger("addons.proxy.capture")
@@ -65,26 +66,15 @@ class ArraySplitter:
         return rest
 
 
-class ArrayHold:
+class ArrayHold(StreamHold):
     """`flow.response.stream` for a Gemini JSON-array answer (see `SseHold` for the contract:
     a list of chunks, never an empty one; a failure lets everything through unchanged)."""
 
-    __slots__ = ("failure", "machine", "sent", "split")
+    __slots__ = ("split",)
 
     def __init__(self, machine: GeminiHold) -> None:
-        self.machine = machine
+        super().__init__(machine)
         self.split = ArraySplitter()
-        self.failure: str | None = None
-        self.sent = bytearray()
-
-    def __call__(self, chunk: bytes) -> list[bytes]:
-        out = self.take(chunk)
-        self.sent += out
-        return [out] if out else []
-
-    @property
-    def delivered(self) -> bytes | None:
-        return bytes(self.sent) if self.machine.rewritten and self.failure is None else None
 
     def take(self, chunk: bytes) -> bytes:
         if self.failure is not None:

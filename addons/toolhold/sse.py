@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import re
 
-from addons.toolhold.base import EventMachine
+from addons.toolhold.base import EventMachine, StreamHold
 
 logger = logging.getLogger("addons.proxy.capture")
 
@@ -52,7 +52,7 @@ def data_of(raw: bytes) -> bytes | None:
     return b"\n".join(line[6:] if line[5:6] == b" " else line[5:] for line in lines)
 
 
-class SseHold:
+class SseHold(StreamHold):
     """`flow.response.stream` for an SSE answer: whole events to the machine, what it lets go out.
 
     Returns a list of chunks, empty while everything is held: mitmproxy sends each item as it
@@ -61,27 +61,14 @@ class SseHold:
     Never raises into mitmproxy: a failure lets everything held and everything after go through
     unchanged (the agent's answer is never broken by capsem), and says so in the log."""
 
-    __slots__ = ("ahead", "buffer", "failure", "machine", "sent")
+    __slots__ = ("ahead", "buffer")
 
     def __init__(self, machine: EventMachine) -> None:
-        self.machine = machine
+        super().__init__(machine)
         self.buffer = bytearray()
-        self.failure: str | None = None
-        self.sent = bytearray()
-        """Everything given to the agent (what it received, for the record when a call was denied)."""
         self.ahead = 0
         """Bytes of the event still arriving already sent: one the machine lets through unread
         (`passes`, e.g. a text delta cut across reads goes out as it comes)."""
-
-    def __call__(self, chunk: bytes) -> list[bytes]:
-        out = self.take(chunk)
-        self.sent += out
-        return [out] if out else []
-
-    @property
-    def delivered(self) -> bytes | None:
-        """What the agent received, when it differs from the upstream's bytes."""
-        return bytes(self.sent) if self.machine.rewritten and self.failure is None else None
 
     def take(self, chunk: bytes) -> bytes:
         """What goes out for `chunk` (b"" ends the answer), as one `bytes`."""
