@@ -77,17 +77,21 @@ def seeded_confdir(confdir: Path) -> Path:
 
 
 @contextmanager
-def emulated_client(emu, work: Path, session_id: str, log_name: str | None = None) -> Iterator[Any]:
-    """An httpx client through a fresh mitmdump (upstream: the emulator `emu`) recording session
-    `session_id`, trusting its CA; mitmdump stops when the block ends."""
+def emulated_client(emu, work: Path, session_id: str | None = None, log_name: str | None = None,
+                    args: list[str] | None = None) -> Iterator[Any]:  # fmt: skip
+    """An httpx client through a fresh mitmdump (upstream: the emulator `emu`, more mitmdump `args`)
+    recording session `session_id` (else one it names), trusting its CA; mitmdump stops when the
+    block ends."""
     import ssl
 
     import httpx
 
-    proxy = start_mitmdump(confdir=seeded_confdir(work / "conf"), log_path=work / (log_name or f"{session_id}.log"),
+    named = ["--set", f"capsem_session_id={session_id}"] if session_id else []
+    proxy = start_mitmdump(confdir=seeded_confdir(work / "conf"),
+                           log_path=work / (log_name or f"{session_id or 'mitmdump'}.log"),
                            args=["--mode", f"upstream:{emu.proxy_url}",
                                  "--set", f"ssl_verify_upstream_trusted_ca={emu.ca_path}",
-                                 "--set", f"capsem_session_id={session_id}"])  # fmt: skip
+                                 *named, *(args or [])])  # fmt: skip
     try:
         trust = ssl.create_default_context(cafile=proxy.ca_cert)
         with httpx.Client(proxy=proxy.url, verify=trust, timeout=30) as client:

@@ -4,27 +4,23 @@ and helpers that derive more sessions (older, running, empty, crashed...) from t
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import sqlite3
-import ssl
 import subprocess
 import sys
 import textwrap
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 from click.testing import CliRunner
 
 from assembler.cli import cli
 from assembler.demo import anthropic_loop, openai_loop
 from capsem.emulator import Emulator
-from capsem.mitm import start_mitmdump
 from capsem.rollup import rollup
 from capsem.store.schema import open_main_db, open_session_db
-from tests.conftest import seeded_confdir
+from tests.conftest import emulated_client, environ
 from tests.ledger.reseal import reseal
 
 
@@ -33,25 +29,9 @@ def recorded(tmp_path_factory) -> Path:
     """A CAPSEM_HOME holding one stopped session: two tool loops (anthropic + openai)."""
     home = tmp_path_factory.mktemp("recorded-home")
     work = tmp_path_factory.mktemp("recorded-work")
-    old = os.environ.get("CAPSEM_HOME")
-    os.environ["CAPSEM_HOME"] = str(home)
-    try:
-        with Emulator() as emu:
-            proxy = start_mitmdump(confdir=seeded_confdir(work / "conf"), log_path=work / "mitmdump.log",
-                                   args=["--mode", f"upstream:{emu.proxy_url}",
-                                         "--set", f"ssl_verify_upstream_trusted_ca={emu.ca_path}"])  # fmt: skip
-            try:
-                trust = ssl.create_default_context(cafile=proxy.ca_cert)
-                with httpx.Client(proxy=proxy.url, verify=trust, timeout=30) as client:
-                    anthropic_loop(client, lambda _msg: None)
-                    openai_loop(client, lambda _msg: None)
-            finally:
-                proxy.stop()
-    finally:
-        if old is None:
-            os.environ.pop("CAPSEM_HOME", None)
-        else:
-            os.environ["CAPSEM_HOME"] = old
+    with environ(CAPSEM_HOME=str(home)), Emulator() as emu, emulated_client(emu, work) as client:
+        anthropic_loop(client, lambda _msg: None)
+        openai_loop(client, lambda _msg: None)
     (db,) = home.glob("sessions/*/session.db")
     _RECORDED["id"] = db.parent.name
     return home

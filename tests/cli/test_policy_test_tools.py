@@ -7,19 +7,15 @@ and every rule that matched nothing is named (the issue's `mcp_tool: Bash` among
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import ssl
 from pathlib import Path
 
-import httpx
 import pytest
 
 from assembler.demo import anthropic_loop, openai_loop
 from capsem.emulator import Emulator
-from capsem.mitm import start_mitmdump
 from tests.cli.conftest import run
-from tests.conftest import rows
+from tests.conftest import emulated_client, environ, rows
 
 BASH = {"name": "Bash", "description": "Run a shell command",
         "schema": {"type": "object", "properties": {"command": {"type": "string", "enum": ["rm -rf /tmp/x"]}},
@@ -46,27 +42,12 @@ def recorded(tmp_path_factory) -> Path:
     """A CAPSEM_HOME with two sessions: claude (Bash) and codex (shell), each a two-turn tool loop."""
     home = tmp_path_factory.mktemp("tools-home")
     work = tmp_path_factory.mktemp("tools-work")
-    old = os.environ.get("CAPSEM_HOME")
-    os.environ["CAPSEM_HOME"] = str(home)
-    try:
-        with Emulator() as emu:
-            for name, command, loop, tool in (("claude", "claude -p clean", anthropic_loop, BASH),
-                                              ("codex", "codex exec clean", openai_loop, SHELL)):  # fmt: skip
-                proxy = start_mitmdump(confdir=work / "conf", log_path=work / f"{name}.log",
-                                       args=["--mode", f"upstream:{emu.proxy_url}",
-                                             "--set", f"ssl_verify_upstream_trusted_ca={emu.ca_path}",
-                                             "--set", f"capsem_command={command}", "--set", "capsem_mode=run"])  # fmt: skip
-                try:
-                    trust = ssl.create_default_context(cafile=proxy.ca_cert)
-                    with httpx.Client(proxy=proxy.url, verify=trust, timeout=30) as client:
-                        loop(client, lambda _msg: None, tool=tool)
-                finally:
-                    proxy.stop()
-    finally:
-        if old is None:
-            os.environ.pop("CAPSEM_HOME", None)
-        else:
-            os.environ["CAPSEM_HOME"] = old
+    with environ(CAPSEM_HOME=str(home)), Emulator() as emu:
+        for name, command, loop, tool in (("claude", "claude -p clean", anthropic_loop, BASH),
+                                          ("codex", "codex exec clean", openai_loop, SHELL)):  # fmt: skip
+            run_as = ["--set", f"capsem_command={command}", "--set", "capsem_mode=run"]
+            with emulated_client(emu, work, log_name=f"{name}.log", args=run_as) as client:
+                loop(client, lambda _msg: None, tool=tool)
     return home
 
 
