@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -28,9 +29,16 @@ from assembler.sessiondb import db_file, main_row, open_path, resolve
 from capsem.paths import capsem_home
 from capsem.private import write_private
 from capsem.store.keys import KEY_NAME, PUB_NAME, signing_key
-from capsem.store.verify import Verdict
+from capsem.store.verify import Problem, Verdict
 
 UNCHECKED = 3
+
+
+def _state(v: Verdict) -> str:
+    """verified, failed, or unchecked (only sessions recorded before the ledger, or no key)."""
+    if v.ok:
+        return "verified"
+    return "unchecked" if {p.what for p in v.problems} == {"uncovered"} else "failed"
 
 
 def verdict_line(v: Verdict) -> str:
@@ -42,7 +50,7 @@ def verdict_line(v: Verdict) -> str:
         return (f"{v.session_id}  verified  {counted(v.rows, 'row')} in "
                 f"{counted(v.batches, 'signed batch', 'signed batches')}, {end}")  # fmt: skip
     more = f" (+{len(v.problems) - 1} more)" if len(v.problems) > 1 else ""
-    label = "UNCHECKED" if {p.what for p in v.problems} == {"uncovered"} else "FAILED   "
+    label = "UNCHECKED" if _state(v) == "unchecked" else "FAILED   "
     return f"{v.session_id}  {label} {v.first}{more}"
 
 
@@ -57,12 +65,54 @@ def _print(report: HomeReport) -> None:
         click.echo(f"main.db chain          verified  {counted(report.chain_entries, 'entry', 'entries')}")
 
 
+def _problem_json(p: Problem) -> dict:
+    return {"what": p.what, "table": p.table, "key_name": p.key_name if p.table else None,
+            "key": p.key, "detail": p.detail or None, "text": str(p)}  # fmt: skip
+
+
+def _verdict_json(v: Verdict) -> dict:
+    return {
+        "session_id": v.session_id,
+        "state": _state(v),
+        "rows": v.rows,
+        "signed_batches": v.batches,
+        "signed_end": bool(v.last and v.last.final),
+        "head_sha256": v.last.head.hex() if v.last else None,
+        "note": v.note or None,
+        "problems": [_problem_json(p) for p in sorted(v.problems, key=lambda p: p.order)],
+    }
+
+
+def _report_json(report: HomeReport | None, attestations: list[AttestationCheck]) -> dict:
+    out: dict = {"ok": all(a.ok for a in attestations) and (report is None or report.ok)}
+    if report is not None:
+        out["sessions"] = [_verdict_json(v) for v in report.sessions]
+        out["main_chain"] = {
+            "state": "unchecked" if report.no_key else "failed" if report.chain else "verified",
+            "entries": report.chain_entries,
+            "problems": [_problem_json(p) for p in report.chain],
+        }
+        out["no_key"] = report.no_key
+    if attestations:
+        out["attestations"] = [
+            {
+                "path": str(a.path),
+                "state": "verified" if a.ok else "failed",
+                "session_id": a.session_id,
+                "detail": a.detail,
+            }
+            for a in attestations
+        ]
+    return out
+
+
 @click.command("verify")
 @click.argument("targets", nargs=-1, metavar="[SESSION_ID|ATTESTATION]...")
 @click.option(
     "--all", "all_", is_flag=True, help="Every session under $CAPSEM_HOME, and the ones that are gone."
 )
-def verify(targets: tuple[str, ...], all_: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of lines.")
+def verify(targets: tuple[str, ...], all_: bool, as_json: bool) -> None:
     """Check that sessions are as recorded: every row against its signed hash chain.
 
     Exits 0 when every row matches its ledger entry, nothing is missing or added, every head's
@@ -71,26 +121,34 @@ def verify(targets: tuple[str, ...], all_: bool) -> None:
     session gone from main.db's chain or a bad signature; 3 when nothing could be checked. A
     crashed session verifies up to its last signed batch. An ATTESTATION file (from `capsem
     export attestation`) is checked too: its DSSE signature, and its head against the session.
-    With neither, the newest session.
+    With neither, the newest session. `--json` prints every session's state (verified, failed,
+    unchecked), its rows, signed batches and head, and every problem found; the exit code is the same.
 
     \b
     Examples:
         capsem verify --all
         capsem verify 20260327-154418-f907
         capsem verify run.intoto.json
+        capsem verify --all --json | jq '.sessions[] | select(.state != "verified")'
     """
     files = [Path(t) for t in targets if Path(t).is_file()]
     sessions = [t for t in targets if not Path(t).is_file()]
-    failed = False
-    for path in files:
-        failed |= not _check_attestation(path)
+    checks = [_check_attestation(path) for path in files]
+    failed = not all(c.ok for c in checks)
+    report = None
     if sessions or all_ or not files:
         with user_errors():
             ids = None if all_ else [_resolve(s) for s in sessions] if sessions else [resolve(None)]
         report = verify_home(ids)
-        _print(report)
-        if not report.ok:
-            sys.exit(UNCHECKED if report.uncovered and not failed else 1)
+    if as_json:
+        click.echo(json.dumps(_report_json(report, checks), indent=2, default=str))
+    else:
+        for c in checks:
+            click.echo(f"{c.path}  {'verified ' if c.ok else 'FAILED   '} {c.detail}")
+        if report is not None:
+            _print(report)
+    if report is not None and not report.ok:
+        sys.exit(UNCHECKED if report.uncovered and not failed else 1)
     if failed:
         sys.exit(1)
 
@@ -107,33 +165,39 @@ def _resolve(session_id: str) -> str:
         return session_id
 
 
-def _check_attestation(path: Path) -> bool:
+@dataclass(frozen=True)
+class AttestationCheck:
+    """One attestation file's verdict."""
+
+    path: Path
+    ok: bool
+    detail: str
+    session_id: str | None = None
+
+
+def _check_attestation(path: Path) -> AttestationCheck:
     public = public_key()
     try:
         data = json.loads(path.read_bytes())
     except (OSError, ValueError) as exc:
-        click.echo(f"{path}  FAILED    not an attestation: {exc}")
-        return False
+        return AttestationCheck(path, False, f"not an attestation: {exc}")
     found = open_envelope(data, public) if public else None
     if found is None:
-        click.echo(f"{path}  FAILED    its signature does not hold under {capsem_home() / PUB_NAME}")
-        return False
+        return AttestationCheck(path, False, f"its signature does not hold under {capsem_home() / PUB_NAME}")
     heads = [s for s in found.get("subject", []) if str(s.get("name", "")).startswith(HEAD_SUBJECT)]
     if not heads:
-        click.echo(f"{path}  FAILED    no ledger head among its subjects")
-        return False
+        return AttestationCheck(path, False, "no ledger head among its subjects")
     session_id = heads[0]["name"].removeprefix(HEAD_SUBJECT)
     if db_file(session_id) is None:
-        click.echo(f"{path}  verified  signature holds (session {session_id} is not on this machine)")
-        return True
+        return AttestationCheck(
+            path, True, f"signature holds (session {session_id} is not on this machine)", session_id
+        )
     verdict = verify_one(session_id, public, main_row(session_id), [])
     chained = verdict.last and verdict.last.head.hex() == heads[0]["digest"]["sha256"]
     if not verdict.ok or not chained:
         why = verdict.first if not verdict.ok else "its head is not the session's"
-        click.echo(f"{path}  FAILED    session {session_id}: {why}")
-        return False
-    click.echo(f"{path}  verified  signature holds; session {session_id} ends at its head")
-    return True
+        return AttestationCheck(path, False, f"session {session_id}: {why}", session_id)
+    return AttestationCheck(path, True, f"signature holds; session {session_id} ends at its head", session_id)
 
 
 @click.command("attestation")

@@ -91,6 +91,11 @@ def test_a_recorded_session_verifies(home, recorded):
     )
     assert "main.db chain          verified  1 entry" in out
     assert run("verify", "--all") == out
+    doc = json.loads(run("verify", recorded.session_id, "--json"))
+    (session,) = doc["sessions"]
+    assert doc["ok"] is True and session["state"] == "verified" and session["signed_end"] is True
+    assert session["problems"] == [] and session["rows"] > 20 and len(session["head_sha256"]) == 64
+    assert doc["main_chain"] == {"state": "verified", "entries": 1, "problems": []}
 
 
 def test_a_changed_cost_is_named(home, recorded):
@@ -99,6 +104,11 @@ def test_a_changed_cost_is_named(home, recorded):
     sql(db, f"UPDATE model_calls SET estimated_cost_usd = estimated_cost_usd / 10 WHERE id = {call_id}")
     out = run("verify", recorded.session_id, code=1)
     assert f"FAILED    model_calls id {call_id}: changed" in out
+    doc = json.loads(run("verify", recorded.session_id, "--json", code=1))  # the same exit code
+    (session,) = doc["sessions"]
+    assert doc["ok"] is False and session["state"] == "failed"
+    first = session["problems"][0]
+    assert (first["what"], first["table"], first["key"]) == ("changed", "model_calls", call_id)
     # shown where sessions are looked at: inspect-session, list-sessions, the session page
     problem = f"does not verify: model_calls id {call_id}: changed (does not match entry"
     assert f"Ledger: {problem}" in run("inspect-session", recorded.session_id, "--strict", code=1)
@@ -209,3 +219,6 @@ def test_an_attestation_verifies_with_cryptography_alone(home, recorded, monkeyp
     with pytest.raises(InvalidSignature):
         exec(compile(code, "README.md", "exec"), {})
     assert "FAILED" in run("verify", "run.intoto.json", code=1)
+    doc = json.loads(run("verify", "run.intoto.json", "--json", code=1))
+    assert doc["ok"] is False and [a["state"] for a in doc["attestations"]] == ["failed"]
+    assert "sessions" not in doc  # an attestation named alone checks no session
