@@ -1,50 +1,35 @@
 """Finding and opening databases for the offline commands (read-only, gzipped or not).
 
-The one place that knows where a session's data lives: `session.db`, or `session.db.gz` once a
-finished session was vacuumed (decompressed to a temporary file that is removed on close), and
-the one place that opens main.db for reading. Every reader (list, inspect, query, cost-report,
+The offline commands' way to a session's data (`session.db`, or `session.db.gz` once a finished
+session was vacuumed: opened by `capsem.store.reading`) and the one place that opens main.db for
+reading. Every reader (list, inspect, query, cost-report,
 retention) goes through here.
 """
 
 from __future__ import annotations
 
 import glob
-import gzip
 import os
-import shutil
 import sqlite3
-import tempfile
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from capsem.paths import main_db_path, session_dir, sessions_dir
+from capsem.store.reading import DB_NAME as DB_NAME  # the readers' names, re-exported for the commands
+from capsem.store.reading import GZ_NAME as GZ_NAME
+from capsem.store.reading import SessionDbError as SessionDbError
+from capsem.store.reading import db_file as db_file
+from capsem.store.reading import open_path as open_path
 from capsem.store.schema import MAIN_MIGRATIONS, connect, open_main_db
-
-DB_NAME = "session.db"
-GZ_NAME = "session.db.gz"
 
 
 class SessionNotFound(LookupError):
     """No such session, or no database on disk for it."""
 
 
-class SessionDbError(RuntimeError):
-    """A session database that exists but cannot be opened (e.g. a damaged .gz)."""
-
-
 class MainDbMissing(FileNotFoundError):
     """main.db does not exist yet (nothing was recorded under this CAPSEM_HOME)."""
-
-
-def db_file(session_id: str) -> Path | None:
-    """The session's database file (`session.db`, else `session.db.gz`), if one exists."""
-    folder = session_dir(session_id)
-    for name in (DB_NAME, GZ_NAME):
-        if (folder / name).is_file():
-            return folder / name
-    return None
 
 
 @contextmanager
@@ -150,46 +135,6 @@ def _by_prefix(prefix: str) -> str:
         shown = ", ".join(sorted(found)[:5]) + (", ..." if len(found) > 5 else "")
         raise SessionNotFound(f"{prefix!r} matches {len(found)} sessions ({shown}): give more of the id")
     return found.pop() if found else prefix
-
-
-def decompress(gz_path: Path, dest: Path) -> None:
-    """Gunzip `gz_path` into `dest`.
-
-    Raises:
-        SessionDbError: when the archive is damaged.
-    """
-    try:
-        with gzip.open(gz_path, "rb") as src, open(dest, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise SessionDbError(f"cannot decompress {gz_path}: {exc}") from exc
-
-
-@contextmanager
-def open_path(path: Path) -> Iterator[sqlite3.Connection]:
-    """A read-only connection (`mode=ro`, `query_only`) to a database file, gzipped or not."""
-    tmp_dir: str | None = None
-    if path.name.endswith(".gz"):
-        tmp_dir = tempfile.mkdtemp(prefix="capsem-gz-")
-        target = Path(tmp_dir) / path.name.removesuffix(".gz")
-        try:
-            decompress(path, target)
-        except BaseException:
-            shutil.rmtree(tmp_dir, ignore_errors=True)
-            raise
-        path = target
-    try:
-        try:
-            conn = connect(path, readonly=True)
-        except sqlite3.Error as exc:
-            raise SessionDbError(f"cannot open {path}: {exc}") from exc
-        try:
-            yield conn
-        finally:
-            conn.close()
-    finally:
-        if tmp_dir is not None:
-            shutil.rmtree(tmp_dir, ignore_errors=True)
 
 
 @contextmanager

@@ -33,8 +33,9 @@ from addons.recorder.team_rows import (
     rows_after,
     session_row,
 )
-from capsem.paths import capsem_home, main_db_path, session_db_path
+from capsem.paths import capsem_home, main_db_path
 from capsem.private import open_private, private_dir
+from capsem.store.reading import db_file, open_path
 from capsem.store.schema import connect
 from capsem.team import outbox
 from capsem.team.config import Team, team_of
@@ -90,11 +91,12 @@ def push_session(
 ) -> Pushed:
     """Send what PostgreSQL lacks of one session (from `cursors`; everything once it has ended),
     in one transaction; the outbox's cursors move after the commit."""
-    db = session_db_path(session_id)
+    db = db_file(session_id)  # session.db, or session.db.gz once vacuumed
+    if db is None:
+        raise FileNotFoundError(f"session {session_id} has no database on this machine")
     main = connect(main_db_path(), readonly=True)
     try:
-        conn = connect(db, readonly=True)
-        try:
+        with open_path(db) as conn:
             session = session_row(main, conn, session_id, team.user, team.share)
             if session is None:
                 raise FileNotFoundError(f"main.db has no session {session_id}")
@@ -112,8 +114,6 @@ def push_session(
                          if r[0] > cursors.get("bodies", 0)]  # fmt: skip
                 content += bodies_of(conn, calls)
                 moved["bodies"] = max([cursors.get("bodies", 0), *calls])
-        finally:
-            conn.close()
     finally:
         main.close()
     prefix = (team.machine, session_id)

@@ -33,13 +33,13 @@ from assembler.sessiondb import (
     SessionDbError,
     SessionNotFound,
     db_file,
-    decompress,
     main_row,
     open_path,
     resolve,
 )
 from assembler.view import charts, queries
 from assembler.view.approvals import ApprovalRoutes
+from capsem.store.reading import decompress
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"

@@ -113,6 +113,19 @@ def test_postgres_stopped_mid_session_every_row_arrives_once(team_url, postgres,
             ("stopped", len(local))
         ]
 
+    # a session vacuumed (gzipped) before it reached the team is pushed from its .gz
+    capsem(a.home, "vacuum")
+    folder = a.home / "sessions" / "20261128-110000-00aa"
+    assert (folder / "session.db.gz").is_file() and not (folder / "session.db").exists()
+    with psycopg.connect(team_url) as pg:
+        bodies = pg.execute("SELECT COUNT(*) FROM capsem.content").fetchone()[0]
+        pg.execute("DELETE FROM capsem.model_calls")
+        pg.execute("DELETE FROM capsem.content")
+    capsem(a.home, "team", "push", "20261128-110000-00aa")
+    assert [r[2] for r in team_calls(team_url)] == local
+    with psycopg.connect(team_url) as pg:
+        assert pg.execute("SELECT COUNT(*) FROM capsem.content").fetchone()[0] == bodies > 0
+
 
 def test_redacted_shares_the_scrubbed_conversation_and_no_body(team_url, emu, tmp_path):
     """`share: redacted`: each call's conversation items arrive as session.db keeps them (a secret in
