@@ -87,20 +87,28 @@ def _copy(cur: Any, table: str, columns: tuple[str, ...], key: tuple[str, ...], 
 
 # Long: one transaction that sends every table of a session, in order.
 def push_session(
-    pg: Any, team: Team, box: sqlite3.Connection, session_id: str, cursors: dict[str, int]
-) -> Pushed:
+    pg: Any,
+    team: Team,
+    box: sqlite3.Connection,
+    session_id: str,
+    cursors: dict[str, int],
+    *,
+    current: bool = False,
+) -> Pushed | None:
     """Send what PostgreSQL lacks of one session (from `cursors`; everything once it has ended),
-    in one transaction; the outbox's cursors move after the commit."""
+    in one transaction; the outbox's cursors move after the commit. `current`: the last push went
+    through, so a running session with no new row is left alone (None: its totals are not read
+    again, which costs more the larger the session)."""
     db = db_file(session_id)  # session.db, or session.db.gz once vacuumed
     if db is None:
         raise FileNotFoundError(f"session {session_id} has no database on this machine")
     main = connect(main_db_path(), readonly=True)
     try:
         with open_path(db) as conn:
-            session = session_row(main, conn, session_id, team.user, team.share)
-            if session is None:
+            status = main.execute("SELECT status FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            if status is None:
                 raise FileNotFoundError(f"main.db has no session {session_id}")
-            final = session[SESSION_COLUMNS.index("status")] != "running"
+            final = status[0] != "running"
             start = {} if final else cursors  # once ended: all of it again (the keys skip what is there)
             batches = [(t, rows_after(conn, t, start.get(t.name, 0))) for t in TABLES]
             content: list[tuple] = []
@@ -114,6 +122,11 @@ def push_session(
                          if r[0] > cursors.get("bodies", 0)]  # fmt: skip
                 content += bodies_of(conn, calls)
                 moved["bodies"] = max([cursors.get("bodies", 0), *calls])
+            if current and not final and not content and not any(rows for _, rows in batches):
+                return None
+            session = session_row(main, conn, session_id, team.user, team.share)
+            if session is None:
+                raise FileNotFoundError(f"main.db has no session {session_id}")
     finally:
         main.close()
     prefix = (team.machine, session_id)
@@ -157,7 +170,10 @@ def push_waiting(team: Team, only: list[str] | None = None) -> tuple[list[Pushed
             check(pg)
             for e in waiting:
                 try:
-                    done.append(push_session(pg, team, box, e.session_id, e.cursors))
+                    current = e.pushed_at is not None and e.error is None
+                    pushed = push_session(pg, team, box, e.session_id, e.cursors, current=current)
+                    if pushed is not None:
+                        done.append(pushed)
                 except Exception as exc:  # this session's turn failed; the others still go
                     outbox.failed(box, e.session_id, str(exc) or repr(exc))
                     errors[e.session_id] = str(exc) or repr(exc)
