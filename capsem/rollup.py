@@ -19,7 +19,7 @@ import psutil
 
 from capsem import __version__, health
 from capsem.ids import utc_now
-from capsem.outcomes import ERRORS_SQL, refused_placeholders
+from capsem.outcomes import FAILED_MODEL_CALL, FAILED_REQUEST, FAILED_TOOL, refused_placeholders
 from capsem.paths import main_db_path, session_db_path
 from capsem.redact import Scrubber
 from capsem.store.schema import connect, open_main_db
@@ -57,33 +57,40 @@ cost, cache included, under input). Append `WHERE`/`ORDER BY` as needed."""
 
 TOTALS_SQL = (
     _CALLS
-    + """
+    + f""", call_totals AS (
+  SELECT
+    COALESCE(SUM(input_tokens), 0) AS total_input_tokens,
+    COALESCE(SUM(output_tokens), 0) AS total_output_tokens,
+    COALESCE(SUM(cache_read), 0) AS total_cache_read_tokens,
+    COALESCE(SUM(cache_write), 0) AS total_cache_write_tokens,
+    COALESCE(SUM(reasoning), 0) AS total_reasoning_tokens,
+    COALESCE(SUM(estimated_cost_usd), 0) AS total_estimated_cost,
+    COUNT(*) AS total_model_calls,
+    COALESCE(SUM(estimated_cost_usd IS NULL AND COALESCE(input_tokens, output_tokens) IS NOT NULL), 0)
+      AS unpriced_calls,
+    COALESCE(SUM({FAILED_MODEL_CALL}), 0) AS failed_calls
+  FROM usage
+)
 SELECT
   (SELECT COUNT(*) FROM net_events) AS total_requests,
   (SELECT COUNT(*) FROM net_events WHERE decision IN ('allowed', 'warned')) AS allowed_requests,
   (SELECT COUNT(*) FROM net_events WHERE decision = 'denied') AS denied_requests,
   (SELECT COUNT(*) FROM net_events WHERE decision = 'error') AS error_requests,
-  (SELECT COALESCE(SUM(input_tokens), 0) FROM model_calls) AS total_input_tokens,
-  (SELECT COALESCE(SUM(output_tokens), 0) FROM model_calls) AS total_output_tokens,
-  (SELECT COALESCE(SUM(cache_read), 0) FROM usage) AS total_cache_read_tokens,
-  (SELECT COALESCE(SUM(cache_write), 0) FROM usage) AS total_cache_write_tokens,
-  (SELECT COALESCE(SUM(reasoning), 0) FROM usage) AS total_reasoning_tokens,
-  (SELECT COALESCE(SUM(estimated_cost_usd), 0) FROM model_calls) AS total_estimated_cost,
-  (SELECT COUNT(*) FROM model_calls) AS total_model_calls,
-  (SELECT COUNT(*) FROM model_calls WHERE estimated_cost_usd IS NULL
-     AND COALESCE(input_tokens, output_tokens) IS NOT NULL) AS unpriced_calls,
+  t.total_input_tokens, t.total_output_tokens, t.total_cache_read_tokens, t.total_cache_write_tokens,
+  t.total_reasoning_tokens, t.total_estimated_cost, t.total_model_calls, t.unpriced_calls,
   (SELECT COUNT(*) FROM tool_calls) AS total_tool_calls,
   (SELECT COUNT(*) FROM mcp_calls) AS total_mcp_calls,
   (SELECT COUNT(*) FROM fs_events) AS total_file_events,
   (SELECT COUNT(*) FROM net_events WHERE decision = 'warned') AS warned_requests,
   (SELECT COUNT(*) FROM net_events WHERE decision = 'asked') AS asked_requests,
-  """
-    + ERRORS_SQL
-    + """ AS total_errors
+  t.failed_calls + (SELECT COUNT(*) FROM net_events n WHERE {FAILED_REQUEST})
+    + (SELECT COUNT(*) FROM tool_responses WHERE {FAILED_TOOL}) AS total_errors
+FROM call_totals t
 """
 )
-"""The session's totals in main.db. A call is unpriced when it has tokens but no known price (a
-failed call without tokens costs nothing and is not unpriced)."""
+"""The session's totals in main.db, model_calls read in one pass (its rows hold the answers' text, which
+every pass over a later column walks through). A call is unpriced when it has tokens but no known
+price (a failed call without tokens costs nothing and is not unpriced)."""
 
 AI_USAGE_COLUMNS = ("provider", "model", "call_count", "input_tokens", "output_tokens", "estimated_cost",
                     "total_duration_ms", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",

@@ -479,7 +479,9 @@ def test_delay_paces_events(emu):
         for _ in parts:
             pass
         total = time.monotonic() - began
-    assert first < 0.3 and total > 0.04 * 8 and total > 3 * first
+    # lower bounds only (a loaded machine only makes them larger): the events come 40 ms apart, and
+    # the first is not held back with the rest (most of the waiting comes after it)
+    assert total > 0.04 * 8 and total - first > 0.04 * 7
 
 
 # -- errors -------------------------------------------------------------------------------------
