@@ -145,7 +145,9 @@ def goals_table(results: dict) -> str:
     lines = ["| profile | streams | total ×(2) | TTFB Δ ms | lag p50 Δ ms | lag p99 Δ ms | CPU ×(2) | goals |",
              "|---|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
     for row in goal_rows(results):
-        goal = GOALS.get((row["profile"], row["streams"]), {})
+        goal = GOALS.get((row["profile"], row["streams"]))
+        if goal is None:  # a profile without goals of its own (the features' `tools`)
+            continue
         named = ", ".join(f"{k} ≤ {v:g}" for k, v in goal.items() if v is not None)
         lines.append(
             f"| {row['profile']} | {row['streams']} | {_mark(row['total'], goal.get('total'), '.2f')} "
