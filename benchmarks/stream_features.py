@@ -139,6 +139,7 @@ def _verdict(met: bool | None) -> str:
 # Long: one row per feature, each with its own stated cost and where it is measured.
 def feature_goals(streaming: dict, results: dict, cells: dict) -> list[tuple[str, str, str, str]]:
     """(feature, stated cost, measured in this run, met / missed / –) for each feature."""
+    every = [p["name"] for p in streaming["profiles"]]
     paced = [p["name"] for p in streaming["profiles"] if p.get("delay_ms")]
     concs = streaming["concurrencies"]
     ran = {key for (_, _, key) in cells}
@@ -148,7 +149,7 @@ def feature_goals(streaming: dict, results: dict, cells: dict) -> list[tuple[str
         rows.append(("tool rules (issue 36): text never held", f"first byte and lag as without a rule "
                      f"(here: ≤ +{SAME_MS:g} ms over (5))", f"(6) − (5): {text}", _verdict(met)))  # fmt: skip
         rows.append(
-            ("tool rules: CPU", "none stated", f"(6) ÷ (5) CPU: {_cpu(cells, 'rule', paced, concs)}", "–")
+            ("tool rules: CPU", "none stated", f"(6) ÷ (5) CPU: {_cpu(cells, 'rule', every, concs)}", "–")
         )
     hold = results.get("toolhold")
     if hold and "rule" in hold.get("arrival_delay_ms", {}):
@@ -163,7 +164,7 @@ def feature_goals(streaming: dict, results: dict, cells: dict) -> list[tuple[str
         rows.append(("team push (issue 38): never in the agent's way", f"first byte and lag as without a team "
                      f"(here: ≤ +{SAME_MS:g} ms over (5))", f"(7) − (5): {text}", _verdict(met)))  # fmt: skip
         rows.append(("team push: CPU (mitmdump + recorder + pusher)", "none stated",
-                     f"(7) ÷ (5) CPU: {_cpu(cells, 'team', paced, concs)}", "–"))  # fmt: skip
+                     f"(7) ÷ (5) CPU: {_cpu(cells, 'team', every, concs)}", "–"))  # fmt: skip
     elif streaming.get("skipped", {}).get("team"):
         rows.append(("team push (issue 38)", "never in the agent's way", f"skipped: {streaming['skipped']['team']}",
                      "–"))  # fmt: skip
@@ -179,7 +180,7 @@ def feature_goals(streaming: dict, results: dict, cells: dict) -> list[tuple[str
                      "its share not in this run (add `ledger` to `--only`)", "–"))  # fmt: skip
     if "noledger" in ran:
         ratios = []
-        for profile, conc in ((p["name"], c) for p in streaming["profiles"] for c in concs):
+        for profile, conc in ((p, c) for p in every for c in concs):
             on, without = cells.get((profile, conc, "capsem")), cells.get((profile, conc, "noledger"))
             if on and without and on["cpu_s"] and without["cpu_s"]:
                 ratios.append(f"{profile} ×{conc} {on['cpu_s'] / without['cpu_s']:.2f}")
@@ -189,7 +190,10 @@ def feature_goals(streaming: dict, results: dict, cells: dict) -> list[tuple[str
 
 
 def feature_section(streaming: dict, results: dict, cells: dict) -> list[str]:
-    """The report's table of the features' goals (after the streaming tables)."""
+    """The report's table of the features' goals (after the streaming tables); none for a run
+    without the features' scenarios (one saved before they existed)."""
+    if not {"rule", "team", "noledger"} & {key for (_, _, key) in cells}:
+        return []
     rows = feature_goals(streaming, results, cells)
     return [
         "### The features in the streaming bench: each against its own stated cost",
