@@ -50,8 +50,12 @@ class TeamServer:
 
         self.cluster: Cluster = start_cluster(folder if os.geteuid() else None)
         self.url = self.cluster.url
-        self.conn = psycopg.connect(self.url, autocommit=True)
-        init(self.conn)
+        try:
+            self.conn = psycopg.connect(self.url, autocommit=True)
+            init(self.conn)
+        except BaseException:
+            self.cluster.remove()
+            raise
         self.sent = 0
         """Calls sent through (7) so far (the pusher's target)."""
 
@@ -97,10 +101,6 @@ def pushers(pid: int) -> list[psutil.Process]:
 # -- the goals ------------------------------------------------------------------------------------
 
 
-def _fmt(value: float | None, fmt: str) -> str:
-    return "–" if value is None else format(value, fmt)
-
-
 def _same(cells: dict, key: str, profiles: list[str], concurrencies: list[int]) -> tuple[str, bool | None]:
     """First byte (1 stream) and lag p50 of `key` minus capsem's, paced profiles: text, met."""
     parts, met = [], None
@@ -121,14 +121,14 @@ def _same(cells: dict, key: str, profiles: list[str], concurrencies: list[int]) 
     return "; ".join(parts) + (" ms" if parts else "–"), met
 
 
-def _cpu(cells: dict, key: str, profiles: list[str], concurrencies: list[int]) -> str:
-    """CPU of `key` over capsem's, per cell (a summary line for the goals table)."""
+def _cpu(cells: dict, key: str, base: str, profiles: list[str], concurrencies: list[int]) -> str:
+    """CPU of scenario `key` over scenario `base`'s, per cell (a summary for the goals table)."""
     out = []
     for profile in profiles:
         for conc in concurrencies:
-            ours, base = cells.get((profile, conc, key)), cells.get((profile, conc, "capsem"))
-            if ours and base and ours["cpu_s"] and base["cpu_s"]:
-                out.append(f"{profile} ×{conc} {ours['cpu_s'] / base['cpu_s']:.2f}")
+            ours, theirs = cells.get((profile, conc, key)), cells.get((profile, conc, base))
+            if ours and theirs and ours["cpu_s"] and theirs["cpu_s"]:
+                out.append(f"{profile} ×{conc} {ours['cpu_s'] / theirs['cpu_s']:.2f}")
     return ", ".join(out) or "–"
 
 
@@ -149,7 +149,12 @@ def feature_goals(streaming: dict, results: dict, cells: dict) -> list[tuple[str
         rows.append(("tool rules (issue 36): text never held", f"first byte and lag as without a rule "
                      f"(here: ≤ +{SAME_MS:g} ms over (5))", f"(6) − (5): {text}", _verdict(met)))  # fmt: skip
         rows.append(
-            ("tool rules: CPU", "none stated", f"(6) ÷ (5) CPU: {_cpu(cells, 'rule', every, concs)}", "–")
+            (
+                "tool rules: CPU",
+                "none stated",
+                f"(6) ÷ (5) CPU: {_cpu(cells, 'rule', 'capsem', every, concs)}",
+                "–",
+            )
         )
     hold = results.get("toolhold")
     if hold and "rule" in hold.get("arrival_delay_ms", {}):
@@ -164,7 +169,7 @@ def feature_goals(streaming: dict, results: dict, cells: dict) -> list[tuple[str
         rows.append(("team push (issue 38): never in the agent's way", f"first byte and lag as without a team "
                      f"(here: ≤ +{SAME_MS:g} ms over (5))", f"(7) − (5): {text}", _verdict(met)))  # fmt: skip
         rows.append(("team push: CPU (mitmdump + recorder + pusher)", "none stated",
-                     f"(7) ÷ (5) CPU: {_cpu(cells, 'team', every, concs)}", "–"))  # fmt: skip
+                     f"(7) ÷ (5) CPU: {_cpu(cells, 'team', 'capsem', every, concs)}", "–"))  # fmt: skip
     elif streaming.get("skipped", {}).get("team"):
         rows.append(("team push (issue 38)", "never in the agent's way", f"skipped: {streaming['skipped']['team']}",
                      "–"))  # fmt: skip
@@ -179,13 +184,9 @@ def feature_goals(streaming: dict, results: dict, cells: dict) -> list[tuple[str
         rows.append(("the ledger (issue 37)", f"≤ {LEDGER_SHARE_PCT:g} % of the recorder's CPU per call",
                      "its share not in this run (add `ledger` to `--only`)", "–"))  # fmt: skip
     if "noledger" in ran:
-        ratios = []
-        for profile, conc in ((p, c) for p in every for c in concs):
-            on, without = cells.get((profile, conc, "capsem")), cells.get((profile, conc, "noledger"))
-            if on and without and on["cpu_s"] and without["cpu_s"]:
-                ratios.append(f"{profile} ×{conc} {on['cpu_s'] / without['cpu_s']:.2f}")
         rows.append(("the ledger, end to end", "(the goal above is on the recorder alone)",
-                     "(5) ÷ (8) CPU, mitmdump + recorder: " + (", ".join(ratios) or "–"), "–"))  # fmt: skip
+                     f"(5) ÷ (8) CPU, mitmdump + recorder: {_cpu(cells, 'capsem', 'noledger', every, concs)}",
+                     "–"))  # fmt: skip
     return rows
 
 
