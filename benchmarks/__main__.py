@@ -4,7 +4,7 @@ SUITE: any of the keys of `SUITES` (streaming, newconn, startup, micro, bodies, 
 backtest, replay, policy, toolhold, team, ledger); all of them when `--only` is not given.
 
 A full run writes `benchmarks/results/latest.md` and `latest.json`; `--quick` (a smoke run of
-about a minute, too small to judge anything) writes `quick.md` and `quick.json` instead; with
+a few minutes, too small to judge anything) writes `quick.md` and `quick.json` instead; with
 `--only`, the names get the suites' keys (`latest-streaming-toolhold-ledger.md`). Everything runs
 on loopback with a temporary CAPSEM_HOME.
 """

@@ -210,7 +210,9 @@ def feature_section(streaming: dict, results: dict, cells: dict) -> list[str]:
     ]
 
 
-def started(log: Callable[[str], None], workdir: Path, wanted: bool) -> tuple[TeamServer | None, str | None]:
+def team_server(
+    log: Callable[[str], None], workdir: Path, wanted: bool
+) -> tuple[TeamServer | None, str | None]:
     """The team scenario's server when it is wanted and can run: (server, None) or (None, why not)."""
     if not wanted:
         return None, None

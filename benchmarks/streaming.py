@@ -24,7 +24,7 @@ from pathlib import Path
 
 from benchmarks.client import StreamResult, fetch
 from benchmarks.proxies import SCENARIOS, ProcessMeter, Scenario, start_proxy, wait_idle
-from benchmarks.stream_features import TeamServer, pushers, started
+from benchmarks.stream_features import TeamServer, pushers, team_server
 from benchmarks.upstream import StreamSpec
 from capsem.mitm import Mitmdump
 from capsem.settings import load
@@ -141,7 +141,7 @@ def run_suite(profiles: list[Profile], concurrencies: list[int], reps: int, work
 
     Then, when `large_mib` is set, one stream of that size through each scenario (once).
     """
-    team, team_skipped = started(log, workdir, any(s.team for s in SCENARIOS))
+    team, team_skipped = team_server(log, workdir, any(s.team for s in SCENARIOS))
     scenarios = [_with_team(s, team) for s in SCENARIOS if not s.team or team]
     upstream: Upstream | None = None
     proxies: dict[str, Mitmdump] = {}
