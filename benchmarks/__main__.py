@@ -1,11 +1,12 @@
-"""`python -m benchmarks [--quick] [--only SUITE]`: run, print the tables, save them.
+"""`python -m benchmarks [--quick] [--only SUITE ...]`: run, print the tables, save them.
 
-SUITE: streaming, newconn, startup, micro, bodies, websocket, otlp, backtest, replay, policy or toolhold.
-SUITE: streaming, newconn, startup, micro, bodies, websocket, otlp, backtest, replay, policy or team.
+SUITE: any of the keys of `SUITES` (streaming, newconn, startup, micro, bodies, websocket, otlp,
+backtest, replay, policy, toolhold, team, ledger); all of them when `--only` is not given.
 
 A full run writes `benchmarks/results/latest.md` and `latest.json`; `--quick` (a smoke run of
-about a minute, too small to judge anything) writes `quick.md` and `quick.json` instead.
-Everything runs on loopback with a temporary CAPSEM_HOME.
+a few minutes, too small to judge anything) writes `quick.md` and `quick.json` instead; with
+`--only`, the names get the suites' keys (`latest-streaming-toolhold-ledger.md`). Everything runs
+on loopback with a temporary CAPSEM_HOME.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
@@ -39,8 +41,14 @@ from benchmarks.websocket_memory import run_ws_memory
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
+WITH_TOOLS = ("stream", "capsem", "rule")
+"""The scenarios of the profile whose answers end with tool calls (the others add nothing to it)."""
 FULL = {
-    "profiles": [Profile("paced", StreamSpec(500, 200, 5)), Profile("unpaced", StreamSpec(2000, 1000))],
+    "profiles": [
+        Profile("paced", StreamSpec(500, 200, 5)),
+        Profile("unpaced", StreamSpec(2000, 1000)),
+        Profile("tools", StreamSpec(100, 200, 5, tools=2), WITH_TOOLS),
+    ],
     "concurrencies": [1, 20],
     "reps": 5,
     "large_mib": 200,
@@ -61,7 +69,11 @@ FULL = {
     "ledger": {"shapes": [(20, 50), (20, 500)], "reps": 7, "verify_calls": 5000},
 }
 QUICK = {
-    "profiles": [Profile("paced", StreamSpec(100, 200, 5)), Profile("unpaced", StreamSpec(300, 1000))],
+    "profiles": [
+        Profile("paced", StreamSpec(100, 200, 5)),
+        Profile("unpaced", StreamSpec(300, 1000)),
+        Profile("tools", StreamSpec(50, 200, 5, tools=2), WITH_TOOLS),
+    ],
     "concurrencies": [1, 20],
     "reps": 1,
     "large_mib": 10,
@@ -83,89 +95,46 @@ QUICK = {
 }
 
 
+Log = Callable[[str], None]
+SUITES: dict[str, tuple[str, Callable[[dict, Path, Log], object]]] = {
+    "streaming": ("streaming suite", lambda p, w, log: run_suite(
+        p["profiles"], p["concurrencies"], p["reps"], w, large_mib=p["large_mib"], log=log)),
+    "newconn": ("new-connection suite", lambda p, w, log: {
+        **run_newconn(p["newconn"]["connections"], w, log=log), "resolve": run_resolve(p["newconn"]["resolve_repeat"])}),
+    "startup": ("start-up suite", lambda p, w, log: run_startup(p["startup_runs"], w, log=log)),
+    "micro": ("micro-benchmarks", lambda p, w, log: run_micro(**p["micro"], log=log)),
+    "bodies": ("body storage", lambda p, w, log: [run_bodies(**shape, log=log) for shape in p["bodies"]]),
+    "websocket": ("memory on one long WebSocket", lambda p, w, log: run_ws_memory(**p["websocket"], workdir=w, log=log)),
+    "otlp": ("live OTLP export", lambda p, w, log: run_otlp(**p["otlp"], workdir=w, log=log)),
+    "backtest": ("capsem policy test", lambda p, w, log: run_backtest(**p["backtest"], log=log)),
+    "replay": ("replay", lambda p, w, log: run_replay(**p["replay"], log=log)),
+    "policy": ("per-request CPU when no rule matches", lambda p, w, log: run_policy_cpu(**p["policy"], workdir=w, log=log)),
+    "toolhold": ("holding tool calls", lambda p, w, log: run_tool_hold(**p["toolhold"], workdir=w, log=log)),
+    "team": ("team on PostgreSQL", lambda p, w, log: run_team(**p["team"], workdir=w, log=log)),
+    "ledger": ("the ledger's cost", lambda p, w, log: run_ledger(**p["ledger"], log=log)),
+}  # fmt: skip
+"""Each suite: (the line printed when it starts, how it runs: plan, its work folder, log -> results)."""
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short smoke run (results/quick.md)")
-    parser.add_argument(
-        "--only",
-        choices=[
-            "streaming",
-            "newconn",
-            "startup",
-            "micro",
-            "bodies",
-            "websocket",
-            "otlp",
-            "backtest",
-            "replay",
-            "policy",
-            "toolhold",
-            "team",
-            "ledger",
-        ],
-        help="run one suite only",
-    )
+    parser.add_argument("--only", nargs="+", choices=list(SUITES), metavar="SUITE",
+                        help=f"run these suites only ({', '.join(SUITES)})")  # fmt: skip
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     started = time.perf_counter()
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="capsem-bench-") as tmp:
         os.environ["CAPSEM_HOME"] = str(Path(tmp) / "home")
-        if args.only in (None, "streaming"):
-            print("streaming suite", flush=True)
-            results["streaming"] = run_suite(
-                plan["profiles"], plan["concurrencies"], plan["reps"], Path(tmp) / "streaming",
-                large_mib=plan["large_mib"], log=lambda line: print(line, flush=True),
-            )  # fmt: skip
-        if args.only in (None, "newconn"):
-            print("new-connection suite", flush=True)
-            plan_nc = plan["newconn"]
-            results["newconn"] = run_newconn(
-                plan_nc["connections"], Path(tmp) / "newconn", log=lambda line: print(line, flush=True)
-            )
-            results["newconn"]["resolve"] = run_resolve(plan_nc["resolve_repeat"])
-        if args.only in (None, "startup"):
-            print("start-up suite", flush=True)
-            results["startup"] = run_startup(
-                plan["startup_runs"], Path(tmp) / "startup", log=lambda line: print(line, flush=True)
-            )
-        if args.only in (None, "micro"):
-            print("micro-benchmarks", flush=True)
-            results["micro"] = run_micro(**plan["micro"], log=lambda line: print(line, flush=True))
-        if args.only in (None, "bodies"):
-            print("body storage", flush=True)
-            results["bodies"] = [
-                run_bodies(**shape, log=lambda line: print(line, flush=True)) for shape in plan["bodies"]
-            ]
-        if args.only in (None, "websocket"):
-            print("memory on one long WebSocket", flush=True)
-            results["websocket"] = run_ws_memory(**plan["websocket"], workdir=Path(tmp) / "websocket",
-                                                 log=lambda line: print(line, flush=True))  # fmt: skip
-        if args.only in (None, "otlp"):
-            print("live OTLP export", flush=True)
-            results["otlp"] = run_otlp(**plan["otlp"], workdir=Path(tmp) / "otlp",
-                                       log=lambda line: print(line, flush=True))  # fmt: skip
-        if args.only in (None, "backtest"):
-            print("capsem policy test", flush=True)
-            results["backtest"] = run_backtest(**plan["backtest"], log=lambda line: print(line, flush=True))
-        if args.only in (None, "replay"):
-            print("replay", flush=True)
-            results["replay"] = run_replay(**plan["replay"], log=lambda line: print(line, flush=True))
-        if args.only in (None, "policy"):
-            print("per-request CPU when no rule matches", flush=True)
-            results["policy"] = run_policy_cpu(**plan["policy"], workdir=Path(tmp) / "policy",
-                                               log=lambda line: print(line, flush=True))  # fmt: skip
-        if args.only in (None, "toolhold"):
-            print("holding tool calls", flush=True)
-            results["toolhold"] = run_tool_hold(**plan["toolhold"], workdir=Path(tmp) / "toolhold",
-                                                log=lambda line: print(line, flush=True))  # fmt: skip
-        if args.only in (None, "team"):
-            print("team on PostgreSQL", flush=True)
-            results["team"] = run_team(**plan["team"], workdir=Path(tmp) / "team",
-                                       log=lambda line: print(line, flush=True))  # fmt: skip
-        if args.only in (None, "ledger"):
-            print("the ledger's cost", flush=True)
-            results["ledger"] = run_ledger(**plan["ledger"], log=lambda line: print(line, flush=True))
+        for key, (title, run) in SUITES.items():
+            if args.only is None or key in args.only:
+                _print(title)
+                results[key] = run(plan, Path(tmp) / key, _print)
     results["meta"] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "mode": "quick" if args.quick else "full",
@@ -177,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     markdown = render(results)
     print("\n" + markdown)
-    name = ("quick" if args.quick else "latest") + (f"-{args.only}" if args.only else "")
+    name = ("quick" if args.quick else "latest") + "".join(
+        f"-{key}" for key in SUITES if key in (args.only or ())
+    )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.md").write_text(markdown + "\n")
     (RESULTS / f"{name}.json").write_text(json.dumps(results, indent=1, default=str) + "\n")

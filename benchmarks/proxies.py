@@ -1,9 +1,10 @@
-"""The five ways a client reaches the upstream, and the meter on a mitmdump's process.
+"""The ways a client reaches the upstream, and the meter on a mitmdump's process.
 
 Each proxy is a real `mitmdump` started by `capsem.mitm.start_mitmdump` in regular mode on
 loopback, with its own log, a temporary confdir and a temporary CAPSEM_HOME. The upstream is
 plain HTTP, so no TLS is involved anywhere: what differs between scenarios is only mitmproxy's
-own work and the addon's.
+own work and the addon's. Scenarios (6)–(8) are capsem with one feature more or less (a tool
+rule, a team to push to, no ledger): see `benchmarks/stream_features.py`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,19 @@ class Scenario:
     """Extra mitmdump arguments; `{workdir}` is replaced by the run's directory."""
     addon: bool = False
     proxied: bool = True
+    config: str = ""
+    """The config.yaml of its CAPSEM_HOME (empty: none, capsem's defaults)."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Extra environment of its mitmdump (and so of the processes it starts)."""
+    team: bool = False
+    """Pushes to a team's PostgreSQL: the suite starts a throw-away one and sets CAPSEM_TEAM_URL."""
 
+
+TOOL_RULE = 'policy:\n  rules:\n    - {name: no-rm-rf, action: deny, tool: "*", tool_args: {command: {shell: "rm -rf"}}}\n'
+"""One `deny` tool rule that the benchmarks' harmless calls (`ls -la ...`) do not match: every
+answer is scanned, each tool call held until its arguments are complete, then released unchanged."""
+LEDGER_OFF = Path(__file__).resolve().parent / "ledger_off"
+"""A `sitecustomize` that turns the session writer's ledger off (bench only; see its docstring)."""
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("direct", "(1) no proxy", proxied=False),
@@ -38,16 +51,28 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("default", "(3) mitmdump, default"),
     Scenario("hardump", "(4) mitmdump + hardump", ("--set", "hardump={workdir}/flows.har")),
     Scenario("capsem", "(5) mitmdump + capsem", addon=True),
+    Scenario("rule", "(6) capsem + a tool rule", addon=True, config=TOOL_RULE),
+    Scenario("team", "(7) capsem + team push", addon=True, team=True),
+    Scenario(
+        "noledger", "(8) capsem, no ledger (bench only)", addon=True, env=(("PYTHONPATH", str(LEDGER_OFF)),)
+    ),
 )
 BASELINE = "stream"
 """The fair floor for an addon that streams: ratios are given against it."""
+CAPSEM = "capsem"
+"""capsem as users run it: the features' rows are also given against it."""
 
 
 def start_proxy(scenario: Scenario, workdir: Path) -> Mitmdump:
-    """Start the mitmdump of a scenario (its CAPSEM_HOME and logs under `workdir`)."""
+    """Start the mitmdump of a scenario (its CAPSEM_HOME, config and logs under `workdir`)."""
+    home = workdir / "capsem-home"
+    home.mkdir(parents=True, exist_ok=True)
+    if scenario.config:
+        (home / "config.yaml").write_text(scenario.config)
     env = {k: v for k, v in os.environ.items() if k not in _PROXY_VARS}
-    env["CAPSEM_HOME"] = str(workdir / "capsem-home")
+    env["CAPSEM_HOME"] = str(home)
     env["NO_PROXY"] = ""
+    env.update(scenario.env)
     args = [a.replace("{workdir}", str(workdir)) for a in scenario.args]
     return start_mitmdump(
         confdir=workdir / "mitm-conf",

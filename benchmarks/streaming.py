@@ -1,10 +1,13 @@
-"""The streaming suite: long SSE responses through no proxy and four mitmdump set-ups.
+"""The streaming suite: long SSE responses through no proxy and seven mitmdump set-ups (plain
+mitmdump three ways, capsem, and capsem with a tool rule, a team to push to, or no ledger).
 
-Every (profile, concurrency) cell runs each scenario once per repetition, and the scenario
-order rotates between repetitions (interleaved), so slow drifts of a shared machine spread over
-all scenarios instead of landing on one. All mitmdumps run for the whole suite; only the one in
-use carries traffic. One run = `concurrency` streams started together; the proxy's CPU and peak
-memory are measured over the run plus the quiet period that follows it.
+Every (profile, concurrency) cell runs each scenario once per repetition (a profile may name the
+scenarios it runs), and the scenario order rotates between repetitions (interleaved), so slow
+drifts of a shared machine spread over all scenarios instead of landing on one. All mitmdumps
+run for the whole suite, each with its own CAPSEM_HOME; only the one in use carries traffic. One
+run = `concurrency` streams started together; the proxy's CPU and peak memory are measured over
+the run plus the quiet period that follows it (for the team scenario, once its calls are in
+PostgreSQL: `benchmarks/stream_features.py`).
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from benchmarks.client import StreamResult, fetch
 from benchmarks.proxies import SCENARIOS, ProcessMeter, Scenario, start_proxy, wait_idle
+from benchmarks.stream_features import TeamServer, pushers, team_server
 from benchmarks.upstream import StreamSpec
 from capsem.mitm import Mitmdump
 from capsem.settings import load
@@ -30,10 +34,16 @@ from capsem.settings import load
 class Profile:
     name: str
     spec: StreamSpec
+    scenarios: tuple[str, ...] = ()
+    """The keys of the scenarios it runs through (empty: all)."""
 
     def describe(self) -> str:
         pace = f"{self.spec.delay_ms:g} ms apart" if self.spec.delay_ms else "back to back"
-        return f"{self.spec.events} events of ~{self.spec.size} B text, {pace}"
+        tools = f", then {self.spec.tools} tool call{'s' * (self.spec.tools > 1)}" if self.spec.tools else ""
+        return f"{self.spec.events} events of ~{self.spec.size} B text, {pace}{tools}"
+
+    def runs(self, scenario: Scenario) -> bool:
+        return not self.scenarios or scenario.key in self.scenarios
 
 
 @dataclass
@@ -105,15 +115,18 @@ async def _streams(upstream: int, spec: StreamSpec, proxy: int | None, n: int) -
 
 
 def measure(scenario: Scenario, proxy: Mitmdump | None, upstream: int, profile: Profile,
-            concurrency: int, rep: int) -> Run:  # fmt: skip
-    """One run; the proxy's CPU and memory include the quiet period after the last byte."""
+            concurrency: int, rep: int, settle: Callable[[int], str | None] | None = None) -> Run:  # fmt: skip
+    """One run; the proxy's CPU and memory include the quiet period after the last byte (and,
+    with `settle`, what it waits for: the team's push of the run's calls; it returns an error)."""
     meter = ProcessMeter(proxy.process.pid) if proxy else None
     if meter:
         meter.start()
-    started = time.perf_counter()
+    began = time.perf_counter()
     results = asyncio.run(_streams(upstream, profile.spec, proxy.port if proxy else None, concurrency))
-    wall = time.perf_counter() - started
+    wall = time.perf_counter() - began
     run = summarize(scenario.key, profile.name, concurrency, rep, wall, results)
+    if settle and (error := settle(concurrency)):
+        run.errors.append(error)
     if proxy and meter:
         wait_idle(proxy.process.pid)
         usage = meter.stop()
@@ -121,42 +134,64 @@ def measure(scenario: Scenario, proxy: Mitmdump | None, upstream: int, profile: 
     return run
 
 
+# Long: the suite's one loop, with the team scenario's server around it.
 def run_suite(profiles: list[Profile], concurrencies: list[int], reps: int, workdir: Path, *,
               large_mib: int = 0, log: Callable[[str], None] = print) -> dict:  # fmt: skip
     """Run every scenario × profile × concurrency `reps` times, interleaved; return raw results.
 
     Then, when `large_mib` is set, one stream of that size through each scenario (once).
     """
-    upstream = Upstream()
+    team, team_skipped = team_server(log, workdir, any(s.team for s in SCENARIOS))
+    scenarios = [_with_team(s, team) for s in SCENARIOS if not s.team or team]
+    upstream: Upstream | None = None
     proxies: dict[str, Mitmdump] = {}
+    sent: dict[str, int] = {s.key: 0 for s in scenarios}
     runs: list[Run] = []
     large_runs: list[Run] = []
+
+    def run(scenario: Scenario, profile: Profile, concurrency: int, rep: int) -> Run:
+        settle = team.wait_pushed if team and scenario.team else None
+        assert upstream is not None
+        done = measure(scenario, proxies.get(scenario.key), upstream.port, profile, concurrency, rep, settle)
+        sent[scenario.key] += concurrency
+        log(_line(done))
+        return done
+
     try:
-        for scenario in SCENARIOS:
+        upstream = Upstream()
+        for scenario in scenarios:
             if scenario.proxied:
-                proxies[scenario.key] = start_proxy(scenario, workdir)
-        warm = StreamSpec(events=20, size=100)
-        for scenario in SCENARIOS:  # first requests pay for imports and connection set-up
+                proxies[scenario.key] = start_proxy(scenario, workdir / scenario.key)
+        warm = StreamSpec(events=20, size=100, tools=1)
+        for scenario in scenarios:  # first requests pay for imports and connection set-up
             asyncio.run(_streams(upstream.port, warm, getattr(proxies.get(scenario.key), "port", None), 2))
+            sent[scenario.key] += 2
+            if team and scenario.team and (error := team.wait_pushed(2)):
+                log(f"  {error}")
         for rep in range(reps):
             for profile in profiles:
                 for concurrency in concurrencies:
-                    shift = rep % len(SCENARIOS)
-                    for scenario in SCENARIOS[shift:] + SCENARIOS[:shift]:
-                        run = measure(scenario, proxies.get(scenario.key), upstream.port, profile,
-                                      concurrency, rep)  # fmt: skip
-                        runs.append(run)
-                        log(_line(run))
+                    shift = rep % len(scenarios)
+                    for scenario in scenarios[shift:] + scenarios[:shift]:
+                        if profile.runs(scenario):
+                            runs.append(run(scenario, profile, concurrency, rep))
         large = Profile("large", StreamSpec.of_size(large_mib * 2**20)) if large_mib else None
-        for scenario in SCENARIOS if large else ():
-            run = measure(scenario, proxies.get(scenario.key), upstream.port, large, 1, 0)
-            large_runs.append(run)
-            log(_line(run))
+        for scenario in scenarios if large else ():
+            large_runs.append(run(scenario, large, 1, 0))  # type: ignore[arg-type]
     finally:
+        pushing = [
+            p for s in scenarios if s.team and s.key in proxies for p in pushers(proxies[s.key].process.pid)
+        ]
         stop_times = _stop_all(proxies)
-        upstream.stop()
+        if upstream is not None:
+            upstream.stop()
+        if team:
+            team.remove(pushing)
     return {
-        "profiles": [{"name": p.name, "describe": p.describe(), **asdict(p.spec)} for p in profiles],
+        "profiles": [
+            {"name": p.name, "describe": p.describe(), "scenarios": list(p.scenarios), **asdict(p.spec)}
+            for p in profiles
+        ],
         "concurrencies": concurrencies,
         "reps": reps,
         "runs": [asdict(r) for r in runs],
@@ -164,9 +199,18 @@ def run_suite(profiles: list[Profile], concurrencies: list[int], reps: int, work
         "max_parse_mib": load().capture.max_parse_bytes / 2**20,
         "large": [asdict(r) for r in large_runs],
         "stop_s": stop_times,
-        "capsem_calls": _capsem_calls(workdir),
-        "expected_capsem_calls": 2 + reps * len(profiles) * sum(concurrencies) + (1 if large_runs else 0),
+        "capsem_calls": {
+            s.key: {**_capsem_calls(workdir / s.key), "sent": sent[s.key]} for s in scenarios if s.addon
+        },
+        "skipped": {"team": team_skipped} if team_skipped else {},
     }
+
+
+def _with_team(scenario: Scenario, team: TeamServer | None) -> Scenario:
+    """The team scenario pushes to the suite's PostgreSQL (its URL known once the cluster runs)."""
+    if not scenario.team or team is None:
+        return scenario
+    return replace(scenario, env=(*scenario.env, ("CAPSEM_TEAM_URL", team.url)))
 
 
 def _stop_all(proxies: dict[str, Mitmdump]) -> dict[str, float]:
@@ -180,7 +224,7 @@ def _stop_all(proxies: dict[str, Mitmdump]) -> dict[str, float]:
 
 
 def _capsem_calls(workdir: Path) -> dict[str, int]:
-    """What the capsem addon recorded: model calls, complete ones, and parse errors."""
+    """What the capsem addon recorded: model calls, complete ones, parse errors, ledger batches."""
     dbs = list((workdir / "capsem-home" / "sessions").glob("*/session.db"))
     if len(dbs) != 1:
         return {"sessions": len(dbs)}
@@ -189,14 +233,15 @@ def _capsem_calls(workdir: Path) -> dict[str, int]:
         calls, complete, errors = conn.execute(
             "SELECT COUNT(*), COALESCE(SUM(complete), 0), COALESCE(SUM(parse_errors), 0) FROM model_calls"
         ).fetchone()
+        batches = conn.execute("SELECT COUNT(*) FROM ledger_heads").fetchone()[0]
     finally:
         conn.close()
-    return {"model_calls": calls, "complete": complete, "parse_errors": errors}
+    return {"model_calls": calls, "complete": complete, "parse_errors": errors, "ledger_heads": batches}
 
 
 def _line(run: Run) -> str:
     lag = f"lag p50 {run.lag_p50_ms:7.2f} ms" if run.lag_p50_ms is not None else "lag -"
     cpu = f"cpu {run.cpu_s:6.2f} s" if run.cpu_s is not None else ""
     err = f"  ERRORS: {run.errors}" if run.errors else ""
-    return (f"  rep {run.rep} {run.profile:8} x{run.concurrency:<3} {run.scenario:8} "
+    return (f"  rep {run.rep} {run.profile:8} x{run.concurrency:<3} {run.scenario:9} "
             f"ttfb {run.ttfb_ms:7.1f} ms  {lag}  total {run.wall_s:6.2f} s  {cpu}{err}")  # fmt: skip

@@ -21,13 +21,12 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from benchmarks.proxies import Scenario, start_proxy
+from benchmarks.proxies import TOOL_RULE, Scenario, start_proxy
 
-RULE = 'policy:\n  rules:\n    - {name: no-rm-rf, action: deny, tool: "*", tool_args: {command: {shell: "rm -rf"}}}\n'
 SCENARIOS = (
     Scenario("stream", "mitmdump, streaming", ("--set", "stream_large_bodies=1")),
     Scenario("capsem", "capsem, no tool rule", addon=True),
-    Scenario("rule", "capsem, one tool rule", addon=True),
+    Scenario("rule", "capsem, one tool rule", addon=True, config=TOOL_RULE),
 )
 MARK = b'"content_block_stop","index":1'
 """The tool block's stop: the call is complete when these bytes arrive."""
@@ -126,11 +125,7 @@ def run_tool_hold(runs: int, workdir: Path, *, log: Callable[[str], None] = prin
     proxies = {}
     try:
         for scenario in SCENARIOS:
-            folder = workdir / scenario.key
-            (folder / "capsem-home").mkdir(parents=True)
-            if scenario.key == "rule":
-                (folder / "capsem-home" / "config.yaml").write_text(RULE)
-            proxies[scenario.key] = start_proxy(scenario, folder)
+            proxies[scenario.key] = start_proxy(scenario, workdir / scenario.key)
         first: dict[str, list[float]] = {s.key: [] for s in SCENARIOS}
         delay: dict[str, list[float]] = {s.key: [] for s in SCENARIOS}
         for i in range(runs + 3):

@@ -2,11 +2,13 @@
 
 `POST /v1/messages` answers with one Messages stream (`message_start`, a text block of
 `events` `content_block_delta` events of about `size` bytes of text each, `message_delta`,
-`message_stop`), chunked, one event per chunk. Each delta's text starts with a marker
-``@t=<time.time() at send>;`` so the client can measure each event's delivery lag on the same
-clock. Events are sent `delay_ms` apart on a fixed schedule (start + i × delay, so jitter does
-not add up), or back to back when `delay_ms` is 0. Parameters come from the request header
-``x-bench: events=400; size=200; delay_ms=5``.
+`message_stop`), chunked, one event per chunk; with `tools` > 0 the text block is followed by that
+many `Bash` tool calls (`tool_use` blocks whose arguments come in `TOOL_PIECES` deltas) and the
+answer stops for `tool_use`. Each text delta starts with a marker ``@t=<time.time() at send>;``
+so the client can measure each event's delivery lag on the same clock (tool deltas carry none).
+Events are sent `delay_ms` apart on a fixed schedule (start + i × delay, so jitter does not add
+up), or back to back when `delay_ms` is 0. Parameters come from the request header
+``x-bench: events=400; size=200; delay_ms=5; tools=1``.
 
 The capsem addon recognises the stream as a real Anthropic call (path `/v1/messages` on an
 unknown host) and parses it in full. Run alone with ``python -m benchmarks.upstream``: it
@@ -35,16 +37,24 @@ _DELTA_HEAD = (
 )
 
 
+TOOL_PIECES = 20
+"""Argument deltas per tool call (as `benchmarks/tool_hold.py`'s answer)."""
+TOOL_COMMAND = "ls -la " + "src/" * 50
+"""The tool call's command: harmless, so a rule denying `rm -rf` holds and releases it unchanged."""
+
+
 @dataclass(frozen=True)
 class StreamSpec:
-    """One response: `events` text deltas of about `size` bytes of text, `delay_ms` apart."""
+    """One response: `events` text deltas of about `size` bytes of text, `delay_ms` apart, then
+    `tools` tool calls."""
 
     events: int
     size: int
     delay_ms: float = 0.0
+    tools: int = 0
 
     def header(self) -> str:
-        return f"events={self.events}; size={self.size}; delay_ms={self.delay_ms:g}"
+        return f"events={self.events}; size={self.size}; delay_ms={self.delay_ms:g}; tools={self.tools}"
 
     @classmethod
     def of_size(cls, total: int, size: int = 1000) -> StreamSpec:
@@ -55,7 +65,7 @@ class StreamSpec:
     def parse(cls, value: str) -> StreamSpec:
         fields = dict(part.strip().partition("=")[::2] for part in value.split(";") if "=" in part)
         return cls(int(fields.get("events", 100)), int(fields.get("size", 100)),
-                   float(fields.get("delay_ms", 0)))  # fmt: skip
+                   float(fields.get("delay_ms", 0)), int(fields.get("tools", 0)))  # fmt: skip
 
 
 def _sse(event: str, data: dict) -> bytes:
@@ -81,14 +91,36 @@ def head_events(message_id: str = "msg_bench") -> list[bytes]:
     ]
 
 
-def tail_events(output_tokens: int) -> list[bytes]:
+TEXT_STOP = _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+"""The text block's end."""
+
+
+def tool_events(index: int) -> list[bytes]:
+    """A `Bash` tool call as block `index`: its start, `TOOL_PIECES` argument deltas, its stop."""
+    arguments = json.dumps({"command": TOOL_COMMAND})
+    step = -(-len(arguments) // TOOL_PIECES)
+    start = {"type": "tool_use", "id": f"toolu_bench_{index}", "name": "Bash", "input": {}}
+    pieces = [
+        {"type": "content_block_delta", "index": index,
+         "delta": {"type": "input_json_delta", "partial_json": arguments[i : i + step]}}
+        for i in range(0, len(arguments), step)
+    ]  # fmt: skip
     return [
-        _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        _sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}),
+        *(_sse("content_block_delta", piece) for piece in pieces),
+        _sse("content_block_stop", {"type": "content_block_stop", "index": index}),
+    ]
+
+
+def tail_events(output_tokens: int, tools: int = 0) -> list[bytes]:
+    """The message's end (after the text block's stop, `TEXT_STOP`, and any tool calls)."""
+    stop = "tool_use" if tools else "end_turn"
+    return [
         _sse(
             "message_delta",
             {
                 "type": "message_delta",
-                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "delta": {"stop_reason": stop, "stop_sequence": None},
                 "usage": {"output_tokens": output_tokens},
             },
         ),
@@ -108,7 +140,10 @@ def stream_events(spec: StreamSpec, clock=time.time) -> Iterator[bytes]:
     yield from head_events()
     for _ in range(spec.events):
         yield delta_event(spec.size, clock())
-    yield from tail_events(spec.events)
+    yield TEXT_STOP
+    for k in range(spec.tools):
+        yield from tool_events(k + 1)
+    yield from tail_events(spec.events, spec.tools)
 
 
 async def _read_request(reader: asyncio.StreamReader) -> dict[str, str] | None:
@@ -139,14 +174,20 @@ async def _send_stream(writer: asyncio.StreamWriter, spec: StreamSpec) -> None:
     await writer.drain()
     delay = spec.delay_ms / 1000
     start = time.perf_counter()
-    for i in range(spec.events):
+    tools = [event for k in range(spec.tools) for event in tool_events(k + 1)]
+    paced: list[bytes | None] = [None] * spec.events + tools  # None: a text delta, stamped when sent
+    for i, event in enumerate(paced):
         if delay:
             wait = start + (i + 1) * delay - time.perf_counter()
             if wait > 0:
                 await asyncio.sleep(wait)
-        writer.write(_chunk(delta_event(spec.size, time.time())))
+        if i == spec.events:  # the text block ends with its last delta
+            writer.write(_chunk(TEXT_STOP))
+        writer.write(_chunk(delta_event(spec.size, time.time()) if event is None else event))
         await writer.drain()
-    for event in tail_events(spec.events):
+    if not tools:
+        writer.write(_chunk(TEXT_STOP))
+    for event in tail_events(spec.events, spec.tools):
         writer.write(_chunk(event))
     writer.write(b"0\r\n\r\n")
     await writer.drain()
