@@ -85,6 +85,9 @@ class AnthropicHold:
     def finish(self) -> list[bytes]:
         return self._decided() if self.call is not None else []
 
+    def untouched(self, events: bytes) -> bool:
+        return self.call is None and not self.denied and b'"tool_use"' not in events
+
     def passes(self, partial: bytes) -> bool:
         """A text, thinking or signature delta (or a ping) while no call is held."""
         return self.call is None and first_line(partial) in _PASSING

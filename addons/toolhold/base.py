@@ -46,6 +46,12 @@ class EventMachine(Protocol):
         so its bytes can go out as they arrive (False when it cannot tell)."""
         ...
 
+    def untouched(self, events: bytes) -> bool:
+        """Whether every whole event in `events` would come back unchanged, with nothing for the
+        machine to note (no call held, nothing denied, no byte that starts a call): they then go
+        out without being read one by one (False when it cannot tell)."""
+        ...
+
     held: list[bytes]
     """The events held now, exactly as received (given back unchanged if the machine fails)."""
 

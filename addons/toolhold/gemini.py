@@ -39,6 +39,9 @@ class GeminiHold:
         end = b"\r\n\r\n" if raw.endswith(b"\r\n\r\n") else b"\n\n"
         return [b"data: " + dumps(ev) + end]
 
+    def untouched(self, events: bytes) -> bool:
+        return b'"functionCall"' not in events
+
     def passes(self, partial: bytes) -> bool:
         return False  # a chunk's data says whether it carries a call only once it is whole
 

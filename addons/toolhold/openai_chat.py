@@ -94,6 +94,9 @@ class ChatHold:
             out += self._decided()
         return out
 
+    def untouched(self, events: bytes) -> bool:
+        return self.call is None and not self.denied and b'"tool_calls"' not in events
+
     def passes(self, partial: bytes) -> bool:
         return False  # a chunk's data says whether it carries a call only once it is whole
 

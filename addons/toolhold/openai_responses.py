@@ -102,6 +102,15 @@ class ResponsesHold:
             return [self._final(ev)]
         return [raw]
 
+    def untouched(self, events: bytes) -> bool:
+        return (
+            self.call is None
+            and not self.replaced
+            and b'"function_call"' not in events
+            and b'"custom_tool_call"' not in events
+            and b'"local_shell_call"' not in events
+        )
+
     def passes(self, partial: bytes) -> bool:
         """A text or reasoning delta (`event: response.….delta`) while no call is held."""
         line = first_line(partial) if self.sse and self.call is None else None

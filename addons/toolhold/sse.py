@@ -24,6 +24,8 @@ _LINE = re.compile(rb"\r\n|\r|\n")
 
 def split_events(buffer: bytearray, final: bool = False) -> list[bytes]:
     """Take the whole events off the front of `buffer` (all of it when `final`)."""
+    if b"\r" not in buffer:  # every provider's line ends: `find`, not the regex's char-by-char scan
+        return _split_lf(buffer, final)
     out: list[bytes] = []
     start = 0
     while True:
@@ -44,9 +46,24 @@ def split_events(buffer: bytearray, final: bool = False) -> list[bytes]:
     return out
 
 
+def _split_lf(buffer: bytearray, final: bool) -> list[bytes]:
+    """`split_events` for a buffer with no CR: an event ends at the first LF LF."""
+    out: list[bytes] = []
+    start = 0
+    while (at := buffer.find(b"\n\n", start)) >= 0:
+        out.append(bytes(buffer[start : at + 2]))
+        start = at + 2
+    if final and start < len(buffer):
+        out.append(bytes(buffer[start:]))
+        start = len(buffer)
+    del buffer[:start]
+    return out
+
+
 def data_of(raw: bytes) -> bytes | None:
     """An event's data lines joined by LF (the SSE rule); None when it has none."""
-    lines = [line for line in _LINE.split(raw) if line.startswith(b"data:")]
+    split = _LINE.split(raw) if b"\r" in raw else raw.split(b"\n")
+    lines = [line for line in split if line.startswith(b"data:")]
     if not lines:
         return None
     return b"\n".join(line[6:] if line[5:6] == b" " else line[5:] for line in lines)
@@ -77,6 +94,8 @@ class SseHold(StreamHold):
         out: list[bytes] = []
         final = not chunk
         self.buffer += chunk
+        if not final and (quiet := self._untouched()):  # nothing to hold: whole events go out as one
+            out.append(quiet)
         events = split_events(self.buffer, final)
         for i, raw in enumerate(events):
             try:
@@ -97,6 +116,20 @@ class SseHold(StreamHold):
             out.append(bytes(self.buffer[self.ahead :]))
             self.ahead = len(self.buffer)
         return b"".join(out)
+
+    def _untouched(self) -> bytes:
+        """The whole events at the buffer's front, taken off it, when the machine would let every one
+        through unread (b"" otherwise); the part of the first already sent ahead is not sent again."""
+        buffer = self.buffer
+        if b"\r" in buffer:
+            return b""
+        end = buffer.rfind(b"\n\n") + 2
+        if end < 2 or not self.machine.untouched(buffer[:end]):
+            return b""
+        out = bytes(buffer[self.ahead : end])
+        del buffer[:end]
+        self.ahead = 0
+        return out
 
     def fail(self, exc: Exception, current: bytes, later: list[bytes]) -> bytes:
         """Give up holding: what the machine held, the event it failed on and the rest, unchanged."""

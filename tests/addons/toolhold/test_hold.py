@@ -246,3 +246,29 @@ def test_gemini_json_array_streams_at_every_cut():
     parts = [p for r in json.loads(denied) for p in r["candidates"][0]["content"]["parts"]]
     assert [p["functionCall"]["name"] for p in parts if "functionCall" in p] == ["read"]
     assert any("not run" in p.get("text", "") for p in parts)
+
+
+TEXT_EVENT = {
+    "anthropic": b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+                 b'"delta":{"type":"text_delta","text":"Let me look."}}\n\n',
+    "openai_chat": b'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"Let me look."}}]}\n\n',
+    "openai_responses": b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+                        b'"delta":"Let me look."}\n\n',
+    "gemini": b'data: {"candidates":[{"content":{"parts":[{"text":"Let me look."}]}}]}\n\n',
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("protocol", sorted(STREAMS))
+def test_events_with_no_call_in_them_go_out_unread(protocol):
+    """Text with no call in it goes out without the machine reading it event by event (the
+    answers' common case costs a search per chunk); the call after it is still held and denied."""
+    head = TEXT_EVENT[protocol] * 50
+    data = head + STREAMS[protocol].read_bytes()
+    machine = machine_for(protocol, deny())
+    read: list[bytes] = []
+    event = machine.event
+    machine.event = lambda raw, data: read.append(raw) or event(raw, data)  # type: ignore[method-assign]
+    hold = SseHold(machine)
+    assert hold.take(head[:-30]) + hold.take(head[-30:]) == head and read == []
+    assert head + hold.take(data[len(head) :]) + hold.take(b"") == run(protocol, [data], deny())
+    assert read and machine.rewritten
