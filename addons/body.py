@@ -121,24 +121,30 @@ class ResponseReader:
     def feed_many(self, chunks: list[bytes]) -> list[int]:
         """Consume several raw chunks in one pass through framer and parser (each is decoded on
         its own); returns where each ends in the decoded body."""
+        return self.feed_joined(chunks[0] if len(chunks) == 1 else b"".join(chunks), list(map(len, chunks)))
+
+    def feed_joined(self, data: bytes, sizes: list[int]) -> list[int]:
+        """`feed_many` for chunks already joined (a `Chunks` message): `data` holds them one after
+        the other, `sizes` gives the length of each."""
         if self._summary is not None:
-            return [self.decoded_bytes] * len(chunks)
-        if len(chunks) == 1:
-            self.feed(chunks[0])
+            return [self.decoded_bytes] * len(sizes)
+        if len(sizes) == 1:
+            self.feed(data)
             return [self.decoded_bytes]
-        sizes = list(map(len, chunks))
-        size = sum(sizes)
+        size = len(data)
         self.raw_bytes += size
         if self.decoder.passes(size):  # nothing to undo (most streams): no step per chunk
             ends = list(accumulate(sizes, initial=self.decoded_bytes))
-            self._consume(b"".join(chunks))
+            self._consume(data)
             return ends[1:]
-        ends, parts, end = [], [], self.decoded_bytes
-        for chunk in chunks:
-            data = self.decoder.decode(chunk) if chunk else b""
-            if data:
-                parts.append(data)
-                end += len(data)
+        ends, parts, end, start = [], [], self.decoded_bytes, 0
+        for length in sizes:
+            chunk = data[start : start + length]
+            start += length
+            decoded = self.decoder.decode(chunk) if chunk else b""
+            if decoded:
+                parts.append(decoded)
+                end += len(decoded)
             ends.append(end)
         self._consume(parts[0] if len(parts) == 1 else b"".join(parts))
         return ends

@@ -8,7 +8,8 @@ message (the route, the framing of a streamed body, the policy verdict); the rec
 decides them again.
 
 A flow produces, in order: at most one `StreamOpened` (its response body is streamed and read
-chunk by chunk) and its `Chunk`s, or a `WsOpened` (a WebSocket after a 101) and its
+chunk by chunk) and its chunks (`Chunks`: a model call's chunks of one batch, packed by the
+outbox; `Chunk`: one chunk of an MCP event stream), or a `WsOpened` (a WebSocket after a 101) and its
 `WsMessage`s; then exactly one `FlowEnded`, which names the local process that opened the
 client connection (looked up by the hook side when the client connected). `Barrier` and `Stop`
 are control messages.
@@ -28,6 +29,7 @@ __all__ = [
     "Approval",
     "Barrier",
     "Chunk",
+    "Chunks",
     "FlowEnded",
     "Message",
     "RequestHead",
@@ -121,6 +123,21 @@ class Chunk(msgspec.Struct, frozen=True, array_like=True, tag=3):
     key: str
     at: float
     data: bytes
+
+
+class Chunks(msgspec.Struct, frozen=True, array_like=True, tag=9):
+    """Consecutive body chunks of one streamed model call, packed by the outbox
+    (`addons/proxy/outbox.py: Outbox.take`) into one message per flow and batch: the recorder
+    needs only their bytes and where and when each ended, and one message costs one step where
+    a `Chunk` each cost one per chunk (msgpack's objects, the recorder's dispatch)."""
+
+    key: str
+    data: bytes
+    """The chunks' bytes, joined, as they left the proxy (still content-encoded)."""
+    sizes: list[int]
+    """The length of each chunk in `data`, in order (each > 0)."""
+    times: list[float]
+    """When each chunk came (Unix seconds)."""
 
 
 class WsOpened(msgspec.Struct, frozen=True, array_like=True, tag=8):
@@ -263,7 +280,7 @@ class Stop(msgspec.Struct, frozen=True, array_like=True, tag=7):
     """Other messages it dropped."""
 
 
-Message = Union[StreamOpened, Chunk, WsOpened, WsMessage, FlowEnded, Barrier, Stop]  # noqa: UP007
+Message = Union[StreamOpened, Chunk, Chunks, WsOpened, WsMessage, FlowEnded, Barrier, Stop]  # noqa: UP007
 
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(list[Message])

@@ -1,8 +1,9 @@
 """Where the recorder process spends its CPU on streamed calls: `python -m benchmarks.profile_recorder`.
 
 The messages mitmdump's side would hand over for `streams` concurrent streamed Anthropic calls
-of the streaming benchmark's shape (`StreamOpened`, one `Chunk` per SSE event, `FlowEnded`),
-interleaved and cut into batches as the sender thread cuts them, msgpack-encoded, are decoded and
+of the streaming benchmark's shape (`StreamOpened`, one chunk per SSE event, `FlowEnded`),
+interleaved and cut into batches as the sender thread cuts them (each flow's chunks of a batch
+packed into one `Chunks`, as `Outbox.take` packs them), msgpack-encoded, are decoded and
 handled by a real `Recorder` and `SessionWriter` in this process (the recorder loop's work, the
 pipe's read aside), first timed, then under cProfile. Prints CPU per stream and per MiB, and the
 functions that take the most time. Load on the machine moves the seconds, hardly the shares.
@@ -19,7 +20,6 @@ import time
 from pathlib import Path
 
 from addons.messages import (
-    Chunk,
     FlowEnded,
     Message,
     RequestHead,
@@ -29,6 +29,7 @@ from addons.messages import (
     decode,
     encode,
 )
+from addons.proxy.outbox import ChunkItem, pack
 from addons.recorder.recorder import Recorder
 from benchmarks.client import request_bytes
 from benchmarks.upstream import StreamSpec, stream_events
@@ -53,14 +54,14 @@ def batches(streams: int, spec: StreamSpec, per_batch: int) -> list[bytes]:
             StreamOpened(head, ResponseHead(200, _SSE, now), Route("anthropic", "anthropic"), "sse")
         )
         events.append((head, list(stream_events(spec, clock=lambda: now))))
-    flat: list[Message] = list(opened)
+    flat: list[Message | ChunkItem] = list(opened)
     for i in range(max(len(e) for _, e in events)):
-        flat += [Chunk(head.key, now, e[i]) for head, e in events if i < len(e)]
+        flat += [(head.key, now, e[i]) for head, e in events if i < len(e)]
     for head, e in events:
         flat.append(FlowEnded(request=head, ended=now, route=Route("anthropic", "anthropic"), request_body=body,
                               request_size=len(body), response=ResponseHead(200, _SSE, now),
                               response_size=sum(map(len, e)), streamed=True, first_chunk_at=now))  # fmt: skip
-    return [encode(flat[i : i + per_batch]) for i in range(0, len(flat), per_batch)]
+    return [encode(pack(flat[i : i + per_batch])) for i in range(0, len(flat), per_batch)]
 
 
 def handle(encoded: list[bytes], workdir: Path, *, ledger: bool = True) -> float:

@@ -289,12 +289,12 @@ class Capsem:
             return
         # a GET event stream may carry MCP answers (HTTP+SSE transport): the recorder reads it
         mcp_stream = state.route is None and state.head.method == "GET" and event_stream
-        to_recorder = state.route is not None or mcp_stream
+        put = self.outbox.put_chunk if state.route else self.outbox.put_lone_chunk if mcp_stream else None
         capture = self.settings.capture
         keep = capture.content_max_bytes if state.mcp else capture.preview_bytes  # MCP: whole answers
-        state.response_tap = ResponseTap(flow.id, self.outbox.put if to_recorder else None, keep)
+        state.response_tap = ResponseTap(flow.id, put, keep)
         resp.stream = _chain(state.response_tap, resp.stream)
-        if to_recorder:
+        if put is not None:  # to the recorder
             self.outbox.put(StreamOpened(state.head, state.response, state.route, framing, mcp_stream))
 
     @guarded

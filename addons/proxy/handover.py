@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from addons.messages import Barrier, FlowEnded, Message, Stop, encode
-from addons.proxy.outbox import Barriers, Outbox
+from addons.proxy.outbox import Barriers, Outbox, count
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class RecorderProcess(Barriers):
                     break
                 continue
             if not self._deliver(batch):
-                self.outbox.stats.dropped_messages += len(batch)
+                self.outbox.stats.dropped_messages += count(batch)
                 for message in batch:
                     if type(message) is Barrier:
                         self._fail_barrier(message.token)  # type: ignore[union-attr]

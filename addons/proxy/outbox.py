@@ -1,9 +1,12 @@
 """From the hooks to the recorder: a bounded outbox that never makes a flow wait.
 
 The hooks call `Outbox.put(message)`, which appends to a deque and returns: no lock, no I/O,
-and a wake-up only when the deque was empty (or for a `Barrier` or `Stop`). The consumer thread
-then waits `interval` seconds (not when a `Barrier` or `Stop` waits), so the chunks of busy
-streams pile up and go on as one batch.
+and a wake-up only when the deque was empty (or for a `Barrier` or `Stop`). A model call's
+stream tap calls `put_chunk(key, at, data)` instead, which appends a plain tuple: no message
+object on the event loop. The consumer thread then waits `interval` seconds (not when a
+`Barrier` or `Stop` waits), so the chunks of busy streams pile up and go on as one batch, in
+which `take` packs each flow's chunks into one `Chunks` message (`pack`): the recorder then
+takes them in one step, not one per chunk.
 When more than `budget` bytes wait (the recorder has fallen behind), the chunks of streamed
 bodies are dropped, counted, and every later chunk of the same flow too, so the recorder sees a
 clean prefix of that body and the flow's row says how many chunks it lost (capture degrades;
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from addons.messages import Barrier, Chunk, FlowEnded, Message, Stop
+from addons.messages import Barrier, Chunk, Chunks, FlowEnded, Message, Stop
 
 logger = logging.getLogger("addons.proxy.handover")
 
@@ -38,8 +41,14 @@ class HandoverStats:
     """Messages other than chunks dropped (only past twice the budget, or after the recorder died)."""
 
 
-def _size(message: Message) -> int:
+ChunkItem = tuple[str, float, bytes]
+"""A chunk `put_chunk` queued: (flow key, time, bytes)."""
+
+
+def _size(message: Message | ChunkItem) -> int:
     kind = type(message)
+    if kind is tuple:
+        return len(message[2]) + 64  # type: ignore[index]
     if kind is Chunk:
         return len(message.data) + 64  # type: ignore[union-attr]
     if kind is FlowEnded:
@@ -54,7 +63,7 @@ class Outbox:
         self.budget = budget
         self.stats = HandoverStats()
         self.closed = False
-        self._items: deque[Message] = deque()
+        self._items: deque[Message | ChunkItem] = deque()
         self._put_bytes = 0  # written by the producer only
         self._taken_bytes = 0  # written by the consumer only
         self._dropping: dict[str, int] = {}  # flow key -> chunks dropped so far
@@ -100,14 +109,36 @@ class Outbox:
         elif len(items) == 1:  # one wake-up per batch, not per chunk
             self.wake.set()
 
+    def put_chunk(self, key: str, at: float, data: bytes) -> None:
+        """Queue a chunk of a model call's streamed body, as `put(Chunk(key, at, data))` does (the
+        same budget, drops and counts), without a message object: `take` packs it."""
+        if self.closed:
+            self.stats.dropped_messages += 1
+            return
+        if key in self._dropping or self._put_bytes - self._taken_bytes > self.budget:
+            self._dropping[key] = self._dropping.get(key, 0) + 1
+            self.stats.dropped_chunks += 1
+            return
+        self._put_bytes += len(data) + 64
+        items = self._items
+        items.append((key, at, data))
+        if len(items) == 1:
+            self.wake.set()
+
+    def put_lone_chunk(self, key: str, at: float, data: bytes) -> None:
+        """A chunk of an MCP event stream: a `Chunk` of its own, never packed (its answers are
+        matched across flows, in the order everything came)."""
+        self.put(Chunk(key, at, data))
+
     def stop_message(self, status: str) -> Stop:
         """The `Stop` that ends the session, with what was dropped on the way."""
         return Stop(status, self.stats.dropped_chunks, self.stats.dropped_messages)
 
     def take(self, max_bytes: int = 4 * 1024 * 1024) -> list[Message]:
-        """What is waiting (up to about `max_bytes`), oldest first; consumer side."""
+        """What is waiting (up to about `max_bytes`), oldest first, chunks packed (`pack`);
+        consumer side."""
         self.urgent = False
-        out: list[Message] = []
+        out: list[Message | ChunkItem] = []
         taken = 0
         items = self._items
         while items and taken < max_bytes:
@@ -115,7 +146,46 @@ class Outbox:
             taken += _size(message)
             out.append(message)
         self._taken_bytes += taken
-        return out
+        return pack(out)
+
+
+def pack(items: list[Message | ChunkItem]) -> list[Message]:
+    """`items` with each flow's queued chunks packed into one `Chunks`, where its first chunk was.
+
+    A model call's chunks feed only its own reader, so they may move ahead of other flows'
+    messages; never past their own flow's `FlowEnded`, a `Barrier` or the `Stop`: a chunk after
+    one of those starts a new `Chunks`. Every other message keeps its place."""
+    out: list[Message] = []
+    open_: dict[str, list] = {}
+    packs: list[list] = []  # [index in out, key, parts, times]
+    for item in items:
+        kind = type(item)
+        if kind is tuple:
+            key, at, data = item  # type: ignore[misc]
+            entry = open_.get(key)
+            if entry is None:
+                entry = open_[key] = [len(out), key, [data], [at]]
+                packs.append(entry)
+                out.append(None)  # type: ignore[arg-type]  # its place, filled below
+            else:
+                entry[2].append(data)
+                entry[3].append(at)
+            continue
+        if kind is FlowEnded:
+            open_.pop(item.request.key, None)  # type: ignore[union-attr]
+        elif kind in _URGENT:
+            open_.clear()
+        out.append(item)  # type: ignore[arg-type]
+    for index, key, parts, times in packs:
+        out[index] = Chunks(
+            key, parts[0] if len(parts) == 1 else b"".join(parts), list(map(len, parts)), times
+        )
+    return out
+
+
+def count(batch: list[Message]) -> int:
+    """How many messages `batch` held before `pack` (each chunk one), as the drop counts count."""
+    return sum(len(m.sizes) if type(m) is Chunks else 1 for m in batch)  # type: ignore[union-attr]
 
 
 class Barriers:

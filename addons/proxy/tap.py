@@ -12,15 +12,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from addons.messages import Chunk, Message
-
 
 class ResponseTap:
-    """Hands each chunk to the recorder as a `Chunk` message (`put`), or keeps a preview."""
+    """Hands each chunk to the recorder (`put(key, time, chunk)`: `Outbox.put_chunk`, or
+    `put_lone_chunk` for an MCP event stream), or keeps a preview."""
 
     __slots__ = ("bytes", "failure", "first_at", "key", "preview", "preview_limit", "put")
 
-    def __init__(self, key: str, put: Callable[[Message], None] | None, preview_limit: int) -> None:
+    def __init__(self, key: str, put: Callable[[str, float, bytes], None] | None, preview_limit: int) -> None:
         self.key = key
         self.put = put
         self.bytes = 0
@@ -37,7 +36,7 @@ class ResponseTap:
                     self.first_at = now
                 self.bytes += len(chunk)
                 if self.put is not None:
-                    self.put(Chunk(self.key, now, chunk))
+                    self.put(self.key, now, chunk)
                 elif len(self.preview) < self.preview_limit:
                     self.preview += chunk[: self.preview_limit - len(self.preview)]
         except Exception as exc:  # never let capture break the flow

@@ -22,6 +22,7 @@ from addons.conversations import Conversations
 from addons.items import Item, request_items
 from addons.messages import (
     Chunk,
+    Chunks,
     FlowEnded,
     Message,
     RequestHead,
@@ -161,6 +162,12 @@ class Recorder:
         if state.take(msg.data, msg.at):  # held: fed with its batch's others (`feed_held`)
             self._held.append(state)
 
+    def _chunks(self, msg: Chunks) -> None:
+        """A model call's chunks of one batch, packed by `Outbox.take`: taken in one step."""
+        state = self.readers.get(msg.key)  # none: its `StreamOpened` was lost (nothing reads them)
+        if state is not None and state.take_many(msg.data, msg.sizes, msg.times):
+            self._held.append(state)
+
     def feed_held(self) -> None:
         """Feed each reader the chunks it held back, at once: a batch carries several chunks of a
         busy stream, and decoding and framing them in one pass costs less than one by one (the
@@ -215,7 +222,7 @@ class Recorder:
             decode_error = decode_error or state.reader.decode_error
         else:
             if stream_preview is not None and flow.stream_preview is None:
-                flow = _with_preview(flow, stream_preview)
+                flow = msgspec.structs.replace(flow, stream_preview=stream_preview)
             response_preview, response_error = build.plain_preview(flow, settings.preview_bytes)
             response_preview = self._stream_scrubbed(flow, response_preview)
             decode_error = decode_error or response_error
@@ -379,6 +386,7 @@ class Recorder:
 
 _HANDLERS: dict[type, Callable[[Recorder, Any], None]] = {
     Chunk: Recorder._chunk,
+    Chunks: Recorder._chunks,
     FlowEnded: Recorder._flow_ended,
     StreamOpened: Recorder._stream_opened,
     WsOpened: Recorder._ws_opened,
@@ -401,13 +409,7 @@ def _previous_response(obj: dict | None) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _with_preview(flow: FlowEnded, preview: bytes) -> FlowEnded:
-    return msgspec.structs.replace(flow, stream_preview=preview)
-
-
 def _with_error(flow: FlowEnded, error: str) -> FlowEnded:
-    import msgspec
-
     return msgspec.structs.replace(flow, error=error)
 
 

@@ -240,8 +240,8 @@ def test_note_ends_notes_what_the_python_loop_notes(noted, chunks, limit):
 
     def run(compiled: bool) -> list:
         read = streams.StreamRead(reader=None, started=started, chunks=list(noted))  # type: ignore[arg-type]
-        read.held, read.held_at = [b"x"] * len(ends), list(times)
-        read.reader = type("R", (), {"feed_many": lambda self, c: list(ends)})()
+        read.held, read.held_sizes, read.held_at = [b"x" * len(ends)], [1] * len(ends), list(times)
+        read.reader = type("R", (), {"feed_joined": lambda self, data, sizes: list(ends)})()
         saved, kept = native.note_ends, streams.MAX_CHUNKS
         native.note_ends, streams.MAX_CHUNKS = (saved if compiled else None), limit
         try:

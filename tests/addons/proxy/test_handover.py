@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import time
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from addons.messages import (
     Barrier,
     Chunk,
+    Chunks,
     FlowEnded,
     Message,
     ResponseHead,
@@ -19,7 +24,7 @@ from addons.messages import (
     decode,
     encode,
 )
-from addons.proxy.outbox import Outbox
+from addons.proxy.outbox import Outbox, count, pack
 from tests.recording import RecorderHarness, ended, head, response
 
 
@@ -29,6 +34,7 @@ def test_every_message_survives_the_wire():
     batch: list[Message] = [
         StreamOpened(req, resp, Route("anthropic", "anthropic", None), "sse"),
         Chunk("f1", 1.7, b"\x00\xffdata: x\n\n"),
+        Chunks("f1", b"data: a\n\ndata: b\n\n", [10, 10], [1.71, 1.72]),
         WsOpened(req, resp, ("python", 4242)),
         WsMessage("f1", True, b"{}", True, 1.8),
         FlowEnded(
@@ -40,19 +46,111 @@ def test_every_message_survives_the_wire():
     assert decode(encode(batch)) == batch
 
 
-def test_the_outbox_drops_the_tail_of_a_stream_past_its_budget_and_says_so():
+@pytest.mark.parametrize("packed", [False, True], ids=["Chunk", "put_chunk"])
+def test_the_outbox_drops_the_tail_of_a_stream_past_its_budget_and_says_so(packed):
     outbox = Outbox(budget=10_000)
     req = head("f1", started=time.time())
+
+    def put(key: str, data: bytes) -> None:
+        outbox.put_chunk(key, 1.0, data) if packed else outbox.put(Chunk(key, 1.0, data))
+
     for _ in range(5):
-        outbox.put(Chunk("f1", 1.0, b"x" * 4000))  # the third one goes over the budget
-    outbox.put(Chunk("f2", 1.0, b"y" * 10))  # another flow, still over: dropped too
+        put("f1", b"x" * 4000)  # the third one goes over the budget
+    put("f2", b"y" * 10)  # another flow, still over: dropped too
     taken = outbox.take()
-    assert [len(m.data) for m in taken] == [4000, 4000, 4000]
-    outbox.put(Chunk("f1", 1.0, b"z"))  # room again, but f1 already lost a chunk: its tail stays dropped
+    if packed:  # the kept chunks of f1, in one message
+        assert [(m.key, m.sizes) for m in taken] == [("f1", [4000, 4000, 4000])]
+    else:
+        assert [len(m.data) for m in taken] == [4000, 4000, 4000]
+    put("f1", b"z")  # room again, but f1 already lost a chunk: its tail stays dropped
     outbox.put(ended(req))
     (end,) = outbox.take()
     assert isinstance(end, FlowEnded) and end.dropped_chunks == 3
     assert outbox.stats.dropped_chunks == 4 and outbox.stop_message("stopped").dropped_chunks == 4
+    outbox.closed = True  # the recorder is gone for good: a chunk is a dropped message, as any other
+    put("f3", b"w")
+    assert outbox.stats.dropped_messages == 1 and outbox.stats.dropped_chunks == 4
+
+
+def test_take_packs_each_flows_chunks_and_keeps_every_other_message_in_place():
+    a, b = head("a", started=1.0), head("b", started=1.0)
+    opened = StreamOpened(b, ResponseHead(200, ()), Route("anthropic", "anthropic"), "sse")
+    outbox = Outbox()
+    outbox.put_chunk("a", 1.1, b"a1")
+    outbox.put(opened)
+    outbox.put_chunk("b", 1.2, b"b1")
+    outbox.put_chunk("a", 1.3, b"a2")
+    outbox.put(Chunk("m", 1.35, b"mcp"))  # an MCP stream's chunk: never packed
+    outbox.put(ended(a))
+    outbox.put_chunk("a", 1.4, b"a3")  # after its FlowEnded (a late chunk): a new message
+    outbox.put_chunk("b", 1.5, b"b2")
+    outbox.put(Barrier(1))
+    outbox.put_chunk("b", 1.6, b"b3")
+    batch = outbox.take()
+    assert batch == [
+        Chunks("a", b"a1a2", [2, 2], [1.1, 1.3]), opened, Chunks("b", b"b1b2", [2, 2], [1.2, 1.5]),
+        Chunk("m", 1.35, b"mcp"), ended(a), Chunks("a", b"a3", [2], [1.4]), Barrier(1),
+        Chunks("b", b"b3", [2], [1.6]),
+    ]  # fmt: skip
+    assert count(batch) == 10 and decode(encode(batch)) == batch
+
+
+_KEYS = ("a", "b", "c")
+
+
+@st.composite
+def _queued(draw) -> list:
+    """What the hooks could queue: chunks of three flows, their FlowEnded, other flows' messages,
+    barriers, MCP chunks."""
+    items: list = []
+    for n in range(draw(st.integers(0, 40))):
+        kind = draw(st.sampled_from(["chunk", "chunk", "chunk", "ended", "other", "barrier", "mcp"]))
+        key = draw(st.sampled_from(_KEYS))
+        if kind == "chunk":
+            items.append((key, float(n), b"%d," % n))
+        elif kind == "ended":
+            items.append(ended(head(key, started=0.0)))
+        elif kind == "other":
+            items.append(ended(head("x", started=float(n))))
+        elif kind == "barrier":
+            items.append(Barrier(n))
+        else:
+            items.append(Chunk(key, float(n), b"m%d" % n))
+    return items
+
+
+def _unpacked(batch: list) -> list:
+    return [
+        (m.key, at, m.data[sum(m.sizes[:i]) : sum(m.sizes[: i + 1])]) if type(m) is Chunks else m
+        for m in batch
+        for i, at in (enumerate(m.times) if type(m) is Chunks else [(0, None)])
+    ]
+
+
+def _fences(items: list, key: str) -> list:
+    """For each chunk of `key`, how many of its own FlowEnded and of the barriers came before it."""
+    seen, out = 0, []
+    for item in items:
+        if type(item) is tuple and item[0] == key:
+            out.append(seen)
+        elif type(item) is Barrier or (type(item) is FlowEnded and item.request.key == key):
+            seen += 1
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(_queued())
+def test_packing_moves_no_chunk_past_its_flows_end_or_a_barrier_and_loses_nothing(items):
+    batch = pack(list(items))
+    flat = _unpacked(batch)
+    assert count(batch) == len(items) and sorted(map(repr, flat)) == sorted(map(repr, items))
+    assert [m for m in flat if type(m) is not tuple] == [m for m in items if type(m) is not tuple]
+    for key in _KEYS:
+        assert [m for m in flat if type(m) is tuple and m[0] == key] == [
+            m for m in items if type(m) is tuple and m[0] == key
+        ]  # each flow's chunks in their order
+        assert _fences(flat, key) == _fences(items, key)
+    assert all(m.sizes for m in batch if type(m) is Chunks)
 
 
 def test_a_flow_with_dropped_chunks_is_recorded_as_incomplete_with_the_reason(tmp_path):
