@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-VERSION = 4
+VERSION = 5
 """The fastpath.c this Python expects (its `FASTPATH_VERSION`); an older build is not used."""
 
 frame_plain: Callable[..., Any] | None = None
