@@ -475,7 +475,7 @@ def test_generated_streams_of_the_other_providers_read_the_same(protocol, stream
             assert compiled == _read(protocol, pieces, False, monkeypatch)
 
     check()
-    assert sum(taken) > 100  # the compiled reader did take text chunks (not only hand them back)
+    assert sum(taken) > 30  # the compiled reader did take text chunks (not only hand them back)
 
 
 CHAT_TEXT = (b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
