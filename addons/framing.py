@@ -115,7 +115,10 @@ class SSEDecoder:
             data = self._held + bytes(self._tail) + data
             self._held = b""
         if b"\r" in data:
-            if _LONE_CR.search(data) is None:  # CRLF line ends only (Gemini's): drop the CRs at C speed
+            lf = native.crlf_to_lf(data) if native.frame_plain is not None else None  # type: ignore[misc]
+            if lf is not None:  # CRLF line ends only (Gemini's), made LF in one native pass
+                data = lf
+            elif _LONE_CR.search(data) is None:  # the same, without the fast path: drop the CRs
                 data = data.translate(None, b"\r")
             else:
                 self._skip_lf = data.endswith(b"\r")  # a CRLF may be split across chunks

@@ -33,7 +33,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define FASTPATH_VERSION 5
+#define FASTPATH_VERSION 6
 
 typedef struct {
     char *buf;
@@ -760,6 +760,37 @@ static PyObject *span_str(Span s, Out *o) {
     return PyUnicode_DecodeUTF8(o->buf ? o->buf : "", o->len, "strict");
 }
 
+/* `crlf_to_lf(data)`: data with each CRLF made LF when every CR in it is followed by an LF (what
+ * SSEDecoder.feed does with `translate` after a regex search for a lone CR, in one pass), or None
+ * when one is not (a lone CR, or a CR ending the data): the framer then does it its own way. */
+static PyObject *crlf_to_lf(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const char *p = view.buf, *e = p + view.len;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, view.len);
+    if (out == NULL) { PyBuffer_Release(&view); return NULL; }
+    char *start = PyBytes_AS_STRING(out), *o = start;
+    while (p < e) {
+        const char *cr = memchr(p, '\r', (size_t)(e - p));
+        if (cr == NULL) {
+            memcpy(o, p, (size_t)(e - p));
+            o += e - p;
+            break;
+        }
+        if (cr + 1 >= e || cr[1] != '\n') {
+            Py_DECREF(out);
+            PyBuffer_Release(&view);
+            Py_RETURN_NONE;
+        }
+        memcpy(o, p, (size_t)(cr - p));
+        o += cr - p;
+        p = cr + 1;
+    }
+    PyBuffer_Release(&view);
+    if (_PyBytes_Resize(&out, o - start) < 0) return NULL;
+    return out;
+}
+
 /* Take a text chunk of kind 2-4 into the run being built (see frame_plain); 1 when taken, 0 when
  * it must be handed back after all, -1 on an error. */
 static int take_chunk(int kind, Chunk *c, PyObject *events, PyObject **run, Out *runkey, long long *runidx,
@@ -1209,6 +1240,7 @@ static PyMethodDef methods[] = {
     {"note_ends", note_ends, METH_VARARGS, "note_ends(noted, ends, times, started, limit): see the module doc."},
     {"delta_fields", delta_fields, METH_O, "delta_fields(text) -> list[(key, raw value)]: see the module doc."},
     {"delta_channels", delta_channels, METH_O, "delta_channels(text) -> dict[key, list[str]]: see the module doc."},
+    {"crlf_to_lf", crlf_to_lf, METH_O, "crlf_to_lf(data) -> bytes | None: see crlf_to_lf in fastpath.c."},
     {"frame_plain", frame_plain, METH_VARARGS,
      "frame_plain(buf, start, end, ident, event_type, kind) -> list | None: see the module doc."},
     {NULL, NULL, 0, NULL},
