@@ -533,3 +533,16 @@ def test_a_chunk_whose_id_or_model_changed_is_the_readers(protocol, chunk, field
             assert _read(protocol, [data], True, monkeypatch) == off
             if before in (b'""', b"null"):
                 assert value.strip(b'"').decode() in (off.message_id, off.model)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    data=st.lists(st.sampled_from([b"a", b"\r", b"\n", b"\r\n", b"data: x", b"\xff"]), max_size=20).map(
+        b"".join
+    )
+)
+def test_crlf_to_lf_is_the_framers_translate(data):
+    """LF for CRLF when no CR stands alone (a CR ending the data may be half of a CRLF: None)."""
+    from addons.framing import _LONE_CR
+
+    assert native.crlf_to_lf(data) == (None if _LONE_CR.search(data) else data.translate(None, b"\r"))
