@@ -1,5 +1,6 @@
 """capsem's compiled fast path, when it is built: `frame_plain` reads ordinary SSE events (and
-Anthropic text deltas) in one native pass, `delta_fields` and `delta_channels` find and decode
+the text chunks of Anthropic, OpenAI Chat, OpenAI Responses and Gemini) in one native pass,
+`crlf_to_lf` makes a CRLF-only piece LF, `delta_fields` and `delta_channels` find and decode
 the delta fields of a streamed body for the scrubber, `note_ends` notes where held chunks end
 (fastpath.c says exactly what each reads).
 

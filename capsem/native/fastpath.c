@@ -16,6 +16,12 @@
  * escape in a key, another key, a lone surrogate, a control character, invalid UTF-8) is returned
  * as an ordinary event, for the Python reader to decide.
  *
+ * With kind 2 (OpenAI Chat), 3 (OpenAI Responses) or 4 (Gemini), and `state` the reader's (id,
+ * model) for 2 and 4, a chunk that holds nothing but text is read here too (see "the other
+ * providers' text chunks" below): the runs are a list of str (2), [(item id, content index), str...]
+ * (3), and [texts, thoughts, the last usageMetadata's raw JSON or None, the last finishReason or
+ * None] (4); each provider's wire reader applies them (`native_run`).
+ *
  * `delta_fields(text)` is `capsem.stream_scrub._DELTA_RE.findall(text)`: the (key, raw JSON string
  * value) of every delta field of a streamed body, found left to right without overlap, as the
  * regular expression finds them (a test compares both on generated text). `delta_channels(text)` is
@@ -791,10 +797,35 @@ static PyObject *crlf_to_lf(PyObject *self, PyObject *arg) {
     return out;
 }
 
+/* Gemini: the last usage and finish reason of the run being built, made objects when it ends. */
+typedef struct {
+    const char *usage;
+    Py_ssize_t usage_n;
+    int has_reason;
+    Span reason;
+} Pending;
+
+/* The run's pending usage and finish reason into its items 2 and 3; 0, or -1 on an error. */
+static int gemini_close(PyObject *run, Pending *pending, Out *o) {
+    if (run != NULL && pending->usage != NULL) {
+        PyObject *usage = PyBytes_FromStringAndSize(pending->usage, pending->usage_n);
+        if (usage == NULL) return -1;
+        PyList_SetItem(run, 2, usage); /* steals it */
+    }
+    if (run != NULL && pending->has_reason) {
+        PyObject *reason = span_str(pending->reason, o);
+        if (reason == NULL) return -1;
+        PyList_SetItem(run, 3, reason);
+    }
+    pending->usage = NULL;
+    pending->has_reason = 0;
+    return 0;
+}
+
 /* Take a text chunk of kind 2-4 into the run being built (see frame_plain); 1 when taken, 0 when
  * it must be handed back after all, -1 on an error. */
 static int take_chunk(int kind, Chunk *c, PyObject *events, PyObject **run, Out *runkey, long long *runidx,
-                      Out *o) {
+                      Out *o, Pending *pending) {
     PyObject *strs[J_MAXTEXT] = {NULL};
     int taken = 0, n = c->ntext;
     for (int i = 0; i < n; i++) {
@@ -836,38 +867,27 @@ static int take_chunk(int kind, Chunk *c, PyObject *events, PyObject **run, Out 
         }
         if (PyList_Append(*run, strs[0]) < 0) goto done_err;
     } else { /* Gemini: [texts, thoughts, the last usage's raw JSON or None, the last finish reason or None] */
-        PyObject *reason = NULL;
-        if (c->has_finish) {
-            reason = span_str(c->finish, o);
-            if (reason == NULL) {
-                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto done_err;
-                PyErr_Clear();
-                taken = 0; /* the reference decides */
-                goto done;
-            }
-            if (PyUnicode_GET_LENGTH(reason) == 0) Py_CLEAR(reason);
-        }
-        int any = c->usage != NULL || reason != NULL;
+        int reason = c->has_finish && c->finish.n > 0; /* an escaped string is never empty */
+        int any = c->usage != NULL || reason;
         for (int i = 0; i < n; i++) any |= PyUnicode_GET_LENGTH(strs[i]) != 0;
         if (!any) goto done;
         if (*run == NULL) {
             *run = Py_BuildValue("[NNOO]", PyList_New(0), PyList_New(0), Py_None, Py_None);
-            if (*run == NULL || PyList_Append(events, *run) < 0) { Py_XDECREF(reason); goto done_err; }
+            if (*run == NULL || PyList_Append(events, *run) < 0) goto done_err;
             Py_DECREF(*run);
         }
         for (int i = 0; i < n; i++) {
             if (PyUnicode_GET_LENGTH(strs[i]) == 0) continue;
-            if (PyList_Append(PyList_GET_ITEM(*run, c->thought[i] ? 1 : 0), strs[i]) < 0) {
-                Py_XDECREF(reason);
-                goto done_err;
-            }
+            if (PyList_Append(PyList_GET_ITEM(*run, c->thought[i] ? 1 : 0), strs[i]) < 0) goto done_err;
         }
         if (c->usage != NULL) {
-            PyObject *usage = PyBytes_FromStringAndSize(c->usage, c->usage_n);
-            if (usage == NULL) { Py_XDECREF(reason); goto done_err; }
-            PyList_SetItem(*run, 2, usage); /* steals it */
+            pending->usage = c->usage;
+            pending->usage_n = c->usage_n;
         }
-        if (reason != NULL) PyList_SetItem(*run, 3, reason); /* steals it */
+        if (reason) {
+            pending->has_reason = 1;
+            pending->reason = c->finish;
+        }
     }
 done:
     for (int i = 0; i < n; i++) Py_XDECREF(strs[i]);
@@ -893,6 +913,7 @@ static PyObject *frame_plain(PyObject *self, PyObject *args) {
     Out o = {NULL, 0, 0}, runkey = {NULL, 0, 0};
     long long runidx = -1;
     MetaState meta = {0, {0, 0}, {{NULL, 0, 0}, {NULL, 0, 0}}};
+    Pending pending = {NULL, 0, 0, {NULL, 0, 0}};
     PyObject *events = PyList_New(0), *run = NULL;
     if (events == NULL) goto fail;
     if ((kind == 2 || kind == 4) && meta_from_python(&meta, state) < 0) goto fail;
@@ -941,12 +962,13 @@ static PyObject *frame_plain(PyObject *self, PyObject *args) {
                 if (take < 0) goto fail;
             }
             if (take) {
-                take = take_chunk(kind, &c, events, &run, &runkey, &runidx, &o);
+                take = take_chunk(kind, &c, events, &run, &runkey, &runidx, &o, &pending);
                 if (take < 0) goto fail;
                 if (take) continue;
             }
             if (kind != 3 && meta_follow(&meta, &c, read, &o) < 0) goto fail;
         }
+        if (kind == 4 && gemini_close(run, &pending, &o) < 0) goto fail;
         run = NULL;
         PyObject *name_obj = Py_None;
         if (name != NULL) {
@@ -965,6 +987,7 @@ static PyObject *frame_plain(PyObject *self, PyObject *args) {
         Py_DECREF(ev);
         if (bad < 0) goto fail;
     }
+    if (kind == 4 && gemini_close(run, &pending, &o) < 0) goto fail;
     PyMem_Free(o.buf);
     PyMem_Free(runkey.buf);
     PyMem_Free(meta.val[0].buf);
