@@ -80,6 +80,7 @@ class ResponseReader:
             self._interp = parser.stream()
             if isinstance(self._sse, SSEDecoder):  # the compiled framer may read its text deltas
                 self._sse.native_kind = getattr(self._interp, "native_kind", 0)
+                self._sse.native_state = getattr(self._interp, "native_state", None)
         self._body = bytearray()
         self._overflow = False
         self._summary: ResponseSummary | None = None

@@ -43,6 +43,9 @@ _PLAIN_EVENT = _compile(r"(event: ([^\n]*+)\n)?data: ([^\n]*+)\n\n")
 _PLAIN_EVENTS = _compile(r"\n*+(?:(?:event: [^\n]*+\n)?data: [^\n]*+\n\n++)*+")
 """Text made of ordinary events only (extra blank lines dispatch nothing)."""
 _BOM = b"\xef\xbb\xbf"
+_HOLD = 64 * 1024
+"""The compiled path holds back the complete lines of an event not yet ended up to this size, so
+that the event is read whole in the next pass (not line by line now, then again as a pending one)."""
 
 
 class SSEEvent(msgspec.Struct):
@@ -74,6 +77,8 @@ class SSEDecoder:
         self.invalid_lines = 0
         """Lines with an unknown field name (garbage in the stream); counted, then ignored."""
         self._tail = bytearray()
+        self._held = b""
+        """(compiled path) The complete lines of an event not yet ended, read before `_tail`."""
         self._skip_lf = False
         self._discarding = False
         self._started = False
@@ -81,8 +86,12 @@ class SSEDecoder:
         self._data: list[str] = []
         self._id: str | None = None
         self.native_kind = 0
-        """Which text deltas the compiled fast path reads itself (1: Anthropic's); their texts then
-        come back as lists of str among the events (see capsem/native). 0 for plain events only."""
+        """Which text chunks the compiled fast path reads itself (1: Anthropic, 2: OpenAI Chat, 3:
+        OpenAI Responses, 4: Gemini); they then come back as lists among the events (see
+        capsem/native). 0 for plain events only."""
+        self.native_state: Callable[[], object] | None = None
+        """The reader's state the fast path compares chunks with (for OpenAI Chat and Gemini: the
+        id and model it last said), asked before each native pass; None when it needs none."""
 
     def feed(self, data: bytes) -> list[SSEEvent]:
         if not data:
@@ -97,23 +106,28 @@ class SSEDecoder:
             data = self._discard(data)
         if not data:
             return []
-        if self._tail:
+        if self._tail or self._held:
             if b"\n" not in data and b"\r" not in data:
                 self._tail += data
-                self._check_tail()
-                return []
-            data = bytes(self._tail) + data
+                events: list[SSEEvent] = []
+                self._check_tail(events)
+                return events
+            data = self._held + bytes(self._tail) + data
+            self._held = b""
         if b"\r" in data:
-            if _LONE_CR.search(data) is None:  # CRLF line ends only (Gemini's): drop the CRs at C speed
+            lf = native.crlf_to_lf(data) if native.frame_plain is not None else None  # type: ignore[misc]
+            if lf is not None:  # CRLF line ends only (Gemini's), made LF in one native pass
+                data = lf
+            elif _LONE_CR.search(data) is None:  # the same, without the fast path: drop the CRs
                 data = data.translate(None, b"\r")
             else:
                 self._skip_lf = data.endswith(b"\r")  # a CRLF may be split across chunks
                 data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        events: list[SSEEvent] = []
+        events = []
         rest = self._lines(data, events)
         if rest:
             self._tail = bytearray(rest)
-            self._check_tail()
+            self._check_tail(events)
         elif self._tail:
             self._tail = bytearray()
         return events
@@ -121,6 +135,7 @@ class SSEDecoder:
     def flush(self) -> list[SSEEvent]:
         """End of body: the unterminated last line and any pending event (see module doc)."""
         events: list[SSEEvent] = []
+        self._release(events)
         if self._tail and not self._discarding:
             self._raw_line(bytes(self._tail), events)
         self._tail = bytearray()
@@ -148,11 +163,19 @@ class SSEDecoder:
             self._skip_lf = True
         return data[match.end() :]
 
-    def _check_tail(self) -> None:
+    def _check_tail(self, events: list[SSEEvent]) -> None:
         if len(self._tail) > self.max_line:
+            self._release(events)  # the lines before the dropped one
             self.overlong_lines += 1
             self._discarding = True
             self._tail = bytearray()
+
+    def _release(self, events: list[SSEEvent]) -> None:
+        """Read the lines held back (`_held`) now."""
+        if self._held:
+            held, self._held = self._held, b""
+            for line in held.decode("utf-8", "replace").split("\n")[:-1]:
+                self._line(line, events)
 
     def _lines(self, buf: bytes, events: list[SSEEvent]) -> bytes:
         """Read the complete lines of `buf` (LF line ends only); return the unterminated rest."""
@@ -196,15 +219,24 @@ class SSEDecoder:
         path (byte offsets: every cut is at an ASCII newline, so each slice decodes as in `_lines`)."""
         start, end = 0, whole.rfind(b"\n\n") + 2
         if end < 2:
-            return whole.decode("utf-8", "replace")
+            return self._hold(whole)
         if self._data or self._event is not None:  # the first block ends the pending event
             start = whole.find(b"\n\n") + 2
             self._block(whole[: start - 2].decode("utf-8", "replace"), events)
-        read = native.frame_plain(whole, start, end, self._id, SSEEvent, self.native_kind)  # type: ignore[misc]
+        state = self.native_state() if self.native_state is not None else None
+        read = native.frame_plain(whole, start, end, self._id, SSEEvent, self.native_kind, state)  # type: ignore[misc]
         if read is None:  # not only ordinary events: the Python reader
             return self._blocks(whole[start:].decode("utf-8", "replace"), events)
         events += read
-        return whole[end:].decode("utf-8", "replace")
+        return self._hold(whole[end:])
+
+    def _hold(self, lines: bytes) -> str:
+        """Complete lines after the last blank line: held back whole when short and nothing is
+        pending (`_held`: the next pass reads their event whole), else returned to be read now."""
+        if len(lines) <= _HOLD and not self._data and self._event is None:
+            self._held = lines
+            return ""
+        return lines.decode("utf-8", "replace")
 
     def _blocks(self, text: str, events: list[SSEEvent]) -> str:
         """The events of `text` (complete lines) up to its last blank line; returns the lines after it."""

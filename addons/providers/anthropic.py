@@ -51,6 +51,7 @@ from addons.providers._common import (
     request_object,
 )
 from addons.providers.base import GuardedParser
+from addons.providers.collect import Collector
 from addons.providers.events import (
     PARSE_ERROR,
     UNKNOWN_EVENT,
@@ -242,10 +243,10 @@ class AnthropicEvents:
         self._raw_usage: dict[str, Any] | None = None
         self._output_reported = False
 
-    @property
-    def text_part(self) -> int:
-        """The part the next text delta belongs to (what `events` gives a `TextDelta`)."""
-        return self._text_part
+    def native_run(self, collector: Collector, texts: list[str]) -> None:
+        """A run of non-empty text deltas the compiled framer read: the part the next text delta
+        belongs to (what `events` gives a `TextDelta`)."""
+        collector.add_texts(texts, self._text_part)
 
     def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
         try:

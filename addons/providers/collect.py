@@ -144,6 +144,15 @@ class Collector:
             pieces.extend(texts)
         self.summary.content_started = True
 
+    def add_thinking(self, texts: list[str], part: Any) -> None:
+        """A run of non-empty thinking deltas of one part: what `_thinking_delta` does for each."""
+        pieces = self._thinking.get(part)
+        if pieces is None:
+            self._thinking[part] = list(texts)
+        else:
+            pieces.extend(texts)
+        self.summary.content_started = True
+
     def _text_done(self, ev: TextDone) -> None:
         self._whole(self._text, ev.text, ev.part)
 
@@ -238,11 +247,12 @@ def collect(events: Iterable[LlmEvent], rules: SummaryRules, *, body: bool = Fal
 class Stream:
     """A stream interpreter: a provider's `WireReader` feeding the one `Collector`; never raises."""
 
-    __slots__ = ("_collector", "_ended", "_events", "_wire")
+    __slots__ = ("_collector", "_ended", "_events", "_run", "_wire")
 
     def __init__(self, wire: WireReader, rules: SummaryRules) -> None:
         self._wire = wire
         self._events = wire.events
+        self._run = getattr(wire, "native_run", None)
         self._collector = Collector(rules)
         self._ended = False
 
@@ -269,18 +279,25 @@ class Stream:
 
     @property
     def native_kind(self) -> int:
-        """Which text deltas the compiled framer may hand over as runs of str (`capsem.native`)."""
+        """Which text chunks the compiled framer may hand over as runs (`capsem.native`): the wire
+        reader's `NATIVE_KIND`, whose `native_run(collector, run)` applies such a run."""
         return getattr(self._wire, "NATIVE_KIND", 0)
+
+    @property
+    def native_state(self) -> Callable[[], Any] | None:
+        """The wire reader's state the compiled framer compares chunks with (its `native_state`:
+        the (id, model) it last said), or None when it needs none."""
+        return getattr(self._wire, "native_state", None)
 
     def feed(self, evs: list[SSEEvent]) -> None:
         """`event` for each of `evs` in order (a chunk's events in one call, no call per event);
-        a list among them is a run of text deltas the compiled framer read (`native_kind`)."""
+        a list among them is a run of text chunks the compiled framer read (`native_kind`)."""
         collector, read, apply = self._collector, self._events, _APPLY
         for ev in evs:
             if collector.closed:
                 return
-            if type(ev) is list:
-                collector.add_texts(ev, self._wire.text_part)  # type: ignore[attr-defined]
+            if type(ev) is list:  # a run of text chunks the compiled framer read
+                self._run(collector, ev)  # type: ignore[misc]
                 continue
             try:
                 for event in read(ev):
@@ -292,8 +309,8 @@ class Stream:
         """`event` without the guard (tests use it to see the bugs the guard would hide)."""
         if self._collector.closed:
             return
-        if type(ev) is list:  # a run of text deltas the compiled framer read
-            self._collector.add_texts(ev, self._wire.text_part)  # type: ignore[attr-defined]
+        if type(ev) is list:  # a run of text chunks the compiled framer read
+            self._run(self._collector, ev)  # type: ignore[misc]
         else:
             self._collector.add_all(self._events(ev))
 

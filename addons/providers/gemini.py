@@ -31,6 +31,7 @@ import msgspec
 from addons.framing import SSEEvent
 from addons.providers._common import as_int, as_str, decode_json, dumps_compact, load_json, request_object
 from addons.providers.base import GuardedParser
+from addons.providers.collect import Collector
 from addons.providers.events import (
     PARSE_ERROR,
     Done,
@@ -53,6 +54,7 @@ __all__ = ["RULES", "Gemini", "GeminiEvents", "body_events", "usage_from_gemini"
 
 RULES = SummaryRules(call_id_prefix="gemini")
 _PARSE_ERROR = (PARSE_ERROR,)
+_NOT_FINAL = Done(final=False)
 
 
 def usage_from_gemini(raw: Any) -> Usage:
@@ -175,9 +177,33 @@ class GeminiEvents:
     same summary for a chunk both can read (tests/providers/test_typed_paths.py).
     """
 
+    NATIVE_KIND = 4
+    """The compiled framer reads this protocol's text chunks itself (`capsem.native`)."""
+
     def __init__(self) -> None:
         self._calls = 0
         self._meta: tuple[Any, Any] = (None, None)  # the id and model last said (every chunk repeats them)
+
+    def native_state(self) -> tuple[Any, Any]:
+        """The id and model last said: the compiled framer takes a chunk only when it repeats them."""
+        return self._meta
+
+    @staticmethod
+    def native_run(collector: Collector, run: list[Any]) -> None:
+        """A run of text-only chunks the compiled framer read: [their non-empty texts, their
+        non-empty thoughts, the raw JSON of the last `usageMetadata` object or None, the last
+        non-empty finishReason or None]. Each of these replaces or extends its own part of the
+        summary, so one run gives what its chunks one by one give."""
+        texts, thoughts, usage, reason = run
+        if texts:
+            collector.add_texts(texts, None)
+        if thoughts:
+            collector.add_thinking(thoughts, None)
+        if usage is not None:  # a running total: the last one wins
+            collector.add(UsageReport(msgspec.Raw(usage), usage_from_gemini))
+        if reason is not None:  # the last one wins; Done(final=False) only notes that one came
+            collector.add(Stop(reason))
+            collector.add(_NOT_FINAL)
 
     def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
         try:

@@ -52,6 +52,7 @@ from addons.providers._common import (
     request_object,
 )
 from addons.providers.base import GuardedParser
+from addons.providers.collect import Collector
 from addons.providers.events import (
     PARSE_ERROR,
     UNKNOWN_EVENT,
@@ -242,6 +243,9 @@ def _text_events(content: Any, reasoning: Any, other_reasoning: Any, refusal: An
 class ChatEvents:
     """Reads one Chat Completions stream (choice 0) into neutral events."""
 
+    NATIVE_KIND = 2
+    """The compiled framer reads this protocol's text chunks itself (`capsem.native`)."""
+
     def __init__(self) -> None:
         self._keys: dict[Any, int] = {}  # fragment index (or ("no-index", n)) -> call key
         self._ids: list[str] = []  # id of each call so far, "" until one came
@@ -276,6 +280,15 @@ class ChatEvents:
         if type(reason) is str and reason:
             out += self._finish(reason)
         return out
+
+    def native_state(self) -> tuple[Any, Any]:
+        """The id and model last said: the compiled framer takes a text chunk only when it repeats them."""
+        return self._meta
+
+    @staticmethod
+    def native_run(collector: Collector, texts: list[str]) -> None:
+        """A run of non-empty `content` pieces the compiled framer read from text-only chunks."""
+        collector.add_texts(texts, None)
 
     def general(self, ev: SSEEvent) -> Sequence[LlmEvent]:
         """Any event: the whole document decoded and read (`events` reads a plain chunk, whose first

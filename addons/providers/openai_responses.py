@@ -58,7 +58,7 @@ from addons.providers._common import (
     request_object,
 )
 from addons.providers.base import GuardedParser
-from addons.providers.collect import Stream
+from addons.providers.collect import Collector, Stream
 from addons.providers.events import (
     PARSE_ERROR,
     UNKNOWN_EVENT,
@@ -294,6 +294,9 @@ _ARGUMENT_DELTAS = ("response.function_call_arguments.delta", "response.custom_t
 class ResponsesEvents:
     """Reads one Responses event stream (SSE events or WebSocket messages) into neutral events."""
 
+    NATIVE_KIND = 3
+    """The compiled framer reads this protocol's output_text deltas itself (`capsem.native`)."""
+
     def __init__(self) -> None:
         self._refusals: set[Any] = set()
         self._calls: dict[tuple[str, Any], int] = {}  # ("index", output_index) / ("item", id) -> key
@@ -321,6 +324,15 @@ class ResponsesEvents:
                 ("r", *self._key_of(obj.item_id, obj.output_index, obj.content_index)), obj.delta
             )
         return self.general(ev)
+
+    def native_run(self, collector: Collector, run: list[Any]) -> None:
+        """A run of output_text deltas of one part the compiled framer read: [(item id, content
+        index), their non-empty texts...]; what `_text` does for each."""
+        key = run[0]
+        self._text_owners.add(key[0])
+        self._content = True
+        del run[0]
+        collector.add_texts(run, key)
 
     def general(self, ev: SSEEvent) -> Sequence[LlmEvent]:
         """Any event: the whole document decoded, dispatched on its `type` (`events` reads the text,

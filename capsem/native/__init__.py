@@ -1,5 +1,6 @@
 """capsem's compiled fast path, when it is built: `frame_plain` reads ordinary SSE events (and
-Anthropic text deltas) in one native pass, `delta_fields` and `delta_channels` find and decode
+the text chunks of Anthropic, OpenAI Chat, OpenAI Responses and Gemini) in one native pass,
+`crlf_to_lf` makes a CRLF-only piece LF, `delta_fields` and `delta_channels` find and decode
 the delta fields of a streamed body for the scrubber, `note_ends` notes where held chunks end
 (fastpath.c says exactly what each reads).
 
@@ -16,13 +17,14 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-VERSION = 4
+VERSION = 6
 """The fastpath.c this Python expects (its `FASTPATH_VERSION`); an older build is not used."""
 
 frame_plain: Callable[..., Any] | None = None
 delta_fields: Callable[[str], list[tuple[str, str]]] | None = None
 delta_channels: Callable[[str], dict[str, list[str]]] | None = None
 note_ends: Callable[..., None] | None = None
+crlf_to_lf: Callable[[bytes], bytes | None] | None = None
 why_not: str | None = None
 """Why the pure-Python path is in use, or None when the compiled one is."""
 
@@ -37,6 +39,7 @@ else:
         if getattr(_fastpath, "VERSION", None) == VERSION:
             frame_plain, delta_fields = _fastpath.frame_plain, _fastpath.delta_fields
             delta_channels, note_ends = _fastpath.delta_channels, _fastpath.note_ends
+            crlf_to_lf = _fastpath.crlf_to_lf
         else:
             why_not = "built from an older source (run `make install` again)"
 

@@ -16,6 +16,12 @@
  * escape in a key, another key, a lone surrogate, a control character, invalid UTF-8) is returned
  * as an ordinary event, for the Python reader to decide.
  *
+ * With kind 2 (OpenAI Chat), 3 (OpenAI Responses) or 4 (Gemini), and `state` the reader's (id,
+ * model) for 2 and 4, a chunk that holds nothing but text is read here too (see "the other
+ * providers' text chunks" below): the runs are a list of str (2), [(item id, content index), str...]
+ * (3), and [texts, thoughts, the last usageMetadata's raw JSON or None, the last finishReason or
+ * None] (4); each provider's wire reader applies them (`native_run`).
+ *
  * `delta_fields(text)` is `capsem.stream_scrub._DELTA_RE.findall(text)`: the (key, raw JSON string
  * value) of every delta field of a streamed body, found left to right without overlap, as the
  * regular expression finds them (a test compares both on generated text). `delta_channels(text)` is
@@ -30,9 +36,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
-#define FASTPATH_VERSION 4
+#define FASTPATH_VERSION 6
 
 typedef struct {
     char *buf;
@@ -91,6 +98,16 @@ static int put_utf8(Out *o, unsigned int cp) {
     return out_put(o, b, n);
 }
 
+/* Whether none of the 8 bytes at p is a quote, a backslash, a control character or non-ASCII
+ * (a string's plain run, 8 bytes a step). */
+static inline int plain8(const char *p) {
+    uint64_t v, ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    memcpy(&v, p, 8);
+    uint64_t q = v ^ (ones * '"'), b = v ^ (ones * '\\');
+    uint64_t bad = (v & highs) | ((v - ones * 0x20) & ~v & highs) | ((q - ones) & ~q & highs) | ((b - ones) & ~b & highs);
+    return bad == 0;
+}
+
 /* A JSON string from p (just after its opening quote) into o (UTF-8); returns the byte after the
  * closing quote, NULL when it is not a string msgspec reads the same way (see the module doc), or
  * (const char *)1 on a memory error. */
@@ -98,6 +115,7 @@ static const char *json_string(const char *p, const char *e, Out *o) {
     o->len = 0;
     while (p < e) {
         const char *run = p;
+        while (e - p >= 8 && plain8(p)) p += 8;
         while (p < e && *p != '"' && *p != '\\' && (unsigned char)*p >= 0x20) p++;
         if (p > run && out_put(o, run, p - run) < 0) return (const char *)1;
         if (p >= e || (unsigned char)*p < 0x20) return NULL;
@@ -169,12 +187,722 @@ static PyObject *anthropic_text(const char *p, const char *e, Out *o) {
     return text;
 }
 
+/* ---- the other providers' text chunks (kinds 2: OpenAI Chat, 3: OpenAI Responses, 4: Gemini) ----
+ *
+ * A chunk is read whole by a small strict JSON reader: it takes only what msgspec and json both
+ * read the same way (no escape in a key, no lone surrogate, no control character, valid UTF-8,
+ * numbers of at most 24 characters, at most 64 levels) and fails on anything else; the chunk is
+ * then handed back as an ordinary event. A chunk is taken here only when it holds nothing but
+ * text (see `chat_chunk`, `responses_chunk`, `gemini_chunk`) and, for Chat and Gemini, its id and
+ * model are those the reader last said (`Meta`): the caller passes the reader's (id, model), and
+ * after each chunk handed back this code follows what the reader will have made of it (its id and
+ * model, or "not known": then every later chunk of the call is handed back). */
+
+#define J_DEPTH 64
+#define J_MAXTEXT 8
+
+typedef struct {
+    const char *s; /* a JSON string's content (between its quotes) */
+    Py_ssize_t n;
+    int escaped;
+} Span;
+
+/* Length of the valid UTF-8 sequence at p (its first byte >= 0x80), 0 when invalid (Python's
+ * strict decoder's rules: no overlong form, no surrogate, nothing above U+10FFFF). */
+static inline int utf8_seq(const unsigned char *p, const unsigned char *e) {
+    unsigned char c = p[0];
+    if (c >= 0xC2 && c <= 0xDF) return (e - p >= 2 && (p[1] & 0xC0) == 0x80) ? 2 : 0;
+    if (c >= 0xE0 && c <= 0xEF) {
+        if (e - p < 3 || (p[2] & 0xC0) != 0x80) return 0;
+        unsigned char lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+        return (p[1] >= lo && p[1] <= hi) ? 3 : 0;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        if (e - p < 4 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80) return 0;
+        unsigned char lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+        return (p[1] >= lo && p[1] <= hi) ? 4 : 0;
+    }
+    return 0;
+}
+
+/* A JSON string at *pp (its opening quote): its content span; *pp moves past it. -1 when it is
+ * not one this reader takes. */
+static int j_string(const char **pp, const char *e, Span *out) {
+    const char *p = *pp + 1;
+    out->s = p;
+    out->escaped = 0;
+    for (;;) {
+        while (e - p >= 8 && plain8(p)) p += 8;
+        while (p < e && *p != '"' && *p != '\\' && (unsigned char)*p >= 0x20 && (unsigned char)*p < 0x80) p++;
+        if (p >= e) return -1;
+        unsigned char c = (unsigned char)*p;
+        if (c == '"') break;
+        if (c < 0x20) return -1;
+        if (c == '\\') {
+            out->escaped = 1;
+            if (e - p < 2) return -1;
+            char x = p[1];
+            if (x == 'u') {
+                if (e - p < 6) return -1;
+                int cp = hexval(p + 2);
+                if (cp < 0 || (cp >= 0xDC00 && cp <= 0xDFFF)) return -1;
+                p += 6;
+                if (cp >= 0xD800 && cp <= 0xDBFF) { /* only a whole pair */
+                    if (e - p < 6 || p[0] != '\\' || p[1] != 'u') return -1;
+                    int lo = hexval(p + 2);
+                    if (lo < 0xDC00 || lo > 0xDFFF) return -1;
+                    p += 6;
+                }
+                continue;
+            }
+            if (!strchr("\"\\/bfnrt", x) || x == 0) return -1;
+            p += 2;
+            continue;
+        }
+        int n = utf8_seq((const unsigned char *)p, (const unsigned char *)e);
+        if (n == 0) return -1;
+        p += n;
+    }
+    out->n = p - out->s;
+    *pp = p + 1;
+    return 0;
+}
+
+static int j_number(const char **pp, const char *e) {
+    const char *p = *pp, *first = p;
+    if (p < e && *p == '-') p++;
+    if (p >= e) return -1;
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9') while (p < e && *p >= '0' && *p <= '9') p++;
+    else return -1;
+    if (p < e && *p == '.') {
+        const char *d = ++p;
+        while (p < e && *p >= '0' && *p <= '9') p++;
+        if (p == d) return -1;
+    }
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < e && (*p == '+' || *p == '-')) p++;
+        const char *d = p;
+        while (p < e && *p >= '0' && *p <= '9') p++;
+        if (p == d) return -1;
+    }
+    if (p - first > 24) return -1;
+    *pp = p;
+    return 0;
+}
+
+static int j_skip(const char **pp, const char *e, int depth);
+
+/* The next key of an object: *pp just after `{` (first) or after a value; returns 1 with the key
+ * and *pp just after its colon and blanks, 0 after the closing `}`, -1 on anything else (a key
+ * with an escape included: it might spell a key this reader looks for). */
+static int j_key(const char **pp, const char *e, int *first, Span *key) {
+    const char *p = skip_ws(*pp, e);
+    if (p >= e) return -1;
+    if (*first) {
+        *first = 0;
+        if (*p == '}') { *pp = p + 1; return 0; }
+    } else {
+        if (*p == '}') { *pp = p + 1; return 0; }
+        if (*p != ',') return -1;
+        p = skip_ws(p + 1, e);
+    }
+    if (p >= e || *p != '"' || j_string(&p, e, key) < 0 || key->escaped) return -1;
+    p = skip_ws(p, e);
+    if (p >= e || *p != ':') return -1;
+    *pp = skip_ws(p + 1, e);
+    return 1;
+}
+
+/* Array items: *pp just after `[` (first) or after an item; 1 with *pp at the next item, 0 after `]`. */
+static int j_item(const char **pp, const char *e, int *first) {
+    const char *p = skip_ws(*pp, e);
+    if (p >= e) return -1;
+    if (*p == ']') { *pp = p + 1; return 0; }
+    if (*first) *first = 0;
+    else {
+        if (*p != ',') return -1;
+        p = skip_ws(p + 1, e);
+    }
+    *pp = p;
+    return 1;
+}
+
+static int j_skip(const char **pp, const char *e, int depth) {
+    const char *p = skip_ws(*pp, e);
+    if (p >= e || depth > J_DEPTH) return -1;
+    Span s;
+    int first = 1, r;
+    switch (*p) {
+    case '"':
+        if (j_string(&p, e, &s) < 0) return -1;
+        break;
+    case '{':
+        p++;
+        while ((r = j_key(&p, e, &first, &s)) == 1)
+            if (j_skip(&p, e, depth + 1) < 0) return -1;
+        if (r < 0) return -1;
+        break;
+    case '[':
+        p++;
+        while ((r = j_item(&p, e, &first)) == 1)
+            if (j_skip(&p, e, depth + 1) < 0) return -1;
+        if (r < 0) return -1;
+        break;
+    case 't': if ((p = lit(p, e, "true", 4)) == NULL) return -1; break;
+    case 'f': if ((p = lit(p, e, "false", 5)) == NULL) return -1; break;
+    case 'n': if ((p = lit(p, e, "null", 4)) == NULL) return -1; break;
+    default:
+        if (j_number(&p, e) < 0) return -1;
+    }
+    *pp = p;
+    return 0;
+}
+
+#define KEY_IS(k, word) ((k).n == (Py_ssize_t)sizeof(word) - 1 && memcmp((k).s, word, sizeof(word) - 1) == 0)
+#define IS_NULL(p, e) ((e) - (p) >= 4 && memcmp(p, "null", 4) == 0)
+
+/* What a chunk holds, as far as the readers' fast paths care. */
+typedef struct {
+    int plain;    /* nothing but text (and, for Gemini, a usage report) */
+    int meta_ok;  /* the reader's (id, model) after it is (id, model) below */
+    int id_kind, model_kind; /* 0: absent or null, 1: a string, 2: anything else */
+    Span id, model;
+    int ntext;
+    Span text[J_MAXTEXT];
+    int thought[J_MAXTEXT];
+    const char *usage; /* Gemini: the raw usageMetadata object */
+    Py_ssize_t usage_n;
+    int has_finish;    /* Gemini: a finishReason string (empty or not) */
+    Span finish;
+    long long index;  /* Responses: content_index */
+} Chunk;
+
+/* A value that is null, or a string kept in *span (kind 1), or anything else (kind 2). */
+static int j_meta_value(const char **pp, const char *e, int *kind, Span *span) {
+    const char *p = *pp;
+    if (*kind != -1) return -1; /* said twice */
+    if (p < e && *p == '"') {
+        *kind = 1;
+        return j_string(pp, e, span);
+    }
+    *kind = IS_NULL(p, e) ? 0 : 2;
+    return j_skip(pp, e, 1);
+}
+
+/* `null` or the empty string: what a reader takes for "nothing" in a finish reason; 1 if so. */
+static int j_nothing(const char **pp, const char *e) {
+    const char *p = *pp;
+    int nothing = IS_NULL(p, e) || (e - p >= 2 && p[0] == '"' && p[1] == '"');
+    return j_skip(pp, e, 1) < 0 ? -1 : nothing;
+}
+
+static int add_text(Chunk *c, Span s, int thought) {
+    if (c->ntext >= J_MAXTEXT) { c->plain = 0; return 0; }
+    c->text[c->ntext] = s;
+    c->thought[c->ntext++] = thought;
+    return 0;
+}
+
+/* The delta of Chat's choice 0: `content` a string or null; reasoning, refusal and tool calls null. */
+static int chat_delta(const char **pp, const char *e, Chunk *c) {
+    const char *p = *pp + 1;
+    int first = 1, r, seen = 0;
+    Span k, s;
+    while ((r = j_key(&p, e, &first, &k)) == 1) {
+        if (KEY_IS(k, "content")) {
+            if (seen & 1) return -1;
+            seen |= 1;
+            if (p < e && *p == '"') {
+                if (j_string(&p, e, &s) < 0) return -1;
+                add_text(c, s, 0);
+                continue;
+            }
+            if (!IS_NULL(p, e)) c->plain = 0;
+        } else if (KEY_IS(k, "reasoning_content") || KEY_IS(k, "reasoning") || KEY_IS(k, "refusal") ||
+                   KEY_IS(k, "tool_calls")) {
+            if (!IS_NULL(p, e)) c->plain = 0;
+        }
+        if (j_skip(&p, e, 3) < 0) return -1;
+    }
+    *pp = p;
+    return r;
+}
+
+static int chat_choice(const char **pp, const char *e, Chunk *c) {
+    const char *p = *pp + 1;
+    int first = 1, r, seen = 0;
+    Span k;
+    while ((r = j_key(&p, e, &first, &k)) == 1) {
+        if (KEY_IS(k, "index")) {
+            if (seen & 1) return -1;
+            seen |= 1;
+            if (!(e - p >= 1 && *p == '0' && (e - p == 1 || !strchr("0123456789.eE", p[1])))) c->plain = 0;
+        } else if (KEY_IS(k, "delta")) {
+            if (seen & 2) return -1;
+            seen |= 2;
+            if (p < e && *p == '{') {
+                if (chat_delta(&p, e, c) < 0) return -1;
+                continue;
+            }
+            if (!IS_NULL(p, e)) c->plain = 0;
+        } else if (KEY_IS(k, "finish_reason")) {
+            if (seen & 4) return -1;
+            seen |= 4;
+            int nothing = j_nothing(&p, e);
+            if (nothing < 0) return -1;
+            if (!nothing) c->plain = 0;
+            continue;
+        }
+        if (j_skip(&p, e, 2) < 0) return -1;
+    }
+    if (!(seen & 1)) c->plain = 0;
+    *pp = p;
+    return r;
+}
+
+/* An OpenAI Chat chunk: 0 when read (see Chunk), -1 when not. */
+static int chat_chunk(const char *p, const char *e, Chunk *c) {
+    int first = 1, r, seen = 0;
+    Span k, s;
+    p = skip_ws(p, e);
+    if (p >= e || *p != '{') return -1;
+    p++;
+    while ((r = j_key(&p, e, &first, &k)) == 1) {
+        if (KEY_IS(k, "id")) {
+            if (j_meta_value(&p, e, &c->id_kind, &c->id) < 0) return -1;
+            continue;
+        } else if (KEY_IS(k, "model")) {
+            if (j_meta_value(&p, e, &c->model_kind, &c->model) < 0) return -1;
+            continue;
+        } else if (KEY_IS(k, "choices")) {
+            if (seen & 1) return -1;
+            seen |= 1;
+            if (p < e && *p == '[') { /* exactly one choice, an object */
+                const char *q = p + 1;
+                int f = 1;
+                if (j_item(&q, e, &f) == 1 && *q == '{') {
+                    if (chat_choice(&q, e, c) < 0) return -1;
+                    if (j_item(&q, e, &f) == 0) { p = q; continue; }
+                }
+            }
+            c->plain = 0;
+        } else if (KEY_IS(k, "usage")) {
+            if (seen & 2) return -1;
+            seen |= 2;
+            if (!IS_NULL(p, e)) c->plain = 0;
+        } else if (KEY_IS(k, "error")) {
+            c->plain = c->meta_ok = 0;
+        } else if (KEY_IS(k, "object")) {
+            if (seen & 4) return -1;
+            seen |= 4;
+            if (p < e && *p == '"') {
+                if (j_string(&p, e, &s) < 0) return -1;
+                if (s.escaped || (s.n == 5 && memcmp(s.s, "error", 5) == 0)) c->plain = c->meta_ok = 0;
+                continue;
+            }
+            if (!IS_NULL(p, e)) c->plain = 0;
+        }
+        if (j_skip(&p, e, 1) < 0) return -1;
+    }
+    if (r < 0 || skip_ws(p, e) != e) return -1;
+    if (!(seen & 1)) c->plain = 0;
+    return 0;
+}
+
+/* An OpenAI Responses output_text.delta with a non-empty item_id and a plain content_index. */
+static int responses_chunk(const char *p, const char *e, Chunk *c) {
+    int first = 1, r, seen = 0;
+    Span k, s;
+    p = skip_ws(p, e);
+    if (p >= e || *p != '{') return -1;
+    p++;
+    while ((r = j_key(&p, e, &first, &k)) == 1) {
+        int bit = KEY_IS(k, "type") ? 1 : KEY_IS(k, "item_id") ? 2 : KEY_IS(k, "content_index") ? 4
+                  : KEY_IS(k, "delta") ? 8 : 0;  /* fmt: skip */
+        if (bit & seen) return -1;
+        seen |= bit;
+        if (bit == 1) {
+            if (p >= e || *p != '"' || j_string(&p, e, &s) < 0) return -1;
+            if (!KEY_IS(s, "response.output_text.delta")) return -1;
+            continue;
+        }
+        if (bit == 2) {
+            if (p >= e || *p != '"' || j_string(&p, e, &c->id) < 0 || c->id.n == 0) return -1;
+            continue;
+        }
+        if (bit == 4) {
+            const char *d = p;
+            long long v = 0;
+            while (p < e && *p >= '0' && *p <= '9') v = v * 10 + (*p++ - '0');
+            if (p == d || p - d > 18 || (p - d > 1 && *d == '0') || (p < e && strchr(".eE", *p) && *p))
+                return -1;
+            c->index = v;
+            continue;
+        }
+        if (bit == 8) {
+            if (p >= e || *p != '"' || j_string(&p, e, &s) < 0) return -1;
+            add_text(c, s, 0);
+            continue;
+        }
+        if (j_skip(&p, e, 1) < 0) return -1;
+    }
+    if (r < 0 || skip_ws(p, e) != e || seen != 15) return -1;
+    return 0;
+}
+
+static int gemini_part(const char **pp, const char *e, Chunk *c) {
+    const char *p = *pp + 1;
+    int first = 1, r, seen = 0, thought = 0, has_text = 0;
+    Span k, text;
+    while ((r = j_key(&p, e, &first, &k)) == 1) {
+        if (KEY_IS(k, "text")) {
+            if (seen & 1) return -1;
+            seen |= 1;
+            if (p < e && *p == '"') {
+                if (j_string(&p, e, &text) < 0) return -1;
+                has_text = 1;
+                continue;
+            }
+            if (!IS_NULL(p, e)) c->plain = 0;
+        } else if (KEY_IS(k, "thought")) {
+            if (seen & 2) return -1;
+            seen |= 2;
+            if (lit(p, e, "true", 4)) thought = 1;
+            else if (!lit(p, e, "false", 5) && !IS_NULL(p, e)) c->plain = 0;
+        } else if (KEY_IS(k, "functionCall")) {
+            if (!IS_NULL(p, e)) c->plain = 0;
+        }
+        if (j_skip(&p, e, 5) < 0) return -1;
+    }
+    if (r < 0) return -1;
+    if (has_text) add_text(c, text, thought);
+    *pp = p;
+    return 0;
+}
+
+static int gemini_candidate(const char **pp, const char *e, Chunk *c) {
+    const char *p = *pp + 1;
+    int first = 1, r, seen = 0;
+    Span k, k2;
+    while ((r = j_key(&p, e, &first, &k)) == 1) {
+        if (KEY_IS(k, "content")) {
+            if (seen & 1) return -1;
+            seen |= 1;
+            if (p < e && *p == '{') {
+                int f2 = 1, r2, parts = 0;
+                p++;
+                while ((r2 = j_key(&p, e, &f2, &k2)) == 1) {
+                    if (KEY_IS(k2, "parts")) {
+                        if (parts++) return -1;
+                        if (p < e && *p == '[') {
+                            int f3 = 1, r3;
+                            p++;
+                            while ((r3 = j_item(&p, e, &f3)) == 1) {
+                                if (*p == '{') {
+                                    if (gemini_part(&p, e, c) < 0) return -1;
+                                } else {
+                                    c->plain = 0;
+                                    if (j_skip(&p, e, 4) < 0) return -1;
+                                }
+                            }
+                            if (r3 < 0) return -1;
+                            continue;
+                        }
+                        if (!IS_NULL(p, e)) c->plain = 0;
+                    }
+                    if (j_skip(&p, e, 3) < 0) return -1;
+                }
+                if (r2 < 0) return -1;
+                continue;
+            }
+            if (!IS_NULL(p, e)) c->plain = 0;
+        } else if (KEY_IS(k, "finishReason")) { /* a string: Stop and Done(final=False), in any order */
+            if (seen & 2) return -1;
+            seen |= 2;
+            if (p < e && *p == '"') {
+                if (j_string(&p, e, &c->finish) < 0) return -1;
+                c->has_finish = 1;
+                continue;
+            }
+            if (!IS_NULL(p, e)) c->plain = 0;
+        }
+        if (j_skip(&p, e, 2) < 0) return -1;
+    }
+    *pp = p;
+    return r;
+}
+
+/* A Gemini GenerateContentResponse chunk: 0 when read (see Chunk), -1 when not. */
+static int gemini_chunk(const char *p, const char *e, Chunk *c) {
+    int first = 1, r, seen = 0;
+    Span k;
+    p = skip_ws(p, e);
+    if (p >= e || *p != '{') return -1;
+    p++;
+    while ((r = j_key(&p, e, &first, &k)) == 1) {
+        if (KEY_IS(k, "responseId")) {
+            if (j_meta_value(&p, e, &c->id_kind, &c->id) < 0) return -1;
+            continue;
+        } else if (KEY_IS(k, "modelVersion")) {
+            if (j_meta_value(&p, e, &c->model_kind, &c->model) < 0) return -1;
+            continue;
+        } else if (KEY_IS(k, "candidates")) {
+            if (seen & 1) return -1;
+            seen |= 1;
+            if (p < e && *p == '[') { /* exactly one candidate, an object */
+                const char *q = p + 1;
+                int f = 1;
+                if (j_item(&q, e, &f) == 1 && *q == '{') {
+                    if (gemini_candidate(&q, e, c) < 0) return -1;
+                    if (j_item(&q, e, &f) == 0) { p = q; continue; }
+                }
+            }
+            c->plain = 0;
+        } else if (KEY_IS(k, "usageMetadata")) {
+            if (seen & 2) return -1;
+            seen |= 2;
+            if (p < e && *p == '{') {
+                const char *start = p;
+                if (j_skip(&p, e, 1) < 0) return -1;
+                c->usage = start;
+                c->usage_n = p - start;
+                continue;
+            }
+            if (!IS_NULL(p, e)) c->plain = 0;
+        } else if (KEY_IS(k, "error") || KEY_IS(k, "response")) {
+            if (!IS_NULL(p, e)) c->plain = c->meta_ok = 0;
+        }
+        if (j_skip(&p, e, 1) < 0) return -1;
+    }
+    if (r < 0 || skip_ws(p, e) != e) return -1;
+    if (!(seen & 1)) c->plain = 0;
+    return 0;
+}
+
+/* The reader's (id, model) as this call follows it. */
+typedef struct {
+    int known;
+    int kind[2]; /* 0: None, 1: a str (its UTF-8 in val), 2: anything else */
+    Out val[2];
+} MetaState;
+
+static int meta_from_python(MetaState *m, PyObject *state) {
+    m->known = 0;
+    if (state == NULL || !PyTuple_Check(state) || PyTuple_GET_SIZE(state) != 2) return 0;
+    for (int i = 0; i < 2; i++) {
+        PyObject *v = PyTuple_GET_ITEM(state, i);
+        m->val[i].len = 0;
+        if (v == Py_None) m->kind[i] = 0;
+        else if (PyUnicode_Check(v)) {
+            Py_ssize_t n;
+            const char *s = PyUnicode_AsUTF8AndSize(v, &n);
+            if (s == NULL) { /* a lone surrogate: never equal to what this code reads */
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return -1;
+                PyErr_Clear();
+                m->kind[i] = 2;
+                continue;
+            }
+            m->kind[i] = 1;
+            if (out_put(&m->val[i], s, n) < 0) { PyErr_NoMemory(); return -1; }
+        } else m->kind[i] = 2;
+    }
+    m->known = 1;
+    return 0;
+}
+
+/* A string span's decoded UTF-8 (into o when it has escapes); 0, or -1 on a memory error. */
+static int span_bytes(Span s, Out *o, const char **b, Py_ssize_t *n) {
+    if (!s.escaped) { *b = s.s; *n = s.n; return 0; }
+    const char *end = json_string(s.s, s.s + s.n + 1, o);
+    if (end == (const char *)1) { PyErr_NoMemory(); return -1; }
+    *b = o->buf ? o->buf : "";
+    *n = o->len;
+    return 0;
+}
+
+/* Whether the chunk's (id, model) is the state's; 1/0, -1 on a memory error. */
+static int meta_same(MetaState *m, Chunk *c, Out *tmp) {
+    if (!m->known) return 0;
+    int kinds[2] = {c->id_kind < 0 ? 0 : c->id_kind, c->model_kind < 0 ? 0 : c->model_kind};
+    Span spans[2] = {c->id, c->model};
+    for (int i = 0; i < 2; i++) {
+        if (kinds[i] == 2 || kinds[i] != m->kind[i]) return 0;
+        if (kinds[i] == 1) {
+            const char *b;
+            Py_ssize_t n;
+            if (span_bytes(spans[i], tmp, &b, &n) < 0) return -1;
+            if (n != m->val[i].len || memcmp(b, m->val[i].buf ? m->val[i].buf : "", n) != 0) return 0;
+        }
+    }
+    return 1;
+}
+
+/* After a chunk handed back: what the reader's (id, model) will be. 0, or -1 on a memory error. */
+static int meta_follow(MetaState *m, Chunk *c, int read, Out *tmp) {
+    if (!read || !c->meta_ok) { m->known = 0; return 0; }
+    int kinds[2] = {c->id_kind < 0 ? 0 : c->id_kind, c->model_kind < 0 ? 0 : c->model_kind};
+    Span spans[2] = {c->id, c->model};
+    for (int i = 0; i < 2; i++) {
+        m->kind[i] = kinds[i];
+        m->val[i].len = 0;
+        if (kinds[i] == 1) {
+            const char *b;
+            Py_ssize_t n;
+            if (span_bytes(spans[i], tmp, &b, &n) < 0) return -1;
+            if (out_put(&m->val[i], b, n) < 0) { PyErr_NoMemory(); return -1; }
+        }
+    }
+    m->known = 1;
+    return 0;
+}
+
+/* A text span as a new str; NULL with an exception on a memory error. */
+static PyObject *span_str(Span s, Out *o) {
+    if (!s.escaped) return PyUnicode_DecodeUTF8(s.s, s.n, "strict");
+    const char *end = json_string(s.s, s.s + s.n + 1, o);
+    if (end == (const char *)1) return PyErr_NoMemory();
+    return PyUnicode_DecodeUTF8(o->buf ? o->buf : "", o->len, "strict");
+}
+
+/* `crlf_to_lf(data)`: data with each CRLF made LF when every CR in it is followed by an LF (what
+ * SSEDecoder.feed does with `translate` after a regex search for a lone CR, in one pass), or None
+ * when one is not (a lone CR, or a CR ending the data): the framer then does it its own way. */
+static PyObject *crlf_to_lf(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const char *p = view.buf, *e = p + view.len;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, view.len);
+    if (out == NULL) { PyBuffer_Release(&view); return NULL; }
+    char *start = PyBytes_AS_STRING(out), *o = start;
+    while (p < e) {
+        const char *cr = memchr(p, '\r', (size_t)(e - p));
+        if (cr == NULL) {
+            memcpy(o, p, (size_t)(e - p));
+            o += e - p;
+            break;
+        }
+        if (cr + 1 >= e || cr[1] != '\n') {
+            Py_DECREF(out);
+            PyBuffer_Release(&view);
+            Py_RETURN_NONE;
+        }
+        memcpy(o, p, (size_t)(cr - p));
+        o += cr - p;
+        p = cr + 1;
+    }
+    PyBuffer_Release(&view);
+    if (_PyBytes_Resize(&out, o - start) < 0) return NULL;
+    return out;
+}
+
+/* Gemini: the last usage and finish reason of the run being built, made objects when it ends. */
+typedef struct {
+    const char *usage;
+    Py_ssize_t usage_n;
+    int has_reason;
+    Span reason;
+} Pending;
+
+/* The run's pending usage and finish reason into its items 2 and 3; 0, or -1 on an error. */
+static int gemini_close(PyObject *run, Pending *pending, Out *o) {
+    if (run != NULL && pending->usage != NULL) {
+        PyObject *usage = PyBytes_FromStringAndSize(pending->usage, pending->usage_n);
+        if (usage == NULL) return -1;
+        PyList_SetItem(run, 2, usage); /* steals it */
+    }
+    if (run != NULL && pending->has_reason) {
+        PyObject *reason = span_str(pending->reason, o);
+        if (reason == NULL) return -1;
+        PyList_SetItem(run, 3, reason);
+    }
+    pending->usage = NULL;
+    pending->has_reason = 0;
+    return 0;
+}
+
+/* Take a text chunk of kind 2-4 into the run being built (see frame_plain); 1 when taken, 0 when
+ * it must be handed back after all, -1 on an error. */
+static int take_chunk(int kind, Chunk *c, PyObject *events, PyObject **run, Out *runkey, long long *runidx,
+                      Out *o, Pending *pending) {
+    PyObject *strs[J_MAXTEXT] = {NULL};
+    int taken = 0, n = c->ntext;
+    for (int i = 0; i < n; i++) {
+        strs[i] = span_str(c->text[i], o);
+        if (strs[i] == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto done_err;
+            PyErr_Clear();
+            goto done; /* the reference decides */
+        }
+    }
+    taken = 1;
+    if (kind == 2) {
+        for (int i = 0; i < n; i++) {
+            if (PyUnicode_GET_LENGTH(strs[i]) == 0) continue;
+            if (*run == NULL) {
+                *run = PyList_New(0);
+                if (*run == NULL || PyList_Append(events, *run) < 0) goto done_err;
+                Py_DECREF(*run); /* the events list holds it */
+            }
+            if (PyList_Append(*run, strs[i]) < 0) goto done_err;
+        }
+    } else if (kind == 3) {
+        if (n != 1 || PyUnicode_GET_LENGTH(strs[0]) == 0) goto done;
+        const char *b;
+        Py_ssize_t bn;
+        if (span_bytes(c->id, o, &b, &bn) < 0) goto done_err;
+        if (*run == NULL || c->index != *runidx || bn != runkey->len || memcmp(b, runkey->buf, bn) != 0) {
+            runkey->len = 0;
+            if (out_put(runkey, b, bn) < 0) { PyErr_NoMemory(); goto done_err; }
+            *runidx = c->index;
+            PyObject *item = PyUnicode_DecodeUTF8(runkey->buf, runkey->len, "strict");
+            PyObject *key = item == NULL ? NULL : Py_BuildValue("(NL)", item, c->index);
+            if (key == NULL) goto done_err;
+            *run = PyList_New(1);
+            if (*run == NULL) { Py_DECREF(key); goto done_err; }
+            PyList_SET_ITEM(*run, 0, key);
+            if (PyList_Append(events, *run) < 0) { Py_CLEAR(*run); goto done_err; }
+            Py_DECREF(*run); /* the events list holds it */
+        }
+        if (PyList_Append(*run, strs[0]) < 0) goto done_err;
+    } else { /* Gemini: [texts, thoughts, the last usage's raw JSON or None, the last finish reason or None] */
+        int reason = c->has_finish && c->finish.n > 0; /* an escaped string is never empty */
+        int any = c->usage != NULL || reason;
+        for (int i = 0; i < n; i++) any |= PyUnicode_GET_LENGTH(strs[i]) != 0;
+        if (!any) goto done;
+        if (*run == NULL) {
+            *run = Py_BuildValue("[NNOO]", PyList_New(0), PyList_New(0), Py_None, Py_None);
+            if (*run == NULL || PyList_Append(events, *run) < 0) goto done_err;
+            Py_DECREF(*run);
+        }
+        for (int i = 0; i < n; i++) {
+            if (PyUnicode_GET_LENGTH(strs[i]) == 0) continue;
+            if (PyList_Append(PyList_GET_ITEM(*run, c->thought[i] ? 1 : 0), strs[i]) < 0) goto done_err;
+        }
+        if (c->usage != NULL) {
+            pending->usage = c->usage;
+            pending->usage_n = c->usage_n;
+        }
+        if (reason) {
+            pending->has_reason = 1;
+            pending->reason = c->finish;
+        }
+    }
+done:
+    for (int i = 0; i < n; i++) Py_XDECREF(strs[i]);
+    return taken;
+done_err:
+    for (int i = 0; i < n; i++) Py_XDECREF(strs[i]);
+    return -1;
+}
+
 static PyObject *frame_plain(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t start, end;
-    PyObject *ident, *event_type;
+    PyObject *ident, *event_type, *state = Py_None;
     int kind;
-    if (!PyArg_ParseTuple(args, "y*nnOOi", &view, &start, &end, &ident, &event_type, &kind)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*nnOOi|O", &view, &start, &end, &ident, &event_type, &kind, &state)) return NULL;
     if (start < 0 || end > view.len || start > end) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError, "range out of the buffer");
@@ -182,9 +910,13 @@ static PyObject *frame_plain(PyObject *self, PyObject *args) {
     }
     const char *base = view.buf;
     const char *p = base + start, *e = base + end;
-    Out o = {NULL, 0, 0};
+    Out o = {NULL, 0, 0}, runkey = {NULL, 0, 0};
+    long long runidx = -1;
+    MetaState meta = {0, {0, 0}, {{NULL, 0, 0}, {NULL, 0, 0}}};
+    Pending pending = {NULL, 0, 0, {NULL, 0, 0}};
     PyObject *events = PyList_New(0), *run = NULL;
     if (events == NULL) goto fail;
+    if ((kind == 2 || kind == 4) && meta_from_python(&meta, state) < 0) goto fail;
     while (p < e && *p == '\n') p++;
     while (p < e) {
         const char *name = NULL, *name_end = NULL;
@@ -218,7 +950,25 @@ static PyObject *frame_plain(PyObject *self, PyObject *args) {
                 if (bad < 0) goto fail;
                 continue;
             }
+        } else if (kind >= 2 && kind <= 4) {
+            Chunk c;
+            memset(&c, 0, sizeof c);
+            c.plain = c.meta_ok = 1;
+            c.id_kind = c.model_kind = -1;
+            int read = (kind == 2 ? chat_chunk : kind == 3 ? responses_chunk : gemini_chunk)(data, data_end, &c) == 0;
+            int take = read && c.plain;
+            if (take && kind != 3) {
+                take = meta_same(&meta, &c, &o);
+                if (take < 0) goto fail;
+            }
+            if (take) {
+                take = take_chunk(kind, &c, events, &run, &runkey, &runidx, &o, &pending);
+                if (take < 0) goto fail;
+                if (take) continue;
+            }
+            if (kind != 3 && meta_follow(&meta, &c, read, &o) < 0) goto fail;
         }
+        if (kind == 4 && gemini_close(run, &pending, &o) < 0) goto fail;
         run = NULL;
         PyObject *name_obj = Py_None;
         if (name != NULL) {
@@ -237,16 +987,26 @@ static PyObject *frame_plain(PyObject *self, PyObject *args) {
         Py_DECREF(ev);
         if (bad < 0) goto fail;
     }
+    if (kind == 4 && gemini_close(run, &pending, &o) < 0) goto fail;
     PyMem_Free(o.buf);
+    PyMem_Free(runkey.buf);
+    PyMem_Free(meta.val[0].buf);
+    PyMem_Free(meta.val[1].buf);
     PyBuffer_Release(&view);
     return events;
 not_plain:
     PyMem_Free(o.buf);
+    PyMem_Free(runkey.buf);
+    PyMem_Free(meta.val[0].buf);
+    PyMem_Free(meta.val[1].buf);
     PyBuffer_Release(&view);
     Py_DECREF(events);
     Py_RETURN_NONE;
 fail:
     PyMem_Free(o.buf);
+    PyMem_Free(runkey.buf);
+    PyMem_Free(meta.val[0].buf);
+    PyMem_Free(meta.val[1].buf);
     PyBuffer_Release(&view);
     Py_XDECREF(events);
     return NULL;
@@ -503,6 +1263,7 @@ static PyMethodDef methods[] = {
     {"note_ends", note_ends, METH_VARARGS, "note_ends(noted, ends, times, started, limit): see the module doc."},
     {"delta_fields", delta_fields, METH_O, "delta_fields(text) -> list[(key, raw value)]: see the module doc."},
     {"delta_channels", delta_channels, METH_O, "delta_channels(text) -> dict[key, list[str]]: see the module doc."},
+    {"crlf_to_lf", crlf_to_lf, METH_O, "crlf_to_lf(data) -> bytes | None: see crlf_to_lf in fastpath.c."},
     {"frame_plain", frame_plain, METH_VARARGS,
      "frame_plain(buf, start, end, ident, event_type, kind) -> list | None: see the module doc."},
     {NULL, NULL, 0, NULL},

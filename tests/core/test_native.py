@@ -251,3 +251,298 @@ def test_note_ends_notes_what_the_python_loop_notes(noted, chunks, limit):
         return read.chunks
 
     assert run(True) == run(False)
+
+
+# -- the other providers' text chunks (OpenAI Chat, OpenAI Responses, Gemini) ---------------------
+
+RAW_TEXT = st.sampled_from([
+    b'"plain"', b'""', b'" "', b'"\\u00e9\\/\\b\\f\\r\\t\\n"', b'"\\"q\\" \\\\"', b'"\\ud83d\\ude00"', b'"\\ud83d"',
+    b'"\\udc00x"', b'"\\ud83dx"', b'"a\tb"', b'"a\x01"', b'"\\x"', b'"\\u12"', b'"\\uzzzz"', b'"\xff"', b'"\xc3"',
+    b'"\xe2\x82"', b'"ok\xc3\xa9"', b'"\xed\xa0\x80"', b'"\xf4\x90\x80\x80"', b'"\xc0\xaf"', b'"\xe0\x80\xaf"',
+    "\"é😀 ünï\"".encode(), b'"12345678abcdefgh\\n12345678"', b"null", b"5", b"true", b"{}", b'["a"]',
+])  # fmt: skip
+RAW_VALUE = st.sampled_from([
+    b"0", b"-0", b"12", b"-1.5e-3", b"1E+2", b"0.25", b"1e5", b"01", b"1.", b"-", b".5", b"1e", b"+1",
+    b"123456789012345678901234567890", b"NaN", b"Infinity", b"true", b"false", b"null", b"nul", b"{}", b"[]",
+    b'{"a":[1,{"b":null,"c":"\\u00e9"}],"d":-2.5E3}', b'[1, [2, [3, {"x": []}]], "s"]', b'"\\ud800"', b'"x\xff"',
+    b'"\\ud83d\\ude00"', b"[" * 70 + b"]" * 70, b"[" * 20 + b"]" * 20, b'{"a" : 1 , "b" :[ ] }', b"{,}", b"[1,]",
+    b'{"a":1,}', b'{"a"}', b'{"\\u0061":1}', b'"tab\tinside"',
+])  # fmt: skip
+RAW_PAIR = st.sampled_from([
+    b'"extra":0', b'"x\\u0069d":"k"', b'"id":"chat-2"', b'"model":"m-2"', b'"\xc3\xa9t\xc3\xa9":[]',
+    b'"responseId":"r2"', b'"modelVersion":null', b'"obfuscation":"ab"',
+])  # fmt: skip
+TEXT_MARK, VALUE_MARK, PAIR_MARK = "@@text@@", "@@value@@", "@@pair@@"
+
+
+def _rarely(draw, n: int) -> bool:
+    """True once in n + 1 draws (a plain integer draw would favour 0: true far more often)."""
+    return draw(st.sampled_from([False] * n + [True]))
+
+
+def _doc(draw, obj: dict) -> bytes:
+    """`obj` as JSON text written any way: keys shuffled, blanks or none, ASCII or UTF-8, and the
+    placeholders replaced by raw JSON drawn from the lists above (valid or not)."""
+
+    def shuffled(value):
+        if isinstance(value, dict):
+            items = [(k, shuffled(v)) for k, v in value.items()]
+            return dict(draw(st.permutations(items)))
+        if isinstance(value, list):
+            return [shuffled(v) for v in value]
+        return value
+
+    spaced = draw(st.booleans())
+    text = json.dumps(shuffled(obj), separators=(", ", ": ") if spaced else (",", ":"),
+                      ensure_ascii=draw(st.booleans()))  # fmt: skip
+    if _rarely(draw, 3):
+        text = text.replace(":", " :\t", 1)
+    data = text.encode()
+    while f'"{TEXT_MARK}"'.encode() in data:
+        data = data.replace(f'"{TEXT_MARK}"'.encode(), draw(RAW_TEXT), 1)
+    while f'"{VALUE_MARK}"'.encode() in data:
+        data = data.replace(f'"{VALUE_MARK}"'.encode(), draw(RAW_VALUE), 1)
+    sep = b", " if spaced else b","
+    return (
+        data.replace(f'"{PAIR_MARK}": 0'.encode(), draw(RAW_PAIR))
+        .replace(f'"{PAIR_MARK}":0'.encode(), draw(RAW_PAIR))
+        .replace(b"{" + sep + b"}", b"{}")
+    )
+
+
+def _text_value(draw, weird: bool):
+    """A text: a drawn str, or in a weird chunk sometimes raw JSON of any shape (TEXT_MARK)."""
+    return TEXT_MARK if weird and _rarely(draw, 2) else draw(TEXT)
+
+
+def _sometimes(draw, weird: bool, obj: dict, extras: dict) -> dict:
+    """`obj` with, in a weird chunk, some of `extras` added (each drawn in or not)."""
+    for key, value in extras.items() if weird else ():
+        if _rarely(draw, 5):
+            obj[key] = value
+    return obj
+
+
+def _sse(draw, docs: list[bytes]) -> bytes:
+    out = []
+    for doc in docs:
+        event = draw(st.sampled_from([b"", b"", b"", b"event: x\n"]))
+        extra = draw(st.sampled_from([b""] * 60 + [b": comment\n", b"id: 7\n", b"\n", b"data: more\n"]))
+        out.append(event + extra + b"data: " + doc + b"\n\n" + draw(st.sampled_from([b"", b"", b"\n"])))
+    data = b"".join(out)
+    ending = draw(st.sampled_from([b"\n", b"\n", b"\r\n", b"\r"]))
+    return data.replace(b"\n", ending) if ending != b"\n" else data
+
+
+@st.composite
+def chat_stream(draw) -> bytes:
+    docs = []
+    for _ in range(draw(st.integers(1, 14))):
+        weird = _rarely(draw, 2)  # one chunk in three has odd shapes; the others are plain text chunks
+        delta: dict = {"content": _text_value(draw, weird)}
+        delta = _sometimes(draw, weird, delta, {"role": "assistant", "refusal": draw(st.sampled_from([None, "no"])),
+                                         "reasoning_content": draw(st.sampled_from([None, "r"])),
+                                         "reasoning": draw(st.sampled_from([None, "r2"])),
+                                         "tool_calls": draw(st.sampled_from([None, [{"index": 0, "id": "c1",
+                                             "function": {"name": "f", "arguments": "{}"}}]])),
+                                         "extra": VALUE_MARK})  # fmt: skip
+        choice: dict = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        choice = _sometimes(draw, weird, choice, {"finish_reason": draw(st.sampled_from(["stop", "", "length", 3])),
+                                           "index": draw(st.sampled_from([1, "0", 0.0, None, VALUE_MARK])),
+                                           "delta": draw(st.sampled_from([None, 5, {}])), "more": VALUE_MARK})  # fmt: skip
+        if _rarely(draw, 6):
+            del choice["index"]
+        chunk: dict = {"id": draw(st.sampled_from(["chat-1", "chat-1", "chat-1", "chat-2", "", "ch\\u0061t"])),
+                       "object": "chat.completion.chunk", "created": 1753343173,
+                       "model": draw(st.sampled_from(["m-1", "m-1", "m-1", "m-2"])),
+                       "system_fingerprint": "fp_1", "choices": [choice], "usage": None, "obfuscation": "kq3"}  # fmt: skip
+        chunk = _sometimes(draw, weird, chunk, {
+            "usage": draw(st.sampled_from([{"prompt_tokens": 3, "completion_tokens": 2}, 5, []])),
+            "choices": draw(st.sampled_from([[], [choice, choice], [5], None, {"index": 0}])),
+            "error": draw(st.sampled_from([None, {"message": "bad", "type": "server_error"}, "x"])),
+            "object": draw(st.sampled_from(["error", None, 5, "chat.completion.chunk"])),
+            "id": draw(st.sampled_from([None, 5, ["x"]])), "model": draw(st.sampled_from([None, 7])),
+            "x": VALUE_MARK, PAIR_MARK: 0,
+        })  # fmt: skip
+        if weird and _rarely(draw, 4):
+            del chunk[draw(st.sampled_from(["id", "model", "choices"]))]
+        docs.append(_doc(draw, chunk))
+        if _rarely(draw, 12):
+            docs.append(
+                draw(st.sampled_from([b"[DONE]", b"not json", b"[1, 2]", b"{}", b'{"id": "chat-3"}']))
+            )
+    return _sse(draw, docs)
+
+
+@st.composite
+def responses_stream(draw) -> bytes:
+    start = b'{"type":"response.created","response":{"id":"resp_1","model":"gpt-5","output":[]}}'
+    docs = [start]
+    for _ in range(draw(st.integers(1, 14))):
+        kind = draw(st.integers(0, 9))
+        weird = _rarely(draw, 2)
+        if kind < 7:
+            event: dict = {"type": "response.output_text.delta", "sequence_number": 10,
+                           "item_id": draw(st.sampled_from(["msg_1", "msg_1", "msg_2", "", "m\\u0073g_1"])),
+                           "output_index": draw(st.sampled_from([0, 1])),
+                           "content_index": draw(st.sampled_from([0, 0, 1, "0", -1, 1.0, None, VALUE_MARK])),
+                           "delta": _text_value(draw, weird), "logprobs": [], "obfuscation": "Zx"}  # fmt: skip
+            event = _sometimes(draw, weird, event, {"x": VALUE_MARK, PAIR_MARK: 0,
+                                             "type": draw(st.sampled_from(["response.output_text.done",
+                                                                           "response.refusal.delta"]))})  # fmt: skip
+            if weird and _rarely(draw, 4):
+                del event[draw(st.sampled_from(["item_id", "content_index", "delta", "type"]))]
+            docs.append(_doc(draw, event))
+        elif kind < 9:
+            item = draw(st.sampled_from(["msg_1", "msg_2", "msg_3"]))
+            done = {"type": "response.output_text.done", "item_id": item, "output_index": 0, "content_index": 0,
+                    "text": draw(st.sampled_from(["whole", "", "plain"]))}  # fmt: skip
+            docs.append(json.dumps(done).encode())
+        else:
+            docs.append(draw(st.sampled_from([b"[DONE]", b"not json", b'{"type":"response.in_progress"}'])))
+    docs.append(b'{"type":"response.completed","response":{"id":"resp_1","model":"gpt-5","status":"completed",'
+                b'"output":[{"type":"message","id":"msg_1","content":[{"type":"output_text","text":"x"}]}],'
+                b'"usage":{"input_tokens":3,"output_tokens":2}}}')  # fmt: skip
+    return _sse(draw, docs)
+
+
+@st.composite
+def gemini_stream(draw) -> bytes:
+    docs = []
+    for _ in range(draw(st.integers(1, 14))):
+        weird = _rarely(draw, 2)
+        parts = []
+        for _ in range(draw(st.sampled_from([1, 1, 1, 2, 3, 0])) if weird else 1):
+            part: dict = {"text": _text_value(draw, weird)}
+            if _rarely(draw, 2):
+                part["thought"] = True
+            part = _sometimes(draw, weird, part, {"thought": draw(st.sampled_from([True, False, None, "yes", 1])),
+                                           "functionCall": draw(st.sampled_from([None, {"name": "f", "args": {}}])),
+                                           "thoughtSignature": "c2ln", "x": VALUE_MARK})  # fmt: skip
+            parts.append(part)
+        content: dict = {"parts": parts, "role": "model"}
+        content = _sometimes(draw, weird, content, {"parts": draw(st.sampled_from([None, 5, [5], [], "p"]))})
+        candidate: dict = {"content": content, "index": 0}
+        if _rarely(draw, 5):
+            candidate["finishReason"] = "STOP"
+        candidate = _sometimes(draw, weird, candidate, {
+            "finishReason": draw(st.sampled_from(["STOP", "", None, 5, "MAX_TOKENS", "ST\\u004fP"])),
+            "content": draw(st.sampled_from([None, 5, {}])), "safetyRatings": VALUE_MARK,
+        })  # fmt: skip
+        chunk: dict = {"candidates": [candidate],
+                       "usageMetadata": {"promptTokenCount": 2, "totalTokenCount": draw(st.integers(3, 9)),
+                                         "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 2}]},
+                       "modelVersion": draw(st.sampled_from(["gemini-2.5-flash"] * 3 + ["gemini-2.5-pro"])),
+                       "responseId": draw(st.sampled_from(["r1", "r1", "r1", "r2", "", "r\\u0031"]))}  # fmt: skip
+        chunk = _sometimes(draw, weird, chunk, {
+            "usageMetadata": draw(st.sampled_from([None, 5, {"totalTokenCount": 1e3}, VALUE_MARK])),
+            "candidates": draw(st.sampled_from([[], [candidate, candidate], [5], None])),
+            "error": draw(st.sampled_from([None, {"code": 429, "message": "quota", "status": "RESOURCE"}, "x"])),
+            "response": draw(st.sampled_from([None, {"candidates": []}])),
+            "promptFeedback": {"blockReason": "SAFETY"}, "responseId": draw(st.sampled_from([None, 5])),
+            "createTime": "2026", "x": VALUE_MARK, PAIR_MARK: 0,
+        })  # fmt: skip
+        if weird and _rarely(draw, 4):
+            del chunk[draw(st.sampled_from(["usageMetadata", "modelVersion", "responseId", "candidates"]))]
+        docs.append(_doc(draw, chunk))
+        if _rarely(draw, 12):
+            docs.append(draw(st.sampled_from([b"[DONE]", b"not json", b"[1, 2]", b"{}"])))
+    return _sse(draw, docs)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    ("protocol", "streams"),
+    [("openai_chat", chat_stream()), ("openai_responses", responses_stream()), ("gemini", gemini_stream())],
+)
+def test_generated_streams_of_the_other_providers_read_the_same(protocol, streams, monkeypatch):
+    """Every shape the compiled reader must take or hand back, whole and cut at random."""
+
+    real, taken = native.frame_plain, []
+
+    def counting(*args):
+        out = real(*args)
+        taken.append(out is not None and any(type(ev) is list for ev in out))
+        return out
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(data=streams, cuts=st.lists(st.integers(0, 10_000), max_size=6))
+    def check(data, cuts):
+        for pieces in ([data], _cut(data, cuts)):
+            with monkeypatch.context() as m:
+                m.setattr(native, "frame_plain", counting)
+                compiled = _read(protocol, pieces, True, monkeypatch)
+            assert compiled == _read(protocol, pieces, False, monkeypatch)
+
+    check()
+    assert sum(taken) > 30  # the compiled reader did take text chunks (not only hand them back)
+
+
+CHAT_TEXT = (b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+             b'"delta":{"content":"%s"},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"x"}'
+             b"\n\n")  # fmt: skip
+RESPONSES_TEXT = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":1,'
+                  b'"item_id":"msg_1","output_index":0,"content_index":0,"delta":"%s","obfuscation":"Zx"}\n\n')  # fmt: skip
+GEMINI_TEXT = (b'data: {"candidates": [{"content": {"parts": [{"text": "%s"%s}],"role": "model"},"index": 0}],'
+               b'"usageMetadata": {"totalTokenCount": %d},"modelVersion": "g","responseId": "r"}\n\n')  # fmt: skip
+
+
+def _frame_with(events: list[bytes], kind: int, state) -> list:
+    decoder = SSEDecoder()
+    decoder.native_kind, decoder.native_state = kind, (lambda: state)
+    return decoder.feed(b"".join(events)) + decoder.flush()
+
+
+def test_the_other_providers_text_chunks_come_as_runs():
+    """The runs the compiled framer hands over (so the comparisons above compare two paths): a
+    Chat chunk whose id and model are the reader's, or the first chunk's after it was handed back;
+    Responses deltas keyed by (item id, content index); Gemini texts, thoughts, the last usage."""
+    chat = [CHAT_TEXT % t for t in (b"a", b"", b"\\u00e9", b"b")]
+    assert _frame_with(chat, 2, ("c1", "m")) == [["a", "é", "b"]]
+    first, *rest = _frame_with(chat, 2, (None, None))
+    assert first.data.startswith('{"id":"c1"') and rest == [["é", "b"]]
+    assert _frame_with(chat, 2, ("c1", "other"))[1:] == [["é", "b"]]
+
+    responses = [RESPONSES_TEXT % t for t in (b"a", b"b")] + [
+        (RESPONSES_TEXT % b"c").replace(b"msg_1", b"msg_2")
+    ]
+    assert _frame_with(responses, 3, None) == [[("msg_1", 0), "a", "b"], [("msg_2", 0), "c"]]
+
+    gemini = [GEMINI_TEXT % (b"t", b', "thought": true', 5), GEMINI_TEXT % (b"x", b"", 7)]
+    assert _frame_with(gemini, 4, ("r", "g")) == [[["x"], ["t"], b'{"totalTokenCount": 7}', None]]
+
+
+@pytest.mark.parametrize(
+    ("protocol", "chunk", "fields"),
+    [
+        ("openai_chat", CHAT_TEXT % b"x", ((b'"id":', b'"c1"'), (b'"model":', b'"m"'))),
+        (
+            "gemini",
+            GEMINI_TEXT % (b"x", b"", 5),
+            ((b'"responseId": ', b'"r"'), (b'"modelVersion": ', b'"g"')),
+        ),
+    ],
+)
+def test_a_chunk_whose_id_or_model_changed_is_the_readers(protocol, chunk, fields, monkeypatch):
+    """The reader says a new id or model (`Meta`): the compiled reader hands such a chunk back, in
+    the same pass as the chunks before it (the first non-empty one is the summary's)."""
+    for key, value in fields:
+        for before in (b'""', b"null", b'"other"', b"5", b'"c\\u0031"', b'"r\\u0031"'):
+            data = chunk.replace(key + value, key + before) + chunk + chunk.replace(key + value, key + before)
+            off = _read(protocol, [data], False, monkeypatch)
+            assert _read(protocol, [data], True, monkeypatch) == off
+            if before in (b'""', b"null"):
+                assert value.strip(b'"').decode() in (off.message_id, off.model)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    data=st.lists(st.sampled_from([b"a", b"\r", b"\n", b"\r\n", b"data: x", b"\xff"]), max_size=20).map(
+        b"".join
+    )
+)
+def test_crlf_to_lf_is_the_framers_translate(data):
+    """LF for CRLF when no CR stands alone (a CR ending the data may be half of a CRLF: None)."""
+    from addons.framing import _LONE_CR
+
+    assert native.crlf_to_lf(data) == (None if _LONE_CR.search(data) else data.translate(None, b"\r"))
