@@ -21,11 +21,34 @@ from collections.abc import Callable, Sequence
 
 import hyperscan
 
+from capsem import build_cache
+
 logger = logging.getLogger(__name__)
 
 SHORT_TEXT = 2048
 """Below this length one Python regex scan finds a few words cheapest; above it, Hyperscan does
 (`LiteralPlaces`; Python's `re` tries every alternative at every position)."""
+
+
+def compiled(
+    expressions: Sequence[bytes], flags: Sequence[int], *, literal: bool = False
+) -> hyperscan.Database:
+    """A block-mode database of `expressions` (ids 0..n-1, `flags` each), loaded from the build
+    cache (`capsem.build_cache`, keyed by all of them and Hyperscan's version) when an earlier
+    process compiled it, else compiled and kept. A kept database that does not load (another
+    CPU's, a damaged file) is compiled again. Raises `hyperscan.error` as `compile` does."""
+    key = repr((hyperscan.__version__, literal, list(flags), list(expressions))).encode()
+    kept = build_cache.read("hyperscan", key)
+    if kept is not None:
+        try:
+            return hyperscan.loadb(kept, hyperscan.HS_MODE_BLOCK)
+        except hyperscan.error as exc:
+            logger.debug("capsem: a kept Hyperscan database does not load (%s); compiling it", exc)
+    db = hyperscan.Database()
+    db.compile(expressions=list(expressions), ids=list(range(len(expressions))), elements=len(expressions),
+               flags=list(flags), literal=literal)  # fmt: skip
+    build_cache.write("hyperscan", key, hyperscan.dumpb(db))
+    return db
 
 
 class _Scanner:
@@ -60,14 +83,9 @@ class LiteralSet(_Scanner):
         self.literals = tuple(literals)
         if self.literals:
             single = hyperscan.HS_FLAG_SINGLEMATCH
-            self._db = hyperscan.Database()
-            self._db.compile(
-                expressions=[lit.encode("utf-8", "surrogatepass") for lit, _ in self.literals],
-                ids=list(range(len(self.literals))),
-                elements=len(self.literals),
-                flags=[
-                    single | (hyperscan.HS_FLAG_CASELESS if caseless else 0) for _, caseless in self.literals
-                ],
+            self._db = compiled(
+                [lit.encode("utf-8", "surrogatepass") for lit, _ in self.literals],
+                [single | (hyperscan.HS_FLAG_CASELESS if caseless else 0) for _, caseless in self.literals],
                 literal=True,
             )
 
@@ -82,12 +100,9 @@ class LiteralPlaces(_Scanner):
     def __init__(self, literals: Sequence[str]) -> None:
         super().__init__()
         self._lengths = [len(lit) for lit in literals]
-        self._db = hyperscan.Database()
-        self._db.compile(
-            expressions=[lit.encode("ascii") for lit in literals],
-            ids=list(range(len(literals))),
-            elements=len(literals),
-            flags=[hyperscan.HS_FLAG_CASELESS] * len(literals),
+        self._db = compiled(
+            [lit.encode("ascii") for lit in literals],
+            [hyperscan.HS_FLAG_CASELESS] * len(literals),
             literal=True,
         )
 
@@ -123,12 +138,9 @@ class PatternEnds(_Scanner):
     def __init__(self, patterns: Sequence[tuple[str, bool]]) -> None:
         """`patterns`: (regex, caseless) pairs."""
         super().__init__()
-        self._db = hyperscan.Database()
-        self._db.compile(
-            expressions=[pattern.encode("ascii") for pattern, _ in patterns],
-            ids=list(range(len(patterns))),
-            elements=len(patterns),
-            flags=[hyperscan.HS_FLAG_CASELESS if caseless else 0 for _, caseless in patterns],
+        self._db = compiled(
+            [pattern.encode("ascii") for pattern, _ in patterns],
+            [hyperscan.HS_FLAG_CASELESS if caseless else 0 for _, caseless in patterns],
         )
 
     def ends(self, text: str, data: bytes) -> list[int]:
@@ -155,14 +167,7 @@ class RegexPrefilter(_Scanner):
             if self._ready:
                 return
             try:
-                db = hyperscan.Database()
-                db.compile(
-                    expressions=[self._translate(self.pattern).encode()],
-                    ids=[0],
-                    elements=1,
-                    flags=[self._FLAGS],
-                )
-                self._db = db
+                self._db = compiled([self._translate(self.pattern).encode()], [self._FLAGS])
             except hyperscan.error as exc:  # no prefilter: Python's regex answers alone
                 logger.debug("no Hyperscan prefilter for %r: %s", self.pattern, exc)
             self._ready = True
