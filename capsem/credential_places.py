@@ -49,7 +49,7 @@ _PGPASS_RE = re.compile(
     r"(?m)(?:^|(?<=[\"']))[ \t]*(?=[\w.\-*]*[A-Za-z*])[\w.\-*]+:(?:[0-9]{1,5}|\*):[^:\s\"'\\]+:[^:\s\"'\\]+:"
     r"(?!\[redacted )(?P<s>[^\s\"'\\]+)(?=[ \t\r]*(?:$|[\"'\\]))"
 )
-_PGPASS_GATE = RegexPrefilter(r":(?:[0-9]{1,5}|\*):[^:\s]+:[^:\s]+:[^\s:]")
+_PGPASS_GATE = RegexPrefilter(r":(?:[0-9]{1,5}|\*):[^:\s]+:[^:\s]+:[^\s:]", keep=True)
 """Led by its literal `:` (4x faster in Hyperscan than led by the host's character class)."""
 
 

@@ -31,14 +31,16 @@ SHORT_TEXT = 2048
 
 
 def compiled(
-    expressions: Sequence[bytes], flags: Sequence[int], *, literal: bool = False
+    expressions: Sequence[bytes], flags: Sequence[int], *, literal: bool = False, keep: bool = False
 ) -> hyperscan.Database:
-    """A block-mode database of `expressions` (ids 0..n-1, `flags` each), loaded from the build
-    cache (`capsem.build_cache`, keyed by all of them and Hyperscan's version) when an earlier
-    process compiled it, else compiled and kept. A kept database that does not load (another
-    CPU's, a damaged file) is compiled again. Raises `hyperscan.error` as `compile` does."""
+    """A block-mode database of `expressions` (ids 0..n-1, `flags` each). With `keep` (only for
+    capsem's own fixed words and shipped rules, never for values seen in traffic: a database of
+    learned credentials must not reach disk), it is loaded from the build cache
+    (`capsem.build_cache`, keyed by all of them and Hyperscan's version) when an earlier process
+    compiled it, else compiled and kept; a kept database that does not load (another CPU's, a
+    damaged file) is compiled again. Raises `hyperscan.error` as `compile` does."""
     key = repr((hyperscan.__version__, literal, list(flags), list(expressions))).encode()
-    kept = build_cache.read("hyperscan", key)
+    kept = build_cache.read("hyperscan", key) if keep else None
     if kept is not None:
         try:
             return hyperscan.loadb(kept, hyperscan.HS_MODE_BLOCK)
@@ -47,7 +49,8 @@ def compiled(
     db = hyperscan.Database()
     db.compile(expressions=list(expressions), ids=list(range(len(expressions))), elements=len(expressions),
                flags=list(flags), literal=literal)  # fmt: skip
-    build_cache.write("hyperscan", key, hyperscan.dumpb(db))
+    if keep:
+        build_cache.write("hyperscan", key, hyperscan.dumpb(db))
     return db
 
 
@@ -77,8 +80,9 @@ class _Scanner:
 class LiteralSet(_Scanner):
     """A fixed set of literals, each case-sensitive or not; `found(data)` says which occur."""
 
-    def __init__(self, literals: Sequence[tuple[str, bool]]) -> None:
-        """`literals`: (literal, caseless) pairs; `found` answers with their indexes."""
+    def __init__(self, literals: Sequence[tuple[str, bool]], *, keep: bool = False) -> None:
+        """`literals`: (literal, caseless) pairs; `found` answers with their indexes. `keep`: the
+        compiled set may be kept for the next process (`compiled`: never for traffic's values)."""
         super().__init__()
         self.literals = tuple(literals)
         if self.literals:
@@ -87,6 +91,7 @@ class LiteralSet(_Scanner):
                 [lit.encode("utf-8", "surrogatepass") for lit, _ in self.literals],
                 [single | (hyperscan.HS_FLAG_CASELESS if caseless else 0) for _, caseless in self.literals],
                 literal=True,
+                keep=keep,
             )
 
     def found(self, data: bytes) -> set[int]:
@@ -95,7 +100,8 @@ class LiteralSet(_Scanner):
 
 
 class LiteralPlaces(_Scanner):
-    """Where case-less ASCII literals occur: `places(text, data)` gives their start positions."""
+    """Where case-less ASCII literals occur: `places(text, data)` gives their start positions.
+    Made of capsem's own fixed words: its database is kept for the next process (`compiled`)."""
 
     def __init__(self, literals: Sequence[str]) -> None:
         super().__init__()
@@ -104,6 +110,7 @@ class LiteralPlaces(_Scanner):
             [lit.encode("ascii") for lit in literals],
             [hyperscan.HS_FLAG_CASELESS] * len(literals),
             literal=True,
+            keep=True,
         )
 
     def places(self, text: str, data: bytes) -> list[int]:
@@ -133,7 +140,8 @@ def _positions(text: str, data: bytes, offsets: list[int]) -> list[int]:
 
 class PatternEnds(_Scanner):
     """Where matches of a few ASCII regexes end (`ends(text, data)`): Hyperscan's end offsets,
-    one per match end, for patterns whose every end is on a character boundary."""
+    one per match end, for patterns whose every end is on a character boundary. Made of capsem's
+    own fixed patterns: its database is kept for the next process (`compiled`)."""
 
     def __init__(self, patterns: Sequence[tuple[str, bool]]) -> None:
         """`patterns`: (regex, caseless) pairs."""
@@ -141,6 +149,7 @@ class PatternEnds(_Scanner):
         self._db = compiled(
             [pattern.encode("ascii") for pattern, _ in patterns],
             [hyperscan.HS_FLAG_CASELESS if caseless else 0 for _, caseless in patterns],
+            keep=True,
         )
 
     def ends(self, text: str, data: bytes) -> list[int]:
@@ -154,10 +163,12 @@ class RegexPrefilter(_Scanner):
 
     _FLAGS = hyperscan.HS_FLAG_PREFILTER | hyperscan.HS_FLAG_SINGLEMATCH | hyperscan.HS_FLAG_ALLOWEMPTY
 
-    def __init__(self, pattern: str, translate: Callable[[str], str] = str) -> None:
-        """`translate` turns `pattern` into the regex to compile, when it is first needed."""
+    def __init__(self, pattern: str, translate: Callable[[str], str] = str, *, keep: bool = False) -> None:
+        """`translate` turns `pattern` into the regex to compile, when it is first needed; `keep`:
+        the compiled prefilter may be kept for the next process (`compiled`)."""
         super().__init__()
         self.pattern = pattern
+        self._keep = keep
         self._translate = translate
         self._ready = False
         self._lock = threading.Lock()
@@ -167,7 +178,7 @@ class RegexPrefilter(_Scanner):
             if self._ready:
                 return
             try:
-                self._db = compiled([self._translate(self.pattern).encode()], [self._FLAGS])
+                self._db = compiled([self._translate(self.pattern).encode()], [self._FLAGS], keep=self._keep)
             except hyperscan.error as exc:  # no prefilter: Python's regex answers alone
                 logger.debug("no Hyperscan prefilter for %r: %s", self.pattern, exc)
             self._ready = True

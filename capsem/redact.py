@@ -338,8 +338,12 @@ class _Prefilter:
             literals.append((word, True))
             self._actions.append(("cookie" if word in ("cookie", "curl") else "name", ()))
         self.always = tuple(i for i, r in enumerate(rules.rules) if not r.keywords)
-        self._set = LiteralSet(literals)
-        self.regexes = tuple(RegexPrefilter(rule.pattern, python_regex) for rule in rules.rules)
+        # the shipped rules' databases are kept for the next process; a user's rules are not copied
+        shipped = set(default_rules().rules)
+        self._set = LiteralSet(literals, keep=all(rule in shipped for rule in rules.rules))
+        self.regexes = tuple(
+            RegexPrefilter(rule.pattern, python_regex, keep=rule in shipped) for rule in rules.rules
+        )
         """Per rule: could its regex match at all (asked only of rules whose keywords occur)."""
 
     def passes(self, data: bytes) -> tuple[list[int], list[int], bool, bool]:

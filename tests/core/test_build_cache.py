@@ -59,27 +59,27 @@ def test_the_default_folder_is_the_python_environments_own():
 def test_a_kept_hyperscan_database_finds_what_a_compiled_one_finds(cache):
     literals = [("sk-ant-", False), ("ghp_", False), ("bearer", True)]
     text = b"x BEARER y sk-ant-z"
-    fresh = LiteralSet(literals)
+    fresh = LiteralSet(literals, keep=True)
     assert [p.name.startswith("hyperscan-") for p in cache.iterdir()] == [True]
-    kept = LiteralSet(literals)  # read back
+    kept = LiteralSet(literals, keep=True)  # read back
     assert kept.found(text) == fresh.found(text) == {0, 2}
     fresh_ends = PatternEnds([(r"key=[0-9]+", False)]).ends("a key=12 b", b"a key=12 b")
     assert PatternEnds([(r"key=[0-9]+", False)]).ends("a key=12 b", b"a key=12 b") == fresh_ends == [7, 8]
-    prefilter = RegexPrefilter(r"tok_[a-z]{8}")
+    prefilter = RegexPrefilter(r"tok_[a-z]{8}", keep=True)
     assert prefilter.maybe(b"tok_abcdefgh") and not prefilter.maybe(b"nothing here")
 
 
 def test_a_damaged_entry_is_compiled_again(cache):
-    LiteralSet([("needle", False)])
+    LiteralSet([("needle", False)], keep=True)
     (entry,) = cache.iterdir()
     entry.write_bytes(b"not a database")
-    assert LiteralSet([("needle", False)]).found(b"a needle") == {0}
+    assert LiteralSet([("needle", False)], keep=True).found(b"a needle") == {0}
     assert hyperscan.loadb(entry.read_bytes(), hyperscan.HS_MODE_BLOCK)  # kept again, whole
 
 
 def test_a_pattern_hyperscan_refuses_is_refused_as_before(cache):
     with pytest.raises(hyperscan.error):
-        compiled([b"(unclosed"], [0])
+        compiled([b"(unclosed"], [0], keep=True)
     assert not cache.exists() or not list(cache.iterdir())
 
 
@@ -102,3 +102,19 @@ def test_the_token_estimator_reads_its_kept_definition_and_counts_the_same(cache
         assert estimate.count_tokens(text) == want  # read afresh from tiktoken's file
     finally:
         estimate._encoding.cache_clear()
+
+
+def test_learned_credentials_and_a_users_rules_never_reach_the_cache(cache):
+    from capsem.redact import Scrubber, rules_for
+    from capsem.secret_rules import DEFAULT_DISABLED
+
+    secret, rule_word = "learned-SECRET-value-8f3a9c", "zqxjuserword"
+    rules = rules_for([{"id": "mine", "regex": rule_word + r"-[0-9]{6}", "keywords": [rule_word]}], DEFAULT_DISABLED)
+    scrubber = Scrubber(rules)
+    scrubber.learn(secret)
+    text = f"a {secret} b {rule_word}-123456 sk-ant-api03-{'x' * 93}AA"
+    scrubbed = scrubber.scrub(text)
+    assert secret not in scrubbed and f"{rule_word}-123456" not in scrubbed
+    kept = [p.read_bytes() for p in cache.iterdir()]
+    assert kept  # capsem's own words and the shipped rules' prefilters are kept
+    assert not [k for k in kept if secret.encode() in k or rule_word.encode() in k]
