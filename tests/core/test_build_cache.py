@@ -118,3 +118,18 @@ def test_learned_credentials_and_a_users_rules_never_reach_the_cache(cache):
     kept = [p.read_bytes() for p in cache.iterdir()]
     assert kept  # capsem's own words and the shipped rules' prefilters are kept
     assert not [k for k in kept if secret.encode() in k or rule_word.encode() in k]
+
+
+def test_the_shipped_rules_read_from_the_cache_are_the_rules_parsed(cache):
+    import tomllib
+
+    from capsem.paths import shipped_config_path
+    from capsem.secret_rules import GITLEAKS, _shipped_toml
+
+    path = str(shipped_config_path(GITLEAKS))
+    want = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    assert _shipped_toml(path) == want  # parsed and kept
+    (entry,) = cache.iterdir()
+    assert _shipped_toml(path) == want  # read back
+    entry.write_bytes(b"\xffdamaged")
+    assert _shipped_toml(path) == want  # parsed again
