@@ -109,7 +109,9 @@ def test_learned_credentials_and_a_users_rules_never_reach_the_cache(cache):
     from capsem.secret_rules import DEFAULT_DISABLED
 
     secret, rule_word = "learned-SECRET-value-8f3a9c", "zqxjuserword"
-    rules = rules_for([{"id": "mine", "regex": rule_word + r"-[0-9]{6}", "keywords": [rule_word]}], DEFAULT_DISABLED)
+    rules = rules_for(
+        [{"id": "mine", "regex": rule_word + r"-[0-9]{6}", "keywords": [rule_word]}], DEFAULT_DISABLED
+    )
     scrubber = Scrubber(rules)
     scrubber.learn(secret)
     text = f"a {secret} b {rule_word}-123456 sk-ant-api03-{'x' * 93}AA"
