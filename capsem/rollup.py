@@ -25,7 +25,7 @@ from capsem.paths import main_db_path, session_db_path
 from capsem.store.schema import connect, open_main_db
 
 if TYPE_CHECKING:  # the scrubber and the signed chain are imported where a session starts or
-    # ends: the CLI's readers of main.db (list-sessions, stats) start ~0.07 s of CPU sooner
+    # ends: the CLI's readers of main.db (list-sessions) start ~0.07 s of CPU sooner
     from capsem.redact import Scrubber
 
 # The token breakdown and the cost by token type of each model call, read from its JSON columns
