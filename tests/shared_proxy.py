@@ -32,11 +32,11 @@ class Scenario:
 
 
 class SharedProxy:
-    """A mitmdump (upstream: `emulator`) recording one session under its own CAPSEM_HOME `home`."""
+    """A mitmdump (upstream: `emulator`, unless `upstream` is False) recording one session under its
+    own CAPSEM_HOME `home` (its config.yaml: `config`)."""
 
-    def __init__(
-        self, emulator, work: Path, args: list[str] | None = None, config: str | None = None
-    ) -> None:
+    def __init__(self, emulator, work: Path, args: list[str] | None = None, config: str | None = None,
+                 upstream: bool = True) -> None:  # fmt: skip
         self.emulator = emulator
         self.home = work / "capsem-home"
         if config is not None:
@@ -45,8 +45,9 @@ class SharedProxy:
         with environ(CAPSEM_HOME=str(self.home)):
             self.proxy: Mitmdump = start_mitmdump(
                 confdir=seeded_confdir(work / "conf"), log_path=work / "mitmdump.log",
-                args=["--mode", f"upstream:{emulator.proxy_url}",
-                      "--set", f"ssl_verify_upstream_trusted_ca={emulator.ca_path}", *(args or [])],
+                args=[*(["--mode", f"upstream:{emulator.proxy_url}",
+                         "--set", f"ssl_verify_upstream_trusted_ca={emulator.ca_path}"] if upstream else []),
+                      *(args or [])],
             )  # fmt: skip
         self.db = only_session(self.home)
         self.scenarios: dict[str, Scenario] = {}
