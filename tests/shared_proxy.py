@@ -15,6 +15,7 @@ from typing import Any
 
 from capsem.mitm import Mitmdump, start_mitmdump
 from tests.conftest import environ, only_session, rows, seeded_confdir
+from tests.e2e.test_capture_sdk import assert_clean_log
 
 
 @dataclass
@@ -25,6 +26,11 @@ class Scenario:
     result: Any
     exchanges: list[dict]
     net_ids: list[int] = field(default_factory=list)
+
+    @property
+    def model_exchanges(self) -> list[dict]:
+        """The exchanges that were model calls (they carry an `expected` record)."""
+        return [e for e in self.exchanges if e["expected"].get("protocol")]
 
     def ids(self) -> str:
         """The scenario's net_events ids as an SQL list: `... WHERE net_event_id IN ({s.ids()})`."""
@@ -68,6 +74,18 @@ class SharedProxy:
         self.scenarios[name] = Scenario(result, exchanges, sorted(new))
         self.emulator.clear()
         return self.scenarios[name]
+
+    def scenario(self, name: str) -> Scenario:
+        """Scenario `name`, once mitmdump has stopped cleanly (exit 0, no addon error in its log)."""
+        assert self.code == 0, self.proxy.log()[-3000:]
+        assert_clean_log(self.proxy.log())
+        return self.scenarios[name]
+
+    def model_calls(self, s: Scenario, columns: str = "*") -> list[dict]:
+        """The model_calls rows of scenario `s`, in order."""
+        return rows(
+            self.db, f"SELECT {columns} FROM model_calls WHERE net_event_id IN ({s.ids()}) ORDER BY id"
+        )
 
     def stop(self) -> None:
         """Stop mitmdump (the session ends and is rolled up): its exit code in `code`."""

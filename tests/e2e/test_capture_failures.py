@@ -15,12 +15,11 @@ import pytest
 from tests.conftest import rows
 from tests.e2e.test_capture_sdk import (
     ANTHROPIC_KEY,
-    assert_clean_log,
     by_marker,
     finish,
     http_client,
 )
-from tests.shared_proxy import Scenario, SharedProxy
+from tests.shared_proxy import SharedProxy
 
 MESSAGES = "https://api.anthropic.com/v1/messages"
 CHAT = "https://api.openai.com/v1/chat/completions"
@@ -95,16 +94,9 @@ def shared(emulator, tmp_path_factory) -> SharedProxy:
     return shared
 
 
-def scenario(shared: SharedProxy, name: str) -> tuple[Scenario, object]:
-    """Scenario `name` and the shared session.db, once mitmdump stopped cleanly."""
-    assert shared.code == 0, shared.proxy.log()[-3000:]
-    assert_clean_log(shared.proxy.log())
-    return shared.scenarios[name], shared.db
-
-
 def test_bad_streams_are_recorded_not_raised(shared):
     """Malformed, mislabelled and cut streams, one after another through the proxy."""
-    s, db = scenario(shared, "bad streams")
+    db, s = shared.db, shared.scenario("bad streams")
     received = s.result
     for (url, control), got, (net, call, ex) in zip(BAD_STREAMS, received,
                                                     by_marker(db, s, _markers(BAD_STREAMS), s.net_ids),
@@ -133,7 +125,7 @@ HTTP_ERRORS = [
 
 
 def test_http_errors_are_model_calls_with_error_type(shared):
-    s, db = scenario(shared, "http errors")
+    db, s = shared.db, shared.scenario("http errors")
     for (url, status, etype), (net, call, ex) in zip(
         HTTP_ERRORS, by_marker(db, s, _markers(HTTP_ERRORS), s.net_ids), strict=True
     ):
@@ -152,8 +144,8 @@ def test_http_errors_are_model_calls_with_error_type(shared):
 
 @pytest.mark.parametrize("url", [MESSAGES, CHAT])
 def test_midstream_error_keeps_what_arrived(shared, url):
-    s, db = scenario(shared, f"midstream {url}")
-    (ex,) = [e for e in s.exchanges if e["expected"].get("protocol")]
+    db, s = shared.db, shared.scenario(f"midstream {url}")
+    (ex,) = s.model_exchanges
     (call,) = rows(db, f"SELECT * FROM model_calls WHERE net_event_id IN ({s.ids()})")
     assert call["status_code"] == 200 and call["complete"] == 0
     assert call["error_type"] == ex["expected"]["error_type"]
@@ -211,7 +203,7 @@ def secrets_traffic(proxy) -> None:
 
 def test_secrets_never_reach_disk(shared):
     """No part of the shared home (every scenario's files) holds a secret this scenario sent."""
-    s, db = scenario(shared, "secrets")
+    db, s = shared.db, shared.scenario("secrets")
     blobs = b"".join(p.read_bytes() for p in shared.home.rglob("*") if p.is_file())
     for name, secret in SECRETS.items():
         assert secret.encode() not in blobs, name

@@ -15,8 +15,8 @@ import openai
 import pytest
 
 from tests.conftest import rows
-from tests.e2e.test_capture_sdk import assert_clean_log, assert_tool_calls, by_marker, http_client
-from tests.shared_proxy import Scenario, SharedProxy
+from tests.e2e.test_capture_sdk import assert_tool_calls, by_marker, http_client
+from tests.shared_proxy import SharedProxy
 
 KEY = "sk-compat-e2eSECRET000000000000000000"
 HOSTS = [
@@ -58,22 +58,6 @@ def shared(emulator, tmp_path_factory) -> SharedProxy:
     return shared
 
 
-def scenario(shared: SharedProxy, name: str) -> Scenario:
-    """The scenario `name`, after checking that the shared mitmdump stopped cleanly."""
-    assert shared.code == 0, shared.proxy.log()[-3000:]
-    assert_clean_log(shared.proxy.log())
-    return shared.scenarios[name]
-
-
-def model_calls(shared: SharedProxy, s: Scenario, columns: str = "*") -> list[dict]:
-    return rows(shared.db, f"SELECT {columns} FROM model_calls WHERE net_event_id IN ({s.ids()}) ORDER BY id")
-
-
-def model_exchanges(s: Scenario) -> list[dict]:
-    """The scenario's emulator exchanges that were model calls (they carry an `expected` record)."""
-    return [e for e in s.exchanges if e["expected"].get("protocol")]
-
-
 def compatible_host_traffic(proxy, base_url: str, model: str) -> None:
     client = openai.OpenAI(api_key=KEY, base_url=base_url, http_client=http_client(proxy), max_retries=0)
     for stream in (False, True):
@@ -88,9 +72,9 @@ def compatible_host_traffic(proxy, base_url: str, model: str) -> None:
 @pytest.mark.parametrize(("base_url", "provider", "model", "priced"), HOSTS)
 def test_compatible_hosts(shared, base_url, provider, model, priced):
     """Each host answers once as JSON and once streamed, through the proxy."""
-    s = scenario(shared, f"hosts {base_url} {model}")
-    calls = model_calls(shared, s)
-    exchanges = model_exchanges(s)
+    s = shared.scenario(f"hosts {base_url} {model}")
+    calls = shared.model_calls(s)
+    exchanges = s.model_exchanges
     assert [c["stream"] for c in calls] == [0, 1] and len(exchanges) == 2
     for call, ex in zip(calls, exchanges, strict=True):
         assert (call["provider"], call["protocol"], call["model"]) == (provider, "openai_chat", model)
@@ -111,8 +95,8 @@ def azure_deployment_traffic(proxy) -> None:
 
 
 def test_azure_deployment_path(shared):
-    s = scenario(shared, "azure deployment")
-    (call,) = model_calls(shared, s)
+    s = shared.scenario("azure deployment")
+    (call,) = shared.model_calls(s)
     assert (call["provider"], call["model"], call["path"]) == (
         "azure",
         "gpt-4o",
@@ -153,12 +137,12 @@ def bedrock_post(
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_bedrock_invoke(shared, stream):
-    s = scenario(shared, f"bedrock invoke {stream}")
+    s = shared.scenario(f"bedrock invoke {stream}")
     status, raw = s.result
     assert status == 200
     db = shared.db
-    (call,) = model_calls(shared, s)
-    (ex,) = model_exchanges(s)
+    (call,) = shared.model_calls(s)
+    (ex,) = s.model_exchanges
     exp = ex["expected"]
     assert raw == base64.b64decode(ex["response_body_b64"])  # the client got the provider's bytes
     assert (call["provider"], call["protocol"], call["stream"], call["complete"]) == (
@@ -175,14 +159,14 @@ def test_bedrock_invoke(shared, stream):
 
 
 def test_bedrock_model_is_the_url_model(shared):
-    (call,) = model_calls(shared, scenario(shared, "bedrock url model"), "model, response_model")
+    (call,) = shared.model_calls(shared.scenario("bedrock url model"), "model, response_model")
     assert call == {"model": BEDROCK_MODEL, "response_model": "claude-sonnet-4-5-20250929"}
 
 
 def test_bedrock_stream_exception_frame(shared):
-    s = scenario(shared, "bedrock exception frame")
-    (call,) = model_calls(shared, s)
-    (ex,) = model_exchanges(s)
+    s = shared.scenario("bedrock exception frame")
+    (call,) = shared.model_calls(s)
+    (ex,) = s.model_exchanges
     assert (call["error_type"], call["complete"]) == ("modelStreamErrorException", 0)
     assert (call["text_content"] or "") == ex["expected"]["text"]
 
@@ -195,9 +179,9 @@ def bedrock_errors_traffic(proxy) -> int:
 
 
 def test_bedrock_http_error_and_non_anthropic_models(shared):
-    s = scenario(shared, "bedrock errors")
+    s = shared.scenario("bedrock errors")
     assert s.result == 429
-    (call,) = model_calls(shared, s)
+    (call,) = shared.model_calls(s)
     assert (call["status_code"], call["provider"], call["error_message"]) == (
         429, "bedrock", "emulated ThrottlingException")  # fmt: skip
     assert len(s.net_ids) == 2
@@ -221,7 +205,7 @@ def vertex_traffic(proxy) -> None:
 
 def test_anthropic_vertex_sdk(shared):
     """Claude on Vertex, as JSON (rawPredict) and streamed (streamRawPredict), through the proxy."""
-    s = scenario(shared, "vertex")
+    s = shared.scenario("vertex")
     for stream, (_net, call, ex) in zip((False, True), by_marker(shared.db, s, ["stream=False", "stream=True"], s.net_ids),
                                         strict=True):  # fmt: skip
         assert (call["provider"], call["protocol"], call["model"], call["stream"]) == (
@@ -245,9 +229,9 @@ def mantle_traffic(proxy) -> None:
 
 
 def test_bedrock_mantle_sdk(shared):
-    s = scenario(shared, "mantle")
-    (call,) = model_calls(shared, s)
-    (ex,) = model_exchanges(s)
+    s = shared.scenario("mantle")
+    (call,) = shared.model_calls(s)
+    (ex,) = s.model_exchanges
     assert (call["provider"], call["protocol"], call["model"], call["path"]) == (
         "bedrock", "anthropic", "anthropic.claude-haiku-4-5-20251001-v1:0", "/anthropic/v1/messages")  # fmt: skip
     assert call["text_content"] == ex["expected"]["text"] and call["estimated_cost_usd"] > 0
@@ -265,7 +249,7 @@ def ollama_traffic(proxy) -> None:
 
 
 def test_ollama_openai_compatible(shared):
-    s = scenario(shared, "ollama")
+    s = shared.scenario("ollama")
     for _net, call, ex in by_marker(shared.db, s, ["stream=False", "stream=True"], s.net_ids):
         assert (call["provider"], call["protocol"], call["model"]) == ("ollama", "openai_chat", "qwen3:8b")
         assert call["text_content"] == ex["expected"]["text"] and call["estimated_cost_usd"] is None
@@ -319,14 +303,14 @@ def self_hosted_traffic(proxy, server: str, stream: bool) -> list:
 def test_self_hosted_servers_tool_loop_with_reasoning(shared, server, stream):
     """vLLM (`reasoning`, chatcmpl-tool ids) and llama.cpp (`reasoning_content`, usage + timings on the
     finish chunk) on a LAN host: thinking, tokens and the tool loop captured, unpriced (no API price)."""
-    s = scenario(shared, f"self-hosted {server} {stream}")
+    s = shared.scenario(f"self-hosted {server} {stream}")
     calls = s.result
     assert calls and all(
         cid.startswith("chatcmpl-tool-" if server == "vllm" else "call_") for cid, _, _ in calls
     )
     db = shared.db
-    got = model_calls(shared, s)
-    exchanges = model_exchanges(s)
+    got = shared.model_calls(s)
+    exchanges = s.model_exchanges
     assert len(got) == len(exchanges) == 2
     for call, ex in zip(got, exchanges, strict=True):
         want = ex["expected"]

@@ -14,7 +14,7 @@ from google import genai
 from google.genai import types
 
 from tests.conftest import rows
-from tests.e2e.test_capture_sdk import assert_clean_log, assert_tool_calls, http_client
+from tests.e2e.test_capture_sdk import assert_tool_calls, http_client
 from tests.shared_proxy import Scenario, SharedProxy
 
 API_KEY = "AIzaSyGEMINIe2eSECRETkey00000000000000"
@@ -41,15 +41,9 @@ def shared(emulator, tmp_path_factory) -> SharedProxy:
 
 
 def scenario(shared: SharedProxy, name: str) -> tuple[Path, Scenario, list[dict]]:
-    """The shared session.db, scenario `name` and its model-call exchanges, once mitmdump stopped cleanly."""
-    assert shared.code == 0, shared.proxy.log()[-3000:]
-    assert_clean_log(shared.proxy.log())
-    s = shared.scenarios[name]
-    return shared.db, s, [e for e in s.exchanges if e["expected"].get("protocol")]
-
-
-def model_calls(db: Path, s: Scenario) -> list[dict]:
-    return rows(db, f"SELECT * FROM model_calls WHERE net_event_id IN ({s.ids()}) ORDER BY id")
+    """The shared session.db, scenario `name` and its model-call exchanges."""
+    s = shared.scenario(name)
+    return shared.db, s, s.model_exchanges
 
 
 def client(proxy, control: str = "") -> genai.Client:
@@ -97,7 +91,7 @@ def function_calling_traffic(proxy, gemini_ids: str) -> tuple[str, types.Functio
 def test_function_calling_loop_streamed_and_not(shared, gemini_ids):
     db, s, exchanges = scenario(shared, f"loop {gemini_ids}")
     text, call = s.result
-    calls = model_calls(db, s)
+    calls = shared.model_calls(s)
     assert len(calls) == 2 == len(exchanges)
     for call_row, ex in zip(calls, exchanges, strict=True):
         assert_gemini_call(call_row, ex)
@@ -120,8 +114,8 @@ def thinking_traffic(proxy) -> None:
 
 
 def test_thinking_and_gzip(shared):
-    db, s, (ex,) = scenario(shared, "thinking")
-    (call,) = model_calls(db, s)
+    _db, s, (ex,) = scenario(shared, "thinking")
+    (call,) = shared.model_calls(s)
     assert_gemini_call(call, ex)
     assert call["thinking_content"] and json.loads(call["usage_details"])["reasoning"] > 0
 
@@ -138,7 +132,7 @@ def json_array_traffic(proxy, encoding: str) -> bytes:
 def test_json_array_stream_without_alt_sse(shared, encoding):
     db, s, (ex,) = scenario(shared, f"json array {encoding}")
     assert s.result == base64.b64decode(ex["response_body_b64"])
-    (call,) = model_calls(db, s)
+    (call,) = shared.model_calls(s)
     assert_gemini_call(call, ex)
     (net,) = rows(db, f"SELECT query FROM net_events WHERE id IN ({s.ids()})")
     assert API_KEY not in net["query"] and "key=hash:" in net["query"]
@@ -153,8 +147,8 @@ def code_assist_traffic(proxy) -> None:
 
 
 def test_code_assist_envelope(shared):
-    db, s, (ex,) = scenario(shared, "code assist")
-    (call,) = model_calls(db, s)
+    _db, s, (ex,) = scenario(shared, "code assist")
+    (call,) = shared.model_calls(s)
     assert call["model"] == "gemini-2.5-pro" and call["host"] == "cloudcode-pa.googleapis.com"
     assert (
         call["text_content"] == ex["expected"]["text"]
