@@ -1,12 +1,15 @@
 """Every API × content encoding × streamed or not, through one real mitmdump against the emulator:
 the client gets the emulator's exact bytes and every model_calls / tool_calls column matches the
-emulator's record. (Anthropic and OpenAI Chat also run the rarer encodings in test_capture_sdk.)"""
+emulator's record. (Anthropic and OpenAI Chat also run the rarer encodings in test_capture_sdk.)
+
+The tests share one mitmdump (tests/shared_proxy.py); each reads its own scenario's rows."""
 
 from __future__ import annotations
 
 import base64
 import json
 import sqlite3
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -20,10 +23,9 @@ from tests.e2e.test_capture_sdk import (
     TOOLS_O,
     assert_call_matches,
     assert_tool_calls,
-    finish,
     http_client,
-    model_exchanges,
 )
+from tests.shared_proxy import Scenario, SharedProxy
 
 ENCODINGS = ["identity", "gzip", "deflate", "br", "zstd"]
 USER = [{"role": "user", "content": "look around"}]
@@ -62,23 +64,57 @@ def request_for(api: str, stream: bool) -> tuple[str, dict]:
     raise AssertionError(api)
 
 
-@pytest.mark.parametrize(
-    "api", ["anthropic", "openai_chat", "openai_responses", "gemini", "ollama", "bedrock"]
-)
-def test_every_api_every_encoding_streamed_and_not(mitmdump, emu, capsem_home, api):
-    proxy = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
-    received: list[bytes] = []
-    cases = [(encoding, stream) for encoding in ENCODINGS for stream in (False, True)]
+APIS = ["anthropic", "openai_chat", "openai_responses", "gemini", "ollama", "bedrock"]
+CASES = [(encoding, stream) for encoding in ENCODINGS for stream in (False, True)]
+PARITY = [("gzip", False), ("gzip", True)]  # the encoding is in parity_control
+
+
+def parity_control(api: str) -> str:
+    return f"seed=parity-{api}; tools=2; cache_read=300; cache_write=120; reasoning=40; encoding=gzip"
+
+
+def send_all(proxy, api: str, cases: list[tuple[str, bool]], control) -> list[tuple[int, bytes]]:
+    """(status, raw bytes) of a model call of `api` per (encoding, stream) case, `control(encoding)`
+    its x-emulator header."""
+    received = []
     with http_client(proxy) as client:
         for encoding, stream in cases:
             url, body = request_for(api, stream)
-            headers = {"x-emulator": f"encoding={encoding}; chunk=5; tools=2"}
-            with client.stream("POST", url, json=body, headers=headers) as resp:
-                assert resp.status_code == 200
-                received.append(b"".join(resp.iter_raw()))
-    db = finish(proxy, capsem_home)
-    exchanges = model_exchanges(emu)
-    calls = rows(db, "SELECT * FROM model_calls ORDER BY id")
+            with client.stream("POST", url, json=body, headers={"x-emulator": control(encoding)}) as resp:
+                received.append((resp.status_code, b"".join(resp.iter_raw())))
+    return received
+
+
+@pytest.fixture(scope="module")
+def shared(emulator, tmp_path_factory) -> SharedProxy:
+    """Both tests' traffic of every API through one mitmdump, then stopped."""
+    shared = SharedProxy(emulator, tmp_path_factory.mktemp("matrix"))
+    try:
+        for api in APIS:
+            shared.run(f"matrix {api}",
+                       lambda p, a=api: send_all(p, a, CASES, lambda e: f"encoding={e}; chunk=5; tools=2"))  # fmt: skip
+            shared.run(f"parity {api}",
+                       lambda p, a=api: send_all(p, a, PARITY, lambda _e: parity_control(a)))  # fmt: skip
+    finally:
+        shared.stop()
+    return shared
+
+
+def finish(shared: SharedProxy, name: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Scenario]:
+    """The shared session.db (CAPSEM_HOME its home, for the CLI) and scenario `name`."""
+    s = shared.scenario(name)
+    monkeypatch.setenv("CAPSEM_HOME", str(shared.home))
+    return shared.db, s
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_every_api_every_encoding_streamed_and_not(shared, monkeypatch, api):
+    db, s = finish(shared, f"matrix {api}", monkeypatch)
+    assert [status for status, _ in s.result] == [200] * len(CASES)
+    received = [raw for _, raw in s.result]
+    cases = CASES
+    exchanges = s.model_exchanges
+    calls = rows(db, f"SELECT * FROM model_calls WHERE net_event_id IN ({s.ids()}) ORDER BY id")
     assert len(exchanges) == len(calls) == len(cases)
     runner = CliRunner()
     conn = sqlite3.connect(db)
@@ -105,29 +141,23 @@ def test_every_api_every_encoding_streamed_and_not(mitmdump, emu, capsem_home, a
         assert_call_matches(call, ex)
         assert_tool_calls(db, call["id"], ex)
         assert len(ex["expected"]["tool_calls"]) == 2, label
-    nets = rows(db, "SELECT response_content_encoding, decode_error FROM net_events ORDER BY id")
+    nets = rows(
+        db,
+        f"SELECT response_content_encoding, decode_error FROM net_events WHERE id IN ({s.ids()}) ORDER BY id",
+    )
     assert [n["decode_error"] for n in nets] == [None] * len(cases)
     assert [n["response_content_encoding"] or "identity" for n in nets] == [e for e, _ in cases]
 
 
-@pytest.mark.parametrize(
-    "api", ["anthropic", "openai_chat", "openai_responses", "gemini", "ollama", "bedrock"]
-)
-def test_streamed_and_not_give_the_same_usage_and_cost(mitmdump, emu, capsem_home, api):
+@pytest.mark.parametrize("api", APIS)
+def test_streamed_and_not_give_the_same_usage_and_cost(shared, monkeypatch, api):
     """Parity: the same answer (same emulator seed) recorded streamed and not has the same tokens,
     breakdown, cost, text and tool calls."""
-    proxy = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
-    control = f"seed=parity-{api}; tools=2; cache_read=300; cache_write=120; reasoning=40; encoding=gzip"
-    with http_client(proxy) as client:
-        for stream in (False, True):
-            url, body = request_for(api, stream)
-            with client.stream("POST", url, json=body, headers={"x-emulator": control}) as resp:
-                assert resp.status_code == 200
-                resp.read()
-    db = finish(proxy, capsem_home)
-    whole, streamed = rows(db, "SELECT * FROM model_calls ORDER BY id")
+    db, s = finish(shared, f"parity {api}", monkeypatch)
+    assert [status for status, _ in s.result] == [200, 200]
+    whole, streamed = rows(db, f"SELECT * FROM model_calls WHERE net_event_id IN ({s.ids()}) ORDER BY id")
     assert (whole["stream"], streamed["stream"]) == (0, 1)
-    for call, ex in zip((whole, streamed), model_exchanges(emu), strict=True):
+    for call, ex in zip((whole, streamed), s.model_exchanges, strict=True):
         assert_call_matches(call, ex)  # cache and reasoning breakdown included
     for column in ("model", "input_tokens", "output_tokens", "estimated_cost_usd", "text_content", "stop_reason",
                    "price_source"):  # fmt: skip

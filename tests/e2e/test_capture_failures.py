@@ -1,4 +1,7 @@
-"""Bad traffic never breaks a flow and always leaves a complete net_events row."""
+"""Bad traffic never breaks a flow and always leaves a complete net_events row.
+
+The tests through a proxy upstream of the emulator whose flows all end share one mitmdump
+(tests/shared_proxy.py); each reads its own scenario's rows."""
 
 from __future__ import annotations
 
@@ -10,7 +13,13 @@ import httpx
 import pytest
 
 from tests.conftest import rows
-from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, by_marker, finish, http_client, model_exchanges
+from tests.e2e.test_capture_sdk import (
+    ANTHROPIC_KEY,
+    by_marker,
+    finish,
+    http_client,
+)
+from tests.shared_proxy import SharedProxy
 
 MESSAGES = "https://api.anthropic.com/v1/messages"
 CHAT = "https://api.openai.com/v1/chat/completions"
@@ -69,11 +78,28 @@ def post_cases(proxy, cases: list[tuple[str, str]]) -> list[bytes]:
     return out
 
 
-def test_bad_streams_are_recorded_not_raised(proxy, emu, capsem_home):
-    """Malformed, mislabelled and cut streams, one after another through one proxy run."""
-    received = post_cases(proxy, BAD_STREAMS)
-    db = finish(proxy, capsem_home)
-    for (url, control), got, (net, call, ex) in zip(BAD_STREAMS, received, by_marker(db, emu, _markers(BAD_STREAMS)),
+@pytest.fixture(scope="module")
+def shared(emulator, tmp_path_factory) -> SharedProxy:
+    """The traffic of the tests below that use it through one mitmdump, then stopped."""
+    shared = SharedProxy(emulator, tmp_path_factory.mktemp("failures"))
+    try:
+        shared.run("bad streams", lambda p: post_cases(p, BAD_STREAMS))
+        errors = [(url, f"scenario=error; status={status}") for url, status, _ in HTTP_ERRORS]
+        shared.run("http errors", lambda p: post_cases(p, errors))
+        for url in (MESSAGES, CHAT):
+            shared.run(f"midstream {url}", lambda p, u=url: post_stream(p, u, "scenario=midstream_error"))
+        shared.run("secrets", secrets_traffic)
+    finally:
+        shared.stop()
+    return shared
+
+
+def test_bad_streams_are_recorded_not_raised(shared):
+    """Malformed, mislabelled and cut streams, one after another through the proxy."""
+    db, s = shared.db, shared.scenario("bad streams")
+    received = s.result
+    for (url, control), got, (net, call, ex) in zip(BAD_STREAMS, received,
+                                                    by_marker(db, s, _markers(BAD_STREAMS), s.net_ids),
                                                     strict=True):  # fmt: skip
         case = f"{url} {control}"
         if "truncate" not in control:
@@ -98,11 +124,10 @@ HTTP_ERRORS = [
 ]
 
 
-def test_http_errors_are_model_calls_with_error_type(proxy, emu, capsem_home):
-    post_cases(proxy, [(url, f"scenario=error; status={status}") for url, status, _ in HTTP_ERRORS])
-    db = finish(proxy, capsem_home)
+def test_http_errors_are_model_calls_with_error_type(shared):
+    db, s = shared.db, shared.scenario("http errors")
     for (url, status, etype), (net, call, ex) in zip(
-        HTTP_ERRORS, by_marker(db, emu, _markers(HTTP_ERRORS)), strict=True
+        HTTP_ERRORS, by_marker(db, s, _markers(HTTP_ERRORS), s.net_ids), strict=True
     ):
         case = f"{url} {status}"
         assert call["status_code"] == status, case
@@ -118,11 +143,10 @@ def test_http_errors_are_model_calls_with_error_type(proxy, emu, capsem_home):
 
 
 @pytest.mark.parametrize("url", [MESSAGES, CHAT])
-def test_midstream_error_keeps_what_arrived(proxy, emu, capsem_home, url):
-    post_stream(proxy, url, "scenario=midstream_error")
-    db = finish(proxy, capsem_home)
-    (ex,) = model_exchanges(emu)
-    (call,) = rows(db, "SELECT * FROM model_calls")
+def test_midstream_error_keeps_what_arrived(shared, url):
+    db, s = shared.db, shared.scenario(f"midstream {url}")
+    (ex,) = s.model_exchanges
+    (call,) = rows(db, f"SELECT * FROM model_calls WHERE net_event_id IN ({s.ids()})")
     assert call["status_code"] == 200 and call["complete"] == 0
     assert call["error_type"] == ex["expected"]["error_type"]
     assert (call["text_content"] or "") == ex["expected"]["text"]
@@ -156,14 +180,17 @@ def test_client_gone_mid_stream(proxy, emu, capsem_home):
     assert call["complete"] == 0
 
 
-def test_secrets_never_reach_disk(proxy, emu, capsem_home):
-    secrets = {
-        "header": ANTHROPIC_KEY,
-        "custom": "corp-internal-token-7f3a9c2e1b",
-        "query": "AIzaSyQUERYSECRET0000000000000000000000",
-        "body": "sk-proj-BODYSECRET000000000000000000000000",
-        "bearer": "oauth-bearer-value-3b9d2f77aa",
-    }
+SECRETS = {
+    "header": ANTHROPIC_KEY,
+    "custom": "corp-internal-token-7f3a9c2e1b",
+    "query": "AIzaSyQUERYSECRET0000000000000000000000",
+    "body": "sk-proj-BODYSECRET000000000000000000000000",
+    "bearer": "oauth-bearer-value-3b9d2f77aa",
+}
+
+
+def secrets_traffic(proxy) -> None:
+    secrets = SECRETS
     with http_client(proxy) as client:
         client.post(
             f"{MESSAGES}?key={secrets['query']}&beta=true",
@@ -172,11 +199,15 @@ def test_secrets_never_reach_disk(proxy, emu, capsem_home):
             json={"model": "claude-haiku-4-5", "max_tokens": 64, "system": f"key is {secrets['body']}",
                   "messages": [{"role": "user", "content": f"my token {secrets['custom']} and {secrets['query']}"}]},
         )  # fmt: skip
-    db = finish(proxy, capsem_home)
-    blobs = b"".join(p.read_bytes() for p in capsem_home.rglob("*") if p.is_file())
-    for name, secret in secrets.items():
+
+
+def test_secrets_never_reach_disk(shared):
+    """No part of the shared home (every scenario's files) holds a secret this scenario sent."""
+    db, s = shared.db, shared.scenario("secrets")
+    blobs = b"".join(p.read_bytes() for p in shared.home.rglob("*") if p.is_file())
+    for name, secret in SECRETS.items():
         assert secret.encode() not in blobs, name
-    assert rows(db, "SELECT COUNT(*) AS n FROM model_calls")[0]["n"] == 1
+    assert rows(db, f"SELECT COUNT(*) AS n FROM model_calls WHERE net_event_id IN ({s.ids()})")[0]["n"] == 1
 
 
 def test_a_reply_mitmproxy_refuses_is_recorded_with_the_502_the_client_got(mitmdump, capsem_home):

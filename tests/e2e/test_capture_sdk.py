@@ -81,12 +81,20 @@ def model_exchanges(emu) -> list[dict]:
     return [e for e in emu.exchanges() if e["expected"].get("protocol")]
 
 
-def by_marker(db, emu, markers: list[str]) -> list[tuple[dict, dict, dict]]:
-    """`(net_events row, model_calls row, emulator exchange)` of each request of one proxy run,
-    found by the marker its body carries (so flows that end out of order still pair up)."""
+def by_marker(db, emu, markers: list[str], net_ids: list[int] | None = None) -> list[tuple[dict, dict, dict]]:
+    """`(net_events row, model_calls row, emulator exchange)` of each request of one proxy run (or of
+    the flows `net_ids` of a shared one, `emu` then a `tests.shared_proxy.Scenario`), found by the
+    marker its body carries (so flows that end out of order still pair up)."""
     nets = {row["id"]: row for row in rows(db, "SELECT * FROM net_events")}
     calls = rows(db, "SELECT * FROM model_calls")
-    exchanges = model_exchanges(emu)
+    exchanges = (
+        model_exchanges(emu)
+        if net_ids is None
+        else [e for e in emu.exchanges if e["expected"].get("protocol")]
+    )
+    if net_ids is not None:
+        nets = {i: row for i, row in nets.items() if i in net_ids}
+        calls = [c for c in calls if c["net_event_id"] in nets]
     assert len(nets) == len(calls) == len(exchanges) == len(markers)
     out = []
     for marker in markers:

@@ -1,5 +1,8 @@
 """OpenAI-compatible providers through real mitmdump with the real openai SDK: provider, model,
-tokens and cost per host (NULL when genai-prices does not know the model), OpenRouter's own cost."""
+tokens and cost per host (NULL when genai-prices does not know the model), OpenRouter's own cost.
+
+All tests share one mitmdump (tests/shared_proxy.py): the module's fixture sends each test's
+traffic through it in turn; each test reads its own scenario's rows."""
 
 from __future__ import annotations
 
@@ -12,30 +15,50 @@ import openai
 import pytest
 
 from tests.conftest import rows
-from tests.e2e.test_capture_sdk import assert_tool_calls, by_marker, finish, http_client, model_exchanges
+from tests.e2e.test_capture_sdk import assert_tool_calls, by_marker, http_client
+from tests.shared_proxy import SharedProxy
 
 KEY = "sk-compat-e2eSECRET000000000000000000"
+HOSTS = [
+    ("https://openrouter.ai/api/v1", "openrouter", "anthropic/claude-sonnet-4.5", True),
+    ("https://api.deepseek.com/v1", "deepseek", "deepseek-chat", True),
+    ("https://api.groq.com/openai/v1", "groq", "llama-3.3-70b-versatile", True),
+    ("https://api.mistral.ai/v1", "mistral", "mistral-large-latest", True),
+    ("https://api.x.ai/v1", "xai", "grok-4", True),
+    ("https://res.openai.azure.com/openai/v1", "azure", "gpt-4o", True),
+    ("https://api.x.ai/v1", "xai", "grok-private-fork-9", False),
+]
 
 
-@pytest.fixture
-def proxy(mitmdump, emu):
-    return mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
+@pytest.fixture(scope="module")
+def shared(emulator, tmp_path_factory) -> SharedProxy:
+    """Every test's traffic through one mitmdump, then stopped: `shared.scenarios[name]`."""
+    shared = SharedProxy(emulator, tmp_path_factory.mktemp("compat"))
+    try:
+        for base_url, _provider, model, _priced in HOSTS:
+            shared.run(
+                f"hosts {base_url} {model}", lambda p, b=base_url, m=model: compatible_host_traffic(p, b, m)
+            )
+        shared.run("azure deployment", azure_deployment_traffic)
+        for stream in (False, True):
+            shared.run(f"bedrock invoke {stream}",
+                       lambda p, s=stream: bedrock_post(p, s, "tools=1; cache_read=40; chunk=7"))  # fmt: skip
+        shared.run("bedrock url model", lambda p: bedrock_post(p, True))
+        shared.run("bedrock exception frame", lambda p: bedrock_post(p, True, "scenario=midstream_error"))
+        shared.run("bedrock errors", bedrock_errors_traffic)
+        shared.run("vertex", vertex_traffic)
+        shared.run("mantle", mantle_traffic)
+        shared.run("ollama", ollama_traffic)
+        for server in ("vllm", "llamacpp"):
+            for stream in (False, True):
+                shared.run(f"self-hosted {server} {stream}",
+                           lambda p, sv=server, st=stream: self_hosted_traffic(p, sv, st))  # fmt: skip
+    finally:
+        shared.stop()
+    return shared
 
 
-@pytest.mark.parametrize(
-    ("base_url", "provider", "model", "priced"),
-    [
-        ("https://openrouter.ai/api/v1", "openrouter", "anthropic/claude-sonnet-4.5", True),
-        ("https://api.deepseek.com/v1", "deepseek", "deepseek-chat", True),
-        ("https://api.groq.com/openai/v1", "groq", "llama-3.3-70b-versatile", True),
-        ("https://api.mistral.ai/v1", "mistral", "mistral-large-latest", True),
-        ("https://api.x.ai/v1", "xai", "grok-4", True),
-        ("https://res.openai.azure.com/openai/v1", "azure", "gpt-4o", True),
-        ("https://api.x.ai/v1", "xai", "grok-private-fork-9", False),
-    ],
-)
-def test_compatible_hosts(proxy, emu, capsem_home, base_url, provider, model, priced):
-    """Each host answers once as JSON and once streamed, through one proxy run."""
+def compatible_host_traffic(proxy, base_url: str, model: str) -> None:
     client = openai.OpenAI(api_key=KEY, base_url=base_url, http_client=http_client(proxy), max_retries=0)
     for stream in (False, True):
         kwargs = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
@@ -44,9 +67,14 @@ def test_compatible_hosts(proxy, emu, capsem_home, base_url, provider, model, pr
         )
         if stream:
             list(result)
-    db = finish(proxy, capsem_home)
-    calls = rows(db, "SELECT * FROM model_calls ORDER BY id")
-    exchanges = model_exchanges(emu)
+
+
+@pytest.mark.parametrize(("base_url", "provider", "model", "priced"), HOSTS)
+def test_compatible_hosts(shared, base_url, provider, model, priced):
+    """Each host answers once as JSON and once streamed, through the proxy."""
+    s = shared.scenario(f"hosts {base_url} {model}")
+    calls = shared.model_calls(s)
+    exchanges = s.model_exchanges
     assert [c["stream"] for c in calls] == [0, 1] and len(exchanges) == 2
     for call, ex in zip(calls, exchanges, strict=True):
         assert (call["provider"], call["protocol"], call["model"]) == (provider, "openai_chat", model)
@@ -60,19 +88,22 @@ def test_compatible_hosts(proxy, emu, capsem_home, base_url, provider, model, pr
             assert details["provider_cost"] == ex["expected"]["usage_raw"]["cost"] > 0
 
 
-def test_azure_deployment_path(proxy, emu, capsem_home):
+def azure_deployment_traffic(proxy) -> None:
     client = openai.AzureOpenAI(api_key=KEY, azure_endpoint="https://res.openai.azure.com", api_version="2024-10-21",
                                 azure_deployment="prod-gpt4o", http_client=http_client(proxy), max_retries=0)  # fmt: skip
     client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
-    db = finish(proxy, capsem_home)
-    (call,) = rows(db, "SELECT * FROM model_calls")
+
+
+def test_azure_deployment_path(shared):
+    s = shared.scenario("azure deployment")
+    (call,) = shared.model_calls(s)
     assert (call["provider"], call["model"], call["path"]) == (
         "azure",
         "gpt-4o",
         "/openai/deployments/prod-gpt4o/chat/completions",
     )
     assert call["estimated_cost_usd"] > 0
-    (net,) = rows(db, "SELECT query, request_headers FROM net_events")
+    (net,) = rows(shared.db, f"SELECT query, request_headers FROM net_events WHERE id IN ({s.ids()})")
     assert "api-version=2024-10-21" in net["query"] and KEY not in net["request_headers"]
 
 
@@ -105,12 +136,13 @@ def bedrock_post(
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_bedrock_invoke(proxy, emu, capsem_home, stream):
-    status, raw = bedrock_post(proxy, stream, "tools=1; cache_read=40; chunk=7")
+def test_bedrock_invoke(shared, stream):
+    s = shared.scenario(f"bedrock invoke {stream}")
+    status, raw = s.result
     assert status == 200
-    db = finish(proxy, capsem_home)
-    (call,) = rows(db, "SELECT * FROM model_calls")
-    (ex,) = model_exchanges(emu)
+    db = shared.db
+    (call,) = shared.model_calls(s)
+    (ex,) = s.model_exchanges
     exp = ex["expected"]
     assert raw == base64.b64decode(ex["response_body_b64"])  # the client got the provider's bytes
     assert (call["provider"], call["protocol"], call["stream"], call["complete"]) == (
@@ -122,40 +154,40 @@ def test_bedrock_invoke(proxy, emu, capsem_home, stream):
     assert json.loads(call["usage_details"])["cache_read"] == 40
     assert_tool_calls(db, call["id"], ex)
     assert call["estimated_cost_usd"] > 0  # genai-prices knows Claude on Bedrock ("aws")
-    (net,) = rows(db, "SELECT request_headers FROM net_events")
+    (net,) = rows(db, f"SELECT request_headers FROM net_events WHERE id IN ({s.ids()})")
     assert SIGNATURE not in net["request_headers"]
 
 
-def test_bedrock_model_is_the_url_model(proxy, emu, capsem_home):
-    bedrock_post(proxy, True)
-    db = finish(proxy, capsem_home)
-    (call,) = rows(db, "SELECT model, response_model FROM model_calls")
+def test_bedrock_model_is_the_url_model(shared):
+    (call,) = shared.model_calls(shared.scenario("bedrock url model"), "model, response_model")
     assert call == {"model": BEDROCK_MODEL, "response_model": "claude-sonnet-4-5-20250929"}
 
 
-def test_bedrock_stream_exception_frame(proxy, emu, capsem_home):
-    bedrock_post(proxy, True, "scenario=midstream_error")
-    db = finish(proxy, capsem_home)
-    (call,) = rows(db, "SELECT * FROM model_calls")
-    (ex,) = model_exchanges(emu)
+def test_bedrock_stream_exception_frame(shared):
+    s = shared.scenario("bedrock exception frame")
+    (call,) = shared.model_calls(s)
+    (ex,) = s.model_exchanges
     assert (call["error_type"], call["complete"]) == ("modelStreamErrorException", 0)
     assert (call["text_content"] or "") == ex["expected"]["text"]
 
 
-def test_bedrock_http_error_and_non_anthropic_models(proxy, emu, capsem_home):
+def bedrock_errors_traffic(proxy) -> int:
     status, _ = bedrock_post(proxy, False, "scenario=error; status=429")
-    assert status == 429
     nova = {"messages": [{"role": "user", "content": [{"text": "hi"}]}], "inferenceConfig": {"maxTokens": 50}}
     bedrock_post(proxy, False, model="amazon.nova-pro-v1:0", body=nova)  # another API: not read as Anthropic
-    db = finish(proxy, capsem_home)
-    (call,) = rows(db, "SELECT * FROM model_calls")
+    return status
+
+
+def test_bedrock_http_error_and_non_anthropic_models(shared):
+    s = shared.scenario("bedrock errors")
+    assert s.result == 429
+    (call,) = shared.model_calls(s)
     assert (call["status_code"], call["provider"], call["error_message"]) == (
         429, "bedrock", "emulated ThrottlingException")  # fmt: skip
-    assert len(rows(db, "SELECT id FROM net_events")) == 2
+    assert len(s.net_ids) == 2
 
 
-def test_anthropic_vertex_sdk(proxy, emu, capsem_home):
-    """Claude on Vertex, as JSON (rawPredict) and streamed (streamRawPredict), through one proxy run."""
+def vertex_traffic(proxy) -> None:
     client = anthropic.AnthropicVertex(region="us-east5", project_id="proj-1", access_token="ya29.SECRETtoken",
                                        http_client=http_client(proxy), max_retries=0)  # fmt: skip
     for stream in (False, True):
@@ -169,8 +201,12 @@ def test_anthropic_vertex_sdk(proxy, emu, capsem_home):
                 s.get_final_message()
         else:
             client.messages.create(**kwargs)
-    db = finish(proxy, capsem_home)
-    for stream, (_net, call, ex) in zip((False, True), by_marker(db, emu, ["stream=False", "stream=True"]),
+
+
+def test_anthropic_vertex_sdk(shared):
+    """Claude on Vertex, as JSON (rawPredict) and streamed (streamRawPredict), through the proxy."""
+    s = shared.scenario("vertex")
+    for stream, (_net, call, ex) in zip((False, True), by_marker(shared.db, s, ["stream=False", "stream=True"], s.net_ids),
                                         strict=True):  # fmt: skip
         assert (call["provider"], call["protocol"], call["model"], call["stream"]) == (
             "vertex", "anthropic", "claude-sonnet-4-5@20250929", int(stream))  # fmt: skip
@@ -185,20 +221,23 @@ def test_anthropic_vertex_sdk(proxy, emu, capsem_home):
         assert call["estimated_cost_usd"] is not None  # genai-prices' google table has Claude on Vertex
 
 
-def test_bedrock_mantle_sdk(proxy, emu, capsem_home):
+def mantle_traffic(proxy) -> None:
     client = anthropic.AnthropicBedrockMantle(api_key="bedrock-api-key-SECRET", aws_region="us-east-1",
                                               http_client=http_client(proxy), max_retries=0)  # fmt: skip
     client.messages.create(model="anthropic.claude-haiku-4-5-20251001-v1:0", max_tokens=50,
                            messages=[{"role": "user", "content": "hi"}])  # fmt: skip
-    db = finish(proxy, capsem_home)
-    (call,) = rows(db, "SELECT * FROM model_calls")
-    (ex,) = model_exchanges(emu)
+
+
+def test_bedrock_mantle_sdk(shared):
+    s = shared.scenario("mantle")
+    (call,) = shared.model_calls(s)
+    (ex,) = s.model_exchanges
     assert (call["provider"], call["protocol"], call["model"], call["path"]) == (
         "bedrock", "anthropic", "anthropic.claude-haiku-4-5-20251001-v1:0", "/anthropic/v1/messages")  # fmt: skip
     assert call["text_content"] == ex["expected"]["text"] and call["estimated_cost_usd"] > 0
 
 
-def test_ollama_openai_compatible(proxy, emu, capsem_home):
+def ollama_traffic(proxy) -> None:
     client = openai.OpenAI(api_key="ollama", base_url="http://localhost:11434/v1", http_client=http_client(proxy),
                            max_retries=0)  # fmt: skip
     for stream in (False, True):
@@ -207,8 +246,11 @@ def test_ollama_openai_compatible(proxy, emu, capsem_home):
         )
         if stream:
             list(result)
-    db = finish(proxy, capsem_home)
-    for _net, call, ex in by_marker(db, emu, ["stream=False", "stream=True"]):
+
+
+def test_ollama_openai_compatible(shared):
+    s = shared.scenario("ollama")
+    for _net, call, ex in by_marker(shared.db, s, ["stream=False", "stream=True"], s.net_ids):
         assert (call["provider"], call["protocol"], call["model"]) == ("ollama", "openai_chat", "qwen3:8b")
         assert call["text_content"] == ex["expected"]["text"] and call["estimated_cost_usd"] is None
 
@@ -217,11 +259,8 @@ FN_TOOLS = [{"type": "function", "function": {"name": "grep", "description": "se
     "type": "object", "properties": {"pattern": {"type": "string"}}, "required": ["pattern"]}}}]  # fmt: skip
 
 
-@pytest.mark.parametrize("server", ["vllm", "llamacpp"])
-@pytest.mark.parametrize("stream", [False, True])
-def test_self_hosted_servers_tool_loop_with_reasoning(proxy, emu, capsem_home, server, stream):
-    """vLLM (`reasoning`, chatcmpl-tool ids) and llama.cpp (`reasoning_content`, usage + timings on the
-    finish chunk) on a LAN host: thinking, tokens and the tool loop captured, unpriced (no API price)."""
+def self_hosted_traffic(proxy, server: str, stream: bool) -> list:
+    """Two turns of a tool loop; the tool calls of the first."""
     client = openai.OpenAI(api_key="local", base_url="http://gpu-box.lan:8000/v1", http_client=http_client(proxy),
                            max_retries=0, default_headers={"x-emulator": f"server={server}; scenario=thinking"})  # fmt: skip
     messages: list = [{"role": "user", "content": "find TODOs"}]
@@ -249,9 +288,6 @@ def test_self_hosted_servers_tool_loop_with_reasoning(proxy, emu, capsem_home, s
         return text, [tuple(c) for _, c in sorted(calls.items())]
 
     _, calls = turn()
-    assert calls and all(
-        cid.startswith("chatcmpl-tool-" if server == "vllm" else "call_") for cid, _, _ in calls
-    )
     asked = [
         {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
         for cid, name, args in calls
@@ -259,9 +295,22 @@ def test_self_hosted_servers_tool_loop_with_reasoning(proxy, emu, capsem_home, s
     messages.append({"role": "assistant", "content": None, "tool_calls": asked})
     messages += [{"role": "tool", "tool_call_id": cid, "content": "src/a.py:3: TODO"} for cid, _, _ in calls]
     turn()
-    db = finish(proxy, capsem_home)
-    got = rows(db, "SELECT * FROM model_calls ORDER BY id")
-    exchanges = model_exchanges(emu)
+    return calls
+
+
+@pytest.mark.parametrize("server", ["vllm", "llamacpp"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_self_hosted_servers_tool_loop_with_reasoning(shared, server, stream):
+    """vLLM (`reasoning`, chatcmpl-tool ids) and llama.cpp (`reasoning_content`, usage + timings on the
+    finish chunk) on a LAN host: thinking, tokens and the tool loop captured, unpriced (no API price)."""
+    s = shared.scenario(f"self-hosted {server} {stream}")
+    calls = s.result
+    assert calls and all(
+        cid.startswith("chatcmpl-tool-" if server == "vllm" else "call_") for cid, _, _ in calls
+    )
+    db = shared.db
+    got = shared.model_calls(s)
+    exchanges = s.model_exchanges
     assert len(got) == len(exchanges) == 2
     for call, ex in zip(got, exchanges, strict=True):
         want = ex["expected"]
@@ -276,7 +325,8 @@ def test_self_hosted_servers_tool_loop_with_reasoning(proxy, emu, capsem_home, s
         assert call["estimated_cost_usd"] is None and call["complete"] == 1
         assert json.loads(call["usage_details"])["raw"] == want["usage_raw"]
         assert_tool_calls(db, call["id"], ex)
-    responses = rows(db, "SELECT call_id, model_call_id, content_preview FROM tool_responses ORDER BY id")
+    responses = rows(db, "SELECT call_id, model_call_id, content_preview FROM tool_responses "
+                         f"WHERE model_call_id IN ({got[0]['id']}, {got[1]['id']}) ORDER BY id")  # fmt: skip
     assert responses == [{"call_id": cid, "model_call_id": got[1]["id"], "content_preview": "src/a.py:3: TODO"}
                          for cid, _, _ in calls]  # fmt: skip
     assert got[0]["trace_id"] == got[1]["trace_id"] is not None

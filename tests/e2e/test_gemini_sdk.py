@@ -1,17 +1,21 @@
-"""Gemini through real mitmdump: the real google-genai SDK, JSON-array streams, Code Assist."""
+"""Gemini through real mitmdump: the real google-genai SDK, JSON-array streams, Code Assist.
+
+The tests share one mitmdump (tests/shared_proxy.py); each reads its own scenario's rows."""
 
 from __future__ import annotations
 
 import base64
 import json
 import ssl
+from pathlib import Path
 
 import pytest
 from google import genai
 from google.genai import types
 
 from tests.conftest import rows
-from tests.e2e.test_capture_sdk import assert_tool_calls, finish, http_client, model_exchanges
+from tests.e2e.test_capture_sdk import assert_tool_calls, http_client
+from tests.shared_proxy import Scenario, SharedProxy
 
 API_KEY = "AIzaSyGEMINIe2eSECRETkey00000000000000"
 WEATHER = types.Tool(function_declarations=[types.FunctionDeclaration(
@@ -20,9 +24,26 @@ WEATHER = types.Tool(function_declarations=[types.FunctionDeclaration(
                             required=["city"]))])  # fmt: skip
 
 
-@pytest.fixture
-def proxy(mitmdump, emu):
-    return mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
+@pytest.fixture(scope="module")
+def shared(emulator, tmp_path_factory) -> SharedProxy:
+    """Every test's traffic through one mitmdump, then stopped."""
+    shared = SharedProxy(emulator, tmp_path_factory.mktemp("gemini"))
+    try:
+        for gemini_ids in ("1", "0"):
+            shared.run(f"loop {gemini_ids}", lambda p, g=gemini_ids: function_calling_traffic(p, g))
+        shared.run("thinking", thinking_traffic)
+        for encoding in ("identity", "gzip"):
+            shared.run(f"json array {encoding}", lambda p, e=encoding: json_array_traffic(p, e))
+        shared.run("code assist", code_assist_traffic)
+    finally:
+        shared.stop()
+    return shared
+
+
+def scenario(shared: SharedProxy, name: str) -> tuple[Path, Scenario, list[dict]]:
+    """The shared session.db, scenario `name` and its model-call exchanges."""
+    s = shared.scenario(name)
+    return shared.db, s, s.model_exchanges
 
 
 def client(proxy, control: str = "") -> genai.Client:
@@ -52,8 +73,8 @@ def assert_gemini_call(call: dict, ex: dict) -> None:
     assert call["estimated_cost_usd"] > 0
 
 
-@pytest.mark.parametrize("gemini_ids", ["1", "0"])
-def test_function_calling_loop_streamed_and_not(proxy, emu, capsem_home, gemini_ids):
+def function_calling_traffic(proxy, gemini_ids: str) -> tuple[str, types.FunctionCall]:
+    """Two turns: a function call, then its answer streamed; (the streamed text, the call)."""
     c = client(proxy, f"gemini_ids={gemini_ids}; cache_read=40")
     config = types.GenerateContentConfig(tools=[WEATHER], system_instruction="Be terse.")
     contents = [types.Content(role="user", parts=[types.Part(text="weather in Paris?")])]
@@ -63,9 +84,14 @@ def test_function_calling_loop_streamed_and_not(proxy, emu, capsem_home, gemini_
         function_response=types.FunctionResponse(id=call.id, name=call.name, response={"temp": "18C"}))])]  # fmt: skip
     text = "".join(ch.text or "" for ch in c.models.generate_content_stream(
         model="gemini-2.5-flash", contents=contents, config=config))  # fmt: skip
-    db = finish(proxy, capsem_home)
-    calls = rows(db, "SELECT * FROM model_calls ORDER BY id")
-    exchanges = model_exchanges(emu)
+    return text, call
+
+
+@pytest.mark.parametrize("gemini_ids", ["1", "0"])
+def test_function_calling_loop_streamed_and_not(shared, gemini_ids):
+    db, s, exchanges = scenario(shared, f"loop {gemini_ids}")
+    text, call = s.result
+    calls = shared.model_calls(s)
     assert len(calls) == 2 == len(exchanges)
     for call_row, ex in zip(calls, exchanges, strict=True):
         assert_gemini_call(call_row, ex)
@@ -73,49 +99,56 @@ def test_function_calling_loop_streamed_and_not(proxy, emu, capsem_home, gemini_
         assert_tool_calls(db, call_row["id"], ex)
     assert calls[1]["text_content"] == text
     assert calls[0]["trace_id"] == calls[1]["trace_id"]
-    (resp,) = rows(db, "SELECT model_call_id, call_id, content_preview, tool_name FROM tool_responses")
+    (resp,) = rows(db, "SELECT model_call_id, call_id, content_preview, tool_name FROM tool_responses "
+                       f"WHERE model_call_id IN ({calls[0]['id']}, {calls[1]['id']})")  # fmt: skip
     expected_id = call.id or "gemini_get_weather_0"
     assert resp == {"model_call_id": calls[1]["id"], "call_id": expected_id, "content_preview": '{"temp":"18C"}',
                     "tool_name": "get_weather"}  # fmt: skip
-    blobs = b"".join(p.read_bytes() for p in capsem_home.rglob("*") if p.is_file())
+    blobs = b"".join(p.read_bytes() for p in shared.home.rglob("*") if p.is_file())
     assert API_KEY.encode() not in blobs
 
 
-def test_thinking_and_gzip(proxy, emu, capsem_home):
-    c = client(proxy, "scenario=thinking; encoding=gzip")
+def thinking_traffic(proxy) -> None:
+    c = client(proxy, "scenario=thinking; encoding=gzip")  # kept: the SDK closes its HTTP client when dropped
     c.models.generate_content(model="gemini-2.5-pro", contents="think hard")
-    db = finish(proxy, capsem_home)
-    (call,) = rows(db, "SELECT * FROM model_calls")
-    (ex,) = model_exchanges(emu)
+
+
+def test_thinking_and_gzip(shared):
+    _db, s, (ex,) = scenario(shared, "thinking")
+    (call,) = shared.model_calls(s)
     assert_gemini_call(call, ex)
     assert call["thinking_content"] and json.loads(call["usage_details"])["reasoning"] > 0
 
 
-@pytest.mark.parametrize("encoding", ["identity", "gzip"])
-def test_json_array_stream_without_alt_sse(proxy, emu, capsem_home, encoding):
+def json_array_traffic(proxy, encoding: str) -> bytes:
     url = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent"
     body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
     with http_client(proxy) as h, h.stream("POST", url, json=body, params={"key": API_KEY},
                                            headers={"x-emulator": f"encoding={encoding}; chunk=9"}) as resp:  # fmt: skip
-        received = b"".join(resp.iter_raw())
-    db = finish(proxy, capsem_home)
-    (ex,) = model_exchanges(emu)
-    assert received == base64.b64decode(ex["response_body_b64"])
-    (call,) = rows(db, "SELECT * FROM model_calls")
+        return b"".join(resp.iter_raw())
+
+
+@pytest.mark.parametrize("encoding", ["identity", "gzip"])
+def test_json_array_stream_without_alt_sse(shared, encoding):
+    db, s, (ex,) = scenario(shared, f"json array {encoding}")
+    assert s.result == base64.b64decode(ex["response_body_b64"])
+    (call,) = shared.model_calls(s)
     assert_gemini_call(call, ex)
-    (net,) = rows(db, "SELECT query FROM net_events")
+    (net,) = rows(db, f"SELECT query FROM net_events WHERE id IN ({s.ids()})")
     assert API_KEY not in net["query"] and "key=hash:" in net["query"]
 
 
-def test_code_assist_envelope(proxy, emu, capsem_home):
+def code_assist_traffic(proxy) -> None:
     url = "https://cloudcode-pa.googleapis.com/v1internal:streamGenerateContent?alt=sse"
     body = {"model": "gemini-2.5-pro", "project": "p1",
             "request": {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}}  # fmt: skip
     with http_client(proxy) as h:
         h.post(url, json=body, headers={"authorization": "Bearer ya29.CODEASSISTSECRET0000000000000"})
-    db = finish(proxy, capsem_home)
-    (call,) = rows(db, "SELECT * FROM model_calls")
-    (ex,) = model_exchanges(emu)
+
+
+def test_code_assist_envelope(shared):
+    _db, s, (ex,) = scenario(shared, "code assist")
+    (call,) = shared.model_calls(s)
     assert call["model"] == "gemini-2.5-pro" and call["host"] == "cloudcode-pa.googleapis.com"
     assert (
         call["text_content"] == ex["expected"]["text"]

@@ -18,6 +18,7 @@ import pytest
 
 from tests.cli.conftest import run
 from tests.conftest import only_session, rows
+from tests.shared_proxy import SharedProxy
 
 POLICY = """policy:
   ask_timeout_s: 0.3
@@ -131,15 +132,31 @@ def test_every_bypass_is_decided_recorded_and_backtested(mitmdump, emu, capsem_h
     }
 
 
-@pytest.mark.parametrize("form", FORMS, ids=lambda f: f.__name__)
-def test_an_mcp_call_in_any_form_is_recorded_without_rules(mitmdump, emu, capsem_home, form):
-    """No rule at all: the call still gets its `mcp_calls` row (the recorder takes mitmdump's word)."""
-    proxy = mitmdump()
+@pytest.fixture(scope="module")
+def without_rules(emulator, tmp_path_factory) -> SharedProxy:
+    """One mitmdump with no rule at all, one scenario per form, then stopped."""
+    shared = SharedProxy(emulator, tmp_path_factory.mktemp("mcp-no-rules"), upstream=False)
+    try:
+        for form in FORMS:
+            shared.run(form.__name__, lambda proxy, f=form: post_call(proxy, emulator, f))
+    finally:
+        shared.stop()
+    return shared
+
+
+def post_call(proxy, emu, form) -> None:
     path, body, headers = form(tools_call(7, "read_note", {"name": "x"}))
     with httpx.Client(proxy=proxy.url, timeout=30) as http:
         http.post(f"{emu.http_url}{path}", content=body, headers=headers)
-    assert proxy.stop() == 0
-    (row,) = rows(only_session(capsem_home), "SELECT method, tool_name, request_id FROM mcp_calls")
+
+
+@pytest.mark.parametrize("form", FORMS, ids=lambda f: f.__name__)
+def test_an_mcp_call_in_any_form_is_recorded_without_rules(without_rules, form):
+    """No rule at all: the call still gets its `mcp_calls` row (the recorder takes mitmdump's word)."""
+    assert without_rules.code == 0
+    s = without_rules.scenarios[form.__name__]
+    (row,) = rows(without_rules.db,
+                  f"SELECT method, tool_name, request_id FROM mcp_calls WHERE net_event_id IN ({s.ids()})")  # fmt: skip
     assert row == {"method": "tools/call", "tool_name": "read_note", "request_id": "7"}
 
 

@@ -21,6 +21,7 @@ import pytest
 from tests.cli.conftest import run
 from tests.conftest import only_session, rows
 from tests.e2e.test_policy import write_policy
+from tests.shared_proxy import SharedProxy
 
 
 def send(
@@ -87,26 +88,64 @@ def test_a_secret_in_the_path_is_redacted_in_both_path_columns(mitmdump, emu, ca
     assert "CANONsecret" not in proxy.log()
 
 
-@pytest.mark.parametrize("host", ["x.pastebin.com.", "X.PASTEBIN.COM", "x.PasteBin.com.:80"])
-def test_a_host_glob_refuses_the_canonical_name(mitmdump, emu, capsem_home, host):
-    write_policy(capsem_home, "    - {name: no-paste, action: deny, host: '*.pastebin.com'}\n")
-    proxy = mitmdump(upstream=emu.proxy_url)  # the emulator answers for any host: no DNS
-    assert denied_by(send(proxy.url, f"http://{host}/v1/models")) == "no-paste"
-    assert send(proxy.url, "http://api.example.com/v1/models").status == 200
-    assert [e["host"] for e in emu.exchanges()] == ["api.example.com"]
+GLOB_HOSTS = ["x.pastebin.com.", "X.PASTEBIN.COM", "x.PasteBin.com.:80"]
+ADDRESS_RULES = ["127.0.0.1", "127.0.0.0/8", "localhost"]
+SPELLINGS = ("127.1", "2130706433", "0x7f000001", "0177.0.0.1", "127.0.0.1", "localhost")
+SHARED_POLICY = "    - {name: no-paste, action: deny, host: '*.pastebin.com'}\n" + "".join(
+    f"    - {{name: no-local-admin-{n}, action: deny, host: '{rule}', path: '/admin{n}/*'}}\n"
+    for n, rule in enumerate(ADDRESS_RULES)
+)  # each address rule on a path of its own: the rule that refuses names which spelling of it held
 
 
-@pytest.mark.parametrize("rule", ["127.0.0.1", "127.0.0.0/8", "localhost"])
-def test_an_address_rule_refuses_every_spelling_of_the_address(mitmdump, emu, capsem_home, rule):
-    write_policy(
-        capsem_home, f"    - {{name: no-local-admin, action: deny, host: '{rule}', path: '/admin/*'}}\n"
-    )
-    proxy = mitmdump()
+@pytest.fixture(scope="module")
+def shared(emulator, tmp_path_factory) -> tuple[SharedProxy, SharedProxy]:
+    """Two mitmdumps with `SHARED_POLICY`: upstream the emulator (it answers for any host: no DNS),
+    for the host globs, one scenario per host; and direct, for the address rules, one per rule."""
+    config = "policy:\n  rules:\n" + SHARED_POLICY
+    by_glob = SharedProxy(emulator, tmp_path_factory.mktemp("glob"), config=config)
+    try:
+        for host in GLOB_HOSTS:
+            by_glob.run(host, lambda proxy, h=host: glob_traffic(proxy, h), flows=2)
+    finally:
+        by_glob.stop()
+    by_address = SharedProxy(emulator, tmp_path_factory.mktemp("address"), config=config, upstream=False)
+    try:
+        for n, rule in enumerate(ADDRESS_RULES):
+            by_address.run(
+                rule, lambda proxy, n=n: address_traffic(proxy, emulator, n), flows=len(SPELLINGS) + 1
+            )
+    finally:
+        by_address.stop()
+    return by_glob, by_address
+
+
+def glob_traffic(proxy, host: str) -> tuple[str | None, int]:
+    return denied_by(send(proxy.url, f"http://{host}/v1/models")), send(
+        proxy.url, "http://api.example.com/v1/models"
+    ).status
+
+
+@pytest.mark.parametrize("host", GLOB_HOSTS)
+def test_a_host_glob_refuses_the_canonical_name(shared, host):
+    s = shared[0].scenarios[host]
+    assert s.result == ("no-paste", 200)
+    assert [e["host"] for e in s.exchanges] == ["api.example.com"]
+
+
+def address_traffic(proxy, emu, n: int) -> tuple[dict[str, str | None], int]:
     port = urlsplit(emu.http_url).port
-    for host in ("127.1", "2130706433", "0x7f000001", "0177.0.0.1", "127.0.0.1", "localhost"):
-        assert denied_by(send(proxy.url, f"http://{host}:{port}/admin/users")) == "no-local-admin", host
-    assert send(proxy.url, f"http://127.1:{port}/v1/models").status == 200  # the rule names a path too
-    assert [e["path"] for e in emu.exchanges()] == ["/v1/models"]
+    denied = {host: denied_by(send(proxy.url, f"http://{host}:{port}/admin{n}/users")) for host in SPELLINGS}
+    return denied, send(proxy.url, f"http://127.1:{port}/v1/models").status
+
+
+@pytest.mark.parametrize("rule", ADDRESS_RULES)
+def test_an_address_rule_refuses_every_spelling_of_the_address(shared, rule):
+    n = ADDRESS_RULES.index(rule)
+    s = shared[1].scenarios[rule]
+    denied, allowed = s.result
+    assert denied == dict.fromkeys(SPELLINGS, f"no-local-admin-{n}")
+    assert allowed == 200  # the rule names a path too
+    assert [e["path"] for e in s.exchanges] == ["/v1/models"]
 
 
 def test_a_host_header_naming_a_denied_host_is_refused_whatever_the_uri(mitmdump, emu, capsem_home):

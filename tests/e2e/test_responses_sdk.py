@@ -1,6 +1,7 @@
 """End to end for the OpenAI Responses API: the real openai SDK (HTTP) and a real WebSocket
 client → real mitmdump with capsem (upstream mode) → the emulator; every recorded column is
-compared with what the emulator logged that it sent.
+compared with what the emulator logged that it sent. The HTTP tests share one mitmdump
+(tests/shared_proxy.py), each reading its own scenario's rows.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import asyncio
 import base64
 import json
 import ssl
+from pathlib import Path
 
 import openai
 import pytest
@@ -23,6 +25,7 @@ from tests.e2e.test_capture_sdk import (
     gpt,
     model_exchanges,
 )
+from tests.shared_proxy import Scenario, SharedProxy
 
 TOOLS_R = [
     {"type": "function", "name": "read_file", "description": "Read a file", "strict": False,
@@ -36,6 +39,27 @@ TOOLS_R = [
 @pytest.fixture
 def proxy(mitmdump, emu):
     return mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
+
+
+@pytest.fixture(scope="module")
+def shared(emulator, tmp_path_factory) -> SharedProxy:
+    """The HTTP tests' traffic through one mitmdump, then stopped (the WebSocket tests keep their own)."""
+    shared = SharedProxy(emulator, tmp_path_factory.mktemp("responses"))
+    try:
+        for stream in (False, True):
+            shared.run(f"loop {stream}", lambda p, s=stream: tool_loop_traffic(p, s))
+        for scenario in ("midstream_error", "failed", "incomplete"):
+            shared.run(scenario, lambda p, s=scenario: stream_failure_traffic(p, s))
+        shared.run("http error", http_error_traffic)
+    finally:
+        shared.stop()
+    return shared
+
+
+def scenario(shared: SharedProxy, name: str) -> tuple[Path, Scenario, list[dict]]:
+    """The shared session.db, scenario `name` and its model-call exchanges."""
+    s = shared.scenario(name)
+    return shared.db, s, s.model_exchanges
 
 
 def ask(client, stream: bool, items: list, **kw):
@@ -69,8 +93,8 @@ def assert_rows(db, exchanges, calls) -> None:
         assert details["reasoning"] == ex["expected"]["reasoning"] == 32
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_responses_tool_loop_three_turns(proxy, emu, capsem_home, stream):
+def tool_loop_traffic(proxy, stream: bool):
+    """Three turns; (the first and second responses, the function calls of the first, the items sent last)."""
     client = gpt(proxy, "tools=2; cache_read=64; reasoning=32; scenario=thinking" if stream else
                  "tools=2; cache_read=64; reasoning=32; encoding=gzip")  # fmt: skip
     items: list = [{"role": "user", "content": "Find the README and search for ünïcode 🎉"}]
@@ -88,10 +112,14 @@ def test_responses_tool_loop_three_turns(proxy, emu, capsem_home, stream):
     items += [o.model_dump(exclude_none=True) for o in second.output]
     items.append({"role": "user", "content": "thanks"})
     ask(client, stream, items)
+    return first, second, calls_out, items
 
-    db = finish(proxy, capsem_home)
-    exchanges = model_exchanges(emu)
-    calls = rows(db, "SELECT * FROM model_calls ORDER BY id")
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_tool_loop_three_turns(shared, stream):
+    db, s, exchanges = scenario(shared, f"loop {stream}")
+    first, second, calls_out, items = s.result
+    calls = rows(db, f"SELECT * FROM model_calls WHERE net_event_id IN ({s.ids()}) ORDER BY id")
     assert_rows(db, exchanges, calls)
     assert [c["messages_count"] for c in calls] == [1, len(items) - 1 - len(second.output), len(items)]
     assert calls[0]["stop_reason"] == "completed" and calls[0]["message_id"] == first.id
@@ -103,23 +131,25 @@ def test_responses_tool_loop_three_turns(proxy, emu, capsem_home, stream):
     else:
         assert calls[0]["thinking_content"] == "**Planning the answer**"
     assert calls[0]["trace_id"] == calls[1]["trace_id"] != calls[2]["trace_id"]
+    ids = ",".join(str(c["id"]) for c in calls)
     responses = rows(db, "SELECT model_call_id, call_id, content_preview, tool_name, trace_id, is_error "
-                         "FROM tool_responses ORDER BY id")  # fmt: skip
+                         f"FROM tool_responses WHERE model_call_id IN ({ids}) ORDER BY id")  # fmt: skip
     assert responses == [
         {"model_call_id": calls[1]["id"], "call_id": c.call_id, "content_preview": f"result {i} ✓",
          "tool_name": c.name, "trace_id": calls[0]["trace_id"], "is_error": 0}
         for i, c in enumerate(calls_out)
     ]  # fmt: skip
-    tool_rows = rows(db, "SELECT call_id, tool_name, trace_id FROM tool_calls ORDER BY id")
+    tool_rows = rows(db, f"SELECT call_id, tool_name, trace_id FROM tool_calls WHERE model_call_id IN ({ids}) "
+                         "ORDER BY id")  # fmt: skip
     assert tool_rows == [{"call_id": c.call_id, "tool_name": c.name, "trace_id": calls[0]["trace_id"]}
                          for c in calls_out]  # fmt: skip
     assert all(c["estimated_cost_usd"] is None or c["estimated_cost_usd"] > 0 for c in calls)
-    net = rows(db, "SELECT conn_type, status_code, streamed FROM net_events WHERE path = '/v1/responses'")
+    net = rows(db, "SELECT conn_type, status_code, streamed FROM net_events WHERE path = '/v1/responses' "
+                   f"AND id IN ({s.ids()})")  # fmt: skip
     assert net == [{"conn_type": "https", "status_code": 200, "streamed": int(stream)}] * 3
 
 
-@pytest.mark.parametrize("scenario", ["midstream_error", "failed", "incomplete"])
-def test_responses_stream_failures(proxy, emu, capsem_home, scenario):
+def stream_failure_traffic(proxy, scenario: str) -> None:
     client = gpt(proxy, f"scenario={scenario}; text=Hello there, this is a longer answer to cut.")
     got = []
     try:
@@ -127,25 +157,33 @@ def test_responses_stream_failures(proxy, emu, capsem_home, scenario):
             got.append(event.type)
     except Exception:  # the SDK raises on `event: error`
         pass
-    db = finish(proxy, capsem_home)
-    (ex,) = model_exchanges(emu)
-    (call,) = rows(db, "SELECT * FROM model_calls")
+
+
+@pytest.mark.parametrize("scenario_name", ["midstream_error", "failed", "incomplete"])
+def test_responses_stream_failures(shared, scenario_name):
+    db, s, (ex,) = scenario(shared, scenario_name)
+    (call,) = rows(db, f"SELECT * FROM model_calls WHERE net_event_id IN ({s.ids()})")
     exp = ex["expected"]
     assert (call["text_content"] or "") == exp["text"]
     assert call["stop_reason"] == exp["stop_reason"]
     assert call["error_type"] == exp["error_type"]
-    assert call["complete"] == int(ex["complete"]) == int(scenario == "incomplete")
-    if scenario == "incomplete":
+    assert call["complete"] == int(ex["complete"]) == int(scenario_name == "incomplete")
+    if scenario_name == "incomplete":
         assert call["stop_reason"] == "incomplete:max_output_tokens"
         assert_call_matches(call, ex)
 
 
-def test_responses_http_error(proxy, emu, capsem_home):
+def http_error_traffic(proxy) -> None:
     client = gpt(proxy, "scenario=error; status=429")
     with pytest.raises(openai.RateLimitError):
         client.responses.create(model="gpt-5", input="hi")
-    db = finish(proxy, capsem_home)
-    (call,) = rows(db, "SELECT status_code, error_type, protocol FROM model_calls")
+
+
+def test_responses_http_error(shared):
+    db, s, _ = scenario(shared, "http error")
+    (call,) = rows(
+        db, f"SELECT status_code, error_type, protocol FROM model_calls WHERE net_event_id IN ({s.ids()})"
+    )
     assert call == {"status_code": 429, "error_type": "requests", "protocol": "openai_responses"}
 
 

@@ -28,6 +28,7 @@ def ask(proxy, n: int, control: str = "") -> int:
         return resp.status_code
 
 
+@pytest.mark.serial  # the recorder must commit within the second before the kill
 def test_kill_9_mid_stream_keeps_every_flow_finished_a_second_before(mitmdump, emu, capsem_home):
     first = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
     with ThreadPoolExecutor(max_workers=8) as pool:
