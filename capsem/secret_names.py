@@ -179,14 +179,15 @@ def scrub_named_values(text: str, data: bytes | None = None) -> str:
 
     Only the places where a name word occurs are looked at (`data` = `text` in UTF-8, if the
     caller has it): from each, back to the start of its name (and its quotes), then `_NAMED_RE`.
-    On a long text the compiled path (`capsem.native.named_next`) finds those places and moves
-    past the names this loop would only move past (most of them: `max_tokens`, prose), handing
+    On a long text the compiled path (`capsem.native.named_next`) moves past the names this loop
+    would only move past (most of them: `max_tokens`, prose), handing
     the others to it."""
     spans: list[tuple[int, int]] = []
     scanned = 0
     assigning = _Assigning(text, data)
-    next_name = _native_names(text, assigning) if native.named_next and len(text) > SHORT_TEXT else None
-    next_name = next_name or _names(text, data)
+    hits = _word_hits(text, data)
+    next_name = _native_names(text, hits, assigning) if native.named_next and len(text) > SHORT_TEXT else None
+    next_name = next_name or _names(text, hits)
     while (place := next_name(scanned)) is not None:
         start, end = place
         name = text[start:end]
@@ -224,9 +225,9 @@ NextName = Callable[[int], "tuple[int, int] | None"]
 """Given where the scan is, the (start, end) of the name around the next name word at or after it."""
 
 
-def _names(text: str, data: bytes | None) -> NextName:
-    """The names around the name words of `text`, in order (the reference for `_native_names`)."""
-    hits = _word_hits(text, data)
+def _names(text: str, hits: list[int]) -> NextName:
+    """The names around the name words of `text` (at `hits`), in order (the reference for
+    `_native_names`)."""
 
     def next_name(scanned: int) -> tuple[int, int] | None:
         i = bisect.bisect_left(hits, scanned)  # a hit before is inside a name or value looked at
@@ -251,13 +252,13 @@ def _remember_verdict(name: str, verdict: int) -> None:
     _VERDICTS[name] = verdict
 
 
-def _native_names(text: str, assigning: _Assigning) -> NextName:
+def _native_names(text: str, hits: list[int], assigning: _Assigning) -> NextName:
     """`_names`, less the names that `scrub_named_values` would only move past (`named_next`)."""
     named_next = native.named_next
     assert named_next is not None
 
     def next_name(scanned: int) -> tuple[int, int] | None:
-        found = named_next(text, scanned, _VERDICTS, assigning.ends_if_known(), LOOK_BACK)
+        found = named_next(text, hits, scanned, _VERDICTS, assigning.ends_if_known(), LOOK_BACK)
         return None if found is None else (found[1], found[2])
 
     return next_name

@@ -19,7 +19,7 @@ from typing import Any
 
 VERSION = 4
 """The fastpath.c this Python expects (its `FASTPATH_VERSION`); an older build is not used."""
-SCRUB_VERSION = 1
+SCRUB_VERSION = 2
 """The scrubpath.c this Python expects (its `SCRUBPATH_VERSION`)."""
 
 frame_plain: Callable[..., Any] | None = None

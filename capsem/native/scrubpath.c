@@ -1,11 +1,10 @@
 /* capsem's compiled scrubber path: the skipping part of `scrub_named_values`' loop, in C.
  *
- * `named_next(text, pos, verdicts, ends, look_back)` is the part of the loop over name words in
- * capsem/secret_names.py (`scrub_named_values`, the reference this code must agree with) that
- * decides nothing: it finds the next place at or after `pos` where a name word (`pass`, `pwd`,
- * `secret`, `token`, `credential`, `auth`, `key`, `signature`, ASCII letters in any case, as the
- * Hyperscan scan of a long text finds them) starts, takes the name around it (the run of
- * `[A-Za-z0-9_.-]` characters), and skips it when the Python loop would only move past it:
+ * `named_next(text, hits, pos, verdicts, ends, look_back)` is the part of the loop over name words
+ * in capsem/secret_names.py (`scrub_named_values`, the reference this code must agree with) that
+ * decides nothing: it takes the first of `hits` (the sorted places where a name word starts, as
+ * Hyperscan finds them) at or after `pos`, the name around it (the run of `[A-Za-z0-9_.-]`
+ * characters), and skips it when the Python loop would only move past it:
  *
  * - `verdicts[name]` is 0 (neither a secret name nor a word that announces a token);
  * - `verdicts[name]` is 1 (announces a token) or 2 (a secret name), the name does not start with
@@ -22,12 +21,8 @@
 #include <Python.h>
 #include <string.h>
 
-#define SCRUBPATH_VERSION 1
+#define SCRUBPATH_VERSION 2
 
-static const char *const WORDS[] = {"pass", "pwd", "secret", "token", "credential", "auth", "key", "signature"};
-#define N_WORDS 8
-
-static inline Py_UCS4 lower_ascii(Py_UCS4 c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
 
 static inline int is_name_char(Py_UCS4 c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
@@ -47,36 +42,19 @@ typedef struct {
 
 static inline Py_UCS4 at(const Text *t, Py_ssize_t i) { return PyUnicode_READ(t->kind, t->data, i); }
 
-/* whether a name word starts at i (ASCII letters, any case) */
-static int word_at(const Text *t, Py_ssize_t i) {
-    Py_UCS4 c = lower_ascii(at(t, i));
-    for (int w = 0; w < N_WORDS; w++) {
-        const char *word = WORDS[w];
-        if ((Py_UCS4)word[0] != c) continue;
-        Py_ssize_t k = 1;
-        while (word[k] && i + k < t->len && lower_ascii(at(t, i + k)) == (Py_UCS4)word[k]) k++;
-        if (!word[k]) return 1;
+/* the first item of the sorted list of ints `hits` at or after `pos` (-1: none, -2: error) */
+static Py_ssize_t next_hit(PyObject *hits, Py_ssize_t pos) {
+    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(hits);
+    while (lo < hi) { /* bisect_left */
+        Py_ssize_t mid = (lo + hi) / 2;
+        Py_ssize_t v = PyLong_AsSsize_t(PyList_GET_ITEM(hits, mid));
+        if (v == -1 && PyErr_Occurred()) return -2;
+        if (v < pos) lo = mid + 1;
+        else hi = mid;
     }
-    return 0;
-}
-
-/* the first two letters of the words, any case (every word has three or more) */
-static unsigned char PAIR[256][256];
-
-static Py_ssize_t next_word(const Text *t, Py_ssize_t i) {
-    if (t->kind == PyUnicode_1BYTE_KIND) {
-        const unsigned char *d = t->data;
-        const Py_ssize_t last = t->len - 1; /* a local: `d` may alias `t`, so `t->len` is read again */
-        for (; i < last; i++) {
-            if (PAIR[d[i]][d[i + 1]] && word_at(t, i)) return i;
-        }
-        return -1;
-    }
-    for (; i + 1 < t->len; i++) {
-        Py_UCS4 c = at(t, i), c2 = at(t, i + 1);
-        if (c < 256 && c2 < 256 && PAIR[c][c2] && word_at(t, i)) return i;
-    }
-    return -1;
+    if (lo == PyList_GET_SIZE(hits)) return -1;
+    Py_ssize_t v = PyLong_AsSsize_t(PyList_GET_ITEM(hits, lo));
+    return (v == -1 && PyErr_Occurred()) ? -2 : v;
 }
 
 /* `_PROSE_AFTER_RE.match(text, pos)`: `[ \t]+(?!(?:is|was|IS|Is|Was)\b)[A-Za-z]{1,19}\b(?![\w.\-/+~=])` */
@@ -157,9 +135,11 @@ static int csv_cannot(const Text *t, Py_ssize_t start) {
 }
 
 static PyObject *named_next(PyObject *self, PyObject *args) {
-    PyObject *text, *verdicts, *ends;
+    PyObject *text, *hits, *verdicts, *ends;
     Py_ssize_t pos, look_back;
-    if (!PyArg_ParseTuple(args, "UnO!On", &text, &pos, &PyDict_Type, &verdicts, &ends, &look_back)) return NULL;
+    if (!PyArg_ParseTuple(args, "UO!nO!On", &text, &PyList_Type, &hits, &pos, &PyDict_Type, &verdicts, &ends,
+                          &look_back))
+        return NULL;
     if (ends != Py_None && !PyList_Check(ends)) {
         PyErr_SetString(PyExc_TypeError, "ends must be a list or None");
         return NULL;
@@ -167,8 +147,9 @@ static PyObject *named_next(PyObject *self, PyObject *args) {
     Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
     if (pos < 0) pos = 0;
     for (;;) {
-        Py_ssize_t hit = next_word(&t, pos);
-        if (hit < 0) Py_RETURN_NONE;
+        Py_ssize_t hit = next_hit(hits, pos);
+        if (hit == -2) return NULL;
+        if (hit < 0 || hit >= t.len) Py_RETURN_NONE;
         Py_ssize_t start = hit, end = hit;
         while (start > 0 && is_name_char(at(&t, start - 1))) start--;
         while (end < t.len && is_name_char(at(&t, end))) end++;
@@ -194,7 +175,7 @@ static PyObject *named_next(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"named_next", named_next, METH_VARARGS,
-     "named_next(text, pos, verdicts, ends, look_back) -> (hit, start, end) | None: see the module doc."},
+     "named_next(text, hits, pos, verdicts, ends, look_back) -> (hit, start, end) | None: see the module doc."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -202,10 +183,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scrubpath", "capsem
                                     methods};
 
 PyMODINIT_FUNC PyInit__scrubpath(void) {
-    for (int w = 0; w < N_WORDS; w++) {
-        unsigned char a = (unsigned char)WORDS[w][0], b = (unsigned char)WORDS[w][1];
-        PAIR[a][b] = PAIR[a - 32][b] = PAIR[a][b - 32] = PAIR[a - 32][b - 32] = 1;
-    }
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddIntConstant(m, "VERSION", SCRUBPATH_VERSION) < 0) {
         Py_DECREF(m);
