@@ -24,7 +24,7 @@ $(CURDIR)/.tools/bin/uv:
 	$(UV) sync --frozen --python $(PYTHON_VERSION)
 	@touch $@
 
-# The compiled fast path (capsem/native/fastpath.c, a few seconds): built when a C compiler and
+# The compiled fast path (capsem/native/*.c, a few seconds): built when a C compiler and
 # the Python headers are there; without them capsem runs on pure Python (`capsem doctor` says so).
 install: .venv/.synced
 	@.venv/bin/python -m capsem.native.build

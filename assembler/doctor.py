@@ -151,7 +151,7 @@ def check_fast_path() -> Finding:
     same rows), and how to get the fast one."""
     from capsem import native
 
-    if native.frame_plain is not None:
+    if native.why_not is None:
         return Finding("fast-path", "ok", native.status())
     fix = ("install a C compiler and the Python headers (e.g. gcc and python3-dev), then run `make install`"
            if native.why_not and "CAPSEM_NATIVE" not in native.why_not else "unset CAPSEM_NATIVE")  # fmt: skip

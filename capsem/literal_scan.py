@@ -119,10 +119,12 @@ class LiteralPlaces(_Scanner):
         Hyperscan gives byte offsets; an ASCII literal starts on a character boundary, so where
         `text` is not all ASCII each offset becomes a position by decoding the bytes before it
         (each byte once)."""
-        ends: list[tuple[int, int]] = []
-        self._scan(data, lambda i, _s, e, _f, _c: ends.append((e, i)))
         lengths = self._lengths
-        return _positions(text, data, sorted(end - lengths[i] for end, i in ends))
+        starts: list[int] = []
+        add = starts.append  # one call per place: no tuple, no lookup of the method
+        self._scan(data, lambda i, _s, e, _f, _c: add(e - lengths[i]))
+        starts.sort()
+        return _positions(text, data, starts)
 
 
 def _positions(text: str, data: bytes, offsets: list[int]) -> list[int]:

@@ -20,8 +20,9 @@ import bisect
 import functools
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from capsem import native
 from capsem.credential_places import (
     ASSIGNING,
     LOOK_BACK,
@@ -151,6 +152,10 @@ class _Assigning:
         self._text, self._data = text, data
         self._ends: list[int] | None = None
 
+    def ends_if_known(self) -> list[int] | None:
+        """The ends, if a name asked for them already (the compiled path hands a name back otherwise)."""
+        return self._ends
+
     def near(self, name_start: int) -> bool:
         """Whether the closest such command before `name_start` ends right before it (flags
         between allowed), or one word before (netrc's `login u`, nmcli's `connect SSID`)."""
@@ -173,20 +178,23 @@ def scrub_named_values(text: str, data: bytes | None = None) -> str:
     a credential follows (`the key is 8Kq…`).
 
     Only the places where a name word occurs are looked at (`data` = `text` in UTF-8, if the
-    caller has it): from each, back to the start of its name (and its quotes), then `_NAMED_RE`."""
+    caller has it): from each, back to the start of its name (and its quotes), then `_NAMED_RE`.
+    On a long text the compiled path (`capsem.native.named_next`) moves past the names this loop
+    would only move past (most of them: `max_tokens`, prose), handing
+    the others to it."""
     spans: list[tuple[int, int]] = []
     scanned = 0
     assigning = _Assigning(text, data)
-    for hit in _word_hits(text, data):
-        if hit < scanned:
-            continue  # inside a name already looked at, or a value already redacted
-        start = hit
-        while start > 0 and text[start - 1] in _NAME_CHARS:
-            start -= 1
-        end = _NAME_RUN_RE.match(text, hit).end()
+    hits = _word_hits(text, data)
+    next_name = _native_names(text, hits, assigning) if native.named_next and len(text) > SHORT_TEXT else None
+    next_name = next_name or _names(text, hits)
+    while (place := next_name(scanned)) is not None:
+        start, end = place
         name = text[start:end]
         secret = is_secret_name(name)
-        if not (secret or _is_context(name)):
+        context = secret or _is_context(name)
+        _remember_verdict(name, 2 if secret else 1 if context else 0)
+        if not context:
             scanned = end  # most hits: max_tokens, input_tokens, keyboard…
             continue
         if name[0] != "-" and _PROSE_AFTER_RE.match(text, end) and not assigning.near(start):
@@ -211,6 +219,49 @@ def scrub_named_values(text: str, data: bytes | None = None) -> str:
             out += [text[done:span_start], _redacted(text[span_start:span_end])]
             done = span_end
     return "".join(out) + text[done:]
+
+
+NextName = Callable[[int], "tuple[int, int] | None"]
+"""Given where the scan is, the (start, end) of the name around the next name word at or after it."""
+
+
+def _names(text: str, hits: list[int]) -> NextName:
+    """The names around the name words of `text` (at `hits`), in order (the reference for
+    `_native_names`)."""
+
+    def next_name(scanned: int) -> tuple[int, int] | None:
+        i = bisect.bisect_left(hits, scanned)  # a hit before is inside a name or value looked at
+        if i == len(hits):
+            return None
+        hit = start = hits[i]
+        while start > 0 and text[start - 1] in _NAME_CHARS:
+            start -= 1
+        return start, _NAME_RUN_RE.match(text, hit).end()  # type: ignore[union-attr]
+
+    return next_name
+
+
+_VERDICTS: dict[str, int] = {}
+"""What `scrub_named_values` made of each name it met: 0 nothing, 1 a word that announces a token,
+2 a secret name (read by the compiled path, which skips names it knows need nothing)."""
+
+
+def _remember_verdict(name: str, verdict: int) -> None:
+    if len(_VERDICTS) >= 65536:  # names come from traffic: keep the table bounded
+        _VERDICTS.clear()
+    _VERDICTS[name] = verdict
+
+
+def _native_names(text: str, hits: list[int], assigning: _Assigning) -> NextName:
+    """`_names`, less the names that `scrub_named_values` would only move past (`named_next`)."""
+    named_next = native.named_next
+    assert named_next is not None
+
+    def next_name(scanned: int) -> tuple[int, int] | None:
+        found = named_next(text, hits, scanned, _VERDICTS, assigning.ends_if_known(), LOOK_BACK)
+        return None if found is None else (found[1], found[2])
+
+    return next_name
 
 
 def _named_value(

@@ -2,10 +2,11 @@
 the text chunks of Anthropic, OpenAI Chat, OpenAI Responses and Gemini) in one native pass,
 `crlf_to_lf` makes a CRLF-only piece LF, `delta_fields` and `delta_channels` find and decode
 the delta fields of a streamed body for the scrubber, `note_ends` notes where held chunks end
-(fastpath.c says exactly what each reads).
+(fastpath.c says exactly what each reads); `named_next` skips the name words of a text that the
+scrubber's name/value pass would only move past (scrubpath.c, its own module `_scrubpath`).
 
 `make install` builds it (`python -m capsem.native.build`, any C compiler and the Python headers);
-without it, or with `CAPSEM_NATIVE=0` in the environment, both are None and every reader
+without it, or with `CAPSEM_NATIVE=0` in the environment, they are all None and every reader
 takes the pure-Python path, which is the reference: both give the same events, rows and bodies
 (tests/core/test_native.py, `python -m tests.golden` with and without). `capsem doctor` says which path
 is in use (`status`).
@@ -19,12 +20,15 @@ from typing import Any
 
 VERSION = 6
 """The fastpath.c this Python expects (its `FASTPATH_VERSION`); an older build is not used."""
+SCRUB_VERSION = 2
+"""The scrubpath.c this Python expects (its `SCRUBPATH_VERSION`)."""
 
 frame_plain: Callable[..., Any] | None = None
 delta_fields: Callable[[str], list[tuple[str, str]]] | None = None
 delta_channels: Callable[[str], dict[str, list[str]]] | None = None
 note_ends: Callable[..., None] | None = None
 crlf_to_lf: Callable[[bytes], bytes | None] | None = None
+named_next: Callable[..., tuple[int, int, int] | None] | None = None
 why_not: str | None = None
 """Why the pure-Python path is in use, or None when the compiled one is."""
 
@@ -42,10 +46,22 @@ else:
             crlf_to_lf = _fastpath.crlf_to_lf
         else:
             why_not = "built from an older source (run `make install` again)"
+    try:
+        from capsem.native import _scrubpath  # type: ignore[attr-defined]
+    except ImportError:
+        why_not = (
+            why_not
+            or "not built (`make install` builds it when a C compiler and the Python headers are there)"
+        )
+    else:
+        if getattr(_scrubpath, "VERSION", None) == SCRUB_VERSION:
+            named_next = _scrubpath.named_next
+        else:
+            why_not = why_not or "built from an older source (run `make install` again)"
 
 
 def status() -> str:
     """Which path this process uses, in words (for `capsem doctor`)."""
-    if frame_plain is not None:
-        return "compiled fast path (capsem/native/fastpath.c)"
+    if why_not is None:
+        return "compiled fast path (capsem/native/fastpath.c, scrubpath.c)"
     return f"pure Python: the compiled fast path is {why_not}"

@@ -1,4 +1,5 @@
-"""`python -m capsem.native.build`: compile fastpath.c next to itself, for this interpreter.
+"""`python -m capsem.native.build`: compile each C source here (fastpath.c, scrubpath.c) into its
+own extension module next to itself (`_fastpath`, `_scrubpath`), for this interpreter.
 
 Run by `make install` after the environment is synced. It needs a C compiler and the Python
 headers, and takes a few seconds; when either is missing, or the compiler fails, it says so and
@@ -18,29 +19,34 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SOURCE = HERE / "fastpath.c"
-TARGET = HERE / ("_fastpath" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
+SOURCES = tuple(sorted(HERE.glob("*.c")))
 
 
-def command(out: Path) -> list[str] | None:
+def target(source: Path) -> Path:
+    """The extension module built from `source` (`fastpath.c` -> `_fastpath.<suffix>`)."""
+    return HERE / ("_" + source.stem + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
+
+
+def command(source: Path, out: Path) -> list[str] | None:
     """The compile-and-link command for this platform, or None when there is no compiler."""
     ldshared = shlex.split(sysconfig.get_config_var("LDSHARED") or "cc -shared")
     if shutil.which(ldshared[0]) is None:
         return None
     include = sysconfig.get_paths()["include"]
     return [*ldshared, *shlex.split(sysconfig.get_config_var("CCSHARED") or "-fPIC"), "-O2", "-std=c99",
-            f"-I{include}", str(SOURCE), "-o", str(out)]  # fmt: skip
+            f"-I{include}", str(source), "-o", str(out)]  # fmt: skip
 
 
-def build(force: bool = False) -> str:
-    """Build the extension unless a build newer than the source is there; what happened, in words."""
-    if not force and TARGET.exists() and TARGET.stat().st_mtime >= SOURCE.stat().st_mtime:
-        return f"fast path: up to date ({TARGET.name})"
+def build_one(source: Path, force: bool = False) -> str:
+    """Build `source`'s extension unless a build newer than it is there; what happened, in words."""
+    built = target(source)
+    if not force and built.exists() and built.stat().st_mtime >= source.stat().st_mtime:
+        return f"fast path: up to date ({built.name})"
     if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
         return "fast path: not built (no Python headers: install python3-dev); capsem runs on pure Python"
     with tempfile.TemporaryDirectory(prefix="capsem-native-") as tmp:
-        out = Path(tmp) / TARGET.name
-        cmd = command(out)
+        out = Path(tmp) / built.name
+        cmd = command(source, out)
         if cmd is None:
             return "fast path: not built (no C compiler); capsem runs on pure Python"
         try:
@@ -48,9 +54,17 @@ def build(force: bool = False) -> str:
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"fast path: not built ({exc}); capsem runs on pure Python"
         if done.returncode != 0:
-            return f"fast path: not built (compiler failed: {done.stderr.strip()[-500:]}); capsem runs on pure Python"
-        os.replace(out, TARGET)
-    return f"fast path: built {TARGET.name}"
+            failed = done.stderr.strip()[-500:]
+            return (
+                f"fast path: {source.name} not built (compiler failed: {failed}); capsem runs on pure Python"
+            )
+        os.replace(out, built)
+    return f"fast path: built {built.name}"
+
+
+def build(force: bool = False) -> str:
+    """Build every C source's extension; what happened, one line each."""
+    return "\n".join(build_one(source, force) for source in SOURCES)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,192 @@
+/* capsem's compiled scrubber path: the skipping part of `scrub_named_values`' loop, in C.
+ *
+ * `named_next(text, hits, pos, verdicts, ends, look_back)` is the part of the loop over name words
+ * in capsem/secret_names.py (`scrub_named_values`, the reference this code must agree with) that
+ * decides nothing: it takes the first of `hits` (the sorted places where a name word starts, as
+ * Hyperscan finds them) at or after `pos`, the name around it (the run of `[A-Za-z0-9_.-]`
+ * characters), and skips it when the Python loop would only move past it:
+ *
+ * - `verdicts[name]` is 0 (neither a secret name nor a word that announces a token);
+ * - `verdicts[name]` is 1 (announces a token) or 2 (a secret name), the name does not start with
+ *   `-`, blanks and a plain word follow it (`_PROSE_AFTER_RE`), no command that assigns after
+ *   blanks ends within `look_back` characters before it (`ends`, the sorted ends of those
+ *   commands, as `_Assigning` finds them), and, for a secret name, no `,` is within 60 characters
+ *   (where a CSV header could be) or the CSV pass would find no header there at its first checks.
+ *
+ * It returns (hit, start, end) of the first name it does not skip, for the Python loop to decide,
+ * or None when none is left. A name not in `verdicts`, or `ends` None where they are needed, is
+ * returned too (the Python loop learns the verdict and computes the ends).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+#define SCRUBPATH_VERSION 2
+
+
+static inline int is_name_char(Py_UCS4 c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+           c == '-';
+}
+
+static inline int is_ascii_alpha(Py_UCS4 c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+/* Python's `re` \w on a str: alphanumeric as str.isalnum() says, or `_` */
+static inline int is_word(Py_UCS4 c) { return c == '_' || Py_UNICODE_ISALNUM(c); }
+
+typedef struct {
+    int kind;
+    const void *data;
+    Py_ssize_t len;
+} Text;
+
+static inline Py_UCS4 at(const Text *t, Py_ssize_t i) { return PyUnicode_READ(t->kind, t->data, i); }
+
+/* the first item of the sorted list of ints `hits` at or after `pos` (-1: none, -2: error) */
+static Py_ssize_t next_hit(PyObject *hits, Py_ssize_t pos) {
+    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(hits);
+    while (lo < hi) { /* bisect_left */
+        Py_ssize_t mid = (lo + hi) / 2;
+        Py_ssize_t v = PyLong_AsSsize_t(PyList_GET_ITEM(hits, mid));
+        if (v == -1 && PyErr_Occurred()) return -2;
+        if (v < pos) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == PyList_GET_SIZE(hits)) return -1;
+    Py_ssize_t v = PyLong_AsSsize_t(PyList_GET_ITEM(hits, lo));
+    return (v == -1 && PyErr_Occurred()) ? -2 : v;
+}
+
+/* `_PROSE_AFTER_RE.match(text, pos)`: `[ \t]+(?!(?:is|was|IS|Is|Was)\b)[A-Za-z]{1,19}\b(?![\w.\-/+~=])` */
+static int prose_after(const Text *t, Py_ssize_t p) {
+    if (p >= t->len || (at(t, p) != ' ' && at(t, p) != '\t')) return 0;
+    while (p < t->len && (at(t, p) == ' ' || at(t, p) == '\t')) p++;
+    Py_ssize_t q = p;
+    while (q < t->len && is_ascii_alpha(at(t, q))) q++;
+    Py_ssize_t n = q - p;
+    if (n < 1 || n > 19) return 0;
+    if (q < t->len) {
+        Py_UCS4 c = at(t, q);
+        if (is_word(c) || c == '.' || c == '-' || c == '/' || c == '+' || c == '~' || c == '=') return 0;
+    }
+    if (n == 2 || n == 3) {
+        char w[4] = {0};
+        for (Py_ssize_t k = 0; k < n; k++) w[k] = (char)at(t, p + k);
+        if (!strcmp(w, "is") || !strcmp(w, "was") || !strcmp(w, "IS") || !strcmp(w, "Is") || !strcmp(w, "Was"))
+            return 0;
+    }
+    return 1;
+}
+
+/* whether the closest end in `ends` at or before `start` is within `look_back` (-1: error) */
+static int end_near(PyObject *ends, Py_ssize_t start, Py_ssize_t look_back) {
+    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(ends);
+    while (lo < hi) { /* bisect_right */
+        Py_ssize_t mid = (lo + hi) / 2;
+        Py_ssize_t v = PyLong_AsSsize_t(PyList_GET_ITEM(ends, mid));
+        if (v == -1 && PyErr_Occurred()) return -1;
+        if (start < v) hi = mid;
+        else lo = mid + 1;
+    }
+    if (lo == 0) return 0;
+    Py_ssize_t v = PyLong_AsSsize_t(PyList_GET_ITEM(ends, lo - 1));
+    if (v == -1 && PyErr_Occurred()) return -1;
+    return v >= start - look_back;
+}
+
+static int comma_near(const Text *t, Py_ssize_t start, Py_ssize_t end) {
+    Py_ssize_t a = start - 60 > 0 ? start - 60 : 0, b = end + 60 < t->len ? end + 60 : t->len;
+    for (Py_ssize_t i = a; i < b; i++)
+        if (at(t, i) == ',') return 1;
+    return 0;
+}
+
+/* whether `csv_column_spans(text, start, …)` (capsem/credential_places.py) returns at its first
+ * two checks, finding nothing: `_FIELD_REST_RE` (`[\w .\-/]{0,40}?[ \t]*(?:[,\r\n\\"]|$)`) does not
+ * match at `start`, or no `,`, LF or `"` is in the 42 characters before it (when there are 42), or
+ * no `,` in the 300 after it */
+static int csv_cannot(const Text *t, Py_ssize_t start) {
+    int field = 0;
+    for (Py_ssize_t k = 0; k <= 40 && !field; k++) {
+        Py_ssize_t p = start + k;
+        if (k > 0) {
+            Py_UCS4 c = at(t, p - 1);
+            if (!(is_word(c) || c == ' ' || c == '.' || c == '-' || c == '/')) break;
+        }
+        while (p < t->len && (at(t, p) == ' ' || at(t, p) == '\t')) p++;
+        if (p == t->len) field = 1;
+        else {
+            Py_UCS4 c = at(t, p);
+            field = c == ',' || c == '\r' || c == '\n' || c == '\\' || c == '"';
+        }
+    }
+    if (!field) return 1;
+    Py_ssize_t low = start - 42 > 0 ? start - 42 : 0;
+    int edge = 0;
+    for (Py_ssize_t i = low; i < start && !edge; i++) {
+        Py_UCS4 c = at(t, i);
+        edge = c == ',' || c == '\n' || c == '"';
+    }
+    if (!edge && low > 0) return 1;
+    Py_ssize_t high = start + 300 < t->len ? start + 300 : t->len;
+    for (Py_ssize_t i = start; i < high; i++)
+        if (at(t, i) == ',') return 0;
+    return 1;
+}
+
+static PyObject *named_next(PyObject *self, PyObject *args) {
+    PyObject *text, *hits, *verdicts, *ends;
+    Py_ssize_t pos, look_back;
+    if (!PyArg_ParseTuple(args, "UO!nO!On", &text, &PyList_Type, &hits, &pos, &PyDict_Type, &verdicts, &ends,
+                          &look_back))
+        return NULL;
+    if (ends != Py_None && !PyList_Check(ends)) {
+        PyErr_SetString(PyExc_TypeError, "ends must be a list or None");
+        return NULL;
+    }
+    Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
+    if (pos < 0) pos = 0;
+    for (;;) {
+        Py_ssize_t hit = next_hit(hits, pos);
+        if (hit == -2) return NULL;
+        if (hit < 0 || hit >= t.len) Py_RETURN_NONE;
+        Py_ssize_t start = hit, end = hit;
+        while (start > 0 && is_name_char(at(&t, start - 1))) start--;
+        while (end < t.len && is_name_char(at(&t, end))) end++;
+        PyObject *name = PyUnicode_Substring(text, start, end);
+        if (name == NULL) return NULL;
+        PyObject *verdict = PyDict_GetItemWithError(verdicts, name);
+        Py_DECREF(name);
+        if (verdict == NULL && PyErr_Occurred()) return NULL;
+        long v = verdict == NULL ? -1 : PyLong_AsLong(verdict);
+        if (v == -1 && PyErr_Occurred()) return NULL;
+        int skip = 0;
+        if (v == 0) {
+            skip = 1;
+        } else if ((v == 1 || v == 2) && at(&t, start) != '-' && ends != Py_None && prose_after(&t, end)) {
+            int near = end_near(ends, start, look_back);
+            if (near < 0) return NULL;
+            skip = !near && !(v == 2 && comma_near(&t, start, end) && !csv_cannot(&t, start));
+        }
+        if (!skip) return Py_BuildValue("(nnn)", hit, start, end);
+        pos = end;
+    }
+}
+
+static PyMethodDef methods[] = {
+    {"named_next", named_next, METH_VARARGS,
+     "named_next(text, hits, pos, verdicts, ends, look_back) -> (hit, start, end) | None: see the module doc."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scrubpath", "capsem's compiled scrubber path.", -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__scrubpath(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", SCRUBPATH_VERSION) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

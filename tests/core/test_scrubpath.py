@@ -1,0 +1,158 @@
+"""The compiled scrubber path (capsem/native/scrubpath.c) scrubs exactly what the Python one does.
+
+`named_next` skips, in C, the name words that `scrub_named_values` would only move past; each test
+scrubs the same text with it and with it turned off (the reference) and compares the scrubbed
+text: generated texts long enough for the compiled path (it runs above `SHORT_TEXT`) that hold
+secrets in every syntax the scrubber knows, next to every delimiter, among prose, CSV, unicode
+and junk; the benchmark corpora; and the secret-context cases of the other tests, padded long.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from capsem import native, secret_names
+from capsem.literal_scan import SHORT_TEXT
+from capsem.redact import Scrubber, default_rules
+from capsem.secret_names import scrub_named_values
+
+pytestmark = pytest.mark.skipif(native.named_next is None, reason=f"fast path: {native.status()}")
+
+SECRET = "hunter2Xq9"
+TOKEN = "8Kq3vZp0Lm2Rt7Wx9Yb4Nc1Jd6"
+NAMES = ["DB_PASS", "password", "passwd", "api_key", "apiKey", "secretAccessKey", "token", "auth_token",
+         "AUTH", "key", "keys", "tokens", "credentials", "x-api-key", "X-Amz-Signature", "MYSQL_PWD", "sshpass",
+         "max_tokens", "cache_key", "password_file", "bypass", "author", "token_count", "PUBLIC_KEY",
+         "Token", "TOKEN", "passphrase", "client_secret", "self._key", "flow_key", "-storepass", "--password",
+         "--token", "-p", "signature", "KEY_ID", "pwd", "OLDPWD", "secret"]  # fmt: skip
+SEPARATORS = ["=", ": ", ":", " = ", " ", "\t", ":=", "==", " is ", " was ", " -> ", "\t\t", "  "]
+VALUES = [SECRET, TOKEN, f'"{SECRET}"', f"'{SECRET}'", f'\\"{SECRET}\\"', "branch", "is", "was", "Is",
+          "the", "abcdefghijklmnopqrstuvwxyz", "$VAR", "${DB_PASS}", "123", "null", "[redacted hash:abc]",
+          "token", "keyword", "x.y", "word/", "word=", "wordé", "word1", "é", "ok,", "ok\n",
+          "XqZkWvBnMpLrTsYhGdF", "XqZkWvBnMpLrTsYhGdFj", "XqZkWvBnMpLrTsYhGdFj9"]  # fmt: skip
+FRAGMENTS = [
+    "the agent reads file path token branch error, dict f",
+    "user,password,host\nbob,hunter2,db\nann,s3cret,db2\n",
+    "name,api_key\r\nsvc,abc123def\n",
+    "machine example.com login alice password pa55word\n",
+    "setx API_TOKEN abc123\n", "set -gx DB_PASS hunter2\n", "aws configure set aws_secret_access_key AbC\n",
+    "export GITHUB_TOKEN=ghp_0123456789abcdefghij0123\n",
+    "postgres://app:Sup3rS3cret@db:5432/app ", "https://x-access-token:tok123@github.com/a ",
+    '{"name": "password", "value": "hunter2"}', '<password>hunter2</password>', "<token>, then",
+    '{\\"api_key\\": \\"sk-0123456789abcdefghij\\"}', '"max_tokens": 32000, "system": "x"',
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAK\n-----END RSA PRIVATE KEY-----\n",
+    "curl -u user:pa55 https://x ", "mysql -pHunter2 db ", "Cookie: session=abc123; theme=dark\n",
+    "Authorization: Bearer abcdefghijklmnop1234\n", "localhost:5432:db:user:pgpa55\n",
+    "the key is 8Kq3vZp0Lm2Rt7Wx9Yb4Nc1Jd6 ok", "token 8Kq3vZp0Lm2Rt7Wx9Yb4Nc1Jd6,",
+    "İstanbul token é K\u212aey ключ пароль 🔑 key: значение", "\x00\x01\ufffd\ud800 token\x7f key\x1b",
+    "keyboard monkey passport tokenizer authors secretary", ", , , ,\n,\n",
+]  # fmt: skip
+DELIMITERS = [" ", "\n", "\r\n", ",", ";", "&", "?", "\"", "'", "\\", "(", ")", "[", "]", "{", "}", "<", ">",
+              "|", "`", "/", ".", "-", "_", "=", ":", "\t", "\\n", "é", "\u212a", ""]  # fmt: skip
+
+piece = st.one_of(
+    st.builds(
+        lambda n, s, v: n + s + v,
+        st.sampled_from(NAMES),
+        st.sampled_from(SEPARATORS),
+        st.sampled_from(VALUES),
+    ),
+    st.builds(
+        lambda q, n, v: f"{q}{n}{q}: {q}{v}{q}",
+        st.sampled_from(['"', '\\"', "'", '\\\\\\"']),
+        st.sampled_from(NAMES),
+        st.sampled_from([SECRET, TOKEN, "x"]),
+    ),
+    st.sampled_from(FRAGMENTS),
+    st.sampled_from(DELIMITERS),
+    st.text(max_size=12),
+)
+
+
+@st.composite
+def long_text(draw) -> str:
+    """Pieces joined by delimiters, repeated past `SHORT_TEXT` (the compiled path's threshold)."""
+    parts = draw(st.lists(st.tuples(piece, st.sampled_from(DELIMITERS)), min_size=1, max_size=30))
+    text = "".join(p + d for p, d in parts)
+    filler = draw(st.sampled_from(["lorem ipsum dolor ", "x", "token branch, ", "\n", "é"]))
+    reps = SHORT_TEXT // max(1, len(text) + len(filler)) + 1
+    return (text + filler) * reps + draw(piece)
+
+
+def _outcome(fn, text: str) -> tuple[str, object]:
+    """fn(text), or the exception it raises (`markers.hash_value` refuses a lone surrogate in a
+    redacted value on both paths, as on `main`: the paths must agree on that too)."""
+    try:
+        return "scrubbed", fn(text)
+    except UnicodeEncodeError as exc:
+        return "raised", (type(exc), exc.start, exc.end)
+
+
+def _both(fn, text: str):
+    """(the outcome of fn(text) on the Python path, on the compiled one)."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(native, "named_next", None)
+        reference = _outcome(fn, text)
+    return reference, _outcome(fn, text)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=long_text())
+def test_named_values_are_the_same(text):
+    reference, compiled = _both(scrub_named_values, text)
+    assert compiled == reference
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=long_text())
+def test_whole_scrub_is_the_same(text):
+    scrubber = Scrubber(default_rules())
+    reference, compiled = _both(scrubber.scrub, text)
+    assert compiled == reference
+    reference, compiled = _both(scrubber.scrub_stream, text)
+    assert compiled == reference
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=long_text())
+def test_with_nothing_learned_yet(text):
+    """A name the compiled path has no verdict for goes to the Python loop, which decides it."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(secret_names, "_VERDICTS", {})
+        compiled = _outcome(scrub_named_values, text)
+        m.setattr(native, "named_next", None)
+        assert compiled == _outcome(scrub_named_values, text)
+
+
+@pytest.mark.parametrize("name", ["claude_code_request", "anthropic", "openai_chat", "anthropic_code"])
+def test_benchmark_corpora_are_the_same(name, monkeypatch):
+    from benchmarks.micro import scrub_corpus
+
+    text = scrub_corpus(name, 256 * 1024)
+    scrubber = Scrubber(default_rules())
+    scrub = scrubber.scrub if name == "claude_code_request" else scrubber.scrub_stream
+    reference, compiled = _both(scrub, text)
+    assert compiled == reference
+
+
+def test_it_skips_what_the_loop_would_only_pass(monkeypatch):
+    """The compiled path really runs, and hands the Python loop only the names that need it: of a
+    long text of prose (`token branch`) and two secrets, the first prose name (the loop finds where
+    commands that assign end, which the compiled path needs) and the secrets."""
+    text = "the token branch error path " * 200 + 'x DB_PASS=hunter2Xq9 and "max_tokens": 5 ' * 2
+    scrub_named_values(text)  # the verdicts of these names are known now
+    calls = []
+    real = native.named_next
+
+    def counting(*args):
+        found = real(*args)
+        calls.append(found)
+        return found
+
+    monkeypatch.setattr(native, "named_next", counting)
+    scrubbed = scrub_named_values(text)
+    assert "hunter2Xq9" not in scrubbed and scrubbed.count("token branch") == 200
+    handed = [text[start:end] for _hit, start, end in filter(None, calls)]
+    assert handed == ["token", "DB_PASS", "DB_PASS"]
