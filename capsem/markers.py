@@ -96,7 +96,13 @@ def keyed_hex(data: bytes, chars: int) -> str:
 def hash_value(value: str | bytes) -> str:
     """`hash:` + 12 hex chars of the keyed hash of `value`: what a hashed header or query value is
     stored as, and what a redaction marker names."""
-    data = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
+    if isinstance(value, str):
+        try:
+            data = value.encode("utf-8", "surrogateescape")  # bytes that were not UTF-8, as they came
+        except UnicodeEncodeError:  # a lone surrogate (a JSON `\ud800` escape): hashed, never refused
+            data = value.encode("utf-8", "surrogatepass")
+    else:
+        data = value
     return HASH_PREFIX + keyed_hex(data, 12)
 
 

@@ -323,10 +323,11 @@ def test_the_session_command_in_main_db_is_scrubbed(tmp_path):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
 def test_proc_samples_cmdline_is_scrubbed():
-    code = "import sys; sys.stdin.read()"
+    code = "import sys; print('up', flush=True); sys.stdin.read()"
     child = subprocess.Popen([sys.executable, "-c", code, "--password", "PROCSECRETpw", "--db-token=PROCSECRET2"],
-                             stdin=subprocess.PIPE)  # fmt: skip
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
     try:
+        assert child.stdout.readline() == b"up\n"  # its own command line, not the one before exec
         row = ProcessReader().read(psutil.Process(child.pid), 0)  # secret flags masked as it reads
     finally:
         child.communicate(b"")
@@ -483,3 +484,16 @@ def test_a_shell_script_argument_is_masked_as_a_command_line_of_its_own():
     assert " make deploy --password [redacted hash:" in out and "Qm7v" not in out and "Zr5t" not in out
     assert scrub("bash -lc 'echo hello'") == "bash -lc 'echo hello'"
     assert scrub(["curl", "--password", "two words"]).startswith("curl --password [redacted hash:")
+
+
+@pytest.mark.parametrize(
+    "value", ["\ud800Sup3rS3cretValue9x", "Sup3r\udfffS3cretValue9x", "Sup3r\udc80S3cretValue9x"]
+)
+def test_a_lone_surrogate_in_a_secret_is_redacted_not_raised(value):
+    """A JSON `\\ud800` escape decodes to a lone surrogate, which strict UTF-8 refuses: the marker's
+    hash takes it anyway, so the text is scrubbed instead of the scrub failing."""
+    from capsem.redact import Scrubber
+
+    out = Scrubber().scrub(f"DB_PASS={value} and more")
+    assert out.startswith("DB_PASS=[redacted hash:") and out.endswith("] and more")
+    assert "S3cretValue" not in out

@@ -82,8 +82,8 @@ def long_text(draw) -> str:
 
 
 def _outcome(fn, text: str) -> tuple[str, object]:
-    """fn(text), or the exception it raises (`markers.hash_value` refuses a lone surrogate in a
-    redacted value on both paths, as on `main`: the paths must agree on that too)."""
+    """fn(text), or the exception it raises (the paths must agree on that too; a lone surrogate in a
+    redacted value no longer raises: `markers.hash_value`)."""
     try:
         return "scrubbed", fn(text)
     except UnicodeEncodeError as exc:
