@@ -14,6 +14,7 @@ reversible.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import logging
@@ -109,3 +110,24 @@ def hash_value(value: str | bytes) -> str:
 def redacted(secret: str) -> str:
     """The marker that takes a secret's place in stored text."""
     return f"[redacted {hash_value(secret)}]"
+
+
+def outside_markers(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """`spans` (sorted) less the redaction markers already in `text`: a value another pass redacted
+    part of (`sig=/hooks/[redacted …]`) has only the rest redacted, never a marker cut in two, so a
+    second scrub finds nothing left to do."""
+    if "[redacted hash:" not in text:
+        return spans
+    markers = [m.span() for m in MARKER_RE.finditer(text)]
+    ends = [e for _, e in markers]
+    out: list[tuple[int, int]] = []
+    for start, end in spans:
+        for m_start, m_end in markers[bisect.bisect_right(ends, start) :]:
+            if m_start >= end:
+                break
+            if m_start > start:
+                out.append((start, m_start))
+            start = max(start, m_end)
+        if start < end:
+            out.append((start, end))
+    return out

@@ -49,7 +49,7 @@ from capsem.command_passwords import COMMAND_PATTERNS
 from capsem.credential_places import pgpass_spans
 from capsem.escapes import scrub_decoded
 from capsem.literal_scan import SHORT_TEXT, LiteralPlaces, LiteralSet, RegexPrefilter
-from capsem.markers import MARKER_RE, hash_value
+from capsem.markers import MARKER_RE, hash_value, outside_markers
 from capsem.markers import redacted as _redacted
 from capsem.secret_names import (
     _NAME_WORDS,
@@ -173,13 +173,11 @@ _CREDENTIAL_HEADER_RE = re.compile(r"(?i)auth|token|secret|key|cookie|session|cr
 _ALWAYS_HASHED_QUERY = frozenset({"sig", "x-amz-signature", "x-goog-signature"})
 
 
-def _redact_match(m: re.Match[str]) -> str:
-    """The match with its secret (group `s` if the pattern has one, else all of it) redacted."""
+def _secret_of(m: re.Match[str]) -> tuple[int, int]:
+    """Where the match's secret is: group `s` if the pattern has one, else all of it."""
     if "s" not in m.re.groupindex or m.start("s") < 0:
-        return _redacted(m.group(0))
-    start, end = m.start("s") - m.start(), m.end("s") - m.start()
-    whole = m.group(0)
-    return whole[:start] + _redacted(whole[start:end]) + whole[end:]
+        return m.span()
+    return m.span("s")
 
 
 class _Learned:
@@ -238,7 +236,7 @@ def _disjoint(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def _redact_spans(text: str, spans: list[tuple[int, int]]) -> str:
     out, done = [], 0
-    for start, end in _disjoint(spans):
+    for start, end in outside_markers(text, _disjoint(spans)):
         out += [text[done:start], _redacted(text[start:end])]
         done = end
     return "".join(out) + text[done:] if out else text
@@ -431,7 +429,7 @@ class Scrubber:
             text = scrub_named_values(text, data)  # first, so that a value is redacted whole
         text = _redact_spans(text, self._learned.spans(text, data))
         for i in patterns:
-            text = _COMPILED[i][1].sub(_redact_match, text)
+            text = _redact_spans(text, [_secret_of(m) for m in _COMPILED[i][1].finditer(text)])
         if cookie:
             text = _redact_spans(text, _cookie_spans(text, text.encode("utf-8", "surrogatepass")))
         text = _redact_spans(text, pgpass_spans(text, data))

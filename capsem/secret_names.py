@@ -32,7 +32,7 @@ from capsem.credential_places import (
     xml_element_span,
 )
 from capsem.literal_scan import SHORT_TEXT, LiteralPlaces, PatternEnds
-from capsem.markers import MARKER_RE
+from capsem.markers import MARKER_RE, outside_markers
 from capsem.markers import redacted as _redacted
 from capsem.random_tokens import LONG_TOKEN_RE, looks_random
 from capsem.secret_values import DONE_RE, value_span
@@ -214,7 +214,7 @@ def scrub_named_values(text: str, data: bytes | None = None) -> str:
         return text
     out: list[str] = []
     done = 0
-    for span_start, span_end in spans:
+    for span_start, span_end in outside_markers(text, spans):
         if span_start >= done:
             out += [text[done:span_start], _redacted(text[span_start:span_end])]
             done = span_end

@@ -121,11 +121,13 @@ def test_prefiltered_scrub_equals_the_plain_regex_passes(text, padding):
 
     def plain_passes(reference: str) -> str:
         reference = plain_named_pass(reference)
-        reference = re.sub(
-            re.escape("learned-credential-42"), lambda m: redact._redacted(m.group(0)), reference
+        reference = redact._redact_spans(
+            reference, [m.span() for m in re.finditer(re.escape("learned-credential-42"), reference)]
         )
         for _, pattern in redact._PATTERNS:
-            reference = re.sub(pattern, redact._redact_match, reference)
+            reference = redact._redact_spans(
+                reference, [redact._secret_of(m) for m in re.finditer(pattern, reference)]
+            )
         reference = redact._redact_spans(reference, redact._cookie_spans(reference))
         reference = redact._redact_spans(
             reference, pgpass_spans(reference, reference.encode("utf-8", "surrogatepass"))
@@ -139,6 +141,16 @@ def test_prefiltered_scrub_equals_the_plain_regex_passes(text, padding):
         if reference == before:
             break
     assert scrubber.scrub(text) == (reference or text)
+
+
+@pytest.mark.parametrize("text", ["&sig=/webhookb2/a", "&sig=\\/webhookb2/a", "x=1&sig=/webhookb2/abc def"])
+def test_a_value_partly_redacted_is_redacted_around_the_marker(text):
+    """A rule redacts the end of a `sig=` value, then the query pattern reads the value up to a
+    blank: the rest is redacted beside the marker, never over half of it (found by hypothesis:
+    the second scrub of `&sig=\\/webhookb2/a` redacted again)."""
+    once = Scrubber().scrub(text)
+    assert Scrubber().scrub(once) == once and "webhookb2" not in once
+    assert re.sub(r"\[redacted hash:[0-9a-f]{12}\]", "", once).count("[redacted") == 0
 
 
 @settings(max_examples=400, deadline=None)
