@@ -116,7 +116,7 @@ def outside_markers(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, 
     """`spans` (sorted) less the redaction markers already in `text`: a value another pass redacted
     part of (`sig=/hooks/[redacted …]`) has only the rest redacted, never a marker cut in two, so a
     second scrub finds nothing left to do."""
-    if "[redacted hash:" not in text:
+    if not spans or "[redacted hash:" not in text:
         return spans
     markers = [m.span() for m in MARKER_RE.finditer(text)]
     ends = [e for _, e in markers]

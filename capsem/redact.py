@@ -235,6 +235,8 @@ def _disjoint(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def _redact_spans(text: str, spans: list[tuple[int, int]]) -> str:
+    if not spans:
+        return text
     out, done = [], 0
     for start, end in outside_markers(text, _disjoint(spans)):
         out += [text[done:start], _redacted(text[start:end])]
