@@ -81,6 +81,12 @@ class SharedProxy:
         assert_clean_log(self.proxy.log())
         return self.scenarios[name]
 
+    def exchanges(self, name: str) -> tuple[Path, Scenario, list[dict]]:
+        """The shared session.db, scenario `name` (checked as `scenario` checks it) and its
+        model-call exchanges."""
+        s = self.scenario(name)
+        return self.db, s, s.model_exchanges
+
     def model_calls(self, s: Scenario, columns: str = "*") -> list[dict]:
         """The model_calls rows of scenario `s`, in order."""
         return rows(

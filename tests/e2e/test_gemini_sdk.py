@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-from pathlib import Path
 
 import pytest
 from google import genai
@@ -15,7 +14,7 @@ from google.genai import types
 
 from tests.conftest import rows
 from tests.e2e.test_capture_sdk import assert_tool_calls, http_client
-from tests.shared_proxy import Scenario, SharedProxy
+from tests.shared_proxy import SharedProxy
 
 API_KEY = "AIzaSyGEMINIe2eSECRETkey00000000000000"
 WEATHER = types.Tool(function_declarations=[types.FunctionDeclaration(
@@ -38,12 +37,6 @@ def shared(emulator, tmp_path_factory) -> SharedProxy:
     finally:
         shared.stop()
     return shared
-
-
-def scenario(shared: SharedProxy, name: str) -> tuple[Path, Scenario, list[dict]]:
-    """The shared session.db, scenario `name` and its model-call exchanges."""
-    s = shared.scenario(name)
-    return shared.db, s, s.model_exchanges
 
 
 def client(proxy, control: str = "") -> genai.Client:
@@ -89,7 +82,7 @@ def function_calling_traffic(proxy, gemini_ids: str) -> tuple[str, types.Functio
 
 @pytest.mark.parametrize("gemini_ids", ["1", "0"])
 def test_function_calling_loop_streamed_and_not(shared, gemini_ids):
-    db, s, exchanges = scenario(shared, f"loop {gemini_ids}")
+    db, s, exchanges = shared.exchanges(f"loop {gemini_ids}")
     text, call = s.result
     calls = shared.model_calls(s)
     assert len(calls) == 2 == len(exchanges)
@@ -114,7 +107,7 @@ def thinking_traffic(proxy) -> None:
 
 
 def test_thinking_and_gzip(shared):
-    _db, s, (ex,) = scenario(shared, "thinking")
+    _db, s, (ex,) = shared.exchanges("thinking")
     (call,) = shared.model_calls(s)
     assert_gemini_call(call, ex)
     assert call["thinking_content"] and json.loads(call["usage_details"])["reasoning"] > 0
@@ -130,7 +123,7 @@ def json_array_traffic(proxy, encoding: str) -> bytes:
 
 @pytest.mark.parametrize("encoding", ["identity", "gzip"])
 def test_json_array_stream_without_alt_sse(shared, encoding):
-    db, s, (ex,) = scenario(shared, f"json array {encoding}")
+    db, s, (ex,) = shared.exchanges(f"json array {encoding}")
     assert s.result == base64.b64decode(ex["response_body_b64"])
     (call,) = shared.model_calls(s)
     assert_gemini_call(call, ex)
@@ -147,7 +140,7 @@ def code_assist_traffic(proxy) -> None:
 
 
 def test_code_assist_envelope(shared):
-    _db, s, (ex,) = scenario(shared, "code assist")
+    _db, s, (ex,) = shared.exchanges("code assist")
     (call,) = shared.model_calls(s)
     assert call["model"] == "gemini-2.5-pro" and call["host"] == "cloudcode-pa.googleapis.com"
     assert (

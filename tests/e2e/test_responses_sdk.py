@@ -10,7 +10,6 @@ import asyncio
 import base64
 import json
 import ssl
-from pathlib import Path
 
 import openai
 import pytest
@@ -25,7 +24,7 @@ from tests.e2e.test_capture_sdk import (
     gpt,
     model_exchanges,
 )
-from tests.shared_proxy import Scenario, SharedProxy
+from tests.shared_proxy import SharedProxy
 
 TOOLS_R = [
     {"type": "function", "name": "read_file", "description": "Read a file", "strict": False,
@@ -54,12 +53,6 @@ def shared(emulator, tmp_path_factory) -> SharedProxy:
     finally:
         shared.stop()
     return shared
-
-
-def scenario(shared: SharedProxy, name: str) -> tuple[Path, Scenario, list[dict]]:
-    """The shared session.db, scenario `name` and its model-call exchanges."""
-    s = shared.scenario(name)
-    return shared.db, s, s.model_exchanges
 
 
 def ask(client, stream: bool, items: list, **kw):
@@ -117,7 +110,7 @@ def tool_loop_traffic(proxy, stream: bool):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_responses_tool_loop_three_turns(shared, stream):
-    db, s, exchanges = scenario(shared, f"loop {stream}")
+    db, s, exchanges = shared.exchanges(f"loop {stream}")
     first, second, calls_out, items = s.result
     calls = rows(db, f"SELECT * FROM model_calls WHERE net_event_id IN ({s.ids()}) ORDER BY id")
     assert_rows(db, exchanges, calls)
@@ -161,7 +154,7 @@ def stream_failure_traffic(proxy, scenario: str) -> None:
 
 @pytest.mark.parametrize("scenario_name", ["midstream_error", "failed", "incomplete"])
 def test_responses_stream_failures(shared, scenario_name):
-    db, s, (ex,) = scenario(shared, scenario_name)
+    db, s, (ex,) = shared.exchanges(scenario_name)
     (call,) = rows(db, f"SELECT * FROM model_calls WHERE net_event_id IN ({s.ids()})")
     exp = ex["expected"]
     assert (call["text_content"] or "") == exp["text"]
@@ -180,7 +173,7 @@ def http_error_traffic(proxy) -> None:
 
 
 def test_responses_http_error(shared):
-    db, s, _ = scenario(shared, "http error")
+    db, s, _ = shared.exchanges("http error")
     (call,) = rows(
         db, f"SELECT status_code, error_type, protocol FROM model_calls WHERE net_event_id IN ({s.ids()})"
     )
