@@ -44,9 +44,13 @@ FAILED_TOOL = "is_error = 1"
 INTERVENED = ("denied", "warned", "asked")
 """`net_events.decision` values that mean capsem stepped in."""
 
-ERRORS_SQL = f"""(SELECT COUNT(*) FROM model_calls WHERE {FAILED_MODEL_CALL})
-  + (SELECT COUNT(*) FROM net_events n WHERE {FAILED_REQUEST})
+OTHER_ERRORS_SQL = f"""(SELECT COUNT(*) FROM net_events n WHERE {FAILED_REQUEST})
   + (SELECT COUNT(*) FROM tool_responses WHERE {FAILED_TOOL})"""
+"""A scalar expression: the session's errors that are not failed model calls (the totals count
+those in their one pass over model_calls)."""
+
+ERRORS_SQL = f"""(SELECT COUNT(*) FROM model_calls WHERE {FAILED_MODEL_CALL})
+  + {OTHER_ERRORS_SQL}"""
 """A scalar expression: the session's number of errors."""
 
 

@@ -20,7 +20,7 @@ import psutil
 
 from capsem import __version__, health
 from capsem.ids import utc_now
-from capsem.outcomes import FAILED_MODEL_CALL, FAILED_REQUEST, FAILED_TOOL, refused_placeholders
+from capsem.outcomes import FAILED_MODEL_CALL, OTHER_ERRORS_SQL, refused_placeholders
 from capsem.paths import main_db_path, session_db_path
 from capsem.store.schema import connect, open_main_db
 
@@ -86,8 +86,7 @@ SELECT
   (SELECT COUNT(*) FROM fs_events) AS total_file_events,
   (SELECT COUNT(*) FROM net_events WHERE decision = 'warned') AS warned_requests,
   (SELECT COUNT(*) FROM net_events WHERE decision = 'asked') AS asked_requests,
-  t.failed_calls + (SELECT COUNT(*) FROM net_events n WHERE {FAILED_REQUEST})
-    + (SELECT COUNT(*) FROM tool_responses WHERE {FAILED_TOOL}) AS total_errors
+  t.failed_calls + {OTHER_ERRORS_SQL} AS total_errors
 FROM call_totals t
 """
 )
