@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from addons.messages import Barrier, FlowEnded, Message, Stop, encode
-from addons.proxy.outbox import Barriers, Outbox, count
+from addons.proxy.outbox import BATCH_INTERVAL, Barriers, Outbox, count
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class RecorderProcess(Barriers):
     `crashed` at `stop`, with those counts.
     """
 
-    def __init__(self, outbox: Outbox, spec: bytes, interval: float = 0.02,
+    def __init__(self, outbox: Outbox, spec: bytes, interval: float = BATCH_INTERVAL,
                  max_restarts: int = MAX_RESTARTS) -> None:  # fmt: skip
         super().__init__()
         self.outbox = outbox

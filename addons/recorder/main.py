@@ -164,7 +164,7 @@ def run(loop: Loop, batches: Callable[[], list[Message] | None], ack: Callable[[
     status lines: `committed <flows>` (how many `FlowEnded` are committed), `health <json>` (when
     the writer's health changes) and `spend <json>` (budgets)."""
     recorder, writer, spend = loop.recorder, loop.writer, loop.recorder.spend
-    interval = loop.spec.capture.get("commit_interval_ms", 250) / 1000
+    interval = commit_interval(loop)
     last_commit = last_tick = time.monotonic()
     status = _Status(report, loop)
     while True:
@@ -206,6 +206,11 @@ def run(loop: Loop, batches: Callable[[], list[Message] | None], ack: Callable[[
             last_commit = now
         if loop.inbox is not None and not writer.pending:
             loop.inbox.acknowledge()
+
+
+def commit_interval(loop: Loop) -> float:
+    """Seconds between the loop's commits (`capture.commit_interval_ms`)."""
+    return loop.spec.capture.get("commit_interval_ms", 250) / 1000
 
 
 def take_inbox(loop: Loop) -> None:
@@ -366,7 +371,8 @@ def main() -> int:
 
         start_pusher(spec.session_id)
     warm_up(loop)
-    stop = run(loop, frames.batches(0.05), lambda token: say(f"ack {token}"), say)
+    # idle, it wakes only as often as it commits: batches come at most every BATCH_INTERVAL
+    stop = run(loop, frames.batches(commit_interval(loop)), lambda token: say(f"ack {token}"), say)
     try:
         finish(loop, stop, Path(spec.main_db_path), say)
     except Exception as exc:  # main.db cannot be written (a full disk): mitmdump reports it

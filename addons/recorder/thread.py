@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from addons.messages import Message
-from addons.proxy.outbox import Barriers, Outbox
+from addons.proxy.outbox import BATCH_INTERVAL, Barriers, Outbox
 from addons.recorder.main import finish, open_recorder, run, warm_up
 from addons.spec import RecorderSpec
 
@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 class RecorderThread(Barriers):
     """The recorder on a thread of this process (in-process tests): same loop, same writer."""
 
-    def __init__(self, outbox: Outbox, spec: RecorderSpec, interval: float = 0.02) -> None:
+    def __init__(self, outbox: Outbox, spec: RecorderSpec, interval: float = BATCH_INTERVAL) -> None:
         super().__init__()
         self.outbox = outbox
         self.spec = spec
