@@ -1060,6 +1060,25 @@ static inline int next_field_of(const int kind, const void *data, Py_ssize_t n, 
         while (p < n && (PyUnicode_READ(kind, data, p) == ' ' || PyUnicode_READ(kind, data, p) == '\t')) p++;
         if (p >= n || PyUnicode_READ(kind, data, p) != '"') continue;
         Py_ssize_t first = ++p, last = -1;
+        if (kind == PyUnicode_1BYTE_KIND) { /* the same walk at memchr's speed: quote, then escapes before it */
+            const char *d = (const char *)data;
+            Py_ssize_t quote = -1; /* the first quote at or after p, once found */
+            while (p < n) {
+                if (quote < p) {
+                    const char *q = memchr(d + p, '"', (size_t)(n - p));
+                    quote = q != NULL ? q - d : n;
+                }
+                const char *b = memchr(d + p, '\\', (size_t)(quote - p));
+                if (b == NULL) {
+                    if (quote < n) last = quote;
+                    break;
+                }
+                p = b - d;
+                if (p + 1 >= n || d[p + 1] == '\n') break; /* `.` takes no newline */
+                p += 2;
+            }
+            p = n; /* (the loop below is for the other kinds) */
+        }
         while (p < n) {
             Py_UCS4 c = PyUnicode_READ(kind, data, p);
             if (c == '"') { last = p; break; }

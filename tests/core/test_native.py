@@ -194,6 +194,21 @@ def test_delta_fields_finds_what_the_regex_finds(text):
     assert native.delta_fields(text) == _DELTA_RE.findall(text)
 
 
+ASCII_FIELD_TEXT = st.lists(
+    st.sampled_from(['"text":"', '"content" : "', '"', ":", "\\", '\\"', "\\n", "\\\n", "\n", "a", "}", ","]),
+    max_size=60,
+).map("".join)  # fmt: skip
+"""One-byte text (what most bodies are): the walk that finds a value's end by `memchr`."""
+
+
+@settings(max_examples=1000, deadline=None)
+@given(text=ASCII_FIELD_TEXT)
+def test_delta_fields_finds_what_the_regex_finds_in_one_byte_text(text):
+    from capsem.stream_scrub import _DELTA_RE
+
+    assert native.delta_fields(text) == _DELTA_RE.findall(text)
+
+
 def test_delta_fields_on_real_bodies():
     from capsem.stream_scrub import _DELTA_RE
 
