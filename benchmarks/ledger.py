@@ -90,13 +90,13 @@ class _LedgerClock:
             setattr(Ledger, name, original)
 
 
-def _session_cpu(encoded: list[bytes], workdir: Path, *, ledger: bool, passes: int) -> float:
-    """CPU seconds of `passes` runs of the calls through one recorder and writer (as one session:
-    the writer's first commit, which reads the schema, is left out with the first pass)."""
+def _session_cpu(passes: list[list[bytes]], workdir: Path, *, ledger: bool) -> float:
+    """CPU seconds of the passes' calls through one recorder and writer (as one session: the
+    writer's first commit, which reads the schema, is left out with the first pass)."""
     writer = SessionWriter(workdir / f"session-{time.monotonic_ns()}.db", Scrubber(), ledger=ledger)
     recorder = Recorder(writer, defaults().capture)
     used, last = 0.0, time.monotonic()
-    for n in range(passes + 1):
+    for n, encoded in enumerate(passes):
         started = time.process_time()
         for data in encoded:
             for message in decode(data):
@@ -114,17 +114,15 @@ def _session_cpu(encoded: list[bytes], workdir: Path, *, ledger: bool, passes: i
 
 def recorder_cpu(streams: int, events: int, reps: int, workdir: Path, passes: int = 3) -> dict:
     """Median CPU seconds per call, without and with the ledger, and the ratio."""
-    encoded = batches(streams, StreamSpec(events, 200), 200)
-    handle(encoded, workdir)  # warm: imports, prices, the key
+    sets = [batches(streams, StreamSpec(events, 200), 200) for _ in range(passes + 1)]  # every answer new
+    handle(sets[0], workdir)  # warm: imports, prices, the key
     runs: dict[bool, list[float]] = {False: [], True: []}
     for rep in range(reps):
         for ledger in (rep % 2 == 0, rep % 2 != 0):  # alternate which goes first
-            runs[ledger].append(
-                _session_cpu(encoded, workdir, ledger=ledger, passes=passes) / (streams * passes)
-            )
+            runs[ledger].append(_session_cpu(sets, workdir, ledger=ledger) / (streams * passes))
     off, on = statistics.median(runs[False]), statistics.median(runs[True])
     with _LedgerClock() as clock:  # the ledger's own share, measured inside one run (no noise between runs)
-        total = _session_cpu(encoded, workdir, ledger=True, passes=passes)
+        total = _session_cpu(sets, workdir, ledger=True)
     return {"streams": streams, "events": events, "reps": reps, "off_ms": off * 1000, "on_ms": on * 1000,
             "extra_pct": (on / off - 1) * 100, "own_ms": clock.used / (streams * passes) * 1000,
             "own_pct": clock.used / (total - clock.used) * 100}  # fmt: skip

@@ -53,7 +53,7 @@ def batches(streams: int, spec: StreamSpec, per_batch: int) -> list[bytes]:
         opened.append(
             StreamOpened(head, ResponseHead(200, _SSE, now), Route("anthropic", "anthropic"), "sse")
         )
-        events.append((head, list(stream_events(spec, clock=lambda: now))))
+        events.append((head, list(stream_events(spec))))  # each delta stamped when built: no two alike
     flat: list[Message | ChunkItem] = list(opened)
     for i in range(max(len(e) for _, e in events)):
         flat += [(head.key, now, e[i]) for head, e in events if i < len(e)]

@@ -3,7 +3,8 @@ the text chunks of Anthropic, OpenAI Chat, OpenAI Responses and Gemini) in one n
 `crlf_to_lf` makes a CRLF-only piece LF, `delta_fields` and `delta_channels` find and decode
 the delta fields of a streamed body for the scrubber, `note_ends` notes where held chunks end
 (fastpath.c says exactly what each reads); `named_next` skips the name words of a text that the
-scrubber's name/value pass would only move past (scrubpath.c, its own module `_scrubpath`).
+scrubber's name/value pass would only move past (scrubpath.c, its own module `_scrubpath`);
+`chain_rows` encodes and chains a batch's rows for the ledger (ledgerpath.c, `_ledgerpath`).
 
 `make install` builds it (`python -m capsem.native.build`, any C compiler and the Python headers);
 without it, or with `CAPSEM_NATIVE=0` in the environment, they are all None and every reader
@@ -14,6 +15,7 @@ is in use (`status`).
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +24,8 @@ VERSION = 6
 """The fastpath.c this Python expects (its `FASTPATH_VERSION`); an older build is not used."""
 SCRUB_VERSION = 2
 """The scrubpath.c this Python expects (its `SCRUBPATH_VERSION`)."""
+LEDGER_VERSION = 1
+"""The ledgerpath.c this Python expects (its `LEDGERPATH_VERSION`)."""
 
 frame_plain: Callable[..., Any] | None = None
 delta_fields: Callable[[str], list[tuple[str, str]]] | None = None
@@ -29,39 +33,43 @@ delta_channels: Callable[[str], dict[str, list[str]]] | None = None
 note_ends: Callable[..., None] | None = None
 crlf_to_lf: Callable[[bytes], bytes | None] | None = None
 named_next: Callable[..., tuple[int, int, int] | None] | None = None
+chain_rows: Callable[..., tuple[bytes, int]] | None = None
 why_not: str | None = None
 """Why the pure-Python path is in use, or None when the compiled one is."""
+
+_NOT_BUILT = "not built (`make install` builds it when a C compiler and the Python headers are there)"
+
+
+def _module(name: str, version: int) -> Any:
+    """The compiled module `name` when it is built from the source this Python expects, else None
+    (and `why_not` says why)."""
+    global why_not
+    try:
+        module = importlib.import_module(f"capsem.native.{name}")
+    except ImportError:
+        why_not = why_not or _NOT_BUILT
+        return None
+    if getattr(module, "VERSION", None) != version:
+        why_not = why_not or "built from an older source (run `make install` again)"
+        return None
+    return module
+
 
 if os.environ.get("CAPSEM_NATIVE", "1") == "0":
     why_not = "turned off (CAPSEM_NATIVE=0)"
 else:
-    try:
-        from capsem.native import _fastpath  # type: ignore[attr-defined]
-    except ImportError:
-        why_not = "not built (`make install` builds it when a C compiler and the Python headers are there)"
-    else:
-        if getattr(_fastpath, "VERSION", None) == VERSION:
-            frame_plain, delta_fields = _fastpath.frame_plain, _fastpath.delta_fields
-            delta_channels, note_ends = _fastpath.delta_channels, _fastpath.note_ends
-            crlf_to_lf = _fastpath.crlf_to_lf
-        else:
-            why_not = "built from an older source (run `make install` again)"
-    try:
-        from capsem.native import _scrubpath  # type: ignore[attr-defined]
-    except ImportError:
-        why_not = (
-            why_not
-            or "not built (`make install` builds it when a C compiler and the Python headers are there)"
-        )
-    else:
-        if getattr(_scrubpath, "VERSION", None) == SCRUB_VERSION:
-            named_next = _scrubpath.named_next
-        else:
-            why_not = why_not or "built from an older source (run `make install` again)"
+    if (_fastpath := _module("_fastpath", VERSION)) is not None:
+        frame_plain, delta_fields = _fastpath.frame_plain, _fastpath.delta_fields
+        delta_channels, note_ends = _fastpath.delta_channels, _fastpath.note_ends
+        crlf_to_lf = _fastpath.crlf_to_lf
+    if (_scrubpath := _module("_scrubpath", SCRUB_VERSION)) is not None:
+        named_next = _scrubpath.named_next
+    if (_ledgerpath := _module("_ledgerpath", LEDGER_VERSION)) is not None:
+        chain_rows = _ledgerpath.chain_rows
 
 
 def status() -> str:
     """Which path this process uses, in words (for `capsem doctor`)."""
     if why_not is None:
-        return "compiled fast path (capsem/native/fastpath.c, scrubpath.c)"
+        return "compiled fast path (capsem/native/fastpath.c, scrubpath.c, ledgerpath.c)"
     return f"pure Python: the compiled fast path is {why_not}"

@@ -1,5 +1,5 @@
-"""`python -m capsem.native.build`: compile each C source here (fastpath.c, scrubpath.c) into its
-own extension module next to itself (`_fastpath`, `_scrubpath`), for this interpreter.
+"""`python -m capsem.native.build`: compile each C source here (fastpath.c, scrubpath.c, ledgerpath.c) into its
+own extension module next to itself (`_fastpath`, `_scrubpath`, `_ledgerpath`), for this interpreter.
 
 Run by `make install` after the environment is synced. It needs a C compiler and the Python
 headers, and takes a few seconds; when either is missing, or the compiler fails, it says so and

@@ -34,6 +34,7 @@ from typing import Any
 
 import msgspec
 
+from capsem import native
 from capsem.ids import utc_now
 from capsem.store.keys import SigningKey
 
@@ -132,6 +133,18 @@ def link(previous: bytes, digest: bytes) -> bytes:
     return _sha256(previous + digest).digest()
 
 
+def _chain(shape: _Shape, table: str, rows: Sequence[tuple], chain: bytes, out: list[tuple]) -> bytes:
+    """Chain `rows` onto `chain` (entries appended to `out`); the new chain. What
+    `capsem.native.chain_rows` does in C, the reference."""
+    prefix, k, sid = shape.prefix, shape.key, shape.id
+    odd, encode, sha256 = _ODD.isdisjoint, _encode, _sha256
+    for row in rows:  # SHA-256(prefix ‖ values): `row_digest`'s value, without a hash object to copy
+        digest = sha256(prefix + (encode(row) if odd(map(type, row)) else encoded(row))).digest()
+        chain = sha256(chain + digest).digest()
+        out.append((table, None if k is None else row[k], sid, digest, chain))
+    return chain
+
+
 def head_message(session_id: str, batch: int, last_seq: int, head: bytes, final: bool, at: str) -> bytes:
     """What a head's signature covers."""
     return HEAD_TAG + _encode([session_id, batch, last_seq, head, int(final), at])
@@ -220,15 +233,17 @@ class Ledger:
     def rows(self, conn: sqlite3.Connection, table: str, columns: tuple[str, ...], rows: list[tuple]) -> None:
         """Chain rows as written (scrubbed), in the order they were inserted."""
         shape = self._shape(conn, table, columns)
-        prefix, k, sid = shape.prefix, shape.key, shape.id
-        seq, chain, out = self.seq, self.chain, self._entries
-        odd, encode, sha256 = _ODD.isdisjoint, _encode, _sha256
-        for row in rows:  # SHA-256(prefix ‖ values): `row_digest`'s value, without a hash object to copy
-            digest = sha256(prefix + (encode(row) if odd(map(type, row)) else encoded(row))).digest()
-            chain = sha256(chain + digest).digest()
-            seq += 1
-            out.append((table, None if k is None else row[k], sid, digest, chain))
-        self.seq, self.chain = seq, chain
+        out, chain, done, compiled = self._entries, self.chain, 0, native.chain_rows
+        before = len(out)
+        while done < len(rows):
+            if compiled is not None:  # up to a row holding a value it does not encode
+                chain, done = compiled(shape.prefix, rows, done, -1 if shape.key is None else shape.key, chain,
+                                       table, shape.id, out, _sha256)  # fmt: skip
+            stop = done + 1 if compiled is not None else len(rows)
+            chain = _chain(shape, table, rows[done:stop], chain, out)
+            done = stop
+        self.seq += len(out) - before
+        self.chain = chain
         if table == "tool_responses" and "call_id" in columns:
             i = columns.index("call_id")
             self._touched_call_ids.update(r[i] for r in rows if r[i] is not None)
