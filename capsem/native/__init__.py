@@ -3,7 +3,8 @@ the text chunks of Anthropic, OpenAI Chat, OpenAI Responses and Gemini) in one n
 `crlf_to_lf` makes a CRLF-only piece LF, `delta_fields` and `delta_channels` find and decode
 the delta fields of a streamed body for the scrubber, `note_ends` notes where held chunks end
 (fastpath.c says exactly what each reads); `named_next` skips the name words of a text that the
-scrubber's name/value pass would only move past (scrubpath.c, its own module `_scrubpath`);
+scrubber's name/value pass would only move past and `place_adder` notes Hyperscan's matches
+without a Python call each (scrubpath.c, its own module `_scrubpath`);
 `chain_rows` encodes and chains a batch's rows for the ledger (ledgerpath.c, `_ledgerpath`).
 
 `make install` builds it (`python -m capsem.native.build`, any C compiler and the Python headers);
@@ -22,7 +23,7 @@ from typing import Any
 
 VERSION = 6
 """The fastpath.c this Python expects (its `FASTPATH_VERSION`); an older build is not used."""
-SCRUB_VERSION = 2
+SCRUB_VERSION = 3
 """The scrubpath.c this Python expects (its `SCRUBPATH_VERSION`)."""
 LEDGER_VERSION = 1
 """The ledgerpath.c this Python expects (its `LEDGERPATH_VERSION`)."""
@@ -33,6 +34,7 @@ delta_channels: Callable[[str], dict[str, list[str]]] | None = None
 note_ends: Callable[..., None] | None = None
 crlf_to_lf: Callable[[bytes], bytes | None] | None = None
 named_next: Callable[..., tuple[int, int, int] | None] | None = None
+place_adder: Callable[[list[int], list[int]], Callable[..., None]] | None = None
 chain_rows: Callable[..., tuple[bytes, int]] | None = None
 why_not: str | None = None
 """Why the pure-Python path is in use, or None when the compiled one is."""
@@ -63,7 +65,7 @@ else:
         delta_channels, note_ends = _fastpath.delta_channels, _fastpath.note_ends
         crlf_to_lf = _fastpath.crlf_to_lf
     if (_scrubpath := _module("_scrubpath", SCRUB_VERSION)) is not None:
-        named_next = _scrubpath.named_next
+        named_next, place_adder = _scrubpath.named_next, _scrubpath.place_adder
     if (_ledgerpath := _module("_ledgerpath", LEDGER_VERSION)) is not None:
         chain_rows = _ledgerpath.chain_rows
 

@@ -21,7 +21,7 @@
 #include <Python.h>
 #include <string.h>
 
-#define SCRUBPATH_VERSION 2
+#define SCRUBPATH_VERSION 3
 
 
 static inline int is_name_char(Py_UCS4 c) {
@@ -173,7 +173,50 @@ static PyObject *named_next(PyObject *self, PyObject *args) {
     }
 }
 
+/* Hyperscan's match callback for `LiteralPlaces.places`, without a Python frame per place: called
+ * as (id, start, end, flags, context), it appends end - lengths[id] (where the literal starts) to
+ * `out`; `self` is the (lengths, out) pair `place_adder` bound. */
+static PyObject *add_place(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 3) {
+        PyErr_SetString(PyExc_TypeError, "add_place(id, start, end, ...)");
+        return NULL;
+    }
+    PyObject *lengths = PyTuple_GET_ITEM(self, 0), *out = PyTuple_GET_ITEM(self, 1);
+    Py_ssize_t id = PyLong_AsSsize_t(args[0]);
+    if (id == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t end = PyLong_AsSsize_t(args[2]);
+    if (end == -1 && PyErr_Occurred()) return NULL;
+    if (id < 0 || id >= PyList_GET_SIZE(lengths)) {
+        PyErr_SetString(PyExc_IndexError, "add_place: no such literal");
+        return NULL;
+    }
+    Py_ssize_t length = PyLong_AsSsize_t(PyList_GET_ITEM(lengths, id));
+    if (length == -1 && PyErr_Occurred()) return NULL;
+    PyObject *start = PyLong_FromSsize_t(end - length);
+    if (start == NULL) return NULL;
+    int bad = PyList_Append(out, start);
+    Py_DECREF(start);
+    if (bad < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef add_place_def = {"add_place", (PyCFunction)(void (*)(void))add_place, METH_FASTCALL,
+                                    "add_place(id, start, end, flags, context): see place_adder."};
+
+/* `place_adder(lengths, out)`: the callback `add_place` bound to `lengths` (list of int) and `out`. */
+static PyObject *place_adder(PyObject *module, PyObject *args) {
+    PyObject *lengths, *out;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &lengths, &PyList_Type, &out)) return NULL;
+    PyObject *bound = PyTuple_Pack(2, lengths, out);
+    if (bound == NULL) return NULL;
+    PyObject *callback = PyCFunction_New(&add_place_def, bound);
+    Py_DECREF(bound);
+    return callback;
+}
+
 static PyMethodDef methods[] = {
+    {"place_adder", place_adder, METH_VARARGS,
+     "place_adder(lengths, out) -> a Hyperscan match callback appending each literal's start to out."},
     {"named_next", named_next, METH_VARARGS,
      "named_next(text, hits, pos, verdicts, ends, look_back) -> (hit, start, end) | None: see the module doc."},
     {NULL, NULL, 0, NULL},

@@ -94,8 +94,26 @@ def _both(fn, text: str):
     """(the outcome of fn(text) on the Python path, on the compiled one)."""
     with pytest.MonkeyPatch.context() as m:
         m.setattr(native, "named_next", None)
+        m.setattr(native, "place_adder", None)
         reference = _outcome(fn, text)
     return reference, _outcome(fn, text)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=long_text())
+def test_name_places_are_the_same_without_a_python_call_each(text):
+    data = text.encode("utf-8", "surrogatepass")
+    compiled = secret_names._WORD_PLACES.places(text, data)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(native, "place_adder", None)
+        assert compiled == secret_names._WORD_PLACES.places(text, data)
+
+
+def test_the_place_callback_refuses_an_unknown_literal():
+    add = native.place_adder([5, 3], out := [])
+    assert add(1, 0, 10, 0, None) is None and out == [7]
+    with pytest.raises(IndexError):
+        add(2, 0, 10, 0, None)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
