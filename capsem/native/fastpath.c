@@ -1036,23 +1036,46 @@ static int delta_key(int kind, const void *data, Py_ssize_t i, Py_ssize_t j) {
     return -1;
 }
 
+static Py_ssize_t delta_key_len[N_DELTA_KEYS];
+
+/* Which delta key one-byte text d[p:] starts with, closed by a quote (-1: none): `delta_key` of
+ * the quoted word there, without walking to its closing quote first. */
+static inline int delta_key_at(const char *d, Py_ssize_t p, Py_ssize_t n) {
+    if (p >= n) return -1;
+    switch (d[p]) {
+    case 'a': case 'c': case 'd': case 'p': case 'r': case 't': break;
+    default: return -1;
+    }
+    for (int k = 0; k < N_DELTA_KEYS; k++) {
+        Py_ssize_t len = delta_key_len[k];
+        if (p + len < n && d[p] == DELTA_KEYS[k][0] && d[p + len] == '"' && memcmp(d + p, DELTA_KEYS[k], (size_t)len) == 0)
+            return k;
+    }
+    return -1;
+}
+
 /* The next delta field at or after *pos: its key, and its raw value text[*start:*end]; *pos moves
  * past it. 0 when there is none. The regular expression's search, step by step. */
 static inline int next_field_of(const int kind, const void *data, Py_ssize_t n, Py_ssize_t *pos, int *key,
                                 Py_ssize_t *start, Py_ssize_t *end) {
     Py_ssize_t i = *pos;
     for (; i < n; i++) {
+        Py_ssize_t j; /* the key's closing quote */
+        int k;
         if (kind == PyUnicode_1BYTE_KIND) { /* (most bodies) the next quote at memchr's speed */
             const char *q = memchr((const char *)data + i, '"', (size_t)(n - i));
             if (q == NULL) break;
             i = q - (const char *)data;
-        } else if (PyUnicode_READ(kind, data, i) != '"') {
-            continue;
+            k = delta_key_at((const char *)data, i + 1, n); /* most quotes start no key: one look */
+            if (k < 0) continue;
+            j = i + 1 + delta_key_len[k];
+        } else {
+            if (PyUnicode_READ(kind, data, i) != '"') continue;
+            j = i + 1;
+            while (j < n && j - i <= MAX_DELTA_KEY + 1 && PyUnicode_READ(kind, data, j) != '"') j++;
+            k = (j < n) ? delta_key(kind, data, i + 1, j) : -1;
+            if (k < 0) continue;
         }
-        Py_ssize_t j = i + 1; /* the key's closing quote */
-        while (j < n && j - i <= MAX_DELTA_KEY + 1 && PyUnicode_READ(kind, data, j) != '"') j++;
-        int k = (j < n) ? delta_key(kind, data, i + 1, j) : -1;
-        if (k < 0) continue;
         Py_ssize_t p = j + 1;
         while (p < n && (PyUnicode_READ(kind, data, p) == ' ' || PyUnicode_READ(kind, data, p) == '\t')) p++;
         if (p >= n || PyUnicode_READ(kind, data, p) != ':') continue;
@@ -1293,6 +1316,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastpath", "capsem'
 
 PyMODINIT_FUNC PyInit__fastpath(void) {
     for (int k = 0; k < N_DELTA_KEYS; k++) {
+        delta_key_len[k] = (Py_ssize_t)strlen(DELTA_KEYS[k]);
         if (delta_key_objs[k] == NULL) {
             delta_key_objs[k] = PyUnicode_InternFromString(DELTA_KEYS[k]);
             if (delta_key_objs[k] == NULL) return NULL;

@@ -195,10 +195,13 @@ def test_delta_fields_finds_what_the_regex_finds(text):
 
 
 ASCII_FIELD_TEXT = st.lists(
-    st.sampled_from(['"text":"', '"content" : "', '"', ":", "\\", '\\"', "\\n", "\\\n", "\n", "a", "}", ","]),
+    st.sampled_from(['"text":"', '"content" : "', '"', ":", "\\", '\\"', "\\n", "\\\n", "\n", "a", "}", ",",
+                     '"texts"', '"tex"', '"reasoning"', '"reasoning_content":"', '"refusal":', '"delta"', "t",
+                     "reasoning", '"arguments"', "text", " "]),
     max_size=60,
 ).map("".join)  # fmt: skip
-"""One-byte text (what most bodies are): the walk that finds a value's end by `memchr`."""
+"""One-byte text (what most bodies are): the walk that looks for a key at each quote and finds a
+value's end by `memchr`."""
 
 
 @settings(max_examples=1000, deadline=None)
