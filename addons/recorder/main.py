@@ -371,8 +371,9 @@ def main() -> int:
 
         start_pusher(spec.session_id)
     warm_up(loop)
-    # idle, it wakes only as often as it commits: batches come at most every BATCH_INTERVAL
-    stop = run(loop, frames.batches(commit_interval(loop)), lambda token: say(f"ack {token}"), say)
+    # idle, it wakes only as often as it commits (at least once a second, for `tick`): batches
+    # come at most every BATCH_INTERVAL
+    stop = run(loop, frames.batches(min(1.0, commit_interval(loop))), lambda token: say(f"ack {token}"), say)
     try:
         finish(loop, stop, Path(spec.main_db_path), say)
     except Exception as exc:  # main.db cannot be written (a full disk): mitmdump reports it
