@@ -3,8 +3,8 @@
 The hooks call `Outbox.put(message)`, which appends to a deque and returns: no lock, no I/O,
 and a wake-up only when the deque was empty (or for a `Barrier` or `Stop`). A model call's
 stream tap calls `put_chunk(key, at, data)` instead, which appends a plain tuple: no message
-object on the event loop. The consumer thread then waits `interval` seconds (`BATCH_INTERVAL`) (not when a
-`Barrier` or `Stop` waits), so the chunks of busy streams pile up and go on as one batch, in
+object on the event loop. The consumer thread then waits `interval` seconds (`BATCH_INTERVAL`;
+not when a `Barrier` or `Stop` waits), so the chunks of busy streams pile up and go on as one batch, in
 which `take` packs each flow's chunks into one `Chunks` message (`pack`): the recorder then
 takes them in one step, not one per chunk.
 When more than `budget` bytes wait (the recorder has fallen behind), the chunks of streamed
