@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from capsem import native
 from capsem.markers import MARKER_SPLIT_RE, hash_value
@@ -106,6 +106,17 @@ def _joined(text: str) -> dict[str, list[str]]:
     return joined
 
 
+def _spans(text: str, keys: Collection[str]) -> list[tuple[str, int, int, str]]:
+    """(key, start, end, decoded value) of each non-empty delta field of `text` whose key is in
+    `keys`, in order: where its raw value lies (`native.delta_spans`, several times faster)."""
+    if native.delta_spans is not None:
+        return native.delta_spans(text, keys)
+    matches = [m for m in _DELTA_RE.finditer(text) if m.group("key") in keys]
+    values = _decoded_all([m.group("value") for m in matches])
+    return [(m.group("key"), *m.span("value"), value)
+            for m, value in zip(matches, values, strict=True) if value]  # fmt: skip
+
+
 def scrub_deltas(text: str, scrub: Callable[[str], str | None]) -> str:
     """`text` (a streamed body, already scrubbed whole) with the secrets that its deltas spell only
     together cut out of each delta."""
@@ -118,11 +129,9 @@ def scrub_deltas(text: str, scrub: Callable[[str], str | None]) -> str:
             dirty[key] = (whole, scrubbed)
     if not dirty:
         return text
-    values = _decoded_all([raw for _, raw in _DELTA_RE.findall(text)])
-    channels: dict[str, list[tuple[re.Match[str], str]]] = {}
-    for m, value in zip(_DELTA_RE.finditer(text), values, strict=True):  # the same matches again
-        if value and m.group("key") in dirty:
-            channels.setdefault(m.group("key"), []).append((m, value))
+    channels: dict[str, list[tuple[int, int, str]]] = {}
+    for key, start, end, value in _spans(text, dirty):
+        channels.setdefault(key, []).append((start, end, value))
     edits = [edit for key, deltas in channels.items() for edit in _channel_edits(deltas, *dirty[key])]
     out, done = [], 0
     for start, end, replacement in sorted(edits):
@@ -132,7 +141,7 @@ def scrub_deltas(text: str, scrub: Callable[[str], str | None]) -> str:
 
 
 def _channel_edits(
-    deltas: list[tuple[re.Match[str], str]], joined: str, scrubbed: str
+    deltas: list[tuple[int, int, str]], joined: str, scrubbed: str
 ) -> list[tuple[int, int, str]]:
     """The edits that cut a channel's redactions (`scrubbed` of its `joined` deltas) out of them."""
     spans = marker_spans(joined, scrubbed)
@@ -140,7 +149,7 @@ def _channel_edits(
         spans = [(0, len(joined))]
     edits = []
     offset = 0
-    for m, value in deltas:
+    for raw_start, raw_end, value in deltas:
         start, end = offset, offset + len(value)
         offset = end
         kept, cut = [], start
@@ -154,5 +163,5 @@ def _channel_edits(
         if cut != start or kept:
             kept.append(value[cut - start :])
             encoded = json.dumps("".join(kept), ensure_ascii=False)[1:-1]
-            edits.append((m.start("value"), m.end("value"), encoded))
+            edits.append((raw_start, raw_end, encoded))
     return edits

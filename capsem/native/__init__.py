@@ -1,7 +1,7 @@
 """capsem's compiled fast path, when it is built: `frame_plain` reads ordinary SSE events (and
 the text chunks of Anthropic, OpenAI Chat, OpenAI Responses and Gemini) in one native pass,
-`crlf_to_lf` makes a CRLF-only piece LF, `delta_fields` and `delta_channels` find and decode
-the delta fields of a streamed body for the scrubber, `note_ends` notes where held chunks end
+`crlf_to_lf` makes a CRLF-only piece LF, `delta_fields`, `delta_channels` and `delta_spans` find
+and decode the delta fields of a streamed body for the scrubber, `note_ends` notes where held chunks end
 (fastpath.c says exactly what each reads); `named_next` skips the name words of a text that the
 scrubber's name/value pass would only move past and `place_adder` notes Hyperscan's matches
 without a Python call each (scrubpath.c, its own module `_scrubpath`);
@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-VERSION = 6
+VERSION = 7
 """The fastpath.c this Python expects (its `FASTPATH_VERSION`); an older build is not used."""
 SCRUB_VERSION = 3
 """The scrubpath.c this Python expects (its `SCRUBPATH_VERSION`)."""
@@ -31,6 +31,7 @@ LEDGER_VERSION = 1
 frame_plain: Callable[..., Any] | None = None
 delta_fields: Callable[[str], list[tuple[str, str]]] | None = None
 delta_channels: Callable[[str], dict[str, list[str]]] | None = None
+delta_spans: Callable[[str, Any], list[tuple[str, int, int, str]]] | None = None
 note_ends: Callable[..., None] | None = None
 crlf_to_lf: Callable[[bytes], bytes | None] | None = None
 named_next: Callable[..., tuple[int, int, int] | None] | None = None
@@ -63,7 +64,7 @@ else:
     if (_fastpath := _module("_fastpath", VERSION)) is not None:
         frame_plain, delta_fields = _fastpath.frame_plain, _fastpath.delta_fields
         delta_channels, note_ends = _fastpath.delta_channels, _fastpath.note_ends
-        crlf_to_lf = _fastpath.crlf_to_lf
+        crlf_to_lf, delta_spans = _fastpath.crlf_to_lf, _fastpath.delta_spans
     if (_scrubpath := _module("_scrubpath", SCRUB_VERSION)) is not None:
         named_next, place_adder = _scrubpath.named_next, _scrubpath.place_adder
     if (_ledgerpath := _module("_ledgerpath", LEDGER_VERSION)) is not None:

@@ -26,7 +26,9 @@
  * value) of every delta field of a streamed body, found left to right without overlap, as the
  * regular expression finds them (a test compares both on generated text). `delta_channels(text)` is
  * what `scrub_deltas` makes of those: the non-empty values, each decoded as `json.loads` decodes
- * it (one it refuses is left out), listed per key in order.
+ * it (one it refuses is left out), listed per key in order. `delta_spans(text, keys)` lists the
+ * same values of the fields whose key is in `keys`, each with where its raw value lies:
+ * (key, start, end, value).
  *
  * `note_ends(noted, ends, times, started, limit)` is `StreamRead.feed_held`'s loop
  * (addons/recorder/streams.py): for each chunk whose decoded end is past the last noted one, while
@@ -39,7 +41,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define FASTPATH_VERSION 6
+#define FASTPATH_VERSION 7
 
 typedef struct {
     char *buf;
@@ -1216,6 +1218,25 @@ bad:
     return Py_None;
 }
 
+/* The decoded value of the delta field text[start:end]: a new str, or Py_None (borrowed) where
+ * json.loads refuses it or it is empty (what scrub_deltas leaves out); NULL on an error. */
+static PyObject *field_value(PyObject *text, int kind, const void *data, Py_ssize_t start, Py_ssize_t end) {
+    if (end == start) return Py_None;
+    int escaped = 0;
+    if (kind == PyUnicode_1BYTE_KIND) {
+        escaped = memchr((const char *)data + start, '\\', (size_t)(end - start)) != NULL;
+    } else {
+        for (Py_ssize_t p = start; p < end; p++)
+            if (PyUnicode_READ(kind, data, p) == '\\') { escaped = 1; break; }
+    }
+    PyObject *value = escaped ? json_unescape(kind, data, start, end) : PyUnicode_Substring(text, start, end);
+    if (value != NULL && value != Py_None && PyUnicode_GET_LENGTH(value) == 0) {
+        Py_DECREF(value);
+        return Py_None;
+    }
+    return value;
+}
+
 /* `delta_channels(text) -> dict[key, list[str]]`: the decoded non-empty values of every delta
  * field, per key, in order (what scrub_deltas joins); a value json.loads refuses is left out. */
 static PyObject *delta_channels(PyObject *self, PyObject *arg) {
@@ -1229,18 +1250,9 @@ static PyObject *delta_channels(PyObject *self, PyObject *arg) {
     PyObject *channels = PyDict_New(), *lists[N_DELTA_KEYS] = {NULL};
     if (channels == NULL) return NULL;
     while (next_field(kind, data, n, &pos, &key, &start, &end)) {
-        if (end == start) continue;
-        int escaped = 0;
-        if (kind == PyUnicode_1BYTE_KIND) {
-            escaped = memchr((const char *)data + start, '\\', (size_t)(end - start)) != NULL;
-        } else {
-            for (Py_ssize_t p = start; p < end; p++)
-                if (PyUnicode_READ(kind, data, p) == '\\') { escaped = 1; break; }
-        }
-        PyObject *value = escaped ? json_unescape(kind, data, start, end) : PyUnicode_Substring(arg, start, end);
+        PyObject *value = field_value(arg, kind, data, start, end);
         if (value == NULL) goto fail;
         if (value == Py_None) continue;
-        if (PyUnicode_GET_LENGTH(value) == 0) { Py_DECREF(value); continue; }
         if (lists[key] == NULL) {
             lists[key] = PyList_New(0);
             if (lists[key] == NULL || PyDict_SetItem(channels, delta_key_objs[key], lists[key]) < 0) {
@@ -1256,6 +1268,38 @@ static PyObject *delta_channels(PyObject *self, PyObject *arg) {
     return channels;
 fail:
     Py_DECREF(channels);
+    return NULL;
+}
+
+/* `delta_spans(text, keys) -> list[(key, start, end, str)]`: for each delta field whose key is in
+ * `keys`, in order, where its raw value lies and the value decoded, as `delta_channels` lists it
+ * (empty and refused values left out). */
+static PyObject *delta_spans(PyObject *self, PyObject *args) {
+    PyObject *text, *keys;
+    if (!PyArg_ParseTuple(args, "UO", &text, &keys)) return NULL;
+    int wanted[N_DELTA_KEYS];
+    for (int k = 0; k < N_DELTA_KEYS; k++)
+        if ((wanted[k] = PySequence_Contains(keys, delta_key_objs[k])) < 0) return NULL;
+    int kind = PyUnicode_KIND(text), key;
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), pos = 0, start, end;
+    PyObject *found = PyList_New(0);
+    if (found == NULL) return NULL;
+    while (next_field(kind, data, n, &pos, &key, &start, &end)) {
+        if (!wanted[key]) continue;
+        PyObject *value = field_value(text, kind, data, start, end);
+        if (value == NULL) goto fail;
+        if (value == Py_None) continue;
+        PyObject *row = Py_BuildValue("(OnnN)", delta_key_objs[key], start, end, value);
+        if (row == NULL || PyList_Append(found, row) < 0) {
+            Py_XDECREF(row);
+            goto fail;
+        }
+        Py_DECREF(row);
+    }
+    return found;
+fail:
+    Py_DECREF(found);
     return NULL;
 }
 
@@ -1305,6 +1349,7 @@ static PyMethodDef methods[] = {
     {"note_ends", note_ends, METH_VARARGS, "note_ends(noted, ends, times, started, limit): see the module doc."},
     {"delta_fields", delta_fields, METH_O, "delta_fields(text) -> list[(key, raw value)]: see the module doc."},
     {"delta_channels", delta_channels, METH_O, "delta_channels(text) -> dict[key, list[str]]: see the module doc."},
+    {"delta_spans", delta_spans, METH_VARARGS, "delta_spans(text, keys) -> list[(key, start, end, str)]: see the module doc."},
     {"crlf_to_lf", crlf_to_lf, METH_O, "crlf_to_lf(data) -> bytes | None: see crlf_to_lf in fastpath.c."},
     {"frame_plain", frame_plain, METH_VARARGS,
      "frame_plain(buf, start, end, ident, event_type, kind) -> list | None: see the module doc."},

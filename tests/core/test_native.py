@@ -244,6 +244,27 @@ def test_delta_channels_joins_what_the_python_scrubber_joins(text):
         native.delta_channels = saved
 
 
+@settings(max_examples=1000, deadline=None)
+@given(
+    text=FIELD_TEXT | ASCII_FIELD_TEXT | ESCAPED_TEXT,
+    keys=st.sets(
+        st.sampled_from(
+            ["text", "content", "reasoning_content", "arguments", "response", "partial_json", "texts"]
+        )
+    ),
+)
+def test_delta_spans_places_what_the_python_scrubber_places(text, keys):
+    from capsem import stream_scrub
+
+    compiled = native.delta_spans(text, keys)
+    saved, native.delta_spans = native.delta_spans, None
+    try:
+        assert compiled == stream_scrub._spans(text, keys)
+    finally:
+        native.delta_spans = saved
+    assert all(key in keys and value for key, _, _, value in compiled)
+
+
 @settings(max_examples=500, deadline=None)
 @given(
     noted=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 9)), max_size=3).map(sorted),
