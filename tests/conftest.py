@@ -60,6 +60,7 @@ def seeded_confdir(confdir: Path) -> Path:
     """`confdir` holding this test run's one mitmproxy CA (copied, private), so that a test's fresh
     mitmdump does not make its own 2048-bit key: ~0.2 s of CPU for each of hundreds of mitmdumps."""
     global _ca_dir
+    import atexit
     import shutil
     import tempfile
 
@@ -67,6 +68,7 @@ def seeded_confdir(confdir: Path) -> Path:
 
     if _ca_dir is None:
         _ca_dir = Path(tempfile.mkdtemp(prefix="capsem-test-ca-"))
+        atexit.register(shutil.rmtree, _ca_dir, True)  # the run's CA key: gone with the run
         CertStore.from_store(_ca_dir, "mitmproxy", 2048)
     if not confdir.exists():
         confdir.mkdir(mode=0o700, parents=True)
