@@ -22,8 +22,10 @@ from collections.abc import Callable, Collection
 from capsem import native
 from capsem.markers import MARKER_SPLIT_RE, hash_value
 
+_DELTA_KEYS = ("text", "thinking", "partial_json", "delta", "content", "arguments", "reasoning_content",
+               "reasoning", "refusal", "response")  # fmt: skip
 _DELTA_RE = re.compile(
-    r'"(?P<key>text|thinking|partial_json|delta|content|arguments|reasoning_content|reasoning|refusal|response)"'
+    rf'"(?P<key>{"|".join(_DELTA_KEYS)})"'
     r'[ \t]*:[ \t]*"(?P<value>[^"\\]*(?:\\.[^"\\]*)*)"'
 )
 """A delta field and its JSON string value (the loop unrolled: ~8x faster in `re` than one
@@ -98,11 +100,9 @@ def _joined(text: str) -> dict[str, list[str]]:
     """The non-empty decoded values of the delta fields of `text`, per key, in order."""
     if native.delta_channels is not None:
         return native.delta_channels(text)
-    found = _DELTA_RE.findall(text)
     joined: dict[str, list[str]] = {}
-    for (key, _), value in zip(found, _decoded_all([raw for _, raw in found]), strict=True):
-        if value:
-            joined.setdefault(key, []).append(value)
+    for key, _, _, value in _spans(text, _DELTA_KEYS):
+        joined.setdefault(key, []).append(value)
     return joined
 
 

@@ -237,11 +237,12 @@ def test_delta_channels_joins_what_the_python_scrubber_joins(text):
     from capsem import stream_scrub
 
     compiled = native.delta_channels(text)
-    saved, native.delta_channels = native.delta_channels, None
+    saved = native.delta_channels, native.delta_spans
+    native.delta_channels = native.delta_spans = None  # the pure-Python path, all of it
     try:
         assert compiled == stream_scrub._joined(text)
     finally:
-        native.delta_channels = saved
+        native.delta_channels, native.delta_spans = saved
 
 
 @settings(max_examples=1000, deadline=None)
