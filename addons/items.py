@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 
 from addons.records import ResponseSummary
-from capsem.markers import keyed_hex
+from capsem.markers import content_hex
 
 _ENCODE = msgspec.json.Encoder(order="sorted")
 
@@ -53,7 +53,7 @@ def _strip(value: Any) -> Any:
 def item(kind: str, value: Any, *, role: str | None = None, call_id: str | None = None,
          tool_name: str | None = None) -> Item:  # fmt: skip
     content = _ENCODE.encode(_strip(value)).decode("utf-8", "replace")
-    digest = keyed_hex(
+    digest = content_hex(
         f"{kind}\0{content}".encode("utf-8", "surrogatepass"), 32
     )  # a short secret stays unguessable
     return Item(kind, content, digest, role, call_id, tool_name)

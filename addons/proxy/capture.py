@@ -39,7 +39,7 @@ from addons.proxy.guard import Guard
 from addons.proxy.guardrails import Guardrails
 from addons.proxy.handover import RecorderProcess
 from addons.proxy.hooks import guarded
-from addons.proxy.memory import return_large_blocks
+from addons.memory import return_large_blocks
 from addons.proxy.outbox import Barriers, Outbox
 from addons.proxy.policy import Policy, PolicyError
 from addons.proxy.policy_gate import PolicyGate

@@ -47,6 +47,12 @@ costs both processes a wake-up, a frame and the recorder's per-batch steps whate
 at 20 ms, one paced stream (200 chunks a second) spent more CPU on those than on its chunks.
 Nothing waits for it: a `Barrier` or `Stop` goes at once, and the agent's bytes never pass here."""
 
+BATCH_BYTES = 64 * 1024
+"""About what one frame to the recorder holds at most (`take`): a flood's batch would otherwise
+be megabytes, each copy of it (the joined chunks, msgpack's buffer) above mitmdump's fixed mmap
+threshold (`addons/memory.py`) and so a fresh mapping, faulted in page by page (~1,000 page
+faults a 2 MiB flood on the sender thread). Frames this size come from the heap."""
+
 ChunkItem = tuple[str, float, bytes]
 """A chunk `put_chunk` queued: (flow key, time, bytes)."""
 
@@ -140,7 +146,7 @@ class Outbox:
         """The `Stop` that ends the session, with what was dropped on the way."""
         return Stop(status, self.stats.dropped_chunks, self.stats.dropped_messages)
 
-    def take(self, max_bytes: int = 4 * 1024 * 1024) -> list[Message]:
+    def take(self, max_bytes: int = BATCH_BYTES) -> list[Message]:
         """What is waiting (up to about `max_bytes`), oldest first, chunks packed (`pack`);
         consumer side."""
         self.urgent = False

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import zstandard
 
 from addons.items import Item
-from capsem.markers import keyed_hex
+from capsem.markers import content_hex
 from capsem.redact import Scrubber, is_stream_type
 from capsem.store.bodies import DIGEST, cut, segments
 from capsem.store.rows import BodyBlob, BodyChunk, ContentFrame, IdMinter, ItemContent, Row, new_event_id
@@ -263,7 +263,7 @@ class BodyStore:
         self._rows.append(
             BodyBlob(
                 id=blob_id, event_id=new_event_id(), owner_event_id=owner, source_table=source_table, row_id=row_id,
-                direction=body.direction, size=len(body.data), sha256=keyed_hex(body.data, 64),
+                direction=body.direction, size=len(body.data), sha256=content_hex(body.data, 64),
                 truncated=int(body.truncated), content_type=body.content_type, chunks=b"".join(listed),
                 runs=json.dumps(found, separators=(",", ":")),
             )

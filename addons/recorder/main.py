@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from addons.messages import Barrier, FlowEnded, Message, Stop, decode
+from addons.memory import keep_large_blocks
 from addons.spec import RecorderSpec, capture_settings
 from capsem import __version__, health
 from capsem.ids import utc_now
@@ -317,7 +318,8 @@ class _Frames:
             if len(self.buf) >= 4:
                 size = int.from_bytes(self.buf[:4], "big")
                 if len(self.buf) >= 4 + size:
-                    frame = bytes(self.buf[4 : 4 + size])
+                    with memoryview(self.buf) as view:  # one copy, not a slice's and then bytes'
+                        frame = bytes(view[4 : 4 + size])
                     del self.buf[: 4 + size]
                     return frame
             if self.eof:
@@ -345,6 +347,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.umask(CHILD_UMASK)  # capsem's own process: what it writes (session.db, its files) is private
+    keep_large_blocks()
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     scrubbing = scrub_logs(uncaught=True)  # its stderr is mitmdump's log
     frames = _Frames(sys.stdin.fileno())

@@ -131,7 +131,7 @@ def paced_stream(proxy) -> tuple[int, int]:
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_a_paced_stream_costs_mitmdump_no_page_faults_per_read(shared):
-    """Each socket read comes from the heap (`addons/proxy/memory.py`): with asyncio's 256 KiB
+    """Each socket read comes from the heap (`addons/memory.py`): with asyncio's 256 KiB
     reads above the fixed 128 KiB mmap threshold, every read was a fresh mapping (~2 faults each)."""
     faults, writes = shared.scenario("paced").result
     assert writes > 100
