@@ -24,6 +24,7 @@ from mitmproxy.addonmanager import Loader
 from mitmproxy.log import ALERT
 
 from addons.budgets import RULE_PREFIX
+from addons.memory import return_large_blocks
 from addons.messages import (
     FlowEnded,
     StreamOpened,
@@ -39,7 +40,6 @@ from addons.proxy.guard import Guard
 from addons.proxy.guardrails import Guardrails
 from addons.proxy.handover import RecorderProcess
 from addons.proxy.hooks import guarded
-from addons.memory import return_large_blocks
 from addons.proxy.outbox import Barriers, Outbox
 from addons.proxy.policy import Policy, PolicyError
 from addons.proxy.policy_gate import PolicyGate

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from addons.messages import Barrier, FlowEnded, Message, Stop, decode
 from addons.memory import keep_large_blocks
+from addons.messages import Barrier, FlowEnded, Message, Stop, decode
 from addons.spec import RecorderSpec, capture_settings
 from capsem import __version__, health
 from capsem.ids import utc_now
