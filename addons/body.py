@@ -45,7 +45,7 @@ class Preview:
         if len(self.buf) == self.limit and text.endswith("\ufffd"):
             text = text.rstrip("\ufffd")
         if self.total > len(self.buf):
-            text += f"\n[… {self.total - len(self.buf)} more bytes]"
+            text += f"\n[... {self.total - len(self.buf)} more bytes]"  # ASCII (addons/recorder/build.py: cap_text)
         return text
 
 

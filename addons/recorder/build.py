@@ -54,14 +54,16 @@ def ms(start: float | None, end: float | None) -> int | None:
 
 
 def cap_text(text: str | None, limit: int) -> str | None:
-    """`text` cut to at most `limit` UTF-8 bytes on a character boundary, with a note."""
+    """`text` cut to at most `limit` UTF-8 bytes on a character boundary, with a note (ASCII: an
+    ellipsis would make CPython hold a megabyte of ASCII text at two bytes a character, and
+    every later step, the scrubber's and SQLite's encodings, pay for it)."""
     if text is None:
         return None
     data = text.encode("utf-8", "surrogatepass")
     if len(data) <= limit:
         return text
     cut = data[:limit].decode("utf-8", "ignore")
-    return cut + f"\n[… {len(data) - limit} more bytes]"
+    return cut + f"\n[... {len(data) - limit} more bytes]"
 
 
 def decode(

@@ -99,4 +99,4 @@ def test_query_and_inspect_read_well_at_both_widths(home, monkeypatch, width):
                  ["cost-report", "--by", "model"]):  # fmt: skip
         out = run(*args)
         assert all(len(line) <= width for line in out.splitlines()), (args, out)
-        assert "…" not in out.replace("[…", "")  # nothing cut with an ellipsis
+        assert "…" not in out  # nothing cut with an ellipsis

@@ -199,7 +199,7 @@ def test_mitmdump_preview_bytes_option_still_sets_the_preview(mitmdump, emu, cap
         client.post("https://api.openai.com/v1/chat/completions", json=body)
     proxy.stop()
     (net,) = rows(only_session(capsem_home), "SELECT request_body_preview FROM net_events")
-    assert net["request_body_preview"].startswith('{"model":"\n[… ')  # 10 bytes, then what was cut
+    assert net["request_body_preview"].startswith('{"model":"\n[... ')  # 10 bytes, then what was cut
 
 
 def test_show_hides_the_team_database_password(config):

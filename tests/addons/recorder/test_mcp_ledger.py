@@ -245,7 +245,7 @@ def test_previews_stop_at_256_kib_and_sizes_do_not(rec):
     answer = json.dumps(big, ensure_ascii=False).encode()
     rec.close(post("p0", CALL, status=200, answer=answer, content_type="application/json", query=""))
     (row,) = mcp_rows(rec)
-    kept, note = row["response_preview"].split("\n[… ")
+    kept, note = row["response_preview"].split("\n[... ")
     assert len(kept.encode()) <= MCP_PREVIEW_BYTES
     assert row["response_preview"].startswith('{"content":[{"type":"text","text":"éé')
     assert len(kept.encode()) > MCP_PREVIEW_BYTES - 4 and note.endswith("more bytes]")
