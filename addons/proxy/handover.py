@@ -125,23 +125,14 @@ class RecorderProcess(Barriers):
     # -- the sender thread ---------------------------------------------------------------------
 
     def _send(self) -> None:
+        outbox = self.outbox
         while True:
-            if not self.outbox.waiting:
-                self.outbox.wake.wait()
-                self.outbox.wake.clear()
-                if not self._stopped.is_set() and not self.outbox.urgent:
-                    time.sleep(self.interval)  # let a busy stream's chunks pile up into one batch
-            batch = self.outbox.take()
-            if not batch:
-                if self._stopped.is_set():
-                    break
-                continue
-            if not self._deliver(batch):
-                self.outbox.stats.dropped_messages += count(batch)
-                for message in batch:
-                    if type(message) is Barrier:
-                        self._fail_barrier(message.token)  # type: ignore[union-attr]
-            if any(type(m) is Stop for m in batch):
+            if not outbox.waiting:
+                outbox.wake.wait()
+                outbox.wake.clear()
+            if not self._stopped.is_set() and not outbox.urgent:
+                time.sleep(self.interval)  # a round sends what came meanwhile: busy streams' chunks together
+            if self._send_round():
                 break
         child = self._child
         if child is not None and child.process.stdin is not None:
@@ -149,6 +140,27 @@ class RecorderProcess(Barriers):
                 child.process.stdin.close()
             except OSError:
                 pass
+
+    def _send_round(self) -> bool:
+        """Send what waits now, in frames of about `BATCH_BYTES`; True once the `Stop` is sent.
+
+        What comes meanwhile waits for the next round, `interval` later (a `Barrier` or `Stop`
+        goes at once): a flood's chunks were otherwise sent as fast as they came, a frame at a
+        time, the sender thread and the recorder working through the stream beside mitmdump."""
+        outbox = self.outbox
+        end = outbox.taken_bytes + outbox.waiting_bytes
+        while outbox.taken_bytes < end or outbox.urgent:
+            batch = outbox.take()
+            if not batch:
+                break
+            if not self._deliver(batch):
+                outbox.stats.dropped_messages += count(batch)
+                for message in batch:
+                    if type(message) is Barrier:
+                        self._fail_barrier(message.token)  # type: ignore[union-attr]
+            if any(type(m) is Stop for m in batch):
+                return True
+        return self._stopped.is_set() and not outbox.waiting
 
     def _deliver(self, batch: list[Message]) -> bool:
         """Write a batch to the live child, to its successor if it dies meanwhile; False when no

@@ -92,6 +92,11 @@ class Outbox:
     def waiting_bytes(self) -> int:
         return self._put_bytes - self._taken_bytes
 
+    @property
+    def taken_bytes(self) -> int:
+        """Bytes taken so far (as `waiting_bytes` counts them); consumer side."""
+        return self._taken_bytes
+
     def put(self, message: Message) -> None:
         """Queue `message` (or drop and count it); never blocks, never raises."""
         if self.closed:

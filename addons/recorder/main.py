@@ -315,13 +315,9 @@ class _Frames:
     def next(self, timeout: float | None) -> bytes | None:
         """The next frame; b"" when none came within `timeout` seconds; None at the end of input."""
         while True:
-            if len(self.buf) >= 4:
-                size = int.from_bytes(self.buf[:4], "big")
-                if len(self.buf) >= 4 + size:
-                    with memoryview(self.buf) as view:  # one copy, not a slice's and then bytes'
-                        frame = bytes(view[4 : 4 + size])
-                    del self.buf[: 4 + size]
-                    return frame
+            frame = self.buffered()
+            if frame is not None:
+                return frame
             if self.eof:
                 return None
             if timeout is not None:
@@ -333,10 +329,31 @@ class _Frames:
                 self.eof = True
             self.buf += data
 
+    def buffered(self) -> bytes | None:
+        """The next frame if it has been read whole already, else None."""
+        buf = self.buf
+        if len(buf) >= 4:
+            size = int.from_bytes(buf[:4], "big")
+            if len(buf) >= 4 + size:
+                with memoryview(buf) as view:  # one copy, not a slice's and then bytes'
+                    frame = bytes(view[4 : 4 + size])
+                del buf[: 4 + size]
+                return frame
+        return None
+
     def batches(self, interval: float) -> Callable[[], list[Message] | None]:
+        """The messages of the next frame and of every frame read with it: one batch, so the loop's
+        steps per batch (feeding the readers, the status) run once per read, not once per frame
+        (a flood comes as frames of ~64 KiB, written back to back)."""
+
         def batch() -> list[Message] | None:
             frame = self.next(interval)
-            return None if frame is None else (decode(frame) if frame else [])
+            if not frame:
+                return None if frame is None else []
+            messages = decode(frame)
+            while (more := self.buffered()) is not None:
+                messages += decode(more)
+            return messages
 
         return batch
 
