@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from addons.memory import MMAP_THRESHOLD
 from addons.messages import (
     Barrier,
     Chunk,
@@ -24,7 +25,7 @@ from addons.messages import (
     decode,
     encode,
 )
-from addons.proxy.outbox import Outbox, count, pack
+from addons.proxy.outbox import BATCH_BYTES, Outbox, count, pack
 from tests.recording import RecorderHarness, ended, head, response
 
 
@@ -188,3 +189,22 @@ def test_the_recorders_health_reports_are_kept_in_memory_and_each_new_loss_is_lo
     assert [r.getMessage() for r in caplog.records] == [
         "capsem: 525 rows could not be written to session.db (database or disk is full); the record is incomplete"
     ]
+
+
+def test_a_flood_goes_in_frames_below_the_mmap_threshold_in_order():
+    """`take` holds about `BATCH_BYTES` (a chunk more at most): a flood's megabytes are several
+    frames, each below mitmdump's fixed mmap threshold, and together they are the stream as it came."""
+    outbox = Outbox()
+    stream = [bytes([65 + i % 26]) * 1000 for i in range(2000)]  # 2 MB in 1,000-byte chunks
+    for i, data in enumerate(stream):
+        outbox.put_chunk("f1", float(i), data)
+    frames = []
+    while outbox.waiting:
+        frames.append(outbox.take())
+    assert len(frames) > 2_000_000 // BATCH_BYTES
+    for batch in frames:
+        (chunks,) = batch
+        assert len(chunks.data) <= BATCH_BYTES and len(encode(batch)) < MMAP_THRESHOLD
+    assert b"".join(b[0].data for b in frames) == b"".join(stream)
+    assert [t for b in frames for t in b[0].times] == [float(i) for i in range(2000)]
+    assert outbox.waiting_bytes == 0
