@@ -4,9 +4,9 @@ The hooks call `Outbox.put(message)`, which appends to a deque and returns: no l
 and a wake-up only when the deque was empty (or for a `Barrier` or `Stop`). A model call's
 stream tap calls `put_chunk(key, at, data)` instead, which appends a plain tuple: no message
 object on the event loop. The consumer thread then waits `interval` seconds (`BATCH_INTERVAL`;
-not when a `Barrier` or `Stop` waits), so the chunks of busy streams pile up and go on as one batch, in
-which `take` packs each flow's chunks into one `Chunks` message (`pack`): the recorder then
-takes them in one step, not one per chunk.
+not when a `Barrier` or `Stop` waits), so the chunks of busy streams pile up and go on together,
+in batches of about `BATCH_BYTES`, in each of which `take` packs each flow's chunks into one
+`Chunks` message (`pack`): the recorder then takes them in one step, not one per chunk.
 When more than `budget` bytes wait (the recorder has fallen behind), the chunks of streamed
 bodies are dropped, counted, and every later chunk of the same flow too, so the recorder sees a
 clean prefix of that body and the flow's row says how many chunks it lost (capture degrades;
@@ -42,8 +42,8 @@ class HandoverStats:
 
 
 BATCH_INTERVAL = 0.1
-"""Seconds the consumer lets messages pile up after the first one of a batch arrives. Each batch
-costs both processes a wake-up, a frame and the recorder's per-batch steps whatever it holds:
+"""Seconds the consumer lets messages pile up between its rounds (`RecorderProcess._send_round`),
+and after the first message when it was idle. Each batch costs both processes a wake-up, a frame and the recorder's per-batch steps whatever it holds:
 at 20 ms, one paced stream (200 chunks a second) spent more CPU on those than on its chunks.
 Nothing waits for it: a `Barrier` or `Stop` goes at once, and the agent's bytes never pass here."""
 
