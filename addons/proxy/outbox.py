@@ -43,9 +43,10 @@ class HandoverStats:
 
 BATCH_INTERVAL = 0.1
 """Seconds the consumer lets messages pile up between its rounds (`RecorderProcess._send_round`),
-and after the first message when it was idle. Each batch costs both processes a wake-up, a frame and the recorder's per-batch steps whatever it holds:
-at 20 ms, one paced stream (200 chunks a second) spent more CPU on those than on its chunks.
-Nothing waits for it: a `Barrier` or `Stop` goes at once, and the agent's bytes never pass here."""
+and after the first message when it was idle. Each round costs both processes a wake-up, frames
+and the recorder's per-batch steps whatever it holds: at 20 ms, one paced stream (200 chunks a
+second) spent more CPU on those than on its chunks. Nothing waits for it: a `Barrier` or `Stop`
+goes at once, and the agent's bytes never pass here."""
 
 BATCH_BYTES = 64 * 1024
 """About what one frame to the recorder holds at most (`take`): a flood's batch would otherwise

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import select
 import signal
 import sys
 import threading
@@ -31,7 +30,8 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from addons.memory import keep_large_blocks
-from addons.messages import Barrier, FlowEnded, Message, Stop, decode
+from addons.messages import Barrier, FlowEnded, Message, Stop
+from addons.recorder.frames import Frames
 from addons.spec import RecorderSpec, capture_settings
 from capsem import __version__, health
 from capsem.ids import utc_now
@@ -304,60 +304,6 @@ def finish(loop: Loop, stop: Stop | None, main_db: Path | None = None,
 # -- the child process -------------------------------------------------------------------------
 
 
-class _Frames:
-    """Reads length-prefixed frames from a file descriptor."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.buf = bytearray()
-        self.eof = False
-
-    def next(self, timeout: float | None) -> bytes | None:
-        """The next frame; b"" when none came within `timeout` seconds; None at the end of input."""
-        while True:
-            frame = self.buffered()
-            if frame is not None:
-                return frame
-            if self.eof:
-                return None
-            if timeout is not None:
-                ready, _, _ = select.select([self.fd], [], [], timeout)
-                if not ready:
-                    return b""
-            data = os.read(self.fd, 1024 * 1024)
-            if not data:
-                self.eof = True
-            self.buf += data
-
-    def buffered(self) -> bytes | None:
-        """The next frame if it has been read whole already, else None."""
-        buf = self.buf
-        if len(buf) >= 4:
-            size = int.from_bytes(buf[:4], "big")
-            if len(buf) >= 4 + size:
-                with memoryview(buf) as view:  # one copy, not a slice's and then bytes'
-                    frame = bytes(view[4 : 4 + size])
-                del buf[: 4 + size]
-                return frame
-        return None
-
-    def batches(self, interval: float) -> Callable[[], list[Message] | None]:
-        """The messages of the next frame and of every frame read with it: one batch, so the loop's
-        steps per batch (feeding the readers, the status) run once per read, not once per frame
-        (a flood comes as frames of ~64 KiB, written back to back)."""
-
-        def batch() -> list[Message] | None:
-            frame = self.next(interval)
-            if not frame:
-                return None if frame is None else []
-            messages = decode(frame)
-            while (more := self.buffered()) is not None:
-                messages += decode(more)
-            return messages
-
-        return batch
-
-
 def main() -> int:
     # mitmdump decides when recording ends (a Stop, or the end of input if it dies): a Ctrl-C or a
     # SIGTERM sent to the whole process group must not cut the recorder short of its last rows
@@ -367,7 +313,7 @@ def main() -> int:
     keep_large_blocks()
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     scrubbing = scrub_logs(uncaught=True)  # its stderr is mitmdump's log
-    frames = _Frames(sys.stdin.fileno())
+    frames = Frames(sys.stdin.fileno())
     first = frames.next(None)
     if not first:
         return 2

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from addons.messages import Barrier, Chunks, encode
-from addons.recorder.main import _Frames
+from addons.recorder.frames import Frames
 
 
 def _frame(messages: list) -> bytes:
@@ -17,7 +17,7 @@ def _frame(messages: list) -> bytes:
 def test_frames_read_together_are_one_batch_and_a_partial_one_waits():
     r, w = os.pipe()
     try:
-        frames = _Frames(r)
+        frames = Frames(r)
         batch = frames.batches(1.0)
         first = [Chunks("f1", b"a" * 20_000, [20_000], [1.0])]  # (all within a pipe's 64 KiB)
         second = [Chunks("f1", b"b" * 10, [10], [2.0]), Barrier(3)]
