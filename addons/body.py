@@ -23,6 +23,13 @@ from addons.providers.base import ProtocolParser, StreamInterpreter
 from addons.records import ResponseSummary
 
 
+def cut_note(more: int) -> str:
+    """What ends a text cut short: how many bytes were left out. ASCII: an ellipsis would make
+    CPython hold a capped megabyte of ASCII text at two bytes a character, and every later step
+    (the scrubber's and SQLite's encodings) pay for it."""
+    return f"\n[... {more} more bytes]"
+
+
 class Preview:
     """The first `limit` bytes of a body, and its total size."""
 
@@ -45,7 +52,7 @@ class Preview:
         if len(self.buf) == self.limit and text.endswith("\ufffd"):
             text = text.rstrip("\ufffd")
         if self.total > len(self.buf):
-            text += f"\n[... {self.total - len(self.buf)} more bytes]"  # ASCII (addons/recorder/build.py: cap_text)
+            text += cut_note(self.total - len(self.buf))
         return text
 
 

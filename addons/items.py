@@ -52,10 +52,13 @@ def _strip(value: Any) -> Any:
 
 def item(kind: str, value: Any, *, role: str | None = None, call_id: str | None = None,
          tool_name: str | None = None) -> Item:  # fmt: skip
-    content = _ENCODE.encode(_strip(value)).decode("utf-8", "replace")
-    digest = content_hex(
-        f"{kind}\0{content}".encode("utf-8", "surrogatepass"), 32
-    )  # a short secret stays unguessable
+    raw = _ENCODE.encode(_strip(value))
+    try:
+        content = raw.decode("utf-8")  # then `raw` is its UTF-8 as it is: hashed without re-encoding
+    except UnicodeDecodeError:  # (a lone surrogate, written as it came)
+        content = raw.decode("utf-8", "replace")
+        raw = content.encode("utf-8", "surrogatepass")
+    digest = content_hex(kind.encode() + b"\0" + raw, 32)  # keyed: a short secret stays unguessable
     return Item(kind, content, digest, role, call_id, tool_name)
 
 

@@ -27,17 +27,16 @@ import ctypes
 import ctypes.util
 import logging
 
-logger = logging.getLogger("addons.proxy")
+logger = logging.getLogger(__name__)
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 """glibc's `mallopt` parameters (malloc.h)."""
 MMAP_THRESHOLD = 128 * 1024
 READ_SIZE = 64 * 1024
 """What a socket read asks for: below `MMAP_THRESHOLD`."""
-
-
 RECORDER_MMAP_THRESHOLD = 32 * 1024 * 1024
 RECORDER_TRIM_THRESHOLD = 64 * 1024 * 1024
+"""The recorder's: blocks up to 32 MiB from the heap, up to 64 MiB of it kept free at its top."""
 
 
 def _mallopt(*settings: tuple[int, int]) -> bool:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NamedTuple
 
-from addons.body import Preview
+from addons.body import Preview, cut_note
 from addons.conversations import SUBAGENT_TOOLS, Conversations, Spawn
 from addons.decode import BodyDecoder
 from addons.items import Item
@@ -54,16 +54,14 @@ def ms(start: float | None, end: float | None) -> int | None:
 
 
 def cap_text(text: str | None, limit: int) -> str | None:
-    """`text` cut to at most `limit` UTF-8 bytes on a character boundary, with a note (ASCII: an
-    ellipsis would make CPython hold a megabyte of ASCII text at two bytes a character, and
-    every later step, the scrubber's and SQLite's encodings, pay for it)."""
+    """`text` cut to at most `limit` UTF-8 bytes on a character boundary, with a note (`cut_note`)."""
     if text is None:
         return None
     data = text.encode("utf-8", "surrogatepass")
     if len(data) <= limit:
         return text
     cut = data[:limit].decode("utf-8", "ignore")
-    return cut + f"\n[... {len(data) - limit} more bytes]"
+    return cut + cut_note(len(data) - limit)
 
 
 def decode(
