@@ -163,6 +163,49 @@ class PatternEnds(_Scanner):
         return _positions(text, data, sorted(set(found)))
 
 
+_PY_SPACE = r"\s\x1c-\x1f"
+"""What Python's `\\s` matches in an ASCII text, in a class: Hyperscan's `\\s` and the four
+separators `\\x1c`-`\\x1f` (`str.isspace`)."""
+
+
+def ascii_prefilter_regex(pattern: str) -> str:
+    """A Python `re` pattern as Hyperscan reads it the same way on ASCII text (for a
+    `RegexPrefilter` asked only of ASCII texts): named groups become plain groups and `\\s`
+    takes in `\\x1c`-`\\x1f`, which Python's `\\s` matches and Hyperscan's does not (`\\w`,
+    `\\d` and `\\b` agree on ASCII). Raises ValueError for `\\S` inside a class (no prefilter then)."""
+    out: list[str] = []
+    i, in_class = 0, False
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            pair = pattern[i : i + 2]
+            if pair == "\\s":
+                out.append(_PY_SPACE if in_class else f"[{_PY_SPACE}]")
+            elif pair == "\\S":
+                if in_class:
+                    raise ValueError(f"\\S in a class: {pattern!r}")
+                out.append(f"[^{_PY_SPACE}]")
+            else:
+                out.append(pair)
+            i += 2
+            continue
+        if in_class:
+            in_class = not (ch == "]" and out[-1] not in ("[", "[^"))
+        elif ch == "[":
+            in_class = True
+            if pattern.startswith("[^", i):
+                out.append("[^")
+                i += 2
+                continue
+        elif pattern.startswith("(?P<", i):
+            out.append("(?:")
+            i = pattern.index(">", i) + 1
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
 class RegexPrefilter(_Scanner):
     """Whether a regex could match: Hyperscan's prefilter mode (a superset of the matches)."""
 
@@ -184,7 +227,7 @@ class RegexPrefilter(_Scanner):
                 return
             try:
                 self._db = compiled([self._translate(self.pattern).encode()], [self._FLAGS], keep=self._keep)
-            except hyperscan.error as exc:  # no prefilter: Python's regex answers alone
+            except (hyperscan.error, ValueError) as exc:  # no prefilter: Python's regex answers alone
                 logger.debug("no Hyperscan prefilter for %r: %s", self.pattern, exc)
             self._ready = True
 

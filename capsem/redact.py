@@ -48,7 +48,7 @@ from urllib.parse import parse_qsl, quote
 from capsem.command_passwords import COMMAND_PATTERNS
 from capsem.credential_places import pgpass_spans
 from capsem.escapes import scrub_decoded
-from capsem.literal_scan import SHORT_TEXT, LiteralPlaces, LiteralSet, RegexPrefilter
+from capsem.literal_scan import SHORT_TEXT, LiteralPlaces, LiteralSet, RegexPrefilter, ascii_prefilter_regex
 from capsem.markers import MARKER_RE, hash_value, outside_markers
 from capsem.markers import redacted as _redacted
 from capsem.secret_names import (
@@ -345,6 +345,8 @@ class _Prefilter:
             RegexPrefilter(rule.pattern, python_regex, keep=rule in shipped) for rule in rules.rules
         )
         """Per rule: could its regex match at all (asked only of rules whose keywords occur)."""
+        self.patterns = _PATTERN_PREFILTERS
+        """Per capsem pattern: the same question, asked only of ASCII texts (`ascii_prefilter_regex`)."""
 
     def passes(self, data: bytes) -> tuple[list[int], list[int], bool, bool]:
         """(capsem patterns to run, rules to run, cookies?, secret names?) for a text (UTF-8)."""
@@ -362,6 +364,11 @@ class _Prefilter:
             else:
                 named = True
         return sorted(patterns), sorted(rules), cookie, named
+
+
+_PATTERN_PREFILTERS = tuple(
+    RegexPrefilter(pattern, ascii_prefilter_regex, keep=True) for _, pattern in _PATTERNS
+)
 
 
 @functools.lru_cache(maxsize=8)
@@ -426,14 +433,18 @@ class Scrubber:
     def _passes(self, text: str) -> str:
         """Every pass once over `text` as it reads (`scrub` gives it the decoded view)."""
         data = text.encode("utf-8", "surrogatepass")
+        given = text
         patterns, rules, cookie, named = self._prefilter.passes(data)
+        if patterns and len(data) == len(text) and len(text) > SHORT_TEXT:  # ASCII, long: ask Hyperscan first
+            patterns = [i for i in patterns if self._prefilter.patterns[i].maybe(data)]
         if named:
             text = scrub_named_values(text, data)  # first, so that a value is redacted whole
         text = _redact_spans(text, self._learned.spans(text, data))
         for i in patterns:
             text = _redact_spans(text, [_secret_of(m) for m in _COMPILED[i][1].finditer(text)])
         if cookie:
-            text = _redact_spans(text, _cookie_spans(text, text.encode("utf-8", "surrogatepass")))
+            cookie_data = data if text is given else text.encode("utf-8", "surrogatepass")
+            text = _redact_spans(text, _cookie_spans(text, cookie_data))
         text = _redact_spans(text, pgpass_spans(text, data))
         wanted = [i for i in rules if self._prefilter.regexes[i].maybe(data)]
         return _redact_spans(text, _rule_spans(text, self.rules, wanted)) if wanted else text

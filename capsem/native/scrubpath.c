@@ -11,7 +11,9 @@
  *   `-`, blanks and a plain word follow it (`_PROSE_AFTER_RE`), no command that assigns after
  *   blanks ends within `look_back` characters before it (`ends`, the sorted ends of those
  *   commands, as `_Assigning` finds them), and, for a secret name, no `,` is within 60 characters
- *   (where a CSV header could be) or the CSV pass would find no header there at its first checks.
+ *   (where a CSV header could be) or the CSV pass would find no header there at its first checks;
+ * - `verdicts[name]` is 1 and no random-looking token can follow it: `_random_token_after` finds no
+ *   run of 20 or more token characters where its gap (`_CONTEXT_GAP_RE`) ends (`key)`, `keys, `).
  *
  * It returns (hit, start, end) of the first name it does not skip, for the Python loop to decide,
  * or None when none is left. A name not in `verdicts`, or `ends` None where they are needed, is
@@ -21,7 +23,7 @@
 #include <Python.h>
 #include <string.h>
 
-#define SCRUBPATH_VERSION 3
+#define SCRUBPATH_VERSION 4
 
 
 static inline int is_name_char(Py_UCS4 c) {
@@ -134,6 +136,47 @@ static int csv_cannot(const Text *t, Py_ssize_t start) {
     return 1;
 }
 
+static inline int is_token_char(Py_UCS4 c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '+' || c == '/' ||
+           c == '_' || c == '-' || c == '.' || c == '~';
+}
+
+static inline int is_blank(const Text *t, Py_ssize_t p) { return p < t->len && (at(t, p) == ' ' || at(t, p) == '\t'); }
+
+/* past `(?:\\*[quotes])?` at p: backslashes, then one of `quotes`, or nothing */
+static Py_ssize_t past_quote(const Text *t, Py_ssize_t p, const char *quotes) {
+    Py_ssize_t q = p;
+    while (q < t->len && at(t, q) == '\\') q++;
+    return q < t->len && at(t, q) < 128 && at(t, q) != 0 && strchr(quotes, (int)at(t, q)) ? q + 1 : p;
+}
+
+/* whether `_random_token_after(text, end)` (capsem/secret_names.py) surely finds nothing: 1 when
+ * `LONG_TOKEN_RE` cannot match where `_CONTEXT_GAP_RE`
+ * (`(?:\\*["'])?[ \t]*(?:(?::=|[:=]|->|=>|(?:is|was)(?=[ \t]))[ \t]*)?(?:\\*["'`(])?`, case-less)
+ * ends, 0 when it may (or a non-ASCII character could fold to `is`/`was`: Python decides) */
+static int no_token_after(const Text *t, Py_ssize_t p) {
+    p = past_quote(t, p, "\"'");
+    while (is_blank(t, p)) p++;
+    for (Py_ssize_t k = p; k < p + 4 && k < t->len; k++)
+        if (at(t, k) >= 128) return 0;
+    Py_UCS4 a = p < t->len ? at(t, p) : 0, b = p + 1 < t->len ? at(t, p + 1) : 0;
+    Py_UCS4 c = p + 2 < t->len ? at(t, p + 2) : 0;
+    Py_ssize_t sep = 0;
+    if ((a == ':' && b == '=') || (a == '-' && b == '>') || (a == '=' && b == '>')) sep = 2;
+    else if (a == ':' || a == '=') sep = 1;
+    else if ((a | 32) == 'i' && (b | 32) == 's' && is_blank(t, p + 2)) sep = 2;
+    else if ((a | 32) == 'w' && (b | 32) == 'a' && (c | 32) == 's' && is_blank(t, p + 3)) sep = 3;
+    if (sep) {
+        p += sep;
+        while (is_blank(t, p)) p++;
+    }
+    p = past_quote(t, p, "\"'`(");
+    if (p > 0 && is_token_char(at(t, p - 1))) return 1; /* the token's look-behind */
+    Py_ssize_t q = p;
+    while (q < t->len && q - p < 20 && is_token_char(at(t, q))) q++;
+    return q - p < 20;
+}
+
 static PyObject *named_next(PyObject *self, PyObject *args) {
     PyObject *text, *hits, *verdicts, *ends;
     Py_ssize_t pos, look_back;
@@ -161,7 +204,7 @@ static PyObject *named_next(PyObject *self, PyObject *args) {
         long v = verdict == NULL ? -1 : PyLong_AsLong(verdict);
         if (v == -1 && PyErr_Occurred()) return NULL;
         int skip = 0;
-        if (v == 0) {
+        if (v == 0 || (v == 1 && no_token_after(&t, end))) {
             skip = 1;
         } else if ((v == 1 || v == 2) && at(&t, start) != '-' && ends != Py_None && prose_after(&t, end)) {
             int near = end_near(ends, start, look_back);

@@ -9,6 +9,8 @@ and junk; the benchmark corpora; and the secret-context cases of the other tests
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -27,11 +29,14 @@ NAMES = ["DB_PASS", "password", "passwd", "api_key", "apiKey", "secretAccessKey"
          "max_tokens", "cache_key", "password_file", "bypass", "author", "token_count", "PUBLIC_KEY",
          "Token", "TOKEN", "passphrase", "client_secret", "self._key", "flow_key", "-storepass", "--password",
          "--token", "-p", "signature", "KEY_ID", "pwd", "OLDPWD", "secret"]  # fmt: skip
-SEPARATORS = ["=", ": ", ":", " = ", " ", "\t", ":=", "==", " is ", " was ", " -> ", "\t\t", "  "]
+SEPARATORS = ["=", ": ", ":", " = ", " ", "\t", ":=", "==", " is ", " was ", " -> ", "\t\t", "  ", " => ", "=>",
+              " IS ", " wAs ", " is", "('", '\\"', "`", " iſ ", " İs ", '" = "', "\\\\'", ")", ", ", "x"]  # fmt: skip
 VALUES = [SECRET, TOKEN, f'"{SECRET}"', f"'{SECRET}'", f'\\"{SECRET}\\"', "branch", "is", "was", "Is",
           "the", "abcdefghijklmnopqrstuvwxyz", "$VAR", "${DB_PASS}", "123", "null", "[redacted hash:abc]",
           "token", "keyword", "x.y", "word/", "word=", "wordé", "word1", "é", "ok,", "ok\n",
-          "XqZkWvBnMpLrTsYhGdF", "XqZkWvBnMpLrTsYhGdFj", "XqZkWvBnMpLrTsYhGdFj9"]  # fmt: skip
+          "XqZkWvBnMpLrTsYhGdF", "XqZkWvBnMpLrTsYhGdFj", "XqZkWvBnMpLrTsYhGdFj9", f".{TOKEN}", f"~{TOKEN}",
+          "8Kq3vZp0Lm2+t7Wx/Yb4N==", "8Kq3vZp0Lm2Rt7Wx9Yb4", "8Kq3vZp0Lm2Rt7Wx9Yb", "8Kq3vZp0Lm2Rt7Wx9Yb4é",
+          "ab-cd_ef.gh~ij+kl/mn9"]  # fmt: skip
 FRAGMENTS = [
     "the agent reads file path token branch error, dict f",
     "user,password,host\nbob,hunter2,db\nann,s3cret,db2\n",
@@ -144,6 +149,18 @@ def test_with_nothing_learned_yet(text):
         assert compiled == _outcome(scrub_named_values, text)
 
 
+def test_every_word_separator_and_value_together_is_the_same():
+    """Each name beside each separator and value (and the next delimiter), all in one text: what
+    random texts may miss (a context word, then a random token of exactly 20 characters)."""
+    lines = [f"{name}{sep}{value}{DELIMITERS[i % len(DELIMITERS)]}\n"
+             for i, (name, sep, value) in enumerate(itertools.product(NAMES, SEPARATORS, VALUES))]  # fmt: skip
+    text = "".join(lines)
+    assert len(text) > SHORT_TEXT
+    scrub_named_values(text)  # the verdicts are known now
+    reference, compiled = _both(scrub_named_values, text)
+    assert compiled == reference
+
+
 @pytest.mark.parametrize("name", ["claude_code_request", "anthropic", "openai_chat", "anthropic_code"])
 def test_benchmark_corpora_are_the_same(name, monkeypatch):
     from benchmarks.micro import scrub_corpus
@@ -174,3 +191,23 @@ def test_it_skips_what_the_loop_would_only_pass(monkeypatch):
     assert "hunter2Xq9" not in scrubbed and scrubbed.count("token branch") == 200
     handed = [text[start:end] for _hit, start, end in filter(None, calls)]
     assert handed == ["token", "DB_PASS", "DB_PASS"]
+
+
+def test_a_word_no_token_can_follow_stays_in_c(monkeypatch):
+    """`key)`, `keys, ` and `key = x` cannot be followed by a random token where `_random_token_after`
+    looks, so the compiled path passes them; `key: 8Kq…` and `key is 8Kq…` go to the Python loop."""
+    text = "d[key) for keys, in x; key = x\n" * 100 + f"the key: {TOKEN} and the key is {TOKEN}. " * 2
+    scrub_named_values(text)
+    calls = []
+    real = native.named_next
+
+    def counting(*args):
+        found = real(*args)
+        calls.append(found)
+        return found
+
+    monkeypatch.setattr(native, "named_next", counting)
+    scrubbed = scrub_named_values(text)
+    assert TOKEN not in scrubbed and scrubbed.count("d[key) for keys, in x; key = x") == 100
+    handed = [text[start:end] for _hit, start, end in filter(None, calls)]
+    assert handed == ["key"] * 4
