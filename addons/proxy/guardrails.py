@@ -62,6 +62,8 @@ class Guardrails:
         self.leases: TeamLeases | None = None
         self.broker = Broker(brokered)
         self.view: SpendView | None = None
+        self._expedite: Callable[[], None] = lambda: None
+        """Sends what waits for the recorder now (`Outbox.expedite`, once started)."""
         self._prices: (
             Future[tuple[Callable[[str, str | None], Rates | None], Callable[[Rates, int, int], float]]]
             | None
@@ -99,6 +101,7 @@ class Guardrails:
         )
         self.leases = leases if leases else None
         recorder.on_spend = self.view.on_report
+        self._expedite = recorder.outbox.expedite
         recorder.on_down = self.view.recorder_down
         if recorder.exit_reason is not None:  # it died for good: nothing will confirm the spend
             self.view.recorder_down()
@@ -160,6 +163,8 @@ class Guardrails:
     async def settle(self) -> None:
         """Wait (without blocking the event loop) for the prices, then until `settled`, at most
         SETTLE_SECONDS."""
+        if self.view is not None and not self.view.settled():
+            self._expedite()  # the ended calls wait in the outbox for the next round: send them now
         if self._prices is not None and not self._prices.done():
             await asyncio.wrap_future(self._prices)
         deadline = time.monotonic() + SETTLE_SECONDS + 0.1

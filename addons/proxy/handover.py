@@ -130,8 +130,8 @@ class RecorderProcess(Barriers):
             if not outbox.waiting:
                 outbox.wake.wait()
                 outbox.wake.clear()
-            if not self._stopped.is_set() and not outbox.urgent:
-                time.sleep(self.interval)  # a round sends what came meanwhile: busy streams' chunks together
+            if not self._stopped.is_set():  # a round sends what came meanwhile: busy streams' chunks together
+                outbox.pause(self.interval)
             if self._send_round():
                 break
         child = self._child

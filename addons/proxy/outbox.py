@@ -4,7 +4,8 @@ The hooks call `Outbox.put(message)`, which appends to a deque and returns: no l
 and a wake-up only when the deque was empty (or for a `Barrier` or `Stop`). A model call's
 stream tap calls `put_chunk(key, at, data)` instead, which appends a plain tuple: no message
 object on the event loop. The consumer thread then waits `interval` seconds (`BATCH_INTERVAL`;
-not when a `Barrier` or `Stop` waits), so the chunks of busy streams pile up and go on together,
+less when a `Barrier` or `Stop` waits, a budget check wants a call's cost or a round's bytes
+are there: `pause`), so the chunks of busy streams pile up and go on together,
 in batches of about `BATCH_BYTES`, in each of which `take` packs each flow's chunks into one
 `Chunks` message (`pack`): the recorder then takes them in one step, not one per chunk.
 When more than `budget` bytes wait (the recorder has fallen behind), the chunks of streamed
@@ -41,12 +42,19 @@ class HandoverStats:
     """Messages other than chunks dropped (only past twice the budget, or after the recorder died)."""
 
 
-BATCH_INTERVAL = 0.1
+BATCH_INTERVAL = 0.25
 """Seconds the consumer lets messages pile up between its rounds (`RecorderProcess._send_round`),
-and after the first message when it was idle. Each round costs both processes a wake-up, frames
-and the recorder's per-batch steps whatever it holds: at 20 ms, one paced stream (200 chunks a
-second) spent more CPU on those than on its chunks. Nothing waits for it: a `Barrier` or `Stop`
-goes at once, and the agent's bytes never pass here."""
+and after the first message when it was idle: the recorder's commit interval, so rows land no
+later than before. Each round costs both processes a wake-up, frames and the recorder's per-batch
+steps whatever it holds: on one paced stream (200 chunks a second, 2.5 s) rounds 100 ms apart
+cost mitmdump's sender thread 5.7 ms and the recorder 11.9 ms, 250 ms apart 3.3 and 10.1 ms.
+Nothing waits for it: a `Barrier` or `Stop`, a budget check waiting for a call's cost
+(`expedite`) and a round's worth of bytes (`ROUND_BYTES`) end the wait at once (`pause`), and
+the agent's bytes never pass here."""
+
+ROUND_BYTES = 1024 * 1024
+"""Bytes waiting that start a round before `BATCH_INTERVAL` has passed (floods: what mitmdump
+holds for the recorder stays about this)."""
 
 BATCH_BYTES = 64 * 1024
 """About what one frame to the recorder holds at most (`take`): a flood's batch would otherwise
@@ -81,8 +89,22 @@ class Outbox:
         self._taken_bytes = 0  # written by the consumer only
         self._dropping: dict[str, int] = {}  # flow key -> chunks dropped so far
         self.wake = threading.Event()
+        """Set when the first message comes to an empty outbox (an idle consumer waits on it)."""
+        self._hurry = threading.Event()
+        self._hurried = False  # `_hurry` set for a full round (producer side; `take` resets it)
         self.urgent = False
         """A `Barrier` or `Stop` waits: the consumer goes on at once, without waiting for a batch."""
+
+    def pause(self, interval: float) -> None:
+        """Consumer side: wait `interval` for a round to fill, or less when it must go now (a
+        `Barrier` or `Stop`, `expedite`, `ROUND_BYTES` waiting)."""
+        if not self.urgent:
+            self._hurry.wait(interval)
+        self._hurry.clear()
+
+    def expedite(self) -> None:
+        """Let what waits go to the recorder now (a budget check waits for a call's cost)."""
+        self._hurry.set()
 
     @property
     def waiting(self) -> bool:
@@ -123,6 +145,7 @@ class Outbox:
         items.append(message)
         if kind in _URGENT:
             self.urgent = True
+            self._hurry.set()
             self.wake.set()
         elif len(items) == 1:  # one wake-up per batch, not per chunk
             self.wake.set()
@@ -142,6 +165,9 @@ class Outbox:
         items.append((key, at, data))
         if len(items) == 1:
             self.wake.set()
+        elif self._put_bytes - self._taken_bytes > ROUND_BYTES and not self._hurried:
+            self._hurried = True
+            self._hurry.set()
 
     def put_lone_chunk(self, key: str, at: float, data: bytes) -> None:
         """A chunk of an MCP event stream: a `Chunk` of its own, never packed (its answers are
@@ -155,7 +181,7 @@ class Outbox:
     def take(self, max_bytes: int = BATCH_BYTES) -> list[Message]:
         """What is waiting (up to about `max_bytes`), oldest first, chunks packed (`pack`);
         consumer side."""
-        self.urgent = False
+        self.urgent = self._hurried = False
         out: list[Message | ChunkItem] = []
         taken = 0
         items = self._items

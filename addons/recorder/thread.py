@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from pathlib import Path
 
 from addons.messages import Message
@@ -43,7 +42,7 @@ class RecorderThread(Barriers):
     def _batches(self) -> list[Message]:
         if not self.outbox.waiting and self.outbox.wake.wait(0.25):  # ≥ every 250 ms: the loop commits
             self.outbox.wake.clear()
-            time.sleep(self.interval)
+            self.outbox.pause(self.interval)
         return self.outbox.take()
 
     def _main(self) -> None:

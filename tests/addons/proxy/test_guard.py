@@ -106,6 +106,23 @@ def test_the_next_call_waits_for_the_cost_of_the_one_that_just_ended(capsem_home
         addon.done()
 
 
+def test_the_wait_sends_the_ended_call_to_the_recorder_at_once(capsem_home):
+    """The ended call waits in the outbox for the recorder's next round; the check does not wait
+    for that round (a minute here), it sends what waits at once (`Outbox.expedite`)."""
+    (capsem_home / "config.yaml").parent.mkdir(parents=True, exist_ok=True)
+    (capsem_home / "config.yaml").write_text("budgets:\n  run: {scope: session, limit_usd: 0.005}\n")
+    with started(Capsem(recorder=lambda outbox, spec: RecorderThread(outbox, spec, interval=60.0))) as addon:
+        call(addon)
+        flow = model_flow()
+        flow.response = None
+        addon.requestheaders(flow)
+        asyncio.run(addon.request(flow))
+        assert flow.response is not None and flow.response.status_code == 402
+        assert b"$0.0054 used in this session" in flow.response.content  # counted, not assumed
+        addon.response(flow)
+        addon.done()
+
+
 def test_a_model_glob_reads_the_model_from_the_body_and_other_models_go_through(capsem_home):
     addon = addon_with(
         capsem_home, "budgets:\n  no-opus: {scope: day, limit_usd: 0, model: 'claude-opus-*'}\n"

@@ -3,6 +3,7 @@ never blocks, and an overflow drops whole tails of streamed bodies, counted and 
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -25,7 +26,7 @@ from addons.messages import (
     decode,
     encode,
 )
-from addons.proxy.outbox import BATCH_BYTES, Outbox, count, pack
+from addons.proxy.outbox import BATCH_BYTES, ROUND_BYTES, Outbox, count, pack
 from tests.recording import RecorderHarness, ended, head, response
 
 
@@ -208,3 +209,43 @@ def test_a_flood_goes_in_frames_below_the_mmap_threshold_in_order():
     assert b"".join(b[0].data for b in frames) == b"".join(stream)
     assert [t for b in frames for t in b[0].times] == [float(i) for i in range(2000)]
     assert outbox.waiting_bytes == 0
+
+
+def _pausing(outbox: Outbox) -> threading.Thread:
+    """A consumer in its pause between rounds, for a minute unless something ends it."""
+    thread = threading.Thread(target=outbox.pause, args=(60.0,), daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize(
+    "hurry",
+    [
+        lambda o: o.put(Barrier(1)),  # a flush (a tool hold, `capsem flush`, the tests)
+        lambda o: o.put(Stop("stopped")),  # the end of the session
+        lambda o: o.expedite(),  # a budget check waits for the cost of a call that ended
+        lambda o: [o.put_chunk("f1", 0.0, b"x" * 65536) for _ in range(ROUND_BYTES // 65536 + 2)],  # a flood
+    ],
+    ids=["barrier", "stop", "expedite", "a round's bytes"],
+)
+def test_what_must_go_now_ends_the_pause_between_rounds(hurry):
+    outbox = Outbox()
+    outbox.put_chunk("f1", 0.0, b"first")
+    pausing = _pausing(outbox)
+    hurry(outbox)
+    pausing.join(30)
+    assert not pausing.is_alive()
+
+
+def test_a_paced_streams_chunks_wait_for_the_round():
+    """Chunks below a round's bytes, a flow's end, other messages: none of them ends the pause."""
+    outbox = Outbox()
+    pausing = _pausing(outbox)
+    for i in range(100):
+        outbox.put_chunk("f1", float(i), b"y" * 200)
+    outbox.put(ended(head("f2", started=1.0), resp=response()))
+    pausing.join(0.5)
+    assert pausing.is_alive()
+    outbox.expedite()  # (ends the thread)
+    pausing.join(30)
+    assert not pausing.is_alive()
