@@ -177,6 +177,6 @@ def csv_column_spans(
 def pgpass_spans(text: str, data: bytes) -> list[tuple[int, int]]:
     """The passwords of `.pgpass` lines (`host:port:database:user:password`) in `text`
     (`data`: its UTF-8; Hyperscan says first whether any line could be one)."""
-    if not _PGPASS_GATE.maybe(data):
+    if data.count(b":") < 4 or not _PGPASS_GATE.maybe(data):  # (a line holds four at least)
         return []
     return [m.span("s") for m in _PGPASS_RE.finditer(text)]
