@@ -13,7 +13,11 @@
  *   commands, as `_Assigning` finds them), and, for a secret name, no `,` is within 60 characters
  *   (where a CSV header could be) or the CSV pass would find no header there at its first checks;
  * - `verdicts[name]` is 1 and no random-looking token can follow it: `_random_token_after` finds no
- *   run of 20 or more token characters where its gap (`_CONTEXT_GAP_RE`) ends (`key)`, `keys, `).
+ *   run of 20 or more token characters where its gap (`_CONTEXT_GAP_RE`) ends (`key)`, `keys, `);
+ * - `verdicts[name]` is 2, the name does not start with `-`, `_named_value` surely finds no value
+ *   (no separator, quote or backslash after the name, no `<` before it, and no `:` or `=` where
+ *   `paired_value_span` looks back to: `token)`, `(self.flow_key,`), no random-looking token can
+ *   follow it, and the CSV pass would find nothing (as above).
  *
  * It returns (hit, start, end) of the first name it does not skip, for the Python loop to decide,
  * or None when none is left. A name not in `verdicts`, or `ends` None where they are needed, is
@@ -23,7 +27,7 @@
 #include <Python.h>
 #include <string.h>
 
-#define SCRUBPATH_VERSION 4
+#define SCRUBPATH_VERSION 5
 
 
 static inline int is_name_char(Py_UCS4 c) {
@@ -177,6 +181,31 @@ static int no_token_after(const Text *t, Py_ssize_t p) {
     return q - p < 20;
 }
 
+/* whether `_named_value(text, start, end, …)` surely returns (None, end) for a secret name: its
+ * `_NAMED_RE` needs a separator, a quote or a backslash right after the name, and before that an
+ * element (`<` before the name) or a paired value (a `:` or `=` where `paired_value_span` looks
+ * back to, past blanks, quotes and backslashes) could be found instead */
+static int no_value_follows(const Text *t, Py_ssize_t start, Py_ssize_t end) {
+    if (end < t->len) {
+        Py_UCS4 c = at(t, end);
+        if (c == '"' || c == '\'' || c == '\\' || c == ' ' || c == '\t' || c == ':' || c == '=') return 0;
+    }
+    if (start == 0) return 1;
+    Py_UCS4 before = at(t, start - 1);
+    if (before == '<') return 0;
+    if (before == '"' || before == '\'' || before == ' ' || before == '\t' || before == ':' || before == '=' ||
+        before == '\\') {
+        Py_ssize_t b = start - 1;
+        while (b > 0) {
+            Py_UCS4 c = at(t, b);
+            if (c != '\\' && c != '"' && c != '\'' && c != ' ' && c != '\t') break;
+            b--;
+        }
+        if (at(t, b) == ':' || at(t, b) == '=') return 0;
+    }
+    return 1;
+}
+
 static PyObject *named_next(PyObject *self, PyObject *args) {
     PyObject *text, *hits, *verdicts, *ends;
     Py_ssize_t pos, look_back;
@@ -210,6 +239,8 @@ static PyObject *named_next(PyObject *self, PyObject *args) {
             int near = end_near(ends, start, look_back);
             if (near < 0) return NULL;
             skip = !near && !(v == 2 && comma_near(&t, start, end) && !csv_cannot(&t, start));
+        } else if (v == 2 && at(&t, start) != '-' && no_value_follows(&t, start, end) && no_token_after(&t, end)) {
+            skip = !(comma_near(&t, start, end) && !csv_cannot(&t, start));
         }
         if (!skip) return Py_BuildValue("(nnn)", hit, start, end);
         pos = end;

@@ -30,7 +30,8 @@ NAMES = ["DB_PASS", "password", "passwd", "api_key", "apiKey", "secretAccessKey"
          "Token", "TOKEN", "passphrase", "client_secret", "self._key", "flow_key", "-storepass", "--password",
          "--token", "-p", "signature", "KEY_ID", "pwd", "OLDPWD", "secret"]  # fmt: skip
 SEPARATORS = ["=", ": ", ":", " = ", " ", "\t", ":=", "==", " is ", " was ", " -> ", "\t\t", "  ", " => ", "=>",
-              " IS ", " wAs ", " is", "('", '\\"', "`", " iſ ", " İs ", '" = "', "\\\\'", ")", ", ", "x"]  # fmt: skip
+              " IS ", " wAs ", " is", "('", '\\"', "`", " iſ ", " İs ", '" = "', "\\\\'", ")", ", ", "x",
+              "\n    value: ", ",ParameterValue="]  # fmt: skip
 VALUES = [SECRET, TOKEN, f'"{SECRET}"', f"'{SECRET}'", f'\\"{SECRET}\\"', "branch", "is", "was", "Is",
           "the", "abcdefghijklmnopqrstuvwxyz", "$VAR", "${DB_PASS}", "123", "null", "[redacted hash:abc]",
           "token", "keyword", "x.y", "word/", "word=", "wordé", "word1", "é", "ok,", "ok\n",
@@ -149,10 +150,15 @@ def test_with_nothing_learned_yet(text):
         assert compiled == _outcome(scrub_named_values, text)
 
 
+PREFIXES = ["", "(", " ", "x = ", '": ', '{"name": "', "<", "self.", '= \\"', "a, ", "\t", "k: '", "é",
+            "- name: ", "ParameterKey="]  # fmt: skip
+"""What stands before a name: where `paired_value_span` and an element look."""
+
+
 def test_every_word_separator_and_value_together_is_the_same():
     """Each name beside each separator and value (and the next delimiter), all in one text: what
     random texts may miss (a context word, then a random token of exactly 20 characters)."""
-    lines = [f"{name}{sep}{value}{DELIMITERS[i % len(DELIMITERS)]}\n"
+    lines = [f"{PREFIXES[i % len(PREFIXES)]}{name}{sep}{value}{DELIMITERS[i % len(DELIMITERS)]}\n"
              for i, (name, sep, value) in enumerate(itertools.product(NAMES, SEPARATORS, VALUES))]  # fmt: skip
     text = "".join(lines)
     assert len(text) > SHORT_TEXT
@@ -195,8 +201,10 @@ def test_it_skips_what_the_loop_would_only_pass(monkeypatch):
 
 def test_a_word_no_token_can_follow_stays_in_c(monkeypatch):
     """`key)`, `keys, ` and `key = x` cannot be followed by a random token where `_random_token_after`
-    looks, so the compiled path passes them; `key: 8Kq…` and `key is 8Kq…` go to the Python loop."""
-    text = "d[key) for keys, in x; key = x\n" * 100 + f"the key: {TOKEN} and the key is {TOKEN}. " * 2
+    looks, nor can a value follow `(self.flow_key)` or `g(token)`, so the compiled path passes
+    them; `key: 8Kq…` and `key is 8Kq…` go to the Python loop."""
+    text = ("d[key) for keys, in x; key = x\nf(self.flow_key) and g(token)\n" * 100
+            + f"the key: {TOKEN} and the key is {TOKEN}. " * 2)  # fmt: skip
     scrub_named_values(text)
     calls = []
     real = native.named_next
