@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from capsem.literal_scan import RegexPrefilter
+from capsem.literal_scan import SHORT_TEXT, RegexPrefilter
 from capsem.secret_values import DONE_RE, value_span
 
 LOOK_BACK = 80
@@ -177,6 +177,7 @@ def csv_column_spans(
 def pgpass_spans(text: str, data: bytes) -> list[tuple[int, int]]:
     """The passwords of `.pgpass` lines (`host:port:database:user:password`) in `text`
     (`data`: its UTF-8; Hyperscan says first whether any line could be one)."""
-    if data.count(b":") < 4 or not _PGPASS_GATE.maybe(data):  # (a line holds four at least)
+    few_colons = len(data) <= SHORT_TEXT and data.count(b":") < 4  # a line holds four
+    if few_colons or not _PGPASS_GATE.maybe(data):
         return []
     return [m.span("s") for m in _PGPASS_RE.finditer(text)]
