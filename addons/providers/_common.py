@@ -123,16 +123,20 @@ def last_assistant(messages: list[Any]) -> int:
     )
 
 
+_DIGITS_RE = re.compile(r"-?[0-9]+")
+
+
 def as_int(value: Any) -> int | None:
-    """An integer count from an int, an integral float or a digit string; None otherwise."""
+    """An integer count from an int, an integral float or a string of ASCII digits; None otherwise
+    (`"²"` and `"--5"` are no counts: `str.isdigit` says yes to the one, `int` refuses both)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value.strip())
+    if isinstance(value, str) and _DIGITS_RE.fullmatch(text := value.strip()):
+        return int(text)
     return None
 
 

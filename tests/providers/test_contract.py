@@ -6,6 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from addons.providers._common import as_int
 from tests.providers import test_anthropic, test_openai_chat, test_openai_responses
 from tests.providers.contract import Contract, same_answer, split_everywhere
 
@@ -47,3 +48,15 @@ def test_random_bytes_after_a_real_stream_never_raise_unguarded(
     contract = CONTRACTS[provider]
     body = contract.fixture(contract.fuzz_prefix)[:300] + data
     contract.read([body[i : i + size] for i in range(0, len(body), size)], guarded=False)
+
+
+@pytest.mark.parametrize(
+    ("value", "count"),
+    [(7, 7), (7.0, 7), (" 12 ", 12), ("-3", -3), (True, None), (7.5, None), ("²", None), ("١٢", None),
+     ("--5", None), ("5-", None), ("", None), (None, None), (float("inf"), None), (float("nan"), None)],
+)  # fmt: skip
+def test_a_count_is_read_from_ascii_digits_only(value, count):
+    """What a stream says a count or an index is: a superscript or an Arabic-Indic digit, which
+    `str.isdigit` accepts and `int` refuses or reads, is no count (a fuzzed `"content_index": "²"`
+    made the OpenAI Responses reader raise)."""
+    assert as_int(value) == count
