@@ -26,6 +26,15 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # the xdist controller collects nothing: it starts Phoenix for its workers before they start
+    if session.config.pluginmanager.hasplugin("dsession"):
+        from tests import backends
+
+        backends.start_for_workers([str(a) for a in session.config.args])
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     from tests import backends
 
