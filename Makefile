@@ -85,18 +85,21 @@ install-cli: install
 demo: install-cli
 	.venv/bin/capsem demo
 
-# In-process tests on both cores (pytest-xdist); then the end-to-end tests (each file starts its own
-# mitmdump, emulator, Chromium on free ports) and the reliability suite on both cores, a file at a
-# time to a free worker (a module's shared mitmdump or recording starts once), the slowest
-# directories first so that short files fill both cores at the end; then the reliability tests
-# marked `serial` (timings a second busy core could break: kill -9 a second after flows end), alone.
+# In-process tests on both cores (pytest-xdist; an idle worker takes tests queued for the other, so
+# that a long one queued last does not leave a core idle at the end); then the end-to-end tests
+# (each file starts its own mitmdump, emulator, Chromium on free ports) and the reliability suite
+# on both cores, a file at a time to a free worker (a module's shared mitmdump or recording starts
+# once; tests/diff and tests/team each whole, for their session fixtures: tests/conftest.py), the
+# slowest directories first so that short files fill both cores at the end; then the reliability
+# tests marked `serial` (timings a second busy core could break: kill -9 a second after flows end),
+# alone.
 IN_PROCESS_TESTS := tests/providers tests/addons tests/core tests/emulator tests/test_imports.py \
 	tests/test_layout.py tests/test_capsem_check_session.py
-SLOW_TESTS := tests/e2e tests/team tests/cli tests/replay tests/reliability tests/view tests/diff tests/bundle
+SLOW_TESTS := tests/e2e tests/team tests/diff tests/cli tests/replay tests/reliability tests/view tests/bundle
 OTHER_TESTS := $(filter-out $(SLOW_TESTS) $(IN_PROCESS_TESTS),$(patsubst %/,%,$(dir $(wildcard tests/*/__init__.py))) $(wildcard tests/test_*.py))
 
 test: install system-deps test-backends test-agents
-	$(RUN) pytest -q -n 2 $(IN_PROCESS_TESTS)
+	$(RUN) pytest -q -n 2 --dist worksteal $(IN_PROCESS_TESTS)
 	$(RUN) pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not serial" $(SLOW_TESTS) $(OTHER_TESTS)
 	$(RUN) pytest -q -m serial tests/reliability
 

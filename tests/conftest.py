@@ -26,6 +26,36 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # the xdist controller collects nothing: it starts Phoenix for its workers before they start
+    if session.config.pluginmanager.hasplugin("dsession"):
+        from tests import backends
+
+        backends.start_for_workers([str(a) for a in session.config.args])
+
+
+SHARED_SESSION_FIXTURES = ("tests/diff", "tests/team")
+"""Directories whose files share session fixtures that cost much (sessions recorded through several
+mitmdumps; a PostgreSQL cluster): under `--dist loadfile`, one worker runs each of them whole."""
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile` (a file at a time to a free worker: a module's shared mitmdump starts once),
+    but with each directory of SHARED_SESSION_FIXTURES as one unit: its session fixtures are made
+    once, not once in each worker that runs one of its files."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return next((d for d in SHARED_SESSION_FIXTURES if path.startswith(d + "/")), path)
+
+    return Scheduling(config, log)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     from tests import backends
 

@@ -66,7 +66,17 @@ class Machine:
         return proxy, client
 
     def outbox(self) -> dict:
-        return json.loads(capsem(self.home, "team", "status", "--json").stdout)
+        """`capsem team status --json` here, run in this process: the tests poll it every 0.1 s, and
+        a `python -m assembler` each time cost ~0.5 CPU-s of imports (the other commands run as
+        processes of their own)."""
+        from click.testing import CliRunner
+
+        from assembler.cli import cli
+
+        done = CliRunner().invoke(cli, ["team", "status", "--json"], env={"CAPSEM_HOME": str(self.home)},
+                                  catch_exceptions=False)  # fmt: skip
+        assert done.exit_code == 0, done.output
+        return json.loads(done.stdout)
 
     def wait_pushed(self, seconds: float = 30) -> None:
         """Until the outbox says every session is pushed whole."""
