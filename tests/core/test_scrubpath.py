@@ -178,11 +178,9 @@ def test_benchmark_corpora_are_the_same(name, monkeypatch):
     assert compiled == reference
 
 
-def test_it_skips_what_the_loop_would_only_pass(monkeypatch):
-    """The compiled path really runs, and hands the Python loop only the names that need it: of a
-    long text of prose (`token branch`) and two secrets, the first prose name (the loop finds where
-    commands that assign end, which the compiled path needs) and the secrets."""
-    text = "the token branch error path " * 200 + 'x DB_PASS=hunter2Xq9 and "max_tokens": 5 ' * 2
+def _handed(text: str, monkeypatch) -> tuple[str, list[str]]:
+    """`text` scrubbed once its names' verdicts are known, and the names the compiled path handed
+    to the Python loop meanwhile."""
     scrub_named_values(text)  # the verdicts of these names are known now
     calls = []
     real = native.named_next
@@ -194,8 +192,16 @@ def test_it_skips_what_the_loop_would_only_pass(monkeypatch):
 
     monkeypatch.setattr(native, "named_next", counting)
     scrubbed = scrub_named_values(text)
+    return scrubbed, [text[start:end] for _hit, start, end in filter(None, calls)]
+
+
+def test_it_skips_what_the_loop_would_only_pass(monkeypatch):
+    """The compiled path really runs, and hands the Python loop only the names that need it: of a
+    long text of prose (`token branch`) and two secrets, the first prose name (the loop finds where
+    commands that assign end, which the compiled path needs) and the secrets."""
+    text = "the token branch error path " * 200 + 'x DB_PASS=hunter2Xq9 and "max_tokens": 5 ' * 2
+    scrubbed, handed = _handed(text, monkeypatch)
     assert "hunter2Xq9" not in scrubbed and scrubbed.count("token branch") == 200
-    handed = [text[start:end] for _hit, start, end in filter(None, calls)]
     assert handed == ["token", "DB_PASS", "DB_PASS"]
 
 
@@ -205,17 +211,6 @@ def test_a_word_no_token_can_follow_stays_in_c(monkeypatch):
     them; `key: 8Kq…` and `key is 8Kq…` go to the Python loop."""
     text = ("d[key) for keys, in x; key = x\nf(self.flow_key) and g(token)\n" * 100
             + f"the key: {TOKEN} and the key is {TOKEN}. " * 2)  # fmt: skip
-    scrub_named_values(text)
-    calls = []
-    real = native.named_next
-
-    def counting(*args):
-        found = real(*args)
-        calls.append(found)
-        return found
-
-    monkeypatch.setattr(native, "named_next", counting)
-    scrubbed = scrub_named_values(text)
+    scrubbed, handed = _handed(text, monkeypatch)
     assert TOKEN not in scrubbed and scrubbed.count("d[key) for keys, in x; key = x") == 100
-    handed = [text[start:end] for _hit, start, end in filter(None, calls)]
     assert handed == ["key"] * 4
