@@ -42,19 +42,20 @@ class HandoverStats:
     """Messages other than chunks dropped (only past twice the budget, or after the recorder died)."""
 
 
-BATCH_INTERVAL = 0.25
+BATCH_INTERVAL = 0.1
 """Seconds the consumer lets messages pile up between its rounds (`RecorderProcess._send_round`),
-and after the first message when it was idle: the recorder's commit interval, so rows land no
-later than before. Each round costs both processes a wake-up, frames and the recorder's per-batch
-steps whatever it holds: on one paced stream (200 chunks a second, 2.5 s) rounds 100 ms apart
-cost mitmdump's sender thread 5.7 ms and the recorder 11.9 ms, 250 ms apart 3.3 and 10.1 ms.
+and after the first message when it was idle. Each round costs both processes a wake-up, frames
+and the recorder's per-batch steps whatever it holds: at 20 ms, one paced stream (200 chunks a
+second) spent more CPU on those than on its chunks. (250 ms cut one paced stream's sender thread
+from 5.7 to 3.3 ms and the recorder from 11.9 to 10.1 ms, but mitmdump's threads then faulted
+~50 pages on a 3 MB flood, against 6 to 11: the chunks of a longer round, freed together.)
 Nothing waits for it: a `Barrier` or `Stop`, a budget check waiting for a call's cost
-(`expedite`) and a round's worth of bytes (`ROUND_BYTES`) end the wait at once (`pause`), and
-the agent's bytes never pass here."""
+(`expedite`) and `ROUND_BYTES` waiting end the wait at once (`pause`), and the agent's bytes never
+pass here."""
 
-ROUND_BYTES = 1024 * 1024
-"""Bytes waiting that start a round before `BATCH_INTERVAL` has passed (floods: what mitmdump
-holds for the recorder stays about this)."""
+ROUND_BYTES = 8 * 1024 * 1024
+"""Bytes waiting that start a round before `BATCH_INTERVAL` has passed (a stream faster than
+80 MB/s: what mitmdump holds for the recorder stays about this)."""
 
 BATCH_BYTES = 64 * 1024
 """About what one frame to the recorder holds at most (`take`): a flood's batch would otherwise
