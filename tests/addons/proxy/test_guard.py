@@ -27,10 +27,10 @@ CALL_COST = 0.0053664  # the fixture's usage with claude-sonnet-4-5's price
 REAL_KEY = "sk-ant-api03-HOOKS-real-key-0000000000000000"
 
 
-def addon_with(home, config: str) -> Capsem:
+def addon_with(home, config: str, recorder=RecorderThread) -> Capsem:
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.yaml").write_text(config)
-    return Capsem(recorder=RecorderThread)
+    return Capsem(recorder=recorder)
 
 
 @contextmanager
@@ -109,9 +109,9 @@ def test_the_next_call_waits_for_the_cost_of_the_one_that_just_ended(capsem_home
 def test_the_wait_sends_the_ended_call_to_the_recorder_at_once(capsem_home):
     """The ended call waits in the outbox for the recorder's next round; the check does not wait
     for that round (a minute here), it sends what waits at once (`Outbox.expedite`)."""
-    (capsem_home / "config.yaml").parent.mkdir(parents=True, exist_ok=True)
-    (capsem_home / "config.yaml").write_text("budgets:\n  run: {scope: session, limit_usd: 0.005}\n")
-    with started(Capsem(recorder=lambda outbox, spec: RecorderThread(outbox, spec, interval=60.0))) as addon:
+    slow = addon_with(capsem_home, "budgets:\n  run: {scope: session, limit_usd: 0.005}\n",
+                      lambda outbox, spec: RecorderThread(outbox, spec, interval=60.0))  # fmt: skip
+    with started(slow) as addon:
         call(addon)
         flow = model_flow()
         flow.response = None
