@@ -32,6 +32,10 @@ logger = logging.getLogger(__name__)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 """glibc's `mallopt` parameters (malloc.h)."""
 MMAP_THRESHOLD = 128 * 1024
+TRIM_THRESHOLD = 8 * 1024 * 1024
+"""mitmdump's: up to 8 MiB kept free at its heap's top (glibc's 128 KiB once the mmap threshold is
+fixed): the chunks a round of the sender thread frees together were given back, and the event
+loop's next reads faulted the pages in again (up to ~65 on a 3 MB flood, against ~20)."""
 READ_SIZE = 64 * 1024
 """What a socket read asks for: below `MMAP_THRESHOLD`."""
 RECORDER_MMAP_THRESHOLD = 32 * 1024 * 1024
@@ -53,9 +57,9 @@ def _mallopt(*settings: tuple[int, int]) -> bool:
 
 
 def return_large_blocks() -> bool:
-    """Fix glibc's mmap threshold and make socket reads smaller than it (True when set); a no-op
-    where there is no glibc `mallopt`."""
-    if not _mallopt((M_MMAP_THRESHOLD, MMAP_THRESHOLD)):
+    """Fix glibc's mmap and trim thresholds and make socket reads smaller than the first (True
+    when set); a no-op where there is no glibc `mallopt`."""
+    if not _mallopt((M_MMAP_THRESHOLD, MMAP_THRESHOLD), (M_TRIM_THRESHOLD, TRIM_THRESHOLD)):
         return False
     from asyncio import selector_events  # (mitmdump's; the recorder process has no event loop)
 

@@ -42,20 +42,20 @@ class HandoverStats:
     """Messages other than chunks dropped (only past twice the budget, or after the recorder died)."""
 
 
-BATCH_INTERVAL = 0.1
+BATCH_INTERVAL = 0.25
 """Seconds the consumer lets messages pile up between its rounds (`RecorderProcess._send_round`),
-and after the first message when it was idle. Each round costs both processes a wake-up, frames
-and the recorder's per-batch steps whatever it holds: at 20 ms, one paced stream (200 chunks a
-second) spent more CPU on those than on its chunks. (250 ms cut one paced stream's sender thread
-from 5.7 to 3.3 ms and the recorder from 11.9 to 10.1 ms, but mitmdump's threads then faulted
-~50 pages on a 3 MB flood, against 6 to 11: the chunks of a longer round, freed together.)
-Nothing waits for it: a `Barrier` or `Stop`, a budget check waiting for a call's cost
+and after the first message when it was idle: the recorder's own commit interval. Each round costs
+both processes a wake-up, frames and the recorder's per-batch steps whatever it holds: at 20 ms,
+one paced stream (200 chunks a second) spent more CPU on those than on its chunks; against 100 ms,
+250 ms cut one paced stream's sender thread from 5.7 to 3.3 ms and the recorder from 11.9 to
+10.1 ms. Nothing waits for it: a `Barrier` or `Stop`, a budget check waiting for a call's cost
 (`expedite`) and `ROUND_BYTES` waiting end the wait at once (`pause`), and the agent's bytes never
 pass here."""
 
-ROUND_BYTES = 8 * 1024 * 1024
+ROUND_BYTES = 256 * 1024
 """Bytes waiting that start a round before `BATCH_INTERVAL` has passed (a stream faster than
-80 MB/s: what mitmdump holds for the recorder stays about this)."""
+1 MB/s: a flood goes on in rounds of about this, so what mitmdump holds for the recorder stays
+small and its heap does not grow and shrink by megabytes per round)."""
 
 BATCH_BYTES = 64 * 1024
 """About what one frame to the recorder holds at most (`take`): a flood's batch would otherwise
