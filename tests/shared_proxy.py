@@ -72,14 +72,16 @@ class SharedProxy:
         self.scenarios: dict[str, Scenario] = {}
         self.code: int | None = None
 
-    def run(self, name: str, traffic: Callable[[Mitmdump], Any], flows: int | None = None) -> Scenario:
+    def run(self, name: str, traffic: Callable[[Mitmdump], Any],
+            flows: int | Callable[[Any], int] | None = None) -> Scenario:  # fmt: skip
         """`traffic(proxy)` as scenario `name`, on a cleared emulator log; returns once its `flows`
-        net_events (default: one per exchange the emulator logged) are recorded."""
+        net_events (default: one per exchange the emulator logged; a function: of what `traffic`
+        returned) are recorded."""
         self.emulator.clear()
         before = self._net_ids()
         result = traffic(self.proxy)
         exchanges = self.emulator.exchanges()
-        want = len(exchanges) if flows is None else flows
+        want = len(exchanges) if flows is None else flows(result) if callable(flows) else flows
         deadline = time.monotonic() + 30
         while len(new := [i for i in self._net_ids() if i not in before]) < want:
             assert time.monotonic() < deadline, f"{name}: {len(new)} of {want} flows recorded"
