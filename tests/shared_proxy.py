@@ -114,3 +114,15 @@ class SharedProxy:
 
     def _net_ids(self) -> set[int]:
         return {r["id"] for r in rows(self.db, "SELECT id FROM net_events")}
+
+
+def recorded_home(emulator, work: Path, traffic: Callable[[Mitmdump], Any]) -> Path:
+    """A CAPSEM_HOME holding one session, `traffic` through a SharedProxy that stopped cleanly: for
+    a module fixture whose tests each copy it (shutil.copytree) into their own CAPSEM_HOME."""
+    shared = SharedProxy(emulator, work)
+    try:
+        shared.run("recording", traffic)
+    finally:
+        shared.stop()
+    shared.scenario("recording")  # exit 0, no addon error in its log
+    return shared.home

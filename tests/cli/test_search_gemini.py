@@ -21,7 +21,7 @@ from google.genai import types
 
 from tests.cli.conftest import run
 from tests.cli.test_widths import fits
-from tests.shared_proxy import SharedProxy
+from tests.shared_proxy import recorded_home
 
 TOOL = {"name": "lookup", "description": "Look a word up",
         "schema": {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}}  # fmt: skip
@@ -88,13 +88,7 @@ def _every_provider(proxy) -> None:
 @pytest.fixture(scope="module")
 def recorded(emulator, tmp_path_factory) -> Path:
     """The session, recorded once for the module: a CAPSEM_HOME to copy."""
-    shared = SharedProxy(emulator, tmp_path_factory.mktemp("search"))
-    try:
-        shared.run("every provider", _every_provider)
-    finally:
-        shared.stop()
-    assert shared.code == 0, shared.proxy.log()[-3000:]
-    return shared.home
+    return recorded_home(emulator, tmp_path_factory.mktemp("search"), _every_provider)
 
 
 @pytest.fixture
