@@ -56,10 +56,36 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return Scheduling(config, log)
 
 
+_USING_PHOENIX: set[str] = set()
+"""The selected tests that use Phoenix and have not ended: once none is left, it is stopped (idle, it
+still takes ~0.05 of a core, minutes long)."""
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     from tests import backends
 
     backends.start_early([item.nodeid for item in session.items])  # Phoenix boots while other tests run
+    _USING_PHOENIX.update(
+        item.nodeid for item in session.items if item.nodeid.startswith(backends.USES_PHOENIX)
+    )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """In the xdist controller (which collects nothing): the tests a worker collected."""
+    from tests import backends
+
+    _USING_PHOENIX.update(i for i in ids if i.startswith(backends.USES_PHOENIX))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Stop Phoenix (where this process started it) once the last test using it has ended."""
+    if report.when == "teardown" and report.nodeid in _USING_PHOENIX:
+        from tests import backends
+
+        _USING_PHOENIX.discard(report.nodeid)
+        if not _USING_PHOENIX:
+            backends.stop()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -13,9 +13,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import addons
+import capsem
+import pricing
 from capsem.mitm import Mitmdump, start_mitmdump
 from tests.conftest import environ, only_session, rows, seeded_confdir
-from tests.e2e.test_capture_sdk import assert_clean_log
+
+
+def assert_clean_log(log: str) -> None:
+    """No addon error, no capsem warning and no traceback through capsem code. (mitmproxy
+    itself may log a CancelledError when it shuts down with keep-alive connections open.)"""
+    code_dirs = [str(Path(m.__file__).parent) for m in (addons, capsem, pricing)]
+    for line in log.splitlines():
+        assert "Addon error" not in line, log[-5000:]
+        assert not (line.lstrip().startswith('File "') and any(d in line for d in code_dirs)), log[-5000:]
+        if "capsem:" in line:
+            assert any(x in line for x in ("recording session", "capture started", "stopped; database")), line
 
 
 @dataclass
@@ -59,14 +72,16 @@ class SharedProxy:
         self.scenarios: dict[str, Scenario] = {}
         self.code: int | None = None
 
-    def run(self, name: str, traffic: Callable[[Mitmdump], Any], flows: int | None = None) -> Scenario:
+    def run(self, name: str, traffic: Callable[[Mitmdump], Any],
+            flows: int | Callable[[Any], int] | None = None) -> Scenario:  # fmt: skip
         """`traffic(proxy)` as scenario `name`, on a cleared emulator log; returns once its `flows`
-        net_events (default: one per exchange the emulator logged) are recorded."""
+        net_events (default: one per exchange the emulator logged; a function: of what `traffic`
+        returned) are recorded."""
         self.emulator.clear()
         before = self._net_ids()
         result = traffic(self.proxy)
         exchanges = self.emulator.exchanges()
-        want = len(exchanges) if flows is None else flows
+        want = len(exchanges) if flows is None else flows(result) if callable(flows) else flows
         deadline = time.monotonic() + 30
         while len(new := [i for i in self._net_ids() if i not in before]) < want:
             assert time.monotonic() < deadline, f"{name}: {len(new)} of {want} flows recorded"
@@ -99,3 +114,15 @@ class SharedProxy:
 
     def _net_ids(self) -> set[int]:
         return {r["id"] for r in rows(self.db, "SELECT id FROM net_events")}
+
+
+def recorded_home(emulator, work: Path, traffic: Callable[[Mitmdump], Any]) -> Path:
+    """A CAPSEM_HOME holding one session, `traffic` through a SharedProxy that stopped cleanly: for
+    a module fixture whose tests each copy it (shutil.copytree) into their own CAPSEM_HOME."""
+    shared = SharedProxy(emulator, work)
+    try:
+        shared.run("recording", traffic)
+    finally:
+        shared.stop()
+    shared.scenario("recording")  # exit 0, no addon error in its log
+    return shared.home

@@ -7,7 +7,9 @@ raise no warning, and the counts the recorder kept in the file travel with the s
 from __future__ import annotations
 
 import json
+import shutil
 import ssl
+from pathlib import Path
 
 import anthropic
 import httpx
@@ -16,19 +18,29 @@ import pytest
 from assembler.bundle import DebugBundle
 from capsem import health
 from tests.cli.conftest import run
-from tests.e2e.test_capture_sdk import finish
+from tests.conftest import only_session
+from tests.shared_proxy import recorded_home
 
 
-@pytest.fixture
-def folder(mitmdump, emu, capsem_home):
-    proxy = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
+def _one_call(proxy) -> None:
     trust = ssl.create_default_context(cafile=proxy.ca_cert)
     with httpx.Client(proxy=proxy.url, verify=trust, timeout=30) as http:
         client = anthropic.Anthropic(api_key="sk-ant-bundle-000000000000", http_client=http, max_retries=0)
         client.messages.create(
             model="claude-sonnet-4-5", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
         )
-    db = finish(proxy, capsem_home)
+
+
+@pytest.fixture(scope="module")
+def recorded(emulator, tmp_path_factory) -> Path:
+    """The session, recorded once for the module: a CAPSEM_HOME to copy."""
+    return recorded_home(emulator, tmp_path_factory.mktemp("own-files"), _one_call)
+
+
+@pytest.fixture
+def folder(recorded, capsem_home) -> Path:
+    shutil.copytree(recorded, capsem_home)
+    db = only_session(capsem_home)
     assert (db.parent / health.FILE_NAME).is_file() and (capsem_home / "hash.key").is_file()
     # a full disk: the recorder could keep a loss only in the file (session_meta's write failed)
     health.write(db.parent, {**health.read(db.parent), "capture_rows_lost": "3"})

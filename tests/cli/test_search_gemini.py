@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import ssl
+from pathlib import Path
 
 import anthropic
 import httpx
@@ -19,6 +21,7 @@ from google.genai import types
 
 from tests.cli.conftest import run
 from tests.cli.test_widths import fits
+from tests.shared_proxy import recorded_home
 
 TOOL = {"name": "lookup", "description": "Look a word up",
         "schema": {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}}  # fmt: skip
@@ -74,15 +77,23 @@ def _gemini(proxy_url: str, trust: ssl.SSLContext, prompt: str, result: str) -> 
     client.models.generate_content(model="gemini-2.5-flash", contents=contents, config=config)
 
 
-@pytest.fixture
-def searched(mitmdump, emu, capsem_home):
-    proxy = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
+def _every_provider(proxy) -> None:
     trust = ssl.create_default_context(cafile=proxy.ca_cert)
     with httpx.Client(proxy=proxy.url, verify=trust, timeout=30) as http:
         _anthropic(http, *WORDS["anthropic"])
         _openai(http, *WORDS["openai"])
     _gemini(proxy.url, trust, *WORDS["gemini"])
-    assert proxy.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def recorded(emulator, tmp_path_factory) -> Path:
+    """The session, recorded once for the module: a CAPSEM_HOME to copy."""
+    return recorded_home(emulator, tmp_path_factory.mktemp("search"), _every_provider)
+
+
+@pytest.fixture
+def searched(recorded, capsem_home) -> Path:
+    shutil.copytree(recorded, capsem_home)  # each test's own copy: one rewrites search.db
     return capsem_home
 
 

@@ -213,16 +213,32 @@ def test_midstream_error_keeps_what_arrived(shared, url):
     assert (call["text_content"] or "") == ex["expected"]["text"]
 
 
-def test_upstream_refused_is_an_error_row(mitmdump, capsem_home):
-    proxy = mitmdump()
+@pytest.fixture(scope="module")
+def direct(emulator, tmp_path_factory) -> SharedProxy:
+    """The tests below that reach a server of their own through one mitmdump (no upstream), stopped."""
+    shared = SharedProxy(emulator, tmp_path_factory.mktemp("failures-direct"), upstream=False)
+    try:
+        shared.run("refused", refused_traffic, flows=1)
+        shared.run("bad reply", bad_reply_traffic, flows=1)
+    finally:
+        shared.stop()
+    return shared
+
+
+def refused_traffic(proxy) -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
     with http_client(proxy) as client:
-        resp = client.post(f"http://127.0.0.1:{port}/v1/messages", json={"model": "claude-haiku-4-5"})
-    assert resp.status_code == 502
-    db = finish(proxy, capsem_home)
-    (net,) = rows(db, "SELECT * FROM net_events")
+        return client.post(
+            f"http://127.0.0.1:{port}/v1/messages", json={"model": "claude-haiku-4-5"}
+        ).status_code
+
+
+def test_upstream_refused_is_an_error_row(direct):
+    s = direct.scenario("refused")
+    assert s.result == 502
+    (net,) = rows(direct.db, f"SELECT * FROM net_events WHERE id IN ({s.ids()})")
     assert net["decision"] == "error" and net["error"] and net["status_code"] in (None, 502)
     assert_complete_net_row(net)
 
@@ -271,8 +287,8 @@ def test_secrets_never_reach_disk(shared):
     assert rows(db, f"SELECT COUNT(*) AS n FROM model_calls WHERE net_event_id IN ({s.ids()})")[0]["n"] == 1
 
 
-def test_a_reply_mitmproxy_refuses_is_recorded_with_the_502_the_client_got(mitmdump, capsem_home):
-    """Content-Length and chunked together: mitmproxy refuses the reply and answers 502 itself."""
+def bad_reply_traffic(proxy) -> int:
+    """A server answering with Content-Length and chunked together; the status the client got."""
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
 
@@ -286,13 +302,19 @@ def test_a_reply_mitmproxy_refuses_is_recorded_with_the_502_the_client_got(mitmd
                          b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")  # fmt: skip
 
     threading.Thread(target=serve, daemon=True).start()
-    proxy = mitmdump()
     body = {"model": "claude-haiku-4-5", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
-    with httpx.Client(proxy=proxy.url) as client:
-        assert client.post(f"http://127.0.0.1:{port}/v1/messages", json=body).status_code == 502
-    db = finish(proxy, capsem_home)
-    (net,) = rows(db, "SELECT status_code, decision, error FROM net_events")
-    (call,) = rows(db, "SELECT status_code, input_tokens, output_tokens, complete FROM model_calls")
+    try:
+        with httpx.Client(proxy=proxy.url) as client:
+            return client.post(f"http://127.0.0.1:{port}/v1/messages", json=body).status_code
+    finally:
+        server.close()
+
+
+def test_a_reply_mitmproxy_refuses_is_recorded_with_the_502_the_client_got(direct):
+    """Content-Length and chunked together: mitmproxy refuses the reply and answers 502 itself."""
+    s = direct.scenario("bad reply")
+    assert s.result == 502
+    (net,) = rows(direct.db, f"SELECT status_code, decision, error FROM net_events WHERE id IN ({s.ids()})")
+    (call,) = direct.model_calls(s, "status_code, input_tokens, output_tokens, complete")
     assert (net["status_code"], net["decision"]) == (502, "error") and "transfer-encoding" in net["error"]
     assert call == {"status_code": 502, "input_tokens": None, "output_tokens": None, "complete": 0}
-    server.close()

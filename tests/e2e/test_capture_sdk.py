@@ -2,7 +2,8 @@
 
 mitmdump runs in upstream mode towards the emulator, so clients use the real base URLs
 (api.anthropic.com, api.openai.com) and the addon sees the real hosts. Every assertion
-compares a session.db column with what the emulator logged that it sent.
+compares a session.db column with what the emulator logged that it sent. The upstream-mode tests
+share one mitmdump (tests/shared_proxy.py), each reading its own scenario's rows.
 """
 
 from __future__ import annotations
@@ -11,17 +12,14 @@ import base64
 import json
 import sqlite3
 import ssl
-from pathlib import Path
 
 import anthropic
 import httpx
 import openai
 import pytest
 
-import addons
-import capsem
-import pricing
 from tests.conftest import only_session, rows
+from tests.shared_proxy import SharedProxy, assert_clean_log
 
 ANTHROPIC_KEY = "sk-ant-api03-e2eSECRETanthropicKEY0000000000"
 OPENAI_KEY = "sk-proj-e2eSECRETopenaiKEY00000000000000"
@@ -34,11 +32,6 @@ TOOLS_A = [
 ]  # fmt: skip
 TOOLS_O = [{"type": "function", "function": {"name": t["name"], "description": t["description"],
             "parameters": t["input_schema"]}} for t in TOOLS_A]  # fmt: skip
-
-
-@pytest.fixture
-def proxy(mitmdump, emu):
-    return mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
 
 
 def http_client(proxy) -> httpx.Client:
@@ -63,17 +56,6 @@ def finish(proxy, capsem_home):
     assert proxy.stop() == 0, proxy.log()[-3000:]
     assert_clean_log(proxy.log())
     return only_session(capsem_home)
-
-
-def assert_clean_log(log: str) -> None:
-    """No addon error, no capsem warning and no traceback through capsem code. (mitmproxy
-    itself may log a CancelledError when it shuts down with keep-alive connections open.)"""
-    code_dirs = [str(Path(m.__file__).parent) for m in (addons, capsem, pricing)]
-    for line in log.splitlines():
-        assert "Addon error" not in line, log[-5000:]
-        assert not (line.lstrip().startswith('File "') and any(d in line for d in code_dirs)), log[-5000:]
-        if "capsem:" in line:
-            assert any(x in line for x in ("recording session", "capture started", "stopped; database")), line
 
 
 def model_exchanges(emu) -> list[dict]:
@@ -144,7 +126,25 @@ def assert_tool_calls(db, call_id: int, ex: dict) -> None:
     assert got == want
 
 
-def test_anthropic_streamed_tool_loop(proxy, emu, capsem_home):
+@pytest.fixture(scope="module")
+def shared(emulator, tmp_path_factory) -> SharedProxy:
+    """The upstream-mode tests' traffic through one mitmdump, then stopped (the session rolled up)."""
+    shared = SharedProxy(emulator, tmp_path_factory.mktemp("capture-sdk"))
+    try:
+        shared.run("anthropic loop", anthropic_loop_traffic)
+        for stream in (False, True):
+            shared.run(f"openai loop {stream}", lambda p, s=stream: openai_loop_traffic(p, s))
+        shared.run("estimated", estimated_traffic)
+        for api in ("anthropic", "openai"):
+            shared.run(f"encodings {api}", lambda p, a=api: encodings_traffic(p, a))
+        shared.run("compressed", compressed_traffic)
+    finally:
+        shared.stop()
+    return shared
+
+
+def anthropic_loop_traffic(proxy) -> list:
+    """Two turns, the second carrying a result and an error for the first's two tool uses; the uses."""
     client = claude(proxy, "tools=2; cache_read=1200; cache_write=300; cache_write_1h=100")
     messages = [{"role": "user", "content": "Read the README and search for ünïcode 🎉"}]
     with client.messages.stream(model="claude-sonnet-4-5", max_tokens=1024, system="Be terse.", tools=TOOLS_A,
@@ -163,10 +163,13 @@ def test_anthropic_streamed_tool_loop(proxy, emu, capsem_home):
                                 messages=messages) as stream:  # fmt: skip
         second = stream.get_final_message()
     assert second.stop_reason == "end_turn"
+    return uses
 
-    db = finish(proxy, capsem_home)
-    exchanges = model_exchanges(emu)
-    calls = rows(db, "SELECT * FROM model_calls ORDER BY id")
+
+def test_anthropic_streamed_tool_loop(shared):
+    db, s, exchanges = shared.exchanges("anthropic loop")
+    uses = s.result
+    calls = shared.model_calls(s)
     assert len(calls) == 2 == len(exchanges)
     for call, ex in zip(calls, exchanges, strict=True):
         assert (
@@ -183,8 +186,9 @@ def test_anthropic_streamed_tool_loop(proxy, emu, capsem_home):
     assert calls[0]["estimated_cost_usd"] > 0 and calls[0]["price_source"].startswith(
         "config/genai-prices.json (genai-prices data of 2026-08-21"
     )
+    ids = ",".join(str(c["id"]) for c in calls)
     responses = rows(db, "SELECT model_call_id, call_id, content_preview, is_error, tool_name, trace_id "
-                         "FROM tool_responses ORDER BY id")  # fmt: skip
+                         f"FROM tool_responses WHERE model_call_id IN ({ids}) ORDER BY id")  # fmt: skip
     assert responses == [
         {"model_call_id": calls[1]["id"], "call_id": uses[0].id, "content_preview": "# README\nhello", "is_error": 0,
          "tool_name": uses[0].name, "trace_id": calls[0]["trace_id"]},
@@ -192,7 +196,7 @@ def test_anthropic_streamed_tool_loop(proxy, emu, capsem_home):
          "is_error": 1, "tool_name": uses[1].name, "trace_id": calls[0]["trace_id"]},
     ]  # fmt: skip
 
-    net = rows(db, "SELECT * FROM net_events WHERE path = '/v1/messages' ORDER BY id")
+    net = rows(db, f"SELECT * FROM net_events WHERE path = '/v1/messages' AND id IN ({s.ids()}) ORDER BY id")
     assert len(net) == 2
     for n, ex in zip(net, exchanges, strict=True):
         assert (n["domain"], n["port"], n["method"], n["decision"], n["conn_type"]) == (
@@ -208,15 +212,22 @@ def test_anthropic_streamed_tool_loop(proxy, emu, capsem_home):
         assert headers["x-api-key"].startswith("hash:") and headers["content-type"] == "application/json"
         assert n["pid"] is not None and n["process_name"]
 
-    main = sqlite3.connect(capsem_home / "main.db")
+    # the session's rollup (every scenario of the shared session): its tokens and tool calls
+    main = sqlite3.connect(shared.home / "main.db")
     status, total_in, total_tools = main.execute(
         "SELECT status, total_input_tokens, total_tool_calls FROM sessions"
     ).fetchone()
-    assert status == "stopped" and total_in == sum(c["input_tokens"] for c in calls) and total_tools == 2
+    every_call = rows(db, "SELECT input_tokens FROM model_calls")
+    asked = sum(
+        len(e["expected"]["tool_calls"]) for x in shared.scenarios.values() for e in x.model_exchanges
+    )
+    assert len(every_call) == sum(len(x.model_exchanges) for x in shared.scenarios.values())
+    assert status == "stopped" and total_in == sum(c["input_tokens"] for c in every_call)
+    assert total_tools == asked and asked > 2
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_openai_tool_loop(proxy, emu, capsem_home, stream):
+def openai_loop_traffic(proxy, stream: bool) -> list[dict]:
+    """A tool call and the turn carrying its results; the tool calls as the client sent them back."""
     client = gpt(proxy, "tools=2; cache_read=64; reasoning=32")
     messages = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Find the file"}]
 
@@ -254,10 +265,14 @@ def test_openai_tool_loop(proxy, emu, capsem_home, stream):
         for i, tc in enumerate(tool_calls)
     ]
     ask()
+    return tool_calls
 
-    db = finish(proxy, capsem_home)
-    exchanges = model_exchanges(emu)
-    calls = rows(db, "SELECT * FROM model_calls ORDER BY id")
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_tool_loop(shared, stream):
+    db, s, exchanges = shared.exchanges(f"openai loop {stream}")
+    tool_calls = s.result
+    calls = shared.model_calls(s)
     assert len(calls) == 2
     for call, ex in zip(calls, exchanges, strict=True):
         assert (call["provider"], call["protocol"], call["host"]) == (
@@ -269,18 +284,24 @@ def test_openai_tool_loop(proxy, emu, capsem_home, stream):
         assert_call_matches(call, ex)
         assert_tool_calls(db, call["id"], ex)
     assert calls[0]["trace_id"] == calls[1]["trace_id"]
-    responses = rows(db, "SELECT model_call_id, call_id, content_preview FROM tool_responses ORDER BY id")
+    ids = ",".join(str(c["id"]) for c in calls)
+    responses = rows(db, "SELECT model_call_id, call_id, content_preview FROM tool_responses "
+                         f"WHERE model_call_id IN ({ids}) ORDER BY id")  # fmt: skip
     assert responses == [{"model_call_id": calls[1]["id"], "call_id": tc["id"], "content_preview": f"result {i}"}
                          for i, tc in enumerate(tool_calls)]  # fmt: skip
 
 
-def test_openai_stream_without_include_usage_is_estimated(proxy, emu, capsem_home):
+def estimated_traffic(proxy) -> str:
+    """A stream without `include_usage`; the text the client got."""
     client = gpt(proxy, "scenario=text")
-    text = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+    return "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
         model="gpt-4.1", messages=[{"role": "user", "content": "hi"}], stream=True) if c.choices)  # fmt: skip
-    db = finish(proxy, capsem_home)
-    (call,) = rows(db, "SELECT * FROM model_calls")
-    assert call["text_content"] == text
+
+
+def test_openai_stream_without_include_usage_is_estimated(shared):
+    s = shared.scenario("estimated")
+    (call,) = shared.model_calls(s)
+    assert call["text_content"] == s.result
     details = json.loads(call["usage_details"])
     assert details["estimated"] == ["input_tokens", "output_tokens"]
     assert details["estimator"] == "tiktoken:cl100k_base"
@@ -291,10 +312,8 @@ def test_openai_stream_without_include_usage_is_estimated(proxy, emu, capsem_hom
 ENCODINGS = ["gzip-multi", "deflate-raw", "zstd-frames", "gzip,br"]
 
 
-@pytest.mark.parametrize("api", ["anthropic", "openai"])
-def test_every_encoding_streamed_bytes_unchanged(proxy, emu, capsem_home, api):
-    """The client receives exactly the wire bytes the emulator sent; capture decodes its copy (every
-    encoding in turn through one proxy run)."""
+def encodings_traffic(proxy, api: str) -> list[bytes]:
+    """A streamed call of `api` in each of ENCODINGS; the raw bytes the client received of each."""
     received = []
     for encoding in ENCODINGS:
         message = [{"role": "user", "content": f"go {encoding}"}]
@@ -313,27 +332,41 @@ def test_every_encoding_streamed_bytes_unchanged(proxy, emu, capsem_home, api):
             ) as resp,
         ):
             received.append(b"".join(resp.iter_raw()))
-    db = finish(proxy, capsem_home)
-    cases = by_marker(db, emu, [f"go {encoding}" for encoding in ENCODINGS])
-    for encoding, got, (net, call, ex) in zip(ENCODINGS, received, cases, strict=True):
+    return received
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai"])
+def test_every_encoding_streamed_bytes_unchanged(shared, api):
+    """The client receives exactly the wire bytes the emulator sent; capture decodes its copy (every
+    encoding in turn through one proxy run)."""
+    s = shared.scenario(f"encodings {api}")
+    cases = by_marker(shared.db, s, [f"go {encoding}" for encoding in ENCODINGS], s.net_ids)
+    for encoding, got, (net, call, ex) in zip(ENCODINGS, s.result, cases, strict=True):
         assert got == base64.b64decode(ex["response_body_b64"]), encoding
         assert_call_matches(call, ex)
-        assert_tool_calls(db, call["id"], ex)
+        assert_tool_calls(shared.db, call["id"], ex)
         assert net["decode_error"] is None, encoding
 
 
-def test_non_streamed_compressed(proxy, emu, capsem_home):
-    """A thinking answer as JSON in each content encoding, one after another through one proxy run."""
-    encodings = ["gzip", "br", "zstd"]
+COMPRESSED = ["gzip", "br", "zstd"]
+
+
+def compressed_traffic(proxy) -> list[str]:
+    """A thinking answer as JSON in each of COMPRESSED; the message ids the client got."""
     ids = []
-    for encoding in encodings:
+    for encoding in COMPRESSED:
         msg = claude(proxy, f"encoding={encoding}; scenario=thinking").messages.create(
             model="claude-opus-4-1", max_tokens=2000, messages=[{"role": "user", "content": f"think {encoding}"}],
             thinking={"type": "enabled", "budget_tokens": 1024})  # fmt: skip
         ids.append(msg.id)
-    db = finish(proxy, capsem_home)
-    cases = by_marker(db, emu, [f"think {encoding}" for encoding in encodings])
-    for encoding, message_id, (_net, call, ex) in zip(encodings, ids, cases, strict=True):
+    return ids
+
+
+def test_non_streamed_compressed(shared):
+    """A thinking answer as JSON in each content encoding, one after another through one proxy run."""
+    s = shared.scenario("compressed")
+    cases = by_marker(shared.db, s, [f"think {encoding}" for encoding in COMPRESSED], s.net_ids)
+    for encoding, message_id, (_net, call, ex) in zip(COMPRESSED, s.result, cases, strict=True):
         assert_call_matches(call, ex)
         assert call["message_id"] == message_id and call["thinking_content"], encoding
 

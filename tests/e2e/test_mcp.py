@@ -30,6 +30,7 @@ from capsem.redact import hash_value
 from tests.cli.conftest import run
 from tests.conftest import rows
 from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, http_client, model_exchanges
+from tests.shared_proxy import SharedProxy
 
 
 def free_port() -> int:
@@ -181,16 +182,29 @@ def db_of(capsem_home):
     return db
 
 
-@pytest.mark.parametrize(
-    ("json_response", "stateless"),
-    [(True, False), (False, False), (False, True)],
-    ids=["json", "sse", "stateless"],
-)
-def test_mcp_calls_match_what_the_server_saw(mitmdump, capsem_home, json_response, stateless):
-    """Session-based Streamable HTTP answering as JSON or SSE, and a stateless server (no Mcp-Session-Id)."""
-    proxy = mitmdump()
+FORMS = {"json": (True, False), "sse": (False, False), "stateless": (False, True)}
+"""Streamable HTTP answering as JSON or SSE, and a stateless server: (json_response, stateless)."""
+
+
+@pytest.fixture(scope="module")
+def forms(emulator, tmp_path_factory) -> SharedProxy:
+    """Each of FORMS's traffic through one mitmdump (no upstream: the MCP server is on loopback),
+    then stopped (the session rolled up)."""
+    shared = SharedProxy(emulator, tmp_path_factory.mktemp("mcp-forms"), upstream=False)
+    try:
+        for name, (json_response, stateless) in FORMS.items():
+            shared.run(name, lambda p, j=json_response, st=stateless: forms_traffic(p, j, st),
+                       flows=lambda result: len(result[1].exchanges))  # fmt: skip
+    finally:
+        shared.stop()
+    return shared
+
+
+def forms_traffic(proxy, json_response: bool, stateless: bool) -> tuple[str, Recording, list]:
+    """Two client sessions: tools listed and two called, then a resource read that fails; (the
+    server's URL, what it saw, the answers of the first session)."""
     with serve(json_response, stateless=stateless) as (url, recording):
-        listed, ok, failed = asyncio.run(session_calls(url, proxy, [
+        answers = asyncio.run(session_calls(url, proxy, [
             lambda s: s.list_tools(),
             lambda s: s.call_tool("read_note", {"name": "groceries"}),
             lambda s: s.call_tool("flaky", {"reason": "disk full"}),
@@ -207,13 +221,22 @@ def test_mcp_calls_match_what_the_server_saw(mitmdump, capsem_home, json_respons
                     await session.read_resource(AnyUrl("note://missing"))
 
         asyncio.run(protocol_error())
+    return url, recording, answers
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_mcp_calls_match_what_the_server_saw(forms, monkeypatch, form):
+    """Session-based Streamable HTTP answering as JSON or SSE, and a stateless server (no Mcp-Session-Id)."""
+    json_response, stateless = FORMS[form]
+    s = forms.scenario(form)
+    url, recording, (listed, ok, failed) = s.result
+    monkeypatch.setenv("CAPSEM_HOME", str(forms.home))  # its hash key; the CLI reads its session
     assert {t.name for t in listed.tools} == {"read_note", "flaky", "delete_everything"}
     assert ok.isError is False and failed.isError is True
-    assert proxy.stop() == 0
-    db = db_of(capsem_home)
-    got = rows(db, "SELECT * FROM mcp_calls ORDER BY id")
+    db = forms.db
+    got = rows(db, f"SELECT * FROM mcp_calls WHERE net_event_id IN ({s.ids()}) ORDER BY id")
     seen = recording.messages()
-    nets = {n["id"]: n for n in rows(db, "SELECT * FROM net_events")}
+    nets = {n["id"]: n for n in rows(db, f"SELECT * FROM net_events WHERE id IN ({s.ids()})")}
     assert len(got) == len(seen) == 8  # 2x (initialize, initialized) + list + 2 calls + read
     port = urlsplit(url).port
     session_ids = {}  # the Mcp-Session-Id each client session got from the server and echoed
@@ -271,21 +294,22 @@ def test_mcp_calls_match_what_the_server_saw(mitmdump, capsem_home, json_respons
     assert read["decision"] == "error" and read["error_message"] and read["tool_name"] == "note://missing"
     assert all(r["protocol_version"] for r in by_method["tools/call"])
 
-    # the rollup and inspect-session report MCP usage per server and tool
+    # the rollup and inspect-session report MCP usage per server and tool (of the session: every
+    # form made the same calls)
     (session,) = json.loads(run("list-sessions", "--json"))
-    assert session["total_mcp_calls"] == len(got)
+    assert session["total_mcp_calls"] == len(got) * len(FORMS)
     inspected = run("inspect-session", session["id"])
     assert "files-server" in inspected and "read_note" in inspected and "flaky" in inspected
     usage = {(u["server_name"], u["tool_name"], u["decision"]): u["calls"]
              for u in json.loads(run("inspect-session", session["id"], "--json"))["mcp"]}  # fmt: skip
-    assert usage == {
+    assert usage == {key: n * len(FORMS) for key, n in {
         ("files-server", "initialize", "allowed"): 2,
         ("files-server", "notifications/initialized", "allowed"): 2,
         ("files-server", "tools/list", "allowed"): 1,
         ("files-server", "read_note", "allowed"): 1,
         ("files-server", "flaky", "allowed"): 1,  # the tool failed; the call was allowed
         ("files-server", "note://missing", "error"): 1,
-    }
+    }.items()}  # fmt: skip
 
 
 def test_http_sse_transport_answers_arrive_on_the_get_stream(mitmdump, capsem_home):

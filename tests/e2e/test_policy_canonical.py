@@ -49,17 +49,25 @@ DENIED_PATHS = ["//admin/users", "/./admin/users", "/a/../admin/users", "/%61dmi
                 "/%2E%2E/admin/users", "/admin;x=1/users", "/public/..;/admin/users", "/admin%2Fusers"]  # fmt: skip
 
 
-def test_a_path_rule_refuses_every_spelling_and_the_record_keeps_the_path_as_sent(mitmdump, emu, capsem_home):
-    write_policy(capsem_home, "    - {name: no-admin, action: deny, path: '/admin/*'}\n")
-    proxy = mitmdump()
-    for path in DENIED_PATHS:
-        assert denied_by(send(proxy.url, emu.http_url + path)) == "no-admin", path
-    allowed = ["/%2561dmin/users", "/ADMIN/users"]  # another path: decoded once, case kept
-    assert [send(proxy.url, emu.http_url + p).status for p in allowed] == [404, 404]
-    assert [e["path"] for e in emu.exchanges()] == allowed  # no denied spelling reached the upstream
-    assert proxy.stop() == 0
+ALLOWED_PATHS = ["/%2561dmin/users", "/ADMIN/users"]  # another path: decoded once, case kept
+
+
+def path_traffic(proxy, emu) -> tuple[list[str | None], list[int]]:
+    """Each of DENIED_PATHS, then each of ALLOWED_PATHS: (the rule that refused each denied one, the
+    allowed ones' statuses)."""
+    denied = [denied_by(send(proxy.url, emu.http_url + path)) for path in DENIED_PATHS]
+    return denied, [send(proxy.url, emu.http_url + p).status for p in ALLOWED_PATHS]
+
+
+def test_a_path_rule_refuses_every_spelling_and_the_record_keeps_the_path_as_sent(shared):
+    s = shared[1].scenario("paths")
+    denied, allowed = s.result
+    assert denied == ["no-admin"] * len(DENIED_PATHS)
+    assert allowed == [404, 404]
+    assert [e["path"] for e in s.exchanges] == ALLOWED_PATHS  # no denied spelling reached the upstream
     nets = rows(
-        only_session(capsem_home), "SELECT path, canonical_path, decision FROM net_events ORDER BY id"
+        shared[1].db,
+        f"SELECT path, canonical_path, decision FROM net_events WHERE id IN ({s.ids()}) ORDER BY id",
     )
     assert nets == [
         {"path": "//admin/users", "canonical_path": "/admin/users", "decision": "denied"},
@@ -76,31 +84,39 @@ def test_a_path_rule_refuses_every_spelling_and_the_record_keeps_the_path_as_sen
     ]
 
 
-def test_a_secret_in_the_path_is_redacted_in_both_path_columns(mitmdump, emu, capsem_home):
-    proxy = mitmdump()
-    secret = "T0CANON01/B0CANON02/CANONsecretSlackHook00000"
-    assert send(proxy.url, f"{emu.http_url}//services/{secret};x", method="POST").status == 404
-    assert proxy.stop() == 0
-    ((path, canonical),) = [tuple(r.values()) for r in rows(only_session(capsem_home),
-                                                            "SELECT path, canonical_path FROM net_events")]  # fmt: skip
+SECRET = "T0CANON01/B0CANON02/CANONsecretSlackHook00000"
+
+
+def test_a_secret_in_the_path_is_redacted_in_both_path_columns(shared):
+    s = shared[1].scenario("secret")
+    assert s.result == 404
+    ((path, canonical),) = [tuple(r.values()) for r in rows(shared[1].db,
+                            f"SELECT path, canonical_path FROM net_events WHERE id IN ({s.ids()})")]  # fmt: skip
     assert path.startswith("//services/") and canonical.startswith("/services/")
     assert "CANONsecret" not in path and "CANONsecret" not in canonical
-    assert "CANONsecret" not in proxy.log()
+    assert "CANONsecret" not in shared[1].proxy.log()
 
 
 GLOB_HOSTS = ["x.pastebin.com.", "X.PASTEBIN.COM", "x.PasteBin.com.:80"]
 ADDRESS_RULES = ["127.0.0.1", "127.0.0.0/8", "localhost"]
 SPELLINGS = ("127.1", "2130706433", "0x7f000001", "0177.0.0.1", "127.0.0.1", "localhost")
-SHARED_POLICY = "    - {name: no-paste, action: deny, host: '*.pastebin.com'}\n" + "".join(
-    f"    - {{name: no-local-admin-{n}, action: deny, host: '{rule}', path: '/admin{n}/*'}}\n"
-    for n, rule in enumerate(ADDRESS_RULES)
-)  # each address rule on a path of its own: the rule that refuses names which spelling of it held
+SHARED_POLICY = (
+    "    - {name: no-paste, action: deny, host: '*.pastebin.com'}\n"
+    + "".join(
+        f"    - {{name: no-local-admin-{n}, action: deny, host: '{rule}', path: '/admin{n}/*'}}\n"
+        for n, rule in enumerate(ADDRESS_RULES)
+    )
+    + "    - {name: no-admin, action: deny, path: '/admin/*'}\n"
+)
+# each address rule on a path of its own: the rule that refuses names which spelling of it held; the
+# path rule's path is none of theirs
 
 
 @pytest.fixture(scope="module")
 def shared(emulator, tmp_path_factory) -> tuple[SharedProxy, SharedProxy]:
     """Two mitmdumps with `SHARED_POLICY`: upstream the emulator (it answers for any host: no DNS),
-    for the host globs, one scenario per host; and direct, for the address rules, one per rule."""
+    for the host globs, one scenario per host; and direct, for the address rules, one per rule, the
+    path rule and a secret in a path."""
     config = "policy:\n  rules:\n" + SHARED_POLICY
     by_glob = SharedProxy(emulator, tmp_path_factory.mktemp("glob"), config=config)
     try:
@@ -114,6 +130,9 @@ def shared(emulator, tmp_path_factory) -> tuple[SharedProxy, SharedProxy]:
             by_address.run(
                 rule, lambda proxy, n=n: address_traffic(proxy, emulator, n), flows=len(SPELLINGS) + 1
             )
+        by_address.run("paths", lambda proxy: path_traffic(proxy, emulator), flows=len(DENIED_PATHS) + 2)
+        by_address.run("secret", lambda proxy: send(proxy.url, f"{emulator.http_url}//services/{SECRET};x",
+                                                    method="POST").status)  # fmt: skip
     finally:
         by_address.stop()
     return by_glob, by_address

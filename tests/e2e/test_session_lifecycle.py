@@ -7,12 +7,14 @@ import json
 import sqlite3
 import time
 
+import pytest
 import zstandard
 from click.testing import CliRunner
 
 from assembler.cli import cli
 from tests.conftest import only_session, rows
-from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, assert_clean_log, http_client, model_exchanges
+from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, assert_clean_log, http_client
+from tests.shared_proxy import SharedProxy
 
 MESSAGES = "https://api.anthropic.com/v1/messages"
 
@@ -89,20 +91,42 @@ def test_kill_9_is_recovered_as_crashed_at_next_start(mitmdump, emu, capsem_home
     assert [r["status"] for r in main_rows(capsem_home)] == ["crashed", "stopped"]
 
 
-def test_compressed_request_bodies_are_parsed(mitmdump, emu, capsem_home):
-    proxy = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
-    raw = json.dumps({**SIMPLE, "system": "compressed request"}).encode()
+@pytest.fixture(scope="module")
+def shared(emulator, tmp_path_factory) -> SharedProxy:
+    """The two tests below through one mitmdump, each a scenario of its own; stopped."""
+    shared = SharedProxy(emulator, tmp_path_factory.mktemp("lifecycle"))
+    try:
+        shared.run("compressed", compressed_traffic)
+        shared.run("retried", retried_traffic)
+    finally:
+        shared.stop()
+    return shared
+
+
+COMPRESSED = json.dumps({**SIMPLE, "system": "compressed request"}).encode()
+
+
+def compressed_traffic(proxy) -> None:
     post(proxy, SIMPLE, {"content-encoding": "zstd", "x-api-key": ANTHROPIC_KEY},
-         content=zstandard.ZstdCompressor().compress(raw))  # fmt: skip
-    post(proxy, SIMPLE, {"content-encoding": "gzip", "x-api-key": ANTHROPIC_KEY}, content=gzip.compress(raw))
-    proxy.stop()
-    calls = rows(only_session(capsem_home), "SELECT model, system_prompt_preview, messages_count, request_bytes, "
-                                            "request_body_preview FROM model_calls")  # fmt: skip
-    for call_id in (1, 2):  # the whole request, decoded from zstd and gzip, exactly
+         content=zstandard.ZstdCompressor().compress(COMPRESSED))  # fmt: skip
+    post(
+        proxy,
+        SIMPLE,
+        {"content-encoding": "gzip", "x-api-key": ANTHROPIC_KEY},
+        content=gzip.compress(COMPRESSED),
+    )
+
+
+def test_compressed_request_bodies_are_parsed(shared, monkeypatch):
+    s = shared.scenario("compressed")
+    calls = shared.model_calls(s, "id, model, system_prompt_preview, messages_count, request_bytes, "
+                                  "request_body_preview")  # fmt: skip
+    monkeypatch.setenv("CAPSEM_HOME", str(shared.home))
+    for call in calls:  # the whole request, decoded from zstd and gzip, exactly
         shown = CliRunner().invoke(
-            cli, ["show-call", str(call_id), "--request", "--raw"], catch_exceptions=False
+            cli, ["show-call", str(call["id"]), "--request", "--raw"], catch_exceptions=False
         )
-        assert shown.stdout_bytes == raw
+        assert shown.stdout_bytes == COMPRESSED
     assert len(calls) == 2
     for call in calls:
         assert (call["model"], call["system_prompt_preview"], call["messages_count"]) == (
@@ -111,29 +135,38 @@ def test_compressed_request_bodies_are_parsed(mitmdump, emu, capsem_home):
             1,
         )
         assert (
-            call["request_bytes"] < len(raw) + 30 and '"compressed request"' in call["request_body_preview"]
+            call["request_bytes"] < len(COMPRESSED) + 30
+            and '"compressed request"' in call["request_body_preview"]
         )
 
 
-def test_retried_request_does_not_record_tool_results_twice(mitmdump, emu, capsem_home):
-    proxy = mitmdump(upstream=emu.proxy_url, ca=emu.ca_path)
-    tools = [{"name": "ls", "description": "list", "input_schema": {"type": "object", "properties": {}}}]
-    first = post(proxy, {**SIMPLE, "tools": tools}).json()
+TOOLS = [{"name": "ls", "description": "list", "input_schema": {"type": "object", "properties": {}}}]
+
+
+def retried_traffic(proxy) -> dict:
+    """A tool call, then the turn with its result twice (an error, then the SDK's retry); the tool use."""
+    first = post(proxy, {**SIMPLE, "tools": TOOLS}).json()
     (use,) = [b for b in first["content"] if b["type"] == "tool_use"]
-    turn2 = {**SIMPLE, "tools": tools, "messages": [
+    turn2 = {**SIMPLE, "tools": TOOLS, "messages": [
         SIMPLE["messages"][0], {"role": "assistant", "content": first["content"]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use["id"], "content": "a b c"}]}]}  # fmt: skip
     post(proxy, turn2, {"x-emulator": "scenario=error; status=529"})  # the agent's SDK retries this one
     post(proxy, turn2)
-    proxy.stop()
-    db = only_session(capsem_home)
-    calls = rows(db, "SELECT id, status_code, trace_id FROM model_calls ORDER BY id")
+    return use
+
+
+def test_retried_request_does_not_record_tool_results_twice(shared):
+    s = shared.scenario("retried")
+    use = s.result
+    calls = shared.model_calls(s, "id, status_code, trace_id")
     assert [c["status_code"] for c in calls] == [200, 529, 200]
     assert len({c["trace_id"] for c in calls}) == 1
-    responses = rows(db, "SELECT model_call_id, call_id, content_preview, tool_name FROM tool_responses")
+    ids = ",".join(str(c["id"]) for c in calls)
+    responses = rows(shared.db, "SELECT model_call_id, call_id, content_preview, tool_name FROM tool_responses "
+                                f"WHERE model_call_id IN ({ids})")  # fmt: skip
     assert responses == [{"model_call_id": calls[1]["id"], "call_id": use["id"], "content_preview": "a b c",
                           "tool_name": "ls"}]  # fmt: skip
-    assert len(model_exchanges(emu)) == 3
+    assert len(s.exchanges) == 3
 
 
 def test_an_idle_recorder_does_not_hold_the_write_lock(mitmdump, capsem_home):

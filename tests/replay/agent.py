@@ -18,9 +18,7 @@ import ssl
 import sys
 import uuid
 
-import anthropic
-import openai
-
+# each section imports the SDK it uses (anthropic and openai cost ~1.5 s of CPU each to import)
 CONTROL = {"x-emulator": "scenario=auto"}
 TOOL_A = [{"name": "write_file", "description": "write a file", "input_schema": {
     "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}]  # fmt: skip
@@ -37,6 +35,8 @@ def write(name: str, text: str) -> str:
 
 
 def anthropic_loop() -> str:
+    import anthropic
+
     client = anthropic.Anthropic(max_retries=0, default_headers=CONTROL)
     messages = [{"role": "user", "content": PROMPT}]
     with client.messages.stream(
@@ -55,6 +55,8 @@ def anthropic_loop() -> str:
 def claude_code_shaped() -> str:
     """As Claude Code sends it: a billing line new on every request, a session id in metadata, the
     date and the workspace in the system prompt."""
+    import anthropic
+
     client = anthropic.Anthropic(max_retries=0, default_headers=CONTROL)
     session = str(uuid.uuid4())
     date = os.environ.get("RUN_DATE", "2026-11-25")
@@ -82,6 +84,8 @@ def claude_code_shaped() -> str:
 
 
 def chat_loop() -> str:
+    import openai
+
     client = openai.OpenAI(max_retries=0, default_headers=CONTROL)
     messages: list[dict] = [{"role": "user", "content": "write the chat notes"}]
     stream = client.chat.completions.create(model="gpt-4.1", tools=TOOL_O, messages=messages, stream=True)
@@ -107,6 +111,8 @@ def chat_loop() -> str:
 
 
 def responses_loop() -> str:
+    import openai
+
     client = openai.OpenAI(max_retries=0, default_headers=CONTROL)
     items: list = [{"role": "user", "content": "write the response notes"}]
     first = client.responses.create(model="gpt-5", tools=TOOL_R, input=items, stream=False)
