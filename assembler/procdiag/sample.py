@@ -113,9 +113,12 @@ class ProcessReader:
     def _cmdline(self, proc: psutil.Process, key: tuple[int, float]) -> str | None:
         """The command line with the values of secret flags and `NAME=VALUE` prefixes masked (the
         recorder's scrubber does the rest), cut to CMDLINE_SEND_MAX; masked again only when it
-        changed (an exec)."""
+        changed (an exec). A process that has exited and not been reaped yet (a zombie) reads an
+        empty one: it keeps the one it had."""
         argv = _field(proc.cmdline)
         cached = self._cmdlines.get(key)
+        if cached is not None and not argv:
+            return cached[1]
         if cached is None or cached[0] != argv:
             text = join_argv(mask_secret_args(argv))[:CMDLINE_SEND_MAX] if argv else None
             cached = self._cmdlines[key] = (argv, text)

@@ -267,6 +267,8 @@ def test_reader_on_a_live_a_zombie_and_a_vanished_process():
             time.sleep(0.01)
         zombie = reader.read(proc, 2)
         assert zombie["state"] == "zombie" and zombie["pid"] == child.pid
+        assert zombie["cmdline"] == live["cmdline"]  # /proc reads an empty one now: the one it had
+        assert ProcessReader().read(proc, 0)["cmdline"] is None  # (never seen alive: none)
     finally:
         child.kill()
         child.wait()
