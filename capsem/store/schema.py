@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from pathlib import Path
 
 from capsem.packed import register as register_packed
@@ -31,12 +32,29 @@ def connect(path: Path, *, readonly: bool = False, timeout: float = 5.0) -> sqli
         with contextlib.suppress(OSError):  # (SQLite says why it cannot open it)
             private_file(path)  # 0600 before SQLite makes it: its -wal and -shm get the same mode
         conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode = WAL")
+        _wal(conn, timeout)
         conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
     register_packed(conn)
     conn.row_factory = sqlite3.Row
     return conn
+
+
+def _wal(conn: sqlite3.Connection, timeout: float) -> None:
+    """Put the file in WAL mode, waiting up to `timeout` for the lock that takes: SQLite answers
+    `database is locked` at once, without its busy handler, while another connection turns a new
+    file to WAL (the recorder and `capsem run`'s workspace watcher open a new session.db together)."""
+    deadline, pause = time.monotonic() + timeout, 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                conn.close()
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def open_session_db(path: Path, *, timeout: float = 5.0) -> sqlite3.Connection:

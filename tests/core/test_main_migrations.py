@@ -3,6 +3,7 @@ previous schema (rows kept, new columns zero or NULL), and a rollup that fills t
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 
 from capsem.store.schema import MAIN_MIGRATIONS, migrate
@@ -54,6 +55,23 @@ def test_two_processes_migrating_the_same_file_take_turns(tmp_path):
     assert errors == []
     conn = sqlite3.connect(tmp_path / "session.db")
     assert len(conn.execute("SELECT name FROM _capsem_migrations").fetchall()) == len(SESSION_MIGRATIONS)
+
+
+def test_opening_waits_for_the_write_lock_of_a_file_not_yet_in_wal_mode(tmp_path):
+    """What made the test above fail under load: turning a file to WAL while another connection
+    holds its write lock (still a rollback journal) is refused at once, not after the busy timeout."""
+    import threading
+
+    from capsem.store.schema import connect
+
+    path = tmp_path / "session.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN IMMEDIATE")
+    threading.Timer(0.3, holder.execute, ("COMMIT",)).start()
+    with contextlib.closing(connect(path, timeout=5.0)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    holder.close()
 
 
 def test_culled_keep_and_context_on_an_older_main_db(tmp_path):
