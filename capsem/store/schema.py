@@ -42,8 +42,9 @@ def connect(path: Path, *, readonly: bool = False, timeout: float = 5.0) -> sqli
 
 def _wal(conn: sqlite3.Connection, timeout: float) -> None:
     """Put the file in WAL mode, waiting up to `timeout` for the lock that takes: SQLite answers
-    `database is locked` at once, without its busy handler, while another connection turns a new
-    file to WAL (the recorder and `capsem run`'s workspace watcher open a new session.db together)."""
+    `database is locked` at once, without its busy handler, while another connection holds the
+    write lock of a file still in rollback mode (the recorder and `capsem run`'s workspace watcher
+    open and migrate a new session.db together)."""
     deadline, pause = time.monotonic() + timeout, 0.001
     while True:
         try:
