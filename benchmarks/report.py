@@ -124,6 +124,7 @@ def goal_rows(results: dict) -> list[dict[str, Any]]:
             row = {"profile": profile["name"], "streams": conc}
             row["total"] = ours["total_s"] / base["total_s"]
             row["cpu"] = ours["cpu_s"] / base["cpu_s"] if base["cpu_s"] else None
+            row["cpu_paired"] = paired_cpu(results["runs"], profile["name"], conc)
             row["ttfb_ms"] = ours["ttfb_ms"] - base["ttfb_ms"]
             lag = (ours["lag_p50_ms"], base["lag_p50_ms"])
             row["lag_ms"] = lag[0] - lag[1] if None not in lag else None
@@ -131,6 +132,22 @@ def goal_rows(results: dict) -> list[dict[str, Any]]:
             row["lag_p99_ms"] = p99[0] - p99[1] if None not in p99 else None
             rows.append(row)
     return rows
+
+
+def paired_cpu(runs: list[dict], profile: str, concurrency: int) -> float | None:
+    """capsem's (5) CPU over streaming mitmdump's (2) within each repetition, the median of those.
+
+    The two run seconds apart in a repetition, minutes apart across them, and the machine's own
+    speed drifts between repetitions (streaming mitmdump's CPU for the same paced stream moved
+    from 0.15 to 0.27 s within one run): a ratio of medians over a few repetitions moves with it.
+    Shown beside the ratio of medians, which the goals are judged by."""
+    pairs: dict[int, dict[str, float]] = defaultdict(dict)
+    wanted = {(profile, concurrency, BASELINE), (profile, concurrency, CAPSEM)}
+    for run in runs:
+        if (run["profile"], run["concurrency"], run["scenario"]) in wanted:
+            pairs[run["rep"]][run["scenario"]] = run["cpu_s"]
+    ratios = [p[CAPSEM] / p[BASELINE] for p in pairs.values() if len(p) == 2 and p[CAPSEM] and p[BASELINE]]
+    return statistics.median(ratios) if ratios else None
 
 
 def _mark(value: float | None, goal: float | None, fmt: str, *, at_least: bool = False) -> str:
@@ -423,7 +440,10 @@ def issue_goals(results: dict) -> list[tuple[str, str, bool]]:
                 limit, value = goal.get(key), row.get(key)
                 if limit is None or value is None:
                     continue
-                out.append((f"{what}: {label} ≤ {limit:g}{unit}", f"{value:{fmt}}{unit}", value <= limit))
+                measured = f"{value:{fmt}}{unit}"
+                if key == "cpu" and row.get("cpu_paired") is not None:
+                    measured += f" (per repetition: {row['cpu_paired']:.2f}×)"
+                out.append((f"{what}: {label} ≤ {limit:g}{unit}", measured, value <= limit))
         from benchmarks.stream_features import feature_goals
 
         for feature, cost, measured, verdict in feature_goals(results["streaming"], results,
