@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from assembler.cli import cli
 from tests.conftest import only_session, rows
-from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, assert_clean_log, http_client
-from tests.shared_proxy import SharedProxy
+from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, http_client
+from tests.shared_proxy import SharedProxy, assert_clean_log
 
 MESSAGES = "https://api.anthropic.com/v1/messages"
 

@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from tests.conftest import only_session, rows
-from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, assert_clean_log, finish, http_client
+from tests.e2e.test_capture_sdk import ANTHROPIC_KEY, finish, http_client
+from tests.shared_proxy import assert_clean_log
 
 MESSAGES = "https://api.anthropic.com/v1/messages"
 
