@@ -129,11 +129,14 @@ def decoded_view(text: str) -> DecodedView | None:
     return DecodedView("".join(out), tuple(places), tuple(shifts))
 
 
-def scrub_decoded(text: str, scrub: Callable[[str], str], rounds: int = 1) -> str:
+def scrub_decoded(
+    text: str, scrub: Callable[[str], str], rounds: int = 1, holds: Callable[[str], bool] | None = None
+) -> str:
     """`scrub` applied to what `text` means (its decoded view) until it holds (at most `rounds`
     times), the redactions written back over the raw escapes they cover; on `text` itself when
     nothing in it is escaped. (The view of the written-back text is the scrubbed view, markers
-    holding no escape: later rounds run on it, and the redactions are written back once.)"""
+    holding no escape: later rounds run on it, and the redactions are written back once.)
+    `holds(scrubbed)`, when given, may say a changed text holds without a whole round more."""
     view = decoded_view(text)
     current = text if view is None else view.text
     for _ in range(rounds):
@@ -141,6 +144,8 @@ def scrub_decoded(text: str, scrub: Callable[[str], str], rounds: int = 1) -> st
         if scrubbed == current:
             break
         current = scrubbed
+        if holds is not None and holds(current):
+            break
     if view is None or current == view.text:
         return current if view is None else text
     written = view.write_back(text, current)

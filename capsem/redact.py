@@ -395,6 +395,21 @@ def rules_for(extra: Sequence[Mapping[str, Any]], disabled: Iterable[str]) -> Ru
 
 
 _MAX_ROUNDS = 4
+SETTLE_RADIUS = 2048
+"""How far around each marker (to whole lines) the passes run again to say a long text holds."""
+
+
+def marker_windows(text: str, radius: int = SETTLE_RADIUS) -> list[tuple[int, int]]:
+    """The whole lines within `radius` characters of each marker of `text`, overlapping ones merged."""
+    windows: list[tuple[int, int]] = []
+    for m in MARKER_RE.finditer(text):
+        start = text.rfind("\n", 0, max(m.start() - radius, 0)) + 1
+        end = text.find("\n", min(m.end() + radius, len(text))) + 1 or len(text)
+        if windows and start <= windows[-1][1]:
+            windows[-1] = (windows[-1][0], max(end, windows[-1][1]))
+        else:
+            windows.append((start, end))
+    return windows
 
 
 def scrubber_for(capture: CaptureSettings) -> Scrubber:
@@ -428,7 +443,17 @@ class Scrubber:
         """`text` with every known secret replaced by `[redacted hash:…]` (idempotent: a marker can
         end a word that hid a key before, `AKIA…` glued to a token, so the passes run again on a
         changed text until it holds)."""
-        return scrub_decoded(text, self._passes, _MAX_ROUNDS) if text else text
+        return scrub_decoded(text, self._passes, _MAX_ROUNDS, self._holds) if text else text
+
+    def _holds(self, scrubbed: str) -> bool:
+        """Whether a long text just scrubbed holds as it is: every pass, run again on the lines
+        around its markers only, changes nothing there. A redaction can make a secret readable
+        only beside it (a marker ends the word a key was glued to); a text whose windows are half
+        of it or more, or in which one changes, gets a whole round more."""
+        windows = marker_windows(scrubbed)
+        if sum(end - start for start, end in windows) * 2 > len(scrubbed):
+            return False
+        return all(self._passes(scrubbed[start:end]) == scrubbed[start:end] for start, end in windows)
 
     def _passes(self, text: str) -> str:
         """Every pass once over `text` as it reads (`scrub` gives it the decoded view)."""

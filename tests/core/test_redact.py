@@ -109,11 +109,12 @@ def plain_named_pass(text: str) -> str:
 
 
 @settings(max_examples=150, deadline=None)  # the reference runs every one of the 232 rules' regexes
-@given(_TEXTS, st.sampled_from(["", " lorem ipsum." * 200, " lørem ïpsum 😀 \udc80." * 150]))
+@given(_TEXTS, st.sampled_from(["", " lorem ipsum." * 200, " lørem ïpsum 😀 \udc80." * 150, "lorem ipsum\n" * 700]))
 def test_prefiltered_scrub_equals_the_plain_regex_passes(text, padding):
     """The prefilters (literals, name words; a regex scan for short texts, Hyperscan for long
-    ones, ASCII or not) only skip what could not match: the output is the same as running every
-    regex over the whole text."""
+    ones, ASCII or not) only skip what could not match, and a long text's later rounds run only
+    around its markers (lines of padding) when that changes nothing: the output is the same as
+    running every regex over the whole text until it holds."""
     text = padding + text + padding
     scrubber = Scrubber()
     scrubber.learn("learned-credential-42")
@@ -159,6 +160,31 @@ def test_scrubbing_twice_changes_nothing(text):
     """Stored text is scrubbed again on its way into a bundle: a second pass must not re-redact."""
     once = Scrubber().scrub(text)
     assert Scrubber().scrub(once) == once
+
+
+LINES = "lorem ipsum dolor\n" * 700
+
+
+@pytest.mark.parametrize(
+    ("line", "rounds"),
+    [  # (a line, the whole rounds it takes)
+        ("export GITHUB_TOKEN=ghp_" + "a" * 36, 1),  # holds: the lines around its marker say so
+        ("/aws_secret_access_key = &xoxb-1234567890ab=$TOKEN'", 2),  # a second round redacts more
+    ],
+)
+def test_a_long_texts_later_rounds_read_the_lines_around_its_markers_first(line, rounds):
+    """A long text that a round changed is read again around its markers only; if that changes
+    nothing it holds, else it gets whole rounds as a short one does: the same output either way."""
+    text = LINES + line + "\n" + LINES
+    scrubber = Scrubber()
+    read: list[int] = []
+    passes = scrubber._passes
+    with patch.object(scrubber, "_passes", lambda view: read.append(len(view)) or passes(view)):
+        scrubbed = scrubber.scrub(text)
+    assert scrubbed == LINES + Scrubber().scrub(line) + "\n" + LINES
+    assert "[redacted hash:" in scrubbed and Scrubber().scrub(scrubbed) == scrubbed
+    windowed = [length < len(text) / 2 for length in read]  # a window: the line and ~2 KiB either side
+    assert windowed == [False] + [True, False] * (rounds - 1) + [True]
 
 
 # --- the leaks of the hardening issue (defect 3): each test failed before the fix ------------------
