@@ -109,7 +109,10 @@ def plain_named_pass(text: str) -> str:
 
 
 @settings(max_examples=150, deadline=None)  # the reference runs every one of the 232 rules' regexes
-@given(_TEXTS, st.sampled_from(["", " lorem ipsum." * 200, " lørem ïpsum 😀 \udc80." * 150, "lorem ipsum\n" * 700]))
+@given(
+    _TEXTS,
+    st.sampled_from(["", " lorem ipsum." * 200, " lørem ïpsum 😀 \udc80." * 150, "lorem ipsum\n" * 700]),
+)
 def test_prefiltered_scrub_equals_the_plain_regex_passes(text, padding):
     """The prefilters (literals, name words; a regex scan for short texts, Hyperscan for long
     ones, ASCII or not) only skip what could not match, and a long text's later rounds run only
