@@ -32,6 +32,7 @@ _DELTA_RE = re.compile(
 alternation per character). `capsem.native.delta_channels` reads the same fields, several times faster."""
 _MAX_CANDIDATES = 4096
 """Places tried for the end of one redacted span before giving up on placing it."""
+_PROBE = 64
 
 
 def marker_spans(original: str, scrubbed: str) -> list[tuple[int, int]] | None:
@@ -59,14 +60,16 @@ def marker_spans(original: str, scrubbed: str) -> list[tuple[int, int]] | None:
 
 def _end_of(original: str, start: int, after: str, want: str) -> int | None:
     """Where the secret that starts at `start` ends: the text after it follows, and its keyed hash
-    is the marker's."""
-    end = original.find(after, start + 1) if after else start + 1
-    for _ in range(_MAX_CANDIDATES):
-        if end < 0 or end > len(original):
-            return None
-        if hash_value(original[start:end]) == want:
-            return end
-        end = original.find(after, end + 1) if after else end + 1
+    is the marker's. (Places are found by the first characters of that text, then compared whole:
+    `str.find` reads a long text it looks for whole before it starts.)"""
+    probe = after[:_PROBE]
+    end, tried = (original.find(probe, start + 1) if after else start + 1), 0
+    while 0 <= end <= len(original) and tried < _MAX_CANDIDATES:
+        if original.startswith(after, end):
+            tried += 1
+            if hash_value(original[start:end]) == want:
+                return end
+        end = original.find(probe, end + 1) if after else end + 1
     return None
 
 

@@ -100,3 +100,12 @@ def test_marker_spans_place_each_redaction_exactly():
     spans = marker_spans(text, scrub(text))
     assert [text[s:e] for s, e in spans] == [KEY, "hunter2hunter2", KEY]
     assert marker_spans("abc", "xyz") is None
+
+
+@pytest.mark.parametrize("secret", ["tok" + "a" * 80 + "Z", "tok" + "a" * 300 + "END and more" + "Z"])
+def test_marker_spans_find_a_secret_whose_end_the_text_after_it_begins_like(secret):
+    """The text after a marker is looked for by its first characters, then compared whole (and
+    hashed where it occurs more than once): a secret holding those characters is placed whole."""
+    after = "a" * 300 + "END and more"
+    original = "x " + secret + after
+    assert marker_spans(original, f"x [redacted {hash_value(secret)}]{after}") == [(2, 2 + len(secret))]
