@@ -31,6 +31,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from capsem import native
 from capsem.markers import redacted
 from capsem.stream_scrub import marker_spans
 
@@ -98,7 +99,16 @@ class DecodedView:
 
 
 def decoded_view(text: str) -> DecodedView | None:
-    """The view of `text` (see module doc), or None when no escape changes it."""
+    """The view of `text` (see module doc), or None when no escape changes it (in one pass of
+    `capsem.native.decoded_view` when it is built, else `python_view`)."""
+    if native.decoded_view is None:
+        return python_view(text)
+    found = native.decoded_view(text)
+    return None if found is None else DecodedView(*found)
+
+
+def python_view(text: str) -> DecodedView | None:
+    """`decoded_view` in Python: the reference."""
     has_backslash, has_percent = "\\" in text, "%" in text
     if not (has_backslash or has_percent):
         return None

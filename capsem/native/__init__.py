@@ -3,8 +3,9 @@ the text chunks of Anthropic, OpenAI Chat, OpenAI Responses and Gemini) in one n
 `crlf_to_lf` makes a CRLF-only piece LF, `delta_fields`, `delta_channels` and `delta_spans` find
 and decode the delta fields of a streamed body for the scrubber, `note_ends` notes where held chunks end
 (fastpath.c says exactly what each reads); `named_next` skips the name words of a text that the
-scrubber's name/value pass would only move past and `place_adder` notes Hyperscan's matches
-without a Python call each (scrubpath.c, its own module `_scrubpath`);
+scrubber's name/value pass would only move past, `place_adder` notes Hyperscan's matches
+without a Python call each and `decoded_view` reads a text's escapes for the scrubber (scrubpath.c,
+its own module `_scrubpath`);
 `chain_rows` encodes and chains a batch's rows for the ledger (ledgerpath.c, `_ledgerpath`).
 
 `make install` builds it (`python -m capsem.native.build`, any C compiler and the Python headers);
@@ -23,7 +24,7 @@ from typing import Any
 
 VERSION = 7
 """The fastpath.c this Python expects (its `FASTPATH_VERSION`); an older build is not used."""
-SCRUB_VERSION = 5
+SCRUB_VERSION = 6
 """The scrubpath.c this Python expects (its `SCRUBPATH_VERSION`)."""
 LEDGER_VERSION = 1
 """The ledgerpath.c this Python expects (its `LEDGERPATH_VERSION`)."""
@@ -35,6 +36,7 @@ delta_spans: Callable[[str, Any], list[tuple[str, int, int, str]]] | None = None
 note_ends: Callable[..., None] | None = None
 crlf_to_lf: Callable[[bytes], bytes | None] | None = None
 named_next: Callable[..., tuple[int, int, int] | None] | None = None
+decoded_view: Callable[[str], tuple[str, tuple[int, ...], tuple[int, ...]] | None] | None = None
 place_adder: Callable[[list[int], list[int]], Callable[..., None]] | None = None
 chain_rows: Callable[..., tuple[bytes, int]] | None = None
 why_not: str | None = None
@@ -67,6 +69,7 @@ else:
         crlf_to_lf, delta_spans = _fastpath.crlf_to_lf, _fastpath.delta_spans
     if (_scrubpath := _module("_scrubpath", SCRUB_VERSION)) is not None:
         named_next, place_adder = _scrubpath.named_next, _scrubpath.place_adder
+        decoded_view = _scrubpath.decoded_view
     if (_ledgerpath := _module("_ledgerpath", LEDGER_VERSION)) is not None:
         chain_rows = _ledgerpath.chain_rows
 

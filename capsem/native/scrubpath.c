@@ -22,12 +22,16 @@
  * It returns (hit, start, end) of the first name it does not skip, for the Python loop to decide,
  * or None when none is left. A name not in `verdicts`, or `ends` None where they are needed, is
  * returned too (the Python loop learns the verdict and computes the ends).
+ *
+ * `decoded_view(text)` is capsem/escapes.py's `python_view` (the reference) in one pass: the text as
+ * the scrubber reads it, JSON's and URLs' escapes decoded, with where the shorter decodes are.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
-#define SCRUBPATH_VERSION 5
+#define SCRUBPATH_VERSION 6
 
 
 static inline int is_name_char(Py_UCS4 c) {
@@ -288,7 +292,182 @@ static PyObject *place_adder(PyObject *module, PyObject *args) {
     return callback;
 }
 
+/* ASCII hex digit's value, or -1 (`[0-9a-fA-F]` of a str pattern: ASCII only) */
+static inline int hexval(Py_UCS4 c) {
+    if (c >= '0' && c <= '9') return (int)(c - '0');
+    if (c >= 'a' && c <= 'f') return (int)(c - 'a' + 10);
+    if (c >= 'A' && c <= 'F') return (int)(c - 'A' + 10);
+    return -1;
+}
+
+/* `_UNRESERVED`: an ASCII letter or digit, `-`, `.`, `_`, `~` */
+static inline int unreserved(Py_UCS4 c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+           c == '_' || c == '~';
+}
+
+/* Where the first backslash or `%` at or after `i` is (`n`: none). One-byte text: `memchr` for each,
+ * `next` keeping where each was found (still the first while `i` has not passed it). */
+static inline Py_ssize_t special_Py_UCS1(const Py_UCS1 *p, Py_ssize_t i, Py_ssize_t n, Py_ssize_t *next) {
+    static const int wanted[2] = {'\\', '%'};
+    for (int k = 0; k < 2; k++) {
+        if (next[k] < i) {
+            const Py_UCS1 *q = memchr(p + i, wanted[k], (size_t)(n - i));
+            next[k] = q == NULL ? n : q - p;
+        }
+    }
+    return next[0] < next[1] ? next[0] : next[1];
+}
+
+/* Two-byte text: four characters at a time (a lane equal to either is a zero lane of the XOR). */
+#define ZERO_LANE16(v) (((v) - 0x0001000100010001ULL) & ~(v) & 0x8000800080008000ULL)
+static inline Py_ssize_t special_Py_UCS2(const Py_UCS2 *p, Py_ssize_t i, Py_ssize_t n, Py_ssize_t *next) {
+    (void)next;
+    for (; i + 4 <= n; i += 4) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        if (ZERO_LANE16(w ^ 0x005C005C005C005CULL) || ZERO_LANE16(w ^ 0x0025002500250025ULL)) break;
+    }
+    while (i < n && p[i] != '\\' && p[i] != '%') i++;
+    return i;
+}
+
+static inline Py_ssize_t special_Py_UCS4(const Py_UCS4 *p, Py_ssize_t i, Py_ssize_t n, Py_ssize_t *next) {
+    (void)next;
+    while (i < n && p[i] != '\\' && p[i] != '%') i++;
+    return i;
+}
+
+/* The escape at `p[i]` (a backslash or `%`), as `text.replace("\\n", "\r\n")` and then
+ * `_JSON_ESCAPE_RE` and `_PERCENT_RE` read it: how many characters it spans (0: none starts here),
+ * and in `rep` what it becomes (`*nrep` -1: it stays as it is). */
+#define ESCAPE_AT(T)                                                                                           \
+    static Py_ssize_t escape_at_##T(const T *p, Py_ssize_t n, Py_ssize_t i, Py_UCS4 *rep, int *nrep) {        \
+        *nrep = -1;                                                                                            \
+        if (p[i] == '%') {                                                                                     \
+            if (i + 2 >= n || hexval(p[i + 1]) < 0 || hexval(p[i + 2]) < 0) return 0;                          \
+            Py_UCS4 c = (Py_UCS4)(hexval(p[i + 1]) * 16 + hexval(p[i + 2]));                                   \
+            if (unreserved(c)) rep[0] = c, *nrep = 1;                                                          \
+            return 3;                                                                                          \
+        }                                                                                                      \
+        if (i + 1 >= n) return 0;                                                                              \
+        switch (p[i + 1]) {                                                                                    \
+        case 'n': rep[0] = '\r', rep[1] = '\n', *nrep = 2; return 2;                                           \
+        case 'r': rep[0] = '\r', rep[1] = '\r', *nrep = 2; return 2;                                           \
+        case 't': rep[0] = ' ', rep[1] = '\t', *nrep = 2; return 2;                                            \
+        case 'f': rep[0] = ' ', rep[1] = '\f', *nrep = 2; return 2;                                            \
+        case 'b': rep[0] = ' ', rep[1] = ' ', *nrep = 2; return 2;                                             \
+        case '/': rep[0] = '/', *nrep = 1; return 2;                                                           \
+        case 'u': break;                                                                                       \
+        default: return 0;                                                                                     \
+        }                                                                                                      \
+        if (i + 5 >= n) return 0;                                                                              \
+        long code = 0;                                                                                         \
+        for (Py_ssize_t k = i + 2; k < i + 6; k++) {                                                           \
+            int h = hexval(p[k]);                                                                              \
+            if (h < 0) return 0;                                                                               \
+            code = code * 16 + h;                                                                              \
+        }                                                                                                      \
+        Py_ssize_t len = 6;                                                                                    \
+        if (i + 11 < n && p[i + 6] == '\\' && p[i + 7] == 'u' && (p[i + 8] == 'd' || p[i + 8] == 'D') &&       \
+            ((p[i + 9] >= 'c' && p[i + 9] <= 'f') || (p[i + 9] >= 'C' && p[i + 9] <= 'F')) &&                  \
+            hexval(p[i + 10]) >= 0 && hexval(p[i + 11]) >= 0)                                                 \
+            len = 12;                                                                                          \
+        if (code >= 0xD800 && code < 0xDC00) {                                                                 \
+            if (len == 12) rep[0] = 0x7f, *nrep = 1; /* a surrogate pair: one character */                    \
+        } else if (!((code < 0x20 && code != 9 && code != 10 && code != 13) || code == 0x22 || code == 0x5C ||  \
+                     (code >= 0xDC00 && code < 0xE000))) {                                                     \
+            rep[0] = code < 0x80 ? (Py_UCS4)code : 0x7f, *nrep = 1;                                            \
+        }                                                                                                      \
+        return len;                                                                                            \
+    }
+
+/* The view of `p[0:n]`: its length, -1 on error; `*changed` set when it differs from the text.
+ * With `out`, it is written there and the places and shifts of its shorter decodes appended (see
+ * escapes.py); without, only measured (one pass to size the str, one to fill it: no buffer between). */
+#define DECODE(T)                                                                                              \
+    ESCAPE_AT(T)                                                                                               \
+    static Py_ssize_t decode_##T(const T *p, Py_ssize_t n, T *out, PyObject *places, PyObject *shifts,       \
+                                 int *changed) {                                                               \
+        Py_ssize_t i = 0, o = 0, shift = 0, next[2] = {-1, -1};                                                \
+        while (i < n) {                                                                                        \
+            Py_ssize_t j = special_##T(p, i, n, next);                                                         \
+            if (out) memcpy(out + o, p + i, (size_t)(j - i) * sizeof(T));                                      \
+            o += j - i;                                                                                        \
+            i = j;                                                                                             \
+            if (i >= n) break;                                                                                 \
+            Py_UCS4 rep[2];                                                                                    \
+            int nrep;                                                                                          \
+            Py_ssize_t len = escape_at_##T(p, n, i, rep, &nrep);                                               \
+            if (len == 0) { /* nothing starts here: on to the next character */                               \
+                if (out) out[o] = p[i];                                                                        \
+                o++, i++;                                                                                      \
+                continue;                                                                                      \
+            }                                                                                                  \
+            if (nrep < 0) { /* an escape that stays as it is */                                                \
+                if (out) memcpy(out + o, p + i, (size_t)len * sizeof(T));                                      \
+                o += len, i += len;                                                                            \
+                continue;                                                                                      \
+            }                                                                                                  \
+            *changed = 1;                                                                                      \
+            if (out && nrep < len) { /* a shorter decode: its place and the shift after it */                  \
+                shift += len - nrep;                                                                           \
+                PyObject *place = PyLong_FromSsize_t(o), *after = PyLong_FromSsize_t(shift);                   \
+                int bad = place == NULL || after == NULL || PyList_Append(places, place) < 0 ||                \
+                          PyList_Append(shifts, after) < 0;                                                    \
+                Py_XDECREF(place);                                                                             \
+                Py_XDECREF(after);                                                                             \
+                if (bad) return -1;                                                                            \
+            }                                                                                                  \
+            for (int k = 0; out && k < nrep; k++) out[o + k] = (T)rep[k];                                      \
+            o += nrep;                                                                                         \
+            i += len;                                                                                          \
+        }                                                                                                      \
+        return o;                                                                                              \
+    }
+
+DECODE(Py_UCS1)
+DECODE(Py_UCS2)
+DECODE(Py_UCS4)
+
+static Py_ssize_t decode(int kind, const void *data, Py_ssize_t n, void *out, PyObject *places, PyObject *shifts,
+                         int *changed) {
+    if (kind == PyUnicode_1BYTE_KIND) return decode_Py_UCS1(data, n, out, places, shifts, changed);
+    if (kind == PyUnicode_2BYTE_KIND) return decode_Py_UCS2(data, n, out, places, shifts, changed);
+    return decode_Py_UCS4(data, n, out, places, shifts, changed);
+}
+
+/* `decoded_view(text) -> (view, places, shifts) | None`: see the module doc. The view holds every
+ * character of the text but its escapes (ASCII), and decodes to ASCII: its kind is the text's. */
+static PyObject *decoded_view(PyObject *self, PyObject *text) {
+    (void)self;
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "decoded_view(text): text must be a str");
+        return NULL;
+    }
+    int kind = PyUnicode_KIND(text), changed = 0;
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    Py_ssize_t length = decode(kind, data, n, NULL, NULL, NULL, &changed);
+    if (!changed) Py_RETURN_NONE;
+    PyObject *view = PyUnicode_New(length, PyUnicode_MAX_CHAR_VALUE(text));
+    PyObject *places = PyList_New(0), *shifts = PyList_New(0), *result = NULL;
+    if (view != NULL && places != NULL && shifts != NULL &&
+        decode(kind, data, n, PyUnicode_DATA(view), places, shifts, &changed) == length) {
+        PyObject *place_tuple = PyList_AsTuple(places), *shift_tuple = PyList_AsTuple(shifts);
+        if (place_tuple != NULL && shift_tuple != NULL) result = PyTuple_Pack(3, view, place_tuple, shift_tuple);
+        Py_XDECREF(place_tuple);
+        Py_XDECREF(shift_tuple);
+    }
+    Py_XDECREF(view);
+    Py_XDECREF(places);
+    Py_XDECREF(shifts);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"decoded_view", decoded_view, METH_O,
+     "decoded_view(text) -> (view, places, shifts) | None: see the module doc."},
     {"place_adder", place_adder, METH_VARARGS,
      "place_adder(lengths, out) -> a Hyperscan match callback appending each literal's start to out."},
     {"named_next", named_next, METH_VARARGS,

@@ -214,3 +214,36 @@ def test_a_word_no_token_can_follow_stays_in_c(monkeypatch):
     scrubbed, handed = _handed(text, monkeypatch)
     assert TOKEN not in scrubbed and scrubbed.count("d[key) for keys, in x; key = x") == 100
     assert handed == ["key"] * 4
+
+
+ESCAPES = ["\\n", "\\\\n", "\\r", "\\t", "\\f", "\\b", "\\/", "\\\\", '\\"', "\\u0041", "\\u00e9", "\\u0022",
+           "\\u005c", "\\u001b", "\\u0009", "\\uD83D\\uDE00", "\\ud83d\\udc00", "\\uD83D", "\\uDE00", "\\u0041\\uDC00",
+           "\\uDC00\\uDFFF", "\\u12", "\\u12G4", "\\uFFFF", "\\u0080", "\\u007f", "%41", "%2D", "%2d", "%20", "%7E",
+           "%7e", "%C3%A9", "%4", "%G1", "%%41", "%", "\\", "\\x", "\\u", "\\\\u0041"]  # fmt: skip
+CHARACTERS = ["a", " ", "\n", "é", "ключ", "😀", "\udc80", "\x7f", "0", "F", "u", "n", "\\"]
+
+
+def _compiled_view(text: str):
+    from capsem.escapes import DecodedView
+
+    found = native.decoded_view(text)
+    return None if found is None else DecodedView(*found)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.sampled_from(ESCAPES + CHARACTERS) | st.text(max_size=4), max_size=30).map("".join))
+def test_the_decoded_view_is_the_reference_view(text):
+    """`decoded_view` in C reads every escape as `python_view` does: the same view, places and
+    shifts (one-, two- and four-byte texts; escapes cut short, kept, nested and side by side)."""
+    from capsem.escapes import python_view
+
+    assert _compiled_view(text) == python_view(text)
+
+
+@pytest.mark.parametrize("name", ["claude_code_request", "anthropic", "openai_chat", "anthropic_code"])
+def test_the_decoded_view_of_the_benchmark_corpora_is_the_reference_view(name):
+    from benchmarks.micro import scrub_corpus
+    from capsem.escapes import python_view
+
+    text = scrub_corpus(name, 256 * 1024)
+    assert _compiled_view(text) == python_view(text)
