@@ -65,6 +65,18 @@ def _decoded(m: re.Match[str]) -> str | None:
     return chr(code) if code < 0x80 else NON_ASCII
 
 
+_NON_ASCII_RE = re.compile("[^\x00-\x7f]")
+
+
+def ascii_view(text: str) -> str:
+    """`text` with each non-ASCII character read as `NON_ASCII` (same length, same places): as
+    gitleaks' RE2 patterns read it (their `\\w`, `\\s` and `\\b` are ASCII), and several times faster
+    to scan than a text of two- or four-byte characters."""
+    if text.isascii():
+        return text
+    return native.ascii_view(text) if native.ascii_view is not None else _NON_ASCII_RE.sub(NON_ASCII, text)
+
+
 @dataclass(frozen=True)
 class DecodedView:
     """A text as the scrubber reads it, and where its shorter decodes are."""

@@ -47,7 +47,7 @@ from urllib.parse import parse_qsl, quote
 
 from capsem.command_passwords import COMMAND_PATTERNS
 from capsem.credential_places import pgpass_spans
-from capsem.escapes import scrub_decoded
+from capsem.escapes import ascii_view, scrub_decoded
 from capsem.literal_scan import SHORT_TEXT, LiteralPlaces, LiteralSet, RegexPrefilter, ascii_prefilter_regex
 from capsem.markers import MARKER_RE, hash_value, outside_markers
 from capsem.markers import redacted as _redacted
@@ -68,7 +68,7 @@ from capsem.secret_rules import (
     secret_span,
     shannon_entropy,
 )
-from capsem.stream_scrub import scrub_deltas
+from capsem.stream_scrub import marker_spans, scrub_deltas
 
 if TYPE_CHECKING:
     from capsem.settings import CaptureSettings
@@ -190,6 +190,8 @@ class _Learned:
     def __init__(self) -> None:
         self.values: set[str] = set()
         self.order: list[str] = []
+        self.wide: list[str] = []
+        """The values that are not ASCII."""
         self._large: list[str] = []
         self._small: list[str] = []
         self._large_set = LiteralSet([])
@@ -200,6 +202,8 @@ class _Learned:
             return False
         self.values.add(value)
         self.order.append(value)
+        if not value.isascii():
+            self.wide.append(value)
         self._small.append(value)
         if len(self._small) >= max(64, len(self._large) // 8):
             self._large += self._small
@@ -210,17 +214,26 @@ class _Learned:
                            if words)  # fmt: skip
         return True
 
+    def wide_spans(self, text: str) -> list[tuple[int, int]]:
+        """Where the learned values that are not ASCII occur in `text` (an ASCII view has none)."""
+        return [(at, at + len(word)) for word in self.wide for at in _occurrences(text, word)]
+
     def spans(self, text: str, data: bytes) -> list[tuple[int, int]]:
         """Where learned values occur in `text` (`data`: its UTF-8)."""
         spans = []
         for words, literals in self._sets:
             for i in literals.found(data):
                 word = words[i]
-                at = text.find(word)
-                while at >= 0:
-                    spans.append((at, at + len(word)))
-                    at = text.find(word, at + len(word))
+                spans += [(at, at + len(word)) for at in _occurrences(text, word)]
         return spans
+
+
+def _occurrences(text: str, word: str) -> Iterator[int]:
+    """Where `word` starts in `text`, left to right, without overlap."""
+    at = text.find(word)
+    while at >= 0:
+        yield at
+        at = text.find(word, at + len(word))
 
 
 def _disjoint(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -478,7 +491,21 @@ class Scrubber:
         """A streamed body (SSE, NDJSON): scrubbed whole, then cut free of the secrets that its
         deltas spell only together (`capsem.stream_scrub`)."""
         scrubbed = self.scrub(text)
-        return scrub_deltas(scrubbed, self.scrub) if scrubbed else scrubbed
+        return scrub_deltas(scrubbed, self.secret_spans) if scrubbed else scrubbed
+
+    def secret_spans(self, text: str) -> list[tuple[int, int]] | None:
+        """Where `scrub` finds secrets in `text` read as ASCII (`capsem.escapes.ascii_view`: each
+        non-ASCII character one that continues a value and ends a key, as in an escaped body's
+        view), and this session's non-ASCII credentials where they occur; sorted, apart from the
+        markers already there; None when they cannot be placed."""
+        view = ascii_view(text)
+        scrubbed = self.scrub(view) or view
+        spans = marker_spans(view, scrubbed) if scrubbed != view else []
+        if spans is None:
+            return None
+        if view is not text:
+            spans += self._learned.wide_spans(text)
+        return outside_markers(text, _disjoint(spans))
 
     def learned_since(self, generation: int) -> list[str]:
         """The values learned after `generation` (oldest first)."""

@@ -10,7 +10,9 @@ every delta it spans: the first keeps the marker in its place, the others lose t
 of other fields are untouched, as are the stream's framing and every other byte.
 
 Where a redaction lies is read back from the scrubbed text: every marker holds the keyed hash of
-what it replaced, so each one is placed exactly (`marker_spans`).
+what it replaced, so each one is placed exactly (`marker_spans`). The scrubber reads a joined text
+as ASCII (`capsem.redact.Scrubber.secret_spans`), so the marker is made here, of the secret as
+it was.
 """
 
 from __future__ import annotations
@@ -109,33 +111,49 @@ def _joined(text: str) -> dict[str, list[str]]:
     return joined
 
 
+def _places(text: str, keys: Collection[str]) -> list[tuple[str, int, int]]:
+    """(key, start, end) of each delta field of `text` whose key is in `keys` and whose value
+    `_joined` lists, in order: where its raw value lies (`native.delta_places`, several times
+    faster)."""
+    if native.delta_places is not None:
+        return native.delta_places(text, keys)
+    return [(key, start, end) for key, start, end, _ in _spans(text, keys)]
+
+
 def _spans(text: str, keys: Collection[str]) -> list[tuple[str, int, int, str]]:
     """(key, start, end, decoded value) of each non-empty delta field of `text` whose key is in
-    `keys`, in order: where its raw value lies (`native.delta_spans`, several times faster)."""
-    if native.delta_spans is not None:
-        return native.delta_spans(text, keys)
+    `keys`, in order: where its raw value lies (the reference for `_places` and `_joined`)."""
     matches = [m for m in _DELTA_RE.finditer(text) if m.group("key") in keys]
     values = _decoded_all([m.group("value") for m in matches])
     return [(m.group("key"), *m.span("value"), value)
             for m, value in zip(matches, values, strict=True) if value]  # fmt: skip
 
 
-def scrub_deltas(text: str, scrub: Callable[[str], str | None]) -> str:
+Spans = list[tuple[int, int]]
+
+
+def scrub_deltas(text: str, spans_of: Callable[[str], Spans | None]) -> str:
     """`text` (a streamed body, already scrubbed whole) with the secrets that its deltas spell only
-    together cut out of each delta."""
+    together cut out of each delta. `spans_of(joined)` says where the secrets of a channel's joined
+    text are (None: they cannot be placed, and every delta of the channel goes)."""
     joined = _joined(text)  # first the channels' texts alone: most hold no secret
-    dirty: dict[str, tuple[str, str]] = {}  # channel -> its joined text, scrubbed
+    dirty: dict[str, tuple[str, Spans]] = {}  # channel -> its joined text, where its secrets are
     for key, parts in joined.items():
+        if len(parts) < 2:
+            continue
         whole = "".join(parts)
-        scrubbed = (scrub(whole) or whole) if len(parts) > 1 else whole
-        if scrubbed != whole:
-            dirty[key] = (whole, scrubbed)
+        spans = spans_of(whole)
+        if spans is None:
+            spans = [(0, len(whole))]
+        if spans:
+            dirty[key] = (whole, spans)
     if not dirty:
         return text
-    channels: dict[str, list[tuple[int, int, str]]] = {}
-    for key, start, end, value in _spans(text, dirty):
-        channels.setdefault(key, []).append((start, end, value))
-    edits = [edit for key, deltas in channels.items() for edit in _channel_edits(deltas, *dirty[key])]
+    places: dict[str, list[tuple[int, int]]] = {}
+    for key, start, end in _places(text, dirty):
+        places.setdefault(key, []).append((start, end))
+    edits = [edit for key, raw in places.items()
+             for edit in _channel_edits(list(zip(raw, joined[key], strict=True)), *dirty[key])]  # fmt: skip
     out, done = [], 0
     for start, end, replacement in sorted(edits):
         out += [text[done:start], replacement]
@@ -144,15 +162,13 @@ def scrub_deltas(text: str, scrub: Callable[[str], str | None]) -> str:
 
 
 def _channel_edits(
-    deltas: list[tuple[int, int, str]], joined: str, scrubbed: str
+    deltas: list[tuple[tuple[int, int], str]], joined: str, spans: Spans
 ) -> list[tuple[int, int, str]]:
-    """The edits that cut a channel's redactions (`scrubbed` of its `joined` deltas) out of them."""
-    spans = marker_spans(joined, scrubbed)
-    if spans is None:  # cannot place the redactions: every delta of the channel goes
-        spans = [(0, len(joined))]
+    """The edits that cut the secrets of a channel (at `spans` of its `joined` deltas: each delta's
+    raw span and decoded value) out of its deltas."""
     edits = []
     offset = 0
-    for raw_start, raw_end, value in deltas:
+    for (raw_start, raw_end), value in deltas:
         start, end = offset, offset + len(value)
         offset = end
         kept, cut = [], start

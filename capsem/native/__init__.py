@@ -1,11 +1,11 @@
 """capsem's compiled fast path, when it is built: `frame_plain` reads ordinary SSE events (and
 the text chunks of Anthropic, OpenAI Chat, OpenAI Responses and Gemini) in one native pass,
-`crlf_to_lf` makes a CRLF-only piece LF, `delta_fields`, `delta_channels` and `delta_spans` find
+`crlf_to_lf` makes a CRLF-only piece LF, `delta_fields`, `delta_channels` and `delta_places` find
 and decode the delta fields of a streamed body for the scrubber, `note_ends` notes where held chunks end
 (fastpath.c says exactly what each reads); `named_next` skips the name words of a text that the
 scrubber's name/value pass would only move past, `place_adder` notes Hyperscan's matches
-without a Python call each and `decoded_view` reads a text's escapes for the scrubber (scrubpath.c,
-its own module `_scrubpath`);
+without a Python call each, `decoded_view` reads a text's escapes for the scrubber and `ascii_view`
+its non-ASCII characters (scrubpath.c, its own module `_scrubpath`);
 `chain_rows` encodes and chains a batch's rows for the ledger (ledgerpath.c, `_ledgerpath`).
 
 `make install` builds it (`python -m capsem.native.build`, any C compiler and the Python headers);
@@ -22,9 +22,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-VERSION = 7
+VERSION = 8
 """The fastpath.c this Python expects (its `FASTPATH_VERSION`); an older build is not used."""
-SCRUB_VERSION = 6
+SCRUB_VERSION = 7
 """The scrubpath.c this Python expects (its `SCRUBPATH_VERSION`)."""
 LEDGER_VERSION = 1
 """The ledgerpath.c this Python expects (its `LEDGERPATH_VERSION`)."""
@@ -32,11 +32,12 @@ LEDGER_VERSION = 1
 frame_plain: Callable[..., Any] | None = None
 delta_fields: Callable[[str], list[tuple[str, str]]] | None = None
 delta_channels: Callable[[str], dict[str, list[str]]] | None = None
-delta_spans: Callable[[str, Any], list[tuple[str, int, int, str]]] | None = None
+delta_places: Callable[[str, Any], list[tuple[str, int, int]]] | None = None
 note_ends: Callable[..., None] | None = None
 crlf_to_lf: Callable[[bytes], bytes | None] | None = None
 named_next: Callable[..., tuple[int, int, int] | None] | None = None
 decoded_view: Callable[[str], tuple[str, tuple[int, ...], tuple[int, ...]] | None] | None = None
+ascii_view: Callable[[str], str] | None = None
 place_adder: Callable[[list[int], list[int]], Callable[..., None]] | None = None
 chain_rows: Callable[..., tuple[bytes, int]] | None = None
 why_not: str | None = None
@@ -66,10 +67,10 @@ else:
     if (_fastpath := _module("_fastpath", VERSION)) is not None:
         frame_plain, delta_fields = _fastpath.frame_plain, _fastpath.delta_fields
         delta_channels, note_ends = _fastpath.delta_channels, _fastpath.note_ends
-        crlf_to_lf, delta_spans = _fastpath.crlf_to_lf, _fastpath.delta_spans
+        crlf_to_lf, delta_places = _fastpath.crlf_to_lf, _fastpath.delta_places
     if (_scrubpath := _module("_scrubpath", SCRUB_VERSION)) is not None:
         named_next, place_adder = _scrubpath.named_next, _scrubpath.place_adder
-        decoded_view = _scrubpath.decoded_view
+        decoded_view, ascii_view = _scrubpath.decoded_view, _scrubpath.ascii_view
     if (_ledgerpath := _module("_ledgerpath", LEDGER_VERSION)) is not None:
         chain_rows = _ledgerpath.chain_rows
 

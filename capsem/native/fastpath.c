@@ -26,9 +26,9 @@
  * value) of every delta field of a streamed body, found left to right without overlap, as the
  * regular expression finds them (a test compares both on generated text). `delta_channels(text)` is
  * what `scrub_deltas` makes of those: the non-empty values, each decoded as `json.loads` decodes
- * it (one it refuses is left out), listed per key in order. `delta_spans(text, keys)` lists the
- * same values of the fields whose key is in `keys`, each with where its raw value lies:
- * (key, start, end, value).
+ * it (one it refuses is left out), listed per key in order. `delta_places(text, keys)` says where
+ * the raw values of the same fields lie, for the keys in `keys`: (key, start, end), in order,
+ * without decoding them (the values are `delta_channels`' lists, in the same order).
  *
  * `note_ends(noted, ends, times, started, limit)` is `StreamRead.feed_held`'s loop
  * (addons/recorder/streams.py): for each chunk whose decoded end is past the last noted one, while
@@ -41,7 +41,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define FASTPATH_VERSION 7
+#define FASTPATH_VERSION 8
 
 typedef struct {
     char *buf;
@@ -1056,6 +1056,20 @@ static inline int delta_key_at(const char *d, Py_ssize_t p, Py_ssize_t n) {
     return -1;
 }
 
+/* Where the first `a` or `b` of d[p:n] is (n: none): eight bytes at a time (a byte equal to either
+ * is a zero byte of the XOR), where two `memchr`s would each start again at every escape. */
+#define ZERO_BYTE(v) (((v) - 0x0101010101010101ULL) & ~(v) & 0x8080808080808080ULL)
+static inline Py_ssize_t find_either(const char *d, Py_ssize_t p, Py_ssize_t n, char a, char b) {
+    const uint64_t wa = 0x0101010101010101ULL * (unsigned char)a, wb = 0x0101010101010101ULL * (unsigned char)b;
+    for (; p + 8 <= n; p += 8) {
+        uint64_t w;
+        memcpy(&w, d + p, 8);
+        if (ZERO_BYTE(w ^ wa) || ZERO_BYTE(w ^ wb)) break;
+    }
+    while (p < n && d[p] != a && d[p] != b) p++;
+    return p;
+}
+
 /* The next delta field at or after *pos: its key, and its raw value text[*start:*end]; *pos moves
  * past it. 0 when there is none. The regular expression's search, step by step. */
 static inline int next_field_of(const int kind, const void *data, Py_ssize_t n, Py_ssize_t *pos, int *key,
@@ -1085,20 +1099,15 @@ static inline int next_field_of(const int kind, const void *data, Py_ssize_t n, 
         while (p < n && (PyUnicode_READ(kind, data, p) == ' ' || PyUnicode_READ(kind, data, p) == '\t')) p++;
         if (p >= n || PyUnicode_READ(kind, data, p) != '"') continue;
         Py_ssize_t first = ++p, last = -1;
-        if (kind == PyUnicode_1BYTE_KIND) { /* the same walk at memchr's speed: quote, then escapes before it */
+        if (kind == PyUnicode_1BYTE_KIND) { /* the same walk, eight bytes at a time: the closing quote or an escape */
             const char *d = (const char *)data;
-            Py_ssize_t quote = -1; /* the first quote at or after p, once found */
             while (p < n) {
-                if (quote < p) {
-                    const char *q = memchr(d + p, '"', (size_t)(n - p));
-                    quote = q != NULL ? q - d : n;
-                }
-                const char *b = memchr(d + p, '\\', (size_t)(quote - p));
-                if (b == NULL) {
-                    if (quote < n) last = quote;
+                p = find_either(d, p, n, '"', '\\');
+                if (p >= n) break;
+                if (d[p] == '"') {
+                    last = p;
                     break;
                 }
-                p = b - d;
                 if (p + 1 >= n || d[p + 1] == '\n') break; /* `.` takes no newline */
                 p += 2;
             }
@@ -1158,9 +1167,72 @@ static PyObject *delta_fields(PyObject *self, PyObject *arg) {
     return found;
 }
 
+/* One-byte text[start:end]: 1 if it holds a control character; `*high` set if it holds a
+ * character past ASCII (one loop with no exit: the compiler makes it wide). */
+static inline int control_in(const unsigned char *d, Py_ssize_t start, Py_ssize_t end, int *high) {
+    unsigned char low = 0, all = 0;
+    for (Py_ssize_t p = start; p < end; p++) {
+        low |= (unsigned char)(d[p] < 0x20);
+        all |= d[p];
+    }
+    *high = (all & 0x80) != 0;
+    return low != 0;
+}
+
+/* The character a one-character escape (`\n`, `\"`…) stands for, or -1 (`\u` and bad ones). */
+static inline int short_escape(Py_UCS4 e) {
+    switch (e) {
+    case '"': case '\\': case '/': return (int)e;
+    case 'b': return '\b';
+    case 'f': return '\f';
+    case 'n': return '\n';
+    case 'r': return '\r';
+    case 't': return '\t';
+    default: return -1;
+    }
+}
+
+/* `json_unescape` of one-byte text with no `\u` escape, at `memchr`'s speed: a new str, Py_None
+ * (borrowed) where json.loads raises, NULL with no error set when a `\u` escape is there (the
+ * caller reads it character by character), NULL with an error set when memory ran out. */
+static PyObject *json_unescape_bytes(const unsigned char *d, Py_ssize_t start, Py_ssize_t end) {
+    int high;
+    if (control_in(d, start, end, &high)) return Py_None;
+    Py_ssize_t length = 0, p = start;
+    for (;;) { /* measure, and refuse a bad escape */
+        const unsigned char *b = memchr(d + p, '\\', (size_t)(end - p));
+        if (b == NULL) break;
+        Py_ssize_t at = b - d;
+        if (at + 1 >= end) return Py_None;
+        if (d[at + 1] == 'u') return NULL;
+        if (short_escape(d[at + 1]) < 0) return Py_None;
+        length += at - p + 1;
+        p = at + 2;
+    }
+    length += end - p;
+    PyObject *out = PyUnicode_New(length, high ? 0xff : 0x7f);
+    if (out == NULL) return NULL; /* (the error is set) */
+    Py_UCS1 *o = PyUnicode_1BYTE_DATA(out);
+    p = start;
+    for (;;) {
+        const unsigned char *b = memchr(d + p, '\\', (size_t)(end - p));
+        Py_ssize_t at = b == NULL ? end : b - d;
+        memcpy(o, d + p, (size_t)(at - p));
+        o += at - p;
+        if (b == NULL) break;
+        *o++ = (Py_UCS1)short_escape(d[at + 1]);
+        p = at + 2;
+    }
+    return out;
+}
+
 /* `json.loads('"' + text[start:end] + '"')` for a raw value holding a backslash: a new str, or
  * Py_None (borrowed) where json.loads raises (a bad escape, a control character). */
 static PyObject *json_unescape(int kind, const void *data, Py_ssize_t start, Py_ssize_t end) {
+    if (kind == PyUnicode_1BYTE_KIND) {
+        PyObject *fast = json_unescape_bytes(data, start, end);
+        if (fast != NULL || PyErr_Occurred()) return fast;
+    }
     Py_UCS4 *buf = PyMem_Malloc(sizeof(Py_UCS4) * (size_t)(end - start + 1));
     if (buf == NULL) return PyErr_NoMemory();
     Py_ssize_t n = 0, p = start;
@@ -1271,10 +1343,53 @@ fail:
     return NULL;
 }
 
-/* `delta_spans(text, keys) -> list[(key, start, end, str)]`: for each delta field whose key is in
- * `keys`, in order, where its raw value lies and the value decoded, as `delta_channels` lists it
- * (empty and refused values left out). */
-static PyObject *delta_spans(PyObject *self, PyObject *args) {
+/* Whether `json.loads` refuses the raw value text[start:end] (as `json_unescape` reads it: a
+ * control character, a bad or cut escape), without decoding it. */
+static int json_refused(int kind, const void *data, Py_ssize_t start, Py_ssize_t end) {
+    if (kind == PyUnicode_1BYTE_KIND) { /* the same at `memchr`'s speed */
+        const unsigned char *d = data;
+        int high;
+        if (control_in(d, start, end, &high)) return 1;
+        for (Py_ssize_t p = start;;) {
+            const unsigned char *b = memchr(d + p, '\\', (size_t)(end - p));
+            if (b == NULL) return 0;
+            p = b - d;
+            if (p + 1 >= end) return 1;
+            if (d[p + 1] != 'u') {
+                if (short_escape(d[p + 1]) < 0) return 1;
+                p += 2;
+                continue;
+            }
+            if (p + 6 > end) return 1;
+            for (Py_ssize_t k = p + 2; k < p + 6; k++)
+                if (!((d[k] >= '0' && d[k] <= '9') || (d[k] >= 'a' && d[k] <= 'f') || (d[k] >= 'A' && d[k] <= 'F'))) return 1;
+            p += 6;
+        }
+    }
+    for (Py_ssize_t p = start; p < end; p++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, p);
+        if (c < 0x20) return 1;
+        if (c != '\\') continue;
+        if (p + 1 >= end) return 1;
+        switch (PyUnicode_READ(kind, data, p + 1)) {
+        case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't': p++; continue;
+        case 'u': break;
+        default: return 1;
+        }
+        if (p + 6 > end) return 1;
+        for (Py_ssize_t k = p + 2; k < p + 6; k++) {
+            Py_UCS4 h = PyUnicode_READ(kind, data, k);
+            if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') || (h >= 'A' && h <= 'F'))) return 1;
+        }
+        p += 5;
+    }
+    return 0;
+}
+
+/* `delta_places(text, keys) -> list[(key, start, end)]`: for each delta field whose key is in
+ * `keys`, in order, where its raw value lies, of the values `delta_channels` lists (empty and
+ * refused values left out). */
+static PyObject *delta_places(PyObject *self, PyObject *args) {
     PyObject *text, *keys;
     if (!PyArg_ParseTuple(args, "UO", &text, &keys)) return NULL;
     int wanted[N_DELTA_KEYS];
@@ -1286,11 +1401,15 @@ static PyObject *delta_spans(PyObject *self, PyObject *args) {
     PyObject *found = PyList_New(0);
     if (found == NULL) return NULL;
     while (next_field(kind, data, n, &pos, &key, &start, &end)) {
-        if (!wanted[key]) continue;
-        PyObject *value = field_value(text, kind, data, start, end);
-        if (value == NULL) goto fail;
-        if (value == Py_None) continue;
-        PyObject *row = Py_BuildValue("(OnnN)", delta_key_objs[key], start, end, value);
+        if (!wanted[key] || end == start) continue;
+        int escaped = 0;
+        if (kind == PyUnicode_1BYTE_KIND) {
+            escaped = memchr((const char *)data + start, '\\', (size_t)(end - start)) != NULL;
+        } else {
+            for (Py_ssize_t p = start; p < end && !escaped; p++) escaped = PyUnicode_READ(kind, data, p) == '\\';
+        }
+        if (escaped && json_refused(kind, data, start, end)) continue;
+        PyObject *row = Py_BuildValue("(Onn)", delta_key_objs[key], start, end);
         if (row == NULL || PyList_Append(found, row) < 0) {
             Py_XDECREF(row);
             goto fail;
@@ -1349,7 +1468,7 @@ static PyMethodDef methods[] = {
     {"note_ends", note_ends, METH_VARARGS, "note_ends(noted, ends, times, started, limit): see the module doc."},
     {"delta_fields", delta_fields, METH_O, "delta_fields(text) -> list[(key, raw value)]: see the module doc."},
     {"delta_channels", delta_channels, METH_O, "delta_channels(text) -> dict[key, list[str]]: see the module doc."},
-    {"delta_spans", delta_spans, METH_VARARGS, "delta_spans(text, keys) -> list[(key, start, end, str)]: see the module doc."},
+    {"delta_places", delta_places, METH_VARARGS, "delta_places(text, keys) -> list[(key, start, end)]: see the module doc."},
     {"crlf_to_lf", crlf_to_lf, METH_O, "crlf_to_lf(data) -> bytes | None: see crlf_to_lf in fastpath.c."},
     {"frame_plain", frame_plain, METH_VARARGS,
      "frame_plain(buf, start, end, ident, event_type, kind) -> list | None: see the module doc."},

@@ -25,13 +25,14 @@
  *
  * `decoded_view(text)` is capsem/escapes.py's `python_view` (the reference) in one pass: the text as
  * the scrubber reads it, JSON's and URLs' escapes decoded, with where the shorter decodes are.
+ * `ascii_view(text)` is the text with each non-ASCII character read as `\x7f` (escapes.py's).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 
-#define SCRUBPATH_VERSION 6
+#define SCRUBPATH_VERSION 7
 
 
 static inline int is_name_char(Py_UCS4 c) {
@@ -465,7 +466,29 @@ static PyObject *decoded_view(PyObject *self, PyObject *text) {
     return result;
 }
 
+/* `ascii_view(text) -> str`: see the module doc (the text itself when it is ASCII). */
+static PyObject *ascii_view(PyObject *self, PyObject *text) {
+    (void)self;
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "ascii_view(text): text must be a str");
+        return NULL;
+    }
+    if (PyUnicode_IS_ASCII(text)) return Py_NewRef(text);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    PyObject *view = PyUnicode_New(n, 0x7f);
+    if (view == NULL) return NULL;
+    Py_UCS1 *out = PyUnicode_1BYTE_DATA(view);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        out[i] = c < 0x80 ? (Py_UCS1)c : 0x7f;
+    }
+    return view;
+}
+
 static PyMethodDef methods[] = {
+    {"ascii_view", ascii_view, METH_O, "ascii_view(text) -> str: see the module doc."},
     {"decoded_view", decoded_view, METH_O,
      "decoded_view(text) -> (view, places, shifts) | None: see the module doc."},
     {"place_adder", place_adder, METH_VARARGS,

@@ -247,3 +247,15 @@ def test_the_decoded_view_of_the_benchmark_corpora_is_the_reference_view(name):
 
     text = scrub_corpus(name, 256 * 1024)
     assert _compiled_view(text) == python_view(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(CHARACTERS) | st.text(max_size=4), max_size=30).map("".join))
+def test_the_ascii_view_is_the_reference_view(text):
+    """`ascii_view` in C reads each non-ASCII character (a lone surrogate too) as `\\x7f`, as the
+    Python fallback does, and gives an ASCII text back as it is."""
+    from capsem import escapes
+
+    compiled = native.ascii_view(text)
+    assert compiled == escapes._NON_ASCII_RE.sub(escapes.NON_ASCII, text) and compiled.isascii()
+    assert (compiled is text) == text.isascii()

@@ -89,6 +89,24 @@ def test_tool_arguments_split_across_partial_json_deltas():
     )
 
 
+def test_the_joined_deltas_are_read_as_ascii():
+    """A channel's joined text is read with each non-ASCII character as one that ends a word, as
+    the body's view reads `\\u00e9` and gitleaks' RE2 patterns read `é`: a key glued to a letter
+    that only a Unicode `\\w` would call a word character is still found across deltas."""
+    key = "AKIAQ3ZT7XW2PL9RN4VB"
+    body = anthropic_sse(pieces(f"the id is é{key} — done", 3))
+    stored = Scrubber().scrub_stream(body)
+    assert deltas_of(stored, "text") == f"the id is é[redacted {hash_value(key)}] — done"
+
+
+def test_a_non_ascii_credential_learned_from_a_header_is_cut_from_the_deltas_that_spell_it():
+    secret = "pässwört-Geheimnis-42"
+    scrubber = Scrubber()
+    scrubber.learn(secret)
+    stored = scrubber.scrub_stream(anthropic_sse(pieces(f"the cookie is {secret}, ok", 3)))
+    assert deltas_of(stored, "text") == f"the cookie is [redacted {hash_value(secret)}], ok"
+
+
 def test_a_stream_without_secrets_is_left_byte_for_byte():
     body = anthropic_sse(pieces("Nothing to hide here, just tokens: 12 input, 40 output.", 4))
     assert Scrubber().scrub_stream(body) == body
