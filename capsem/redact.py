@@ -68,7 +68,7 @@ from capsem.secret_rules import (
     secret_span,
     shannon_entropy,
 )
-from capsem.stream_scrub import marker_spans, scrub_deltas
+from capsem.stream_scrub import marker_spans, scrub_stream
 
 if TYPE_CHECKING:
     from capsem.settings import CaptureSettings
@@ -488,10 +488,9 @@ class Scrubber:
         return _redact_spans(text, _rule_spans(text, self.rules, wanted)) if wanted else text
 
     def scrub_stream(self, text: str | None) -> str | None:
-        """A streamed body (SSE, NDJSON): scrubbed whole, then cut free of the secrets that its
-        deltas spell only together (`capsem.stream_scrub`)."""
-        scrubbed = self.scrub(text)
-        return scrub_deltas(scrubbed, self.secret_spans) if scrubbed else scrubbed
+        """A streamed body (SSE, NDJSON): its framing and other fields scrubbed, and each
+        channel's deltas joined and cut free of their secrets (`capsem.stream_scrub`)."""
+        return scrub_stream(text, self.scrub, self.secret_spans) if text else text
 
     def secret_spans(self, text: str) -> list[tuple[int, int]] | None:
         """Where `scrub` finds secrets in `text` read as ASCII (`capsem.escapes.ascii_view`: each

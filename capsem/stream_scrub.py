@@ -6,8 +6,11 @@ the deltas, where no pattern sees the whole key, and joining them gives it back.
 values of a stream's delta fields are joined per field name, in order (a channel: Anthropic's
 `text`, `thinking` and `partial_json`, OpenAI's `content`, `arguments` and `delta`, Gemini's
 `text`, Ollama's `response`…), the joined text is scrubbed, and each secret found is cut out of
-every delta it spans: the first keeps the marker in its place, the others lose their part. Deltas
-of other fields are untouched, as are the stream's framing and every other byte.
+every delta it spans: the first keeps the marker in its place, the others lose their part. The
+rest of the body (its framing, the other fields) is scrubbed as any text, with the deltas' values
+blanked (`scrub_stream`): a delta's text is read once, whole, not also as a piece of escaped JSON
+cut off where the delta ends. Deltas without secrets are left byte for byte, as is every byte that
+is no secret's.
 
 Where a redaction lies is read back from the scrubbed text: every marker holds the keyed hash of
 what it replaced, so each one is placed exactly (`marker_spans`). The scrubber reads a joined text
@@ -17,12 +20,13 @@ it was.
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from collections.abc import Callable, Collection
 
 from capsem import native
-from capsem.markers import MARKER_SPLIT_RE, hash_value
+from capsem.markers import MARKER_SPLIT_RE, hash_value, redacted
 
 _DELTA_KEYS = ("text", "thinking", "partial_json", "delta", "content", "arguments", "reasoning_content",
                "reasoning", "refusal", "response")  # fmt: skip
@@ -132,15 +136,64 @@ def _spans(text: str, keys: Collection[str]) -> list[tuple[str, int, int, str]]:
 Spans = list[tuple[int, int]]
 
 
+def scrub_stream(
+    text: str, scrub: Callable[[str], str | None], spans_of: Callable[[str], Spans | None]
+) -> str:
+    """A streamed body scrubbed: its framing and other fields as any text is (`scrub`), with the
+    values of its delta fields blanked out, then each channel's deltas joined and cut free of their
+    secrets (`scrub_deltas`, `spans_of`): a delta's text is read once, as what it says, not also
+    as escaped JSON. Should the first scrub redact over a delta's value, the whole body is scrubbed
+    instead, then its channels."""
+    places = _places(text, _DELTA_KEYS)
+    if not places:
+        return scrub(text) or text
+    blank = _blanked(text, places)
+    scrubbed = scrub(blank) or blank
+    if scrubbed != blank:
+        spans = marker_spans(blank, scrubbed)
+        if spans is None or _overlap(spans, places):
+            return scrub_deltas(scrub(text) or text, spans_of)
+        text = _redacted_at(text, spans)
+    return scrub_deltas(text, spans_of)
+
+
+def _blanked(text: str, places: list[tuple[str, int, int]]) -> str:
+    """`text` with each of `places` (key, start, end) turned to blanks (`native.blanked`)."""
+    if native.blanked is not None:
+        return native.blanked(text, places)
+    out, done = [], 0
+    for _, start, end in places:
+        out += [text[done:start], " " * (end - start)]
+        done = end
+    return "".join(out) + text[done:]
+
+
+def _overlap(spans: Spans, places: list[tuple[str, int, int]]) -> bool:
+    """Whether a span (sorted) reaches into one of `places` (sorted, apart)."""
+    starts = [start for _, start, _ in places]
+    for start, end in spans:
+        i = bisect.bisect_right(starts, end - 1) - 1  # the last place starting before the span ends
+        if i >= 0 and places[i][2] > start:
+            return True
+    return False
+
+
+def _redacted_at(text: str, spans: Spans) -> str:
+    """`text` with each of `spans` (sorted, apart) replaced by the marker of what it holds."""
+    out, done = [], 0
+    for start, end in spans:
+        out += [text[done:start], redacted(text[start:end])]
+        done = end
+    return "".join(out) + text[done:]
+
+
 def scrub_deltas(text: str, spans_of: Callable[[str], Spans | None]) -> str:
-    """`text` (a streamed body, already scrubbed whole) with the secrets that its deltas spell only
-    together cut out of each delta. `spans_of(joined)` says where the secrets of a channel's joined
-    text are (None: they cannot be placed, and every delta of the channel goes)."""
+    """`text` (a streamed body) with the secrets of each channel's joined deltas cut out of the
+    deltas that spell them. `spans_of(joined)` says where the secrets of a channel's joined text
+    are (None: they cannot be placed, and every delta of the channel goes)."""
     joined = _joined(text)  # first the channels' texts alone: most hold no secret
     dirty: dict[str, tuple[str, Spans]] = {}  # channel -> its joined text, where its secrets are
     for key, parts in joined.items():
-        if len(parts) < 2:
-            continue
         whole = "".join(parts)
         spans = spans_of(whole)
         if spans is None:

@@ -28,7 +28,9 @@
  * what `scrub_deltas` makes of those: the non-empty values, each decoded as `json.loads` decodes
  * it (one it refuses is left out), listed per key in order. `delta_places(text, keys)` says where
  * the raw values of the same fields lie, for the keys in `keys`: (key, start, end), in order,
- * without decoding them (the values are `delta_channels`' lists, in the same order).
+ * without decoding them (the values are `delta_channels`' lists, in the same order);
+ * `blanked(text, places)` is the text with each of those raw values (any list of (key, start, end))
+ * turned to blanks.
  *
  * `note_ends(noted, ends, times, started, limit)` is `StreamRead.feed_held`'s loop
  * (addons/recorder/streams.py): for each chunk whose decoded end is past the last noted one, while
@@ -41,7 +43,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define FASTPATH_VERSION 8
+#define FASTPATH_VERSION 9
 
 typedef struct {
     char *buf;
@@ -1422,6 +1424,39 @@ fail:
     return NULL;
 }
 
+/* `blanked(text, places) -> str`: see the module doc. */
+static PyObject *blanked(PyObject *self, PyObject *args) {
+    PyObject *text, *places;
+    if (!PyArg_ParseTuple(args, "UO!", &text, &PyList_Type, &places)) return NULL;
+    int kind = PyUnicode_KIND(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    char *buf = PyMem_Malloc((size_t)(n ? n : 1) * (size_t)kind);
+    if (buf == NULL) return PyErr_NoMemory();
+    memcpy(buf, PyUnicode_DATA(text), (size_t)n * (size_t)kind);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(places); i++) {
+        PyObject *place = PyList_GET_ITEM(places, i);
+        Py_ssize_t start, end;
+        if (!PyTuple_Check(place) || PyTuple_GET_SIZE(place) != 3) {
+            PyErr_SetString(PyExc_TypeError, "blanked: each place is (key, start, end)");
+            goto fail;
+        }
+        start = PyLong_AsSsize_t(PyTuple_GET_ITEM(place, 1));
+        end = PyLong_AsSsize_t(PyTuple_GET_ITEM(place, 2));
+        if ((start == -1 || end == -1) && PyErr_Occurred()) goto fail;
+        if (start < 0 || end > n || start > end) {
+            PyErr_SetString(PyExc_ValueError, "blanked: a place outside the text");
+            goto fail;
+        }
+        for (Py_ssize_t k = start; k < end; k++) PyUnicode_WRITE(kind, buf, k, ' ');
+    }
+    PyObject *out = PyUnicode_FromKindAndData(kind, buf, n); /* (the narrowest kind that holds what is left) */
+    PyMem_Free(buf);
+    return out;
+fail:
+    PyMem_Free(buf);
+    return NULL;
+}
+
 static PyObject *note_ends(PyObject *self, PyObject *args) {
     PyObject *noted, *ends, *times;
     double started;
@@ -1468,6 +1503,7 @@ static PyMethodDef methods[] = {
     {"note_ends", note_ends, METH_VARARGS, "note_ends(noted, ends, times, started, limit): see the module doc."},
     {"delta_fields", delta_fields, METH_O, "delta_fields(text) -> list[(key, raw value)]: see the module doc."},
     {"delta_channels", delta_channels, METH_O, "delta_channels(text) -> dict[key, list[str]]: see the module doc."},
+    {"blanked", blanked, METH_VARARGS, "blanked(text, places) -> str: see the module doc."},
     {"delta_places", delta_places, METH_VARARGS, "delta_places(text, keys) -> list[(key, start, end)]: see the module doc."},
     {"crlf_to_lf", crlf_to_lf, METH_O, "crlf_to_lf(data) -> bytes | None: see crlf_to_lf in fastpath.c."},
     {"frame_plain", frame_plain, METH_VARARGS,
