@@ -35,6 +35,7 @@ from pathlib import Path
 from addons.body import ResponseReader
 from addons.canonical import CanonicalRequest
 from addons.framing import SSEDecoder, SSEEvent
+from addons.memory import keep_large_blocks
 from addons.messages import FlowEnded, RequestHead, ResponseHead, Route
 from addons.providers import parser_for
 from addons.proxy.outbox import Outbox
@@ -231,7 +232,10 @@ def scrub_corpus(name: str, size: int) -> str:
 
 def bench_scrubber(size: int, repeat: int) -> dict:
     """`Scrubber.scrub` (and `scrub_stream` for streams) in MiB/s: capsem's own passes alone
-    (no rule set), then with the shipped rule set (gitleaks' and capsem's), on each corpus."""
+    (no rule set), then with the shipped rule set (gitleaks' and capsem's), on each corpus. With
+    the recorder process's malloc settings (`keep_large_blocks`), as it runs there: without them,
+    glibc gives the heap's top back and faults it in again for each body's copies."""
+    keep_large_blocks()
     out: dict = {}
     for name in SCRUB_CORPORA:
         text = scrub_corpus(name, size)

@@ -144,23 +144,29 @@ def scrub_stream(
     secrets (`scrub_deltas`, `spans_of`): a delta's text is read once, as what it says, not also
     as escaped JSON. Should the first scrub redact over a delta's value, the whole body is scrubbed
     instead, then its channels."""
-    places = _places(text, _DELTA_KEYS)
-    if not places:
-        return scrub(text) or text
-    blank = _blanked(text, places)
+    blank, joined = _split(text)
     scrubbed = scrub(blank) or blank
+    if not joined:
+        return scrubbed
     if scrubbed != blank:
         spans = marker_spans(blank, scrubbed)
-        if spans is None or _overlap(spans, places):
+        if spans is None or _overlap(spans, _places(text, _DELTA_KEYS)):
             return scrub_deltas(scrub(text) or text, spans_of)
-        text = _redacted_at(text, spans)
-    return scrub_deltas(text, spans_of)
+        text = _redacted_at(text, spans)  # the deltas' values unchanged: `joined` still holds
+    return scrub_deltas(text, spans_of, joined)
+
+
+def _split(text: str) -> tuple[str, dict[str, list[str]]]:
+    """(`text` with the values of its delta fields blanked, `_joined(text)`): in one walk
+    (`native.delta_split`)."""
+    if native.delta_split is not None:
+        return native.delta_split(text)
+    joined = _joined(text)
+    return (_blanked(text, _places(text, _DELTA_KEYS)) if joined else text), joined
 
 
 def _blanked(text: str, places: list[tuple[str, int, int]]) -> str:
-    """`text` with each of `places` (key, start, end) turned to blanks (`native.blanked`)."""
-    if native.blanked is not None:
-        return native.blanked(text, places)
+    """`text` with each of `places` (key, start, end) turned to blanks."""
     out, done = [], 0
     for _, start, end in places:
         out += [text[done:start], " " * (end - start)]
@@ -187,11 +193,16 @@ def _redacted_at(text: str, spans: Spans) -> str:
     return "".join(out) + text[done:]
 
 
-def scrub_deltas(text: str, spans_of: Callable[[str], Spans | None]) -> str:
+def scrub_deltas(
+    text: str, spans_of: Callable[[str], Spans | None], joined: dict[str, list[str]] | None = None
+) -> str:
     """`text` (a streamed body) with the secrets of each channel's joined deltas cut out of the
     deltas that spell them. `spans_of(joined)` says where the secrets of a channel's joined text
-    are (None: they cannot be placed, and every delta of the channel goes)."""
-    joined = _joined(text)  # first the channels' texts alone: most hold no secret
+    are (None: they cannot be placed, and every delta of the channel goes). `joined`: `_joined(text)`,
+    when the caller has it."""
+    joined = (
+        _joined(text) if joined is None else joined
+    )  # first the channels' texts alone: most hold no secret
     dirty: dict[str, tuple[str, Spans]] = {}  # channel -> its joined text, where its secrets are
     for key, parts in joined.items():
         whole = "".join(parts)

@@ -1,6 +1,6 @@
 """capsem's compiled fast path, when it is built: `frame_plain` reads ordinary SSE events (and
 the text chunks of Anthropic, OpenAI Chat, OpenAI Responses and Gemini) in one native pass,
-`crlf_to_lf` makes a CRLF-only piece LF, `delta_fields`, `delta_channels`, `delta_places` and `blanked` find,
+`crlf_to_lf` makes a CRLF-only piece LF, `delta_fields`, `delta_channels`, `delta_places` and `delta_split` find,
 decode and blank the delta fields of a streamed body for the scrubber, `note_ends` notes where held chunks end
 (fastpath.c says exactly what each reads); `named_next` skips the name words of a text that the
 scrubber's name/value pass would only move past, `place_adder` notes Hyperscan's matches
@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-VERSION = 9
+VERSION = 11
 """The fastpath.c this Python expects (its `FASTPATH_VERSION`); an older build is not used."""
 SCRUB_VERSION = 7
 """The scrubpath.c this Python expects (its `SCRUBPATH_VERSION`)."""
@@ -33,7 +33,7 @@ frame_plain: Callable[..., Any] | None = None
 delta_fields: Callable[[str], list[tuple[str, str]]] | None = None
 delta_channels: Callable[[str], dict[str, list[str]]] | None = None
 delta_places: Callable[[str, Any], list[tuple[str, int, int]]] | None = None
-blanked: Callable[[str, list[tuple[str, int, int]]], str] | None = None
+delta_split: Callable[[str], tuple[str, dict[str, list[str]]]] | None = None
 note_ends: Callable[..., None] | None = None
 crlf_to_lf: Callable[[bytes], bytes | None] | None = None
 named_next: Callable[..., tuple[int, int, int] | None] | None = None
@@ -69,7 +69,7 @@ else:
         frame_plain, delta_fields = _fastpath.frame_plain, _fastpath.delta_fields
         delta_channels, note_ends = _fastpath.delta_channels, _fastpath.note_ends
         crlf_to_lf, delta_places = _fastpath.crlf_to_lf, _fastpath.delta_places
-        blanked = _fastpath.blanked
+        delta_split = _fastpath.delta_split
     if (_scrubpath := _module("_scrubpath", SCRUB_VERSION)) is not None:
         named_next, place_adder = _scrubpath.named_next, _scrubpath.place_adder
         decoded_view, ascii_view = _scrubpath.decoded_view, _scrubpath.ascii_view

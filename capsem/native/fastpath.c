@@ -29,8 +29,8 @@
  * it (one it refuses is left out), listed per key in order. `delta_places(text, keys)` says where
  * the raw values of the same fields lie, for the keys in `keys`: (key, start, end), in order,
  * without decoding them (the values are `delta_channels`' lists, in the same order);
- * `blanked(text, places)` is the text with each of those raw values (any list of (key, start, end))
- * turned to blanks.
+ * `delta_split(text)` is (the text with each of those raw values turned to blanks, `delta_channels`),
+ * in one walk (the text itself when it has none).
  *
  * `note_ends(noted, ends, times, started, limit)` is `StreamRead.feed_held`'s loop
  * (addons/recorder/streams.py): for each chunk whose decoded end is past the last noted one, while
@@ -43,7 +43,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define FASTPATH_VERSION 9
+#define FASTPATH_VERSION 11
 
 typedef struct {
     char *buf;
@@ -1313,18 +1313,16 @@ static PyObject *field_value(PyObject *text, int kind, const void *data, Py_ssiz
 
 /* `delta_channels(text) -> dict[key, list[str]]`: the decoded non-empty values of every delta
  * field, per key, in order (what scrub_deltas joins); a value json.loads refuses is left out. */
-static PyObject *delta_channels(PyObject *self, PyObject *arg) {
-    if (!PyUnicode_Check(arg)) {
-        PyErr_SetString(PyExc_TypeError, "delta_channels() takes a str");
-        return NULL;
-    }
-    int kind = PyUnicode_KIND(arg), key;
-    const void *data = PyUnicode_DATA(arg);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(arg), pos = 0, start, end;
+/* The channels of `text` (see `delta_channels`); with `blank` (a copy of the text's data), each
+ * value listed is turned to blanks there. NULL on an error. */
+static PyObject *channels_of(PyObject *text, void *blank) {
+    int kind = PyUnicode_KIND(text), key;
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), pos = 0, start, end;
     PyObject *channels = PyDict_New(), *lists[N_DELTA_KEYS] = {NULL};
     if (channels == NULL) return NULL;
     while (next_field(kind, data, n, &pos, &key, &start, &end)) {
-        PyObject *value = field_value(arg, kind, data, start, end);
+        PyObject *value = field_value(text, kind, data, start, end);
         if (value == NULL) goto fail;
         if (value == Py_None) continue;
         if (lists[key] == NULL) {
@@ -1338,11 +1336,62 @@ static PyObject *delta_channels(PyObject *self, PyObject *arg) {
         int bad = PyList_Append(lists[key], value);
         Py_DECREF(value);
         if (bad < 0) goto fail;
+        if (blank != NULL) {
+            if (kind == PyUnicode_1BYTE_KIND) memset((char *)blank + start, ' ', (size_t)(end - start));
+            else for (Py_ssize_t k = start; k < end; k++) PyUnicode_WRITE(kind, blank, k, ' ');
+        }
     }
     return channels;
 fail:
     Py_DECREF(channels);
     return NULL;
+}
+
+static PyObject *delta_channels(PyObject *self, PyObject *arg) {
+    if (!PyUnicode_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "delta_channels() takes a str");
+        return NULL;
+    }
+    return channels_of(arg, NULL);
+}
+
+/* `delta_split(text) -> (blanked, channels)`: see the module doc. */
+static PyObject *delta_split(PyObject *self, PyObject *arg) {
+    if (!PyUnicode_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "delta_split() takes a str");
+        return NULL;
+    }
+    int kind = PyUnicode_KIND(arg);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(arg);
+    PyObject *channels, *blanked = NULL, *result;
+    if (PyUnicode_IS_ASCII(arg)) { /* (most bodies) blanked in the new str itself */
+        blanked = PyUnicode_New(n, 0x7f);
+        if (blanked == NULL) return NULL;
+        memcpy(PyUnicode_1BYTE_DATA(blanked), PyUnicode_1BYTE_DATA(arg), (size_t)n);
+        channels = channels_of(arg, PyUnicode_1BYTE_DATA(blanked));
+    } else { /* blanked in a copy, then made the narrowest str that holds what is left */
+        char *buf = PyMem_Malloc((size_t)(n ? n : 1) * (size_t)kind);
+        if (buf == NULL) return PyErr_NoMemory();
+        memcpy(buf, PyUnicode_DATA(arg), (size_t)n * (size_t)kind);
+        channels = channels_of(arg, buf);
+        if (channels != NULL && PyDict_GET_SIZE(channels)) {
+            blanked = PyUnicode_FromKindAndData(kind, buf, n);
+            if (blanked == NULL) Py_CLEAR(channels);
+        }
+        PyMem_Free(buf);
+    }
+    if (channels == NULL) {
+        Py_XDECREF(blanked);
+        return NULL;
+    }
+    if (!PyDict_GET_SIZE(channels)) { /* nothing to blank: the text itself */
+        Py_XDECREF(blanked);
+        blanked = Py_NewRef(arg);
+    }
+    result = PyTuple_Pack(2, blanked, channels);
+    Py_DECREF(blanked);
+    Py_DECREF(channels);
+    return result;
 }
 
 /* Whether `json.loads` refuses the raw value text[start:end] (as `json_unescape` reads it: a
@@ -1424,39 +1473,6 @@ fail:
     return NULL;
 }
 
-/* `blanked(text, places) -> str`: see the module doc. */
-static PyObject *blanked(PyObject *self, PyObject *args) {
-    PyObject *text, *places;
-    if (!PyArg_ParseTuple(args, "UO!", &text, &PyList_Type, &places)) return NULL;
-    int kind = PyUnicode_KIND(text);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
-    char *buf = PyMem_Malloc((size_t)(n ? n : 1) * (size_t)kind);
-    if (buf == NULL) return PyErr_NoMemory();
-    memcpy(buf, PyUnicode_DATA(text), (size_t)n * (size_t)kind);
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(places); i++) {
-        PyObject *place = PyList_GET_ITEM(places, i);
-        Py_ssize_t start, end;
-        if (!PyTuple_Check(place) || PyTuple_GET_SIZE(place) != 3) {
-            PyErr_SetString(PyExc_TypeError, "blanked: each place is (key, start, end)");
-            goto fail;
-        }
-        start = PyLong_AsSsize_t(PyTuple_GET_ITEM(place, 1));
-        end = PyLong_AsSsize_t(PyTuple_GET_ITEM(place, 2));
-        if ((start == -1 || end == -1) && PyErr_Occurred()) goto fail;
-        if (start < 0 || end > n || start > end) {
-            PyErr_SetString(PyExc_ValueError, "blanked: a place outside the text");
-            goto fail;
-        }
-        for (Py_ssize_t k = start; k < end; k++) PyUnicode_WRITE(kind, buf, k, ' ');
-    }
-    PyObject *out = PyUnicode_FromKindAndData(kind, buf, n); /* (the narrowest kind that holds what is left) */
-    PyMem_Free(buf);
-    return out;
-fail:
-    PyMem_Free(buf);
-    return NULL;
-}
-
 static PyObject *note_ends(PyObject *self, PyObject *args) {
     PyObject *noted, *ends, *times;
     double started;
@@ -1503,7 +1519,7 @@ static PyMethodDef methods[] = {
     {"note_ends", note_ends, METH_VARARGS, "note_ends(noted, ends, times, started, limit): see the module doc."},
     {"delta_fields", delta_fields, METH_O, "delta_fields(text) -> list[(key, raw value)]: see the module doc."},
     {"delta_channels", delta_channels, METH_O, "delta_channels(text) -> dict[key, list[str]]: see the module doc."},
-    {"blanked", blanked, METH_VARARGS, "blanked(text, places) -> str: see the module doc."},
+    {"delta_split", delta_split, METH_O, "delta_split(text) -> (blanked text, dict[key, list[str]]): see the module doc."},
     {"delta_places", delta_places, METH_VARARGS, "delta_places(text, keys) -> list[(key, start, end)]: see the module doc."},
     {"crlf_to_lf", crlf_to_lf, METH_O, "crlf_to_lf(data) -> bytes | None: see crlf_to_lf in fastpath.c."},
     {"frame_plain", frame_plain, METH_VARARGS,

@@ -245,6 +245,26 @@ def test_delta_channels_joins_what_the_python_scrubber_joins(text):
 
 
 @settings(max_examples=1000, deadline=None)
+@given(text=FIELD_TEXT | ASCII_FIELD_TEXT | ESCAPED_TEXT)
+def test_delta_split_blanks_what_the_python_scrubber_blanks(text):
+    """The body with its delta values blanked, and its channels, in one walk: what the Python
+    path makes of them (equal strs are of one kind: a text left with no non-ASCII character is
+    made one-byte again)."""
+    from capsem import stream_scrub
+
+    compiled = native.delta_split(text)
+    names = ("delta_split", "delta_channels", "delta_places")
+    saved = [getattr(native, name) for name in names]
+    for name in names:
+        setattr(native, name, None)
+    try:
+        assert compiled == stream_scrub._split(text)
+    finally:
+        for name, value in zip(names, saved, strict=True):
+            setattr(native, name, value)
+
+
+@settings(max_examples=1000, deadline=None)
 @given(
     text=FIELD_TEXT | ASCII_FIELD_TEXT | ESCAPED_TEXT,
     keys=st.sets(
