@@ -42,8 +42,11 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
-#define FASTPATH_VERSION 11
+#define FASTPATH_VERSION 12
 
 typedef struct {
     char *buf;
@@ -1058,16 +1061,27 @@ static inline int delta_key_at(const char *d, Py_ssize_t p, Py_ssize_t n) {
     return -1;
 }
 
-/* Where the first `a` or `b` of d[p:n] is (n: none): eight bytes at a time (a byte equal to either
- * is a zero byte of the XOR), where two `memchr`s would each start again at every escape. */
+/* Where the first `a` or `b` of d[p:n] is (n: none). JSON's quotes and escapes are a few bytes
+ * apart, where a `memchr` call and its set-up cost more than the search, and two `memchr`s would
+ * each start again at every escape: sixteen bytes at a time, inline (SSE2, on every x86-64), else
+ * eight (a byte equal to either is a zero byte of the XOR). */
 #define ZERO_BYTE(v) (((v) - 0x0101010101010101ULL) & ~(v) & 0x8080808080808080ULL)
 static inline Py_ssize_t find_either(const char *d, Py_ssize_t p, Py_ssize_t n, char a, char b) {
+#if defined(__SSE2__)
+    const __m128i va = _mm_set1_epi8(a), vb = _mm_set1_epi8(b);
+    for (; p + 16 <= n; p += 16) {
+        __m128i w = _mm_loadu_si128((const __m128i *)(d + p));
+        unsigned mask = (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(w, va), _mm_cmpeq_epi8(w, vb)));
+        if (mask) return p + __builtin_ctz(mask);
+    }
+#else
     const uint64_t wa = 0x0101010101010101ULL * (unsigned char)a, wb = 0x0101010101010101ULL * (unsigned char)b;
     for (; p + 8 <= n; p += 8) {
         uint64_t w;
         memcpy(&w, d + p, 8);
         if (ZERO_BYTE(w ^ wa) || ZERO_BYTE(w ^ wb)) break;
     }
+#endif
     while (p < n && d[p] != a && d[p] != b) p++;
     return p;
 }
@@ -1080,10 +1094,9 @@ static inline int next_field_of(const int kind, const void *data, Py_ssize_t n, 
     for (; i < n; i++) {
         Py_ssize_t j; /* the key's closing quote */
         int k;
-        if (kind == PyUnicode_1BYTE_KIND) { /* (most bodies) the next quote at memchr's speed */
-            const char *q = memchr((const char *)data + i, '"', (size_t)(n - i));
-            if (q == NULL) break;
-            i = q - (const char *)data;
+        if (kind == PyUnicode_1BYTE_KIND) { /* (most bodies) the next quote, sixteen bytes at a time */
+            i = find_either((const char *)data, i, n, '"', '"');
+            if (i >= n) break;
             k = delta_key_at((const char *)data, i + 1, n); /* most quotes start no key: one look */
             if (k < 0) continue;
             j = i + 1 + delta_key_len[k];
@@ -1101,7 +1114,7 @@ static inline int next_field_of(const int kind, const void *data, Py_ssize_t n, 
         while (p < n && (PyUnicode_READ(kind, data, p) == ' ' || PyUnicode_READ(kind, data, p) == '\t')) p++;
         if (p >= n || PyUnicode_READ(kind, data, p) != '"') continue;
         Py_ssize_t first = ++p, last = -1;
-        if (kind == PyUnicode_1BYTE_KIND) { /* the same walk, eight bytes at a time: the closing quote or an escape */
+        if (kind == PyUnicode_1BYTE_KIND) { /* the same walk, sixteen bytes at a time: the closing quote or an escape */
             const char *d = (const char *)data;
             while (p < n) {
                 p = find_either(d, p, n, '"', '\\');
