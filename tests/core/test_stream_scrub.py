@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from capsem.markers import hash_value
+from capsem.markers import hash_value, redacted
 from capsem.redact import Scrubber
-from capsem.stream_scrub import marker_spans
+from capsem.stream_scrub import marker_spans, scrub_stream
 
 KEY = "sk-ant-api03-Zq8vB2nR4tY6uI0oP3aS5dF7gH9jK1lX"
 
@@ -105,6 +105,46 @@ def test_a_non_ascii_credential_learned_from_a_header_is_cut_from_the_deltas_tha
     scrubber.learn(secret)
     stored = scrubber.scrub_stream(anthropic_sse(pieces(f"the cookie is {secret}, ok", 3)))
     assert deltas_of(stored, "text") == f"the cookie is [redacted {hash_value(secret)}], ok"
+
+
+def test_a_name_at_a_deltas_end_does_not_take_the_next_events_json():
+    """A delta's text is read as what it says, not as escaped JSON cut off where the delta ends:
+    `token =` closing one delta, its value in the next, is code, and the stream is left as it was
+    (read as JSON, the name's value ran from the delta's closing quote over the next event's
+    framing, and the stored stream no longer parsed)."""
+    body = anthropic_sse(
+        ["    def next(self):\n        token =", " self._tokens.pop() + 1\n        return token\n"]
+    )
+    assert Scrubber().scrub_stream(body) == body
+
+
+def test_a_secret_in_the_framing_is_redacted_and_the_deltas_left_as_they_are():
+    """The body's other fields are scrubbed with the deltas' values blanked out: a key in them is
+    redacted in place, and the deltas beside it are left byte for byte."""
+    said = "Nothing to hide in the text."
+    body = anthropic_sse(pieces(said, 5)).replace('"id":"msg_1"', f'"id":"msg_1","note":"{KEY}"')
+    stored = Scrubber().scrub_stream(body)
+    assert KEY not in stored and f"[redacted {hash_value(KEY)}]" in stored
+    assert deltas_of(stored, "text") == said and stored.count("content_block_delta") == body.count(
+        "content_block_delta"
+    )
+
+
+def test_a_redaction_of_the_framing_that_reaches_into_a_delta_scrubs_the_whole_body_instead():
+    """Should the scrub of the blanked body redact over a delta's value, that redaction is not
+    written back over the delta: the whole body is scrubbed instead, then its channels."""
+    body = anthropic_sse(["hello ", "world"])
+    read: list[str] = []
+
+    def scrub(text: str) -> str:
+        read.append(text)
+        if "hello" in text:  # the whole body: nothing to redact
+            return text
+        at = text.index('"text": "') + len('"text": ') - 2  # over the quote, into the blanks
+        return text[:at] + redacted(text[at : at + 6]) + text[at + 6 :]
+
+    assert scrub_stream(body, scrub, lambda joined: []) == body
+    assert ["hello" in text for text in read] == [False, True]
 
 
 def test_a_stream_without_secrets_is_left_byte_for_byte():
