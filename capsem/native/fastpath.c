@@ -1182,6 +1182,19 @@ static PyObject *delta_fields(PyObject *self, PyObject *arg) {
     return found;
 }
 
+/* The value of the four hex digits at text[p:p + 4] (ASCII ones, as JSON's), or -1. */
+static inline long hex4(int kind, const void *data, Py_ssize_t p) {
+    long value = 0;
+    for (Py_ssize_t k = p; k < p + 4; k++) {
+        Py_UCS4 h = PyUnicode_READ(kind, data, k);
+        if (h >= '0' && h <= '9') value = value * 16 + (long)(h - '0');
+        else if (h >= 'a' && h <= 'f') value = value * 16 + (long)(h - 'a' + 10);
+        else if (h >= 'A' && h <= 'F') value = value * 16 + (long)(h - 'A' + 10);
+        else return -1;
+    }
+    return value;
+}
+
 /* One-byte text[start:end]: 1 if it holds a control character; `*high` set if it holds a
  * character past ASCII (one loop with no exit: the compiler makes it wide). */
 static inline int control_in(const unsigned char *d, Py_ssize_t start, Py_ssize_t end, int *high) {
@@ -1267,35 +1280,18 @@ static PyObject *json_unescape(int kind, const void *data, Py_ssize_t start, Py_
         case 'u': break;
         default: goto bad;
         }
-        Py_UCS4 cp = 0;
-        if (p + 6 > end) goto bad;
-        for (int k = 2; k < 6; k++) {
-            Py_UCS4 h = PyUnicode_READ(kind, data, p + k);
-            cp <<= 4;
-            if (h >= '0' && h <= '9') cp |= h - '0';
-            else if (h >= 'a' && h <= 'f') cp |= h - 'a' + 10;
-            else if (h >= 'A' && h <= 'F') cp |= h - 'A' + 10;
-            else goto bad;
-        }
+        long cp = p + 6 <= end ? hex4(kind, data, p + 2) : -1;
+        if (cp < 0) goto bad;
         p += 6;
         if (cp >= 0xD800 && cp <= 0xDBFF && p + 6 <= end && PyUnicode_READ(kind, data, p) == '\\' &&
             PyUnicode_READ(kind, data, p + 1) == 'u') { /* json joins a pair; a lone half stays */
-            Py_UCS4 lo = 0;
-            int ok = 1;
-            for (int k = 2; k < 6; k++) {
-                Py_UCS4 h = PyUnicode_READ(kind, data, p + k);
-                lo <<= 4;
-                if (h >= '0' && h <= '9') lo |= h - '0';
-                else if (h >= 'a' && h <= 'f') lo |= h - 'a' + 10;
-                else if (h >= 'A' && h <= 'F') lo |= h - 'A' + 10;
-                else { ok = 0; break; }
-            }
-            if (ok && lo >= 0xDC00 && lo <= 0xDFFF) {
+            long lo = hex4(kind, data, p + 2);
+            if (lo >= 0xDC00 && lo <= 0xDFFF) {
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                 p += 6;
             }
         }
-        buf[n++] = cp;
+        buf[n++] = (Py_UCS4)cp;
     }
     PyObject *out = PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, buf, n);
     PyMem_Free(buf);
@@ -1424,9 +1420,7 @@ static int json_refused(int kind, const void *data, Py_ssize_t start, Py_ssize_t
                 p += 2;
                 continue;
             }
-            if (p + 6 > end) return 1;
-            for (Py_ssize_t k = p + 2; k < p + 6; k++)
-                if (!((d[k] >= '0' && d[k] <= '9') || (d[k] >= 'a' && d[k] <= 'f') || (d[k] >= 'A' && d[k] <= 'F'))) return 1;
+            if (p + 6 > end || hex4(PyUnicode_1BYTE_KIND, d, p + 2) < 0) return 1;
             p += 6;
         }
     }
@@ -1440,11 +1434,7 @@ static int json_refused(int kind, const void *data, Py_ssize_t start, Py_ssize_t
         case 'u': break;
         default: return 1;
         }
-        if (p + 6 > end) return 1;
-        for (Py_ssize_t k = p + 2; k < p + 6; k++) {
-            Py_UCS4 h = PyUnicode_READ(kind, data, k);
-            if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') || (h >= 'A' && h <= 'F'))) return 1;
-        }
+        if (p + 6 > end || hex4(kind, data, p + 2) < 0) return 1;
         p += 5;
     }
     return 0;
