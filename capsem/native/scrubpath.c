@@ -32,7 +32,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define SCRUBPATH_VERSION 7
+#define SCRUBPATH_VERSION 8
 
 
 static inline int is_name_char(Py_UCS4 c) {
@@ -107,6 +107,7 @@ static int end_near(PyObject *ends, Py_ssize_t start, Py_ssize_t look_back) {
 
 static int comma_near(const Text *t, Py_ssize_t start, Py_ssize_t end) {
     Py_ssize_t a = start - 60 > 0 ? start - 60 : 0, b = end + 60 < t->len ? end + 60 : t->len;
+    if (t->kind == PyUnicode_1BYTE_KIND) return a < b && memchr((const char *)t->data + a, ',', (size_t)(b - a)) != NULL;
     for (Py_ssize_t i = a; i < b; i++)
         if (at(t, i) == ',') return 1;
     return 0;
@@ -140,6 +141,8 @@ static int csv_cannot(const Text *t, Py_ssize_t start) {
     }
     if (!edge && low > 0) return 1;
     Py_ssize_t high = start + 300 < t->len ? start + 300 : t->len;
+    if (t->kind == PyUnicode_1BYTE_KIND)
+        return !(start < high && memchr((const char *)t->data + start, ',', (size_t)(high - start)) != NULL);
     for (Py_ssize_t i = start; i < high; i++)
         if (at(t, i) == ',') return 0;
     return 1;
