@@ -22,6 +22,7 @@ are timed by the wall clock.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
@@ -218,9 +219,10 @@ def code_stream(size: int) -> bytes:
     return b"".join(events)
 
 
+@functools.lru_cache(maxsize=8)
 def scrub_corpus(name: str, size: int) -> str:
     """About `size` bytes of text the recorder scrubs: a Claude Code-sized request (history, tool
-    definitions, tool results) or a streamed answer."""
+    definitions, tool results) or a streamed answer (built once per process: a str)."""
     if name == "claude_code_request":
         turns = conversation(400)
         body = next((b for b in turns if len(b) >= size), turns[-1])

@@ -230,7 +230,7 @@ def _compiled_view(text: str):
     return None if found is None else DecodedView(*found)
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(st.lists(st.sampled_from(ESCAPES + CHARACTERS) | st.text(max_size=4), max_size=30).map("".join))
 def test_the_decoded_view_is_the_reference_view(text):
     """`decoded_view` in C reads every escape as `python_view` does: the same view, places and
