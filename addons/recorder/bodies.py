@@ -249,6 +249,7 @@ class BodyStore:
         return [*self._frames.rows, *self._rows]
 
     def _body(self, body: Body, *, owner: str, source_table: str, row_id: int | None) -> None:
+        known = len(self.known)
         if body.direction == "request":
             keys = [key for segment in segments(body.data) for key in self._segment(segment)]
         else:
@@ -256,7 +257,10 @@ class BodyStore:
             keys = list(map(self._piece, cut(scrubbed)))
         recent = self._recent.setdefault(f"{source_table}/{body.direction}", deque(maxlen=_RECENT))
         bases = [r for r in reversed(recent) if r.depth < MAX_DEPTH]
-        found, listed = runs(keys, bases)
+        if len(self.known) - known == len(keys):  # all new (an answer): no earlier body lists one
+            found, listed = [len(keys)] if keys else [], keys
+        else:
+            found, listed = runs(keys, bases)
         used = {run[0] for run in found if isinstance(run, list)}
         depth = 1 + max((r.depth for r in bases if r.id in used), default=-1)
         blob_id = self.ids.next("event_body_blobs")

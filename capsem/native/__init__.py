@@ -24,7 +24,7 @@ from typing import Any
 
 VERSION = 12
 """The fastpath.c this Python expects (its `FASTPATH_VERSION`); an older build is not used."""
-SCRUB_VERSION = 8
+SCRUB_VERSION = 9
 """The scrubpath.c this Python expects (its `SCRUBPATH_VERSION`)."""
 LEDGER_VERSION = 1
 """The ledgerpath.c this Python expects (its `LEDGERPATH_VERSION`)."""

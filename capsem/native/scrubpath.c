@@ -21,7 +21,10 @@
  *
  * It returns (hit, start, end) of the first name it does not skip, for the Python loop to decide,
  * or None when none is left. A name not in `verdicts`, or `ends` None where they are needed, is
- * returned too (the Python loop learns the verdict and computes the ends).
+ * returned too (the Python loop learns the verdict and computes the ends). Within one call (no
+ * Python code runs, so `verdicts` does not change) the verdicts found are remembered by the name's
+ * place in the text: a name met again (`token` in prose, `max_tokens` in JSON) is compared in
+ * place, without a str or a dict lookup.
  *
  * `decoded_view(text)` is capsem/escapes.py's `python_view` (the reference) in one pass: the text as
  * the scrubber reads it, JSON's and URLs' escapes decoded, with where the shorter decodes are.
@@ -32,7 +35,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define SCRUBPATH_VERSION 8
+#define SCRUBPATH_VERSION 9
 
 
 static inline int is_name_char(Py_UCS4 c) {
@@ -53,19 +56,31 @@ typedef struct {
 
 static inline Py_UCS4 at(const Text *t, Py_ssize_t i) { return PyUnicode_READ(t->kind, t->data, i); }
 
-/* the first item of the sorted list of ints `hits` at or after `pos` (-1: none, -2: error) */
-static Py_ssize_t next_hit(PyObject *hits, Py_ssize_t pos) {
-    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(hits);
-    while (lo < hi) { /* bisect_left */
-        Py_ssize_t mid = (lo + hi) / 2;
-        Py_ssize_t v = PyLong_AsSsize_t(PyList_GET_ITEM(hits, mid));
-        if (v == -1 && PyErr_Occurred()) return -2;
-        if (v < pos) lo = mid + 1;
-        else hi = mid;
+/* the first item of the sorted list of ints `hits` at or after `pos` (-1: none, -2: error); `*index`
+ * is where the last one was (-1 at first: bisected), for a `pos` no smaller than the last one's */
+static Py_ssize_t next_hit(PyObject *hits, Py_ssize_t pos, Py_ssize_t *index) {
+    Py_ssize_t lo = *index, n = PyList_GET_SIZE(hits);
+    if (lo < 0) {
+        Py_ssize_t hi = n;
+        lo = 0;
+        while (lo < hi) { /* bisect_left */
+            Py_ssize_t mid = (lo + hi) / 2;
+            Py_ssize_t v = PyLong_AsSsize_t(PyList_GET_ITEM(hits, mid));
+            if (v == -1 && PyErr_Occurred()) return -2;
+            if (v < pos) lo = mid + 1;
+            else hi = mid;
+        }
     }
-    if (lo == PyList_GET_SIZE(hits)) return -1;
-    Py_ssize_t v = PyLong_AsSsize_t(PyList_GET_ITEM(hits, lo));
-    return (v == -1 && PyErr_Occurred()) ? -2 : v;
+    for (; lo < n; lo++) { /* past the hits before `pos`, in order */
+        Py_ssize_t v = PyLong_AsSsize_t(PyList_GET_ITEM(hits, lo));
+        if (v == -1 && PyErr_Occurred()) return -2;
+        if (v >= pos) {
+            *index = lo;
+            return v;
+        }
+    }
+    *index = n;
+    return -1;
 }
 
 /* `_PROSE_AFTER_RE.match(text, pos)`: `[ \t]+(?!(?:is|was|IS|Is|Was)\b)[A-Za-z]{1,19}\b(?![\w.\-/+~=])` */
@@ -214,6 +229,42 @@ static int no_value_follows(const Text *t, Py_ssize_t start, Py_ssize_t end) {
     return 1;
 }
 
+#define NAME_SLOTS 64 /* a power of two */
+
+/* a verdict `named_next` found in `verdicts` during one call, for the name at text[start:start+len] */
+typedef struct {
+    Py_ssize_t start, len;
+    long verdict;
+} KnownName;
+
+/* FNV-1a over a name's characters */
+static inline uint32_t name_hash(const Text *t, Py_ssize_t start, Py_ssize_t end) {
+    uint32_t h = 2166136261u;
+    for (Py_ssize_t i = start; i < end; i++) h = (h ^ (uint32_t)at(t, i)) * 16777619u;
+    return h;
+}
+
+/* the verdict of the name text[start:end]: from `slots` when met before in this call, else from
+ * `verdicts` (-1: not there; -2: an error) */
+static long verdict_of(PyObject *text, const Text *t, Py_ssize_t start, Py_ssize_t end, PyObject *verdicts,
+                       KnownName *slots) {
+    Py_ssize_t len = end - start;
+    KnownName *slot = &slots[name_hash(t, start, end) & (NAME_SLOTS - 1)];
+    if (slot->len == len &&
+        memcmp((const char *)t->data + slot->start * t->kind, (const char *)t->data + start * t->kind,
+               (size_t)(len * t->kind)) == 0)
+        return slot->verdict;
+    PyObject *name = PyUnicode_Substring(text, start, end);
+    if (name == NULL) return -2;
+    PyObject *verdict = PyDict_GetItemWithError(verdicts, name);
+    Py_DECREF(name);
+    if (verdict == NULL) return PyErr_Occurred() ? -2 : -1;
+    long v = PyLong_AsLong(verdict);
+    if (v == -1 && PyErr_Occurred()) return -2;
+    if (v >= 0) *slot = (KnownName){start, len, v};
+    return v;
+}
+
 static PyObject *named_next(PyObject *self, PyObject *args) {
     PyObject *text, *hits, *verdicts, *ends;
     Py_ssize_t pos, look_back;
@@ -226,20 +277,18 @@ static PyObject *named_next(PyObject *self, PyObject *args) {
     }
     Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
     if (pos < 0) pos = 0;
+    KnownName slots[NAME_SLOTS];
+    for (int i = 0; i < NAME_SLOTS; i++) slots[i].len = -1;
+    Py_ssize_t index = -1;
     for (;;) {
-        Py_ssize_t hit = next_hit(hits, pos);
+        Py_ssize_t hit = next_hit(hits, pos, &index);
         if (hit == -2) return NULL;
         if (hit < 0 || hit >= t.len) Py_RETURN_NONE;
         Py_ssize_t start = hit, end = hit;
         while (start > 0 && is_name_char(at(&t, start - 1))) start--;
         while (end < t.len && is_name_char(at(&t, end))) end++;
-        PyObject *name = PyUnicode_Substring(text, start, end);
-        if (name == NULL) return NULL;
-        PyObject *verdict = PyDict_GetItemWithError(verdicts, name);
-        Py_DECREF(name);
-        if (verdict == NULL && PyErr_Occurred()) return NULL;
-        long v = verdict == NULL ? -1 : PyLong_AsLong(verdict);
-        if (v == -1 && PyErr_Occurred()) return NULL;
+        long v = verdict_of(text, &t, start, end, verdicts, slots);
+        if (v == -2) return NULL;
         int skip = 0;
         if (v == 0 || (v == 1 && no_token_after(&t, end))) {
             skip = 1;

@@ -216,6 +216,21 @@ def test_a_word_no_token_can_follow_stays_in_c(monkeypatch):
     assert handed == ["key"] * 4
 
 
+def test_names_met_again_in_one_call_are_decided_each_time():
+    """The compiled path remembers, within a call, the verdicts of the names it met (by their place
+    in the text, in fewer slots than names): after a hundred harmless names passed in C, a secret
+    name whose slot one of them holds is still handed to the loop, and its value goes."""
+    harmless = " ".join(f"the max_tokens{i} branch" for i in range(100))
+    text = "the svc_token branch\n" + "".join(
+        f"{harmless}\nsvc{i}_token={TOKEN[:12]}{i:04d}\n" for i in range(64)
+    )
+    scrub_named_values(text)  # the verdicts are known now
+    reference, compiled = _both(scrub_named_values, text)
+    assert compiled == reference
+    kind, scrubbed = compiled
+    assert kind == "scrubbed" and TOKEN[:12] not in scrubbed and scrubbed.count("branch") == 6401
+
+
 ESCAPES = ["\\n", "\\\\n", "\\r", "\\t", "\\f", "\\b", "\\/", "\\\\", '\\"', "\\u0041", "\\u00e9", "\\u0022",
            "\\u005c", "\\u001b", "\\u0009", "\\uD83D\\uDE00", "\\ud83d\\udc00", "\\uD83D", "\\uDE00", "\\u0041\\uDC00",
            "\\uDC00\\uDFFF", "\\u12", "\\u12G4", "\\uFFFF", "\\u0080", "\\u007f", "%41", "%2D", "%2d", "%20", "%7E",

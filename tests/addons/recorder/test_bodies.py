@@ -213,6 +213,35 @@ def test_every_body_of_any_sequence_of_edits_reads_back_byte_identical(edits, se
     conn.close()
 
 
+def test_answers_new_repeated_or_sharing_pieces_read_back_and_list_what_is_new():
+    """An answer whose pieces are all new lists them as one count (no earlier body can hold one);
+    the same answer again is one run of the first; one that repeats a piece in itself or shares
+    some with an earlier one is runs and keys as a request's: each reads back exactly."""
+    store = BodyStore(Scrubber(), IdMinter())
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    migrate(conn, SESSION_MIGRATIONS)
+    rng = random.Random(7)
+    block = lambda: bytes(rng.choice(b"abcdefgh ") for _ in range(MAX_PIECE))  # noqa: E731
+    a, b, c = block(), block(), block()
+    answers = [a + b, a + b, c + c + block(), a + b + block()]
+    runs = []
+    for n, body in enumerate(answers, start=1):
+        rows = store.keep(
+            owner=f"o{n}", source_table="model_calls", row_id=n, bodies=[Body("response", body)]
+        )
+        for row in rows:
+            names = [f.name for f in fields(row)]
+            conn.execute(f"INSERT INTO {row.TABLE} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                         [getattr(row, name) for name in names])  # fmt: skip
+            if type(row).__name__ == "BodyBlob":
+                runs.append(json.loads(row.runs))
+    for n, body in enumerate(answers, start=1):
+        assert read_body(conn, n, "response")[0] == body
+    assert runs[0] == [len(pieces(a + b))] and runs[1] == [[1, 0, len(pieces(a + b))]]
+    assert runs[2] == [3] and runs[3] == [[2, 0, 2], 1]  # (c twice: as a request's) the last a + b, one new
+    conn.close()
+
+
 def test_an_mcp_call_keeps_its_request_and_answer(tmp_path):
     rec = RecorderHarness(tmp_path)
     message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "read", "arguments": {}}}
