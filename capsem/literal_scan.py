@@ -25,6 +25,9 @@ from capsem import build_cache, native
 
 logger = logging.getLogger(__name__)
 
+DENSE = 64
+"""Places of `LiteralPlaces`' words past which the compiled path reads the rest of a text: one
+Python call per Hyperscan match costs more, on a text dense with them, than a second read in C."""
 SHORT_TEXT = 2048
 """Below this length one Python regex scan finds a few words cheapest; above it, Hyperscan does
 (`LiteralPlaces`; Python's `re` tries every alternative at every position)."""
@@ -105,6 +108,7 @@ class LiteralPlaces(_Scanner):
 
     def __init__(self, literals: Sequence[str]) -> None:
         super().__init__()
+        self._literals = tuple(literals)
         self._lengths = [len(lit) for lit in literals]
         self._db = compiled(
             [lit.encode("ascii") for lit in literals],
@@ -118,14 +122,25 @@ class LiteralPlaces(_Scanner):
 
         Hyperscan gives byte offsets; an ASCII literal starts on a character boundary, so where
         `text` is not all ASCII each offset becomes a position by decoding the bytes before it
-        (each byte once)."""
+        (each byte once). Past `DENSE` places (a Claude Code request, code) the compiled path
+        (`native.word_places`) reads the whole text instead: the same places, without a Python
+        call per place."""
         lengths = self._lengths
         starts: list[int] = []
-        if native.place_adder is not None:  # the same, without a Python frame per place
-            self._scan(data, native.place_adder(lengths, starts))
-        else:
+        word_places = native.word_places
+        if word_places is None:
             add = starts.append  # one call per place: no tuple, no lookup of the method
             self._scan(data, lambda i, _s, e, _f, _c: add(e - lengths[i]))
+        else:
+
+            def add_until_dense(i: int, _s: int, e: int, _f: int, _c: object) -> bool:
+                starts.append(e - lengths[i])
+                return len(starts) >= DENSE  # true: Hyperscan stops
+
+            try:
+                self._scan(data, add_until_dense)
+            except hyperscan.ScanTerminated:
+                return word_places(text, self._literals)
         starts.sort()
         return _positions(text, data, starts)
 

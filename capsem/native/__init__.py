@@ -3,9 +3,9 @@ the text chunks of Anthropic, OpenAI Chat, OpenAI Responses and Gemini) in one n
 `crlf_to_lf` makes a CRLF-only piece LF, `delta_fields`, `delta_channels`, `delta_places` and `delta_split` find,
 decode and blank the delta fields of a streamed body for the scrubber, `note_ends` notes where held chunks end
 (fastpath.c says exactly what each reads); `named_next` skips the name words of a text that the
-scrubber's name/value pass would only move past, `place_adder` notes Hyperscan's matches
-without a Python call each, `decoded_view` reads a text's escapes for the scrubber and `ascii_view`
-its non-ASCII characters (scrubpath.c, its own module `_scrubpath`);
+scrubber's name/value pass would only move past, `word_places` finds where its name words
+start (what Hyperscan finds, without a Python call per place), `decoded_view` reads a text's
+escapes for the scrubber and `ascii_view` its non-ASCII characters (scrubpath.c, its own module `_scrubpath`);
 `chain_rows` encodes and chains a batch's rows for the ledger (ledgerpath.c, `_ledgerpath`).
 
 `make install` builds it (`python -m capsem.native.build`, any C compiler and the Python headers);
@@ -24,7 +24,7 @@ from typing import Any
 
 VERSION = 12
 """The fastpath.c this Python expects (its `FASTPATH_VERSION`); an older build is not used."""
-SCRUB_VERSION = 9
+SCRUB_VERSION = 10
 """The scrubpath.c this Python expects (its `SCRUBPATH_VERSION`)."""
 LEDGER_VERSION = 1
 """The ledgerpath.c this Python expects (its `LEDGERPATH_VERSION`)."""
@@ -39,7 +39,7 @@ crlf_to_lf: Callable[[bytes], bytes | None] | None = None
 named_next: Callable[..., tuple[int, int, int] | None] | None = None
 decoded_view: Callable[[str], tuple[str, tuple[int, ...], tuple[int, ...]] | None] | None = None
 ascii_view: Callable[[str], str] | None = None
-place_adder: Callable[[list[int], list[int]], Callable[..., None]] | None = None
+word_places: Callable[[str, tuple[str, ...]], list[int]] | None = None
 chain_rows: Callable[..., tuple[bytes, int]] | None = None
 why_not: str | None = None
 """Why the pure-Python path is in use, or None when the compiled one is."""
@@ -71,7 +71,7 @@ else:
         crlf_to_lf, delta_places = _fastpath.crlf_to_lf, _fastpath.delta_places
         delta_split = _fastpath.delta_split
     if (_scrubpath := _module("_scrubpath", SCRUB_VERSION)) is not None:
-        named_next, place_adder = _scrubpath.named_next, _scrubpath.place_adder
+        named_next, word_places = _scrubpath.named_next, _scrubpath.word_places
         decoded_view, ascii_view = _scrubpath.decoded_view, _scrubpath.ascii_view
     if (_ledgerpath := _module("_ledgerpath", LEDGER_VERSION)) is not None:
         chain_rows = _ledgerpath.chain_rows

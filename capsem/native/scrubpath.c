@@ -34,8 +34,11 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
-#define SCRUBPATH_VERSION 9
+#define SCRUBPATH_VERSION 10
 
 
 static inline int is_name_char(Py_UCS4 c) {
@@ -304,45 +307,103 @@ static PyObject *named_next(PyObject *self, PyObject *args) {
     }
 }
 
-/* Hyperscan's match callback for `LiteralPlaces.places`, without a Python frame per place: called
- * as (id, start, end, flags, context), it appends end - lengths[id] (where the literal starts) to
- * `out`; `self` is the (lengths, out) pair `place_adder` bound. */
-static PyObject *add_place(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 3) {
-        PyErr_SetString(PyExc_TypeError, "add_place(id, start, end, ...)");
-        return NULL;
+/* `word_places(text, words)`: the sorted positions in `text` where one of `words` (a tuple of up to
+ * MAX_WORDS strs of lower-case ASCII letters, three or more each) starts, ASCII letters in either case
+ * (once per word that starts there): what Hyperscan's case-less scan of the text's UTF-8 finds
+ * (`LiteralPlaces.places`, the reference), without a Python call per place. A non-ASCII character
+ * never equals a letter: no case folding beyond ASCII, as Hyperscan's. One-byte text is read 16
+ * bytes at a time (SSE2): where a word's first three letters stand, then the rest. */
+#define MAX_WORDS 16
+
+typedef struct {
+    const char *chars[MAX_WORDS];
+    Py_ssize_t lengths[MAX_WORDS];
+    Py_ssize_t count;
+} Words;
+
+/* letter `w` (lower case) at text[i], in either case (`| 32` maps only `W` and `w` to `w`) */
+static inline int letter_at(const Text *t, Py_ssize_t i, char w) { return (at(t, i) | 32) == (Py_UCS4)w; }
+
+/* append `i` to `out` once per word that starts at text[i]; -1 on error */
+static int add_words_at(const Text *t, const Words *words, Py_ssize_t i, PyObject *out) {
+    for (Py_ssize_t k = 0; k < words->count; k++) {
+        Py_ssize_t n = words->lengths[k], j = 0;
+        if (i + n > t->len) continue;
+        while (j < n && letter_at(t, i + j, words->chars[k][j])) j++;
+        if (j < n) continue;
+        PyObject *place = PyLong_FromSsize_t(i);
+        if (place == NULL) return -1;
+        int bad = PyList_Append(out, place);
+        Py_DECREF(place);
+        if (bad < 0) return -1;
     }
-    PyObject *lengths = PyTuple_GET_ITEM(self, 0), *out = PyTuple_GET_ITEM(self, 1);
-    Py_ssize_t id = PyLong_AsSsize_t(args[0]);
-    if (id == -1 && PyErr_Occurred()) return NULL;
-    Py_ssize_t end = PyLong_AsSsize_t(args[2]);
-    if (end == -1 && PyErr_Occurred()) return NULL;
-    if (id < 0 || id >= PyList_GET_SIZE(lengths)) {
-        PyErr_SetString(PyExc_IndexError, "add_place: no such literal");
-        return NULL;
-    }
-    Py_ssize_t length = PyLong_AsSsize_t(PyList_GET_ITEM(lengths, id));
-    if (length == -1 && PyErr_Occurred()) return NULL;
-    PyObject *start = PyLong_FromSsize_t(end - length);
-    if (start == NULL) return NULL;
-    int bad = PyList_Append(out, start);
-    Py_DECREF(start);
-    if (bad < 0) return NULL;
-    Py_RETURN_NONE;
+    return 0;
 }
 
-static PyMethodDef add_place_def = {"add_place", (PyCFunction)(void (*)(void))add_place, METH_FASTCALL,
-                                    "add_place(id, start, end, flags, context): see place_adder."};
-
-/* `place_adder(lengths, out)`: the callback `add_place` bound to `lengths` (list of int) and `out`. */
-static PyObject *place_adder(PyObject *module, PyObject *args) {
-    PyObject *lengths, *out;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &lengths, &PyList_Type, &out)) return NULL;
-    PyObject *bound = PyTuple_Pack(2, lengths, out);
-    if (bound == NULL) return NULL;
-    PyObject *callback = PyCFunction_New(&add_place_def, bound);
-    Py_DECREF(bound);
-    return callback;
+static PyObject *word_places(PyObject *module, PyObject *args) {
+    PyObject *text, *tuple;
+    if (!PyArg_ParseTuple(args, "UO!", &text, &PyTuple_Type, &tuple)) return NULL;
+    Words words = {.count = PyTuple_GET_SIZE(tuple)};
+    if (words.count < 1 || words.count > MAX_WORDS) {
+        PyErr_SetString(PyExc_ValueError, "word_places: 1 to 16 words");
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < words.count; k++) {
+        PyObject *word = PyTuple_GET_ITEM(tuple, k);
+        if (!PyUnicode_Check(word) || !PyUnicode_IS_ASCII(word) || PyUnicode_GET_LENGTH(word) < 3) {
+            PyErr_SetString(PyExc_ValueError, "word_places: words of three or more lower-case ASCII letters");
+            return NULL;
+        }
+        words.chars[k] = (const char *)PyUnicode_1BYTE_DATA(word);
+        words.lengths[k] = PyUnicode_GET_LENGTH(word);
+        for (Py_ssize_t j = 0; j < words.lengths[k]; j++)
+            if (words.chars[k][j] < 'a' || words.chars[k][j] > 'z') {
+                PyErr_SetString(PyExc_ValueError, "word_places: words of three or more lower-case ASCII letters");
+                return NULL;
+            }
+    }
+    Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
+    PyObject *out = PyList_New(0);
+    if (out == NULL) return NULL;
+    Py_ssize_t i = 0;
+#if defined(__SSE2__)
+    if (t.kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *p = (const Py_UCS1 *)t.data;
+        const __m128i lower = _mm_set1_epi8(32);
+        __m128i first[MAX_WORDS], second[MAX_WORDS], third[MAX_WORDS];
+        for (Py_ssize_t k = 0; k < words.count; k++) {
+            first[k] = _mm_set1_epi8(words.chars[k][0]);
+            second[k] = _mm_set1_epi8(words.chars[k][1]);
+            third[k] = _mm_set1_epi8(words.chars[k][2]);
+        }
+        for (; i + 18 <= t.len; i += 16) {
+            __m128i a = _mm_or_si128(_mm_loadu_si128((const __m128i *)(p + i)), lower);
+            __m128i b = _mm_or_si128(_mm_loadu_si128((const __m128i *)(p + i + 1)), lower);
+            __m128i c = _mm_or_si128(_mm_loadu_si128((const __m128i *)(p + i + 2)), lower);
+            __m128i any = _mm_setzero_si128();
+            for (Py_ssize_t k = 0; k < words.count; k++)
+                any = _mm_or_si128(any, _mm_and_si128(_mm_and_si128(_mm_cmpeq_epi8(a, first[k]), _mm_cmpeq_epi8(b, second[k])),
+                                                      _mm_cmpeq_epi8(c, third[k])));
+            unsigned mask = (unsigned)_mm_movemask_epi8(any);
+            while (mask) {
+                if (add_words_at(&t, &words, i + __builtin_ctz(mask), out) < 0) goto error;
+                mask &= mask - 1;
+            }
+        }
+    }
+#endif
+    for (; i < t.len; i++) {
+        Py_UCS4 c = at(&t, i) | 32;
+        for (Py_ssize_t k = 0; k < words.count; k++)
+            if (c == (Py_UCS4)words.chars[k][0]) {
+                if (add_words_at(&t, &words, i, out) < 0) goto error;
+                break;
+            }
+    }
+    return out;
+error:
+    Py_DECREF(out);
+    return NULL;
 }
 
 /* ASCII hex digit's value, or -1 (`[0-9a-fA-F]` of a str pattern: ASCII only) */
@@ -543,8 +604,7 @@ static PyMethodDef methods[] = {
     {"ascii_view", ascii_view, METH_O, "ascii_view(text) -> str: see the module doc."},
     {"decoded_view", decoded_view, METH_O,
      "decoded_view(text) -> (view, places, shifts) | None: see the module doc."},
-    {"place_adder", place_adder, METH_VARARGS,
-     "place_adder(lengths, out) -> a Hyperscan match callback appending each literal's start to out."},
+    {"word_places", word_places, METH_VARARGS, "word_places(text, words) -> list of int: see word_places."},
     {"named_next", named_next, METH_VARARGS,
      "named_next(text, hits, pos, verdicts, ends, look_back) -> (hit, start, end) | None: see the module doc."},
     {NULL, NULL, 0, NULL},

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from capsem import native, secret_names
-from capsem.literal_scan import SHORT_TEXT
-from capsem.redact import Scrubber, default_rules
+from capsem.literal_scan import DENSE, SHORT_TEXT
+from capsem.redact import _COOKIE_PLACES, Scrubber, default_rules
 from capsem.secret_names import scrub_named_values
 
 pytestmark = pytest.mark.skipif(native.named_next is None, reason=f"fast path: {native.status()}")
@@ -100,26 +100,50 @@ def _both(fn, text: str):
     """(the outcome of fn(text) on the Python path, on the compiled one)."""
     with pytest.MonkeyPatch.context() as m:
         m.setattr(native, "named_next", None)
-        m.setattr(native, "place_adder", None)
+        m.setattr(native, "word_places", None)
         reference = _outcome(fn, text)
     return reference, _outcome(fn, text)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(text=long_text())
-def test_name_places_are_the_same_without_a_python_call_each(text):
-    data = text.encode("utf-8", "surrogatepass")
-    compiled = secret_names._WORD_PLACES.places(text, data)
+def _hyperscan_places(places, text: str) -> list[int]:
+    """`places.places(text, …)` as Hyperscan alone finds them (the reference of `word_places`)."""
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(native, "place_adder", None)
-        assert compiled == secret_names._WORD_PLACES.places(text, data)
+        m.setattr(native, "word_places", None)
+        return places.places(text, text.encode("utf-8", "surrogatepass"))
 
 
-def test_the_place_callback_refuses_an_unknown_literal():
-    add = native.place_adder([5, 3], out := [])
-    assert add(1, 0, 10, 0, None) is None and out == [7]
-    with pytest.raises(IndexError):
-        add(2, 0, 10, 0, None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=long_text() | st.text(max_size=300))
+def test_name_places_are_the_same_without_a_python_call_each(text):
+    """`word_places` reads the text itself (one-, two- and four-byte, any case, words side by side
+    or overlapping) and finds where Hyperscan does; `places` gives the same, dense or not."""
+    for places in (secret_names._WORD_PLACES, _COOKIE_PLACES):
+        reference = _hyperscan_places(places, text)
+        assert native.word_places(text, places._literals) == reference
+        assert places.places(text, text.encode("utf-8", "surrogatepass")) == reference
+
+
+def test_a_text_dense_with_names_is_read_again_in_c(monkeypatch):
+    """Past `DENSE` places Hyperscan stops and the compiled path reads the whole text: the same
+    places, every one (in prose, glued, in every case and width of text)."""
+    text = "a TOKEN, pwd=1 ApiKey keykey ŧokensecret é " * (DENSE // 2) + "😀 Signature\tcredential"
+    calls = []
+    real = native.word_places
+    monkeypatch.setattr(native, "word_places", lambda *a: calls.append(a) or real(*a))
+    found = secret_names._WORD_PLACES.places(text, text.encode())
+    assert len(calls) == 1 and len(found) > DENSE
+    assert found == _hyperscan_places(secret_names._WORD_PLACES, text)
+    sparse = "x" * 5000 + " token " + "y" * 5000
+    assert secret_names._WORD_PLACES.places(sparse, sparse.encode()) == [5001] and len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    "words", [(), ("to",), ("Token",), ("tok3n",), ("tokén",), tuple("abcdefghijklmnopq")]
+)
+def test_word_places_refuses_what_it_cannot_read_as_hyperscan_does(words):
+    words = tuple(w * 3 if len(w) == 1 else w for w in words)
+    with pytest.raises(ValueError):
+        native.word_places("some text", words)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
