@@ -4,18 +4,23 @@ sideways. Screenshots (the whole page) go where the test says."""
 
 from __future__ import annotations
 
+import atexit
 import base64
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.bundle.conftest import DevTools, devtools
+from tests.bundle.conftest import CHROMIUM_FLAGS, DevTools, chromium_path
 
 OFFLINE = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
 
@@ -58,17 +63,69 @@ class LaidOut:
         assert path.stat().st_size > 10_000
 
 
+_browser: tuple[subprocess.Popen, str, Path] | None = None
+"""This process's headless Chromium for `laid_out` (its DevTools host:port, its profile): one launch
+(~0.8 CPU-s) for all the pages a test process lays out, each in a browser context of its own."""
+
+
+def _chromium() -> str:
+    """The host:port of this process's Chromium's DevTools, started on first use (offline), stopped
+    when the process exits."""
+    global _browser
+    if _browser is not None and _browser[0].poll() is None:
+        return _browser[1]
+    profile = Path(tempfile.mkdtemp(prefix="capsem-test-chromium-"))
+    log = profile.parent / (profile.name + ".log")  # a file, never a pipe nobody reads for minutes
+    with log.open("wb") as out:
+        proc = subprocess.Popen([chromium_path(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+                                 "--remote-debugging-port=0", OFFLINE, "about:blank"],
+                                stdout=subprocess.DEVNULL, stderr=out)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (found := re.search(r"DevTools listening on ws://([\d.:]+)/", log.read_text(errors="replace"))):
+        assert proc.poll() is None and time.monotonic() < deadline, "Chromium started no DevTools endpoint"
+        time.sleep(0.02)
+    _browser = (proc, found[1], profile)
+    atexit.register(_stop_chromium, proc, profile, log)
+    return found[1]
+
+
+def _stop_chromium(proc: subprocess.Popen, profile: Path, log: Path) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    shutil.rmtree(profile, ignore_errors=True)
+    log.unlink(missing_ok=True)
+
+
 @contextmanager
-def laid_out(url: str, profile: Path, width: int, height: int = 844) -> Iterator[LaidOut]:
-    """`url` loaded in a viewport `width` CSS pixels wide (a phone's, touch and all, below 500)."""
-    with devtools(profile, OFFLINE, f"--window-size={width},{height}") as tools:
-        page = LaidOut(tools)
-        page.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
-                  mobile=width < 500)  # fmt: skip
-        page.call("Page.enable")
-        page.call("Page.navigate", url=url)
-        tools.wait_event("Page.loadEventFired")
-        yield page
+def laid_out(url: str, width: int, height: int = 844) -> Iterator[LaidOut]:
+    """`url` loaded in a viewport `width` CSS pixels wide (a phone's, touch and all, below 500): a new
+    page in a new browser context (no cookie, cache or storage of another page) of this process's
+    headless Chromium (`_chromium`), closed with its context when the block ends."""
+    from websockets.sync.client import connect
+
+    host = _chromium()
+    version = json.load(urllib.request.urlopen(f"http://{host}/json/version", timeout=10))
+    with connect(version["webSocketDebuggerUrl"], max_size=None, open_timeout=10) as browser_ws:
+        browser = LaidOut(DevTools(browser_ws))
+        context = browser.call("Target.createBrowserContext")["browserContextId"]
+        try:
+            made = browser.call("Target.createTarget", url="about:blank", browserContextId=context)
+            target = made["targetId"]
+            with connect(f"ws://{host}/devtools/page/{target}", max_size=None, open_timeout=10) as ws:
+                tools = DevTools(ws)
+                page = LaidOut(tools)
+                page.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
+                          mobile=width < 500)  # fmt: skip
+                page.call("Page.enable")
+                page.call("Page.navigate", url=url)
+                tools.wait_event("Page.loadEventFired")
+                yield page
+        finally:
+            browser.call("Target.disposeBrowserContext", browserContextId=context)  # its pages closed with it
 
 
 LINES_OF = """[...document.querySelectorAll(%s)].map(e => {

@@ -118,7 +118,7 @@ def test_tool_names_stay_whole_and_totals_count_errors_and_unpriced_calls(agent_
     from capsem.store.schema import connect
 
     runs = agent_runs
-    with view_of(runs.home) as url, laid_out(f"{url}/diff/{runs.a}/{runs.b}", tmp_path / "p", width) as page:
+    with view_of(runs.home) as url, laid_out(f"{url}/diff/{runs.a}/{runs.b}", width) as page:
         page.screenshot(SHOTS / f"tools-errors-unpriced-{width}.png")
         names = page.js(LINES_OF % json.dumps("table.uses td.tname"))
         totals = dict(page.js("[...document.querySelectorAll('.diff-totals tbody tr')].map(tr => "

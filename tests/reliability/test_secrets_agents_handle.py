@@ -31,7 +31,7 @@ from capsem.emulator import Emulator
 from capsem.markers import hash_value
 from capsem.mitm import start_mitmdump
 from tests.cli.conftest import run
-from tests.conftest import rows
+from tests.conftest import rows, seeded_confdir
 from tests.reliability.sweep import Corpus, everything, found_in, home_of
 
 RNG = random.Random(21)
@@ -118,7 +118,7 @@ def recorded(tmp_path_factory) -> tuple[Path, Corpus]:
     work = tmp_path_factory.mktemp("secrets-work")
     (home / "config.yaml").write_text(CONFIG)
     with home_of(home), Emulator() as emu:
-        proxy = start_mitmdump(confdir=work / "conf", log_path=work / "agent.log",
+        proxy = start_mitmdump(confdir=seeded_confdir(work / "conf"), log_path=work / "agent.log",
                                args=["--mode", f"upstream:{emu.proxy_url}",
                                      "--set", f"ssl_verify_upstream_trusted_ca={emu.ca_path}"])  # fmt: skip
         try:
@@ -126,7 +126,7 @@ def recorded(tmp_path_factory) -> tuple[Path, Corpus]:
         finally:
             assert proxy.stop() == 0
         with rotating_server() as url:
-            proxy = start_mitmdump(confdir=work / "conf", log_path=work / "rotation.log")
+            proxy = start_mitmdump(confdir=seeded_confdir(work / "conf"), log_path=work / "rotation.log")
             try:
                 rotation_run(proxy, url)
             finally:

@@ -19,7 +19,7 @@ import pytest
 
 from capsem.emulator import Emulator
 from capsem.mitm import start_mitmdump
-from tests.conftest import rows
+from tests.conftest import rows, seeded_confdir
 from tests.reliability.sweep import Corpus, everything, found_in, home_of
 from tests.reliability.test_secrets_agents_handle import assert_nowhere, session_db
 
@@ -98,7 +98,7 @@ def recorded(tmp_path_factory) -> tuple[Path, Corpus]:
     home = tmp_path_factory.mktemp("context-home")
     work = tmp_path_factory.mktemp("context-work")
     with home_of(home), Emulator() as emu:
-        proxy = start_mitmdump(confdir=work / "conf", log_path=work / "agent.log",
+        proxy = start_mitmdump(confdir=seeded_confdir(work / "conf"), log_path=work / "agent.log",
                                args=["--mode", f"upstream:{emu.proxy_url}",
                                      "--set", f"ssl_verify_upstream_trusted_ca={emu.ca_path}"])  # fmt: skip
         try:

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from capsem.mitm import start_mitmdump
+from tests.conftest import seeded_confdir
 
 ANTHROPIC_KEY = "sk-ant-team-000000000000000000"
 
@@ -55,7 +56,7 @@ class Machine:
 
     def session(self, session_id: str):
         """A mitmdump recording `session_id` here, and an httpx client through it."""
-        proxy = start_mitmdump(confdir=self.home / "conf", log_path=self.home / f"{session_id}.log",
+        proxy = start_mitmdump(confdir=seeded_confdir(self.home / "conf"), log_path=self.home / f"{session_id}.log",
                                args=["--mode", f"upstream:{self.emu.proxy_url}",
                                      "--set", f"ssl_verify_upstream_trusted_ca={self.emu.ca_path}",
                                      "--set", f"capsem_session_id={session_id}"],

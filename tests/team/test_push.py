@@ -71,7 +71,7 @@ def test_two_machines_team_report_is_the_sum_of_their_own_and_no_prompt_leaves(t
     assert text_columns_holding(team_url, "laptop-b-user") == ["sessions.user"]  # the search does find text
 
     # the team page, in headless Chromium: b's session opens locally, a's from what it pushed
-    with team_view(b.home) as base, laid_out(base + "/team", tmp_path / "chromium", 1280) as page:
+    with team_view(b.home) as base, laid_out(base + "/team", 1280) as page:
         links = page.js("[...document.querySelectorAll('#costliest a')].map(a => a.getAttribute('href'))")
         assert sorted(links) == ["/s/20261128-100000-0003", "/team/laptop-a/20261128-100000-0002"]
         assert page.js("document.querySelector('.cards').textContent").count("$") >= 2

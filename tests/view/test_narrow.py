@@ -63,7 +63,7 @@ def session(tmp_path_factory) -> Iterator[tuple[str, str]]:
 def test_a_session_page_fits_a_phone_screen(session, tmp_path, page):
     url, session_id = session
     for width in (1280, 390):
-        with laid_out(f"{url}/s/{session_id}{page}", tmp_path / f"p{width}", width) as shown:
+        with laid_out(f"{url}/s/{session_id}{page}", width) as shown:
             shown.screenshot(SHOTS / f"narrow{page.replace('/', '-')}-{width}.png")
             wide, screen = shown.js(SIDEWAYS)
             assert wide <= screen, (width, wide, screen)

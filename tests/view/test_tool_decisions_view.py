@@ -31,7 +31,7 @@ def view(tmp_path_factory) -> Iterator[tuple[str, str]]:
 
 def test_the_session_page_shows_each_verdict_and_no_result_for_the_denied_call(view, tmp_path):
     url, session_id = view
-    with laid_out(f"{url}/s/{session_id}", tmp_path / "p", 1280) as page:
+    with laid_out(f"{url}/s/{session_id}", 1280) as page:
         page.screenshot(SHOTS / "tool-decisions-session-1280.png")
         tools = page.js(ROWS % "'.row.tool .label'")
         wide, screen = page.js(SIDEWAYS)
@@ -50,7 +50,7 @@ def test_the_session_page_shows_each_verdict_and_no_result_for_the_denied_call(v
 def test_the_call_page_shows_the_verdict_beside_each_tool_call(view, tmp_path):
     url, session_id = view
     for width in (1280, 390):
-        with laid_out(f"{url}/s/{session_id}/call/1", tmp_path / f"c{width}", width) as page:
+        with laid_out(f"{url}/s/{session_id}/call/1", width) as page:
             page.screenshot(SHOTS / f"tool-decisions-call-{width}.png")
             rows = page.js(ROWS % "'table.toolcalls tbody tr'")
             answer = page.js(ROWS % "'.msg.k-tool_call .msg-head'")
