@@ -13,6 +13,7 @@ of the answer is missing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import accumulate
 
 import addons.eventstream
@@ -28,6 +29,28 @@ def cut_note(more: int) -> str:
     CPython hold a capped megabyte of ASCII text at two bytes a character, and every later step
     (the scrubber's and SQLite's encodings) pay for it."""
     return f"\n[... {more} more bytes]"
+
+
+CUT_MARGIN = 4096
+"""Characters past a cut that `cap_text` scrubs with the text before it (with `scrub`): a secret
+across the cut is then found whole and redacted, not kept in part (the first 15 characters of a
+`ghp_` token are no token to a rule that wants 36). A PEM block is found by its first line."""
+
+
+def cap_text(text: str | None, limit: int, scrub: Callable[[str], str | None] | None = None) -> str | None:
+    """`text` cut to at most `limit` UTF-8 bytes on a character boundary, with a note (`cut_note`).
+    With `scrub`, a text that is cut is scrubbed first up to `CUT_MARGIN` characters past the cut
+    (the writer scrubs what is stored again; a text that fits is left to it)."""
+    if text is None:
+        return None
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= limit:
+        return text
+    kept = data[:limit]
+    if scrub is not None:
+        window = text[: limit + CUT_MARGIN]  # at least `limit` bytes: a character is one or more
+        kept = (scrub(window) or window).encode("utf-8", "surrogatepass")[:limit]
+    return kept.decode("utf-8", "ignore") + cut_note(len(data) - limit)
 
 
 class Preview:

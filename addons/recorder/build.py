@@ -9,11 +9,12 @@ tracker (which tool calls are pending) and the MCP ledger (which MCP calls ran w
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NamedTuple
 
-from addons.body import Preview, cut_note
+from addons.body import Preview, cap_text
 from addons.conversations import SUBAGENT_TOOLS, Conversations, Spawn
 from addons.decode import BodyDecoder
 from addons.items import Item
@@ -51,17 +52,6 @@ def ms(start: float | None, end: float | None) -> int | None:
     if start is None or end is None:
         return None
     return max(0, round((end - start) * 1000))
-
-
-def cap_text(text: str | None, limit: int) -> str | None:
-    """`text` cut to at most `limit` UTF-8 bytes on a character boundary, with a note (`cut_note`)."""
-    if text is None:
-        return None
-    data = text.encode("utf-8", "surrogatepass")
-    if len(data) <= limit:
-        return text
-    cut = data[:limit].decode("utf-8", "ignore")
-    return cut + cut_note(len(data) - limit)
 
 
 def decode(
@@ -235,9 +225,11 @@ def model_call(
     mcp: McpLedger,
     settings: CaptureSettings,
     conversations: Conversations | None = None,
+    scrub: Callable[[str], str | None] | None = None,
 ) -> CallRows:
     """The rows of one model call: `model_calls`, its `tool_calls`, the new `tool_responses` its
-    request carried and its conversation items; its trace id; its items new to the session."""
+    request carried and its conversation items; its trace id; its items new to the session. Texts
+    cut short are scrubbed before the cut with `scrub` (`cap_text`)."""
     from pricing import price_call  # genai-prices is imported lazily: ~0.7 s (loaded in the warm-up)
 
     info, summary, usage = call.info, call.summary, call.summary.usage
@@ -277,7 +269,7 @@ def model_call(
             pid=call.process[1],
             stream=int(streamed),
             system_prompt_preview=cap_text(
-                info.system_prompt, min(settings.preview_bytes, KEPT_PREVIEW_BYTES)
+                info.system_prompt, min(settings.preview_bytes, KEPT_PREVIEW_BYTES), scrub
             ),
             messages_count=info.messages_count,
             tools_count=info.tools_count,
@@ -285,8 +277,8 @@ def model_call(
             request_body_preview=call.request_preview,
             message_id=summary.message_id,
             status_code=status,
-            text_content=cap_text(summary.text, limit) if summary.text else None,
-            thinking_content=cap_text(summary.thinking, limit) if summary.thinking else None,
+            text_content=cap_text(summary.text, limit, scrub) if summary.text else None,
+            thinking_content=cap_text(summary.thinking, limit, scrub) if summary.thinking else None,
             stop_reason=summary.stop_reason,
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
@@ -316,7 +308,7 @@ def model_call(
                 event_id=new_event_id(),
                 model_call_id=call_row_id,
                 call_id=result.call_id,
-                content_preview=cap_text(result.content, min(limit, KEPT_PREVIEW_BYTES)),
+                content_preview=cap_text(result.content, min(limit, KEPT_PREVIEW_BYTES), scrub),
                 is_error=int(result.is_error),
                 timestamp=ts,
                 trace_id=trace,
@@ -335,7 +327,7 @@ def model_call(
             call_index=tool.index,
             call_id=tool.call_id,
             tool_name=tool.name,
-            arguments=cap_text(tool.arguments, limit),
+            arguments=cap_text(tool.arguments, limit, scrub),
             origin=kind,
             timestamp=ts,
             trace_id=trace,

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from addons.body import ResponseReader
+from addons.body import ResponseReader, cap_text
 from addons.conversations import Conversations
 from addons.items import Item, request_items
 from addons.messages import (
@@ -87,7 +87,7 @@ class Recorder:
             self.ids,
             content_limit=min(settings.content_max_bytes, MCP_PREVIEW_BYTES),
             preview_limit=settings.preview_bytes,
-            cap=build.cap_text,
+            cap=lambda text, limit: cap_text(text, limit, writer.scrubber.scrub),
         )
         self.bodies = BodyStore(writer.scrubber, self.ids, known_pieces(writer.conn))
         self.conversations = Conversations()
@@ -218,7 +218,7 @@ class Recorder:
             summary = state.reader.finish()
             preview = state.reader.preview
             text = self._stream_scrubbed(flow, preview.text()) if preview.total else None
-            response_preview = build.cap_text(text, build.KEPT_PREVIEW_BYTES) if text else None
+            response_preview = cap_text(text or None, build.KEPT_PREVIEW_BYTES, self.writer.scrubber.scrub)
             decode_error = decode_error or state.reader.decode_error
         else:
             if stream_preview is not None and flow.stream_preview is None:
@@ -257,7 +257,8 @@ class Recorder:
                 released=flow.approval.decided_at if flow.approval and flow.approval.decision == "approved" else None,
             )  # fmt: skip
             rows, trace, fresh = build.model_call(call, ids=self.ids, traces=self.traces, mcp=self.mcp,
-                                                  settings=settings, conversations=self.conversations)  # fmt: skip
+                                                  settings=settings, conversations=self.conversations,
+                                                  scrub=self.writer.scrubber.scrub)  # fmt: skip
             apply_tool_decisions(rows, flow.tool_decisions)
         net = build.net_event(
             flow, row_id=net_id, settings=settings, scrubber=self.writer.scrubber, process=process,
@@ -374,7 +375,7 @@ class Recorder:
             )  # fmt: skip
             rows, socket.trace, fresh = build.model_call(
                 call, ids=self.ids, traces=self.traces, mcp=self.mcp, settings=self.settings,
-                conversations=self.conversations,
+                conversations=self.conversations, scrub=self.writer.scrubber.scrub,
             )  # fmt: skip
             apply_tool_decisions(rows, socket.tool_decisions)
             self._write(rows)

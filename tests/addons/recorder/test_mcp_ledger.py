@@ -252,6 +252,15 @@ def test_previews_stop_at_256_kib_and_sizes_do_not(rec):
     assert row["bytes_received"] == len(json.dumps(big, separators=(",", ":"), ensure_ascii=False).encode())
 
 
+def test_a_secret_across_the_preview_cut_goes_whole(rec):
+    token = "ghp_" + "k3Yq9ZpLm2Rt7Wx8Nc1Jd6Vb0Hs4Fg5Tu2Ae"
+    text = "x" * (MCP_PREVIEW_BYTES - 60) + token + " after"
+    answer = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": text}]}})
+    rec.close(post("p0", CALL, status=200, answer=answer.encode(), content_type="application/json", query=""))
+    (row,) = mcp_rows(rec)
+    assert row["response_preview"].endswith("more bytes]") and "ghp_" not in row["response_preview"]
+
+
 def test_answers_from_the_stream_are_scrubbed_like_every_row(rec):
     secret = "sk-ant-api03-" + "Z" * 40
     rec.open_stream(get_head())
