@@ -46,7 +46,7 @@
 #include <emmintrin.h>
 #endif
 
-#define FASTPATH_VERSION 12
+#define FASTPATH_VERSION 13
 
 typedef struct {
     char *buf;
@@ -77,17 +77,17 @@ static inline const char *lit(const char *p, const char *e, const char *s, Py_ss
     return p + n;
 }
 
-static int hexval(const char *p) {
-    int v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        v <<= 4;
-        if (c >= '0' && c <= '9') v |= c - '0';
-        else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-        else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
+/* The value of the four hex digits at text[p:p + 4] (ASCII ones, as JSON's), or -1. */
+static inline long hex4(int kind, const void *data, Py_ssize_t p) {
+    long value = 0;
+    for (Py_ssize_t k = p; k < p + 4; k++) {
+        Py_UCS4 h = PyUnicode_READ(kind, data, k);
+        if (h >= '0' && h <= '9') value = value * 16 + (long)(h - '0');
+        else if (h >= 'a' && h <= 'f') value = value * 16 + (long)(h - 'a' + 10);
+        else if (h >= 'A' && h <= 'F') value = value * 16 + (long)(h - 'A' + 10);
         else return -1;
     }
-    return v;
+    return value;
 }
 
 static int put_utf8(Out *o, unsigned int cp) {
@@ -142,12 +142,12 @@ static const char *json_string(const char *p, const char *e, Out *o) {
         case 't': one = '\t'; break;
         case 'u': {
             if (e - p < 6) return NULL;
-            int cp = hexval(p + 2);
+            int cp = (int)hex4(PyUnicode_1BYTE_KIND, p + 2, 0);
             if (cp < 0) return NULL;
             p += 6;
             if (cp >= 0xD800 && cp <= 0xDBFF) { /* a pair, or the reference decides */
                 if (e - p < 6 || p[0] != '\\' || p[1] != 'u') return NULL;
-                int lo = hexval(p + 2);
+                int lo = (int)hex4(PyUnicode_1BYTE_KIND, p + 2, 0);
                 if (lo < 0xDC00 || lo > 0xDFFF) return NULL;
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                 p += 6;
@@ -251,12 +251,12 @@ static int j_string(const char **pp, const char *e, Span *out) {
             char x = p[1];
             if (x == 'u') {
                 if (e - p < 6) return -1;
-                int cp = hexval(p + 2);
+                int cp = (int)hex4(PyUnicode_1BYTE_KIND, p + 2, 0);
                 if (cp < 0 || (cp >= 0xDC00 && cp <= 0xDFFF)) return -1;
                 p += 6;
                 if (cp >= 0xD800 && cp <= 0xDBFF) { /* only a whole pair */
                     if (e - p < 6 || p[0] != '\\' || p[1] != 'u') return -1;
-                    int lo = hexval(p + 2);
+                    int lo = (int)hex4(PyUnicode_1BYTE_KIND, p + 2, 0);
                     if (lo < 0xDC00 || lo > 0xDFFF) return -1;
                     p += 6;
                 }
@@ -1180,19 +1180,6 @@ static PyObject *delta_fields(PyObject *self, PyObject *arg) {
         Py_DECREF(pair);
     }
     return found;
-}
-
-/* The value of the four hex digits at text[p:p + 4] (ASCII ones, as JSON's), or -1. */
-static inline long hex4(int kind, const void *data, Py_ssize_t p) {
-    long value = 0;
-    for (Py_ssize_t k = p; k < p + 4; k++) {
-        Py_UCS4 h = PyUnicode_READ(kind, data, k);
-        if (h >= '0' && h <= '9') value = value * 16 + (long)(h - '0');
-        else if (h >= 'a' && h <= 'f') value = value * 16 + (long)(h - 'a' + 10);
-        else if (h >= 'A' && h <= 'F') value = value * 16 + (long)(h - 'A' + 10);
-        else return -1;
-    }
-    return value;
 }
 
 /* One-byte text[start:end]: 1 if it holds a control character; `*high` set if it holds a
