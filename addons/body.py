@@ -20,6 +20,7 @@ import addons.eventstream
 import addons.framing_array  # noqa: F401  (registers the "json-array" framer: Gemini without SSE)
 from addons.decode import BodyDecoder
 from addons.framing import Framer, SSEDecoder, make_framer
+from addons.messages import CUT_MARGIN
 from addons.providers.base import ProtocolParser, StreamInterpreter
 from addons.records import ResponseSummary
 
@@ -31,52 +32,59 @@ def cut_note(more: int) -> str:
     return f"\n[... {more} more bytes]"
 
 
-CUT_MARGIN = 4096
-"""Characters past a cut that `cap_text` scrubs with the text before it (with `scrub`): a secret
-across the cut is then found whole and redacted, not kept in part (the first 15 characters of a
-`ghp_` token are no token to a rule that wants 36). A PEM block is found by its first line."""
+Scrub = Callable[[str], str | None]
+"""A scrubber's pass over a text (`Scrubber.scrub`, `scrub_stream`): the text with its secrets
+redacted."""
 
 
-def cap_text(text: str | None, limit: int, scrub: Callable[[str], str | None] | None = None) -> str | None:
+def cap_text(text: str | None, limit: int, scrub: Scrub | None = None) -> str | None:
     """`text` cut to at most `limit` UTF-8 bytes on a character boundary, with a note (`cut_note`).
     With `scrub`, a text that is cut is scrubbed first up to `CUT_MARGIN` characters past the cut
     (the writer scrubs what is stored again; a text that fits is left to it)."""
     if text is None:
         return None
-    data = text.encode("utf-8", "surrogatepass")
-    if len(data) <= limit:
-        return text
-    kept = data[:limit]
+    size = len(text.encode("utf-8", "surrogatepass"))
+    return text if size <= limit else _cut(text, limit, size - limit, scrub)
+
+
+def _cut(text: str, limit: int, more: int, scrub: Scrub | None) -> str:
+    """The first `limit` UTF-8 bytes of `text` (which has more) scrubbed with what follows them
+    (`CUT_MARGIN`), cut on a character boundary, and the note of the `more` bytes left out."""
+    window = text[: limit + CUT_MARGIN]  # at least `limit` bytes: a character is one or more
     if scrub is not None:
-        window = text[: limit + CUT_MARGIN]  # at least `limit` bytes: a character is one or more
-        kept = (scrub(window) or window).encode("utf-8", "surrogatepass")[:limit]
-    return kept.decode("utf-8", "ignore") + cut_note(len(data) - limit)
+        window = scrub(window) or window
+    return window.encode("utf-8", "surrogatepass")[:limit].decode("utf-8", "ignore") + cut_note(more)
 
 
 class Preview:
-    """The first `limit` bytes of a body, and its total size."""
+    """The first `limit` bytes of a body, and its total size. It keeps `CUT_MARGIN` bytes more,
+    for the scrubber to read across the cut (`text`)."""
 
-    __slots__ = ("buf", "limit", "total")
+    __slots__ = ("buf", "keep", "limit", "total")
 
     def __init__(self, limit: int) -> None:
         self.buf = bytearray()
         self.limit = limit
+        self.keep = limit + CUT_MARGIN
         self.total = 0
 
     def add(self, data: bytes) -> None:
         self.total += len(data)
-        room = self.limit - len(self.buf)
+        room = self.keep - len(self.buf)
         if room > 0:
             self.buf += data[:room]
 
-    def text(self) -> str:
-        """The preview as text, cut on a UTF-8 boundary, with a note when it was truncated."""
-        text = bytes(self.buf).decode("utf-8", "replace")
-        if len(self.buf) == self.limit and text.endswith("\ufffd"):
-            text = text.rstrip("\ufffd")
-        if self.total > len(self.buf):
-            text += cut_note(self.total - len(self.buf))
-        return text
+    def text(self, scrub: Scrub | None = None) -> str:
+        """The preview as text, cut on a UTF-8 boundary, with a note when it was truncated. With
+        `scrub`, a preview cut short is scrubbed with the margin past the cut first (`cap_text`)."""
+        shown = min(len(self.buf), self.limit)
+        if self.total <= shown:
+            return bytes(self.buf).decode("utf-8", "replace")
+        more = self.total - shown
+        if scrub is not None:
+            return _cut(bytes(self.buf).decode("utf-8", "replace"), self.limit, more, scrub)
+        text = bytes(self.buf[: self.limit]).decode("utf-8", "replace")
+        return (text.rstrip("\ufffd") if len(self.buf) >= self.limit else text) + cut_note(more)
 
 
 class ResponseReader:
@@ -186,7 +194,7 @@ class ResponseReader:
             return
         self.decoded_bytes += size
         preview = self.preview
-        if preview.total < preview.limit:
+        if len(preview.buf) < preview.keep:
             preview.add(data)
         else:  # (full: only counted)
             preview.total += size

@@ -26,6 +26,7 @@ import msgspec
 
 __all__ = [
     "ABNORMAL_CLOSURE",
+    "CUT_MARGIN",
     "Approval",
     "Barrier",
     "Chunk",
@@ -44,6 +45,13 @@ __all__ = [
     "decode",
     "encode",
 ]
+
+CUT_MARGIN = 4096
+"""Bytes or characters past a cut that are read with the text before it: a tap keeps this many
+past its preview's limit, and the recorder scrubs them with the text before it is cut
+(`addons/body.py`: `cap_text`, `Preview.text`). A secret across the cut is then found whole and
+redacted, not kept in part (the first 15 characters of a `ghp_` token are no token to a rule
+that wants 36). A PEM block is found by its first line."""
 
 Headers = tuple[tuple[str, str], ...]
 

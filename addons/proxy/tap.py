@@ -5,12 +5,17 @@ addon error handling, so an exception here would break the agent's connection. T
 callables therefore catch everything, record the failure, and stop copying; the chunk is
 always returned as it came, so the agent sees exactly what the provider sent, when it sent
 it.
+
+A tap keeps `CUT_MARGIN` bytes past the limit it is given: the recorder's scrubber reads a
+preview across its cut (`Preview.text`), so that a secret straddling it is redacted whole.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+
+from addons.messages import CUT_MARGIN
 
 
 class ResponseTap:
@@ -26,7 +31,7 @@ class ResponseTap:
         self.first_at: float | None = None
         self.failure: str | None = None
         self.preview = bytearray()
-        self.preview_limit = 0 if put is not None else preview_limit
+        self.preview_limit = 0 if put is not None else preview_limit + CUT_MARGIN
 
     def __call__(self, chunk: bytes) -> bytes:
         try:
@@ -53,7 +58,7 @@ class RequestTap:
     def __init__(self, limit: int) -> None:
         self.body = bytearray()
         self.bytes = 0
-        self.limit = limit
+        self.limit = limit + CUT_MARGIN
         self.failure: str | None = None
 
     def __call__(self, chunk: bytes) -> bytes:

@@ -9,12 +9,11 @@ tracker (which tool calls are pending) and the MCP ledger (which MCP calls ran w
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NamedTuple
 
-from addons.body import Preview, cap_text
+from addons.body import Scrub, cap_text
 from addons.conversations import SUBAGENT_TOOLS, Conversations, Spawn
 from addons.decode import BodyDecoder
 from addons.items import Item
@@ -23,6 +22,7 @@ from addons.messages import FlowEnded, RequestHead, Route
 from addons.recorder.items_rows import item_rows
 from addons.recorder.mcp_ledger import McpLedger
 from addons.recorder.outcome import row_decision
+from addons.recorder.previews import KEPT_PREVIEW_BYTES
 from addons.recorder.traces import TraceTracker
 from addons.records import RequestInfo, ResponseSummary
 from capsem.ids import rfc3339
@@ -42,9 +42,6 @@ from capsem.store.rows import (
 from pricing.estimate import ESTIMATOR, count_tokens
 
 ProcessInfo = tuple[str | None, int | None]
-KEPT_PREVIEW_BYTES = 256
-"""Previews of a model or MCP call whose whole bodies are kept (event_body_blobs), and of the tool
-results its request carried: a glance, not a second copy (`capsem show-call` has it all)."""
 
 
 def ms(start: float | None, end: float | None) -> int | None:
@@ -63,29 +60,6 @@ def decode(
     decoder = BodyDecoder(encoding, sniff=sniff, max_output=limit)
     data = decoder.decode(body) + decoder.flush()
     return data, decoder.error
-
-
-def preview_of(data: bytes, limit: int) -> str | None:
-    """The preview column of a decoded body (None for an empty one)."""
-    if not data:
-        return None
-    preview = Preview(limit)
-    preview.add(data)
-    return preview.text()
-
-
-def plain_preview(flow: FlowEnded, limit: int) -> tuple[str | None, str | None]:
-    """Preview and decoding error of a response no parser read (a whole body or a stream's first bytes)."""
-    body = flow.response_body if flow.response_body is not None else flow.stream_preview
-    if not body or flow.response is None:
-        return None, None
-    decoder = BodyDecoder(flow.response.header("content-encoding"), max_output=limit)
-    data = decoder.decode(body[: limit * 4] if flow.response_body is None else body)
-    preview = Preview(limit)
-    preview.add(data)
-    preview.total = max(preview.total, flow.response_size if not decoder.error else 0)
-    error = decoder.error if decoder.error and "exceeds" not in decoder.error else None
-    return preview.text(), error
 
 
 def cost_details(priced) -> str | None:
@@ -225,7 +199,7 @@ def model_call(
     mcp: McpLedger,
     settings: CaptureSettings,
     conversations: Conversations | None = None,
-    scrub: Callable[[str], str | None] | None = None,
+    scrub: Scrub | None = None,
 ) -> CallRows:
     """The rows of one model call: `model_calls`, its `tool_calls`, the new `tool_responses` its
     request carried and its conversation items; its trace id; its items new to the session. Texts

@@ -21,6 +21,7 @@ from addons.body import ResponseReader, cap_text
 from addons.conversations import Conversations
 from addons.items import Item, request_items
 from addons.messages import (
+    CUT_MARGIN,
     Chunk,
     Chunks,
     FlowEnded,
@@ -32,16 +33,17 @@ from addons.messages import (
     WsOpened,
 )
 from addons.providers import parser_for, stream_framing, websocket_route
-from addons.recorder import build
+from addons.recorder import build, previews
 from addons.recorder.bodies import Body, BodyStore
 from addons.recorder.mcp_ledger import MCP_PREVIEW_BYTES, McpLedger
 from addons.recorder.outcome import apply_tool_decisions, call_error
+from addons.recorder.previews import KEPT_PREVIEW_BYTES
 from addons.recorder.spend import SessionSpend
 from addons.recorder.streams import StreamRead, chunks_json
 from addons.recorder.traces import TraceTracker
 from addons.recorder.websocket import Turn, WebSocketTurns, close_error, request_of
 from addons.spec import WS_TURN
-from capsem.redact import is_stream_type, learn_credentials
+from capsem.redact import learn_credentials
 from capsem.settings import CaptureSettings
 from capsem.store.bodies import known_pieces
 from capsem.store.rows import IdMinter, McpCall, ModelCall, ResponseChunksRow, Row
@@ -86,7 +88,7 @@ class Recorder:
         self.mcp = McpLedger(
             self.ids,
             content_limit=min(settings.content_max_bytes, MCP_PREVIEW_BYTES),
-            preview_limit=settings.preview_bytes,
+            preview_limit=settings.preview_bytes + CUT_MARGIN,  # the flow's preview, read across its cut
             cap=lambda text, limit: cap_text(text, limit, writer.scrubber.scrub),
         )
         self.bodies = BodyStore(writer.scrubber, self.ids, known_pieces(writer.conn))
@@ -216,15 +218,14 @@ class Recorder:
                                              flow.response.status))  # fmt: skip
                 state.reader.feed(flow.response_body or b"")
             summary = state.reader.finish()
-            preview = state.reader.preview
-            text = self._stream_scrubbed(flow, preview.text()) if preview.total else None
-            response_preview = cap_text(text or None, build.KEPT_PREVIEW_BYTES, self.writer.scrubber.scrub)
+            response_preview = previews.read_preview(state.reader.preview, flow, self.writer.scrubber)
             decode_error = decode_error or state.reader.decode_error
         else:
             if stream_preview is not None and flow.stream_preview is None:
                 flow = msgspec.structs.replace(flow, stream_preview=stream_preview)
-            response_preview, response_error = build.plain_preview(flow, settings.preview_bytes)
-            response_preview = self._stream_scrubbed(flow, response_preview)
+            response_preview, response_error = previews.plain_preview(
+                flow, settings.preview_bytes, self.writer.scrubber
+            )
             decode_error = decode_error or response_error
         answered = summary is not None and summary.complete and not flow.tap_failure
         failures = (call_error(flow.error, answered=answered), flow.tap_failure, _dropped(flow))
@@ -232,9 +233,10 @@ class Recorder:
         kept = (
             route is not None and flow.decision != "denied"
         ) or flow.mcp  # whole bodies go to event_body_blobs
-        request_preview = build.preview_of(
+        request_preview = previews.request_preview(
             request_body,
-            min(settings.preview_bytes, build.KEPT_PREVIEW_BYTES) if kept else settings.preview_bytes,
+            min(settings.preview_bytes, KEPT_PREVIEW_BYTES) if kept else settings.preview_bytes,
+            self.writer.scrubber,
         )
         if socket is not None:
             socket.tool_decisions += flow.tool_decisions
@@ -289,12 +291,6 @@ class Recorder:
             for row in self.mcp.record(flow, net_id, request_body, response_body, process):
                 self._write([row])
                 self._keep_bodies(row, flow, request_body, response_body, False)
-
-    def _stream_scrubbed(self, flow: FlowEnded, preview: str | None) -> str | None:
-        """A streamed response's preview with the secrets its deltas spell only together cut out
-        (before it is cut short: a delta holding half a key would otherwise be kept)."""
-        kind = flow.response.header("content-type") if flow.response is not None else None
-        return self.writer.scrubber.scrub_stream(preview) if preview and is_stream_type(kind) else preview
 
     def _keep_bodies(self, owner: ModelCall | McpCall, flow: FlowEnded | None, request: bytes, response: bytes,
                      response_truncated: bool, items: list[Item] | None = None,
@@ -367,7 +363,7 @@ class Recorder:
                 request=head, route=websocket_route(head.host), info=turn.request, summary=turn.summary,
                 started=turn.started, ended=turn.ended, status=turn.status, request_size=turn.request_bytes,
                 response_size=turn.response_bytes,
-                request_preview=build.preview_of(turn.request_body, build.KEPT_PREVIEW_BYTES),
+                request_preview=previews.request_preview(turn.request_body, KEPT_PREVIEW_BYTES, self.writer.scrubber),
                 streamed=True, first_content=turn.first_content, error=None,
                 process=socket.process, net_event_id=socket.net_id,
                 items=tuple(request_items("openai_responses", request or b"")),

@@ -122,6 +122,7 @@ SECRETS = {
     "command": "RELSECRETcommandPassword",
     "command_token": "ghp_RELSECRETcommandToken000000000",
     "url": "RELSECRETdatabaseUrlPassword",
+    "preview_cut": "ghp_RELSECRETcutAcrossPreview00000000000",  # a GitHub token: `ghp_` and 36
 }
 PEM = ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtz\n"
        "QyNTUxOQAAACRELSECRETpemBody00000000000000000000000000AAAA\n-----END OPENSSH PRIVATE KEY-----\n")  # fmt: skip
@@ -240,6 +241,12 @@ def plant_through_real_traffic(client: httpx.Client) -> None:
     for url, query in PRESIGNED.items():
         client.get(url, params=query)
     client.post(SLACK, json={"text": "deploy finished"})
+    # a body whose 64 KiB preview (net_events) is cut inside a token: its first part, alone no
+    # token to any rule, holds the needle
+    cut = 65536 - len("ghp_RELSECRET")
+    client.post(
+        "https://uploads.example.test/put", content="x" * cut + SECRETS["preview_cut"] + " end" * 9000
+    )
 
 
 def assert_plants_arrived_redacted(db: Path, main_db: Path) -> None:

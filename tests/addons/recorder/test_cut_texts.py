@@ -1,6 +1,6 @@
 """A text the recorder cuts short (an answer past `content_max_bytes`, a tool result's or a system
-prompt's preview, a tool call's arguments, an MCP preview) is scrubbed before the cut: a secret
-across the cut is redacted whole, none of it kept."""
+prompt's preview, a tool call's arguments, an MCP preview, a body's preview in `net_events`) is
+scrubbed before the cut: a secret across the cut is redacted whole, none of it kept."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import time
 
 import pytest
 
-from addons.body import cap_text
-from addons.messages import Route
-from addons.recorder.build import KEPT_PREVIEW_BYTES
+from addons.body import Preview, cap_text
+from addons.messages import CUT_MARGIN, Route
+from addons.proxy.tap import RequestTap, ResponseTap
+from addons.recorder.previews import KEPT_PREVIEW_BYTES
 from capsem.redact import Scrubber
 from capsem.settings import defaults
 from tests.recording import RecorderHarness, ended, head, response
@@ -81,3 +82,81 @@ def test_the_cut_stays_within_the_limit_on_a_character_boundary(limit):
     kept = cap_text(text, limit, Scrubber().scrub)
     head_part = kept.rsplit("\n[... ", 1)[0]
     assert len(head_part.encode()) <= limit and head_part == head_part.encode().decode()
+
+
+def test_a_preview_keeps_a_margin_and_reads_across_its_cut():
+    data = _across(100).encode() + b"y" * 10_000
+    preview = Preview(100)
+    for i in range(0, len(data), 7):  # as chunks arrive
+        preview.add(data[i : i + 7])
+    assert len(preview.buf) == 100 + CUT_MARGIN and preview.total == len(data)
+    assert PART in preview.text()  # without a scrubber: the first 100 bytes as they were
+    kept = preview.text(Scrubber().scrub)
+    assert "ghp_" not in kept and kept.endswith(f"[... {len(data) - 100} more bytes]")
+    assert len(kept.rsplit("\n[... ", 1)[0].encode()) <= 100
+    whole = Preview(100)
+    whole.add(b"short")
+    assert whole.text(Scrubber().scrub) == "short"  # what fits is left to the writer
+
+
+def test_the_taps_keep_the_margin_past_their_limit():
+    response_tap, request_tap = ResponseTap("k", None, 100), RequestTap(100)
+    for _ in range(100):
+        response_tap(b"x" * 97)
+        request_tap(b"x" * 97)
+    assert len(response_tap.preview) == len(request_tap.body) == 100 + CUT_MARGIN
+
+
+def _net_previews(tmp_path, limit: int, **flow) -> dict:
+    settings = dataclasses.replace(defaults().capture, preview_bytes=limit)
+    rec = RecorderHarness(tmp_path, settings)
+    now = time.time()
+    request = head("f1", started=now, host="example.test", path="/upload")
+    rec.close(ended(request, **flow))
+    (row,) = rec.rows("SELECT request_body_preview, response_body_preview FROM net_events")
+    rec.shutdown()
+    return row
+
+
+def test_a_body_preview_in_net_events_keeps_no_part_of_a_secret(tmp_path):
+    limit = 4000
+    body = _across(limit).encode() + b"z" * 20_000
+    row = _net_previews(tmp_path, limit, resp=response(200, "text/plain"), body=body, request_body=body)
+    for kept in row.values():
+        assert kept.endswith(" more bytes]") and "ghp_" not in kept, kept[-80:]
+
+
+def test_a_streamed_preview_cut_short_keeps_no_part_of_a_secret_its_deltas_spell(tmp_path):
+    """A stream no parser reads (its first bytes kept by the tap): a token spelled over two
+    events, the second past the cut, is found with the deltas joined."""
+    limit = 2000
+    events = [
+        f"data: {json.dumps({'delta': piece})}\n\n".encode()
+        for piece in ("x" * (limit - 80), TOKEN[:20], TOKEN[20:], "and more " * 3000)
+    ]
+    stream = b"".join(events)
+    assert len(events[0]) + len(events[1]) < limit < len(b"".join(events[:3]))
+    row = _net_previews(tmp_path, limit, resp=response(200, "text/event-stream"), body=None,
+                        stream_preview=stream[: limit + CUT_MARGIN], response_size=len(stream))  # fmt: skip
+    kept = row["response_body_preview"]
+    assert kept.endswith(" more bytes]") and TOKEN[:20] not in kept, kept[-200:]
+
+
+def test_a_kept_calls_request_preview_keeps_no_part_of_a_secret(tmp_path):
+    rec = RecorderHarness(tmp_path)
+    body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 9, "messages": [
+        {"role": "user", "content": _across(KEPT_PREVIEW_BYTES - 84)}]}).encode()  # fmt: skip
+    assert body.index(b"ghp_") < KEPT_PREVIEW_BYTES < body.index(b"ghp_") + len(TOKEN)
+    answer = {
+        "id": "m1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+        "usage": {"input_tokens": 5, "output_tokens": 1},
+    }  # fmt: skip
+    now = time.time()
+    rec.close(ended(head("f1", started=now), resp=response(200, started=now), body=json.dumps(answer).encode(),
+                    request_body=body, route=Route("anthropic", "anthropic")))  # fmt: skip
+    (net,) = rec.rows("SELECT request_body_preview FROM net_events")
+    (call,) = rec.rows("SELECT request_body_preview FROM model_calls")
+    for kept in (net["request_body_preview"], call["request_body_preview"]):
+        assert kept.endswith(" more bytes]") and "ghp_" not in kept, kept
+    rec.shutdown()
