@@ -15,6 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from addons.messages import CUT_MARGIN
+
+ERROR_MESSAGE_BYTES = 2048
+"""What `model_calls.error_message` keeps of a provider's error text: the recorder cuts a longer one
+there, scrubbed across the cut (`cap_text`). A parser that bounds an error text it reads (a
+plain-text error event, an error page) keeps `ERROR_TEXT_KEPT`: the cut and the margin past it."""
+ERROR_TEXT_KEPT = ERROR_MESSAGE_BYTES + CUT_MARGIN
+
 
 @dataclass
 class ToolResult:
@@ -111,6 +119,7 @@ class ResponseSummary:
     error_type: str | None = None
     """Provider error type (HTTP error body or mid-stream error event), e.g. ``overloaded_error``."""
     error_message: str | None = None
+    """Cut to `ERROR_MESSAGE_BYTES` when stored."""
     content_started: bool = False
     """Set as soon as the first text, thinking or tool-call content arrives (time to first token)."""
     parse_errors: int = 0

@@ -70,7 +70,7 @@ from addons.providers.events import (
     UsageReport,
 )
 from addons.providers.wire_shapes import decode_anthropic_delta
-from addons.records import RequestInfo, ToolResult, Usage
+from addons.records import ERROR_TEXT_KEPT, RequestInfo, ToolResult, Usage
 
 __all__ = ["REDACTED_THINKING", "RULES", "AnthropicEvents", "AnthropicMessages", "body_events",
            "usage_from_anthropic"]  # fmt: skip
@@ -274,7 +274,7 @@ class AnthropicEvents:
         if type(obj) is not dict:
             out: list[LlmEvent] = []
             if ev.event == "error":  # a proxy's plain-text error event still ends the answer
-                out.append(Error("error", ev.data.strip()[:500] or None))
+                out.append(Error("error", ev.data.strip()[:ERROR_TEXT_KEPT] or None))
             if ev.event != "ping" and ev.data.strip() != "[DONE]":
                 out.append(PARSE_ERROR)
             return out

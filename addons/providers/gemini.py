@@ -48,7 +48,7 @@ from addons.providers.events import (
     UsageReport,
 )
 from addons.providers.wire_shapes import GeminiChunk, decode_gemini_chunk, is_object
-from addons.records import RequestInfo, ToolResult, Usage
+from addons.records import ERROR_TEXT_KEPT, RequestInfo, ToolResult, Usage
 
 __all__ = ["RULES", "Gemini", "GeminiEvents", "body_events", "usage_from_gemini"]
 
@@ -311,7 +311,7 @@ def body_events(body: bytes, status: int) -> Iterator[LlmEvent]:
     if obj is None:
         yield PARSE_ERROR
         if status >= 400:
-            yield Error(None, f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}")
+            yield Error(None, f"HTTP {status}: {body[:ERROR_TEXT_KEPT].decode('utf-8', 'replace')}")
         return
     chunks = GeminiEvents()
     events: list[LlmEvent] = []

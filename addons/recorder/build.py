@@ -24,7 +24,7 @@ from addons.recorder.mcp_ledger import McpLedger
 from addons.recorder.outcome import row_decision
 from addons.recorder.previews import KEPT_PREVIEW_BYTES
 from addons.recorder.traces import TraceTracker
-from addons.records import RequestInfo, ResponseSummary
+from addons.records import ERROR_MESSAGE_BYTES, RequestInfo, ResponseSummary
 from capsem.ids import rfc3339
 from capsem.redact import Scrubber, headers_json, redact_query
 from capsem.settings import CaptureSettings
@@ -269,7 +269,7 @@ def model_call(
             ),
             complete=int(summary.complete),
             error_type=summary.error_type,
-            error_message=error_message,
+            error_message=cap_text(error_message, ERROR_MESSAGE_BYTES, scrub),
             price_source=priced.source if priced else None,
             cost_details=cost_details(priced),
             parse_errors=summary.parse_errors,

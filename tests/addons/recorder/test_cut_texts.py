@@ -14,6 +14,7 @@ from addons.body import Preview, cap_text
 from addons.messages import CUT_MARGIN, Route
 from addons.proxy.tap import RequestTap, ResponseTap
 from addons.recorder.previews import KEPT_PREVIEW_BYTES
+from addons.records import ERROR_MESSAGE_BYTES
 from capsem.redact import Scrubber
 from capsem.settings import defaults
 from tests.recording import RecorderHarness, ended, head, response
@@ -159,4 +160,34 @@ def test_a_kept_calls_request_preview_keeps_no_part_of_a_secret(tmp_path):
     (call,) = rec.rows("SELECT request_body_preview FROM model_calls")
     for kept in (net["request_body_preview"], call["request_body_preview"]):
         assert kept.endswith(" more bytes]") and "ghp_" not in kept, kept
+    rec.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("route", "path", "status", "content_type", "body"),
+    [
+        # a proxy's plain-text error event in a stream
+        (Route("anthropic", "anthropic"), "/v1/messages", 200, "text/event-stream",
+         b"event: error\ndata: " + _across(ERROR_MESSAGE_BYTES).encode() + b"\n\n"),
+        # an error page that is no JSON ("HTTP 502: " comes first)
+        (Route("google", "gemini"), "/v1beta/models/gemini-2.5-flash:generateContent", 502, "text/html",
+         _across(ERROR_MESSAGE_BYTES - len("HTTP 502: ")).encode()),
+        # a provider's own JSON error, long
+        (Route("openai", "openai_chat"), "/v1/chat/completions", 400, "application/json",
+         json.dumps({"error": {"type": "invalid_request_error",
+                               "message": _across(ERROR_MESSAGE_BYTES)}}).encode()),
+    ],
+)  # fmt: skip
+def test_an_error_message_cut_short_keeps_no_part_of_a_secret(
+    tmp_path, route, path, status, content_type, body
+):
+    rec = RecorderHarness(tmp_path)
+    now = time.time()
+    request = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    rec.close(ended(head("f1", started=now, path=path), resp=response(status, content_type, started=now),
+                    body=body, request_body=request, route=route))  # fmt: skip
+    (call,) = rec.rows("SELECT error_message FROM model_calls")
+    kept = call["error_message"]
+    assert kept.endswith(" more bytes]") and "ghp_" not in kept, kept[-80:]
+    assert len(kept.rsplit("\n[... ", 1)[0].encode()) <= ERROR_MESSAGE_BYTES
     rec.shutdown()
