@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import zstandard
 
 from addons.items import Item
+from addons.messages import CUT_MARGIN
 from capsem.markers import content_hex
 from capsem.redact import Scrubber, is_stream_type
 from capsem.store.bodies import DIGEST, cut, segments
@@ -193,6 +194,20 @@ class BodyStore:
         """Request segments seen lately (SHA-256 of the raw bytes) -> (scrubber generation, piece keys)."""
         self._frames = _Frames(ids, self._small, self._large)
         self._rows: list[Row] = []
+
+    def cut(self, data: bytes, limit: int) -> bytes:
+        """`data` cut to at most `limit` bytes, before any secret that crosses `limit` (found in the
+        `CUT_MARGIN` bytes either side): the part of it the cut would leave is no key to any rule
+        (the first 15 characters of a `ghp_` token), so it would be stored as it came."""
+        if len(data) <= limit:
+            return data
+        start = max(0, limit - CUT_MARGIN)
+        window = data[start : limit + CUT_MARGIN].decode("latin-1")  # a character a byte: offsets
+        spans = self.scrubber.secret_spans(window)
+        if spans is None:  # not placed: keep none of the window
+            return data[:start]
+        crossing = [begin for begin, end in spans if begin < limit - start < end]
+        return data[: start + min(crossing)] if crossing else data[:limit]
 
     def _scrubbed(self, data: bytes, content_type: str | None = None) -> bytes:
         text = data.decode("utf-8", "surrogateescape")

@@ -153,7 +153,7 @@ class Recorder:
             status=status,
             preview_bytes=self.settings.preview_bytes,
             max_parse_bytes=self.settings.max_parse_bytes,
-            keep_bytes=self.settings.max_body_bytes,
+            keep_bytes=self.settings.max_body_bytes + CUT_MARGIN,  # cut clear of a secret: `BodyStore.cut`
         )
 
     def _chunk(self, msg: Chunk) -> None:
@@ -302,11 +302,14 @@ class Recorder:
         if flow is not None and flow.response is not None:
             response_type = flow.response.header("content-type")
         request_cut = flow is not None and flow.request_truncated
+        kept = self.bodies.cut  # at `limit`, before a secret that crosses it
         bodies = (
-            Body("request", request[:limit], request_cut or len(request) > limit, request_type),
-            Body("response", response[:limit], response_truncated or len(response) > limit, response_type),
+            Body("request", kept(request, limit), request_cut or len(request) > limit, request_type),
+            Body(
+                "response", kept(response, limit), response_truncated or len(response) > limit, response_type
+            ),
         ) + (
-            (Body("delivered", delivered[:limit], len(delivered) > limit, response_type),)
+            (Body("delivered", kept(delivered, limit), len(delivered) > limit, response_type),)
             if delivered
             else ()
         )

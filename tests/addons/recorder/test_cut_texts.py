@@ -17,6 +17,7 @@ from addons.recorder.previews import KEPT_PREVIEW_BYTES
 from addons.records import ERROR_MESSAGE_BYTES
 from capsem.redact import Scrubber
 from capsem.settings import defaults
+from capsem.store.bodies import read_body
 from tests.recording import RecorderHarness, ended, head, response
 
 TOKEN = "ghp_" + "k3Yq9ZpLm2Rt7Wx8Nc1Jd6Vb0Hs4Fg5Tu2Ae"
@@ -190,4 +191,56 @@ def test_an_error_message_cut_short_keeps_no_part_of_a_secret(
     kept = call["error_message"]
     assert kept.endswith(" more bytes]") and "ghp_" not in kept, kept[-80:]
     assert len(kept.rsplit("\n[... ", 1)[0].encode()) <= ERROR_MESSAGE_BYTES
+    rec.shutdown()
+
+
+def _stored(rec: RecorderHarness, direction: str) -> bytes:
+    stored, blob = read_body(rec.writer.conn, 1, direction)
+    assert blob["truncated"] == 1
+    return stored
+
+
+def test_a_body_cut_at_max_body_bytes_keeps_no_part_of_a_secret(tmp_path):
+    limit = 5000
+    rec = RecorderHarness(tmp_path, dataclasses.replace(defaults().capture, max_body_bytes=limit))
+    request = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 9, "messages": [
+        {"role": "user", "content": _across(limit - 87) + "y" * 9000}]}).encode()  # fmt: skip
+    assert request.index(b"ghp_") < limit < request.index(b"ghp_") + len(TOKEN)
+    text = _across(limit - 121) + "z" * 9000  # its place in the answer: after the JSON around it
+    answer = json.dumps({
+        "id": "m1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+        "usage": {"input_tokens": 5, "output_tokens": 1}}).encode()  # fmt: skip
+    assert answer.index(b"ghp_") < limit < answer.index(b"ghp_") + len(TOKEN)
+    now = time.time()
+    rec.close(ended(head("f1", started=now), resp=response(200, started=now), body=answer,
+                    request_body=request, route=Route("anthropic", "anthropic")))  # fmt: skip
+    rec.writer.commit()
+    for direction in ("request", "response"):
+        stored = _stored(rec, direction)
+        assert b"ghp_" not in stored and limit - len(TOKEN) < len(stored) <= limit, stored[-60:]
+    rec.shutdown()
+
+
+def test_a_stream_cut_at_max_body_bytes_keeps_no_part_of_a_secret(tmp_path):
+    limit = 5000
+    rec = RecorderHarness(tmp_path, dataclasses.replace(defaults().capture, max_body_bytes=limit))
+    start = {"type": "message_start", "message": {"id": "m1", "type": "message", "role": "assistant",
+             "model": "claude-sonnet-4-5", "content": [], "usage": {"input_tokens": 5, "output_tokens": 0}}}  # fmt: skip
+    events = [f"event: message_start\ndata: {json.dumps(start)}\n\n".encode()]
+    delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x" * 100}}
+    events += [f"event: content_block_delta\ndata: {json.dumps(delta)}\n\n".encode()] * 40
+    stream = b"".join(events)
+    stream = stream[: limit - 16] + TOKEN.encode() + stream[limit - 16 :]  # across the cut, between events
+    now = time.time()
+    request = head("f1", started=now)
+    rec.open(request, response(200, "text/event-stream", started=now), Route("anthropic", "anthropic"), "sse")
+    for i in range(0, len(stream), 997):
+        rec.chunk("f1", now, stream[i : i + 997])
+    rec.close(ended(request, resp=response(200, "text/event-stream", started=now), body=None, streamed=True,
+                    response_size=len(stream), request_body=b'{"model": "claude-sonnet-4-5"}',
+                    route=Route("anthropic", "anthropic")))  # fmt: skip
+    rec.writer.commit()
+    stored = _stored(rec, "response")
+    assert b"ghp_" not in stored and limit - len(TOKEN) < len(stored) <= limit, stored[-60:]
     rec.shutdown()
