@@ -280,17 +280,18 @@ class Recorder:
             self._write(build.substitution_events(flow, net_event_id=net_id, process=process))
         if flow.approval is not None:
             self._write([build.approval_row(flow, net_event_id=net_id, process=process)])
-        if flow.mcp:
-            response_body, _ = build.decode(
+        if flow.mcp:  # its answer is kept up to content_max_bytes, cut clear of a secret (`BodyStore.cut`)
+            body = (
                 flow.response_body
                 if flow.response_body is not None
-                else flow.stream_preview or stream_preview,
-                flow.response.header("content-encoding") if flow.response else None,
-                settings.content_max_bytes,
+                else flow.stream_preview or stream_preview
             )
+            encoding = flow.response.header("content-encoding") if flow.response else None
+            response_body, _ = build.decode(body, encoding, settings.content_max_bytes + CUT_MARGIN)
+            kept = self.bodies.cut(response_body, settings.content_max_bytes)
             for row in self.mcp.record(flow, net_id, request_body, response_body, process):
                 self._write([row])
-                self._keep_bodies(row, flow, request_body, response_body, False)
+                self._keep_bodies(row, flow, request_body, kept, len(kept) < len(response_body))
 
     def _keep_bodies(self, owner: ModelCall | McpCall, flow: FlowEnded | None, request: bytes, response: bytes,
                      response_truncated: bool, items: list[Item] | None = None,

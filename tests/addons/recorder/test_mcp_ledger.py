@@ -4,6 +4,7 @@ whichever is recorded first."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -11,6 +12,8 @@ import pytest
 
 from addons.messages import FlowEnded, RequestHead, Route
 from addons.recorder.mcp_ledger import ANSWER_WAIT, LINK_WINDOW, MCP_PREVIEW_BYTES
+from capsem.settings import defaults
+from capsem.store.bodies import read_body
 from tests.recording import RecorderHarness, ended, head, response
 
 T0 = time.time()
@@ -259,6 +262,20 @@ def test_a_secret_across_the_preview_cut_goes_whole(rec):
     rec.close(post("p0", CALL, status=200, answer=answer.encode(), content_type="application/json", query=""))
     (row,) = mcp_rows(rec)
     assert row["response_preview"].endswith("more bytes]") and "ghp_" not in row["response_preview"]
+
+
+def test_an_answer_kept_past_content_max_bytes_is_cut_clear_of_a_secret(tmp_path):
+    limit = 3000
+    rec = Rec(tmp_path, dataclasses.replace(defaults().capture, content_max_bytes=limit))
+    token = "ghp_" + "k3Yq9ZpLm2Rt7Wx8Nc1Jd6Vb0Hs4Fg5Tu2Ae"
+    head_ = '{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"'
+    answer = (head_ + "x" * (limit - 16 - len(head_)) + token + "y" * 5000 + '"}]}}').encode()
+    assert answer.index(b"ghp_") < limit < answer.index(b"ghp_") + len(token)
+    rec.close(post("p0", CALL, status=200, answer=answer, content_type="application/json", query=""))
+    (row,) = mcp_rows(rec)
+    stored, blob = read_body(rec.writer.conn, row["id"], "response", "mcp_calls")
+    assert blob["truncated"] == 1 and b"ghp_" not in stored and limit - len(token) < len(stored) <= limit
+    rec.shutdown()
 
 
 def test_answers_from_the_stream_are_scrubbed_like_every_row(rec):
