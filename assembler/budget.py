@@ -135,7 +135,7 @@ def _team_spent(budgets: tuple[Budget, ...], settings) -> dict[str, float] | Non
                                        "period = %s", (b.name, period_of(day, b.period))).fetchone()[0]
                     for b in team_budgets}  # fmt: skip
     except Exception as exc:
-        click.echo(f"the team database {team.where} does not answer ({exc}); team budgets show this machine's "
+        click.echo(f"the team database {team.where} does not answer ({team.said(exc)}); team budgets show this machine's "
                    "spend only", err=True)  # fmt: skip
         return None
 

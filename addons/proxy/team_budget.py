@@ -184,7 +184,8 @@ class TeamLeases:
                 _resolve(future)
 
     def _failed(self, exc: Exception) -> None:
-        why = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        said = self.team.said(exc).strip() if self.team is not None else str(exc).strip()
+        why = said.splitlines()[0] if said else repr(exc)
         for lease in self.leases.values():
             if lease.failed is None:
                 logger.warning("capsem: team budget %r: the team database cannot be reached (%s); calls "
@@ -213,7 +214,7 @@ class TeamLeases:
                           used)  # fmt: skip
                 except Exception as exc:
                     logger.warning("capsem: team budget %r: its lease could not be closed (%s): its unused part "
-                                   "stays held until the period ends", lease.budget.name, exc)  # fmt: skip
+                                   "stays held until the period ends", lease.budget.name, self.team.said(exc))  # type: ignore[union-attr]  # fmt: skip
 
 
 def _resolve(future: Future) -> None:

@@ -163,8 +163,8 @@ def push_waiting(team: Team, only: list[str] | None = None) -> tuple[list[Pushed
             pg = connect_team(team)
         except Exception as exc:
             for e in waiting:
-                outbox.failed(box, e.session_id, f"cannot reach {team.where}: {exc}")
-                errors[e.session_id] = f"cannot reach {team.where}: {exc}"
+                errors[e.session_id] = f"cannot reach {team.where}: {team.said(exc)}"
+                outbox.failed(box, e.session_id, errors[e.session_id])
             return [], errors
         try:
             check(pg)
@@ -175,15 +175,15 @@ def push_waiting(team: Team, only: list[str] | None = None) -> tuple[list[Pushed
                     if pushed is not None:
                         done.append(pushed)
                 except Exception as exc:  # this session's turn failed; the others still go
-                    outbox.failed(box, e.session_id, str(exc) or repr(exc))
-                    errors[e.session_id] = str(exc) or repr(exc)
+                    errors[e.session_id] = team.said(exc)
+                    outbox.failed(box, e.session_id, errors[e.session_id])
                     if pg.closed or pg.broken:
                         break
         except Exception as exc:
             for e in waiting:
                 if e.session_id not in errors and e.session_id not in {d.session_id for d in done}:
-                    outbox.failed(box, e.session_id, str(exc))
-                    errors[e.session_id] = str(exc)
+                    errors[e.session_id] = team.said(exc)
+                    outbox.failed(box, e.session_id, errors[e.session_id])
         finally:
             pg.close()
         return done, errors

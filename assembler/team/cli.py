@@ -31,7 +31,7 @@ def team_connection(team):
     try:
         pg = connect_team(team)
     except Exception as exc:
-        raise click.ClickException(f"cannot reach the team database {team.where}: {exc}") from exc
+        raise click.ClickException(f"cannot reach the team database {team.where}: {team.said(exc)}") from exc
     try:
         check(pg)
     except SchemaError as exc:
@@ -63,7 +63,7 @@ def init_cmd() -> None:
     try:
         pg = connect_team(t)
     except Exception as exc:
-        raise click.ClickException(f"cannot reach the team database {t.where}: {exc}") from exc
+        raise click.ClickException(f"cannot reach the team database {t.where}: {t.said(exc)}") from exc
     try:
         before, after = init(pg)
     except SchemaError as exc:

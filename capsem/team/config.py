@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import socket
 from dataclasses import dataclass
 from typing import Literal
+from urllib.parse import unquote
 
 from capsem.settings import Settings, TeamSettings
 
@@ -30,6 +32,28 @@ class Team:
         """The server without its credentials, for messages: `host:5432/db`."""
         rest = self.url.split("://", 1)[-1]
         return rest.rsplit("@", 1)[-1].split("?", 1)[0]
+
+    def said(self, exc: BaseException) -> str:
+        """What a failed connection or statement said, without the URL's password: libpq quotes a
+        URL it cannot read (`... in URI: "postgresql://u:pw@[::1/db"`) or the token it stumbled on
+        (`invalid percent-encoded token: "pw%zz"`)."""
+        text = str(exc) or repr(exc)
+        for secret in _passwords(self.url):
+            text = text.replace(secret, "[redacted]")
+        return text
+
+
+def _passwords(url: str) -> list[str]:
+    """The password a postgresql:// URL holds, as written and percent-decoded: in its user info
+    (`user:PASSWORD@`) or a `password` or `sslpassword` parameter; the longest first."""
+    rest = url.split("://", 1)[-1]
+    found = []
+    for part in (rest.split("/", 1)[0].split("?", 1)[0], rest):  # the authority; all of it if odd
+        userinfo = part.rsplit("@", 1)[0] if "@" in part else ""
+        found.append(userinfo.split(":", 1)[1] if ":" in userinfo else "")
+    found += re.findall(r"(?:^|[?&\s])(?:ssl)?password=([^&\s]+)", rest)
+    found += [unquote(s) for s in found]
+    return sorted({s for s in found if s}, key=len, reverse=True)
 
 
 def _login() -> str:
