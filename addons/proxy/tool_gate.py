@@ -4,8 +4,8 @@ Runs only when the policy has tool rules (`Policy.has_tool_rules`); with none, n
 read or touched here (no stream function is set, no hook does more than that one check). On a
 model call in a format capsem reads (`addons/toolhold/`), it picks one of three ways:
 
-- an `identity`-encoded SSE answer (or Gemini JSON-array stream: `ArrayHold`), when no tool rule
-  asks: streamed through `SseHold` (set as
+- an `identity`-encoded SSE answer (or Gemini JSON-array stream: `ArrayHold`; an NDJSON one,
+  Ollama's: `LineHold`), when no tool rule asks: streamed through `SseHold` (set as
   `flow.response.stream`, after capture's tap, so the recorder gets the upstream's bytes): every
   byte passes at once except a tool call's own, held until its arguments are complete and then
   released unchanged or replaced (`Policy.decide_tool` runs on the event loop, once per call);
@@ -38,6 +38,7 @@ from addons.proxy.hooks import guarded
 from addons.proxy.policy import ToolTarget, Verdict, agent_name, tool_arguments
 from addons.toolhold import HeldCall, SseHold, calls_in, machine_for, rewrite_json
 from addons.toolhold.json_array import ArrayHold
+from addons.toolhold.lines import LineHold
 from addons.toolhold.openai_responses import CALLS, ResponsesHold, call_of
 from addons.toolhold.registry import PROTOCOLS
 
@@ -83,10 +84,12 @@ class ToolGate:
             return
         identity = resp.headers.get("content-encoding", "identity").strip().lower() in ("", "identity")
         content_type = resp.headers.get("content-type")
-        array = stream_framing(state.route.protocol, content_type, state.head.path) == "json-array"  # type: ignore[union-attr]
-        if identity and not self._tool_rules()[1] and (is_event_stream(content_type) or array):
+        framing = stream_framing(state.route.protocol, content_type, state.head.path)  # type: ignore[union-attr]
+        array, lines = framing == "json-array", framing == "ndjson"
+        if identity and not self._tool_rules()[1] and (is_event_stream(content_type) or array or lines):
             machine = machine_for(state.route.protocol, lambda call: self._refusing_rule(state, call))  # type: ignore[union-attr]
-            state.tool_hold = ArrayHold(machine) if array else SseHold(machine)  # type: ignore[arg-type]
+            hold = ArrayHold if array else LineHold if lines else SseHold
+            state.tool_hold = hold(machine)  # type: ignore[arg-type]
             resp.stream = state.tool_hold
         else:
             state.tool_whole = True

@@ -6,8 +6,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from addons.toolhold import anthropic, gemini, openai_chat, openai_responses
+from addons.toolhold import anthropic, gemini, ollama, openai_chat, openai_responses
 from addons.toolhold.base import Decide, EventMachine, HeldCall
+from addons.toolhold.lines import LineHold
 from addons.toolhold.sse import SseHold
 
 _MACHINES: dict[str, Callable[[Decide], EventMachine]] = {
@@ -15,13 +16,17 @@ _MACHINES: dict[str, Callable[[Decide], EventMachine]] = {
     "openai_chat": openai_chat.ChatHold,
     "openai_responses": openai_responses.ResponsesHold,
     "gemini": gemini.GeminiHold,
+    "ollama": ollama.OllamaHold,
 }
 _JSON: dict[str, Callable[[Any, Decide], bool]] = {
     "anthropic": anthropic.rewrite_json,
     "openai_chat": openai_chat.rewrite_json,
     "openai_responses": openai_responses.rewrite_json,
     "gemini": gemini.rewrite_json,
+    "ollama": ollama.rewrite_json,
 }
+_LINES = frozenset({"ollama"})
+"""Protocols whose streams are NDJSON: a whole body of several lines is read line by line."""
 PROTOCOLS = frozenset(_MACHINES)
 
 
@@ -33,7 +38,7 @@ def machine_for(protocol: str, decide: Decide, **options: bool) -> EventMachine 
 
 def rewrite_json(protocol: str, body: bytes, decide: Decide) -> bytes | None:
     """A whole decoded answer with its denied calls replaced; None when nothing changes (or it
-    is not an answer capsem reads). An SSE body is run through the stream machine whole."""
+    is not an answer capsem reads). An SSE or NDJSON body is run through the stream machine whole."""
     if protocol not in _MACHINES:
         return None
     stripped = body.lstrip()
@@ -41,12 +46,14 @@ def rewrite_json(protocol: str, body: bytes, decide: Decide) -> bytes | None:
         try:
             value = json.loads(body)
         except ValueError:
-            return None
-        if not _JSON[protocol](value, decide):
-            return None
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+            if protocol not in _LINES:
+                return None
+        else:
+            if not _JSON[protocol](value, decide):
+                return None
+            return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
     machine = _MACHINES[protocol](decide)
-    hold = SseHold(machine)
+    hold = LineHold(machine) if protocol in _LINES else SseHold(machine)
     out = hold.take(body) + hold.take(b"")
     return out if machine.rewritten and hold.failure is None else None
 

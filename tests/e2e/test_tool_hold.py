@@ -7,7 +7,8 @@ The tool loop runs every call it gets for real in a workspace: the denied one ne
 file is still there), the harmless one does, and each loop ends on a normal end of turn. The
 allowed call's bytes reach the client exactly as the upstream sent them (compared with the
 emulator's own answer to the same request), and session.db keeps what the model asked for with
-each call's decision. Pure machines: tests/addons/toolhold/test_hold.py.
+each call's decision. Ollama's NDJSON answer is held the same way (httpx: no SDK of its own here).
+Pure machines: tests/addons/toolhold/test_hold.py, test_ollama_hold.py.
 """
 
 from __future__ import annotations
@@ -222,6 +223,9 @@ REQUESTS = {
     "gemini": ("https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
                {"contents": [{"role": "user", "parts": [{"text": "x"}]}],
                 "tools": [{"functionDeclarations": [{"name": "run_shell_command", "parameters": SCHEMA}]}]}),
+    "ollama": ("http://localhost:11434/api/chat",
+               {"model": "qwen3:8b", "messages": ASK,
+                "tools": [{"type": "function", "function": {"name": "shell", "parameters": SCHEMA}}]}),
 }  # fmt: skip
 
 
@@ -248,9 +252,14 @@ def test_allowed_calls_arrive_byte_identical(mitmdump, emu, capsem_home):
     ]
     calls = [p["functionCall"]["args"]["command"] for p in parts if "functionCall" in p]
     assert len(calls) == 1 and "rm -rf" not in calls[0] and any("not run" in p.get("text", "") for p in parts)
+    url, body = REQUESTS["ollama"]  # NDJSON lines: the line with the calls keeps the harmless one
+    lines = [json.loads(line) for line in through.post(url, json=body, headers=destroy).content.splitlines()]
+    held = [m for m in (line["message"] for line in lines) if "tool_calls" in m or "not run" in m["content"]]
+    assert len(held) == 1 and len(held[0]["tool_calls"]) == 1 and lines[-1]["done"] is True
+    assert "rm -rf" not in json.dumps(held[0]["tool_calls"]) and "no-rm-rf" in held[0]["content"]
     assert proxy.stop() == 0
     decided = rows(only_session(capsem_home), "SELECT decision FROM tool_calls")
-    assert [r["decision"] for r in decided] == ["allowed"] * len(REQUESTS) + ["allowed", "denied"]
+    assert [r["decision"] for r in decided] == ["allowed"] * len(REQUESTS) + ["allowed", "denied"] * 2
 
 
 ASK_RULES = 'policy:\n  rules:\n    - {name: ask-rm, action: ask, tool: "*", tool_args: {command: {shell: "rm -rf"}}}\n'
