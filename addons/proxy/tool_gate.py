@@ -5,7 +5,8 @@ read or touched here (no stream function is set, no hook does more than that one
 model call in a format capsem reads (`addons/toolhold/`), it picks one of three ways:
 
 - an `identity`-encoded SSE answer (or Gemini JSON-array stream: `ArrayHold`; an NDJSON one,
-  Ollama's: `LineHold`), when no tool rule asks: streamed through `SseHold` (set as
+  Ollama's: `LineHold`; Bedrock's AWS event stream: `FrameHold`), when no tool rule asks:
+  streamed through `SseHold` (set as
   `flow.response.stream`, after capture's tap, so the recorder gets the upstream's bytes): every
   byte passes at once except a tool call's own, held until its arguments are complete and then
   released unchanged or replaced (`Policy.decide_tool` runs on the event loop, once per call);
@@ -37,6 +38,7 @@ from addons.proxy.flows import FlowState
 from addons.proxy.hooks import guarded
 from addons.proxy.policy import ToolTarget, Verdict, agent_name, tool_arguments
 from addons.toolhold import HeldCall, SseHold, calls_in, machine_for, rewrite_json
+from addons.toolhold.frames import FrameHold
 from addons.toolhold.json_array import ArrayHold
 from addons.toolhold.lines import LineHold
 from addons.toolhold.openai_responses import CALLS, ResponsesHold, call_of
@@ -47,6 +49,15 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("addons.proxy.capture")
 REFUSING = ("denied", "asked", "timed_out")
+_HOLDS = {"json-array": ArrayHold, "ndjson": LineHold, "eventstream": FrameHold}
+"""The stream hold of each framing that is not SSE (`stream_framing`): Gemini's JSON array,
+Ollama's NDJSON lines, Bedrock's AWS event-stream frames."""
+
+
+def _framing(flow: http.HTTPFlow, state: FlowState) -> str | None:
+    """The framing of a model answer (`addons/providers: stream_framing`)."""
+    content_type = flow.response.headers.get("content-type") if flow.response is not None else None
+    return stream_framing(state.route.protocol, content_type, state.head.path)  # type: ignore[union-attr]
 
 
 class ToolGate:
@@ -83,12 +94,10 @@ class ToolGate:
         if state is None or resp is None or resp.status_code != 200 or flow.websocket is not None:
             return
         identity = resp.headers.get("content-encoding", "identity").strip().lower() in ("", "identity")
-        content_type = resp.headers.get("content-type")
-        framing = stream_framing(state.route.protocol, content_type, state.head.path)  # type: ignore[union-attr]
-        array, lines = framing == "json-array", framing == "ndjson"
-        if identity and not self._tool_rules()[1] and (is_event_stream(content_type) or array or lines):
+        sse = SseHold if is_event_stream(resp.headers.get("content-type")) else None
+        hold = _HOLDS.get(_framing(flow, state) or "", sse)
+        if identity and not self._tool_rules()[1] and hold is not None:
             machine = machine_for(state.route.protocol, lambda call: self._refusing_rule(state, call))  # type: ignore[union-attr]
-            hold = ArrayHold if array else LineHold if lines else SseHold
             state.tool_hold = hold(machine)  # type: ignore[arg-type]
             resp.stream = state.tool_hold
         else:
@@ -145,7 +154,7 @@ class ToolGate:
         if state is None or not state.tool_whole or flow.response is None:
             return None
         body = flow.response.get_content(strict=False)
-        calls = calls_in(state.route.protocol, body) if body else []  # type: ignore[union-attr]
+        calls = calls_in(state.route.protocol, body, _framing(flow, state)) if body else []  # type: ignore[union-attr]
         if not calls:
             return None
         verdicts = [(call, self._verdict(state, call)) for call in calls]
@@ -187,7 +196,9 @@ class ToolGate:
         """Give the agent the answer with the refused calls replaced; the record keeps the upstream's."""
         if not refusing or flow.response is None:
             return
-        new = rewrite_json(state.route.protocol, body, lambda call: refusing.get(call.call_id))  # type: ignore[union-attr]
+        new = rewrite_json(
+            state.route.protocol, body, lambda call: refusing.get(call.call_id), _framing(flow, state)
+        )  # type: ignore[union-attr]
         if new is None:
             return
         state.upstream_body = flow.response.raw_content

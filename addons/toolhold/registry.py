@@ -8,6 +8,7 @@ from typing import Any
 
 from addons.toolhold import anthropic, gemini, ollama, openai_chat, openai_responses
 from addons.toolhold.base import Decide, EventMachine, HeldCall
+from addons.toolhold.frames import FrameHold
 from addons.toolhold.lines import LineHold
 from addons.toolhold.sse import SseHold
 
@@ -36,13 +37,14 @@ def machine_for(protocol: str, decide: Decide, **options: bool) -> EventMachine 
     return make(decide, **options) if make is not None else None
 
 
-def rewrite_json(protocol: str, body: bytes, decide: Decide) -> bytes | None:
+def rewrite_json(protocol: str, body: bytes, decide: Decide, framing: str | None = None) -> bytes | None:
     """A whole decoded answer with its denied calls replaced; None when nothing changes (or it
-    is not an answer capsem reads). An SSE or NDJSON body is run through the stream machine whole."""
+    is not an answer capsem reads). An SSE, NDJSON or AWS event-stream body (`framing`
+    `eventstream`: Bedrock's) is run through the stream machine whole."""
     if protocol not in _MACHINES:
         return None
     stripped = body.lstrip()
-    if stripped[:1] in (b"{", b"["):
+    if framing != "eventstream" and stripped[:1] in (b"{", b"["):
         try:
             value = json.loads(body)
         except ValueError:
@@ -53,17 +55,23 @@ def rewrite_json(protocol: str, body: bytes, decide: Decide) -> bytes | None:
                 return None
             return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
     machine = _MACHINES[protocol](decide)
-    hold = LineHold(machine) if protocol in _LINES else SseHold(machine)
+    hold = (
+        FrameHold(machine)
+        if framing == "eventstream"
+        else LineHold(machine)
+        if protocol in _LINES
+        else SseHold(machine)
+    )
     out = hold.take(body) + hold.take(b"")
     return out if machine.rewritten and hold.failure is None else None
 
 
-def calls_in(protocol: str, body: bytes) -> list[HeldCall]:
+def calls_in(protocol: str, body: bytes, framing: str | None = None) -> list[HeldCall]:
     """Every tool call of a whole decoded answer (to decide them before rewriting it)."""
     found: list[HeldCall] = []
 
     def note(call: HeldCall) -> None:
         found.append(call)
 
-    rewrite_json(protocol, body, note)  # type: ignore[arg-type]  (returns None: nothing denied)
+    rewrite_json(protocol, body, note, framing)  # type: ignore[arg-type]  (returns None: nothing denied)
     return found

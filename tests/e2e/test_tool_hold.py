@@ -28,6 +28,7 @@ import pytest
 from google import genai
 from google.genai import types
 
+from addons.eventstream import EventStreamDecoder
 from assembler.replay.recording import load
 from capsem.emulator.agent import DOOMED, FILE
 from capsem.store.bodies import read_body
@@ -257,9 +258,27 @@ def test_allowed_calls_arrive_byte_identical(mitmdump, emu, capsem_home):
     held = [m for m in (line["message"] for line in lines) if "tool_calls" in m or "not run" in m["content"]]
     assert len(held) == 1 and len(held[0]["tool_calls"]) == 1 and lines[-1]["done"] is True
     assert "rm -rf" not in json.dumps(held[0]["tool_calls"]) and "no-rm-rf" in held[0]["content"]
+    # Bedrock's binary event stream: allowed, the frames as the emulator sent them; denied, new frames
+    bedrock = {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 100, "messages": ASK,
+               "tools": [{"name": "Bash", "input_schema": SCHEMA}]}  # fmt: skip
+    got = through.post(BEDROCK, json=bedrock, headers=headers).content
+    assert got == base64.b64decode(emu.exchanges()[-1]["response_body_b64"]) and b"\x00" in got[:4]
+    events = [json.loads(e.data) for e in EventStreamDecoder().feed(through.post(BEDROCK, json=bedrock,
+                                                                                headers=destroy).content)]  # fmt: skip
+    uses = [
+        e["content_block"]["input"] for e in events if e.get("content_block", {}).get("type") == "tool_use"
+    ]
+    deltas = [e["delta"] for e in events if e.get("type") == "content_block_delta"]
+    said, args = ("".join(d.get(k, "") for d in deltas) for k in ("text", "partial_json"))
+    assert len(uses) == 1 and "no-rm-rf" in said and "tee capsem-hello" in args and "rm -rf" not in args
     assert proxy.stop() == 0
     decided = rows(only_session(capsem_home), "SELECT decision FROM tool_calls")
-    assert [r["decision"] for r in decided] == ["allowed"] * len(REQUESTS) + ["allowed", "denied"] * 2
+    assert [r["decision"] for r in decided] == (
+        ["allowed"] * len(REQUESTS) + ["allowed", "denied"] * 2 + ["allowed"] + ["allowed", "denied"]
+    )
+
+
+BEDROCK = "https://bedrock-runtime.us-east-1.amazonaws.com/model/anthropic.claude-sonnet-4-5-20250929-v1:0/invoke-with-response-stream"
 
 
 ASK_RULES = 'policy:\n  rules:\n    - {name: ask-rm, action: ask, tool: "*", tool_args: {command: {shell: "rm -rf"}}}\n'
