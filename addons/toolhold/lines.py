@@ -51,7 +51,7 @@ class LineHold(StreamHold):
                 self.failure = f"tool hold failed: {exc!r}"
                 logger.warning("capsem: %s; the answer passes unchanged", self.failure)
                 rest, self.buffer = bytes(self.buffer), bytearray()
-                return b"".join([*out, *lines[i:], rest])
+                return b"".join([*out, *self.machine.held, *lines[i:], rest])
         if not chunk:
             out += self.machine.finish()
         return b"".join(out)

@@ -85,3 +85,12 @@ def test_frames_that_carry_no_event_pass_as_they_came():
     body = STREAM + exception
     assert run([body], deny({"nothing"})) == body
     assert run([body[:-3], body[-3:]], deny({"Grep"})).endswith(exception)
+
+
+def test_a_failing_decision_lets_the_frames_through_unchanged():
+    def broken(call):
+        raise RuntimeError("boom")
+
+    hold = FrameHold(machine_for("anthropic", broken))
+    out = b"".join(hold.take(STREAM[i : i + 100]) for i in range(0, len(STREAM), 100)) + hold.take(b"")
+    assert out == STREAM and hold.failure is not None

@@ -99,3 +99,12 @@ def test_a_line_without_a_call_goes_out_as_soon_as_it_is_whole():
     first, second = STREAM.splitlines(keepends=True)[1:3]
     assert hold(first[:10]) == [] and hold(first[10:] + second[:5]) == [first]
     assert hold(second[5:]) == [second]
+
+
+def test_a_failing_decision_lets_the_lines_through_unchanged():
+    def broken(call):
+        raise RuntimeError("boom")
+
+    hold = LineHold(machine_for("ollama", broken))
+    out = b"".join(hold.take(STREAM[i : i + 50]) for i in range(0, len(STREAM), 50)) + hold.take(b"")
+    assert out == STREAM and hold.failure is not None
