@@ -91,7 +91,7 @@ class ToolGate:
     @guarded
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         state, resp = self._state(flow), flow.response
-        if state is None or resp is None or resp.status_code != 200 or flow.websocket is not None:
+        if state is None or resp is None or not 200 <= resp.status_code < 300 or flow.websocket is not None:
             return
         identity = resp.headers.get("content-encoding", "identity").strip().lower() in ("", "identity")
         sse = SseHold if is_event_stream(resp.headers.get("content-type")) else None

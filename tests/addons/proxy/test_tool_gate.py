@@ -77,6 +77,21 @@ def test_a_denied_call_is_replaced_on_the_way_and_both_answers_are_kept(capsem, 
     assert net["bytes_received"] == len(WIRE)  # the model's answer, as it came
 
 
+@pytest.mark.parametrize("status", [201, 203, 299])
+def test_any_success_status_is_held(capsem, capsem_home, status):
+    """An SDK reads any 2xx answer: a gateway's 203 is held like a 200."""
+    capsem.configure_settings(parse(yaml.safe_load(DENY_GREP)))
+    flow = model_flow()
+    flow.response.status_code = status
+    opened(capsem, flow)
+    assert capsem.flows.get(flow).tool_hold is not None
+    got = b"".join(c for i in range(0, len(WIRE), 64) for c in flow.response.stream(WIRE[i : i + 64]))
+    got += b"".join(flow.response.stream(b""))
+    assert b'"name":"Grep"' not in got and b"'no-grep'" in got
+    capsem.response(flow)
+    finish(capsem, capsem_home)
+
+
 def _ws_turn(command: str) -> list[bytes]:
     """A Responses turn on a WebSocket whose answer is one `shell` call running `command`."""
     item = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "shell",
