@@ -1,4 +1,6 @@
-"""Gemini: `functionCall` parts, which arrive whole, each in one chunk of the answer.
+"""Gemini: `functionCall` parts, which arrive whole, each in one chunk of the answer (a bare
+GenerateContentResponse, or one in the `{"response": ...}` envelope of the Code Assist API that
+the Gemini CLI uses when signed in with Google: `v1internal:streamGenerateContent`).
 
 A chunk (an `alt=sse` event, one element of a JSON-array stream, or the whole JSON answer)
 that carries a denied call is given again with that part replaced by a text part naming the
@@ -49,8 +51,15 @@ class GeminiHold:
         return []
 
     def rewrite(self, response: Any) -> bool:
-        """One GenerateContentResponse (changed in place): True when a call in it was denied."""
+        """One GenerateContentResponse, bare or in Code Assist's `{"response": ...}` envelope (the
+        Gemini CLI signed in with Google; changed in place): True when a call in it was denied."""
         denied = False
+        if (
+            isinstance(response, dict)
+            and "candidates" not in response
+            and isinstance(response.get("response"), dict)
+        ):
+            response = response["response"]
         candidates = response.get("candidates") if isinstance(response, dict) else None
         for candidate in candidates if isinstance(candidates, list) else []:
             content = candidate.get("content") if isinstance(candidate, dict) else None

@@ -224,6 +224,10 @@ REQUESTS = {
     "gemini": ("https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
                {"contents": [{"role": "user", "parts": [{"text": "x"}]}],
                 "tools": [{"functionDeclarations": [{"name": "run_shell_command", "parameters": SCHEMA}]}]}),
+    "gemini-code-assist": ("https://cloudcode-pa.googleapis.com/v1internal:streamGenerateContent?alt=sse",
+                           {"model": "gemini-2.5-flash", "project": "p", "request": {
+                               "contents": [{"role": "user", "parts": [{"text": "x"}]}],
+                               "tools": [{"functionDeclarations": [{"name": "run_shell_command", "parameters": SCHEMA}]}]}}),
     "ollama": ("http://localhost:11434/api/chat",
                {"model": "qwen3:8b", "messages": ASK,
                 "tools": [{"type": "function", "function": {"name": "shell", "parameters": SCHEMA}}]}),
@@ -253,6 +257,12 @@ def test_allowed_calls_arrive_byte_identical(mitmdump, emu, capsem_home):
     ]
     calls = [p["functionCall"]["args"]["command"] for p in parts if "functionCall" in p]
     assert len(calls) == 1 and "rm -rf" not in calls[0] and any("not run" in p.get("text", "") for p in parts)
+    url, body = REQUESTS["gemini-code-assist"]  # the Gemini CLI signed in with Google: {"response": ...}
+    sse = through.post(url, json=body, headers=destroy).text
+    parts = [p for line in sse.splitlines() if line.startswith("data: ")
+             for p in json.loads(line[6:])["response"]["candidates"][0]["content"]["parts"]]  # fmt: skip
+    calls = [p["functionCall"]["args"]["command"] for p in parts if "functionCall" in p]
+    assert len(calls) == 1 and "rm -rf" not in calls[0] and any("not run" in p.get("text", "") for p in parts)
     url, body = REQUESTS["ollama"]  # NDJSON lines: the line with the calls keeps the harmless one
     lines = [json.loads(line) for line in through.post(url, json=body, headers=destroy).content.splitlines()]
     held = [m for m in (line["message"] for line in lines) if "tool_calls" in m or "not run" in m["content"]]
@@ -274,7 +284,7 @@ def test_allowed_calls_arrive_byte_identical(mitmdump, emu, capsem_home):
     assert proxy.stop() == 0
     decided = rows(only_session(capsem_home), "SELECT decision FROM tool_calls")
     assert [r["decision"] for r in decided] == (
-        ["allowed"] * len(REQUESTS) + ["allowed", "denied"] * 2 + ["allowed"] + ["allowed", "denied"]
+        ["allowed"] * len(REQUESTS) + ["allowed", "denied"] * 3 + ["allowed"] + ["allowed", "denied"]
     )
 
 

@@ -272,3 +272,18 @@ def test_events_with_no_call_in_them_go_out_unread(protocol):
     assert hold.take(head[:-30]) + hold.take(head[-30:]) == head and read == []
     assert head + hold.take(data[len(head) :]) + hold.take(b"") == run(protocol, [data], deny())
     assert read and machine.rewritten
+
+
+def test_gemini_code_assist_envelopes_are_held():
+    """The Gemini CLI signed in with Google: each chunk is `{"response": {...}, "traceId": ...}`."""
+    call = {"functionCall": {"name": "run_shell_command", "args": {"command": "rm -rf x"}}}
+    chunk = {"response": {"candidates": [{"content": {"role": "model", "parts": [call]}}]}, "traceId": "t"}
+    sse = b"data: " + json.dumps(chunk).encode() + b"\r\n\r\n"
+    out = run("gemini", [sse[:20], sse[20:]], deny())
+    parts = json.loads(out[6:])["response"]["candidates"][0]["content"]["parts"]
+    assert parts == [{"text": parts[0]["text"]}] and "not run" in parts[0]["text"]
+    assert json.loads(out[6:])["traceId"] == "t"
+    whole = json.dumps(chunk).encode()
+    assert [c.call_id for c in calls_in("gemini", whole)] == ["gemini_run_shell_command_0"]
+    assert b"functionCall" not in rewrite_json("gemini", whole, deny())
+    assert b"functionCall" not in rewrite_json("gemini", json.dumps([chunk, chunk]).encode(), deny())
