@@ -16,7 +16,10 @@ from typing import Any
 
 from addons.toolhold.base import Decide, HeldCall, arguments_of, denial_text, dumps, first_line
 
-CALLS = ("function_call", "custom_tool_call", "local_shell_call")
+CALLS = ("function_call", "custom_tool_call", "local_shell_call", "shell_call", "apply_patch_call")
+"""Output items the agent runs: a function or freeform (custom) tool, Codex's `local_shell`, and the
+`shell` and `apply_patch` tools the Responses API defines (their command or patch in the item)."""
+_MARKERS = tuple(b'"' + kind.encode() + b'"' for kind in CALLS)
 _FINAL = ("response.completed", "response.incomplete", "response.failed", "response.done")
 
 
@@ -29,11 +32,18 @@ class _Call:
 def call_of(item: dict[str, Any]) -> HeldCall:
     """The held call of a complete output item."""
     kind = item.get("type")
+    call_id = str(item.get("call_id") or item.get("id") or "")
     if kind == "local_shell_call":  # Codex's `local_shell`: the command is the item's `action`
         action = item.get("action") if isinstance(item.get("action"), dict) else {}
-        return HeldCall(
-            str(item.get("call_id") or item.get("id") or ""), "local_shell", action, json.dumps(action)
-        )
+        return HeldCall(call_id, "local_shell", action, json.dumps(action))
+    if kind == "shell_call":  # the Responses `shell` tool: `action.commands`, run in turn
+        action = item.get("action") if isinstance(item.get("action"), dict) else {}
+        commands = action.get("commands") if isinstance(action.get("commands"), list) else []
+        script = "\n".join(c for c in commands if isinstance(c, str))  # under `command`, as other shells
+        return HeldCall(call_id, "shell", {"command": script, **action})
+    if kind == "apply_patch_call":  # `operation`: its `type` (create_file, update_file...), `path`, `diff`
+        operation = item.get("operation")
+        return HeldCall(call_id, "apply_patch", operation if isinstance(operation, dict) else None)
     text = item.get("input") if kind == "custom_tool_call" else item.get("arguments")
     text = text if isinstance(text, str) else None
     if item.get("type") == "custom_tool_call":
@@ -83,9 +93,7 @@ class ResponsesHold:
             ):
                 return self._decided(ev.get("item") or {})
             return []
-        if data is None or not (
-            b'"function_call"' in data or b'"custom_tool_call"' in data or b'"local_shell_call"' in data
-        ):
+        if data is None or not any(marker in data for marker in _MARKERS):
             return [raw]
         ev = json.loads(data)
         kind = ev.get("type") if isinstance(ev, dict) else None
@@ -103,13 +111,7 @@ class ResponsesHold:
         return [raw]
 
     def untouched(self, events: bytes) -> bool:
-        return (
-            self.call is None
-            and not self.replaced
-            and b'"function_call"' not in events
-            and b'"custom_tool_call"' not in events
-            and b'"local_shell_call"' not in events
-        )
+        return self.call is None and not self.replaced and not any(marker in events for marker in _MARKERS)
 
     def passes(self, partial: bytes) -> bool:
         """A text or reasoning delta (`event: response.….delta`) while no call is held."""

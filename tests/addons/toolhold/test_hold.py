@@ -287,3 +287,55 @@ def test_gemini_code_assist_envelopes_are_held():
     assert [c.call_id for c in calls_in("gemini", whole)] == ["gemini_run_shell_command_0"]
     assert b"functionCall" not in rewrite_json("gemini", whole, deny())
     assert b"functionCall" not in rewrite_json("gemini", json.dumps([chunk, chunk]).encode(), deny())
+
+
+def _responses_sse(item: dict) -> bytes:
+    """A streamed Responses answer whose one output item is `item` (added in progress, then done)."""
+    events = [
+        {"type": "response.created", "sequence_number": 0, "response": {"id": "resp_1", "output": []}},
+        {"type": "response.output_item.added", "sequence_number": 1, "output_index": 0,
+         "item": {**item, "status": "in_progress"}},
+        {"type": "response.output_item.done", "sequence_number": 2, "output_index": 0, "item": item},
+        {"type": "response.completed", "sequence_number": 3,
+         "response": {"id": "resp_1", "status": "completed", "output": [item]}},
+    ]  # fmt: skip
+    return b"".join(
+        b"event: " + e["type"].encode() + b"\ndata: " + json.dumps(e).encode() + b"\n\n" for e in events
+    )
+
+
+SHELL_CALL = {"type": "shell_call", "id": "sh_1", "call_id": "call_sh", "status": "completed",
+              "action": {"commands": ["ls", "rm -rf capsem-doomed.txt"], "timeout_ms": 1000}}  # fmt: skip
+PATCH_CALL = {"type": "apply_patch_call", "id": "ap_1", "call_id": "call_ap", "status": "completed",
+              "operation": {"type": "delete_file", "path": "/etc/hosts"}}  # fmt: skip
+
+
+def test_the_responses_shell_and_apply_patch_tools_are_held():
+    """The Responses API's own `shell` and `apply_patch` tools, which the agent runs: a rule on
+    `command` (as for every shell tool) or on the patch's `path` decides them."""
+    from addons.proxy.policy import Policy, ToolTarget
+    from capsem.settings import parse
+
+    policy = Policy.from_settings(parse({"policy": {"rules": [
+        {"name": "no-rm", "action": "deny", "tool": "*", "tool_args": {"command": {"shell": "rm -rf"}}},
+        {"name": "no-etc", "action": "deny", "tool": "apply_patch", "tool_args": {"path": "/etc/*"}}]}}))  # fmt: skip
+
+    def decide(call: HeldCall) -> str | None:
+        verdict = policy.decide_tool(ToolTarget(call.name, call.arguments, None, None))
+        return verdict.rule if verdict.decision == "denied" else None
+
+    for item, rule in ((SHELL_CALL, "no-rm"), (PATCH_CALL, "no-etc")):
+        sse = _responses_sse(item)
+        calls: list[HeldCall] = []
+        assert run("openai_responses", [sse[:50], sse[50:]], allow(calls)) == sse and len(calls) == 1
+        out = run("openai_responses", [sse], decide)
+        assert f"policy rule '{rule}'" in out.decode() and item["type"].encode() not in out
+        whole = {"id": "resp_1", "status": "completed", "output": [item]}
+        assert [c.call_id for c in calls_in("openai_responses", json.dumps(whole).encode())] == [
+            item["call_id"]
+        ]
+        assert item["type"].encode() not in rewrite_json(
+            "openai_responses", json.dumps(whole).encode(), decide
+        )
+    harmless = {**SHELL_CALL, "action": {"commands": ["ls"]}}
+    assert run("openai_responses", [_responses_sse(harmless)], decide) == _responses_sse(harmless)
