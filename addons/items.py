@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 
 from addons.records import ResponseSummary
+from addons.responses_calls import CALL_TYPES, RESULT_TYPES, call_name
 from capsem.markers import content_hex
 
 _ENCODE = msgspec.json.Encoder(order="sorted")
@@ -187,13 +188,13 @@ def _responses(obj: dict) -> list[Item]:
             continue
         kind = entry.get("type")
         role = _str(entry.get("role"))
-        if kind in ("function_call", "custom_tool_call"):
+        if kind in CALL_TYPES:
             out.append(
                 item(
-                    "tool_call", entry, call_id=_str(entry.get("call_id")), tool_name=_str(entry.get("name"))
+                    "tool_call", entry, call_id=_str(entry.get("call_id")), tool_name=call_name(entry) or None
                 )
             )
-        elif kind in ("function_call_output", "custom_tool_call_output"):
+        elif kind in RESULT_TYPES:
             out.append(item("tool_result", entry, call_id=_str(entry.get("call_id"))))
         elif kind == "reasoning":
             out.append(item("thinking", entry))

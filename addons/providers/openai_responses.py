@@ -81,6 +81,7 @@ from addons.providers.events import (
 from addons.providers.openai_chat import REFUSAL_PREFIX, usage_from_openai
 from addons.providers.wire_shapes import decode_responses_delta
 from addons.records import RequestInfo, ToolResult, Usage
+from addons.responses_calls import CALL_TYPES, RESULT_TYPES, call_arguments, call_name
 
 __all__ = [
     "RULES",
@@ -97,8 +98,6 @@ __all__ = [
 PART_SEP = "\n\n"
 RULES = SummaryRules(call_id_prefix="openai", part_sep=PART_SEP)
 _SYSTEM_ROLES = ("system", "developer")
-_CALL_TYPES = ("function_call", "custom_tool_call")
-_RESULT_TYPES = ("function_call_output", "custom_tool_call_output")
 _TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 _START = ("response.created", "response.in_progress", "response.queued")
 
@@ -122,10 +121,6 @@ def stop_reason_of(response: dict[str, Any], event_type: str | None = None) -> s
     return status
 
 
-def _call_arguments(item: dict[str, Any]) -> Any:
-    return item.get("input") if item.get("type") == "custom_tool_call" else item.get("arguments")
-
-
 # -- requests -------------------------------------------------------------------------------
 
 
@@ -135,9 +130,9 @@ def _item_text(item: Any) -> str:
     if not isinstance(item, dict):
         return ""
     kind = item.get("type")
-    if kind in _CALL_TYPES:
-        return f"{item.get('name') or ''} {arguments_text(_call_arguments(item))}"
-    if kind in _RESULT_TYPES:
+    if kind in CALL_TYPES:
+        return f"{call_name(item)} {arguments_text(call_arguments(item))}"
+    if kind in RESULT_TYPES:
         return content_text(item.get("output"), placeholders=False)
     if kind == "reasoning":
         summary = item.get("summary")
@@ -148,13 +143,13 @@ def _item_text(item: Any) -> str:
 def _tool_results(items: list[Any]) -> list[ToolResult]:
     names: dict[str, str] = {}
     for item in items:
-        if isinstance(item, dict) and item.get("type") in _CALL_TYPES:
-            call_id, name = as_str(item.get("call_id")), as_str(item.get("name"))
+        if isinstance(item, dict) and item.get("type") in CALL_TYPES:
+            call_id, name = as_str(item.get("call_id")), call_name(item)
             if call_id and name:
                 names[call_id] = name
     results = []
     for item in items:
-        if not (isinstance(item, dict) and item.get("type") in _RESULT_TYPES):
+        if not (isinstance(item, dict) and item.get("type") in RESULT_TYPES):
             continue
         call_id = as_str(item.get("call_id")) or as_str(item.get("id")) or ""
         output = item.get("output")
@@ -240,12 +235,12 @@ def output_events(output: Any) -> Iterator[LlmEvent]:
     for n, item in enumerate(output if isinstance(output, list) else []):
         if not isinstance(item, dict):
             continue
-        if item.get("type") in _CALL_TYPES:
+        if item.get("type") in CALL_TYPES:
             key = ("output", calls)
             calls += 1
-            name = item.get("name") if isinstance(item.get("name"), str) else ""
+            name = call_name(item)
             yield ToolCallStart(key, as_str(item.get("call_id")) or as_str(item.get("id")) or "", name)
-            yield ToolCallDelta(key, arguments_text(_call_arguments(item)))
+            yield ToolCallDelta(key, arguments_text(call_arguments(item)))
             yield ToolCallEnd(key, complete=item.get("status") in (None, "completed"))
             continue
         text, thinking = _item_parts(item)
@@ -438,15 +433,15 @@ class ResponsesEvents:
         if as_str(item.get("id")):
             self._calls[("item", item["id"])] = key
         self._content = True
-        name = item.get("name") if isinstance(item.get("name"), str) else ""
+        name = call_name(item)
         return key, [ToolCallStart(key, as_str(item.get("call_id")) or as_str(item.get("id")) or "", name)]
 
     def _item_added(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
         item = obj.get("item")
-        if not (isinstance(item, dict) and item.get("type") in _CALL_TYPES):
+        if not (isinstance(item, dict) and item.get("type") in CALL_TYPES):
             return ()
         key, out = self._call(obj, item)
-        initial = arguments_text(_call_arguments(item))
+        initial = arguments_text(call_arguments(item))
         if initial:
             out.append(ToolCallDelta(key, initial))
         return out
@@ -472,11 +467,11 @@ class ResponsesEvents:
         if not isinstance(item, dict):
             return ()
         kind = item.get("type")
-        if kind in _CALL_TYPES:
+        if kind in CALL_TYPES:
             key, out = self._call(obj, item)
-            name = item.get("name") if isinstance(item.get("name"), str) else ""
+            name = call_name(item)
             out.append(ToolCallStart(key, as_str(item.get("call_id")) or "", name))
-            whole = _call_arguments(item)
+            whole = call_arguments(item)
             if whole is not None:
                 out.append(ToolCallArguments(key, arguments_text(whole)))
             out.append(ToolCallEnd(key))

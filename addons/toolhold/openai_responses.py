@@ -14,11 +14,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from addons.responses_calls import CALL_TYPES, call_name
 from addons.toolhold.base import Decide, HeldCall, arguments_of, denial_text, dumps, first_line
 
-CALLS = ("function_call", "custom_tool_call", "local_shell_call", "shell_call", "apply_patch_call")
-"""Output items the agent runs: a function or freeform (custom) tool, Codex's `local_shell`, and the
-`shell` and `apply_patch` tools the Responses API defines (their command or patch in the item)."""
+CALLS = CALL_TYPES
 _MARKERS = tuple(b'"' + kind.encode() + b'"' for kind in CALLS)
 _FINAL = ("response.completed", "response.incomplete", "response.failed", "response.done")
 
@@ -50,9 +49,7 @@ def call_of(item: dict[str, Any]) -> HeldCall:
         arguments: Any = {"input": text} if text is not None else None
     else:
         arguments = arguments_of(text) if text is not None else None
-    return HeldCall(
-        str(item.get("call_id") or item.get("id") or ""), str(item.get("name") or ""), arguments, text
-    )
+    return HeldCall(str(item.get("call_id") or item.get("id") or ""), call_name(item), arguments, text)
 
 
 def message_item(item: dict[str, Any], text: str) -> dict[str, Any]:

@@ -378,3 +378,31 @@ def test_fuzz_turn_end_agrees_with_the_parser(data: str) -> None:
     interp = PARSER.stream()
     interp.event(SSEEvent(None, data))
     assert ws_turn_ended(data) is interp.terminal
+
+
+def test_the_apis_own_shell_and_patch_calls_and_codex_local_shell_are_tool_calls():
+    """`shell_call`, `apply_patch_call` and `local_shell_call` carry no `name`: the agent runs them
+    all the same, so they are tool calls named by their tool, with their action or operation."""
+    from addons.items import request_items
+    from tests.addons.toolhold.test_hold import PATCH_CALL, SHELL_CALL, _responses_sse
+
+    local = {"type": "local_shell_call", "id": "ls_1", "call_id": "call_ls", "status": "completed",
+             "action": {"type": "exec", "command": ["bash", "-lc", "ls"]}}  # fmt: skip
+    expected = [
+        ("shell", SHELL_CALL["action"]),
+        ("apply_patch", PATCH_CALL["operation"]),
+        ("local_shell", local["action"]),
+    ]
+    for item, (name, arguments) in zip((SHELL_CALL, PATCH_CALL, local), expected, strict=True):
+        reader = ResponseReader(OpenAIResponses(), framing="sse", content_encoding=None, status=200)
+        reader.feed(_responses_sse(item))
+        for summary in (reader.finish(), OpenAIResponses().parse_response(json.dumps(
+                {"id": "resp_1", "status": "completed", "output": [item]}).encode(), 200)):  # fmt: skip
+            (call,) = summary.tool_calls
+            assert (call.call_id, call.name, json.loads(call.arguments)) == (item["call_id"], name, arguments)
+    request = {"model": "gpt-5.1", "input": [SHELL_CALL, {"type": "shell_call_output", "call_id": "call_sh",
+                                                          "output": "removed"}]}  # fmt: skip
+    (result,) = _parse_request(json.dumps(request).encode()).tool_results
+    assert (result.call_id, result.tool_name, result.content) == ("call_sh", "shell", "removed")
+    kinds = [(i.kind, i.tool_name) for i in request_items("openai_responses", json.dumps(request).encode())]
+    assert kinds == [("tool_call", "shell"), ("tool_result", None)]
