@@ -138,7 +138,9 @@ def tool_arguments(text: str | None) -> Mapping[str, Any] | None:
 
     Free-form text also gives `literals`, its quoted strings: Codex's code-mode `exec` tool takes a
     JavaScript program whose commands are string literals (`tools.exec_command({cmd: "rm -rf x"})`),
-    which `{shell: ...}` on `"*"` then reads as command lines."""
+    which `{shell: ...}` on `"*"` then reads as command lines. A list of `commands` (the Responses
+    API's `shell` tool runs them in turn) is also one script under `command`, the name every other
+    shell tool's rules use."""
     if text is None:
         return None
     try:
@@ -146,7 +148,12 @@ def tool_arguments(text: str | None) -> Mapping[str, Any] | None:
     except ValueError:
         literals = [_ESCAPE.sub(_unescape, "".join(m.groups(default=""))) for m in _LITERAL.finditer(text)]
         return {"input": text, "literals": literals} if literals else {"input": text}
-    return value if isinstance(value, dict) else {"input": value}
+    if not isinstance(value, dict):
+        return {"input": value}
+    commands = value.get("commands")
+    if "command" not in value and isinstance(commands, list):
+        return {**value, "command": "\n".join(c for c in commands if isinstance(c, str))}
+    return value
 
 
 class PolicyError(ValueError):

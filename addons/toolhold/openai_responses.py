@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from addons.responses_calls import CALL_TYPES, call_name
+from addons.responses_calls import CALL_TYPES, call_arguments, call_name
 from addons.toolhold.base import Decide, HeldCall, arguments_of, denial_text, dumps, first_line
 
 CALLS = CALL_TYPES
@@ -29,27 +29,16 @@ class _Call:
 
 
 def call_of(item: dict[str, Any]) -> HeldCall:
-    """The held call of a complete output item."""
-    kind = item.get("type")
-    call_id = str(item.get("call_id") or item.get("id") or "")
-    if kind == "local_shell_call":  # Codex's `local_shell`: the command is the item's `action`
-        action = item.get("action") if isinstance(item.get("action"), dict) else {}
-        return HeldCall(call_id, "local_shell", action, json.dumps(action))
-    if kind == "shell_call":  # the Responses `shell` tool: `action.commands`, run in turn
-        action = item.get("action") if isinstance(item.get("action"), dict) else {}
-        commands = action.get("commands") if isinstance(action.get("commands"), list) else []
-        script = "\n".join(c for c in commands if isinstance(c, str))  # under `command`, as other shells
-        return HeldCall(call_id, "shell", {"command": script, **action})
-    if kind == "apply_patch_call":  # `operation`: its `type` (create_file, update_file...), `path`, `diff`
-        operation = item.get("operation")
-        return HeldCall(call_id, "apply_patch", operation if isinstance(operation, dict) else None)
-    text = item.get("input") if kind == "custom_tool_call" else item.get("arguments")
-    text = text if isinstance(text, str) else None
+    """The held call of a complete output item: its arguments read as the recorder records them
+    (`call_arguments`: a shell call's `action`, a patch's `operation` as their JSON)."""
+    call_id, name = str(item.get("call_id") or item.get("id") or ""), call_name(item)
+    value = call_arguments(item)
+    if isinstance(value, dict):  # `local_shell`, `shell`, `apply_patch`
+        return HeldCall(call_id, name, value, json.dumps(value))
+    text = value if isinstance(value, str) else None
     if item.get("type") == "custom_tool_call":
-        arguments: Any = {"input": text} if text is not None else None
-    else:
-        arguments = arguments_of(text) if text is not None else None
-    return HeldCall(str(item.get("call_id") or item.get("id") or ""), call_name(item), arguments, text)
+        return HeldCall(call_id, name, {"input": text} if text is not None else None, text)
+    return HeldCall(call_id, name, arguments_of(text) if text is not None else None, text)
 
 
 def message_item(item: dict[str, Any], text: str) -> dict[str, Any]:

@@ -313,7 +313,8 @@ PATCH_CALL = {"type": "apply_patch_call", "id": "ap_1", "call_id": "call_ap", "s
 def test_the_responses_shell_and_apply_patch_tools_are_held():
     """The Responses API's own `shell` and `apply_patch` tools, which the agent runs: a rule on
     `command` (as for every shell tool) or on the patch's `path` decides them."""
-    from addons.proxy.policy import Policy, ToolTarget
+    from addons.providers import parser_for
+    from addons.proxy.policy import Policy, ToolTarget, tool_arguments
     from capsem.settings import parse
 
     policy = Policy.from_settings(parse({"policy": {"rules": [
@@ -321,7 +322,8 @@ def test_the_responses_shell_and_apply_patch_tools_are_held():
         {"name": "no-etc", "action": "deny", "tool": "apply_patch", "tool_args": {"path": "/etc/*"}}]}}))  # fmt: skip
 
     def decide(call: HeldCall) -> str | None:
-        verdict = policy.decide_tool(ToolTarget(call.name, call.arguments, None, None))
+        arguments = tool_arguments(call.text) if call.text is not None else call.arguments  # as ToolGate
+        verdict = policy.decide_tool(ToolTarget(call.name, arguments, None, None))
         return verdict.rule if verdict.decision == "denied" else None
 
     for item, rule in ((SHELL_CALL, "no-rm"), (PATCH_CALL, "no-etc")):
@@ -337,5 +339,11 @@ def test_the_responses_shell_and_apply_patch_tools_are_held():
         assert item["type"].encode() not in rewrite_json(
             "openai_responses", json.dumps(whole).encode(), decide
         )
+        # `capsem policy test` decides the recorded call the same way (its arguments as stored)
+        (recorded,) = (
+            parser_for("openai_responses").parse_response(json.dumps(whole).encode(), 200).tool_calls
+        )
+        held = HeldCall(recorded.call_id, recorded.name, None, recorded.arguments)
+        assert decide(held) == rule
     harmless = {**SHELL_CALL, "action": {"commands": ["ls"]}}
     assert run("openai_responses", [_responses_sse(harmless)], decide) == _responses_sse(harmless)
