@@ -137,3 +137,45 @@ class StreamHold:
     def delivered(self) -> bytes | None:
         """What the agent received, when it differs from the upstream's bytes."""
         return bytes(self.sent) if self.machine.rewritten and self.failure is None else None
+
+
+class ChunkHold:
+    """The event machine of a format whose calls arrive whole, each in one chunk of the answer
+    (Gemini, Ollama): a chunk holding `MARKER` is read, and given again (`again`) when `rewrite`
+    denied a call in it; every other chunk passes as it came. Nothing is ever held."""
+
+    MARKER = b""
+
+    def __init__(self, decide: Decide) -> None:
+        self.decide = decide
+        self.held: list[bytes] = []
+        self.calls = 0
+        """Calls seen so far in the answer (the recorder's ids count them)."""
+        self.denied = 0
+
+    @property
+    def rewritten(self) -> bool:
+        return self.denied > 0
+
+    def event(self, raw: bytes, data: bytes | None) -> list[bytes]:
+        if data is None or self.MARKER not in data:
+            return [raw]
+        chunk = json.loads(data)
+        return [self.again(raw, data, chunk)] if self.rewrite(chunk) else [raw]
+
+    def untouched(self, events: bytes) -> bool:
+        return self.MARKER not in events
+
+    def passes(self, partial: bytes) -> bool:
+        return False  # a chunk says whether it carries a call only once it is whole
+
+    def finish(self) -> list[bytes]:
+        return []
+
+    def rewrite(self, chunk: Any) -> bool:
+        """One chunk's object (changed in place): True when a call in it was denied."""
+        raise NotImplementedError
+
+    def again(self, raw: bytes, data: bytes, chunk: Any) -> bytes:
+        """The rewritten `chunk` framed as `raw` was (`data`: its payload)."""
+        raise NotImplementedError

@@ -11,44 +11,21 @@ the recorder gives it (`gemini_<name>_<n>`, n counting the answer's calls from 0
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from addons.toolhold.base import Decide, HeldCall, denial_text, dumps
+from addons.toolhold.base import ChunkHold, Decide, HeldCall, denial_text, dumps
 
 
-class GeminiHold:
-    """The event machine of a streamed Gemini answer (`alt=sse`)."""
+class GeminiHold(ChunkHold):
+    """The event machine of a streamed Gemini answer (`alt=sse`, or a JSON-array stream's elements)."""
 
-    def __init__(self, decide: Decide) -> None:
-        self.decide = decide
-        self.held: list[bytes] = []
-        self.calls = 0
-        self.denied = 0
+    MARKER = b'"functionCall"'
 
-    @property
-    def rewritten(self) -> bool:
-        return self.denied > 0
-
-    def event(self, raw: bytes, data: bytes | None) -> list[bytes]:
-        if data is None or b'"functionCall"' not in data:
-            return [raw]
-        ev = json.loads(data)
-        if not self.rewrite(ev):
-            return [raw]
+    def again(self, raw: bytes, data: bytes, chunk: Any) -> bytes:
         if raw is data:  # an element of a JSON-array stream (`json_array.py`): the object alone
-            return [dumps(ev)]
+            return dumps(chunk)
         end = b"\r\n\r\n" if raw.endswith(b"\r\n\r\n") else b"\n\n"
-        return [b"data: " + dumps(ev) + end]
-
-    def untouched(self, events: bytes) -> bool:
-        return b'"functionCall"' not in events
-
-    def passes(self, partial: bytes) -> bool:
-        return False  # a chunk's data says whether it carries a call only once it is whole
-
-    def finish(self) -> list[bytes]:
-        return []
+        return b"data: " + dumps(chunk) + end
 
     def rewrite(self, response: Any) -> bool:
         """One GenerateContentResponse, bare or in Code Assist's `{"response": ...}` envelope (the

@@ -10,41 +10,18 @@ into its lines.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from addons.toolhold.base import Decide, HeldCall, arguments_of, denial_text, dumps
+from addons.toolhold.base import ChunkHold, Decide, HeldCall, arguments_of, denial_text, dumps
 
 
-class OllamaHold:
+class OllamaHold(ChunkHold):
     """The event machine of a streamed Ollama answer: each NDJSON line is an event."""
 
-    def __init__(self, decide: Decide) -> None:
-        self.decide = decide
-        self.held: list[bytes] = []
-        self.calls = 0
-        self.denied = 0
+    MARKER = b'"tool_calls"'
 
-    @property
-    def rewritten(self) -> bool:
-        return self.denied > 0
-
-    def event(self, raw: bytes, data: bytes | None) -> list[bytes]:
-        if data is None or b'"tool_calls"' not in data:
-            return [raw]
-        line = json.loads(data)
-        if not self.rewrite(line):
-            return [raw]
-        return [dumps(line) + raw[len(raw.rstrip(b"\r\n")) :]]  # the line's own end
-
-    def untouched(self, events: bytes) -> bool:
-        return b'"tool_calls"' not in events
-
-    def passes(self, partial: bytes) -> bool:
-        return False  # a line says whether it carries a call only once it is whole
-
-    def finish(self) -> list[bytes]:
-        return []
+    def again(self, raw: bytes, data: bytes, chunk: Any) -> bytes:
+        return dumps(chunk) + raw[len(raw.rstrip(b"\r\n")) :]  # the line's own end
 
     def rewrite(self, line: Any) -> bool:
         """One line's object (changed in place): True when a call in it was denied."""
@@ -61,10 +38,11 @@ class OllamaHold:
             name = _text(fn.get("name"))
             call_id = _text(call.get("id")) or f"ollama_{name}_{self.calls}"
             self.calls += 1
-            args = fn.get("arguments")
-            text = args if isinstance(args, str) else None
-            held = HeldCall(call_id, name, arguments_of(text) if text is not None else args if isinstance(args, dict)
-                            else {} if args is None else None, text)  # fmt: skip
+            args = fn.get("arguments")  # an object (Ollama's own), or JSON text
+            if isinstance(args, str):
+                held = HeldCall(call_id, name, arguments_of(args), args)
+            else:
+                held = HeldCall(call_id, name, args or {} if isinstance(args, dict) or args is None else None)
             rule = self.decide(held)
             if rule is None:
                 kept.append(call)
