@@ -38,20 +38,14 @@ from addons.proxy.flows import FlowState
 from addons.proxy.hooks import guarded
 from addons.proxy.policy import ToolTarget, Verdict, agent_name, tool_arguments
 from addons.toolhold import HeldCall, SseHold, calls_in, machine_for, rewrite_json
-from addons.toolhold.frames import FrameHold
-from addons.toolhold.json_array import ArrayHold
-from addons.toolhold.lines import LineHold
 from addons.toolhold.openai_responses import CALLS, ResponsesHold, call_of
-from addons.toolhold.registry import PROTOCOLS
+from addons.toolhold.registry import HOLDS, PROTOCOLS
 
 if TYPE_CHECKING:
     from addons.proxy.capture import Capsem
 
 logger = logging.getLogger("addons.proxy.capture")
 REFUSING = ("denied", "asked", "timed_out")
-_HOLDS = {"json-array": ArrayHold, "ndjson": LineHold, "eventstream": FrameHold}
-"""The stream hold of each framing that is not SSE (`stream_framing`): Gemini's JSON array,
-Ollama's NDJSON lines, Bedrock's AWS event-stream frames."""
 
 
 def _framing(flow: http.HTTPFlow, state: FlowState) -> str | None:
@@ -95,7 +89,7 @@ class ToolGate:
             return
         identity = resp.headers.get("content-encoding", "identity").strip().lower() in ("", "identity")
         sse = SseHold if is_event_stream(resp.headers.get("content-type")) else None
-        hold = _HOLDS.get(_framing(flow, state) or "", sse)
+        hold = HOLDS.get(_framing(flow, state) or "", sse)
         if identity and not self._tool_rules()[1] and hold is not None:
             machine = machine_for(state.route.protocol, lambda call: self._refusing_rule(state, call))  # type: ignore[union-attr]
             state.tool_hold = hold(machine)  # type: ignore[arg-type]

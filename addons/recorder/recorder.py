@@ -288,10 +288,10 @@ class Recorder:
             )
             encoding = flow.response.header("content-encoding") if flow.response else None
             response_body, _ = build.decode(body, encoding, settings.content_max_bytes + CUT_MARGIN)
-            kept = self.bodies.cut(response_body, settings.content_max_bytes)
+            answer = self.bodies.cut(response_body, settings.content_max_bytes)
             for row in self.mcp.record(flow, net_id, request_body, response_body, process):
                 self._write([row])
-                self._keep_bodies(row, flow, request_body, kept, len(kept) < len(response_body))
+                self._keep_bodies(row, flow, request_body, answer, len(answer) < len(response_body))
 
     def _keep_bodies(self, owner: ModelCall | McpCall, flow: FlowEnded | None, request: bytes, response: bytes,
                      response_truncated: bool, items: list[Item] | None = None,

@@ -7,8 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 from addons.toolhold import anthropic, gemini, ollama, openai_chat, openai_responses
-from addons.toolhold.base import Decide, EventMachine, HeldCall
+from addons.toolhold.base import Decide, EventMachine, HeldCall, StreamHold
 from addons.toolhold.frames import FrameHold
+from addons.toolhold.json_array import ArrayHold
 from addons.toolhold.lines import LineHold
 from addons.toolhold.sse import SseHold
 
@@ -26,6 +27,13 @@ _JSON: dict[str, Callable[[Any, Decide], bool]] = {
     "gemini": gemini.rewrite_json,
     "ollama": ollama.rewrite_json,
 }
+HOLDS: dict[str, Callable[[Any], StreamHold]] = {
+    "json-array": ArrayHold,
+    "ndjson": LineHold,
+    "eventstream": FrameHold,
+}
+"""The stream hold of each framing that is not SSE (`stream_framing`): Gemini's JSON array,
+Ollama's NDJSON lines, Bedrock's AWS event-stream frames."""
 _LINES = frozenset({"ollama"})
 """Protocols whose streams are NDJSON: a whole body of several lines is read line by line."""
 PROTOCOLS = frozenset(_MACHINES)
@@ -55,13 +63,7 @@ def rewrite_json(protocol: str, body: bytes, decide: Decide, framing: str | None
                 return None
             return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
     machine = _MACHINES[protocol](decide)
-    hold = (
-        FrameHold(machine)
-        if framing == "eventstream"
-        else LineHold(machine)
-        if protocol in _LINES
-        else SseHold(machine)
-    )
+    hold = HOLDS.get(framing or ("ndjson" if protocol in _LINES else ""), SseHold)(machine)
     out = hold.take(body) + hold.take(b"")
     return out if machine.rewritten and hold.failure is None else None
 
