@@ -1,4 +1,5 @@
-"""OpenAI Chat Completions: `tool_calls` deltas held by index until the call is complete.
+"""OpenAI Chat Completions: `tool_calls` deltas held by index until the call is complete (a
+function's, or a custom tool's: `custom.input`, free-form text).
 
 A call is complete when a delta for another index starts, when `finish_reason` comes or at
 `[DONE]`. A denied call's entries are taken out of the chunks that carried them and its text
@@ -22,6 +23,25 @@ class _Call:
     id: str = ""
     name: str = ""
     parts: list[str] = field(default_factory=list)
+    custom: bool = False
+    """A custom (freeform) tool's call: its `input` is text, not JSON arguments."""
+
+
+def _tool(entry: dict[str, Any]) -> tuple[dict[str, Any], str, bool]:
+    """A `tool_calls` entry's tool part (its `function`, or a custom tool's `custom`), the key of
+    its arguments in it (`arguments` or `input`), and whether it is a custom tool's."""
+    if isinstance(entry.get("custom"), dict) or entry.get("type") == "custom":
+        custom = entry.get("custom")
+        return (custom if isinstance(custom, dict) else {}), "input", True
+    function = entry.get("function")
+    return (function if isinstance(function, dict) else {}), "arguments", False
+
+
+def _held(call_id: str, name: str, text: str | None, custom: bool) -> HeldCall:
+    """The held call: JSON arguments, or a custom tool's free-form input as `{"input": text}`."""
+    if custom:
+        return HeldCall(call_id, name, {"input": text} if text is not None else None, text)
+    return HeldCall(call_id, name, arguments_of(text), text)
 
 
 def _entries(ev: Any) -> list[dict[str, Any]]:
@@ -80,11 +100,12 @@ class ChatHold:
                 out += self._decided()
             if self.call is None:
                 self.call = _Call(index)
-            function = entry.get("function") if isinstance(entry.get("function"), dict) else {}
+            tool, key, custom = _tool(entry)
             self.call.id = self.call.id or str(entry.get("id") or "")
-            self.call.name = self.call.name or str(function.get("name") or "")
-            if isinstance(function.get("arguments"), str):
-                self.call.parts.append(function["arguments"])
+            self.call.name = self.call.name or str(tool.get("name") or "")
+            self.call.custom = self.call.custom or custom
+            if isinstance(tool.get(key), str):
+                self.call.parts.append(tool[key])
         if self.call is None:  # `"tool_calls": null` or an empty list: no call
             return [*out, (self._rebuilt(ev) or raw) if self.denied else raw]
         self.held.append(raw)
@@ -107,7 +128,7 @@ class ChatHold:
         call, held, parsed = self.call, self.held, self.parsed
         assert call is not None
         text = "".join(call.parts)
-        rule = self.decide(HeldCall(call.id, call.name, arguments_of(text), text))
+        rule = self.decide(_held(call.id, call.name, text, call.custom))
         self.call, self.held, self.parsed = None, [], []
         if rule is None:
             self.allowed += 1
@@ -164,13 +185,13 @@ def rewrite_json(body: Any, decide: Decide) -> bool:
             continue
         kept, texts = [], []
         for call in calls:
-            function = call.get("function") if isinstance(call, dict) else None
-            if not isinstance(function, dict):
+            if not isinstance(call, dict):
                 kept.append(call)
                 continue
-            name = str(function.get("name") or "")
-            text = function.get("arguments") if isinstance(function.get("arguments"), str) else None
-            rule = decide(HeldCall(str(call.get("id") or ""), name, arguments_of(text), text))
+            tool, key, custom = _tool(call)
+            name = str(tool.get("name") or "")
+            text = tool.get(key) if isinstance(tool.get(key), str) else None
+            rule = decide(_held(str(call.get("id") or ""), name, text, custom))
             if rule is None:
                 kept.append(call)
             else:

@@ -347,3 +347,37 @@ def test_the_responses_shell_and_apply_patch_tools_are_held():
         assert decide(held) == rule
     harmless = {**SHELL_CALL, "action": {"commands": ["ls"]}}
     assert run("openai_responses", [_responses_sse(harmless)], decide) == _responses_sse(harmless)
+
+
+def _chat_sse(chunks: list[dict]) -> bytes:
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+def test_a_chat_custom_tool_call_is_held_by_its_input():
+    """A Chat Completions custom (free-form) tool: `custom.input` arrives in pieces, as text."""
+
+    def delta(d: dict, finish: str | None = None) -> dict:
+        return {"id": "c1", "object": "chat.completion.chunk", "model": "gpt-5",
+                "choices": [{"index": 0, "delta": d, "finish_reason": finish}]}  # fmt: skip
+
+    stream = _chat_sse([
+        delta({"role": "assistant", "tool_calls": [
+            {"index": 0, "id": "call_c", "type": "custom", "custom": {"name": "exec", "input": ""}}]}),
+        delta({"tool_calls": [{"index": 0, "custom": {"input": "rm -rf "}}]}),
+        delta({"tool_calls": [{"index": 0, "custom": {"input": "/tmp/x"}}]}),
+        delta({}, "tool_calls"),
+    ])  # fmt: skip
+    calls: list[HeldCall] = []
+    for point in range(1, len(stream), 13):
+        assert run("openai_chat", cut(stream, [point]), allow(calls)) == stream
+    assert {(c.call_id, c.name, c.text) for c in calls} == {("call_c", "exec", "rm -rf /tmp/x")}
+    denied = run("openai_chat", [stream], lambda call: "no-rm" if "rm -rf" in (call.text or "") else None)
+    assert b'"custom"' not in denied and b"exec tool call was denied by policy rule 'no-rm'" in denied
+    assert b'"finish_reason": "stop"' in denied or b'"finish_reason":"stop"' in denied
+    call = {"id": "call_c", "type": "custom", "custom": {"name": "exec", "input": "rm -rf /"}}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    whole = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": message}]}
+    assert [(c.name, c.arguments) for c in calls_in("openai_chat", json.dumps(whole).encode())] == [
+        ("exec", {"input": "rm -rf /"})
+    ]
+    assert b'"custom"' not in rewrite_json("openai_chat", json.dumps(whole).encode(), deny())
