@@ -141,11 +141,7 @@ def _chat_messages(messages: list, out: list[Item]) -> None:
             if rest.get("content"):  # text beside the calls
                 out.append(item("message", rest, role=role))
             for call in msg["tool_calls"]:
-                fn = (
-                    call.get("function")
-                    if isinstance(call, dict) and isinstance(call.get("function"), dict)
-                    else {}
-                )
+                fn = _tool_of(call) or {}
                 call_id = _str(call.get("id")) if isinstance(call, dict) else None
                 out.append(
                     item("tool_call", call, role=role, call_id=call_id, tool_name=_str(fn.get("name")))
@@ -154,11 +150,19 @@ def _chat_messages(messages: list, out: list[Item]) -> None:
             out.append(item("message", msg, role=role))
 
 
+def _tool_of(call: Any) -> dict | None:
+    """A Chat tool call's (or tool definition's) `function`, or a custom tool's `custom`."""
+    if not isinstance(call, dict):
+        return None
+    part = call.get("function") if isinstance(call.get("function"), dict) else call.get("custom")
+    return part if isinstance(part, dict) else None
+
+
 def _tool_name(tool: Any) -> str | None:
     if not isinstance(tool, dict):
         return None
-    fn = tool.get("function")
-    return _str(fn.get("name")) if isinstance(fn, dict) else _str(tool.get("name"))
+    fn = _tool_of(tool)
+    return _str(fn.get("name")) if fn is not None else _str(tool.get("name"))
 
 
 def _chat(obj: dict) -> list[Item]:

@@ -145,13 +145,23 @@ def _content_parts(content: Any) -> tuple[str, str]:
 # -- requests -------------------------------------------------------------------------------
 
 
+def tool_part(call: Any) -> tuple[dict[str, Any], Any] | None:
+    """A `tool_calls` entry's tool and what it passes it: its `function` and `arguments`, or a
+    custom tool's `custom` and free-form `input`; None for neither."""
+    if isinstance(call, dict):
+        for field, key in (("function", "arguments"), ("custom", "input")):
+            part = call.get(field)
+            if isinstance(part, dict):
+                return part, part.get(key)
+    return None
+
+
 def _message_text(msg: dict[str, Any]) -> str:
     parts = [content_text(msg.get("content"), placeholders=False)]
     calls = msg.get("tool_calls")
-    for call in calls if isinstance(calls, list) else []:
-        fn = call.get("function") if isinstance(call, dict) else None
-        if isinstance(fn, dict):
-            parts.append(f"{fn.get('name') or ''} {arguments_text(fn.get('arguments'))}")
+    for found in map(tool_part, calls if isinstance(calls, list) else []):
+        if found is not None:
+            parts.append(f"{found[0].get('name') or ''} {arguments_text(found[1])}")
     return "\n".join(p for p in parts if p)
 
 
@@ -161,9 +171,9 @@ def _trailing_results(messages: list[Any]) -> list[ToolResult]:
     names: dict[str, str] = {}
     calls = messages[last].get("tool_calls") if last >= 0 else None
     for call in calls if isinstance(calls, list) else []:
-        fn = call.get("function") if isinstance(call, dict) else None
-        if isinstance(fn, dict) and isinstance(call.get("id"), str) and isinstance(fn.get("name"), str):
-            names[call["id"]] = fn["name"]
+        found = tool_part(call)
+        if found is not None and isinstance(call.get("id"), str) and isinstance(found[0].get("name"), str):
+            names[call["id"]] = found[0]["name"]
     results: list[ToolResult] = []
     for msg in messages[last + 1 :]:
         if not (isinstance(msg, dict) and msg.get("role") == "tool"):
@@ -362,7 +372,7 @@ class ChatEvents:
     def _fragment(self, fragment: dict[str, Any]) -> list[LlmEvent]:
         key: Any = as_int(fragment.get("index"))
         call_id = as_str(fragment.get("id")) or ""
-        fn = fragment.get("function") if isinstance(fragment.get("function"), dict) else {}
+        fn, passed = tool_part(fragment) or ({}, None)
         name = as_str(fn.get("name")) or ""
         call: int | None
         if key is None:  # no index: a new id starts a call, anything else continues the last one
@@ -387,7 +397,7 @@ class ChatEvents:
                 out.append(ToolCallStart(call, new_id, new_name))
                 self._ids[call] = self._ids[call] or new_id
                 self._named[call] = self._named[call] or bool(new_name)
-        arguments = arguments_text(fn.get("arguments"))
+        arguments = arguments_text(passed)
         if arguments:
             out.append(ToolCallDelta(call, arguments))
         self._last = call
@@ -408,12 +418,13 @@ def body_events(body: bytes, status: int) -> Iterator[LlmEvent]:
         yield from _text_events(*texts, REFUSAL_PREFIX)[0]
         tool_calls = message.get("tool_calls")
         for call in tool_calls if isinstance(tool_calls, list) else []:
-            fn = call.get("function") if isinstance(call, dict) else None
-            if not isinstance(fn, dict):
+            found = tool_part(call)
+            if found is None:
                 continue
+            fn, passed = found
             name = fn.get("name") if isinstance(fn.get("name"), str) else ""
             yield ToolCallStart(calls, as_str(call.get("id")) or "", name)
-            yield ToolCallDelta(calls, arguments_text(fn.get("arguments")))
+            yield ToolCallDelta(calls, arguments_text(passed))
             yield ToolCallEnd(calls)
             calls += 1
     stop = as_str(choice.get("finish_reason")) if choice is not None else None

@@ -381,3 +381,22 @@ def test_a_chat_custom_tool_call_is_held_by_its_input():
         ("exec", {"input": "rm -rf /"})
     ]
     assert b'"custom"' not in rewrite_json("openai_chat", json.dumps(whole).encode(), deny())
+    # the recorder files it under the same id, with its input as its arguments
+    from addons.body import ResponseReader
+    from addons.items import request_items
+    from addons.providers import parser_for
+
+    reader = ResponseReader(parser_for("openai_chat"), framing="sse", content_encoding=None, status=200)
+    reader.feed(stream)
+    for summary in (
+        reader.finish(),
+        parser_for("openai_chat").parse_response(json.dumps(whole).encode(), 200),
+    ):
+        assert [(c.call_id, c.name) for c in summary.tool_calls] == [("call_c", "exec")]
+        assert summary.tool_calls[0].arguments.startswith("rm -rf /")
+    request = {"model": "gpt-5", "tools": [{"type": "custom", "custom": {"name": "exec"}}],
+               "messages": [message, {"role": "tool", "tool_call_id": "call_c", "content": "done"}]}  # fmt: skip
+    (result,) = parser_for("openai_chat").parse_request(json.dumps(request).encode()).tool_results
+    assert (result.call_id, result.tool_name) == ("call_c", "exec")
+    items = request_items("openai_chat", json.dumps(request).encode())
+    assert [(i.kind, i.tool_name) for i in items][:2] == [("tool_definition", "exec"), ("tool_call", "exec")]
