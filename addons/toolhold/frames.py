@@ -89,11 +89,9 @@ class FrameHold(StreamHold):
         for i, frame in enumerate(frames):
             try:
                 out += self._frame(frame)
-                if not chunk and i == len(frames) - 1:
-                    out += [self._back(e) for e in self.machine.finish()]
             except Exception as exc:  # never break the agent's answer
                 return b"".join(out) + self._fail(exc, frames[i:])
-        if not chunk and not frames:
+        if not chunk:  # the answer ended: what the machine still holds
             try:
                 out += [self._back(e) for e in self.machine.finish()]
             except Exception as exc:

@@ -190,15 +190,22 @@ def test_gemini_whole_answers_object_and_array():
     assert "functionCall" not in json.dumps(rewritten) and "not run" in json.dumps(rewritten)
 
 
-def test_a_failing_decision_lets_the_answer_through_unchanged():
-    data = STREAMS["anthropic"].read_bytes()
+def through_a_failing_decision(hold_type, protocol: str, data: bytes, size: int = 100) -> bytes:
+    """What a hold of `hold_type` gives out for `data` (in `size`-byte chunks) when every decision
+    raises; it must have noted the failure."""
 
     def broken(call):
         raise RuntimeError("boom")
 
-    hold = SseHold(machine_for("anthropic", broken))
-    out = b"".join(hold.take(data[i : i + 100]) for i in range(0, len(data), 100)) + hold.take(b"")
-    assert out == data and hold.failure is not None
+    hold = hold_type(machine_for(protocol, broken))
+    out = b"".join(hold.take(data[i : i + size]) for i in range(0, len(data), size)) + hold.take(b"")
+    assert hold.failure is not None
+    return out
+
+
+def test_a_failing_decision_lets_the_answer_through_unchanged():
+    data = STREAMS["anthropic"].read_bytes()
+    assert through_a_failing_decision(SseHold, "anthropic", data) == data
 
 
 def test_a_text_delta_cut_in_two_goes_out_at_once_a_tool_calls_bytes_do_not():

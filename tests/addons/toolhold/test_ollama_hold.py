@@ -9,7 +9,7 @@ import json
 from addons.providers import parser_for
 from addons.toolhold import HeldCall, calls_in, machine_for, rewrite_json
 from addons.toolhold.lines import LineHold
-from tests.addons.toolhold.test_hold import allow, deny
+from tests.addons.toolhold.test_hold import allow, deny, through_a_failing_decision
 
 MODEL = "qwen3:8b"
 CALLS = [
@@ -102,9 +102,4 @@ def test_a_line_without_a_call_goes_out_as_soon_as_it_is_whole():
 
 
 def test_a_failing_decision_lets_the_lines_through_unchanged():
-    def broken(call):
-        raise RuntimeError("boom")
-
-    hold = LineHold(machine_for("ollama", broken))
-    out = b"".join(hold.take(STREAM[i : i + 50]) for i in range(0, len(STREAM), 50)) + hold.take(b"")
-    assert out == STREAM and hold.failure is not None
+    assert through_a_failing_decision(LineHold, "ollama", STREAM, size=50) == STREAM
