@@ -111,6 +111,20 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{scenario.label:28} {med['loop']:11.1f} {med['other']:14.1f} {med['recorder']:9.1f} "
               f"{med['total']:8.1f} {med['wall']:8.1f}   total {med['total'] / base['total']:.2f}×, "
               f"wall {med['wall'] / base['wall']:.2f}×")  # fmt: skip
+    first, second = (samples[s.key] for s in scenarios)
+    for column in ("total", "wall"):
+        ratios = sorted(getattr(b, column) / getattr(a, column) for a, b in zip(first, second, strict=True))
+        print(f"{column} per repetition (capsem's run over the streaming run beside it): median "
+              f"{statistics.median(ratios):.2f}×, quartiles {_quartiles(ratios)}, range "
+              f"{ratios[0]:.2f}–{ratios[-1]:.2f}×")  # fmt: skip
+
+
+def _quartiles(values: list[float]) -> str:
+    """The first and third quartiles of `values` (sorted), as `a–b×` (`values` alone when too few)."""
+    if len(values) < 4:
+        return "–"
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return f"{q1:.2f}–{q3:.2f}×"
 
 
 if __name__ == "__main__":
