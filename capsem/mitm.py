@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,11 @@ RECORDING = b"capsem: recording session "
 """The addon's line once its recorder has opened session.db."""
 CAPTURING = b"registered; capture started"
 """The addon's line once its session is registered and flows are kept (before RECORDING)."""
+
+
+LAUNCHER: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen
+"""What starts the mitmdump process (`subprocess.Popen`; the test suite forks it from a process
+that has imported mitmproxy: `tests/forkserver.py`)."""
 
 
 class MitmdumpError(RuntimeError):
@@ -136,9 +142,8 @@ def spawn_mitmdump(
         cmd += ["-s", str(ADDON_PATH)]
     cmd += args
     with open_private(log_path, "wb") as log:  # mitmdump and its recorder write only private files
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env or dict(os.environ), start_new_session=new_session,
-                                umask=umask)  # fmt: skip
+        return LAUNCHER(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                        env=env or dict(os.environ), start_new_session=new_session, umask=umask)  # fmt: skip
 
 
 def wait_for_mitmdump(
