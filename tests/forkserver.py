@@ -59,9 +59,10 @@ def _reap(*_: object) -> None:
         _done[pid] = os.waitstatus_to_exitcode(status)
 
 
-def _child(request: dict[str, Any], log: int, started: int) -> None:
+def _child(request: dict[str, Any], channel: socket.socket, log: int, started: int) -> None:
     """In the forked child: become the mitmdump asked for (its output to the file `log`), say so on
     the pipe `started` (as `Popen` returns once its child is set up), and exit as mitmdump does."""
+    channel.detach()  # closed below with the rest: its object must not close a number reused by then
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # its own children (the recorder) are waited on
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
     if request["new_session"]:
@@ -110,7 +111,7 @@ def serve(fd: int) -> None:
             ready, started = os.pipe()
             pid = os.fork()
             if pid == 0:
-                _child(request, fds[0], started)
+                _child(request, channel, fds[0], started)
             _done.pop(pid, None)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
             os.close(started)
