@@ -25,6 +25,11 @@ def _environ(pid: int) -> dict[str, str]:
     return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
 
 
+def _umask_of(pid: int) -> str:
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return next(line for line in status if line.startswith("Umask")).split()[1]
+
+
 def test_a_forked_mitmdump_runs_the_addon_with_what_it_was_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -41,10 +46,7 @@ def test_a_forked_mitmdump_runs_the_addon_with_what_it_was_given(
         (recorder,) = psutil.Process(pid).children()
         assert _environ(recorder.pid)["CAPSEM_FORK_TEST"] == "given"
         assert Path(f"/proc/{pid}/cwd").resolve() == tmp_path.resolve()
-        umask = next(
-            line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("Umask")
-        )
-        assert umask.split()[1] == "0027"
+        assert _umask_of(pid) == "0027"
         assert os.getpgid(pid) == os.getpgid(0)  # as Popen's child: in our process group
         assert proxy.process.poll() is None
         assert proxy.session_id()  # the addon loaded and its recorder opened the session
@@ -69,6 +71,7 @@ def test_a_new_session_a_kill_and_a_failure_read_as_popen_reads_them(tmp_path: P
             proxy = server.popen(["mitmdump", "--listen-host", "127.0.0.1", "-p", "0"], stdout=out,
                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
         assert os.getsid(proxy.pid) == proxy.pid
+        assert _umask_of(proxy.pid) == _umask_of(os.getpid())  # no umask given: ours, as with Popen
         with pytest.raises(subprocess.TimeoutExpired):
             proxy.wait(0.2)
         proxy.send_signal(signal.SIGKILL)
