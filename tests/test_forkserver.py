@@ -33,7 +33,8 @@ def _umask_of(pid: int) -> str:
 def test_a_forked_mitmdump_runs_the_addon_with_what_it_was_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert isinstance(capsem.mitm.LAUNCHER.__self__, ForkServer)  # conftest installed it
+    if not isinstance(getattr(capsem.mitm.LAUNCHER, "__self__", None), ForkServer):
+        pytest.skip("the fork server is off (CAPSEM_TEST_FORK_SERVER=0)")
     monkeypatch.chdir(tmp_path)
     env = dict(os.environ, CAPSEM_HOME=str(tmp_path / "home"), CAPSEM_FORK_TEST="given")
     proxy = start_mitmdump(confdir=seeded_confdir(tmp_path / "conf"), log_path=tmp_path / "log", env=env,
