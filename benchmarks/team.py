@@ -149,7 +149,9 @@ def _decisions(url: str, n: int) -> dict:
         guard = Guardrails([budget], team=Team(url, "bench-machine", "bench-user", "metadata"))
         guard.view = SpendView([budget], "20261128-100000-dec1", Path(os.environ["CAPSEM_HOME"]) / "main.db")
         if scope == "team":
-            guard.leases = TeamLeases([budget], guard.team, "20261128-100000-dec1", lambda b: 0.0)
+            guard.leases = TeamLeases(
+                [budget], guard.team, "20261128-100000-dec1", guard.view.own_spent, guard.view.held_now
+            )
             guard.leases.start()
             deadline = time.monotonic() + 10
             while not guard.leases.ready() and time.monotonic() < deadline:

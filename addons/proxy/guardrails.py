@@ -96,9 +96,7 @@ class Guardrails:
         if not self.budgets:
             return
         self.view = view = SpendView(self.budgets, session_id, main_db)
-        leases = TeamLeases(
-            self.budgets, self.team, session_id, lambda b: view.own_spent(b) + view.held_now(b)
-        )
+        leases = TeamLeases(self.budgets, self.team, session_id, view.own_spent, view.held_now)
         self.leases = leases if leases else None
         recorder.on_spend = self.view.on_report
         self._expedite = recorder.outbox.expedite
@@ -114,8 +112,10 @@ class Guardrails:
     def stop(self) -> None:
         if self.leases is not None:  # closing them returns what this session did not use to the team
             view = self.view
+            # what the calls hold first (it takes in the counted calls' reports), then the spend: a
+            # report in between counts a call twice, never not at all
             used = (
-                {b.name: view.spent(b) + view.reserved(b) for b in self.budgets if b.scope == "team"}
+                {b.name: view.reserved(b) + view.spent(b) for b in self.budgets if b.scope == "team"}
                 if view
                 else {}
             )

@@ -56,13 +56,20 @@ class TeamLeases:
     """The leases of this session's team budgets (the thread's side and the event loop's side)."""
 
     def __init__(self, budgets: Sequence[Budget], team: Team | None, session_id: str,
-                 used_of: Callable[[Budget], float]) -> None:  # fmt: skip
-        """`used_of(budget)`: this session's spend in the budget's period plus what its calls hold
-        (read from the thread: `SpendView.own` is replaced whole, the reservations summed by copy)."""
+                 spent_of: Callable[[Budget], float], held_of: Callable[[Budget], float]) -> None:  # fmt: skip
+        """`spent_of(budget)`: this session's spend in the budget's period; `held_of(budget)`: what
+        its calls in flight hold (both read from the thread: `SpendView.own` is replaced whole, the
+        reservations summed by copy).
+
+        The lease reports the spend alone as what it used: PostgreSQL keeps the largest use it was
+        told, so a reservation reported while its call was in flight (or while the call's cost was
+        already in the spend and its reservation not yet released) would stay counted for good.
+        What the calls hold sizes the lease instead, and is counted as used when the lease closes."""
         self.leases = {b.name: _Lease(b) for b in budgets if b.scope == "team"}
         self.team = team
         self.session_id = session_id
-        self.used_of = used_of
+        self.spent_of = spent_of
+        self.held_of = held_of
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -168,9 +175,10 @@ class TeamLeases:
                 wants, lease.wants = lease.wants, []
             if period != lease.period:
                 lease.period, lease.granted, lease.others, lease.answered = period, 0.0, 0.0, False
-            used = self.used_of(b)
-            want = max([used, *(need for need, _ in wants)]) + SLICE * b.limit_usd
-            if lease.answered and not wants and lease.granted - used >= SLICE * b.limit_usd / 2:
+            used = self.spent_of(b)
+            needed = used + self.held_of(b)
+            want = max([needed, *(need for need, _ in wants)]) + SLICE * b.limit_usd
+            if lease.answered and not wants and lease.granted - needed >= SLICE * b.limit_usd / 2:
                 want = lease.granted  # headroom enough: report the use only
             try:
                 got = grant(conn, b.name, period, b.limit_usd, self.team.machine, self.session_id,  # type: ignore[union-attr]
@@ -209,8 +217,11 @@ class TeamLeases:
         for lease in self.leases.values():
             if lease.answered:
                 try:
-                    used = self._final.get(lease.budget.name, self.used_of(lease.budget))
-                    close(conn, lease.budget.name, lease.period, self.team.machine, self.session_id,  # type: ignore[union-attr]
+                    b = lease.budget
+                    used = (
+                        self._final[b.name] if b.name in self._final else self.spent_of(b) + self.held_of(b)
+                    )
+                    close(conn, b.name, lease.period, self.team.machine, self.session_id,  # type: ignore[union-attr]
                           used)  # fmt: skip
                 except Exception as exc:
                     logger.warning("capsem: team budget %r: its lease could not be closed (%s): its unused part "
