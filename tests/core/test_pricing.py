@@ -1,4 +1,7 @@
 import json
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -150,3 +153,26 @@ def test_cost_split_by_token_type_adds_up():
     one_hour = price_call(provider="anthropic", model="claude-sonnet-4-5", input_tokens=1_000, output_tokens=0,
                           cache_write=1_000, cache_write_1h=1_000)  # fmt: skip
     assert one_hour.parts["cache_write"] == Decimal(1_000 * 6) / 1_000_000 == one_hour.total_usd
+
+
+def test_the_price_table_loads_without_httpx_command_line_client(tmp_path):
+    """genai-prices imports httpx, and httpx its command-line client (click, rich, pygments) when
+    they are installed: ~0.13 s of every recorder's start. The table loads without it, httpx keeps
+    its stand-in `main`, and the client can still be imported later by whoever wants it."""
+    code = (
+        "import sys\n"
+        "from pricing import price_call\n"
+        "priced = price_call(provider='anthropic', model='claude-sonnet-4-5', input_tokens=1000, output_tokens=100)\n"
+        "print(priced.source)\n"
+        "print(sorted(m for m in ('click', 'rich', 'pygments', 'httpx._main') if m in sys.modules))\n"
+        "import httpx, httpx._main\n"
+        "print(callable(httpx.main), httpx._main.__name__)\n"
+    )
+    env = {**os.environ, "CAPSEM_HOME": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    source, hidden, later = out.splitlines()
+    assert source.startswith("config/genai-prices.json")
+    assert hidden == "[]"
+    assert later == "True httpx._main"
