@@ -36,6 +36,9 @@ class RecorderSpec(msgspec.Struct, frozen=True):
     """0 for the session's first recorder; n for the n-th restarted after its predecessor died."""
     missed_flows: int = 0
     """Flows the dead predecessors were handed but never committed (stored in `session_meta`)."""
+    emulated: bool = False
+    """Its answers come from capsem's emulator or a replay (`capsem_emulated`): stored in
+    `session_meta` (`emulated`), where `capsem.outcomes.NOT_EMULATED` looks for it."""
 
     def __repr__(self) -> str:  # `learn` (and the OTLP headers) hold secrets
         return f"RecorderSpec(session_id={self.session_id!r}, db_path={self.db_path!r})"

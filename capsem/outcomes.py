@@ -24,11 +24,14 @@ FAILED_MODEL_CALL = (
 
 NOT_EMULATED = (
     "(CASE WHEN json_valid(n.response_headers) THEN json_extract(n.response_headers, '$.server') END"
-    " = 'not-emulated (capsem)')"
+    " = 'not-emulated (capsem)'"
+    " AND EXISTS (SELECT 1 FROM session_meta WHERE key = 'emulated' AND value = 'true'))"
 )
 """`net_events n` rows answered by capsem's provider emulator for something it does not play (another
 host's content, a git repository: `capsem.emulator.housekeeping`): under `--emulator`, an artefact of
-the emulation, not the agent's error; shown apart."""
+the emulation, not the agent's error; shown apart. Only in a session answered by the emulator or a
+replay (session_meta `emulated`): anywhere else the header is one any server could send, and such
+a request is an error like any other."""
 
 FAILED_REQUEST = (
     "(n.decision = 'error' OR (n.status_code >= 400 AND n.decision NOT IN ('denied', 'asked'))) "

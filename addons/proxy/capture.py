@@ -178,7 +178,7 @@ class Capsem:
         spec = spec_of(self.settings.capture, session_id=session.id, db_path=str(session.db_path),
                        main_db_path=str(main_db_path()), mode=mode, track_spend=bool(self.guard.budgets),
                        learn=self.guard.broker.secrets, otlp=otlp_of(self.settings.export),
-                       team=team_of(self.settings) is not None)  # fmt: skip
+                       team=team_of(self.settings) is not None, emulated=emulated)  # fmt: skip
         self.outbox = Outbox()
         self.connections.start()
 

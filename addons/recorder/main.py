@@ -99,9 +99,8 @@ def open_recorder(spec: RecorderSpec) -> Loop:
         writer.set_meta(capture_recorder_restarts=str(spec.restart),
                         capture_missed_flows=str(spec.missed_flows))  # fmt: skip
     else:
-        writer.set_meta(
-            session_id=spec.session_id, capsem_version=__version__, started_at=utc_now(), mode=spec.mode
-        )
+        writer.set_meta(session_id=spec.session_id, capsem_version=__version__, started_at=utc_now(),
+                        mode=spec.mode, emulated=str(spec.emulated).lower())  # fmt: skip
     writer.commit()
     spend = None
     if spec.track_spend:

@@ -385,6 +385,9 @@ def test_hosts_the_emulator_does_not_play_get_a_marked_404_and_model_apis_their_
 
 def test_what_the_emulator_does_not_play_is_not_counted_as_an_error(tmp_path: Path):
     conn = open_session_db(tmp_path / "session.db")
+    conn.execute(
+        "INSERT INTO session_meta (key, value) VALUES ('emulated', 'true')"
+    )  # as the recorder marks it
     for domain, server in [("github.com", NOT_EMULATED_SERVER), ("api.anthropic.com", "capsem-emulator"),
                            ("example.com", "nginx")]:  # fmt: skip
         conn.execute(
@@ -407,3 +410,26 @@ def test_what_the_emulator_does_not_play_is_not_counted_as_an_error(tmp_path: Pa
     assert "· 3 errors · 1 request not emulated" in shown
     assert "Not emulated (not errors; nothing left the machine): GET github.com:443/x HTTP 404" in shown
     assert "Errors (3)" in shown
+
+
+@pytest.mark.parametrize("marked", [None, "false"])
+def test_the_not_emulated_header_of_a_session_not_emulated_is_an_error(tmp_path: Path, marked: str | None):
+    """Outside a session answered by the emulator or a replay (an older session.db, or a real
+    upstream), `server: not-emulated (capsem)` is a header any server could send: no proof that
+    nothing left the machine, and the request's 404 is an error like any other."""
+    conn = open_session_db(tmp_path / "session.db")
+    if marked is not None:
+        conn.execute("INSERT INTO session_meta (key, value) VALUES ('emulated', ?)", (marked,))
+    conn.execute(
+        "INSERT INTO net_events (timestamp, domain, port, method, path, status_code, decision, response_headers)"
+        " VALUES ('2025-01-01T00:00:00Z', 'github.com', 443, 'GET', '/x', 404, 'allowed', ?)",
+        (json.dumps({"server": NOT_EMULATED_SERVER}),),
+    )
+    conn.commit()
+    assert [f.where for f in failures(conn)] == ["GET github.com:443/x HTTP 404"] and not not_emulated(conn)
+    assert conn.execute(f"SELECT {ERRORS_SQL}").fetchone()[0] == 1
+    conn.close()
+    console = Console(width=100, record=True)
+    console.print(render_session(session_summary("20250101-000000-abcd", tmp_path / "session.db"), 100))
+    shown = " ".join(console.export_text().split())
+    assert "· 1 error" in shown and "not emulated" not in shown.lower()
