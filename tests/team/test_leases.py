@@ -47,12 +47,17 @@ def report(view: SpendView, cost: float, done: list[list]) -> None:
                                "done": done}))  # fmt: skip
 
 
-def test_a_lease_reports_the_spend_not_the_reservations(team_url: str, tmp_path: Path) -> None:
+def keeper(team_url: str, tmp_path: Path) -> tuple[SpendView, TeamLeases]:
+    """A fresh team schema, this session's spend view and the lease's keeper over it (not started)."""
     with psycopg.connect(team_url, autocommit=True) as pg:
         schema.init(pg)
     view = SpendView([BUDGET], SESSION, tmp_path / "main.db")
-    leases = TeamLeases([BUDGET], Team(team_url, "laptop", "me", "metadata"), SESSION, view.own_spent,
-                        view.held_now)  # fmt: skip
+    return view, TeamLeases([BUDGET], Team(team_url, "laptop", "me", "metadata"), SESSION, view.own_spent,
+                            view.held_now)  # fmt: skip
+
+
+def test_a_lease_reports_the_spend_not_the_reservations(team_url: str, tmp_path: Path) -> None:
+    view, leases = keeper(team_url, tmp_path)
     view.reserve("flow-1", "anthropic", "claude-sonnet-4-5", "api.anthropic.com", RESERVED)
     leases.start()
     try:
@@ -72,11 +77,7 @@ def test_a_lease_reports_the_spend_not_the_reservations(team_url: str, tmp_path:
 
 
 def test_a_call_in_flight_when_the_session_ends_stays_counted(team_url: str, tmp_path: Path) -> None:
-    with psycopg.connect(team_url, autocommit=True) as pg:
-        schema.init(pg)
-    view = SpendView([BUDGET], SESSION, tmp_path / "main.db")
-    leases = TeamLeases([BUDGET], Team(team_url, "laptop", "me", "metadata"), SESSION, view.own_spent,
-                        view.held_now)  # fmt: skip
+    view, leases = keeper(team_url, tmp_path)
     report(view, COST, [])
     view.reserve("flow-2", "anthropic", "claude-sonnet-4-5", "api.anthropic.com", RESERVED)
     leases.start()
