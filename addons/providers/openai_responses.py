@@ -18,7 +18,11 @@ Protocol quirks handled:
   by `output_index` / `item_id`, recorded with its `call_id` (not the `fc_` item id);
   argument deltas are concatenated raw, and `function_call_arguments.done` /
   `output_item.done` replace them when they disagree (deltas may be missing). A `.done`
-  event also reconciles text and thinking parts.
+  event also reconciles text and thinking parts. The API's own `shell_call` and
+  `apply_patch_call` take an object (`action`, `operation`): `shell_call_command.added|delta|done`
+  (by `output_index` and `command_index`, no item id) build its `commands`, and
+  `apply_patch_call_operation_diff.delta|done` its `diff`, so that a stream cut before the item's
+  `done` still records what the model had asked so far.
 - Text and thinking: distinct parts (message content parts, summary parts, reasoning content
   parts) are joined with a blank line, each part's pieces as sent — the same rule for bodies.
 - Terminal events: `response.completed` (stop_reason ``completed``, even with tool calls),
@@ -299,6 +303,9 @@ class ResponsesEvents:
         self._text_owners: set[Any] = set()  # item ids / output indexes that gave text
         self._thinking_owners: set[Any] = set()
         self._content = False  # any text, thinking or tool call so far
+        self._shaped: dict[int, dict[str, Any]] = {}  # call key -> a shell call's action, a patch's
+        # operation, as its deltas build it
+        self._unsent: set[int] = set()  # calls whose deltas changed their arguments since they were sent
 
     def events(self, ev: SSEEvent) -> Sequence[LlmEvent]:
         try:
@@ -349,7 +356,9 @@ class ResponsesEvents:
         return () if kind.startswith("response.") else _UNKNOWN
 
     def end(self) -> Sequence[LlmEvent]:
-        return ()  # calls never done stay incomplete
+        """Calls never done stay incomplete, with what their deltas said."""
+        unsent, self._unsent = sorted(self._unsent), set()
+        return tuple(ToolCallArguments(key, arguments_text(self._shaped[key])) for key in unsent)
 
     # -- text and thinking parts ------------------------------------------------------------
 
@@ -441,8 +450,16 @@ class ResponsesEvents:
         if not (isinstance(item, dict) and item.get("type") in CALL_TYPES):
             return ()
         key, out = self._call(obj, item)
-        initial = arguments_text(call_arguments(item))
-        if initial:
+        arguments = call_arguments(item)
+        if item.get("type") == "shell_call" and isinstance(arguments, dict):
+            commands = arguments.get("commands")
+            self._shaped[key] = {
+                **arguments,
+                "commands": list(commands) if isinstance(commands, list) else [],
+            }
+        elif item.get("type") == "apply_patch_call" and isinstance(arguments, dict):
+            self._shaped[key] = dict(arguments)
+        if initial := arguments_text(arguments):
             out.append(ToolCallDelta(key, initial))
         return out
 
@@ -462,6 +479,40 @@ class ResponsesEvents:
     def _custom_done(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
         return self._args_done(obj, "input")
 
+    def _command(self, obj: dict[str, Any], field: str) -> Sequence[LlmEvent]:
+        """`shell_call_command.added|delta|done` (`command`, or a `delta` of it): one command of a
+        shell call's `action.commands`, by `command_index` (these events carry no item id)."""
+        key = self._call_for(obj.get("item_id"), obj.get("output_index"))
+        action, index, text = self._shaped.get(key), obj.get("command_index"), obj.get(field)  # type: ignore[arg-type]
+        if action is None or not (type(index) is int and 0 <= index < 10_000) or not isinstance(text, str):
+            return ()
+        commands = action.get("commands")
+        if not isinstance(commands, list):  # (a patch's operation: not a shell call)
+            return ()
+        commands.extend([""] * (index + 1 - len(commands)))
+        before = commands[index] if isinstance(commands[index], str) else ""
+        commands[index] = before + text if field == "delta" else text
+        return self._reshaped(key, field != "delta")  # type: ignore[arg-type]
+
+    def _diff(self, obj: dict[str, Any], field: str) -> Sequence[LlmEvent]:
+        """`apply_patch_call_operation_diff.delta|done`: a patch's `operation.diff`."""
+        key = self._call_for(obj.get("item_id"), obj.get("output_index"))
+        operation, text = self._shaped.get(key), obj.get(field)  # type: ignore[arg-type]
+        if operation is None or not isinstance(text, str):
+            return ()
+        before = operation.get("diff") if isinstance(operation.get("diff"), str) else ""
+        operation["diff"] = before + text if field == "delta" else text
+        return self._reshaped(key, field != "delta")  # type: ignore[arg-type]
+
+    def _reshaped(self, key: int, whole: bool) -> Sequence[LlmEvent]:
+        """A shaped call's arguments as they stand, sent at a `.done` (a delta only marks them:
+        the stream's end sends what is unsent, `end`)."""
+        if not whole:
+            self._unsent.add(key)
+            return ()
+        self._unsent.discard(key)
+        return (ToolCallArguments(key, arguments_text(self._shaped[key])),)
+
     def _item_done(self, obj: dict[str, Any]) -> Sequence[LlmEvent]:
         item = obj.get("item")
         if not isinstance(item, dict):
@@ -469,6 +520,8 @@ class ResponsesEvents:
         kind = item.get("type")
         if kind in CALL_TYPES:
             key, out = self._call(obj, item)
+            self._shaped.pop(key, None)  # the whole item says it all
+            self._unsent.discard(key)
             name = call_name(item)
             out.append(ToolCallStart(key, as_str(item.get("call_id")) or "", name))
             whole = call_arguments(item)
@@ -532,6 +585,11 @@ _HANDLERS: dict[str, Callable[[ResponsesEvents, dict[str, Any]], Sequence[LlmEve
     "response.function_call_arguments.done": ResponsesEvents._args_done,
     "response.custom_tool_call_input.delta": ResponsesEvents._args_delta,
     "response.custom_tool_call_input.done": ResponsesEvents._custom_done,
+    "response.shell_call_command.added": lambda r, obj: r._command(obj, "command"),
+    "response.shell_call_command.delta": lambda r, obj: r._command(obj, "delta"),
+    "response.shell_call_command.done": lambda r, obj: r._command(obj, "command"),
+    "response.apply_patch_call_operation_diff.delta": lambda r, obj: r._diff(obj, "delta"),
+    "response.apply_patch_call_operation_diff.done": lambda r, obj: r._diff(obj, "diff"),
     "response.created": ResponsesEvents._start,
     "response.in_progress": ResponsesEvents._start,
     "response.queued": ResponsesEvents._start,

@@ -1,5 +1,7 @@
-"""OpenAI Responses: `function_call`, `custom_tool_call` and `local_shell_call` output items held from
-`response.output_item.added` to their `response.output_item.done`, over SSE or a WebSocket.
+"""OpenAI Responses: the call output items (`function_call`, `custom_tool_call`, `local_shell_call`,
+and the API's own `shell_call` and `apply_patch_call`) held from `response.output_item.added` to
+their `response.output_item.done`, over SSE or a WebSocket, with every event between them (their
+argument deltas, `shell_call_command.*`, `apply_patch_call_operation_diff.*`).
 
 A denied item is replaced, at the same `output_index`, by an assistant `message` item whose text
 names the rule (the six events a message item streams as), and in the final `response.completed`

@@ -406,3 +406,45 @@ def test_the_apis_own_shell_and_patch_calls_and_codex_local_shell_are_tool_calls
     assert (result.call_id, result.tool_name, result.content) == ("call_sh", "shell", "removed")
     kinds = [(i.kind, i.tool_name) for i in request_items("openai_responses", json.dumps(request).encode())]
     assert kinds == [("tool_call", "shell"), ("tool_result", None)]
+
+
+@pytest.mark.parametrize("kind", ["shell_call", "apply_patch_call"])
+def test_a_shell_or_patch_call_is_built_from_its_own_deltas_when_the_stream_is_cut(kind: str) -> None:
+    """`shell_call_command.*` and `apply_patch_call_operation_diff.*` (as the API names them) build
+    the call's `action.commands` / `operation.diff`: whole, the item's `done` says the same; cut
+    before it, the call is recorded incomplete with what the deltas had said, at every cut."""
+    from tests.addons.toolhold.test_hold import (
+        ADDED,
+        PATCH_DELTAS,
+        PATCH_EDIT,
+        SHELL_CALL,
+        SHELL_DELTAS,
+        _responses_sse,
+    )
+
+    item, between = (SHELL_CALL, SHELL_DELTAS) if kind == "shell_call" else (PATCH_EDIT, PATCH_DELTAS)
+    arguments = item["action"] if kind == "shell_call" else item["operation"]
+
+    def recorded(sse: bytes, pieces: int = 1) -> ToolCall:
+        reader = ResponseReader(OpenAIResponses(), framing="sse", content_encoding=None, status=200)
+        size = -(-len(sse) // pieces)
+        for i in range(0, len(sse), size):
+            reader.feed(sse[i : i + size])
+        (call,) = reader.finish().tool_calls
+        return call
+
+    whole = recorded(_responses_sse(item, between, added=ADDED[kind]), pieces=7)
+    assert json.loads(whole.arguments) == arguments and whole.complete
+    cut = _responses_sse(item, between, added=ADDED[kind], done=False)
+    for pieces in (1, 3, 11):
+        call = recorded(cut, pieces)
+        assert (call.call_id, json.loads(call.arguments), call.complete) == (
+            item["call_id"],
+            arguments,
+            False,
+        )
+    # cut after the deltas but before their `.done`: the joined deltas
+    last_delta = _responses_sse(item, between[:-1] if kind == "apply_patch_call" else between[:3],
+                                added=ADDED[kind], done=False)  # fmt: skip
+    expected = arguments if kind == "apply_patch_call" else {**arguments, "commands": ["ls"]}
+    assert json.loads(recorded(last_delta).arguments) == expected

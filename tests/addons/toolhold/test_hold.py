@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from addons.toolhold import HeldCall, SseHold, calls_in, machine_for, rewrite_json
+from addons.toolhold.openai_responses import call_of
 from tests.addons.toolhold import sdk_parse
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -296,18 +297,29 @@ def test_gemini_code_assist_envelopes_are_held():
     assert b"functionCall" not in rewrite_json("gemini", json.dumps([chunk, chunk]).encode(), deny())
 
 
-def _responses_sse(item: dict) -> bytes:
-    """A streamed Responses answer whose one output item is `item` (added in progress, then done)."""
+def _responses_sse(item: dict, between: tuple[dict, ...] = (), *, added: dict | None = None,
+                   done: bool = True) -> bytes:  # fmt: skip
+    """A streamed Responses answer whose one output item is `item`: added in progress (as `added`,
+    else as it is), the events `between` (its own deltas), then done (`done=False`: the stream is
+    cut before that)."""
     events = [
-        {"type": "response.created", "sequence_number": 0, "response": {"id": "resp_1", "output": []}},
-        {"type": "response.output_item.added", "sequence_number": 1, "output_index": 0,
-         "item": {**item, "status": "in_progress"}},
-        {"type": "response.output_item.done", "sequence_number": 2, "output_index": 0, "item": item},
-        {"type": "response.completed", "sequence_number": 3,
-         "response": {"id": "resp_1", "status": "completed", "output": [item]}},
-    ]  # fmt: skip
+        {"type": "response.created", "response": {"id": "resp_1", "output": []}},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {**(added or item), "status": "in_progress"},
+        },
+        *between,
+        {"type": "response.output_item.done", "output_index": 0, "item": item},
+        {"type": "response.completed", "response": {"id": "resp_1", "status": "completed", "output": [item]}},
+    ][: None if done else 2 + len(between)]
     return b"".join(
-        b"event: " + e["type"].encode() + b"\ndata: " + json.dumps(e).encode() + b"\n\n" for e in events
+        b"event: "
+        + e["type"].encode()
+        + b"\ndata: "
+        + json.dumps({**e, "sequence_number": n}).encode()
+        + b"\n\n"
+        for n, e in enumerate(events)
     )
 
 
@@ -315,6 +327,25 @@ SHELL_CALL = {"type": "shell_call", "id": "sh_1", "call_id": "call_sh", "status"
               "action": {"commands": ["ls", "rm -rf capsem-doomed.txt"], "timeout_ms": 1000}}  # fmt: skip
 PATCH_CALL = {"type": "apply_patch_call", "id": "ap_1", "call_id": "call_ap", "status": "completed",
               "operation": {"type": "delete_file", "path": "/etc/hosts"}}  # fmt: skip
+SHELL_DELTAS = tuple(
+    {"type": f"response.shell_call_command.{kind}", "output_index": 0, "command_index": i, **fields}
+    for i, command in enumerate(SHELL_CALL["action"]["commands"])
+    for kind, fields in (("added", {"command": ""}), ("delta", {"delta": command[:3], "obfuscation": "x"}),
+                         ("delta", {"delta": command[3:]}), ("done", {"command": command}))
+)  # fmt: skip
+"""The events the API streams a shell call's commands as (no item id: by output and command index)."""
+PATCH_EDIT = {**PATCH_CALL, "operation": {"type": "update_file", "path": "/etc/hosts",
+                                          "diff": "@@\n-127.0.0.1 localhost\n+10.0.0.9 localhost\n"}}  # fmt: skip
+_DIFF = "response.apply_patch_call_operation_diff"
+PATCH_DELTAS = (
+    {"type": f"{_DIFF}.delta", "item_id": "ap_1", "output_index": 0, "delta": "@@\n-127.0.0.1 localhost\n"},
+    {"type": f"{_DIFF}.delta", "item_id": "ap_1", "output_index": 0, "delta": "+10.0.0.9 localhost\n"},
+    {"type": f"{_DIFF}.done", "item_id": "ap_1", "output_index": 0, "diff": PATCH_EDIT["operation"]["diff"]},
+)
+"""The events the API streams a patch's diff as."""
+ADDED = {"shell_call": {**SHELL_CALL, "action": {**SHELL_CALL["action"], "commands": []}},
+         "apply_patch_call": {**PATCH_EDIT, "operation": {**PATCH_EDIT["operation"], "diff": ""}}}  # fmt: skip
+"""Each call as `output_item.added` announces it, before its deltas."""
 
 
 def test_the_responses_shell_and_apply_patch_tools_are_held():
@@ -354,6 +385,16 @@ def test_the_responses_shell_and_apply_patch_tools_are_held():
         assert decide(held) == rule
     harmless = {**SHELL_CALL, "action": {"commands": ["ls"]}}
     assert run("openai_responses", [_responses_sse(harmless)], decide) == _responses_sse(harmless)
+    # with the deltas the API streams them with: held with the call, gone with a denied one
+    for item, between, rule in ((SHELL_CALL, SHELL_DELTAS, "no-rm"), (PATCH_EDIT, PATCH_DELTAS, "no-etc")):
+        sse = _responses_sse(item, between, added=ADDED[item["type"]])
+        out = run("openai_responses", cut(sse, list(range(0, len(sse), 97))), decide)
+        assert f"policy rule '{rule}'" in out.decode()
+        assert b"rm -rf" not in out and b"10.0.0.9" not in out and b"shell_call_command" not in out
+        assert b"operation_diff" not in out
+        calls = []
+        assert run("openai_responses", cut(sse, list(range(0, len(sse), 97))), allow(calls)) == sse
+        assert [(c.name, c.arguments) for c in calls] == [(call_of(item).name, call_of(item).arguments)]
 
 
 def _chat_sse(chunks: list[dict]) -> bytes:
