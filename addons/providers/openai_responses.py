@@ -483,8 +483,11 @@ class ResponsesEvents:
         """`shell_call_command.added|delta|done` (`command`, or a `delta` of it): one command of a
         shell call's `action.commands`, by `command_index` (these events carry no item id)."""
         key = self._call_for(obj.get("item_id"), obj.get("output_index"))
-        action, index, text = self._shaped.get(key), obj.get("command_index"), obj.get(field)  # type: ignore[arg-type]
-        if action is None or not (type(index) is int and 0 <= index < 10_000) or not isinstance(text, str):
+        action = self._shaped.get(key) if key is not None else None
+        index, text = obj.get("command_index"), obj.get(field)
+        if key is None or action is None or not (type(index) is int and 0 <= index < 10_000):
+            return ()
+        if not isinstance(text, str):
             return ()
         commands = action.get("commands")
         if not isinstance(commands, list):  # (a patch's operation: not a shell call)
@@ -492,17 +495,18 @@ class ResponsesEvents:
         commands.extend([""] * (index + 1 - len(commands)))
         before = commands[index] if isinstance(commands[index], str) else ""
         commands[index] = before + text if field == "delta" else text
-        return self._reshaped(key, field != "delta")  # type: ignore[arg-type]
+        return self._reshaped(key, field != "delta")
 
     def _diff(self, obj: dict[str, Any], field: str) -> Sequence[LlmEvent]:
         """`apply_patch_call_operation_diff.delta|done`: a patch's `operation.diff`."""
         key = self._call_for(obj.get("item_id"), obj.get("output_index"))
-        operation, text = self._shaped.get(key), obj.get(field)  # type: ignore[arg-type]
-        if operation is None or not isinstance(text, str):
+        operation = self._shaped.get(key) if key is not None else None
+        text = obj.get(field)
+        if key is None or operation is None or not isinstance(text, str):
             return ()
         before = operation.get("diff") if isinstance(operation.get("diff"), str) else ""
         operation["diff"] = before + text if field == "delta" else text
-        return self._reshaped(key, field != "delta")  # type: ignore[arg-type]
+        return self._reshaped(key, field != "delta")
 
     def _reshaped(self, key: int, whole: bool) -> Sequence[LlmEvent]:
         """A shaped call's arguments as they stand, sent at a `.done` (a delta only marks them:
