@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _quartiles(values: list[float]) -> str:
-    """The first and third quartiles of `values` (sorted), as `a–b×` (`values` alone when too few)."""
+    """The first and third quartiles of `values` (sorted), as `a–b×` (`–` when fewer than four)."""
     if len(values) < 4:
         return "–"
     q1, _, q3 = statistics.quantiles(values, n=4)
