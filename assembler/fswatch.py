@@ -7,6 +7,10 @@ again after a recorder restart), which writes and scrubs them as it does every r
 `.git` internals are ignored, and so is capsem's own folder (`$CAPSEM_HOME`: its databases, logs
 and CA) when it lies inside the workspace; several changes to one path within a batch are folded
 into one row. The watcher holds no writer: the recorder is session.db's one writer.
+
+Watching a tree starts by registering each of its folders with the kernel, and watchfiles' Rust
+backend holds the GIL while it does (~1 s for a repository with a virtualenv, ~7,000 folders):
+`capsem run` starts the watcher while mitmdump starts, and waits for `ready` only before the agent.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import threading
 from pathlib import Path
 
 import watchfiles
+from watchfiles._rust_notify import RustNotify  # what `watchfiles.watch` drives (its documented backend)
 
 from addons.feed import FsChanges
 from assembler.feed import Feed
@@ -62,6 +67,8 @@ class _Filter(watchfiles.DefaultFilter):
 
 FLUSH_TIMEOUT = 5.0
 """Seconds `stop` waits for the recorder to commit the last changes."""
+READY_TIMEOUT = 30.0
+"""Seconds `ready` waits for a tree's folders to be registered (the agent starts then all the same)."""
 
 
 class WorkspaceWatcher:
@@ -83,8 +90,12 @@ class WorkspaceWatcher:
         self._thread = threading.Thread(target=self._run, name="capsem-fswatch", daemon=True)
 
     def start(self) -> None:
+        """Start watching on a thread; returns at once (`ready` waits for the folders' registration)."""
         self._thread.start()
-        self._ready.wait(5)
+
+    def ready(self, timeout: float = READY_TIMEOUT) -> bool:
+        """Wait until every folder is watched, or watching failed (logged): False after `timeout`."""
+        return self._ready.wait(timeout)
 
     @property
     def events(self) -> int:
@@ -103,16 +114,27 @@ class WorkspaceWatcher:
 
     def _run(self) -> None:
         watch_filter = _Filter(self.skip)
-        self._ready.set()
-        try:
-            # quiet for a second: an empty set, to deliver what waited for the recorder to listen
-            for changes in watchfiles.watch(self.root, watch_filter=watch_filter, debounce=self.debounce_ms,
-                                            step=50, stop_event=self._stop, raise_interrupt=False,
-                                            rust_timeout=1000, yield_on_timeout=True):  # fmt: skip
-                rows = fold(changes, self.root) if changes else []
-                if rows:
-                    self.feed.send(FsChanges(utc_now(), tuple(rows)))
-                else:
-                    self.feed.poke()
+        try:  # the loop of `watchfiles.watch`, with `ready` set once the folders are registered
+            with RustNotify([str(self.root)], False, False, 300, True, False) as notify:
+                self._ready.set()
+                while True:
+                    # quiet for a second: "timeout", to deliver what waited for the recorder to listen
+                    raw = notify.watch(self.debounce_ms, 50, 1000, self._stop)
+                    if raw == "stop":
+                        return
+                    changes = _kept(raw, watch_filter) if isinstance(raw, set) else set()
+                    rows = fold(changes, self.root) if changes else []
+                    if rows:
+                        self.feed.send(FsChanges(utc_now(), tuple(rows)))
+                    else:
+                        self.feed.poke()
         except Exception as exc:  # the agent must go on even if watching fails
             logger.warning("capsem: watching %s failed: %r", self.root, exc)
+        finally:
+            self._ready.set()
+
+
+def _kept(raw: set[tuple[int, str]], watch_filter: _Filter) -> set[tuple[watchfiles.Change, str]]:
+    """The changes `watch_filter` keeps, typed as `watchfiles.watch` gives them."""
+    typed = ((watchfiles.Change(c), path) for c, path in raw)
+    return {(c, path) for c, path in typed if watch_filter(c, path)}

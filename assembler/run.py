@@ -366,8 +366,12 @@ def run_agent(
     code: int | None = None
     notices: AskNotices | None = None
     try:
-        from assembler.ask_notice import AskNotices
         from assembler.fswatch import WorkspaceWatcher
+
+        # while mitmdump starts: registering a large tree's folders takes a second, holding the GIL
+        watcher = WorkspaceWatcher(workspace or Path.cwd(), session_db_path(session_id))
+        watcher.start()
+        from assembler.ask_notice import AskNotices
         from assembler.procdiag import ProcessSampler
         from assembler.procdiag.sampler import secrets_of
 
@@ -377,8 +381,7 @@ def run_agent(
         if upstream is not None:
             upstream.started(session_id)
             env |= upstream.env
-        watcher = WorkspaceWatcher(workspace or Path.cwd(), session_db_path(session_id))
-        watcher.start()  # before the agent: its first file change is recorded
+        watcher.ready()  # before the agent: its first file change is recorded
         if brokered is not None:
             env, removed = broker_env(env, brokered)
             for variable in removed:
@@ -438,14 +441,14 @@ def _stop_recording(process: subprocess.Popen[bytes], proxy: Mitmdump | None, wa
 
     deadline = time.monotonic() + FINAL_WRITE_TIMEOUT  # one wait for a recorder that cannot commit
     report = finish(sampler, warn=False, deadline=deadline) if sampler is not None else None
-    if watcher is not None:
-        watcher.stop(timeout=max(0.0, deadline - time.monotonic()))
+    if watcher is not None:  # a mitmdump that never started has no recorder to wait for, nor a session
+        watcher.stop(timeout=max(0.0, deadline - time.monotonic()) if proxy is not None else 0.0)
     if proxy is not None:
         proxy.stop()
     elif process.poll() is None:
         process.kill()
         process.wait()
-    if watcher is not None and watcher.feed.waiting:
+    if proxy is not None and watcher is not None and watcher.feed.waiting:
         _write_left_over(watcher)
     if sampler is not None and report is not None and report.error:
         report = finish(sampler, recorder_gone=True)

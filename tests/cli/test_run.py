@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
+import threading
 
 from tests.cli.conftest import run
 from tests.conftest import rows
@@ -67,10 +69,28 @@ def test_run_refuses_a_bad_session_id_at_once(capsem_home):
     assert "No closing quotation" in run("run", "--mitmdump-args", "--mode 'upstream", "--", "true", code=1)
 
 
-def test_run_says_why_mitmdump_did_not_start(capsem_home):
-    out = run("run", "--mitmdump-args", "--no-such-mitmdump-flag", "--", "true", code=1)
+def test_run_says_why_mitmdump_did_not_start(capsem_home, tmp_path):
+    """The workspace is watched while mitmdump starts; when it does not, its changes are dropped
+    with the session: no session.db is written for them."""
+    stop = threading.Event()
+
+    def busy() -> None:
+        for n in itertools.count():
+            (tmp_path / f"f{n % 5}.txt").write_text(str(n))
+            if stop.wait(0.02):
+                return
+
+    writer = threading.Thread(target=busy)
+    writer.start()
+    try:
+        out = run("run", "--workspace", str(tmp_path), "--mitmdump-args", "--no-such-mitmdump-flag", "--", "true",
+                  code=1)  # fmt: skip
+    finally:
+        stop.set()
+        writer.join()
     assert "mitmdump did not start: it exited with status 1" in out
     assert "unrecognized arguments: --no-such-mitmdump-flag" in out
+    assert [p.name for p in (capsem_home / "sessions").glob("*/*")] == ["mitmdump.log"]
 
 
 def test_run_options_replace_capsems_own():
