@@ -4,8 +4,10 @@ Each row the writer inserts (and each `session_meta` value it sets) becomes one 
 commit order: its table, its key (the table's primary key when the row carries it, else its
 `event_id`), the SHA-256 of its canonical encoding (`row_digest`) and the running digest `chain`
 = SHA-256(previous chain ‖ digest), starting from `genesis(session_id)`. A batch's entries are
-stored as one `ledger` row (`[table, key, shape, digest, chain]` each, msgpack, numbered from its
-`first_seq`): one insert a commit instead of one a row, which was most of the ledger's cost. At
+stored as one `ledger` row numbered from its `first_seq` (`pack`): one insert a commit instead of
+one a row, which was most of the ledger's cost. Only what cannot be recomputed is stored: each
+entry's key and shape (its table is the shape's) and its digest; the chain values follow from the
+digests, and the batch's last is its signed head. At
 the end of every commit batch (and when a writer closes: `final`) the head (the last chain
 value) is signed with the ledger key and stored in `ledger_heads` in the same transaction, so a
 committed batch is always a signed one.
@@ -28,7 +30,7 @@ import hashlib
 import logging
 import re
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,9 +49,32 @@ TRIGGERED = "tool_calls"
 """The table the triggers update after its insert."""
 
 
-def unpack(entries: bytes) -> list[list]:
-    """A batch's entries: [table, key, shape, digest, chain] each, in commit order."""
-    return msgspec.msgpack.decode(entries)
+PACKED = 2
+"""The `ledger.entries` format: [2, keys, shapes, digests] (the digests joined, 32 bytes each).
+Files written before it hold [[table, key, shape, digest, chain], ...]: 99 bytes an entry, not 45."""
+
+
+def pack(entries: Sequence[tuple]) -> bytes:
+    """A batch's entries (table, key, shape, digest, chain) as stored: keys, shapes, digests."""
+    return _encode(
+        [PACKED, [e[1] for e in entries], [e[2] for e in entries], b"".join(e[3] for e in entries)]
+    )
+
+
+def unpack(packed: bytes, tables: Mapping[int, str]) -> list[tuple[str, Any, int, bytes, bytes | None]]:
+    """A batch's entries in commit order: (table, key, shape, digest, chain); the table from its
+    shape (`tables`: shape id to table; "?" for an unknown shape), the chain None where the format
+    does not store it (the caller recomputes it from the digests)."""
+    data = msgspec.msgpack.decode(packed)
+    if not data or data[0] != PACKED:  # written before PACKED: each entry whole
+        return [(table, key, shape, digest, chain) for table, key, shape, digest, chain in data]
+    _, keys, shapes, digests = data
+    if len(digests) != 32 * len(keys) or len(shapes) != len(keys):
+        raise ValueError(
+            f"a ledger batch of {len(keys)} keys, {len(shapes)} shapes and {len(digests)} digest bytes"
+        )
+    return [(tables.get(shape, "?"), key, shape, digests[32 * i : 32 * i + 32], None)
+            for i, (key, shape) in enumerate(zip(keys, shapes, strict=True))]  # fmt: skip
 
 
 def genesis(session_id: str) -> bytes:
@@ -205,15 +230,11 @@ class Ledger:
             self._shapes[(table, names)] = _Shape(
                 sid, shape_prefix(table, names), key_column(conn, table, names), True
             )
-        row = conn.execute("SELECT first_seq, entries FROM ledger ORDER BY batch DESC LIMIT 1").fetchone()
-        if row:
-            entries = unpack(row[1])
-            self.seq, self.chain = row[0] + len(entries) - 1, entries[-1][4]
-        row = conn.execute(
+        row = conn.execute(  # a batch's entries and its head are written in one transaction
             "SELECT batch, last_seq, head, final FROM ledger_heads ORDER BY batch DESC LIMIT 1"
         ).fetchone()
         if row:
-            self.batch = row[0]
+            self.batch, self.seq, self.chain = row[0], row[1], row[2]
             self.last = Head(row[0], row[1], row[2], bool(row[3]))
         self._loaded = True
 
@@ -263,7 +284,7 @@ class Ledger:
             conn.executemany("INSERT INTO ledger_shapes VALUES (?, ?, ?)", new)
         if self._entries:
             first = self.seq - len(self._entries) + 1
-            conn.execute("INSERT INTO ledger VALUES (?, ?, ?)", (self.batch, first, _encode(self._entries)))
+            conn.execute("INSERT INTO ledger VALUES (?, ?, ?)", (self.batch, first, pack(self._entries)))
         at = utc_now()
         message = head_message(self.session_id, self.batch, self.seq, self.chain, final, at)
         signature = self.key.sign(message) if self.key else b""

@@ -726,10 +726,10 @@ def m019_ledger(conn: sqlite3.Connection) -> None:
     """The chain over every row written (`capsem/store/ledger.py`): `ledger` one row a commit
     batch, its entries (one a row written, in commit order: its table, key, shape, digest and
     running chain value) packed as one msgpack array from entry `first_seq` on (one insert a
-    batch, not one a row), `ledger_shapes` the column lists rows were written with,
-    `ledger_heads` each commit batch's signed head (`final`: the head a writer closed with).
-    Rows written before this migration are not covered: `capsem verify` says so. (m018 is the
-    tool rules'.)"""
+    batch, not one a row; since `capsem.store.ledger.PACKED`, only keys, shapes and digests),
+    `ledger_shapes` the column lists rows were written with, `ledger_heads` each commit batch's
+    signed head (`final`: the head a writer closed with). Rows written before this migration
+    are not covered: `capsem verify` says so. (m018 is the tool rules'.)"""
     run_script(
         conn,
         """

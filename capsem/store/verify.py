@@ -79,6 +79,7 @@ def verify_session(conn: sqlite3.Connection, session_id: str, public: Ed25519Pub
         out.problems.append(Problem("uncovered", detail="no ledger: recorded before capsem kept one"))
         return out
     wanted = {h[1] for h in heads}
+    tables = {sid: table for sid, (table, _) in shapes.items()}
     chain_at: dict[int, bytes] = {0: genesis(session_id)}
     latest: dict[tuple[str, Any], tuple[int, int, bytes]] = {}
     previous, expected = chain_at[0], 1
@@ -87,9 +88,16 @@ def verify_session(conn: sqlite3.Connection, session_id: str, public: Ed25519Pub
             out.problems.append(
                 Problem("chain", detail=f"ledger entries {expected}..{first - 1} removed", order=expected)
             )
-        for seq, (table, key, shape, digest, chain) in enumerate(unpack(packed), first):
+        try:
+            entries = unpack(packed, tables)
+        except (ValueError, msgspec.DecodeError) as exc:
+            out.problems.append(
+                Problem("chain", detail=f"ledger entries from {first} unreadable: {exc}", order=first)
+            )
+            continue
+        for seq, (table, key, shape, digest, chain) in enumerate(entries, first):
             previous = link(previous, digest)
-            if previous != chain:
+            if chain is not None and previous != chain:  # stored by files written before `PACKED`
                 out.problems.append(
                     Problem("chain", table, key, f"entry {seq} does not link to the one before", seq)
                 )

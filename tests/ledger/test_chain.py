@@ -9,10 +9,12 @@ import logging
 import sqlite3
 import stat
 
+import msgspec
 import pytest
 
 from capsem.rollup import finish_session, open_main, register_session
 from capsem.store.keys import load_public
+from capsem.store.ledger import genesis, link, unpack
 from capsem.store.schema import connect
 from capsem.store.verify import verify_session
 from capsem.store.writer import SessionWriter
@@ -143,3 +145,60 @@ def test_two_writers_on_one_session_take_turns_on_the_chain(db, capsem_home):
     first.close(end=True)
     v = verdict(capsem_home, db)
     assert v.ok and v.batches == 5 and v.last.final
+
+
+def _rewrite_as_before_packed(db) -> None:
+    """The ledger as files written before `PACKED` hold it: each entry whole, its table and chain."""
+    conn = sqlite3.connect(db)
+    tables = {sid: t for sid, t in conn.execute("SELECT id, tbl FROM ledger_shapes")}
+    chain = genesis(db.parent.name)
+    for batch, packed in conn.execute("SELECT batch, entries FROM ledger ORDER BY batch").fetchall():
+        whole = []
+        for table, key, shape, digest, _ in unpack(packed, tables):
+            chain = link(chain, digest)
+            whole.append([table, key, shape, digest, chain])
+        conn.execute("UPDATE ledger SET entries = ? WHERE batch = ?", (msgspec.msgpack.encode(whole), batch))
+    conn.commit()
+    conn.close()
+
+
+def test_a_ledger_written_before_packed_entries_verifies_and_continues(db, capsem_home):
+    """Entries are stored as keys, shapes and digests (45 bytes an entry, not 99): a session.db
+    written before, each entry whole, still verifies, its stored chain values still checked, and a
+    writer continues it in the new form."""
+    writer = SessionWriter(db)
+    writer.add_dicts("net_events", [net(1), net(2)])
+    assert writer.commit()
+    writer.conn.close()  # killed: a restarted writer continues the chain
+    (packed,) = sqlite3.connect(db).execute("SELECT entries FROM ledger").fetchone()
+    assert len(packed) == 1 + 1 + 3 + 3 + 2 + 64  # [2, [1, 2], [1, 1], 64 bytes of digests]
+    _rewrite_as_before_packed(db)
+    assert verdict(capsem_home, db, status="crashed").ok
+    again = SessionWriter(db)
+    again.add_dicts("net_events", [net(3)])
+    again.close(end=True)
+    v = verdict(capsem_home, db)
+    assert v.ok and v.rows == 3 and v.batches == 3 and v.last.final  # the first, the restarted one's, its end
+    conn = sqlite3.connect(db)
+    first = conn.execute("SELECT entries FROM ledger ORDER BY batch LIMIT 1").fetchone()[0]
+    whole = msgspec.msgpack.decode(first)
+    whole[0][4] = bytes(32)  # an edited chain value of an entry written whole
+    conn.execute("UPDATE ledger SET entries = ? WHERE batch = 1", (msgspec.msgpack.encode(whole),))
+    conn.commit()
+    conn.close()
+    assert "entry 1 does not link to the one before" in str(verdict(capsem_home, db).first)
+
+
+def test_a_ledger_batch_cut_short_is_a_problem_not_a_crash(db, capsem_home):
+    writer = SessionWriter(db)
+    writer.add_dicts("net_events", [net(1), net(2)])
+    writer.close(end=True)
+    conn = sqlite3.connect(db)
+    (packed,) = conn.execute("SELECT entries FROM ledger").fetchone()
+    version, keys, shapes, digests = msgspec.msgpack.decode(packed)
+    cut = msgspec.msgpack.encode([version, keys, shapes, digests[:-5]])
+    conn.execute("UPDATE ledger SET entries = ?", (cut,))
+    conn.commit()
+    conn.close()
+    problems = [str(p) for p in verdict(capsem_home, db).problems]
+    assert any("unreadable: a ledger batch of" in p for p in problems), problems

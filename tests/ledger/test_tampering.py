@@ -143,7 +143,7 @@ def test_a_cut_last_batch_is_noticed(home, recorded):
     ((batch, packed),) = sql(db, "SELECT batch, entries FROM ledger ORDER BY batch DESC LIMIT 1")
     conn = sqlite3.connect(db)
     shapes = {sid: (t, json.loads(c)) for sid, t, c in conn.execute("SELECT * FROM ledger_shapes")}
-    for table, key, shape, _digest, _chain in unpack(packed):
+    for table, key, shape, _digest, _chain in unpack(packed, {sid: t for sid, (t, _) in shapes.items()}):
         columns = shapes[shape][1]
         conn.execute(f"DELETE FROM {table} WHERE {columns[key_column(conn, table, columns)]} = ?", (key,))
     conn.commit()
