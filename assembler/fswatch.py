@@ -22,6 +22,12 @@ from pathlib import Path
 
 import watchfiles
 from watchfiles._rust_notify import RustNotify  # what `watchfiles.watch` drives (its documented backend)
+from watchfiles.main import (  # how `watchfiles.watch` reads its WATCHFILES_* variables
+    _default_debug,
+    _default_force_polling,
+    _default_ignore_permission_denied,
+    _default_poll_delay_ms,
+)
 
 from addons.feed import FsChanges
 from assembler.feed import Feed
@@ -115,7 +121,7 @@ class WorkspaceWatcher:
     def _run(self) -> None:
         watch_filter = _Filter(self.skip)
         try:  # the loop of `watchfiles.watch`, with `ready` set once the folders are registered
-            with RustNotify([str(self.root)], False, False, 300, True, False) as notify:
+            with _notify(self.root) as notify:
                 self._ready.set()
                 while True:
                     # quiet for a second: "timeout", to deliver what waited for the recorder to listen
@@ -132,6 +138,13 @@ class WorkspaceWatcher:
             logger.warning("capsem: watching %s failed: %r", self.root, exc)
         finally:
             self._ready.set()
+
+
+def _notify(root: Path) -> RustNotify:
+    """The watcher `watchfiles.watch` makes for `root` (the WATCHFILES_* variables, polling under
+    WSL), made here so that its registration of the folders is known to be over."""
+    return RustNotify([str(root)], _default_debug(None), _default_force_polling(None), _default_poll_delay_ms(300),
+                      True, _default_ignore_permission_denied(None))  # fmt: skip
 
 
 def _kept(raw: set[tuple[int, str]], watch_filter: _Filter) -> set[tuple[watchfiles.Change, str]]:

@@ -90,7 +90,7 @@ def verify_session(conn: sqlite3.Connection, session_id: str, public: Ed25519Pub
             )
         try:
             entries = unpack(packed, tables)
-        except (ValueError, msgspec.DecodeError) as exc:
+        except (ValueError, TypeError, KeyError, msgspec.DecodeError) as exc:
             out.problems.append(
                 Problem("chain", detail=f"ledger entries from {first} unreadable: {exc}", order=first)
             )

@@ -202,3 +202,9 @@ def test_a_ledger_batch_cut_short_is_a_problem_not_a_crash(db, capsem_home):
     conn.close()
     problems = [str(p) for p in verdict(capsem_home, db).problems]
     assert any("unreadable: a ledger batch of" in p for p in problems), problems
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE ledger SET entries = ?", (msgspec.msgpack.encode([7, 8]),))  # neither form
+    conn.commit()
+    conn.close()
+    problems = [str(p) for p in verdict(capsem_home, db).problems]
+    assert any("ledger entries from 1 unreadable" in p for p in problems), problems
