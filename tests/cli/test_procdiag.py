@@ -247,7 +247,10 @@ def test_secrets_of_the_agent_environment_are_learned_but_paths_are_not():
 
 @linux_only
 def test_reader_on_a_live_a_zombie_and_a_vanished_process():
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    # it says so once it runs: Popen returns as exec begins, before the kernel has set its argv
+    child = subprocess.Popen([sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+    assert child.stdout.readline() == b"up\n"
     reader = ProcessReader()
     proc = psutil.Process(child.pid)
     try:
