@@ -161,10 +161,11 @@ def _thread_faults(pid: int) -> dict[int, int]:
 def test_a_flood_costs_the_sender_thread_no_page_faults_per_frame(shared):
     """The sender thread's frames stay below mitmdump's fixed mmap threshold (`BATCH_BYTES`):
     megabyte frames were fresh mappings, each faulted in page by page (128 to 257 faults for this
-    flood, against 1 to 34 since, most of them the event loop's)."""
+    flood, against 1 to 34 since, most of them the event loop's; 69 once in a fresh-clone run, on a
+    VM whose kernel reclaims pages on its own: the bound lies between that and the regression)."""
     faults, size = shared.scenario("flood").result
     assert size > 1_000_000
-    assert faults < size / 65536, (faults, size)
+    assert faults < size / 32768, (faults, size)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
