@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from addons.memory import keep_large_blocks
 from addons.messages import (
     FlowEnded,
     Message,
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sort", default="tottime", help="pstats order: tottime, cumulative...")
     parser.add_argument("--top", type=int, default=30)
     args = parser.parse_args(argv)
+    keep_large_blocks()  # the recorder process's malloc setting: without it, each body's copies fault in
     spec = StreamSpec(args.events, args.size)
     encoded = batches(args.streams, spec, args.batch)
     mib = sum(map(len, encoded)) / 2**20
