@@ -8,9 +8,9 @@ values of a stream's delta fields are joined per field name, in order (a channel
 `text`, Ollama's `response`…), the joined text is scrubbed, and each secret found is cut out of
 every delta it spans: the first keeps the marker in its place, the others lose their part. The
 rest of the body (its framing, the other fields) is scrubbed as any text, with the deltas' values
-blanked (`scrub_stream`): a delta's text is read once, whole, not also as a piece of escaped JSON
-cut off where the delta ends. Deltas without secrets are left byte for byte, as is every byte that
-is no secret's.
+blanked (`scrub_stream`; at most `BLANK_KEEP` blanks a value): a delta's text is read once, whole,
+not also as a piece of escaped JSON cut off where the delta ends. Deltas without secrets are left
+byte for byte, as is every byte that is no secret's.
 
 Where a redaction lies is read back from the scrubbed text: every marker holds the keyed hash of
 what it replaced, so each one is placed exactly (`marker_spans`). The scrubber reads a joined text
@@ -36,6 +36,13 @@ _DELTA_RE = re.compile(
 )
 """A delta field and its JSON string value (the loop unrolled: ~8x faster in `re` than one
 alternation per character). `capsem.native.delta_channels` reads the same fields, several times faster."""
+BLANK_KEEP = 64
+"""The blanks a delta's value leaves in the body the framing is read in (a value of fewer leaves
+as many as it had). A flood's deltas of a KiB each were ~90 % of that text in blanks, read by every
+pass; nothing in them is a secret's. Kept: a rule may ask for a long run between two parts it
+finds in the framing (gitleaks' `private-key`: 64 characters or more between its `BEGIN` and
+`END` lines); shorter runs can only bring parts closer, and a framing the scrubber changes is read
+again with every value's blanks in full (`scrub_stream`)."""
 _MAX_CANDIDATES = 4096
 """Places tried for the end of one redacted span before giving up on placing it."""
 _PROBE = 64
@@ -148,6 +155,9 @@ def scrub_stream(
     scrubbed = scrub(blank) or blank
     if not joined:
         return scrubbed
+    if scrubbed != blank:  # read again with the values' blanks in full: spans are then the text's
+        blank = _blanked(text, _places(text, _DELTA_KEYS), keep=None)
+        scrubbed = scrub(blank) or blank
     if scrubbed != blank:
         spans = marker_spans(blank, scrubbed)
         if spans is None or _overlap(spans, _places(text, _DELTA_KEYS)):
@@ -157,19 +167,20 @@ def scrub_stream(
 
 
 def _split(text: str) -> tuple[str, dict[str, list[str]]]:
-    """(`text` with the values of its delta fields blanked, `_joined(text)`): in one walk
-    (`native.delta_split`)."""
+    """(`text` with the values of its delta fields blanked, at most `BLANK_KEEP` blanks each,
+    `_joined(text)`): in one walk (`native.delta_split`)."""
     if native.delta_split is not None:
         return native.delta_split(text)
     joined = _joined(text)
     return (_blanked(text, _places(text, _DELTA_KEYS)) if joined else text), joined
 
 
-def _blanked(text: str, places: list[tuple[str, int, int]]) -> str:
-    """`text` with each of `places` (key, start, end) turned to blanks."""
+def _blanked(text: str, places: list[tuple[str, int, int]], keep: int | None = BLANK_KEEP) -> str:
+    """`text` with each of `places` (key, start, end) turned to blanks, at most `keep` of them
+    (None: as many as it had)."""
     out, done = [], 0
     for _, start, end in places:
-        out += [text[done:start], " " * (end - start)]
+        out += [text[done:start], " " * (end - start if keep is None else min(end - start, keep))]
         done = end
     return "".join(out) + text[done:]
 

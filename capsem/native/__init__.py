@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-VERSION = 13
+VERSION = 14
 """The fastpath.c this Python expects (its `FASTPATH_VERSION`); an older build is not used."""
 SCRUB_VERSION = 10
 """The scrubpath.c this Python expects (its `SCRUBPATH_VERSION`)."""

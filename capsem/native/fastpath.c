@@ -29,8 +29,8 @@
  * it (one it refuses is left out), listed per key in order. `delta_places(text, keys)` says where
  * the raw values of the same fields lie, for the keys in `keys`: (key, start, end), in order,
  * without decoding them (the values are `delta_channels`' lists, in the same order);
- * `delta_split(text)` is (the text with each of those raw values turned to blanks, `delta_channels`),
- * in one walk (the text itself when it has none).
+ * `delta_split(text)` is (the text with each of those raw values turned to blanks, at most
+ * `BLANK_KEEP` of them, `delta_channels`), in one walk (the text itself when it has none).
  *
  * `note_ends(noted, ends, times, started, limit)` is `StreamRead.feed_held`'s loop
  * (addons/recorder/streams.py): for each chunk whose decoded end is past the last noted one, while
@@ -46,7 +46,7 @@
 #include <emmintrin.h>
 #endif
 
-#define FASTPATH_VERSION 13
+#define FASTPATH_VERSION 14
 
 typedef struct {
     char *buf;
@@ -1311,7 +1311,27 @@ static PyObject *field_value(PyObject *text, int kind, const void *data, Py_ssiz
  * field, per key, in order (what scrub_deltas joins); a value json.loads refuses is left out. */
 /* The channels of `text` (see `delta_channels`); with `blank` (a copy of the text's data), each
  * value listed is turned to blanks there. NULL on an error. */
-static PyObject *channels_of(PyObject *text, void *blank) {
+/* Where `channels_of` writes the text with its delta values blanked: `buf` (room for the whole
+ * text, of its kind) holds `w` characters, the text's up to `last` with each value before it
+ * turned to at most `BLANK_KEEP` blanks (`capsem.stream_scrub.BLANK_KEEP`). */
+#define BLANK_KEEP 64
+typedef struct {
+    char *buf;
+    Py_ssize_t w, last;
+} Blanked;
+
+/* Copy the text up to `upto` into `b`, then `blanks` blanks, and go on from `from`. */
+static void blank_to(Blanked *b, int kind, const void *data, Py_ssize_t upto, Py_ssize_t blanks,
+                     Py_ssize_t from) {
+    memcpy(b->buf + b->w * kind, (const char *)data + b->last * kind, (size_t)(upto - b->last) * (size_t)kind);
+    b->w += upto - b->last;
+    if (kind == PyUnicode_1BYTE_KIND) memset(b->buf + b->w, ' ', (size_t)blanks);
+    else for (Py_ssize_t k = 0; k < blanks; k++) PyUnicode_WRITE(kind, b->buf, b->w + k, ' ');
+    b->w += blanks;
+    b->last = from;
+}
+
+static PyObject *channels_of(PyObject *text, Blanked *blank) {
     int kind = PyUnicode_KIND(text), key;
     const void *data = PyUnicode_DATA(text);
     Py_ssize_t n = PyUnicode_GET_LENGTH(text), pos = 0, start, end;
@@ -1332,11 +1352,10 @@ static PyObject *channels_of(PyObject *text, void *blank) {
         int bad = PyList_Append(lists[key], value);
         Py_DECREF(value);
         if (bad < 0) goto fail;
-        if (blank != NULL) {
-            if (kind == PyUnicode_1BYTE_KIND) memset((char *)blank + start, ' ', (size_t)(end - start));
-            else for (Py_ssize_t k = start; k < end; k++) PyUnicode_WRITE(kind, blank, k, ' ');
-        }
+        if (blank != NULL)
+            blank_to(blank, kind, data, start, end - start < BLANK_KEEP ? end - start : BLANK_KEEP, end);
     }
+    if (blank != NULL) blank_to(blank, kind, data, n, 0, n);
     return channels;
 fail:
     Py_DECREF(channels);
@@ -1360,22 +1379,14 @@ static PyObject *delta_split(PyObject *self, PyObject *arg) {
     int kind = PyUnicode_KIND(arg);
     Py_ssize_t n = PyUnicode_GET_LENGTH(arg);
     PyObject *channels, *blanked = NULL, *result;
-    if (PyUnicode_IS_ASCII(arg)) { /* (most bodies) blanked in the new str itself */
-        blanked = PyUnicode_New(n, 0x7f);
-        if (blanked == NULL) return NULL;
-        memcpy(PyUnicode_1BYTE_DATA(blanked), PyUnicode_1BYTE_DATA(arg), (size_t)n);
-        channels = channels_of(arg, PyUnicode_1BYTE_DATA(blanked));
-    } else { /* blanked in a copy, then made the narrowest str that holds what is left */
-        char *buf = PyMem_Malloc((size_t)(n ? n : 1) * (size_t)kind);
-        if (buf == NULL) return PyErr_NoMemory();
-        memcpy(buf, PyUnicode_DATA(arg), (size_t)n * (size_t)kind);
-        channels = channels_of(arg, buf);
-        if (channels != NULL && PyDict_GET_SIZE(channels)) {
-            blanked = PyUnicode_FromKindAndData(kind, buf, n);
-            if (blanked == NULL) Py_CLEAR(channels);
-        }
-        PyMem_Free(buf);
+    Blanked blank = {PyMem_Malloc((size_t)(n ? n : 1) * (size_t)kind), 0, 0};
+    if (blank.buf == NULL) return PyErr_NoMemory();
+    channels = channels_of(arg, &blank);
+    if (channels != NULL && PyDict_GET_SIZE(channels)) { /* the narrowest str that holds what is left */
+        blanked = PyUnicode_FromKindAndData(kind, blank.buf, blank.w);
+        if (blanked == NULL) Py_CLEAR(channels);
     }
+    PyMem_Free(blank.buf);
     if (channels == NULL) {
         Py_XDECREF(blanked);
         return NULL;

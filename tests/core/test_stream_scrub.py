@@ -8,7 +8,7 @@ import pytest
 
 from capsem.markers import hash_value, redacted
 from capsem.redact import Scrubber
-from capsem.stream_scrub import marker_spans, scrub_stream
+from capsem.stream_scrub import BLANK_KEEP, marker_spans, scrub_stream
 
 KEY = "sk-ant-api03-Zq8vB2nR4tY6uI0oP3aS5dF7gH9jK1lX"
 
@@ -144,7 +144,38 @@ def test_a_redaction_of_the_framing_that_reaches_into_a_delta_scrubs_the_whole_b
         return text[:at] + redacted(text[at : at + 6]) + text[at + 6 :]
 
     assert scrub_stream(body, scrub, lambda joined: []) == body
-    assert ["hello" in text for text in read] == [False, True]
+    # the blanked body, again with its values' blanks in full (to place what it redacts), then whole
+    assert ["hello" in text for text in read] == [False, False, True]
+
+
+def test_the_framing_is_read_with_at_most_blank_keep_blanks_a_value_and_its_secrets_placed():
+    """A flood's deltas of a KiB each leave `BLANK_KEEP` blanks each in the text the framing is
+    scrubbed in; a secret of the framing is still redacted where it is in the body, the deltas
+    left byte for byte."""
+    long_parts = ["x" * 1000 + f" {i}" for i in range(20)]
+    body = anthropic_sse(long_parts).replace('"id":"msg_1"', f'"id":"{KEY}"')
+    read: list[str] = []
+    scrubber = Scrubber()
+
+    def scrub(text: str) -> str | None:
+        read.append(text)
+        return scrubber.scrub(text)
+
+    out = scrub_stream(body, scrub, scrubber.secret_spans)
+    assert out == body.replace(KEY, redacted(KEY))
+    assert " " * (BLANK_KEEP + 1) not in read[0] and " " * BLANK_KEEP in read[0]
+    assert len(read[0]) < len(body) - 20 * (1000 - BLANK_KEEP)
+    assert " " * 1000 in read[1]  # it redacted: read again with the blanks in full, to place it
+
+
+def test_a_private_key_around_long_blanked_values_is_still_found():
+    """gitleaks' `private-key` asks for 64 characters or more between its `BEGIN` and `END`
+    lines: with values blanked to `BLANK_KEEP`, a key whose lines lie in the fields either side of
+    a long delta is still one match (the whole body is then scrubbed)."""
+    line = {"model": "-----BEGIN RSA PRIVATE KEY-----", "response": "y" * 500, "k": "KEY-----"}
+    body = json.dumps(line, separators=(",", ":")) + "\n"
+    assert len('","response":"' + " " * 16 + '","k":"') < 64  # (with 16 blanks it would not match)
+    assert Scrubber().scrub_stream(body) != body
 
 
 def test_a_stream_without_secrets_is_left_byte_for_byte():
