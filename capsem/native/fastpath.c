@@ -1307,10 +1307,6 @@ static PyObject *field_value(PyObject *text, int kind, const void *data, Py_ssiz
     return value;
 }
 
-/* `delta_channels(text) -> dict[key, list[str]]`: the decoded non-empty values of every delta
- * field, per key, in order (what scrub_deltas joins); a value json.loads refuses is left out. */
-/* The channels of `text` (see `delta_channels`); with `blank` (a copy of the text's data), each
- * value listed is turned to blanks there. NULL on an error. */
 /* Where `channels_of` writes the text with its delta values blanked: `buf` (room for the whole
  * text, of its kind) holds `w` characters, the text's up to `last` with each value before it
  * turned to at most `BLANK_KEEP` blanks (`capsem.stream_scrub.BLANK_KEEP`). */
@@ -1331,6 +1327,10 @@ static void blank_to(Blanked *b, int kind, const void *data, Py_ssize_t upto, Py
     b->last = from;
 }
 
+/* `delta_channels(text) -> dict[key, list[str]]`: the decoded non-empty values of every delta
+ * field, per key, in order (what scrub_deltas joins); a value json.loads refuses is left out. */
+/* The channels of `text` (see `delta_channels`); with `blank`, the text with each value listed
+ * turned to blanks is written there. NULL on an error. */
 static PyObject *channels_of(PyObject *text, Blanked *blank) {
     int kind = PyUnicode_KIND(text), key;
     const void *data = PyUnicode_DATA(text);
