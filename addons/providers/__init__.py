@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from functools import cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
@@ -90,6 +90,7 @@ _PARSERS: dict[str, tuple[str, str]] = {
 }
 
 
+@lru_cache(maxsize=1024)  # an agent talks to a few hosts: each is matched once, not per request
 def provider_for_host(host: str, port: int | None = None) -> str | None:
     host = host.lower().rstrip(".")
     if port in _LOCAL_PORTS and host in _LOCAL_HOSTS:
@@ -107,6 +108,7 @@ def provider_for_host(host: str, port: int | None = None) -> str | None:
     return None
 
 
+@lru_cache(maxsize=1024)  # (a `Route` is immutable: shared by the requests of one shape)
 def detect(host: str, path: str, method: str, port: int | None = None) -> Route | None:
     """The route of a model call, or None when the flow is not a model call."""
     if method.upper() != "POST":
