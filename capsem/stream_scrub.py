@@ -155,12 +155,14 @@ def scrub_stream(
     scrubbed = scrub(blank) or blank
     if not joined:
         return scrubbed
-    if scrubbed != blank:  # read again with the values' blanks in full: spans are then the text's
-        blank = _blanked(text, _places(text, _DELTA_KEYS), keep=None)
-        scrubbed = scrub(blank) or blank
+    if scrubbed == blank:
+        return scrub_deltas(text, spans_of, joined)
+    places = _places(text, _DELTA_KEYS)  # read again with the values' blanks in full: spans are the text's
+    blank = _blanked(text, places, keep=None)
+    scrubbed = scrub(blank) or blank
     if scrubbed != blank:
         spans = marker_spans(blank, scrubbed)
-        if spans is None or _overlap(spans, _places(text, _DELTA_KEYS)):
+        if spans is None or _overlap(spans, places):
             return scrub_deltas(scrub(text) or text, spans_of)
         text = _redacted_at(text, spans)  # the deltas' values unchanged: `joined` still holds
     return scrub_deltas(text, spans_of, joined)
