@@ -210,12 +210,17 @@ class CanonicalRequest:
     @classmethod
     def of(cls, method: str, port: int, path: str, names: Iterable[str]) -> CanonicalRequest:
         """`path` as sent (without the query); `names` as carried (the destination first)."""
-        canonical: list[Name] = []
-        for text in dict.fromkeys(names):  # the same spelling is read once
-            name = canonical_name(text)
-            if name is not None and name not in canonical:
-                canonical.append(name)
-        return cls(method.upper(), port, path_readings(path), tuple(canonical) or (Name(""),))
+        return _canonical_request(method, port, path, tuple(names))
+
+
+@lru_cache(maxsize=4096)  # an agent sends the same few requests again and again: each read once
+def _canonical_request(method: str, port: int, path: str, names: tuple[str, ...]) -> CanonicalRequest:
+    canonical: list[Name] = []
+    for text in dict.fromkeys(names):  # the same spelling is read once
+        name = canonical_name(text)
+        if name is not None and name not in canonical:
+            canonical.append(name)
+    return CanonicalRequest(method.upper(), port, path_readings(path), tuple(canonical) or (Name(""),))
 
 
 @dataclass(frozen=True, slots=True)

@@ -105,10 +105,14 @@ def read_request(
     by_header = method == "POST" and any(name in lowered for name in MCP_HEADERS)
     if not raw:
         return (Kind.MCP, b"") if by_header else (Kind.NOT_MCP, None)
-    decoder = BodyDecoder(lowered.get("content-encoding"), max_output=limit)
-    body = decoder.decode(raw) + decoder.flush()
+    encoding = lowered.get("content-encoding")
+    if encoding is None:  # as sent (what `BodyDecoder` would give, without making one)
+        body, cut = raw[:limit], cut or len(raw) > limit
+    else:
+        decoder = BodyDecoder(encoding, max_output=limit)
+        body = decoder.decode(raw) + decoder.flush()
+        cut = cut or bool(decoder.error and "exceeds" in decoder.error)
     kind = classify(body)
-    cut = cut or bool(decoder.error and "exceeds" in decoder.error)
     if kind is Kind.NOT_MCP and cut and _JSON_START.match(_utf8(body[:64])):
         kind = Kind.UNREADABLE  # JSON cut at the limit: what follows could be any call
     if kind is Kind.NOT_MCP and by_header:

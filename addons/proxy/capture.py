@@ -280,7 +280,7 @@ class Capsem:
         state.response = response_head(resp)
         if state.tool_whole:  # read whole for the tool rules: recorded as a whole body
             return
-        content_type = resp.headers.get("content-type")
+        content_type = state.response.header("content-type")  # as the recorder reads it: the first
         framing = (
             stream_framing(state.route.protocol, content_type, state.request.path) if state.route else None
         )
@@ -392,7 +392,7 @@ class Capsem:
     def _end(self, key: str, body: bytes | None, error: str | None, ended: float,
              client_status: int | None = None, close: tuple[int | None, str | None] = (None, None)) -> None:  # fmt: skip
         """Hand the flow over as one `FlowEnded`; the hook side forgets it."""
-        state = self.flows.open.pop(key)
+        state = self.flows.close(key)
         tap = state.response_tap
         self.put(
             FlowEnded(

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections import OrderedDict
-from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from mitmproxy import connection, http, tls
@@ -27,8 +25,6 @@ from addons.proxy.process import ProcessResolver
 if TYPE_CHECKING:
     from addons.proxy.capture import Capsem
 
-_MAX_CONNECTIONS = 10_000
-
 
 class Connections:
     """Client connections' processes and failed upstream connections (mitmproxy's connection hooks)."""
@@ -37,8 +33,6 @@ class Connections:
         self.capture = capture
         self.hook_failures = 0
         self.resolver: ProcessResolver | None = None
-        self.processes: OrderedDict[str, Future[tuple[str | None, int | None]]] = OrderedDict()
-        """Client connection id -> the lookup of its local process."""
         self.attempts = Attempts(capture.put, self.process)
         """Upstream connections made before any flow (CONNECT tunnels): failures become rows."""
 
@@ -56,20 +50,12 @@ class Connections:
     def client_connected(self, client: connection.Client) -> None:
         """Look up the local process behind the connection now, on the resolver's thread (a short
         connection may be gone within milliseconds); its flows carry the answer."""
-        if self.resolver is None:
-            return
-        found = self.resolver.lookup(peer(client.peername), peer(client.sockname))
-        if found is not None:
-            self.processes[client.id] = found
-            while len(self.processes) > _MAX_CONNECTIONS:
-                self.processes.popitem(last=False)
+        if self.resolver is not None:
+            self.resolver.lookup(client.id, peer(client.peername), peer(client.sockname))
 
     def process(self, conn: str | None) -> tuple[str | None, int | None] | None:
         """The connection's process, if its lookup has finished."""
-        found = self.processes.get(conn) if conn else None
-        if found is None or not found.done() or found.exception() is not None:
-            return None
-        return found.result()
+        return self.resolver.found(conn) if conn and self.resolver is not None else None
 
     @guarded
     def client_disconnected(self, client: connection.Client) -> None:
@@ -80,11 +66,7 @@ class Connections:
         """An upstream connection opened for a client connection with no flow open (a CONNECT
         tunnel): followed by the hooks below until it works or fails."""
         client = data.client.id
-        if (
-            self.capture.outbox is None
-            or data.server.address is None
-            or any(f.head.conn == client for f in self.capture.flows.open.values())
-        ):
+        if self.capture.outbox is None or data.server.address is None or client in self.capture.flows.conns:
             return  # a flow's own connection: the flow records how it ends
         self.attempts.start(client, data.server.address, time.time(), addr(data.client.peername))
 

@@ -26,7 +26,7 @@ from addons.mcp.jsonrpc import Kind, read_request
 from addons.messages import Approval, RequestHead, ResponseHead, Route, Substitution, ToolDecision
 from addons.providers import detect, provider_for_host
 from addons.providers.sniff import sniff_route
-from addons.proxy.hooks import addr, guarded
+from addons.proxy.hooks import addr, authority, guarded, header_fields
 from addons.proxy.tap import RequestTap, ResponseTap
 
 if TYPE_CHECKING:
@@ -81,10 +81,22 @@ class Flows:
     def __init__(self, capture: Capsem) -> None:
         self.capture = capture
         self.open: dict[str, FlowState] = {}
+        self.conns: dict[str, int] = {}
+        """Client connection id -> how many of its flows are open."""
         self.hook_failures = 0
 
     def get(self, flow: http.HTTPFlow) -> FlowState | None:
         return self.open.get(flow.id)
+
+    def close(self, key: str) -> FlowState:
+        """Forget the open flow `key` (it is handed over)."""
+        state = self.open.pop(key)
+        conn = state.head.conn
+        if (left := self.conns.get(conn, 1) - 1) > 0:
+            self.conns[conn] = left
+        else:
+            self.conns.pop(conn, None)
+        return state
 
     @guarded
     def requestheaders(self, flow: http.HTTPFlow) -> None:
@@ -93,14 +105,17 @@ class Flows:
         req = flow.request
         self.capture.connections.attempts.flow_started(flow.client_conn.id)
         path, query = split_target(req.path)  # `//admin` is a path, never a host
-        canonical = CanonicalRequest.of(req.method, req.port, path, names(flow))
+        headers = header_fields(req.headers.fields)
+        canonical = CanonicalRequest.of(req.method, req.port, path, names(flow, headers))
         head = RequestHead(
             key=flow.id, conn=flow.client_conn.id, started=req.timestamp_start or time.time(),
             scheme=req.scheme, host=req.host, port=req.port, method=req.method, path=path,
-            query=query, http_version=req.http_version, headers=tuple(req.headers.items(multi=True)),
+            query=query, http_version=req.http_version, headers=headers,
             client_addr=addr(flow.client_conn.peername), canonical_path=canonical.path,
         )  # fmt: skip
         route = detect(canonical.names[0].host or req.host, canonical.path, req.method, req.port)
+        if flow.id not in self.open:
+            self.conns[head.conn] = self.conns.get(head.conn, 0) + 1
         self.open[flow.id] = FlowState(head, canonical, route)
 
     @guarded
@@ -130,15 +145,16 @@ def _model_api(state: FlowState) -> bool:
     return all(provider_for_host(name.host) is not None for name in state.request.names)
 
 
-def names(flow: http.HTTPFlow) -> list[str]:
+def names(flow: http.HTTPFlow, headers: tuple[tuple[str, str], ...]) -> list[str]:
     """Every name the request carries, the destination first: where mitmproxy connects (the
     absolute-form URI's host, else the CONNECT target or the transparent destination), each Host
-    header, HTTP/2's `:authority`, the TLS SNI and the server connection's address. The request
-    goes upstream under all of them (DNS, TLS, virtual hosting), so each is checked."""
+    header (of `headers`, the request's, decoded), HTTP/2's `:authority`, the TLS SNI and the
+    server connection's address. The request goes upstream under all of them (DNS, TLS, virtual
+    hosting), so each is checked."""
     req = flow.request
-    found = [req.host, *req.headers.get_all("host")]
-    if req.authority:
-        found.append(req.authority)
+    found = [req.host, *(value for name, value in headers if name.lower() == "host")]
+    if raw := req.data.authority:
+        found.append(authority(raw))
     if flow.client_conn.sni:
         found.append(flow.client_conn.sni)
     if flow.server_conn.address:
@@ -158,4 +174,4 @@ def collect_request(flow: http.HTTPFlow, state: FlowState) -> None:
 
 
 def response_head(resp: http.Response) -> ResponseHead:
-    return ResponseHead(resp.status_code, tuple(resp.headers.items(multi=True)), resp.timestamp_start)
+    return ResponseHead(resp.status_code, header_fields(resp.headers.fields), resp.timestamp_start)

@@ -31,6 +31,24 @@ def peer(address: Any) -> tuple[str, int] | None:
     return (str(address[0]), int(address[1])) if address else None
 
 
+def header_fields(fields: tuple[tuple[bytes, bytes], ...]) -> tuple[tuple[str, str], ...]:
+    """Header fields (mitmproxy's `headers.fields`) as `headers.items(multi=True)` gives them
+    (UTF-8, undecodable bytes surrogate-escaped), each decoded once, in one step."""
+    return tuple(
+        [(k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape")) for k, v in fields]
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def authority(raw: bytes) -> str:
+    """A request's authority as mitmproxy's `Request.authority` reads it (IDNA, else UTF-8),
+    each spelling decoded once (IDNA's codec is slow, and an agent uses a few)."""
+    try:
+        return raw.decode("idna")
+    except UnicodeError:
+        return raw.decode("utf8", "surrogateescape")
+
+
 def addr(address: Any) -> str | None:
     if not address:
         return None

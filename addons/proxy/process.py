@@ -16,9 +16,9 @@ On Linux, `ProcessResolver.resolve` reads only what it needs, in two steps:
 Names are cached per pid with the process's start time, so a reused pid is not misnamed.
 Elsewhere (macOS) it reads psutil's whole connection table, as capsem always did.
 
-A lookup is synchronous work that holds the GIL for a while: it belongs in a process other than
-mitmdump (capsem's recorder), where it costs the client's connection nothing. `lookup()` still
-offers it on a thread, for the capture hooks that call it today.
+A lookup is synchronous work that holds the GIL for a while: `lookup()` runs it on the resolver's
+own thread, and costs the hook that asks a queue put. (It could live in a process other than
+mitmdump, but the tool rules decide on the process's name in mitmdump.)
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from queue import SimpleQueue
 
 import psutil
 
@@ -114,10 +114,13 @@ class ProcessResolver:
     Args:
         max_owners: how many recent connection owners to search first.
         max_names: how many pid names to keep.
+        max_found: how many answers of `lookup` to keep (the oldest go first).
         netlink: ask the kernel through NETLINK_SOCK_DIAG (False: /proc/net/tcp* only).
     """
 
-    def __init__(self, *, max_owners: int = 16, max_names: int = 4096, netlink: bool = True) -> None:
+    def __init__(
+        self, *, max_owners: int = 16, max_names: int = 4096, max_found: int = 10_000, netlink: bool = True
+    ) -> None:
         self._linux = sys.platform.startswith("linux") and os.path.isdir("/proc/self/fd")
         self._diag: SockDiag | None = None
         if self._linux and netlink:
@@ -126,13 +129,18 @@ class ProcessResolver:
             except OSError as exc:
                 logger.debug("capsem: no sock_diag (%r); reading /proc/net/tcp", exc)
         self._local = self._local_addresses()
+        self._is_local: dict[str, bool] = {}
         self._lock = threading.Lock()
         self._owners: OrderedDict[int, None] = OrderedDict()  # most recent last
         self._max_owners = max_owners
         self._names: OrderedDict[int, tuple[int | None, str | None]] = OrderedDict()
         self._max_names = max_names
         self._table = PsutilTable()
-        self._pool: ThreadPoolExecutor | None = None
+        self._queue: SimpleQueue[tuple[str, Peer, Peer | None] | None] | None = None
+        """What the resolver's thread has still to look up (None: no thread runs)."""
+        self._found: dict[str, ProcessInfo] = {}
+        """Client connection id -> its process, as `lookup` found it (written by its thread only)."""
+        self._max_found = max_found
         self.fd_dirs_scanned = 0
         """How many /proc/<pid>/fd directories were read, over all lookups (tests, benchmarks)."""
 
@@ -148,8 +156,13 @@ class ProcessResolver:
 
     def is_local(self, ip: str) -> bool:
         """Whether `ip` is loopback or one of this machine's addresses (IPv4-mapped too)."""
-        addr = kernel_address(ip)
-        return addr is not None and (addr.is_loopback or str(addr) in self._local)
+        known = self._is_local.get(ip)
+        if known is None:  # each client address is read once (an agent's are a few)
+            addr = kernel_address(ip)
+            known = addr is not None and (addr.is_loopback or str(addr) in self._local)
+            if len(self._is_local) < 4096:
+                self._is_local[ip] = known
+        return known
 
     def resolve(self, peer: Peer | None, server: Peer | None = None) -> ProcessInfo:
         """(name, pid) of the local process whose socket is the client end `peer` = (ip, port).
@@ -255,24 +268,46 @@ class ProcessResolver:
             self._names.popitem(last=False)
         return name
 
-    # -- transitional: on a thread, for the capture hooks of today -----------------------------
+    # -- on the resolver's thread, for the capture hooks -------------------------------------------
 
-    def lookup(self, peer: Peer | None, server: Peer | None = None) -> Future[ProcessInfo] | None:
-        """`resolve()` on a background thread; None when the peer is not on this machine."""
+    def lookup(self, key: str, peer: Peer | None, server: Peer | None = None) -> bool:
+        """Queue `resolve(peer, server)` for the resolver's thread; its answer is `found(key)` once
+        it is done. False (nothing queued) when the peer is not on this machine.
+
+        Costs the caller a queue put: no future, no executor (a client connection's hook calls it)."""
         if not peer or not self.is_local(peer[0]):
-            return None
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capsem-pid")
-        return self._pool.submit(self.resolve, peer, server)
+            return False
+        queue = self._queue
+        if queue is None:
+            queue = self._queue = SimpleQueue()
+            threading.Thread(target=self._serve, args=(queue,), name="capsem-pid", daemon=True).start()
+        queue.put((key, peer, server))
+        return True
+
+    def found(self, key: str) -> ProcessInfo | None:
+        """The answer of `lookup(key, ...)`; None while it runs (or if it was never asked)."""
+        return self._found.get(key)
+
+    def _serve(self, queue: SimpleQueue[tuple[str, Peer, Peer | None] | None]) -> None:
+        """The resolver's thread: answers the lookups of `queue` until `close`."""
+        found, limit = self._found, self._max_found
+        while (item := queue.get()) is not None:
+            if queue is not self._queue:
+                continue  # closed: what was still queued is dropped
+            key, peer, server = item
+            found[key] = self.resolve(peer, server)
+            if len(found) > limit:  # only this thread writes: the oldest answer goes
+                del found[next(iter(found))]
 
     def close(self) -> None:
-        """Stop the lookup thread (if any), close the netlink socket, forget what was cached.
+        """Stop the lookup thread (lookups still queued are dropped), close the netlink socket,
+        forget what was cached. Answers already found stay readable.
 
         A later `resolve()` still works (from /proc/net/tcp*, without netlink).
         """
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        queue, self._queue = self._queue, None
+        if queue is not None:
+            queue.put(None)
         with self._lock:
             if self._diag is not None:
                 self._diag.close()

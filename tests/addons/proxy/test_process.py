@@ -7,6 +7,8 @@ import os
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 
 import psutil
@@ -220,7 +222,8 @@ def test_names_are_cached_per_pid_and_start_time(child: Child) -> None:
 @pytest.mark.parametrize("peer", [None, ("8.8.8.8", 443), ("2001:db8::1", 443), ("not an ip", 1), ("", 0)])
 def test_not_local_is_unknown(resolver: ProcessResolver, peer: tuple[str, int] | None) -> None:
     assert resolver.resolve(peer) == (None, None)
-    assert resolver.lookup(peer) is None
+    assert resolver.lookup("conn", peer) is False
+    assert resolver.found("conn") is None
 
 
 def test_is_local(resolver: ProcessResolver) -> None:
@@ -242,14 +245,54 @@ def test_closed_or_unknown_connection_is_unknown(server: Server, resolver: Proce
     assert resolver.resolve((server.host, 1)) == (None, None)
 
 
+def _found(resolver: ProcessResolver, key: str) -> tuple[str | None, int | None] | None:
+    deadline = time.monotonic() + 10
+    while (answer := resolver.found(key)) is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return answer
+
+
 def test_lookup_runs_resolve_on_a_thread(server: Server, resolver: ProcessResolver) -> None:
     client = server.connect()
     try:
-        future = resolver.lookup(client.getsockname())
-        assert future is not None
-        assert future.result(timeout=10) == ME
+        assert resolver.found("conn-1") is None
+        assert resolver.lookup("conn-1", client.getsockname())
+        assert _found(resolver, "conn-1") == ME
+        assert threading.current_thread() is threading.main_thread()  # the lookup ran elsewhere
     finally:
         client.close()
+
+
+def test_lookup_keeps_the_newest_answers(server: Server) -> None:
+    resolver = ProcessResolver(max_found=3)
+    client = server.connect()
+    try:
+        for n in range(5):
+            assert resolver.lookup(f"conn-{n}", client.getsockname())
+        assert _found(resolver, "conn-4") == ME
+        assert [resolver.found(f"conn-{n}") for n in range(5)] == [None, None, ME, ME, ME]
+    finally:
+        client.close()
+        resolver.close()
+
+
+def test_close_keeps_answers_and_stops_the_thread(server: Server) -> None:
+    resolver = ProcessResolver()
+    client = server.connect()
+    try:
+        before = set(threading.enumerate())
+        assert resolver.lookup("conn-1", client.getsockname())
+        (thread,) = set(threading.enumerate()) - before
+        assert _found(resolver, "conn-1") == ME
+        resolver.close()
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+        assert resolver.found("conn-1") == ME
+        assert resolver.lookup("conn-2", client.getsockname())  # a new thread after a close
+        assert _found(resolver, "conn-2") == ME
+    finally:
+        client.close()
+        resolver.close()
 
 
 def test_resolve_after_close(server: Server) -> None:
