@@ -10,8 +10,8 @@ from __future__ import annotations
 from addons.proxy.process import ProcessResolver
 
 
-def _no_lookup(self: ProcessResolver, peer: object) -> None:
-    return None
+def _no_lookup(self: ProcessResolver, key: str, peer: object, server: object = None) -> bool:
+    return False
 
 
 ProcessResolver.lookup = _no_lookup  # type: ignore[method-assign,assignment]
