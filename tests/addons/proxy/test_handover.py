@@ -237,6 +237,52 @@ def test_what_must_go_now_ends_the_pause_between_rounds(hurry):
     assert not pausing.is_alive()
 
 
+def _lingering(outbox: Outbox) -> threading.Thread:
+    """A consumer whose round's interval is (almost) over, lingering for a minute if it may."""
+    thread = threading.Thread(target=outbox.pause, args=(0.001, 60.0), daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        lambda: ended(head("f2", started=1.0), resp=response()),  # a flow's end: rows to commit
+        lambda: Chunk("mcp-1", 1.0, b"data: {}\n\n"),  # an MCP event stream's chunk: answers to match
+    ],
+    ids=["flow ended", "mcp chunk"],
+)
+def test_only_chunks_waiting_the_pause_lingers_until_a_message_comes(message):
+    outbox = Outbox()
+    outbox.put_chunk("f1", 0.0, b"y" * 200)
+    pausing = _lingering(outbox)
+    pausing.join(0.5)
+    assert pausing.is_alive()  # past its interval: only a stream's chunks wait
+    outbox.put_chunk("f1", 1.0, b"y" * 200)
+    pausing.join(0.2)
+    assert pausing.is_alive()
+    outbox.put(message())
+    pausing.join(30)
+    assert not pausing.is_alive()
+
+
+def test_a_waiting_message_ends_the_pause_after_its_interval():
+    outbox = Outbox()
+    outbox.put(ended(head("f1", started=1.0), resp=response()))
+    outbox.put_chunk("f2", 0.0, b"y" * 200)
+    pausing = _lingering(outbox)
+    pausing.join(30)
+    assert not pausing.is_alive()
+    outbox.take()  # the message is taken: chunks alone linger again
+    outbox.put_chunk("f2", 1.0, b"y" * 200)
+    pausing = _lingering(outbox)
+    pausing.join(0.5)
+    assert pausing.is_alive()
+    outbox.expedite()
+    pausing.join(30)
+    assert not pausing.is_alive()
+
+
 def test_a_paced_streams_chunks_wait_for_the_round():
     """Chunks below a round's bytes, a flow's end, other messages: none of them ends the pause."""
     outbox = Outbox()
