@@ -1,4 +1,5 @@
-"""glibc's malloc settings of capsem's two processes (elsewhere, not glibc, nothing changes).
+"""glibc's malloc settings of capsem's two processes (elsewhere, not glibc, nothing changes), and
+what their start leaves for Python's cyclic garbage collector (`freeze_startup`).
 
 mitmdump (`return_large_blocks`): its memory over a long WebSocket, large freed buffers going
 back to the system.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import logging
 
 logger = logging.getLogger(__name__)
@@ -74,3 +76,13 @@ def keep_large_blocks() -> bool:
     its size (the frames read, the joined chunks, decoded, scrubbed, compressed): served by mmap,
     each was faulted in page by page and unmapped again (~1,500 page faults a 2 MiB answer)."""
     return _mallopt((M_MMAP_THRESHOLD, RECORDER_MMAP_THRESHOLD), (M_TRIM_THRESHOLD, RECORDER_TRIM_THRESHOLD))
+
+
+def freeze_startup() -> None:
+    """Leave what the process holds now (its modules, mitmproxy's and capsem's state: objects that
+    live as long as it does) out of every later collection of the cyclic garbage collector
+    (`gc.freeze`). A full collection walks every object it tracks: in mitmdump, hundreds of
+    thousands from its start, touched page by page ("CPU, fifteenth pass" in docs/PERFORMANCE.md:
+    ~3,900 page faults on the event loop during one paced stream whose chunks waited a second
+    for their round); after this it walks what traffic made."""
+    gc.freeze()

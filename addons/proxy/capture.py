@@ -24,7 +24,7 @@ from mitmproxy.addonmanager import Loader
 from mitmproxy.log import ALERT
 
 from addons.budgets import RULE_PREFIX
-from addons.memory import return_large_blocks
+from addons.memory import freeze_startup, return_large_blocks
 from addons.messages import (
     FlowEnded,
     StreamOpened,
@@ -155,13 +155,13 @@ class Capsem:
         from mitmproxy import ctx
 
         return_large_blocks()  # a long WebSocket's growing messages must not keep mitmdump's RSS up
-
         self.start(
             session_id=ctx.options.capsem_session_id,
             mode=ctx.options.capsem_mode,
             command=ctx.options.capsem_command,
             emulated=ctx.options.capsem_emulated,
         )
+        freeze_startup()  # its state, started, left out of the collector's full collections
 
     def start(
         self,

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from addons.memory import keep_large_blocks
+from addons.memory import freeze_startup, keep_large_blocks
 from addons.messages import Barrier, FlowEnded, Message, Stop
 from addons.recorder.frames import Frames
 from addons.spec import RecorderSpec, capture_settings
@@ -138,10 +138,12 @@ def live_export(spec: RecorderSpec) -> LiveExport | None:
     return LiveExport(target, spec.session_id, Path(spec.db_path), Path(spec.main_db_path)).start()
 
 
-def warm_up(loop: Loop) -> threading.Thread:
+def warm_up(loop: Loop, *, freeze: bool = False) -> threading.Thread:
     """Load prices and the tokenizer on a thread, beside the loop: the first messages are handled
     at once (a new connection's process is looked up while it is still open); a call that needs a
-    price meanwhile waits for the table like any first use would."""
+    price meanwhile waits for the table like any first use would. `freeze`: then leave what the
+    process holds out of the garbage collector's later collections (`freeze_startup`: the recorder
+    process's own; not a test's)."""
 
     def load() -> None:
         try:
@@ -152,6 +154,8 @@ def warm_up(loop: Loop) -> threading.Thread:
             loop.price_source = current_table().source
         except Exception as exc:  # prices or tokenizer missing: calls are recorded unpriced
             logger.warning("capsem: warming up the recorder failed: %r", exc)
+        if freeze:
+            freeze_startup()
 
     thread = loop.warming = threading.Thread(target=load, name="capsem-warm-up", daemon=True)
     thread.start()
@@ -335,7 +339,7 @@ def main() -> int:
         from addons.recorder.team_push import start_pusher
 
         start_pusher(spec.session_id)
-    warm_up(loop)
+    warm_up(loop, freeze=True)
     # idle, it wakes only as often as it commits (at least once a second, for `tick`): batches
     # come at most every BATCH_INTERVAL
     stop = run(loop, frames.batches(min(1.0, commit_interval(loop))), lambda token: say(f"ack {token}"), say)

@@ -44,3 +44,23 @@ def test_the_recorder_keeps_a_calls_copies_in_its_heap():
     kept, default = _faults("keep"), _faults("default")
     assert default > 1000, default  # what the setting saves is there to save
     assert kept < 100, (kept, default)
+
+
+FREEZE = """
+import gc
+import addons.proxy.capture  # mitmproxy's modules and capsem's: what mitmdump holds once started
+from addons.memory import freeze_startup
+before = len(gc.get_objects())
+freeze_startup()
+print(before, gc.get_freeze_count(), len(gc.get_objects()))
+"""
+
+
+def test_what_a_process_holds_once_started_is_left_out_of_later_collections():
+    """`freeze_startup`: a full collection no longer walks (and faults in) the start's objects."""
+    done = subprocess.run(
+        [sys.executable, "-c", FREEZE], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    before, frozen, left = map(int, done.stdout.split())
+    assert before > 20_000, before
+    assert frozen >= before and left < 100, (before, frozen, left)
