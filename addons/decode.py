@@ -278,6 +278,8 @@ def decode_body(
     body: bytes, content_encoding: str | None, *, sniff: bool = False, max_output: int = 256 * 1024 * 1024
 ) -> tuple[bytes, str | None]:
     """Decode a whole body; returns (decoded, error)."""
+    if not content_encoding and not sniff and len(body) <= max_output:
+        return body, None  # as sent: what the decoder would give, without making one
     decoder = BodyDecoder(content_encoding, sniff=sniff, max_output=max_output)
     data = decoder.decode(body) + decoder.flush()
     return data, decoder.error

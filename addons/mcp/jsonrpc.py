@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from addons.decode import BodyDecoder
+from addons.decode import decode_body
 
 MCP_METHODS = (
     "initialize", "ping", "notifications/", "tools/", "resources/", "prompts/", "completion/", "logging/",
@@ -105,13 +105,8 @@ def read_request(
     by_header = method == "POST" and any(name in lowered for name in MCP_HEADERS)
     if not raw:
         return (Kind.MCP, b"") if by_header else (Kind.NOT_MCP, None)
-    encoding = lowered.get("content-encoding")
-    if encoding is None:  # as sent (what `BodyDecoder` would give, without making one)
-        body, cut = raw[:limit], cut or len(raw) > limit
-    else:
-        decoder = BodyDecoder(encoding, max_output=limit)
-        body = decoder.decode(raw) + decoder.flush()
-        cut = cut or bool(decoder.error and "exceeds" in decoder.error)
+    body, error = decode_body(raw, lowered.get("content-encoding"), max_output=limit)
+    cut = cut or bool(error and "exceeds" in error)
     kind = classify(body)
     if kind is Kind.NOT_MCP and cut and _JSON_START.match(_utf8(body[:64])):
         kind = Kind.UNREADABLE  # JSON cut at the limit: what follows could be any call
