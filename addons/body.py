@@ -39,20 +39,37 @@ redacted."""
 
 def cap_text(text: str | None, limit: int, scrub: Scrub | None = None) -> str | None:
     """`text` cut to at most `limit` UTF-8 bytes on a character boundary, with a note (`cut_note`).
-    With `scrub`, a text that is cut is scrubbed first up to `CUT_MARGIN` characters past the cut
-    (the writer scrubs what is stored again; a text that fits is left to it)."""
+    With `scrub`, a text that is cut is scrubbed first around the cut, `CUT_MARGIN` characters
+    either side (the writer scrubs what is stored again, all of it; a text that fits is left to it)."""
     if text is None:
         return None
-    size = len(text.encode("utf-8", "surrogatepass"))
-    return text if size <= limit else _cut(text, limit, size - limit, scrub)
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= limit:
+        return text
+    return _cut(text, limit, len(data) - limit, scrub, _character_at(text, data, limit))
 
 
-def _cut(text: str, limit: int, more: int, scrub: Scrub | None) -> str:
-    """The first `limit` UTF-8 bytes of `text` (which has more) scrubbed with what follows them
-    (`CUT_MARGIN`), cut on a character boundary, and the note of the `more` bytes left out."""
+def _character_at(text: str, data: bytes, offset: int) -> int:
+    """The position in `text` of the character byte `offset` of `data` (`text` in UTF-8) is in."""
+    if len(data) == len(text):  # ASCII: a byte a character
+        return offset
+    while offset and data[offset] & 0xC0 == 0x80:  # back to the first byte of the character
+        offset -= 1
+    return len(data[:offset].decode("utf-8", "surrogatepass"))
+
+
+def _cut(text: str, limit: int, more: int, scrub: Scrub | None, at: int | None = None) -> str:
+    """The first `limit` UTF-8 bytes of `text` (which has more) cut on a character boundary, and
+    the note of the `more` bytes left out. With `scrub`, the text up to `CUT_MARGIN` characters
+    past the cut is scrubbed first (with `at`, the character the cut falls in: only from
+    `CUT_MARGIN` characters before it), so that a secret across the cut is redacted whole, not cut
+    into a part no rule knows. The writer scrubs all that is kept again; a secret longer than the
+    margin before the cut has a rule for its part (a private key cut off: its base64 so far)."""
     window = text[: limit + CUT_MARGIN]  # at least `limit` bytes: a character is one or more
     if scrub is not None:
-        window = scrub(window) or window
+        start = 0 if at is None else max(0, at - CUT_MARGIN)
+        part = window[start:] if at is None else window[start : at + CUT_MARGIN]
+        window = window[:start] + (scrub(part) or part)
     return window.encode("utf-8", "surrogatepass")[:limit].decode("utf-8", "ignore") + cut_note(more)
 
 

@@ -38,6 +38,53 @@ def test_a_secret_across_the_cut_goes_whole():
     assert cap_text("short", 100, Scrubber().scrub) == "short"  # what fits is left to the writer
 
 
+def test_only_the_text_around_the_cut_is_scrubbed_before_it():
+    """The writer scrubs all that is kept: before the cut, only what a secret across it could
+    span is read (a megabyte answer is not scrubbed twice)."""
+    read: list[str] = []
+
+    def scrub(text: str) -> str | None:
+        read.append(text)
+        return Scrubber().scrub(text)
+
+    for text, limit in ((_across(1_000_000), 1_000_000), ("é" * 600_000 + _across(200), 1_200_200)):
+        read.clear()
+        kept = cap_text(text, limit, scrub)
+        (part,) = read
+        assert len(part) <= 2 * CUT_MARGIN and TOKEN in part  # the margin either side of the cut
+        assert "ghp_" not in kept and len(kept.rsplit("\n[... ", 1)[0].encode()) <= limit
+
+
+KEY_BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC" * 900
+"""28,800 characters of a private key's base64."""
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "intro " + TOKEN + " " + _across(20_000 - 7 - len(TOKEN)) + " more" * 5000,  # far before, and across
+        "intro\n-----BEGIN PRIVATE KEY-----\n" + KEY_BODY + "\n-----END PRIVATE KEY-----\n",  # from far before
+    ],
+)
+def test_a_text_cut_short_is_stored_without_a_secret_anywhere_in_it(tmp_path, text):
+    """A token far before the cut (left to the writer), one across it, a private key whose body
+    starts long before the cut and ends past it: none of them is stored."""
+    limit = 20_000
+    rec = RecorderHarness(tmp_path, dataclasses.replace(defaults().capture, content_max_bytes=limit))
+    answer = {
+        "id": "m1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+        "usage": {"input_tokens": 5, "output_tokens": 1},
+    }  # fmt: skip
+    now = time.time()
+    rec.close(ended(head("f1", started=now), resp=response(200, started=now), body=json.dumps(answer).encode(),
+                    request_body=b'{"model": "claude-sonnet-4-5"}', route=Route("anthropic", "anthropic")))  # fmt: skip
+    (call,) = rec.rows("SELECT text_content FROM model_calls")
+    kept = call["text_content"]
+    assert kept.endswith(" more bytes]") and "ghp_" not in kept and KEY_BODY[:64] not in kept, kept[:300]
+    rec.shutdown()
+
+
 def test_what_the_recorder_cuts_keeps_no_part_of_a_secret(tmp_path):
     limit = 1000
     settings = dataclasses.replace(defaults().capture, content_max_bytes=limit)
