@@ -408,6 +408,11 @@ def rules_for(extra: Sequence[Mapping[str, Any]], disabled: Iterable[str]) -> Ru
 
 
 _MAX_ROUNDS = 4
+SHORT_TEXT_CHARS = 512
+"""Texts up to this long are scrubbed once per generation of the scrubber (`Scrubber.scrub`):
+hosts, paths, header values and sets, an agent's same few again and again."""
+SHORT_TEXTS_KEPT = 4096
+"""At most this many short texts' results are kept (then they are forgotten together)."""
 SETTLE_RADIUS = 2048
 """How far around each marker (to whole lines) the passes run again to say a long text holds."""
 
@@ -440,6 +445,8 @@ class Scrubber:
         self._prefilter = _prefilter(self.rules)
         self.generation = 0
         """Bumped whenever a new secret is learned (a cache of scrubbed texts is stale then)."""
+        self._short: dict[str, tuple[int, str]] = {}
+        """Short text -> (the generation it was scrubbed in, the result)."""
 
     def learn(self, secret: str) -> None:
         """Remember a credential value so that any later occurrence of it is scrubbed."""
@@ -455,8 +462,21 @@ class Scrubber:
     def scrub(self, text: str | None) -> str | None:
         """`text` with every known secret replaced by `[redacted hash:…]` (idempotent: a marker can
         end a word that hid a key before, `AKIA…` glued to a token, so the passes run again on a
-        changed text until it holds)."""
-        return scrub_decoded(text, self._passes, _MAX_ROUNDS, self._holds) if text else text
+        changed text until it holds). A short text is scrubbed once per generation: a secret
+        learned since makes the result it kept stale (`SHORT_TEXT_CHARS`)."""
+        if not text:
+            return text
+        if len(text) > SHORT_TEXT_CHARS:
+            return scrub_decoded(text, self._passes, _MAX_ROUNDS, self._holds)
+        generation = self.generation  # read first: a secret learned meanwhile leaves this result stale
+        kept = self._short.get(text)
+        if kept is not None and kept[0] == generation:
+            return kept[1]
+        done = scrub_decoded(text, self._passes, _MAX_ROUNDS, self._holds)
+        if len(self._short) >= SHORT_TEXTS_KEPT:
+            self._short.clear()
+        self._short[text] = (generation, done)
+        return done
 
     def _holds(self, scrubbed: str) -> bool:
         """Whether a long text just scrubbed holds as it is: every pass, run again on the lines

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from operator import attrgetter
 from pathlib import Path
@@ -42,10 +42,6 @@ _ORDER = ("net_events", "model_calls", "tool_calls", "tool_responses", "mcp_call
           "proc_samples", "proc_anomalies", "content_frames", "body_chunks", "event_body_blobs", "item_data", "model_items",
           "model_item_lists", "input_breakdown", "substitution_events", "cache_breaks", "compactions",
           "approvals", "response_chunks")  # fmt: skip
-
-
-_CACHED_TEXT = 512
-_CACHE_ENTRIES = 4096
 
 
 @dataclass
@@ -96,8 +92,6 @@ class SessionWriter:
         self._getters: dict[type, tuple[tuple[str, ...], attrgetter]] = {}
         self._meta: dict[str, str] = {}
         self._queued = 0
-        self._scrubbed: dict[str, str] = {}
-        self._generation = self.scrubber.generation
         self.ledger = Ledger(path.parent.name, _key()) if ledger else None
 
     # -- queueing ------------------------------------------------------------------------------
@@ -138,27 +132,6 @@ class SessionWriter:
             found = self._getters[cls] = (names, attrgetter(*names))
         return found
 
-    def _scrub_fn(self) -> Callable[[str], str]:
-        """`Scrubber.scrub` for one commit, remembered for short texts that repeat (hosts, paths,
-        header sets): the cache is checked against the scrubber's generation once (the writer's
-        thread is the only one that teaches it), then it is one lookup per string."""
-        if self._generation != self.scrubber.generation or len(self._scrubbed) > _CACHE_ENTRIES:
-            self._scrubbed.clear()  # a newly learned secret may occur in a text scrubbed before
-            self._generation = self.scrubber.generation
-        cache, scrub = self._scrubbed, self.scrubber.scrub
-
-        def one(text: str) -> str:
-            if len(text) > _CACHED_TEXT:
-                return scrub(text) or text
-            done = cache.get(text)
-            if done is None:
-                done = scrub(text) or text
-                if len(cache) <= _CACHE_ENTRIES:
-                    cache[text] = done
-            return done
-
-        return one
-
     def _queue(self, table: str, columns: tuple[str, ...], values: tuple[Any, ...]) -> None:
         key = (table, columns)
         target = self._tables.get(key)
@@ -191,7 +164,7 @@ class SessionWriter:
             ledger = self.ledger
             if ledger is not None:
                 ledger.begin(self.conn)
-            scrub = self._scrub_fn()  # at commit, not when queued: secrets learned meanwhile count too
+            scrub = self.scrubber.scrub  # at commit, not when queued: secrets learned meanwhile count too
             for table in tables:
                 if table.rows:
                     rows = [tuple([scrub(v) if type(v) is str else v for v in row]) for row in table.rows]

@@ -538,3 +538,29 @@ def test_a_lone_surrogate_in_a_secret_is_redacted_not_raised(value):
     out = Scrubber().scrub(f"DB_PASS={value} and more")
     assert out.startswith("DB_PASS=[redacted hash:") and out.endswith("] and more")
     assert "S3cretValue" not in out
+
+
+def test_a_short_text_is_scrubbed_once_until_a_secret_is_learned():
+    scrubber = Scrubber()
+    text = "x-api-key ghp_" + "k3Yq9ZpLm2Rt7Wx8Nc1Jd6Vb0Hs4Fg5Tu2Ae" + " from zq8Lr2Vt9Kx4Wm7P"
+    first = scrubber.scrub(text)
+    assert "ghp_" not in first and scrubber.scrub(text) is first  # kept: the same result, not scrubbed again
+    scrubber.learn("zq8Lr2Vt9Kx4Wm7P")  # a credential of this session, learned later
+    again = scrubber.scrub(text)
+    assert "zq8Lr2Vt9Kx4Wm7P" not in again and "ghp_" not in again
+
+
+def test_a_secret_learned_while_a_short_text_is_scrubbed_is_not_missed_later(monkeypatch):
+    scrubber = Scrubber()
+    text = "sent with zq8Lr2Vt9Kx4Wm7P"
+    passes = scrubber._passes
+
+    def learning_meanwhile(part: str) -> str:  # another thread learns it once this scrub's passes ran
+        done = passes(part)
+        scrubber.learn("zq8Lr2Vt9Kx4Wm7P")
+        return done
+
+    monkeypatch.setattr(scrubber, "_passes", learning_meanwhile)
+    assert "zq8Lr2Vt9Kx4Wm7P" in scrubber.scrub(text)  # its passes ran before the value was learned
+    monkeypatch.setattr(scrubber, "_passes", passes)
+    assert "zq8Lr2Vt9Kx4Wm7P" not in scrubber.scrub(text)

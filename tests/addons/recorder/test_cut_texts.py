@@ -63,7 +63,9 @@ KEY_BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC" * 900
     "text",
     [
         "intro " + TOKEN + " " + _across(20_000 - 7 - len(TOKEN)) + " more" * 5000,  # far before, and across
-        "intro\n-----BEGIN PRIVATE KEY-----\n" + KEY_BODY + "\n-----END PRIVATE KEY-----\n",  # from far before
+        "intro\n-----BEGIN PRIVATE KEY-----\n"
+        + KEY_BODY
+        + "\n-----END PRIVATE KEY-----\n",  # from far before
     ],
 )
 def test_a_text_cut_short_is_stored_without_a_secret_anywhere_in_it(tmp_path, text):
