@@ -140,7 +140,10 @@ class ResponseReader:
         self._overflow = False
         self._summary: ResponseSummary | None = None
         self._keep = keep_bytes
-        self._kept = bytearray()
+        self._kept: list[bytes] = []
+        """The decoded stream's pieces kept (`body` joins them: a growing buffer moved its bytes
+        again each time it grew past its room, a flood's megabytes several times over)."""
+        self._kept_bytes = 0
         self.body_truncated = False
         """More decoded bytes arrived than `keep_bytes` (or than the decoder's cap)."""
 
@@ -149,7 +152,7 @@ class ResponseReader:
         """The decoded body kept (a whole body, or the decoded event stream as received), at most
         `keep_bytes`; `body_truncated` says whether more came."""
         if self._sse is not None:
-            return bytes(self._kept)
+            return b"".join(self._kept)
         if len(self._body) > self._keep:
             self.body_truncated = True
         return bytes(self._body[: self._keep])
@@ -216,13 +219,16 @@ class ResponseReader:
         else:  # (full: only counted)
             preview.total += size
         if self._keep and self._sse is not None:  # a whole body is kept in `_body` anyway
-            room = self._keep - len(self._kept)
+            room = self._keep - self._kept_bytes
             if size <= room:
-                self._kept += data
+                self._kept.append(bytes(data))  # (a copy only of a buffer that is not `bytes`)
+                self._kept_bytes += size
             else:
-                self.body_truncated = True
                 if room > 0:
-                    self._kept += data[:room]
+                    self._kept.append(bytes(data[:room]))
+                    self._kept_bytes += room
+                if size > room:
+                    self.body_truncated = True
         if self._sse is not None and self._interp is not None:
             self._interp.feed(self._sse.feed(data))
         elif len(self._body) + len(data) <= self.max_parse_bytes:

@@ -147,3 +147,25 @@ def test_feed_many_gives_what_feeding_one_by_one_gives(encoding, compressed, cap
             one.raw_bytes,
         )
         assert (many.decode_error, many.preview.text()) == (one.decode_error, one.preview.text())
+
+
+@pytest.mark.parametrize("keep", [1, 97, 1000, 10**9])
+def test_a_stream_is_kept_whole_up_to_keep_bytes(keep):
+    """The decoded stream is kept as it came, up to `keep_bytes` (fed a chunk at a time and in
+    batches), and flagged truncated only when more came."""
+    wire = (FIXTURES / "anthropic" / "stream_thinking_tools.sse").read_bytes()
+    pieces = [wire[i : i + 97] for i in range(0, len(wire), 97)]
+    for batch in (1, 4):
+        reader = ResponseReader(parser_for("anthropic"), framing="sse", content_encoding=None, status=200,
+                                keep_bytes=keep)  # fmt: skip
+        for start in range(0, len(pieces), batch):
+            reader.feed_many(pieces[start : start + batch])
+        assert reader.body == wire[:keep] and reader.body_truncated == (len(wire) > keep)
+    exact = ResponseReader(parser_for("anthropic"), framing="sse", content_encoding=None, status=200,
+                           keep_bytes=len(wire))  # fmt: skip
+    exact.feed(wire[:100])
+    buffer = bytearray(wire[100:200])
+    exact.feed(buffer)
+    buffer[:] = b"\0" * 100  # a buffer the caller reuses: what was fed is kept as it was
+    exact.feed(wire[200:])
+    assert exact.body == wire and not exact.body_truncated
