@@ -9,7 +9,6 @@ import ipaddress
 import os
 import socket
 import struct
-from functools import lru_cache
 from typing import NamedTuple
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -22,7 +21,6 @@ class Socket(NamedTuple):
     uid: int
 
 
-@lru_cache(maxsize=1024)  # a few client and proxy addresses, each read once
 def kernel_address(ip: str) -> IPAddress | None:
     """The address as the kernel keys it: zone dropped, IPv4-mapped IPv6 as IPv4."""
     try:
